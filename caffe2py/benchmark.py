@@ -1,0 +1,98 @@
+"""Caffe2's net benchmark (SimpleNet::TEST_Benchmark): the text it prints and the
+list it returns, [ms per iteration, then ms per op]."""
+import sys
+import time
+
+from .registry import Cost, OpContext
+from .schema_inference import type_of_value
+
+
+def _op_cost(step, input_values):
+    schema = step.context.schema
+    if schema is None or schema.cost is None:
+        return None
+    types = [type_of_value(v) for v in input_values]
+    try:
+        return schema.cost(OpContext(step.op_def, schema, step.index, types), types)
+    except Exception:  # noqa: BLE001 - cost is advisory
+        return None
+
+
+def _nbytes(value):
+    return float(getattr(value, "nbytes", 0) or 0)
+
+
+def per_op_timing(plan, blobs, iterations):
+    """Run ops one by one `iterations` times; return (ms per op, Cost per op,
+    feature MB per op). Writes only the net's outputs back (as a normal run)."""
+    steps = plan.steps
+    totals = [0.0] * len(steps)
+    costs = [None] * len(steps)
+    feature_mb = [0.0] * len(steps)
+    for it in range(iterations):
+        env = {}
+        for k, step in enumerate(steps):
+            if it == 0:
+                ins = [env[b] if b in env else blobs.get(b) for b in step.inputs]
+                costs[k] = _op_cost(step, ins)
+            t0 = time.perf_counter()
+            plan.run_step(step, env, blobs)
+            totals[k] += time.perf_counter() - t0
+            if it == 0:
+                feature_mb[k] = sum(_nbytes(env.get(b)) for b in step.outputs) / 1e6
+        blobs.update(env)
+    return [t * 1e3 / max(iterations, 1) for t in totals], costs, feature_mb
+
+
+def _type_table(out, title, unit, per_type, total_scale=1.0):
+    out.write("%s per operator type:\n" % title)
+    total = sum(per_type.values())
+    for op_type, value in sorted(per_type.items(), key=lambda kv: -kv[1]):
+        pct = 100.0 * value / total if total else 0.0
+        out.write("%15.6g %s. %10.5g%%. %s\n" % (value * total_scale, unit, pct, op_type))
+    out.write("%15.6g %s in Total\n" % (total * total_scale, unit))
+
+
+def benchmark_net(net, warmup_runs, main_runs, run_individual, out=None):
+    """Print Caffe2's benchmark text for a Net and return [ms/iter, per-op ms...]."""
+    out = out or sys.stdout
+    plan = net.plan
+    blobs = net.workspace.blobs
+    out.write("Starting benchmark.\nRunning warmup runs.\n")
+    for _ in range(warmup_runs):
+        net.run()
+    out.write("Main runs.\n")
+    t0 = time.perf_counter()
+    for _ in range(main_runs):
+        net.run()
+    elapsed = time.perf_counter() - t0
+    ms_per_iter = elapsed * 1e3 / max(main_runs, 1)
+    out.write("Main run finished. Milliseconds per iter: %.6g. Iters per second: %.6g\n"
+              % (ms_per_iter, 1e3 / ms_per_iter if ms_per_iter > 0 else float("inf")))
+    result = [ms_per_iter]
+    if not run_individual:
+        return result
+    # Every net type runs its ops in order here, so all of them support per-op timing.
+    op_ms, costs, feature_mb = per_op_timing(plan, blobs, max(main_runs, 1))
+    time_by_type, flops_by_type, feat_by_type, param_by_type = {}, {}, {}, {}
+    for step, ms, cost, mb in zip(plan.steps, op_ms, costs, feature_mb):
+        name = step.op_def.name or (step.outputs[0] if step.outputs else "NO_OUTPUT")
+        line = "Operator #%d (%s, %s) %.6g ms/iter" % (step.index, name, step.op_def.type, ms)
+        op_type = step.op_def.type
+        cost = cost or Cost()
+        if cost.flops:
+            gflop = cost.flops / 1e9
+            line += " (%.6g GFLOP, %.6g GFLOPS)" % (gflop, gflop / (ms / 1e3) if ms > 0 else 0.0)
+        if mb:
+            line += " (%.6g MB)" % mb
+        out.write(line + "\n")
+        time_by_type[op_type] = time_by_type.get(op_type, 0.0) + ms
+        flops_by_type[op_type] = flops_by_type.get(op_type, 0.0) + cost.flops / 1e9
+        feat_by_type[op_type] = feat_by_type.get(op_type, 0.0) + mb
+        param_by_type[op_type] = param_by_type.get(op_type, 0.0) + cost.params_bytes / 1e6
+        result.append(ms)
+    _type_table(out, "Time", "ms", time_by_type)
+    _type_table(out, "FLOP", "GFLOP", flops_by_type)
+    _type_table(out, "Feature Memory", "MB", feat_by_type)
+    _type_table(out, "Parameter Memory", "MB", param_by_type)
+    return result

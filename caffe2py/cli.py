@@ -1,0 +1,35 @@
+"""The `caffe2py` command line: subcommands live in caffe2py.commands."""
+import argparse
+import sys
+
+from .commands import discover
+from .errors import Caffe2Error
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="caffe2py", description="Run and inspect Caffe2-style nets.")
+    sub = parser.add_subparsers(dest="command")
+    handlers = {}
+    for module in discover():
+        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        handlers[module.NAME] = module.run
+    return parser, handlers
+
+
+def main(argv=None):
+    import caffe2py  # noqa: F401  (registers ops)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser, handlers = build_parser()
+    if not argv:
+        argv = ["run"]  # the main job on its built-in default
+    args = parser.parse_args(argv)
+    try:
+        return handlers[args.command](args)
+    except Caffe2Error as exc:
+        sys.stderr.write("caffe2py %s: error: %s\n" % (args.command, exc))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

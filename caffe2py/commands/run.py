@@ -1,0 +1,80 @@
+"""`caffe2py run`: load an init net and a predict net, feed inputs, run, summarise outputs.
+With no arguments it runs the built-in demo net."""
+import numpy as np
+
+from caffe2py.demo import build_demo
+from caffe2py.errors import Caffe2Error
+from caffe2py.models import read_input, read_net
+from caffe2py.workspace import Workspace
+
+NAME = "run"
+HELP = "run a net (NetDef files, or the built-in demo when none are given)"
+
+
+def add_arguments(parser):
+    parser.add_argument("--init-net", help="init NetDef (.pb binary or text)")
+    parser.add_argument("--predict-net", help="predict NetDef (.pb binary or text)")
+    parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE",
+                        help="feed blob NAME from FILE (.npy, or a serialized TensorProto/BlobProto)")
+    parser.add_argument("--output", action="append", default=[], metavar="NAME",
+                        help="blob to print (default: the predict net's external outputs)")
+    parser.add_argument("--iters", type=int, default=1, help="run the predict net this many times")
+
+
+def parse_inputs(specs):
+    inputs = {}
+    for spec in specs:
+        if "=" not in spec:
+            raise Caffe2Error("--input expects NAME=FILE, got '%s'" % spec)
+        name, path = spec.split("=", 1)
+        inputs[name] = read_input(path)
+    return inputs
+
+
+def summarize(name, value):
+    arr = np.asarray(value)
+    line = "%s: shape %s dtype %s" % (name, list(arr.shape), arr.dtype)
+    if arr.size and arr.dtype.kind in "fiub":
+        flat = arr.reshape(-1).astype(np.float64)
+        line += "  min %.6g max %.6g mean %.6g" % (flat.min(), flat.max(), flat.mean())
+        if arr.ndim >= 1 and arr.shape[-1] <= 16 and arr.size <= 64:
+            line += "\n  " + np.array2string(arr, precision=5, max_line_width=100).replace("\n", "\n  ")
+        elif arr.ndim >= 1:
+            line += "  argmax(last axis) %s" % np.argmax(arr.reshape(-1, arr.shape[-1]), axis=1)[:8].tolist()
+    return line
+
+
+def load(args):
+    """(init_net or None, predict_net, inputs, note) from the arguments or the demo."""
+    if args.predict_net is None:
+        if args.init_net:
+            raise Caffe2Error("--init-net given without --predict-net")
+        init_net, predict_net, inputs = build_demo()
+        return init_net, predict_net, inputs, "built-in demo net (LeNet-style CNN, random input)"
+    init_net = read_net(args.init_net) if args.init_net else None
+    return init_net, read_net(args.predict_net), parse_inputs(args.input), None
+
+
+def prepare_workspace(init_net, predict_net, inputs):
+    ws = Workspace("cli")
+    if init_net is not None:
+        ws.run_net_once(init_net)
+    for name, value in inputs.items():
+        ws.feed_blob(name, value)
+    if not predict_net.name:
+        predict_net.name = "predict"
+    ws.create_net(predict_net)
+    return ws
+
+
+def run(args):
+    init_net, predict_net, inputs, note = load(args)
+    if note:
+        print("note: %s" % note)
+    ws = prepare_workspace(init_net, predict_net, inputs)
+    ws.run_net(predict_net.name, num_iter=max(args.iters, 1))
+    outputs = args.output or list(predict_net.external_output) or [predict_net.op[-1].output[0]]
+    print("ran net '%s' (%d ops)" % (predict_net.name, len(predict_net.op)))
+    for name in outputs:
+        print(summarize(name, ws.fetch_blob(name)))
+    return 0

@@ -1,0 +1,492 @@
+"""The Python net builder (caffe2.python.core): Net, BlobReference, CreateOperator,
+scopes, execution steps and plans."""
+import numpy as np
+
+from . import registry, scope
+from .args import make_argument
+from .errors import Caffe2Error
+from .proto import caffe2_pb2
+from .scope import DeviceScope, NameScope, CurrentNameScope, CurrentDeviceScope  # noqa: F401
+
+DataType = caffe2_pb2.TensorProto.DataType
+for _name in DataType.keys():
+    setattr(DataType, _name, DataType.Value(_name))
+del _name
+
+
+def GlobalInit(args):  # noqa: ARG001
+    return True
+
+
+def SetEnginePref(per_op_pref, global_pref):
+    registry.set_engine_pref(per_op_pref, global_pref)
+
+
+def DeviceOption(device_type, device_id=0, random_seed=None, node_name=None,
+                 numa_node_id=None, extra_info=None):
+    option = caffe2_pb2.DeviceOption()
+    option.device_type = device_type
+    option.device_id = device_id
+    if node_name is not None:
+        option.node_name = node_name
+    if random_seed is not None:
+        option.random_seed = random_seed
+    if numa_node_id is not None:
+        option.numa_node_id = numa_node_id
+    if extra_info is not None:
+        option.extra_info.extend(extra_info)
+    return option
+
+
+def IsOperator(op_type):
+    return registry.has_op(op_type)
+
+
+def IsOperatorWithEngine(op_type, engine):
+    return "%s_ENGINE_%s" % (op_type, engine) in registry.registered_operator_keys()
+
+
+def ScopedName(name):
+    return scope.CurrentNameScope() + name
+
+
+class BlobReference:
+    """A blob name, optionally tied to the net that produces it."""
+
+    def __init__(self, name, net=None):
+        self._name = name.decode() if isinstance(name, bytes) else str(name)
+        self._from_net = net
+
+    def __hash__(self):
+        return hash(self._name)
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            return self._name == other
+        if isinstance(other, BlobReference):
+            return self._name == other._name
+        return False
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __str__(self):
+        return self._name
+
+    def __repr__(self):
+        return "BlobReference(%r)" % self._name
+
+    def __add__(self, other):
+        if not isinstance(other, str):
+            raise Caffe2Error("cannot add BlobReference and %s" % type(other).__name__)
+        return BlobReference(self._name + other, self._from_net)
+
+    def __radd__(self, other):
+        if not isinstance(other, str):
+            raise Caffe2Error("cannot add %s and BlobReference" % type(other).__name__)
+        return BlobReference(other + self._name, self._from_net)
+
+    def Net(self):
+        return self._from_net
+
+    def GetNameScope(self):
+        return self._name[:self._name.rfind(scope._NAMESCOPE_SEPARATOR) + 1]
+
+    def GetUnscopedName(self):
+        return self._name[self._name.rfind(scope._NAMESCOPE_SEPARATOR) + 1:]
+
+    def __getattr__(self, op_type):
+        if op_type.startswith("__"):
+            raise AttributeError(op_type)
+        if self._from_net is None:
+            raise AttributeError("BlobReference '%s' is not tied to a net; cannot call %s on it"
+                                 % (self._name, op_type))
+        if not IsOperator(op_type):
+            raise AttributeError(_unknown_op_message(op_type))
+
+        def call(inputs=None, *args, **kwargs):
+            extra = [] if inputs is None else (list(inputs) if isinstance(inputs, (list, tuple)) else [inputs])
+            return self._from_net.__getattr__(op_type)([self] + extra, *args, **kwargs)
+        return call
+
+
+def ScopedBlobReference(name, *args, **kwargs):
+    return BlobReference(scope.CurrentNameScope() + str(name), *args, **kwargs)
+
+
+def _rectify(value, scoped):
+    """str / BlobReference / list of them -> list of str names."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes, BlobReference)):
+        value = [value]
+    out = []
+    for v in value:
+        if isinstance(v, BlobReference):
+            out.append(str(v))
+        elif isinstance(v, (str, bytes)):
+            v = v.decode() if isinstance(v, bytes) else v
+            out.append(scope.CurrentNameScope() + v if scoped else v)
+        else:
+            raise Caffe2Error("blob names must be str or BlobReference, got %s" % type(v).__name__)
+    return out
+
+
+def CreateOperator(operator_type, inputs, outputs, name="", control_input=None,
+                   device_option=None, arg=None, engine=None, domain=None, op_version=None,
+                   **kwargs):
+    """An OperatorDef; kwargs become Arguments (random_seed goes to the device option)."""
+    op = caffe2_pb2.OperatorDef()
+    op.type = operator_type
+    op.name = name
+    op.input.extend(_rectify(inputs, scoped=True))
+    op.output.extend(_rectify(outputs, scoped=True))
+    if control_input:
+        op.control_input.extend(_rectify(control_input, scoped=True))
+    if device_option is not None:
+        op.device_option.CopyFrom(device_option)
+    elif scope.CurrentDeviceScope() is not None:
+        op.device_option.CopyFrom(scope.CurrentDeviceScope())
+    if engine is not None:
+        op.engine = engine
+    if domain is not None:
+        op.domain = domain
+    if op_version is not None:
+        op.op_version = op_version
+    if "random_seed" in kwargs:
+        op.device_option.random_seed = kwargs.pop("random_seed")
+    if arg is not None:
+        op.arg.extend(arg)
+    for key, value in kwargs.items():
+        if value is not None:
+            op.arg.add().CopyFrom(make_argument(key, value))
+    return op
+
+
+def _unknown_op_message(op_type):
+    hints = registry.close_matches(op_type)
+    return "Method %s is not a registered operator.%s" % (
+        op_type, " Did you mean: [%s]" % ", ".join(hints) if hints else "")
+
+
+class Net:
+    """A NetDef under construction. `net.Relu(x, "y")` appends an op."""
+
+    _net_names_used = set()
+
+    @staticmethod
+    def current_prefix():
+        return ""
+
+    @staticmethod
+    def _get_next_net_name(basename):
+        name = basename
+        i = 1
+        while name in Net._net_names_used:
+            name = "%s_%d" % (basename, i)
+            i += 1
+        Net._net_names_used.add(name)
+        return name
+
+    def __init__(self, name_or_proto, inplace=False):  # noqa: ARG002
+        self._op_outputs = set()
+        self._next_name_index = 0
+        if isinstance(name_or_proto, caffe2_pb2.NetDef):
+            self._net = caffe2_pb2.NetDef()
+            self._net.CopyFrom(name_or_proto)
+            for op in self._net.op:
+                self._op_outputs.update(op.output)
+            if not self._net.name:
+                self._net.name = Net._get_next_net_name("net")
+            else:
+                Net._net_names_used.add(self._net.name)
+        else:
+            self._net = caffe2_pb2.NetDef()
+            self._net.name = Net._get_next_net_name(str(name_or_proto))
+        self._external_input_map = set(self._net.external_input)
+
+    # -- identity and proto
+    def Name(self):
+        return self._net.name
+
+    def Proto(self):
+        return self._net
+
+    def __str__(self):
+        return self.Name()
+
+    def __repr__(self):
+        return "Net(%r)" % self.Name()
+
+    # -- blobs
+    def BlobIsDefined(self, blob):
+        name = str(blob)
+        return name in self._op_outputs or name in self._external_input_map
+
+    def UsesBlob(self, blob):
+        name = str(blob)
+        return any(name in op.input or name in op.output for op in self._net.op) \
+            or name in self._external_input_map
+
+    def GetBlobRef(self, blob_name):
+        if not self.BlobIsDefined(blob_name):
+            raise Caffe2Error("net '%s' has no blob '%s'" % (self.Name(), blob_name))
+        return BlobReference(blob_name, self)
+
+    def NextName(self, prefix=None, output_id=None):
+        if prefix:
+            base = self._net.name + "/" + prefix
+            suffix = "" if output_id is None else ":%d" % output_id
+            name = base + suffix
+            index = 2
+            while self.BlobIsDefined(scope.CurrentNameScope() + name):
+                name = "%s_%d%s" % (base, index, suffix)
+                index += 1
+            return name
+        name = "%s_blob_%d" % (self._net.name, self._next_name_index)
+        self._next_name_index += 1
+        return name
+
+    def NextBlob(self, prefix=None):
+        return BlobReference(self.NextName(prefix), self)
+
+    def NextScopedBlob(self, prefix=None):
+        return ScopedBlobReference(self.NextName(prefix), self)
+
+    # -- external inputs and outputs
+    def AddExternalInput(self, *inputs):
+        if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+            inputs = inputs[0]
+        refs = []
+        for blob in inputs:
+            name = str(blob)
+            if name in self._external_input_map:
+                raise Caffe2Error("net '%s' already has external input '%s'" % (self.Name(), name))
+            self._external_input_map.add(name)
+            self._net.external_input.append(name)
+            refs.append(BlobReference(name, self))
+        return refs[0] if len(refs) == 1 else refs
+
+    def AddExternalInputs(self, *inputs):
+        return self.AddExternalInput(*inputs)
+
+    def AddScopedExternalInputs(self, *inputs):
+        return self.AddExternalInput(*[scope.CurrentNameScope() + str(b) for b in inputs])
+
+    def AddExternalOutput(self, *outputs):
+        for blob in outputs:
+            name = str(blob)
+            if name not in self._net.external_output:
+                self._net.external_output.append(name)
+        return outputs[0] if len(outputs) == 1 else list(outputs)
+
+    def AddExternalOutputs(self, *outputs):
+        return self.AddExternalOutput(*outputs)
+
+    @property
+    def external_inputs(self):
+        return [BlobReference(b, self) for b in self._net.external_input]
+
+    @property
+    def external_outputs(self):
+        return [BlobReference(b, self) for b in self._net.external_output]
+
+    # -- building
+    def _CreateAndAddToSelf(self, op_type, inputs, outputs=None, **kwargs):
+        inputs = _rectify(inputs, scoped=True)
+        for name in inputs:
+            if name not in self._op_outputs and name not in self._external_input_map:
+                self._external_input_map.add(name)
+                self._net.external_input.append(name)
+        if outputs is None:
+            outputs = [self.NextName(prefix=op_type)]
+        elif isinstance(outputs, int):
+            outputs = [self.NextName(prefix=op_type, output_id=i) for i in range(outputs)]
+        op = CreateOperator(op_type, inputs, outputs, **kwargs)
+        self._net.op.add().CopyFrom(op)
+        self._op_outputs.update(op.output)
+        refs = tuple(BlobReference(o, self) for o in op.output)
+        if len(refs) == 0:
+            return None
+        return refs[0] if len(refs) == 1 else refs
+
+    def __getattr__(self, op_type):
+        if op_type.startswith("__"):
+            raise AttributeError(op_type)
+        if not IsOperator(op_type):
+            raise AttributeError(_unknown_op_message(op_type))
+        return lambda *args, **kwargs: self._CreateAndAddToSelf(op_type, *args, **kwargs)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(registry.op_types()))
+
+    def Const(self, array, blob_out=None, dtype=None):
+        array = np.asarray(array, dtype=dtype)
+        fills = {np.dtype(np.float32): "GivenTensorFill", np.dtype(np.float64): "GivenTensorDoubleFill",
+                 np.dtype(np.int32): "GivenTensorIntFill", np.dtype(np.int64): "GivenTensorInt64Fill",
+                 np.dtype(np.bool_): "GivenTensorBoolFill"}
+        if array.dtype.kind in "SUO":
+            fill = "GivenTensorStringFill"
+            values = [str(v) for v in array.reshape(-1)]
+        else:
+            fill = fills.get(array.dtype)
+            if fill is None:
+                raise Caffe2Error("Const: unsupported dtype %s" % array.dtype)
+            values = array.reshape(-1).tolist()
+        return self.__getattr__(fill)([], blob_out, shape=list(array.shape), values=values)
+
+    def AppendNet(self, net):
+        proto = net.Proto() if hasattr(net, "Proto") else net
+        for op in proto.op:
+            self._net.op.add().CopyFrom(op)
+            self._op_outputs.update(op.output)
+        for blob in proto.external_input:
+            if blob not in self._external_input_map and blob not in self._op_outputs:
+                self._external_input_map.add(blob)
+                self._net.external_input.append(blob)
+        return self
+
+    def Clone(self, name, blob_remap=None, op_id_mask=None, remap_funcs=None,  # noqa: ARG002
+              keep_schema=True, update_external_list=False):  # noqa: ARG002
+        remap = {str(k): str(v) for k, v in (blob_remap or {}).items()}
+        proto = caffe2_pb2.NetDef()
+        proto.CopyFrom(self._net)
+        proto.name = name
+        del proto.op[:]
+        ops = [op for i, op in enumerate(self._net.op) if op_id_mask is None or i in op_id_mask]
+        for op in ops:
+            new = proto.op.add()
+            new.CopyFrom(op)
+            new.input[:] = [remap.get(b, b) for b in op.input]
+            new.output[:] = [remap.get(b, b) for b in op.output]
+        proto.external_input[:] = [remap.get(b, b) for b in self._net.external_input]
+        proto.external_output[:] = [remap.get(b, b) for b in self._net.external_output]
+        return Net(proto)
+
+    def RunAllOnGPU(self, gpu_id=0, use_cudnn=False):
+        self._net.device_option.CopyFrom(DeviceOption(caffe2_pb2.CUDA, gpu_id))
+        for op in self._net.op:
+            op.device_option.CopyFrom(DeviceOption(caffe2_pb2.CUDA, gpu_id))
+            if use_cudnn:
+                op.engine = "CUDNN"
+
+    def RunAllOnCPU(self):
+        self._net.device_option.CopyFrom(DeviceOption(caffe2_pb2.CPU))
+        for op in self._net.op:
+            op.device_option.CopyFrom(DeviceOption(caffe2_pb2.CPU))
+
+
+class ExecutionStep:
+    """Builder for caffe2_pb2.ExecutionStep."""
+
+    def __init__(self, name, nets=None, num_iter=None):
+        self._step = caffe2_pb2.ExecutionStep(name=name or "")
+        self._nets = []
+        if nets is not None:
+            for net in nets if isinstance(nets, (list, tuple)) else [nets]:
+                self.AddNet(net)
+        if num_iter is not None:
+            self._step.num_iter = num_iter
+
+    def Proto(self):
+        return self._step
+
+    def Name(self):
+        return self._step.name
+
+    def Nets(self):
+        return list(self._nets)
+
+    def SetIter(self, num_iter):
+        self._step.num_iter = num_iter
+
+    def SetOnlyOnce(self, only_once):
+        self._step.only_once = only_once
+
+    def SetShouldStopBlob(self, blob):
+        self._step.should_stop_blob = str(blob)
+
+    def RunEveryMillis(self, interval):
+        self._step.run_every_ms = interval
+
+    def SetReportNet(self, report_net, report_interval):
+        self._nets.append(report_net)
+        self._step.report_net = report_net.Name() if hasattr(report_net, "Name") else str(report_net)
+        self._step.report_interval = report_interval
+
+    def SetConcurrentSubsteps(self, concurrent):
+        self._step.concurrent_substeps = concurrent
+
+    def SetCreateWorkspace(self, create):
+        self._step.create_workspace = create
+
+    def SetNumConcurrentInstances(self, n):
+        self._step.num_concurrent_instances = n
+
+    def AddSubstep(self, substep):
+        if len(self._step.network):
+            raise Caffe2Error("execution step '%s' already has nets; it cannot also have substeps" % self.Name())
+        proto = substep.Proto() if hasattr(substep, "Proto") else substep
+        self._step.substep.add().CopyFrom(proto)
+        if hasattr(substep, "Nets"):
+            self._nets.extend(substep.Nets())
+        return self
+
+    def AddNet(self, net):
+        if len(self._step.substep):
+            raise Caffe2Error("execution step '%s' already has substeps; it cannot also have nets" % self.Name())
+        self._step.network.append(net.Name() if hasattr(net, "Name") else str(net))
+        if hasattr(net, "Proto"):
+            self._nets.append(net)
+        return self
+
+
+def execution_step(name, steps_or_nets, num_iter=None, report_net=None, report_interval=None,
+                   concurrent_substeps=None, should_stop_blob=None, only_once=None):
+    step = ExecutionStep(name)
+    items = steps_or_nets if isinstance(steps_or_nets, (list, tuple)) else [steps_or_nets]
+    for item in items:
+        if isinstance(item, (ExecutionStep, caffe2_pb2.ExecutionStep)):
+            step.AddSubstep(item)
+        else:
+            step.AddNet(item)
+    if num_iter is not None:
+        step.SetIter(num_iter)
+    if report_net is not None:
+        step.SetReportNet(report_net, report_interval or 1)
+    if concurrent_substeps is not None:
+        step.SetConcurrentSubsteps(concurrent_substeps)
+    if should_stop_blob is not None:
+        step.SetShouldStopBlob(should_stop_blob)
+    if only_once is not None:
+        step.SetOnlyOnce(only_once)
+    return step
+
+
+class Plan:
+    """Builder for caffe2_pb2.PlanDef."""
+
+    def __init__(self, name_or_step):
+        self._plan = caffe2_pb2.PlanDef()
+        self._net_names = set()
+        if isinstance(name_or_step, ExecutionStep):
+            self._plan.name = name_or_step.Name()
+            self.AddStep(name_or_step)
+        else:
+            self._plan.name = str(name_or_step)
+
+    def Proto(self):
+        return self._plan
+
+    def AddNets(self, nets):
+        for net in nets:
+            if net.Name() not in self._net_names:
+                self._net_names.add(net.Name())
+                self._plan.network.add().CopyFrom(net.Proto())
+
+    def Nets(self):
+        return list(self._plan.network)
+
+    def AddStep(self, step):
+        self._plan.execution_step.add().CopyFrom(step.Proto())
+        self.AddNets(step.Nets())

@@ -1,0 +1,71 @@
+"""Where blobs live. CPU blobs are numpy arrays; other devices register a small
+adapter (the CUDA one lives in caffe2py.cuda and is loaded lazily)."""
+import numpy as np
+
+from .errors import Caffe2Error
+from .registry import CPU, CUDA, device_name
+
+
+class DeviceAdapter:
+    """Moves values between the host and one device type."""
+    device_type = None
+
+    def available(self):
+        return False
+
+    def count(self):
+        return 0
+
+    def to_device(self, array, device_id):
+        raise NotImplementedError
+
+    def owns(self, value):
+        return False
+
+    def to_host(self, value):
+        raise NotImplementedError
+
+
+_adapters = {}
+
+
+def register_adapter(adapter):
+    _adapters[adapter.device_type] = adapter
+
+
+def adapter(device_type):
+    if device_type not in _adapters and device_type == CUDA:
+        try:  # the CUDA device registers itself on import; PyCUDA is optional
+            from . import cuda  # noqa: F401
+        except ImportError:
+            pass
+    return _adapters.get(device_type)
+
+
+def to_device(array, device_option):
+    """Place a host array on the device device_option names (CPU: as is)."""
+    device_type = device_option.device_type if device_option is not None else CPU
+    if device_type == CPU:
+        return array
+    dev = adapter(device_type)
+    if dev is None or not dev.available():
+        raise Caffe2Error("cannot place a blob on %s: no such device is available (%s)"
+                          % (device_name(device_type),
+                             "caffe2py was installed without the [cuda] extra or no GPU was found"
+                             if device_type == CUDA else "unsupported device type"))
+    return dev.to_device(array, device_option.device_id)
+
+
+def to_host(value):
+    """A host copy of a blob's value, wherever it lives."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    for dev in _adapters.values():
+        if dev.owns(value):
+            return dev.to_host(value)
+    return value
+
+
+def gpu_count():
+    dev = adapter(CUDA)
+    return dev.count() if dev is not None and dev.available() else 0

@@ -1,0 +1,32 @@
+"""The project's exception types.
+
+Everything caffe2py raises on bad input is a Caffe2Error. It derives from
+RuntimeError because Caffe2's Python layer raised RuntimeError for operator
+failures and existing scripts and tests catch that.
+"""
+
+
+class Caffe2Error(RuntimeError):
+    """Any error caffe2py reports about a net, an op, a blob or a file."""
+
+
+class OperatorError(Caffe2Error):
+    """An operator failed to build or run. Names the op (index, type, name)."""
+
+    def __init__(self, message, op_index=None, op_type=None, op_name=None, cause=None):
+        self.op_index = op_index
+        self.op_type = op_type
+        self.op_name = op_name
+        self.cause = cause
+        super().__init__(message)
+
+
+class ProtoError(Caffe2Error):
+    """A protobuf file or message could not be read."""
+
+
+def describe_op(index, op_def):
+    """'Conv #3 'conv1'' style label used in every op error message."""
+    label = op_def.type if index is None else "%s #%d" % (op_def.type, index)
+    name = op_def.name or (op_def.output[0] if len(op_def.output) else "")
+    return "%s '%s'" % (label, name) if name else label

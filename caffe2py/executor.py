@@ -1,0 +1,315 @@
+"""Compile a NetDef once into a plan; run the plan many times.
+
+Compilation does every name lookup, schema check and kernel choice up front and
+renders the net as one Python function in which each blob is a local variable
+and each op is one line calling its kernel:
+
+    v2 = k0(v0, v1)
+    v3, v4 = k1(v2)
+
+so running costs one call per op and nothing else. The function reads the
+blobs it needs from the workspace at the start and writes the net's outputs
+back only at the end: a net that fails part-way leaves the workspace exactly as
+it was. The line an exception comes from tells which op failed.
+"""
+import time
+
+from .errors import Caffe2Error, OperatorError, describe_op
+from .proto import caffe2_pb2
+from .registry import OpContext, select_kernel
+
+NET_TYPES = {"", "simple", "dag", "async_scheduling", "async_simple", "prof_dag",
+             "async_dag", "async_polling", "singlethread_async", "rnn", "parallel"}
+
+_plan_counter = [0]
+
+
+class Step:
+    """One compiled op: its def, kernel callable and blob names."""
+    __slots__ = ("index", "op_def", "kernel", "inputs", "outputs", "engine", "context")
+
+    def __init__(self, index, op_def, kernel, engine, context):
+        self.index = index
+        self.op_def = op_def
+        self.kernel = kernel
+        self.inputs = tuple(op_def.input)
+        self.outputs = tuple(op_def.output)
+        self.engine = engine
+        self.context = context
+
+
+def normalized_ops(net_def):
+    """The net's ops with the net-level device option copied into ops that lack one."""
+    ops = []
+    for op in net_def.op:
+        if net_def.HasField("device_option") and not op.HasField("device_option"):
+            op = caffe2_pb2.OperatorDef.FromString(op.SerializeToString())
+            op.device_option.CopyFrom(net_def.device_option)
+        ops.append(op)
+    return ops
+
+
+def check_net(net_def, known_blobs):
+    """Caffe2's NetBase checks plus 'every input exists' (op construction's check)."""
+    name = net_def.name or "<unnamed>"
+    if net_def.type not in NET_TYPES:
+        raise Caffe2Error("net '%s': unknown net type '%s' (known: %s)"
+                          % (name, net_def.type, ", ".join(sorted(t for t in NET_TYPES if t))))
+    declared = set(net_def.external_input)
+    available = set(known_blobs) | declared
+    produced = set()
+    for index, op in enumerate(net_def.op):
+        label = describe_op(index, op)
+        if op.device_option.node_name:
+            raise Caffe2Error("%s: node_name '%s' must be empty when the net is executed"
+                              % (label, op.device_option.node_name))
+        for blob in op.input:
+            if declared and blob not in declared and blob not in produced:
+                raise Caffe2Error("%s: source for input '%s' is unknown for net '%s' "
+                                  "(not an external input and not produced by an earlier op)"
+                                  % (label, blob, name))
+            if blob not in available and blob not in produced:
+                raise Caffe2Error("%s: encountered a non-existing input blob: '%s'" % (label, blob))
+        produced.update(op.output)
+    missing = [b for b in net_def.external_output if b not in produced and b not in available]
+    if missing:
+        raise Caffe2Error("net '%s': some of the blobs are declared as output but never produced "
+                          "by the net; the first one is '%s'" % (name, missing[0]))
+
+
+def _local(slots, blob):
+    slot = slots.get(blob)
+    if slot is None:
+        slot = slots[blob] = "v%d" % len(slots)
+    return slot
+
+
+class Plan:
+    """A compiled net: steps plus the generated fast runner."""
+
+    def __init__(self, net_def, steps):
+        self.net_def = net_def
+        self.name = net_def.name
+        self.steps = steps
+        self.reads = []      # blobs read from the workspace before they are written
+        self.writes = []     # every blob the net writes, committed at the end
+        self._line_to_step = {}
+        self._load_line_to_blob = {}
+        self._runner = self._render()
+
+    def _render(self):
+        slots = {}
+        loads, body, line_of = [], [], []
+        written = []
+        for step in self.steps:
+            args = []
+            for blob in step.inputs:
+                if blob not in slots:
+                    loads.append((blob, _local(slots, blob)))
+                    self.reads.append(blob)
+                args.append(slots[blob])
+            outs = [_local(slots, blob) for blob in step.outputs]
+            for blob in step.outputs:
+                if blob not in written:
+                    written.append(blob)
+            call = "k%d(%s)" % (step.index, ", ".join(args))
+            if len(outs) == 0:
+                body.append(call)
+            elif len(outs) == 1:
+                body.append("%s = %s" % (outs[0], call))
+            else:
+                body.append("%s = %s" % (", ".join(outs), call))
+            line_of.append(step.index)
+        self.writes = written
+        lines = ["def make(K):"]
+        lines += ["    k%d = K[%d]" % (s.index, i) for i, s in enumerate(self.steps)]
+        lines.append("    def run(B):")
+        for blob, local in loads:
+            self._load_line_to_blob[len(lines) + 1] = blob
+            lines.append("        %s = B[%r]" % (local, blob))
+        for text, index in zip(body, line_of):
+            self._line_to_step[len(lines) + 1] = index
+            lines.append("        " + text)
+        for blob in written:
+            lines.append("        B[%r] = %s" % (blob, slots[blob]))
+        lines.append("    return run")
+        _plan_counter[0] += 1
+        self._filename = "<caffe2py plan %d: %s>" % (_plan_counter[0], self.name)
+        namespace = {}
+        exec(compile("\n".join(lines) + "\n", self._filename, "exec"), namespace)
+        return namespace["make"]([s.kernel for s in self.steps])
+
+    def run(self, blobs):
+        """Run once against the dict of blobs; on failure raise OperatorError and
+        leave blobs untouched."""
+        try:
+            self._runner(blobs)
+        except Exception as exc:  # noqa: BLE001 - re-raised with the op named
+            raise self._explain(exc) from exc
+
+    def _explain(self, exc):
+        tb = exc.__traceback__
+        line = None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == self._filename:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        if line in self._load_line_to_blob:
+            blob = self._load_line_to_blob[line]
+            reader = next(s for s in self.steps if blob in s.inputs)
+            return self.step_error(reader, Caffe2Error("input blob '%s' does not exist in the workspace" % blob))
+        index = self._line_to_step.get(line)
+        step = next((s for s in self.steps if s.index == index), None)
+        if step is None:
+            return exc if isinstance(exc, Caffe2Error) else Caffe2Error("net '%s' failed: %s" % (self.name, exc))
+        return self.step_error(step, exc)
+
+    def step_error(self, step, exc):
+        label = describe_op(step.index, step.op_def)
+        text = str(exc)
+        if not text.startswith(label):
+            text = "%s failed: %s%s" % (label, "" if isinstance(exc, Caffe2Error) else type(exc).__name__ + ": ", text)
+        return OperatorError(text, step.index, step.op_def.type, step.op_def.name, exc)
+
+    def run_step(self, step, env, blobs):
+        """Run one step reading from env (this run's writes) then blobs; used by the
+        instrumented paths (observers, per-op benchmark)."""
+        try:
+            args = [env[b] if b in env else blobs[b] for b in step.inputs]
+        except KeyError as exc:
+            raise self.step_error(step, Caffe2Error("input blob '%s' does not exist in the workspace"
+                                                    % exc.args[0])) from None
+        try:
+            result = step.kernel(*args)
+        except Exception as exc:  # noqa: BLE001
+            raise self.step_error(step, exc) from exc
+        n = len(step.outputs)
+        if n == 1:
+            env[step.outputs[0]] = result
+        elif n > 1:
+            for blob, value in zip(step.outputs, result):
+                env[blob] = value
+
+    def run_observed(self, blobs, observers):
+        """Slow path with per-op hooks: observer.op_start(step) / op_stop(step)."""
+        env = {}
+        for obs in observers:
+            obs.net_start(self)
+        for step in self.steps:
+            for obs in observers:
+                obs.op_start(step)
+            self.run_step(step, env, blobs)
+            for obs in observers:
+                obs.op_stop(step)
+        blobs.update(env)
+        for obs in observers:
+            obs.net_stop(self)
+
+
+def compile_net(net_def, known_blobs=(), input_types=None):
+    """NetDef -> Plan. known_blobs: names already in the workspace.
+    input_types: optional {blob: TensorType} from shape inference, handed to kernels."""
+    check_net(net_def, known_blobs)
+    steps = []
+    for index, op in enumerate(normalized_ops(net_def)):
+        entry, engine, schema = select_kernel(op, index)
+        if schema is not None:
+            schema.verify(op, describe_op(index, op))
+        types = None
+        if input_types is not None:
+            types = [input_types.get(b) for b in op.input]
+        ctx = OpContext(op, schema, index, types)
+        try:
+            kernel = entry.factory(ctx)
+        except Caffe2Error:
+            raise
+        except Exception as exc:  # noqa: BLE001 - factories validate args
+            raise Caffe2Error("%s: %s: %s" % (ctx.label, type(exc).__name__, exc)) from exc
+        steps.append(Step(index, op, kernel, engine, ctx))
+    return Plan(net_def, steps)
+
+
+# --------------------------------------------------------------------------- observers
+
+class NetObserver:
+    """Hooks around a net run and each op in it. Subclass and override."""
+
+    def net_start(self, plan):
+        pass
+
+    def net_stop(self, plan):
+        pass
+
+    def op_start(self, step):
+        pass
+
+    def op_stop(self, step):
+        pass
+
+
+class TimeObserver(NetObserver):
+    """Caffe2's TimeObserver: average ms per run and per op."""
+
+    def __init__(self):
+        self.runs = 0
+        self.total_ms = 0.0
+        self.op_ms = {}
+        self._t_net = 0.0
+        self._t_op = 0.0
+
+    def net_start(self, plan):
+        self._t_net = time.perf_counter()
+
+    def net_stop(self, plan):
+        self.total_ms += (time.perf_counter() - self._t_net) * 1e3
+        self.runs += 1
+
+    def op_start(self, step):
+        self._t_op = time.perf_counter()
+
+    def op_stop(self, step):
+        self.op_ms[step.index] = self.op_ms.get(step.index, 0.0) + (time.perf_counter() - self._t_op) * 1e3
+
+    def average_time(self):
+        return self.total_ms / self.runs if self.runs else 0.0
+
+    def average_time_children(self):
+        if not self.runs or not self.op_ms:
+            return 0.0
+        return sum(self.op_ms.values()) / len(self.op_ms) / self.runs
+
+
+OBSERVERS = {"TimeObserver": TimeObserver}
+
+
+class Net:
+    """A net instantiated in a workspace: its def, compiled plan and observers."""
+
+    def __init__(self, net_def, workspace):
+        self.net_def = net_def
+        self.name = net_def.name
+        self.workspace = workspace
+        self.plan = compile_net(net_def, workspace.blobs.keys())
+        self.observers = []
+
+    def run(self):
+        if self.observers:
+            self.plan.run_observed(self.workspace.blobs, self.observers)
+        else:
+            self.plan.run(self.workspace.blobs)
+
+    def add_observer(self, observer):
+        if isinstance(observer, str):
+            try:
+                observer = OBSERVERS[observer]()
+            except KeyError:
+                raise Caffe2Error("unknown observer '%s' (known: %s)" % (observer, ", ".join(OBSERVERS))) from None
+        self.observers.append(observer)
+        return observer
+
+    def remove_observer(self, observer):
+        self.observers.remove(observer)
+
+    def num_observers(self):
+        return len(self.observers)
+

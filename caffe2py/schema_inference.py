@@ -1,0 +1,47 @@
+"""Static shape and type inference through op schemas (Caffe2's InferShapesAndTypes)."""
+import logging
+
+import numpy as np
+
+from .executor import normalized_ops
+from .registry import UNKNOWN, OpContext, TensorType, schema_for
+from .tensors import data_type_of
+
+log = logging.getLogger("caffe2py")
+
+
+def type_of_value(value):
+    """TensorType of a workspace value (numpy array or anything with shape/dtype)."""
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        return UNKNOWN
+    return TensorType(tuple(int(d) for d in shape), data_type_of(np.dtype(dtype)))
+
+
+def infer_op(op_def, input_types, index=None):
+    """Output TensorTypes of one op from its input types (UNKNOWN where not inferable)."""
+    schema = schema_for(op_def.type, op_def.domain, op_def.op_version or None)
+    n_out = len(op_def.output)
+    if schema is None or schema.inference is None or any(not t.known for t in input_types):
+        return [UNKNOWN] * n_out
+    ctx = OpContext(op_def, schema, index, list(input_types))
+    try:
+        outs = list(schema.inference(ctx, list(input_types)))
+    except Exception as exc:  # noqa: BLE001 - inference never breaks a caller
+        log.warning("shape inference of %s failed: %s", ctx.label, exc)
+        return [UNKNOWN] * n_out
+    outs += [UNKNOWN] * (n_out - len(outs))
+    return outs[:n_out]
+
+
+def infer_net(net_defs, known):
+    """Forward pass over the nets. known: {blob: TensorType}; returns the extended map."""
+    types = dict(known)
+    for net_def in net_defs:
+        for index, op in enumerate(normalized_ops(net_def)):
+            ins = [types.get(b, UNKNOWN) for b in op.input]
+            for blob, t in zip(op.output, infer_op(op, ins, index)):
+                if t.known or blob not in types:
+                    types[blob] = t
+    return types

@@ -1,0 +1,373 @@
+"""Workspaces of named blobs and nets, and Caffe2's module-level workspace API.
+
+The module functions (FeedBlob, RunNet, ...) act on the current workspace, as
+in caffe2.python.workspace. The Workspace class is usable on its own.
+"""
+import threading
+
+import numpy as np
+
+from . import devices
+from .benchmark import benchmark_net
+from .errors import Caffe2Error, ProtoError
+from .executor import Net, compile_net
+from .proto import caffe2_pb2
+from .registry import CUDA, registered_operator_keys
+from .schema_inference import infer_net, type_of_value
+from .tensors import as_blob_value, numpy_to_tensor, tensor_to_numpy
+
+
+def _name(x):
+    """Blob/net names may be str, bytes, BlobReference or Net objects."""
+    if isinstance(x, bytes):
+        return x.decode()
+    if hasattr(x, "Name") and callable(x.Name):
+        return x.Name()
+    return str(x)
+
+
+def _net_proto(net):
+    if isinstance(net, caffe2_pb2.NetDef):
+        return net
+    if hasattr(net, "Proto"):
+        return net.Proto()
+    raise Caffe2Error("expected a NetDef or core.Net, got %s" % type(net).__name__)
+
+
+def _op_proto(op):
+    if isinstance(op, caffe2_pb2.OperatorDef):
+        return op
+    if isinstance(op, (bytes, bytearray)):
+        try:
+            return caffe2_pb2.OperatorDef.FromString(bytes(op))
+        except Exception as exc:  # noqa: BLE001
+            raise ProtoError("not a serialized OperatorDef: %s" % exc) from None
+    raise Caffe2Error("expected an OperatorDef, got %s" % type(op).__name__)
+
+
+class Workspace:
+    """Named blobs plus the nets created in them."""
+
+    def __init__(self, name="default"):
+        self.name = name
+        self.blobs = {}
+        self.nets = {}
+
+    # -- blobs
+    def feed_blob(self, name, value, device_option=None):
+        array = as_blob_value(value)
+        if isinstance(value, np.ndarray) and array is value:
+            array = array.copy()  # the blob must not alias the caller's array
+        self.blobs[_name(name)] = devices.to_device(array, device_option)
+        return True
+
+    def fetch_blob(self, name):
+        name = _name(name)
+        try:
+            value = self.blobs[name]
+        except KeyError:
+            raise Caffe2Error("Can't find blob: %s" % name) from None
+        return devices.to_host(value)
+
+    def has_blob(self, name):
+        return _name(name) in self.blobs
+
+    def create_blob(self, name):
+        self.blobs.setdefault(_name(name), None)
+        return True
+
+    def blob_names(self):
+        return sorted(self.blobs)
+
+    # -- nets
+    def create_net(self, net, overwrite=False, input_blobs=None):
+        net_def = _net_proto(net)
+        if not net_def.name:
+            raise Caffe2Error("a net must have a name to be created in a workspace")
+        for blob in input_blobs or ():
+            self.create_blob(blob)
+        if net_def.name in self.nets and not overwrite:
+            raise Caffe2Error("I respectfully refuse to overwrite an existing net of the same name "
+                              "'%s', unless you explicitly specify overwrite=True." % net_def.name)
+        # Compile before touching the map so a bad net leaves the old one in place.
+        compiled = Net(caffe2_pb2.NetDef.FromString(net_def.SerializeToString()), self)
+        self.nets[net_def.name] = compiled
+        return True
+
+    def get_net(self, name):
+        name = _name(name)
+        try:
+            return self.nets[name]
+        except KeyError:
+            raise Caffe2Error("Network %s does not exist yet." % name) from None
+
+    def run_net(self, name, num_iter=1, allow_fail=False):
+        net = self.get_net(name)
+        try:
+            for _ in range(num_iter):
+                net.run()
+        except Caffe2Error:
+            if allow_fail:
+                return False
+            raise
+        return True
+
+    def run_net_once(self, net):
+        compile_net(_net_proto(net), self.blobs.keys()).run(self.blobs)
+        return True
+
+    def run_operator_once(self, op):
+        net_def = caffe2_pb2.NetDef(name="RunOperatorOnce")
+        net_def.op.add().CopyFrom(_op_proto(op))
+        compile_net(net_def, self.blobs.keys()).run(self.blobs)
+        return True
+
+    def run_operators_once(self, ops):
+        for op in ops:
+            self.run_operator_once(op)
+        return True
+
+    def benchmark_net(self, name, warmup_runs, main_runs, run_individual, out=None):
+        return benchmark_net(self.get_net(name), warmup_runs, main_runs, run_individual, out)
+
+    # -- plans
+    def run_plan(self, plan):
+        plan_def = plan.Proto() if hasattr(plan, "Proto") else plan
+        if isinstance(plan_def, caffe2_pb2.ExecutionStep):
+            steps, networks = [plan_def], []
+        elif isinstance(plan_def, caffe2_pb2.PlanDef):
+            steps, networks = list(plan_def.execution_step), list(plan_def.network)
+        else:
+            raise Caffe2Error("RunPlan expects a core.Plan, PlanDef or ExecutionStep")
+        for net_def in networks:
+            self.create_net(net_def, overwrite=True)
+        for step in steps:
+            self._run_step(step)
+        return True
+
+    def _should_stop(self, step):
+        if not step.should_stop_blob:
+            return False
+        value = self.blobs.get(step.should_stop_blob)
+        return value is not None and bool(np.asarray(value).reshape(-1)[0])
+
+    def _run_step(self, step):
+        if len(step.substep) and len(step.network):
+            raise Caffe2Error("execution step '%s' has both substeps and networks" % step.name)
+        if step.create_workspace:
+            raise Caffe2Error("execution step '%s': create_workspace is not supported" % step.name)
+        iterations = 1 if step.only_once else (step.num_iter if step.HasField("num_iter") else 1)
+        if step.should_stop_blob and not step.HasField("num_iter"):
+            iterations = None  # run until the stop blob says so
+        it = 0
+        while iterations is None or it < iterations:
+            for sub in step.substep:
+                self._run_step(sub)
+                if self._should_stop(step):
+                    return
+            for net_name in step.network:
+                self.run_net(net_name)
+                if self._should_stop(step):
+                    return
+            it += 1
+            if step.report_net and step.report_interval and it % step.report_interval == 0:
+                self.run_net(step.report_net)
+
+
+# --------------------------------------------------------------------------- module API
+
+_lock = threading.Lock()
+_workspaces = {"default": Workspace("default")}
+_current = ["default"]
+
+
+def _ws():
+    return _workspaces[_current[0]]
+
+
+def CurrentWorkspace():
+    return _current[0]
+
+
+def Workspaces():
+    return sorted(_workspaces)
+
+
+def SwitchWorkspace(name, create_if_missing=None):
+    name = _name(name)
+    with _lock:
+        if name not in _workspaces:
+            if not create_if_missing:
+                raise Caffe2Error("Workspace %s does not exist. Set create_if_missing=True to create it." % name)
+            _workspaces[name] = Workspace(name)
+        _current[0] = name
+
+
+def ResetWorkspace(root_folder=None):  # noqa: ARG001 - root folder kept for API compatibility
+    name = _current[0]
+    _workspaces[name] = Workspace(name)
+    return True
+
+
+def current_workspace():
+    """The current Workspace object (for code that wants the class directly)."""
+    return _ws()
+
+
+def _feed_device_option(device_option):
+    if device_option is not None:
+        return device_option
+    from .scope import CurrentDeviceScope
+    return CurrentDeviceScope()
+
+
+def FeedBlob(name, arr, device_option=None):
+    return _ws().feed_blob(name, arr, _feed_device_option(device_option))
+
+
+def FetchBlob(name):
+    return _ws().fetch_blob(name)
+
+
+def FetchBlobs(names):
+    return [FetchBlob(n) for n in names]
+
+
+def HasBlob(name):
+    return _ws().has_blob(name)
+
+
+def CreateBlob(name):
+    return _ws().create_blob(name)
+
+
+def Blobs():
+    return _ws().blob_names()
+
+
+def CreateNet(net, overwrite=False, input_blobs=None):
+    return _ws().create_net(net, overwrite, input_blobs)
+
+
+def RunNet(name, num_iter=1, allow_fail=False):
+    return _ws().run_net(name, num_iter, allow_fail)
+
+
+def RunNetOnce(net):
+    return _ws().run_net_once(_net_proto(net))
+
+
+def RunOperatorOnce(op):
+    return _ws().run_operator_once(op)
+
+
+def RunOperatorsOnce(ops):
+    return _ws().run_operators_once(ops)
+
+
+def RunPlan(plan_or_step):
+    return _ws().run_plan(plan_or_step)
+
+
+def BenchmarkNet(name, warmup_runs, main_runs, run_individual):
+    return _ws().benchmark_net(name, warmup_runs, main_runs, run_individual)
+
+
+def GetNet(name):
+    return _ws().get_net(name)
+
+
+def InferShapesAndTypes(nets, blob_dimensions=None, nets_proto=False, blob_types=None):  # noqa: ARG001
+    """(shapes, types): {blob: dims list} and {blob: TensorProto.DataType} from schema
+    inference. Without blob_dimensions, the current workspace's blobs are the inputs."""
+    from .registry import TensorType
+    known = {}
+    if blob_dimensions is None:
+        for name, value in _ws().blobs.items():
+            t = type_of_value(value)
+            if t.known:
+                known[name] = t
+    else:
+        for name, dims in blob_dimensions.items():
+            dtype = (blob_types or {}).get(name, caffe2_pb2.TensorProto.FLOAT)
+            known[name] = TensorType(tuple(int(d) for d in dims), dtype)
+    types = infer_net([_net_proto(n) for n in nets], known)
+    shapes = {n: list(t.dims) for n, t in types.items() if t.known}
+    dtypes = {n: t.dtype for n, t in types.items() if t.known}
+    return shapes, dtypes
+
+
+def RegisteredOperators():
+    return registered_operator_keys()
+
+
+def SerializeBlob(name):
+    name = _name(name)
+    value = FetchBlob(name)
+    blob = caffe2_pb2.BlobProto(name=name, type="Tensor")
+    blob.tensor.CopyFrom(numpy_to_tensor(np.asarray(value), name=name))
+    return blob.SerializeToString()
+
+
+def DeserializeBlob(name, serialized):
+    try:
+        blob = caffe2_pb2.BlobProto.FromString(serialized)
+    except Exception as exc:  # noqa: BLE001
+        raise ProtoError("blob '%s': not a serialized BlobProto: %s" % (name, exc)) from None
+    if not blob.HasField("tensor"):
+        raise Caffe2Error("blob '%s': only Tensor blobs can be deserialized (type '%s')" % (name, blob.type))
+    return FeedBlob(name, tensor_to_numpy(blob.tensor))
+
+
+def StringifyProto(obj):
+    from google.protobuf import text_format
+    if hasattr(obj, "Proto"):
+        obj = obj.Proto()
+    return text_format.MessageToString(obj)
+
+
+GpuDeviceType = CUDA  # a module constant in Caffe2, not a function
+
+
+def NumGpuDevices():
+    return devices.gpu_count()
+
+
+def NumCudaDevices():
+    return NumGpuDevices()
+
+
+def _has_gpu_support():
+    dev = devices.adapter(CUDA)
+    return dev is not None and dev.available()
+
+
+has_gpu_support = _has_gpu_support()
+has_cuda_support = has_gpu_support
+
+
+def GlobalInit(args):  # noqa: ARG001 - flags of the C++ runtime have no meaning here
+    return True
+
+
+class _BlobsView:
+    """workspace.blobs: dict-like access to the current workspace."""
+
+    def __getitem__(self, name):
+        return FetchBlob(name)
+
+    def __setitem__(self, name, value):
+        FeedBlob(name, value)
+
+    def __contains__(self, name):
+        return HasBlob(name)
+
+    def __len__(self):
+        return len(Blobs())
+
+    def __iter__(self):
+        return iter(Blobs())
+
+
+blobs = _BlobsView()
+

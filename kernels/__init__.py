@@ -1,0 +1,2 @@
+"""Compute kernels: pure functions over arrays (cpu/) and CUDA sources (cuda/).
+Kernels know nothing about blobs, nets or protobufs."""

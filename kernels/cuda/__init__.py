@@ -1,0 +1,1 @@
+"""CUDA C kernel sources (*.cu), compiled at run time through PyCUDA."""

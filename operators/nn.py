@@ -1,0 +1,271 @@
+"""FC, Conv, MaxPool, AveragePool, SpatialBN, Dropout (Caffe2 argument spellings)."""
+import numpy as np
+
+from caffe2py.kernels.cpu import conv as conv_k
+from caffe2py.kernels.cpu import pool as pool_k
+from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+
+from ._common import LEGACY_CAFFE_POOLING, conv_geometry, legacy_pads
+
+# ----------------------------------------------------------------- FC
+
+
+def _fc_dims(ctx, x_dims, w_dims, transposed):
+    axis, axis_w = ctx.int("axis", 1), ctx.int("axis_w", 1)
+    axis = axis % len(x_dims) if x_dims else 0
+    axis_w = axis_w % len(w_dims) if w_dims else 0
+    k = int(np.prod(x_dims[axis:], dtype=np.int64))
+    if transposed:
+        kw, n = int(np.prod(w_dims[:axis_w], dtype=np.int64)), int(np.prod(w_dims[axis_w:], dtype=np.int64))
+    else:
+        n, kw = int(np.prod(w_dims[:axis_w], dtype=np.int64)), int(np.prod(w_dims[axis_w:], dtype=np.int64))
+    return axis, k, kw, n
+
+
+def _fc_schema(op_type, transposed):
+    def infer(ctx, ins):
+        x, w = ins[0], ins[1]
+        axis, _, _, n = _fc_dims(ctx, x.dims, w.dims, transposed)
+        return [TensorType(tuple(x.dims[:axis]) + (n,), x.dtype)]
+
+    def cost(ctx, ins):
+        x, w = ins[0], ins[1]
+        axis, k, _, n = _fc_dims(ctx, x.dims, w.dims, transposed)
+        m = int(np.prod(x.dims[:axis], dtype=np.int64))
+        return Cost(flops=2.0 * m * k * n, bytes_read=4.0 * (m * k + k * n + n), bytes_written=4.0 * m * n,
+                    params_bytes=4.0 * (k * n + n))
+
+    register_schema(OpSchema(
+        op_type, num_inputs=3, num_outputs=1,
+        args=(Arg("axis", "int", 1, doc="X is flattened to 2-D at this axis"),
+              Arg("axis_w", "int", 1, doc="W is flattened to 2-D at this axis"),
+              Arg("float16_compute", "bool", False)),
+        inference=infer, cost=cost,
+        inputs=("X", "W", "b"), outputs=("Y",),
+        doc="Y = X W%s + b with X flattened at `axis` and W at `axis_w`." % ("" if transposed else "^T")))
+
+    @register_kernel(op_type)
+    def fc(ctx):
+        def run(x, w, b):
+            axis, k, kw, n = _fc_dims(ctx, x.shape, w.shape, transposed)
+            if k != kw:
+                raise ctx.input_error(1, "W of shape %s needs %d inputs per row but X '%s' of shape %s "
+                                      "gives %d" % (list(w.shape), kw, ctx.inputs[0], list(x.shape), k))
+            if b.size != n:
+                raise ctx.input_error(2, "bias has %d elements, expected %d" % (b.size, n))
+            x2 = x.reshape(-1, k)
+            w2 = w.reshape(k, n) if transposed else w.reshape(n, k).T
+            y = x2 @ w2
+            y += b.reshape(1, n)
+            return y.reshape(tuple(x.shape[:axis]) + (n,))
+        return run
+
+
+_fc_schema("FC", transposed=False)
+_fc_schema("FCTransposed", transposed=True)
+
+
+# ----------------------------------------------------------------- Conv
+
+def _nchw(ctx):
+    order = ctx.string("order", "NCHW")
+    if order not in ("NCHW", "NHWC"):
+        raise ctx.error("order must be NCHW or NHWC, got '%s'" % order)
+    return order == "NCHW"
+
+
+def _to_nchw(x):
+    return np.moveaxis(x, -1, 1)
+
+
+def _from_nchw(y):
+    return np.ascontiguousarray(np.moveaxis(y, 1, -1))
+
+
+_CONV_ARGS = (Arg("kernel", "int"), Arg("kernels", "ints"), Arg("stride", "int", 1), Arg("strides", "ints"),
+              Arg("pad", "int", 0), Arg("pads", "ints"), Arg("dilation", "int", 1), Arg("dilations", "ints"),
+              Arg("group", "int", 1), Arg("order", "string", "NCHW"), Arg("legacy_pad", "int", 0),
+              Arg("kernel_h", "int"), Arg("kernel_w", "int"), Arg("stride_h", "int"), Arg("stride_w", "int"),
+              Arg("pad_t", "int"), Arg("pad_l", "int"), Arg("pad_b", "int"), Arg("pad_r", "int"))
+
+
+def _conv_out_dims(ctx, x_dims, w_dims):
+    nchw = _nchw(ctx)
+    spatial = list(x_dims[2:]) if nchw else list(x_dims[1:-1])
+    rank = len(spatial)
+    kernel_shape = w_dims[2:] if nchw else w_dims[1:-1]
+    kernel, strides, pads, dil = conv_geometry(ctx, rank, kernel_from=kernel_shape)
+    pads = legacy_pads(ctx.int("legacy_pad", 0), spatial, kernel, strides, dil, pads)
+    out = [conv_k.conv_output_size(spatial[i], kernel[i], strides[i], pads[i], pads[i + rank], dil[i])
+           for i in range(rank)]
+    m = w_dims[0]
+    return (x_dims[0], m) + tuple(out) if nchw else (x_dims[0],) + tuple(out) + (m,)
+
+
+def _conv_infer(ctx, ins):
+    return [TensorType(_conv_out_dims(ctx, ins[0].dims, ins[1].dims), ins[0].dtype)]
+
+
+def _conv_cost(ctx, ins):
+    out = _conv_out_dims(ctx, ins[0].dims, ins[1].dims)
+    w = ins[1].dims
+    macs = float(np.prod(out, dtype=np.float64)) * float(np.prod(w[1:], dtype=np.float64))
+    return Cost(flops=2 * macs, bytes_read=4.0 * (np.prod(ins[0].dims) + np.prod(w)),
+                bytes_written=4.0 * np.prod(out), params_bytes=4.0 * np.prod(w))
+
+
+register_schema(OpSchema(
+    "Conv", num_inputs=(2, 3), num_outputs=1, args=_CONV_ARGS,
+    inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias"), outputs=("Y",),
+    doc="N-d convolution, NCHW or NHWC, with groups, dilation and Caffe2's pad spellings."))
+
+
+@register_kernel("Conv")
+def conv(ctx):
+    nchw = _nchw(ctx)
+    group = ctx.int("group", 1)
+    legacy = ctx.int("legacy_pad", 0)
+
+    def run(x, w, b=None):
+        xc = x if nchw else _to_nchw(x)
+        wc = w if nchw else _to_nchw(w)
+        rank = xc.ndim - 2
+        if wc.ndim != xc.ndim:
+            raise ctx.input_error(1, "filter of shape %s does not match %d-D input" % (list(w.shape), x.ndim))
+        kernel, strides, pads, dil = conv_geometry(ctx, rank, kernel_from=wc.shape[2:])
+        if list(kernel) != list(wc.shape[2:]):
+            raise ctx.input_error(1, "filter spatial shape %s differs from kernel %s" % (list(wc.shape[2:]), kernel))
+        if xc.shape[1] != wc.shape[1] * group or wc.shape[0] % group:
+            raise ctx.input_error(1, "filter of shape %s with group %d does not fit %d input channels"
+                                  % (list(w.shape), group, xc.shape[1]))
+        pads = legacy_pads(legacy, xc.shape[2:], kernel, strides, dil, pads)
+        try:
+            y = conv_k.conv_nchw(xc, wc, b, strides, pads, dil, group)
+        except ValueError as exc:
+            raise ctx.input_error(0, str(exc)) from None
+        return y if nchw else _from_nchw(y)
+    return run
+
+
+# ----------------------------------------------------------------- pooling
+
+_POOL_ARGS = _CONV_ARGS + (Arg("global_pooling", "bool", False), Arg("count_include_pad", "bool", False),
+                           Arg("ceil_mode", "bool", False))
+
+
+def _pool_geometry(ctx, spatial):
+    rank = len(spatial)
+    kernel, strides, pads, dil = conv_geometry(ctx, rank)
+    if ctx.bool("global_pooling"):
+        return list(spatial), [1] * rank, [0] * (2 * rank), [1] * rank, False
+    legacy = ctx.int("legacy_pad", 0)
+    pads = legacy_pads(legacy, spatial, kernel, strides, dil, pads)
+    return kernel, strides, pads, dil, legacy == LEGACY_CAFFE_POOLING or ctx.bool("ceil_mode")
+
+
+def _pool_infer(ctx, ins):
+    x = ins[0].dims
+    nchw = _nchw(ctx)
+    spatial = list(x[2:]) if nchw else list(x[1:-1])
+    kernel, strides, pads, dil, ceil = _pool_geometry(ctx, spatial)
+    rank = len(spatial)
+    out = []
+    for i in range(rank):
+        span = (kernel[i] - 1) * dil[i] + 1
+        total = spatial[i] + pads[i] + pads[i + rank] - span
+        o = (-(-total // strides[i]) if ceil else total // strides[i]) + 1
+        if ceil and (o - 1) * strides[i] >= spatial[i] + pads[i]:
+            o -= 1
+        out.append(o)
+    dims = (x[0], x[1]) + tuple(out) if nchw else (x[0],) + tuple(out) + (x[-1],)
+    return [TensorType(dims, ins[0].dtype)]
+
+
+def _register_pool(op_type, kind):
+    register_schema(OpSchema(op_type, num_inputs=1, num_outputs=1, args=_POOL_ARGS,
+                             inference=_pool_infer, inputs=("X",), outputs=("Y",),
+                             doc="%s pooling (kernel/stride/pad spellings as Conv; global_pooling; "
+                                 "legacy_pad=3 rounds the output size up)." % kind.capitalize()))
+
+    @register_kernel(op_type)
+    def pool(ctx):
+        nchw = _nchw(ctx)
+        include_pad = ctx.bool("count_include_pad")
+        if ctx.bool("global_pooling"):
+            def run_global(x):
+                y = pool_k.global_pool(x if nchw else _to_nchw(x), kind)
+                return y if nchw else _from_nchw(y)
+            return run_global
+
+        def run(x):
+            xc = x if nchw else _to_nchw(x)
+            kernel, strides, pads, dil, ceil = _pool_geometry(ctx, list(xc.shape[2:]))
+            if any(k <= 0 for k in kernel) or len(kernel) != xc.ndim - 2:
+                raise ctx.error("kernel %s does not suit %d-D input '%s'" % (kernel, x.ndim, ctx.inputs[0]))
+            if kind == "max":
+                y = pool_k.max_pool(xc, kernel, strides, pads, dil, ceil)
+            else:
+                y = pool_k.average_pool(xc, kernel, strides, pads, include_pad, ceil)
+            return y if nchw else _from_nchw(y)
+        return run
+
+
+_register_pool("MaxPool", "max")
+_register_pool("AveragePool", "average")
+
+
+# ----------------------------------------------------------------- SpatialBN
+
+register_schema(OpSchema(
+    "SpatialBN", num_inputs=(5, 7), num_outputs={1, 5}, allow_inplace={(0, 0), (5, 3), (6, 4)},
+    args=(Arg("is_test", "bool", True), Arg("epsilon", "float", 1e-5), Arg("momentum", "float", 0.9),
+          Arg("order", "string", "NCHW")),
+    inference=lambda ctx, ins: [ins[0]] + [TensorType((ins[0].dims[1 if _nchw(ctx) else -1],), ins[0].dtype)] * (ctx.n_outputs - 1),
+    inputs=("X", "scale", "bias", "mean", "var"), outputs=("Y",),
+    doc="Batch normalisation in inference mode (is_test=1): (x - mean) / sqrt(var + eps) * scale + bias."))
+
+
+@register_kernel("SpatialBN")
+def spatial_bn(ctx):
+    if not ctx.bool("is_test", True) or ctx.n_outputs != 1:
+        raise ctx.error("only inference mode (is_test=1, one output) is supported")
+    eps = ctx.float("epsilon")
+    nchw = _nchw(ctx)
+
+    def run(x, scale, bias, mean, var):
+        c = x.shape[1] if nchw else x.shape[-1]
+        for k, v in enumerate((scale, bias, mean, var), 1):
+            if v.size != c:
+                raise ctx.input_error(k, "has %d elements, expected %d channels" % (v.size, c))
+        mul = (scale / np.sqrt(var + eps)).astype(x.dtype)
+        add = (bias - mean * mul).astype(x.dtype)
+        shape = (1, c) + (1,) * (x.ndim - 2) if nchw else (1,) * (x.ndim - 1) + (c,)
+        return x * mul.reshape(shape) + add.reshape(shape)
+    return run
+
+
+# ----------------------------------------------------------------- Dropout
+
+register_schema(OpSchema(
+    "Dropout", num_inputs=1, num_outputs=(1, 2), allow_inplace={(0, 0)},
+    args=(Arg("ratio", "float", 0.5), Arg("is_test", "bool", False)),
+    inference=lambda ctx, ins: [ins[0]] + ([TensorType(ins[0].dims, 5)] if ctx.n_outputs == 2 else []),
+    doc="Identity when is_test=1; otherwise zeroes with probability `ratio` and scales by 1/(1-ratio)."))
+
+
+@register_kernel("Dropout")
+def dropout(ctx):
+    ratio = ctx.float("ratio")
+    is_test = ctx.bool("is_test")
+    rng = np.random.default_rng(ctx.op_def.device_option.random_seed or None)
+    two = ctx.n_outputs == 2
+
+    def run(x):
+        if is_test or ratio == 0.0:
+            y, mask = x.copy(), np.ones(x.shape, dtype=bool)
+        else:
+            mask = rng.random(x.shape) >= ratio
+            y = (x * mask / (1.0 - ratio)).astype(x.dtype, copy=False)
+        return (y, mask) if two else y
+    return run
+
