@@ -64,7 +64,8 @@ def as_blob_value(value):
     elif arr.dtype not in _DATATYPE_OF:
         raise Caffe2Error("cannot feed values of dtype %s; Caffe2 blobs hold %s"
                           % (arr.dtype, ", ".join(sorted(str(d) for d in _DATATYPE_OF))))
-    return np.ascontiguousarray(arr)
+    # ascontiguousarray would turn 0-d scalars into 1-d arrays
+    return arr if arr.flags.c_contiguous else np.array(arr, order="C")
 
 
 def tensor_to_numpy(t):

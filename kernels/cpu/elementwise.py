@@ -5,12 +5,13 @@ BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divid
 
 
 def sigmoid(x):
-    # 0.5 * tanh(0.5 x) + 0.5 is exact in float and never overflows, unlike 1 / (1 + exp(-x)).
-    out = np.multiply(x, 0.5, dtype=x.dtype if x.dtype.kind == "f" else np.float32)
-    np.tanh(out, out=out)
-    out *= 0.5
-    out += 0.5
-    return out
+    # exp of -|x| never overflows, and both branches keep full relative precision
+    # (0.5 * tanh(0.5 x) + 0.5 loses it for very negative x).
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float32)
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
 
 
 def relu(x):

@@ -1,0 +1,68 @@
+"""`caffe2py run` and `caffe2py ops`, and file-reading errors."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+
+from caffe2py import core, workspace
+from caffe2py.cli import main
+from caffe2py.demo import build_demo
+from caffe2py.errors import ProtoError
+from caffe2py.models import read_net
+
+
+def test_no_arguments_runs_the_demo(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "built-in demo" in out and "softmax: shape [4, 10] dtype float32" in out
+
+
+def test_demo_output_is_a_softmax_of_its_own_fc():
+    init_net, predict_net, inputs = build_demo()
+    workspace.ResetWorkspace()
+    workspace.RunNetOnce(init_net)
+    for k, v in inputs.items():
+        workspace.FeedBlob(k, v)
+    workspace.RunNetOnce(predict_net)
+    logits = workspace.FetchBlob("fc2").astype(np.float64)
+    ref = np.exp(logits - logits.max(1, keepdims=True))
+    np.testing.assert_allclose(workspace.FetchBlob("softmax"), ref / ref.sum(1, keepdims=True), rtol=1e-5)
+
+
+def test_run_with_text_and_binary_files(tmp_path, capsys):
+    net = core.Net("cli_net")
+    net.Relu("x", "y")
+    net.Proto().external_output.append("y")
+    (tmp_path / "p.pbtxt").write_text(text_format.MessageToString(net.Proto()))
+    (tmp_path / "p.pb").write_bytes(net.Proto().SerializeToString())
+    np.save(tmp_path / "x.npy", np.array([-1.0, 2.0], np.float32))
+    for name in ("p.pbtxt", "p.pb"):
+        assert main(["run", "--predict-net", str(tmp_path / name), "--input", "x=%s" % (tmp_path / "x.npy")]) == 0
+        out = capsys.readouterr().out
+        assert "y: shape [2] dtype float32" in out and "max 2" in out
+
+
+def test_malformed_protobuf_is_a_named_error(tmp_path, capsys):
+    bad = tmp_path / "bad.pb"
+    bad.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ProtoError, match="bad.pb.*not a valid NetDef"):
+        read_net(str(bad))
+    assert main(["run", "--predict-net", str(bad)]) == 1
+    assert "not a valid NetDef" in capsys.readouterr().err
+    with pytest.raises(ProtoError, match="cannot read"):
+        read_net(str(tmp_path / "missing.pb"))
+
+
+def test_ops_table_lists_registry(capsys):
+    assert main(["ops", "--filter", "Conv"]) == 0
+    out = capsys.readouterr().out
+    assert "Conv" in out and "CPU" in out and "DEFAULT" in out
+
+
+def test_console_entry_point_module():
+    out = subprocess.run([sys.executable, "-m", "caffe2py", "ops", "--filter", "Relu"],
+                         capture_output=True, text=True, cwd=os.path.dirname(__file__))
+    assert out.returncode == 0 and "Relu" in out.stdout
