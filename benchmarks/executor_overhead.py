@@ -1,0 +1,101 @@
+"""Executor cost per op: a net of 10,000 trivial ops, next to onnxruntime's cost per
+node for the same chain, measured in the same process.
+
+Rows:
+  Alias chain   ours: each op returns its input (the executor's own cost + one call)
+  Add chain     ours vs onnxruntime: y = x + 1 repeated on a [1] float tensor;
+                'bare np.add' is the kernel alone, so ours - bare = executor overhead
+Usage: python benchmarks/executor_overhead.py [--ops 10000] [--repeat 20]
+"""
+import argparse
+import platform
+import statistics
+import time
+
+import numpy as np
+
+from caffe2py import core
+from caffe2py.workspace import Workspace
+
+
+def median_time(fn, repeat):
+    fn()  # warm-up
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def ours(op_type, n_ops, repeat):
+    ws = Workspace("bench")
+    ws.feed_blob("x0", np.ones(1, np.float32))
+    ws.feed_blob("one", np.ones(1, np.float32))
+    net = core.Net("chain_%s" % op_type)
+    for i in range(n_ops):
+        inputs = ["x%d" % i] + (["one"] if op_type == "Add" else [])
+        getattr(net, op_type)(inputs, "x%d" % (i + 1))
+    ws.create_net(net)
+    compiled = ws.get_net(net.Name())
+    return median_time(compiled.run, repeat) / n_ops * 1e6
+
+
+def bare_add(n_ops, repeat):
+    one = np.ones(1, np.float32)
+
+    def loop():
+        x = one
+        for _ in range(n_ops):
+            x = np.add(x, one)
+    return median_time(loop, repeat) / n_ops * 1e6
+
+
+def onnxruntime_add(n_ops, repeat):
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError:
+        return None
+    nodes = [helper.make_node("Add", ["x%d" % i, "one"], ["x%d" % (i + 1)]) for i in range(n_ops)]
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("x%d" % n_ops, TensorProto.FLOAT, [1])],
+        initializer=[helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every node
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    feed = {"x0": np.ones(1, np.float32)}
+    _ = onnx  # imported to check availability
+    return median_time(lambda: sess.run(None, feed), repeat) / n_ops * 1e6
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", type=int, default=10000)
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args()
+    alias = ours("Alias", args.ops, args.repeat)
+    add = ours("Add", args.ops, args.repeat)
+    bare = bare_add(args.ops, args.repeat)
+    ort_add = onnxruntime_add(args.ops, args.repeat)
+    print("machine: %s, %s; %d ops, median of %d runs" % (platform.processor() or platform.machine(),
+                                                         platform.python_version(), args.ops, args.repeat))
+    print("%-34s %10s" % ("measurement", "us/op"))
+    print("%-34s %10.3f" % ("ours, Alias chain (executor + call)", alias))
+    print("%-34s %10.3f" % ("ours, Add chain", add))
+    print("%-34s %10.3f" % ("bare np.add loop (kernel only)", bare))
+    print("%-34s %10.3f" % ("ours executor overhead (Add - bare)", add - bare))
+    if ort_add is None:
+        print("onnxruntime not installed: no peer row")
+    else:
+        print("%-34s %10.3f" % ("onnxruntime, Add chain, per node", ort_add))
+        print("ratio ours/ORT (Add chain): %.2f" % (add / ort_add))
+
+
+if __name__ == "__main__":
+    main()
