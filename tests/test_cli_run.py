@@ -66,3 +66,11 @@ def test_console_entry_point_module():
     out = subprocess.run([sys.executable, "-m", "caffe2py", "ops", "--filter", "Relu"],
                          capture_output=True, text=True, cwd=os.path.dirname(__file__))
     assert out.returncode == 0 and "Relu" in out.stdout
+
+
+def test_ops_schema_prints_arguments_and_doc(capsys):
+    assert main(["ops", "--schema", "Softmax"]) == 0
+    out = capsys.readouterr().out
+    assert "arg axis" in out and "default=1" in out and "shape inference: yes" in out
+    assert main(["ops", "--schema", "Softmx"]) == 1
+    assert "did you mean Softmax" in capsys.readouterr().err

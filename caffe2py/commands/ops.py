@@ -8,9 +8,29 @@ HELP = "print which op types have kernels on which devices and engines"
 def add_arguments(parser):
     parser.add_argument("--domain", default=None, help="only this domain (caffe2 or ai.onnx)")
     parser.add_argument("--filter", default=None, help="only op types containing this text")
+    parser.add_argument("--schema", default=None, metavar="OP", help="print one op's schema and docs")
+
+
+def print_schema(name, domain):
+    from caffe2py.errors import Caffe2Error
+    schema = registry.schema_for(name, domain or "")
+    if schema is None:
+        hints = registry.close_matches(name, domain or "")
+        raise Caffe2Error("no schema for op '%s'%s" % (name, "; did you mean %s?" % " or ".join(hints) if hints else ""))
+    print("%s (domain %s, since version %d)" % (schema.name, schema.domain or "caffe2", schema.since_version))
+    print("  inputs: %s   outputs: %s" % (schema.num_inputs, schema.num_outputs))
+    for arg in schema.args:
+        print("  arg %-18s %-8s default=%r%s  %s" % (arg.name, arg.type, arg.default,
+                                                   " (required)" if arg.required else "", arg.doc))
+    print("  shape inference: %s   cost: %s" % ("yes" if schema.inference else "no", "yes" if schema.cost else "no"))
+    if schema.doc:
+        print("\n" + schema.doc)
+    return 0
 
 
 def run(args):
+    if args.schema:
+        return print_schema(args.schema, args.domain)
     rows = registry.kernel_coverage()
     if args.domain:
         rows = [r for r in rows if r[0] == args.domain]
