@@ -1,0 +1,246 @@
+"""Small Caffe2 ops that bound shape inference meets in recommendation nets:
+Bucketize, LpNorm, Clip, Mean, Tile, Shape, SparseLengthsSumSparseLookup (with
+CPU kernels), and schema-only Int8Quantize, Int8FC, the row-wise sparse SLS
+variants and UnPackRecords (their kernels are out of scope here)."""
+import numpy as np
+
+from caffe2py.proto import caffe2_pb2
+from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+
+from ._common import elementwise_cost, same_as_input
+
+DT = caffe2_pb2.TensorProto
+
+
+# ----------------------------------------------------------------- Bucketize
+
+register_schema(OpSchema(
+    "Bucketize", num_inputs=1, num_outputs=1,
+    args=(Arg("boundaries", "floats", None, required=True, doc="sorted bucket boundaries"),),
+    inference=lambda ctx, ins: [TensorType(ins[0].dims, DT.INT32)],
+    doc="Bucket index of each value: i with boundaries[i-1] < x <= boundaries[i] (int32)."))
+
+
+@register_kernel("Bucketize")
+def bucketize(ctx):
+    boundaries = np.asarray(ctx.floats("boundaries"), dtype=np.float64)
+    if np.any(np.diff(boundaries) < 0):
+        raise ctx.error("boundaries %s must be sorted ascending" % boundaries.tolist())
+
+    def run(x):
+        return np.searchsorted(boundaries, x, side="left").astype(np.int32)
+    return run
+
+
+# ----------------------------------------------------------------- LpNorm
+
+register_schema(OpSchema(
+    "LpNorm", num_inputs=1, num_outputs=1,
+    args=(Arg("p", "int", 2, doc="1 (sum |x|) or 2 (sum x^2, not its square root)"),
+          Arg("average", "bool", False, doc="divide by the element count")),
+    inference=lambda ctx, ins: [TensorType((1,), ins[0].dtype)],
+    cost=elementwise_cost,
+    doc="Caffe2's LpNorm: p=1 gives sum |x|, p=2 gives sum x^2; a 1-element output."))
+
+
+@register_kernel("LpNorm")
+def lp_norm(ctx):
+    p, average = ctx.int("p"), ctx.bool("average")
+    if p not in (1, 2):
+        raise ctx.error("p must be 1 or 2, got %d" % p)
+
+    def run(x):
+        x64 = x.astype(np.float64, copy=False)
+        value = np.abs(x64).sum() if p == 1 else np.square(x64).sum()
+        if average and x.size:
+            value /= x.size
+        return np.asarray([value], dtype=x.dtype)
+    return run
+
+
+# ----------------------------------------------------------------- Clip / Mean
+
+register_schema(OpSchema(
+    "Clip", num_inputs=1, num_outputs=1, allow_inplace={(0, 0)},
+    args=(Arg("min", "float", None, doc="lower bound (none: -inf)"),
+          Arg("max", "float", None, doc="upper bound (none: +inf)")),
+    inference=same_as_input(0), cost=elementwise_cost, doc="Clamp values to [min, max]."))
+
+
+@register_kernel("Clip")
+def clip(ctx):
+    lo = ctx.float("min") if ctx.has("min") else -np.inf
+    hi = ctx.float("max") if ctx.has("max") else np.inf
+    if lo > hi:
+        raise ctx.error("min %g is above max %g" % (lo, hi))
+
+    def run(x):
+        return np.clip(x, lo, hi).astype(x.dtype, copy=False)
+    return run
+
+
+register_schema(OpSchema(
+    "Mean", num_inputs=(1, None), num_outputs=1, allow_inplace=lambda i, o: o == 0,
+    inference=same_as_input(0), cost=elementwise_cost,
+    doc="Elementwise mean of the inputs (all of the same shape)."))
+
+
+@register_kernel("Mean")
+def mean(ctx):
+    def run(*xs):
+        for k, x in enumerate(xs[1:], 1):
+            if x.shape != xs[0].shape:
+                raise ctx.input_error(k, "shape %s differs from input 0's %s" % (list(x.shape), list(xs[0].shape)))
+        total = np.array(xs[0], dtype=np.float64)
+        for x in xs[1:]:
+            total += x
+        return (total / len(xs)).astype(xs[0].dtype)
+    return run
+
+
+# ----------------------------------------------------------------- Tile
+
+def _tile_infer(ctx, ins):
+    if ctx.n_inputs != 1:
+        return [UNKNOWN]   # tiles / axis come from blobs: not static
+    dims = list(ins[0].dims)
+    if not dims:
+        return [UNKNOWN]
+    axis = ctx.int("axis") % len(dims)
+    dims[axis] *= ctx.int("tiles")
+    return [TensorType(tuple(dims), ins[0].dtype)]
+
+
+register_schema(OpSchema(
+    "Tile", num_inputs=(1, 3), num_outputs=1,
+    args=(Arg("tiles", "int", 1, doc="copies along axis"), Arg("axis", "int", 0),
+          Arg("dynamic", "int", 0, doc="bound shape inference: tiles are the batch size")),
+    inference=_tile_infer, inputs=("data", "tiles", "axis"), outputs=("tiled_data",),
+    doc="Repeat the whole input `tiles` times along `axis` (inputs 1 and 2 override the args)."))
+
+
+@register_kernel("Tile")
+def tile(ctx):
+    def run(x, tiles_blob=None, axis_blob=None):
+        tiles = int(np.asarray(tiles_blob).reshape(-1)[0]) if tiles_blob is not None else ctx.int("tiles")
+        axis = int(np.asarray(axis_blob).reshape(-1)[0]) if axis_blob is not None else ctx.int("axis")
+        if tiles < 0:
+            raise ctx.error("tiles must be >= 0, got %d" % tiles)
+        if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+            raise ctx.input_error(0, "axis %d is out of range for %d-D input" % (axis, x.ndim))
+        reps = [1] * x.ndim
+        reps[axis % x.ndim] = tiles
+        return np.tile(x, reps)
+    return run
+
+
+# ----------------------------------------------------------------- Shape
+
+def _shape_infer(ctx, ins):
+    axes = ctx.ints("axes")
+    return [TensorType((len(axes) if axes else len(ins[0].dims),), DT.INT64)]
+
+
+register_schema(OpSchema(
+    "Shape", num_inputs=1, num_outputs=1, args=(Arg("axes", "ints", None, doc="only these dims"),),
+    inference=_shape_infer, doc="The input's dims as an int64 vector."))
+
+
+@register_kernel("Shape")
+def shape(ctx):
+    axes = ctx.ints("axes")
+
+    def run(x):
+        dims = np.asarray(x.shape, dtype=np.int64)
+        if axes:
+            if any(not -x.ndim <= a < x.ndim for a in axes):
+                raise ctx.input_error(0, "axes %s out of range for %d-D input" % (axes, x.ndim))
+            dims = dims[[a % x.ndim for a in axes]]
+        return dims
+    return run
+
+
+# ----------------------------------------------------------------- SparseLengthsSumSparseLookup
+
+register_schema(OpSchema(
+    "SparseLengthsSumSparseLookup", num_inputs=(3, 4), num_outputs=(2, 3),
+    inference=lambda ctx, ins: [ins[0], ins[1]] + ([ins[3]] if ctx.n_inputs == 4 and ctx.n_outputs == 3 else []),
+    inputs=("INDICES", "LENGTHS", "COMPRESSED_INDICES_MAPPING", "WEIGHTS"),
+    outputs=("output_indices", "output_lengths", "output_weights"),
+    doc="Map indices through a pruning table (-1 = pruned), dropping pruned entries and "
+        "shortening lengths (and weights) to match. Bounds keep the input shapes."))
+
+
+@register_kernel("SparseLengthsSumSparseLookup")
+def sparse_lookup(ctx):
+    with_weights = ctx.n_inputs == 4
+
+    def run(indices, lengths, mapping, weights=None):
+        if lengths.sum() != indices.size:
+            raise ctx.input_error(1, "lengths sum to %d but there are %d indices" % (lengths.sum(), indices.size))
+        if indices.size and (indices.min() < 0 or indices.max() >= mapping.size):
+            raise ctx.input_error(0, "indices must lie in [0, %d)" % mapping.size)
+        mapped = mapping[indices]
+        keep = mapped != -1
+        segment = np.repeat(np.arange(lengths.size), lengths)
+        new_lengths = np.bincount(segment[keep], minlength=lengths.size).astype(lengths.dtype)
+        outs = (mapped[keep].astype(indices.dtype), new_lengths)
+        if with_weights:
+            outs += (weights[keep],)
+        return outs[:ctx.n_outputs]
+    return run
+
+
+# ----------------------------------------------------------------- schema-only ops
+
+def _int8_quantize_infer(ctx, ins):
+    return [TensorType(ins[0].dims, DT.UINT8)]
+
+
+register_schema(OpSchema(
+    "Int8Quantize", num_inputs=(1, 2), num_outputs=1,
+    args=(Arg("Y_scale", "float", 1.0), Arg("Y_zero_point", "int", 0)),
+    inference=_int8_quantize_infer,
+    doc="Quantise float to uint8 with Y_scale / Y_zero_point (schema only: no kernel)."))
+
+
+def _int8_fc_infer(ctx, ins):
+    x, w = ins[0].dims, ins[1].dims
+    axis, axis_w = ctx.int("axis") % len(x), ctx.int("axis_w") % len(w)
+    n = int(np.prod(w[:axis_w], dtype=np.int64))
+    return [TensorType(tuple(x[:axis]) + (n,), DT.UINT8)]
+
+
+register_schema(OpSchema(
+    "Int8FC", num_inputs=(3, 4), num_outputs=(1, 2),
+    args=(Arg("axis", "int", 1), Arg("axis_w", "int", 1), Arg("Y_scale", "float", 1.0),
+          Arg("Y_zero_point", "int", 0)),
+    inference=_int8_fc_infer, inputs=("X", "W", "b", "quant_param"), outputs=("Y",),
+    cost=lambda ctx, ins: Cost(flops=2.0 * np.prod(ins[0].dims) * ins[1].dims[0]),
+    doc="Quantised FC: uint8 Y = requantise(X W^T + b) (schema only: no kernel)."))
+
+
+def _rowwise_sparse_infer(bits, weighted):
+    def infer(ctx, ins):
+        data, lengths = ins[0].dims, ins[3 if weighted else 2].dims
+        width = data[1] - 8 if bits == 8 else (data[1] - 4) * 2
+        return [TensorType((lengths[0], width), DT.FLOAT)]
+    return infer
+
+
+for _bits in (8, 4):
+    for _weighted in (False, True):
+        _name = "SparseLengths%sSum%dBitRowwiseSparse" % ("Weighted" if _weighted else "", _bits)
+        register_schema(OpSchema(
+            _name, num_inputs=5 if _weighted else 4, num_outputs=1,
+            inference=_rowwise_sparse_infer(_bits, _weighted),
+            inputs=("DATA",) + (("WEIGHTS",) if _weighted else ()) + ("INDICES", "LENGTHS",
+                                                                      "COMPRESSED_INDICES_MAPPING"),
+            outputs=("output",),
+            doc="SparseLengths%sSum over a pruned fused %d-bit row-wise table: indices go through "
+                "COMPRESSED_INDICES_MAPPING first (schema only: no kernel)." % ("Weighted" if _weighted else "", _bits)))
+
+register_schema(OpSchema(
+    "UnPackRecords", num_inputs=1, num_outputs=(1, None), args=(Arg("fields", "strings", None),),
+    doc="Unpack a packed record blob into its fields (schema only; bound shapes come from the "
+        "BoundShapeSpec's num_embeddings / embedding_length)."))
