@@ -39,7 +39,7 @@ def parse_shape_hints(text):
             continue
         tokens = [t.strip() for t in entry.split(",")]
         name = tokens[0]
-        if not name or _is_int(name):
+        if not name:   # numeric names are fine: ONNX exports call blobs "1", "2", ...
             raise Caffe2Error("shape hint %r must start with a blob name, as in 'name,d1,d2[,type]'" % entry)
         rest = tokens[1:]
         dtype = DT.UINT8 if "int8" in name else DT.FLOAT

@@ -265,6 +265,7 @@ class BoundShapeInferencer:
         self.warnings = []
         self._current_dim_type = DimType.BATCH
         self._label = ""
+        self._logged = set()
 
     # -- entry point
     def infer(self, net, shape_hints=None, workspace=None):
@@ -272,6 +273,7 @@ class BoundShapeInferencer:
         if not isinstance(net_def, caffe2_pb2.NetDef):
             raise Caffe2Error("infer expects a NetDef or core.Net, got %s" % type(net).__name__)
         self.shape_info, self.unknown, self.producer, self.warnings = {}, {}, {}, []
+        self._logged = set()
         blobs = getattr(workspace, "blobs", workspace) or {}
         for name in list(blobs.keys()):
             info = constant_shape_info(blobs[name])
@@ -306,7 +308,9 @@ class BoundShapeInferencer:
         for index, op in enumerate(ops):
             for blob in list(op.input) + list(op.output):
                 if blob not in self.shape_info and blob not in self.unknown:
-                    self.unknown[blob] = "no hint and no op infers it"
+                    self.unknown[blob] = ("no op infers it" if blob in self.producer else
+                                          "an input of the net without a shape hint (give one, e.g. "
+                                          "--hint '%s,d1,d2,...')" % blob)
         return self.shape_info
 
     # -- CheckAndSetTensorBoundShape
@@ -577,13 +581,21 @@ class BoundShapeInferencer:
             if blob not in self.shape_info:
                 self.unknown[blob] = "%s: %s" % (self._label or op.type, reason)
 
+    def _warn(self, msg):
+        if msg not in self._logged:
+            self._logged.add(msg)
+            self.warnings.append(msg)
+            log.warning(msg)
+
     def _infer_common(self, op, index, all_constant=False):
         ins = []
         for blob in op.input:
             info = self._known(blob)
             if info is None:
                 msg = "Cannot find shape info for %s. Skipping %s" % (blob, op.type)
-                log.warning(msg)
+                if msg not in self._logged:   # once per infer(), not once per pass
+                    self._logged.add(msg)
+                    log.warning(msg)
                 self._skip(op, index, "input '%s' has no shape" % blob)
                 return
             ins.append(info.as_tensor_type())
@@ -594,15 +606,13 @@ class BoundShapeInferencer:
         if infer is None:
             reason = ("op type '%s' is not registered" % op.type) if schema is None else \
                      ("op type '%s' has no shape inference" % op.type)
-            log.warning("%s: %s; its outputs stay unknown", self._label, reason)
-            self.warnings.append("%s: %s" % (self._label, reason))
+            self._warn("%s: %s; its outputs stay unknown" % (self._label, reason))
             self._skip(op, index, reason)
             return
         try:
             outs = list(infer(OpContext(op, schema, index, ins), ins))
         except Exception as exc:  # noqa: BLE001 - a failing inference leaves outputs unknown
-            log.warning("%s: shape inference failed: %s", self._label, exc)
-            self.warnings.append("%s: shape inference failed: %s" % (self._label, exc))
+            self._warn("%s: shape inference failed: %s" % (self._label, exc))
             self._skip(op, index, "shape inference failed: %s" % exc)
             return
         quantized = op.type.startswith("Int8") and op.type not in NOT_QUANTIZED_INT8

@@ -1,0 +1,55 @@
+"""Arguments and net loading shared by `shapes`, `bench` and `run --report`."""
+from caffe2py.demo import build_demo
+from caffe2py.errors import Caffe2Error
+from caffe2py.models import read_net
+from caffe2py.shape_hints import parse_shape_hints
+from caffe2py.shape_inference import BoundShapeSpec
+
+
+def add_net_arguments(parser):
+    parser.add_argument("--predict-net", help="predict NetDef (.pb binary or text, or an .onnx model)")
+    parser.add_argument("--init-net", help="init NetDef with the parameters")
+
+
+def add_bound_arguments(parser, default_batch=None):
+    parser.add_argument("--max-batch-size", type=int, default=default_batch,
+                        help="the batch bound B%s" % ("" if default_batch is None else " (default %d)" % default_batch))
+    parser.add_argument("--max-seq-size", type=int, default=100, help="the sequence bound S (default 100)")
+    parser.add_argument("--hint", action="append", default=[], metavar="'name,d1,d2[,type]#...'",
+                        help="shape hints in Caffe2's format (repeatable); first dim is BATCH")
+
+
+def spec_from(args, fallback_batch=1):
+    batch = args.max_batch_size if args.max_batch_size is not None else fallback_batch
+    return BoundShapeSpec(batch, args.max_seq_size)
+
+
+def hints_from(args):
+    return parse_shape_hints("#".join(args.hint)) if args.hint else {}
+
+
+def _read_onnx(path):
+    try:
+        from caffe2py import onnx as c2onnx
+        convert = c2onnx.convert
+    except (ImportError, AttributeError):
+        raise Caffe2Error("'%s' is an ONNX model but this build has no caffe2py.onnx.convert" % path) from None
+    import onnx
+    return convert(onnx.load(path))
+
+
+def load_nets(args):
+    """(init_net or None, predict_net, demo inputs or {}, note or None)."""
+    if args.predict_net is None:
+        if args.init_net:
+            raise Caffe2Error("--init-net given without --predict-net")
+        init_net, predict_net, inputs = build_demo()
+        return init_net, predict_net, inputs, "built-in demo net (LeNet-style CNN)"
+    if args.predict_net.endswith(".onnx"):
+        init_net, predict_net = _read_onnx(args.predict_net)
+        return init_net, predict_net, {}, None
+    init_net = read_net(args.init_net) if args.init_net else None
+    predict_net = read_net(args.predict_net)
+    if not predict_net.name:
+        predict_net.name = "predict"
+    return init_net, predict_net, {}, None

@@ -1,0 +1,117 @@
+"""`caffe2py bench`: Caffe2's benchmark text (per-op lines and per-op-type tables
+with --run-individual), onnxruntime perf_test-style latency percentiles, and an
+optional Chrome-trace profile. With no files it benchmarks the built-in demo."""
+import sys
+import time
+
+import numpy as np
+
+from caffe2py.benchmark import benchmark_net
+from caffe2py.errors import Caffe2Error
+from caffe2py.profiling import ChromeTraceObserver, format_latency_summary, latency_summary
+from caffe2py.shape_report import build_report
+from caffe2py.tensors import numpy_dtype
+from caffe2py.workspace import Workspace
+
+from ._bound_args import add_bound_arguments, add_net_arguments, hints_from, load_nets, spec_from
+from .run import parse_inputs
+
+NAME = "bench"
+HELP = "benchmark a net: Caffe2's per-op text, latency percentiles, Chrome-trace profile"
+
+
+def add_arguments(parser):
+    add_net_arguments(parser)
+    parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE",
+                        help="feed blob NAME from FILE; inputs without a file are random at their hinted shape")
+    add_bound_arguments(parser)
+    parser.add_argument("--iters", type=int, default=10, help="timed runs (default 10)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
+    parser.add_argument("--run-individual", action="store_true", help="also time each op (Caffe2's per-op tables)")
+    parser.add_argument("--profile", metavar="OUT.json", help="write a Chrome-trace JSON: one event per op per run")
+
+
+class Progress:
+    """A one-line bar on stderr, only when stderr is a terminal."""
+
+    def __init__(self, total, label):
+        self.total, self.label = total, label
+        self.enabled = total > 1 and sys.stderr.isatty()
+
+    def update(self, done):
+        if self.enabled:
+            width = 30
+            filled = int(width * done / self.total)
+            sys.stderr.write("\r%s [%s%s] %d/%d" % (self.label, "#" * filled, "." * (width - filled), done, self.total))
+            sys.stderr.flush()
+
+    def close(self):
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def synthesize_inputs(predict_net, ws, args, given):
+    """Random values for external inputs that have no value yet, at their bound shapes."""
+    missing = [b for b in predict_net.external_input if not ws.has_blob(b)]
+    if not missing:
+        return {}
+    report = build_report(predict_net, spec_from(args), hints=hints_from(args), workspace_blobs=ws.blobs,
+                          inputs=given)
+    rng = np.random.default_rng(0)
+    made = {}
+    for name in missing:
+        info = report.shapes.get(name)
+        if info is None:
+            raise Caffe2Error("input '%s' has no value and no bound shape: give --input %s=FILE or "
+                              "--hint '%s,d1,d2,...'" % (name, name, name))
+        dtype = numpy_dtype(info.dtype)
+        made[name] = (rng.random(info.dims).astype(dtype) if dtype.kind == "f" else np.zeros(info.dims, dtype))
+    return made
+
+
+def timed_runs(net, iters, progress_label):
+    latencies = []
+    bar = Progress(iters, progress_label)
+    for k in range(iters):
+        t0 = time.perf_counter()
+        net.run()
+        latencies.append(time.perf_counter() - t0)
+        bar.update(k + 1)
+    bar.close()
+    return latencies
+
+
+def run(args):
+    if args.iters < 1 or args.warmup < 0:
+        raise Caffe2Error("--iters must be >= 1 and --warmup >= 0 (got %d and %d)" % (args.iters, args.warmup))
+    init_net, predict_net, inputs, note = load_nets(args)
+    inputs = dict(inputs)
+    inputs.update(parse_inputs(args.input))
+    if note:
+        print("note: %s" % note)
+    ws = Workspace("bench")
+    if init_net is not None:
+        ws.run_net_once(init_net)
+    for name, value in inputs.items():
+        ws.feed_blob(name, value)
+    if args.max_batch_size is None and inputs:
+        args.max_batch_size = int(np.shape(next(iter(inputs.values())))[0] or 1)
+    for name, value in synthesize_inputs(predict_net, ws, args, inputs).items():
+        ws.feed_blob(name, value)
+    ws.create_net(predict_net, overwrite=True)
+    net = ws.get_net(predict_net.name)
+    print("benchmarking net '%s' (%d ops): %d warmup, %d main runs" % (net.name, len(predict_net.op),
+                                                                      args.warmup, args.iters))
+    benchmark_net(net, args.warmup, args.iters, args.run_individual, out=sys.stdout)
+    sys.stdout.write("\nLatency over %d runs (onnxruntime perf_test style):\n" % args.iters)
+    sys.stdout.write(format_latency_summary(latency_summary(timed_runs(net, args.iters, "timing"))))
+    if args.profile:
+        tracer = net.add_observer(ChromeTraceObserver())
+        try:
+            timed_runs(net, args.iters, "profiling")
+        finally:
+            net.remove_observer(tracer)
+        tracer.write(args.profile)
+        print("profile: %s (%d events; open in chrome://tracing or ui.perfetto.dev)"
+              % (args.profile, len(tracer.events)))
+    return 0
