@@ -53,3 +53,32 @@ def load_nets(args):
     if not predict_net.name:
         predict_net.name = "predict"
     return init_net, predict_net, {}, None
+
+
+# ----------------------------------------------------------------- run --report
+
+def print_report_before_run(args, predict_net, ws, inputs, out):
+    """The report of the net about to run: parameters are the workspace's blobs,
+    fed inputs are bound at their dims with the batch raised to B."""
+    from caffe2py.shape_report import build_report
+    fallback = 1
+    for value in inputs.values():
+        shape = getattr(value, "shape", ())
+        if len(shape):
+            fallback = int(shape[0]) or 1
+            break
+    report = build_report(predict_net, spec_from(args, fallback), hints=hints_from(args),
+                          workspace_blobs=ws.blobs, inputs=inputs)
+    out.write(report.table())
+    return report
+
+
+def warn_out_of_bound(report, ws, out, err):
+    """After the run: every actual shape must fit its bound; name the op whose rule was wrong."""
+    from caffe2py.bound_execution import out_of_bound_blobs
+    problems = out_of_bound_blobs(ws.blobs, report.shapes, report.spec, report.producers)
+    for _, message in problems:
+        err.write("warning: %s\n" % message)
+    if not problems:
+        out.write("report check: all %d bound shapes hold after the run\n" % len(report.shapes))
+    return problems

@@ -1,11 +1,15 @@
 """`caffe2py run`: load an init net and a predict net, feed inputs, run, summarise outputs.
 With no arguments it runs the built-in demo net."""
+import sys
+
 import numpy as np
 
 from caffe2py.demo import build_demo
 from caffe2py.errors import Caffe2Error
 from caffe2py.models import read_input, read_net
 from caffe2py.workspace import Workspace
+
+from ._bound_args import add_bound_arguments, print_report_before_run, warn_out_of_bound
 
 NAME = "run"
 HELP = "run a net (NetDef files, or the built-in demo when none are given)"
@@ -19,6 +23,9 @@ def add_arguments(parser):
     parser.add_argument("--output", action="append", default=[], metavar="NAME",
                         help="blob to print (default: the predict net's external outputs)")
     parser.add_argument("--iters", type=int, default=1, help="run the predict net this many times")
+    parser.add_argument("--report", action="store_true",
+                        help="print the bound shape report first; after the run, check every shape fits it")
+    add_bound_arguments(parser)
 
 
 def parse_inputs(specs):
@@ -72,7 +79,10 @@ def run(args):
     if note:
         print("note: %s" % note)
     ws = prepare_workspace(init_net, predict_net, inputs)
+    report = print_report_before_run(args, predict_net, ws, inputs, sys.stdout) if args.report else None
     ws.run_net(predict_net.name, num_iter=max(args.iters, 1))
+    if report is not None:
+        warn_out_of_bound(report, ws, sys.stdout, sys.stderr)
     outputs = args.output or list(predict_net.external_output) or [predict_net.op[-1].output[0]]
     print("ran net '%s' (%d ops)" % (predict_net.name, len(predict_net.op)))
     for name in outputs:
