@@ -1,7 +1,22 @@
-"""Max and average pooling (NCHW, N-d) over sliding windows."""
+"""Max, average and global pooling (NCHW, N-d).
+
+Public:
+    max_pool(x, kernel, strides, pads, dilations=None, ceil_mode=False, *, scratch=None)
+    average_pool(x, kernel, strides, pads, count_include_pad=False, ceil_mode=False, *, scratch=None)
+    global_pool(x, kind)            kind "max" or "avg"/"average"
+    pool_output_shape(spatial, kernel, strides, pads, dilations, ceil_mode)
+
+Windows are reduced with one elementwise np.maximum / np.add per kernel offset
+over strided views of a padded copy (a reused buffer when `scratch` is given),
+which runs at memory speed; reducing a sliding_window_view is many times slower.
+Average divisors are separable per dimension, so they are an outer product of
+1-D counts rather than a second pooling pass.
+"""
+import itertools
+
 import numpy as np
 
-from .conv import pad_input, windows
+from .conv import Scratch, offset_view, padded_image
 
 
 def _ceil_extra_pads(spatial, kernel, strides, pads, dilations, ceil_mode):
@@ -21,38 +36,87 @@ def _ceil_extra_pads(spatial, kernel, strides, pads, dilations, ceil_mode):
     return extra
 
 
-def max_pool(x, kernel, strides, pads, dilations=None, ceil_mode=False):
+def pool_output_shape(spatial, kernel, strides, pads, dilations, ceil_mode):
     k = len(kernel)
-    dilations = dilations or [1] * k
-    extra = _ceil_extra_pads(x.shape[2:], kernel, strides, pads, dilations, ceil_mode)
+    extra = _ceil_extra_pads(spatial, kernel, strides, pads, dilations, ceil_mode)
+    return tuple((spatial[i] + pads[i] + pads[k + i] + extra[i] - ((kernel[i] - 1) * dilations[i] + 1))
+                 // strides[i] + 1 for i in range(k))
+
+
+def _check(x, kernel, strides, pads, dilations):
+    k = len(kernel)
+    if x.ndim != k + 2:
+        raise ValueError("kernel %s needs a %d-D input, got shape %s" % (list(kernel), k + 2, list(x.shape)))
+    if len(strides) != k or len(pads) != 2 * k or len(dilations) != k:
+        raise ValueError("strides %s / pads %s / dilations %s do not match kernel %s"
+                         % (list(strides), list(pads), list(dilations), list(kernel)))
+    if any(v <= 0 for v in list(kernel) + list(strides) + list(dilations)):
+        raise ValueError("kernel %s, strides %s and dilations %s must be positive"
+                         % (list(kernel), list(strides), list(dilations)))
+
+
+def _reduce_windows(x, kernel, strides, pads, dilations, ceil_mode, fill, combine, scratch):
+    """Elementwise `combine` over kernel offsets; returns (out, extra end pads)."""
+    k = len(kernel)
+    spatial = x.shape[2:]
+    extra = _ceil_extra_pads(spatial, kernel, strides, pads, dilations, ceil_mode)
     full = list(pads[:k]) + [pads[k + i] + extra[i] for i in range(k)]
+    out_spatial = pool_output_shape(spatial, kernel, strides, pads, dilations, ceil_mode)
+    if any(o <= 0 for o in out_spatial):
+        raise ValueError("kernel %s does not fit the padded input %s"
+                         % (list(kernel), [spatial[i] + full[i] + full[k + i] for i in range(k)]))
+    lead = x.shape[0] * x.shape[1]
+    flat = x.reshape((lead,) + tuple(spatial))
+    xp = padded_image(scratch, "pool_pad", flat, full, fill)
+    offsets = itertools.product(*(range(kk) for kk in kernel))
+    out = np.array(offset_view(xp, next(offsets), dilations, strides, out_spatial), copy=True)
+    for offset in offsets:
+        combine(out, offset_view(xp, offset, dilations, strides, out_spatial), out=out)
+    return out.reshape(x.shape[:2] + out_spatial), extra
+
+
+def max_pool(x, kernel, strides, pads, dilations=None, ceil_mode=False, *, scratch=None):
+    k = len(kernel)
+    dilations = list(dilations or [1] * k)
+    _check(x, kernel, strides, pads, dilations)
     fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    xp = pad_input(x, full, value=fill)
-    win = windows(xp, kernel, strides, dilations)
-    return win.max(axis=tuple(range(-k, 0)))
+    out, _ = _reduce_windows(x, kernel, strides, pads, dilations, ceil_mode, fill, np.maximum,
+                             scratch or Scratch())
+    return out
 
 
-def average_pool(x, kernel, strides, pads, count_include_pad=False, ceil_mode=False):
+def _window_counts(size, kernel, stride, pad_begin, pad_end, out_size, include_pad):
+    """Per output position along one dim: how many window cells count in the divisor."""
+    starts = np.arange(out_size) * stride - pad_begin
+    lo, hi = (-pad_begin, size + pad_end) if include_pad else (0, size)
+    return (np.minimum(starts + kernel, hi) - np.maximum(starts, lo)).astype(np.float64)
+
+
+def average_pool(x, kernel, strides, pads, count_include_pad=False, ceil_mode=False, *, scratch=None):
     k = len(kernel)
     ones = [1] * k
-    extra = _ceil_extra_pads(x.shape[2:], kernel, strides, pads, ones, ceil_mode)
-    full = list(pads[:k]) + [pads[k + i] + extra[i] for i in range(k)]
-    xp = pad_input(x, full)
-    axes = tuple(range(-k, 0))
-    sums = windows(xp, kernel, strides, ones).sum(axis=axes, dtype=np.float64 if x.dtype == np.float64 else np.float32)
-    if count_include_pad:
-        # Padding added only to reach ceil-mode size never counts.
-        counted = np.ones(x.shape[2:], dtype=np.float32)
-        counted = np.pad(counted, [(pads[i], pads[i + k]) for i in range(k)], constant_values=1.0)
-        counted = np.pad(counted, [(0, extra[i]) for i in range(k)], constant_values=0.0)
-    else:
-        counted = np.pad(np.ones(x.shape[2:], dtype=np.float32), [(full[i], full[i + k]) for i in range(k)])
-    counts = windows(counted[None, None], kernel, strides, ones).sum(axis=axes)
-    return (sums / counts).astype(x.dtype, copy=False)
+    _check(x, kernel, strides, pads, ones)
+    work = x if x.dtype.kind == "f" else x.astype(np.float32)
+    sums, _ = _reduce_windows(work, kernel, strides, pads, ones, ceil_mode, 0.0, np.add, scratch or Scratch())
+    out_spatial = sums.shape[2:]
+    counts = np.ones((), dtype=np.float64)
+    for i in range(k):
+        # Padding added only to reach a ceil-mode size never counts.
+        c = _window_counts(x.shape[2 + i], kernel[i], strides[i], pads[i], pads[k + i], out_spatial[i],
+                           count_include_pad)
+        counts = np.multiply.outer(counts, c)
+    sums *= (1.0 / counts).astype(sums.dtype)
+    return sums.astype(x.dtype, copy=False)
 
 
 def global_pool(x, kind):
-    axes = tuple(range(2, x.ndim))
+    """(N, C, *S) -> (N, C, 1, ...): max or mean over all spatial dims."""
+    n, c = x.shape[:2]
+    flat = x.reshape(n, c, -1)
     if kind == "max":
-        return x.max(axis=axes, keepdims=True)
-    return x.mean(axis=axes, keepdims=True, dtype=np.float32).astype(x.dtype, copy=False)
+        y = flat.max(axis=2)
+    elif kind in ("avg", "average", "mean"):
+        y = flat.mean(axis=2, dtype=np.float64 if x.dtype == np.float64 else np.float32).astype(x.dtype, copy=False)
+    else:
+        raise ValueError("global pool kind must be 'max' or 'avg', got '%s'" % kind)
+    return y.reshape((n, c) + (1,) * (x.ndim - 2))

@@ -1,0 +1,236 @@
+"""Latency of the onnx package's nine light_* models: caffe2py vs onnxruntime.
+
+Batch 1, 2 threads (OpenBLAS's and ORT's intra-op pool), same random input for
+both, median of --runs after warm-ups. Prints model, ours ms, ORT ms, ratio and
+max abs diff; --append adds the table to benchmarks/RESULTS.md.
+
+--layers times every Conv / pool / Gemm / LRN of each model as a single-node
+ONNX model against our kernels directly (per-layer sums), which needs no ONNX
+importer and shows where the time goes.
+
+    python benchmarks/light_models.py [--models resnet50,vgg19] [--layers] [--append]
+"""
+import argparse
+import datetime
+import glob
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
+          "shufflenet", "squeezenet", "vgg19", "zfnet512"]
+THREADS = 2
+
+
+def light_dir():
+    import onnx
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+def ort_session(model_bytes):
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = THREADS
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+
+
+def median_ms(fn, runs, warmup=3):
+    time.sleep(0.05)  # let the other library's spinning worker threads go idle
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1000.0 * statistics.median(times)
+
+
+def graph_inputs(model):
+    """Real inputs: graph inputs that no initializer provides."""
+    inits = {i.name for i in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def random_feeds(model, rng):
+    import onnx.helper
+    feeds = {}
+    for vi in graph_inputs(model):
+        dims = [d.dim_value or 1 for d in vi.type.tensor_type.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        feeds[vi.name] = rng.standard_normal(dims).astype(dtype)
+    return feeds
+
+
+# ------------------------------------------------------------------ whole models
+
+def bench_model(name, runs, rng):
+    import onnx
+    from caffe2py.onnx import backend
+    model = onnx.load(os.path.join(light_dir(), "light_%s.onnx" % name))
+    feeds = random_feeds(model, rng)
+    sess = ort_session(model.SerializeToString())
+    ort_out = sess.run(None, feeds)
+    rep = backend.prepare(model)
+    ours = rep.run(feeds)
+    diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+               for a, b in zip(ours, ort_out))
+    t_ours = median_ms(lambda: rep.run(feeds), runs)
+    t_ort = median_ms(lambda: sess.run(None, feeds), runs)
+    return t_ours, t_ort, diff
+
+
+# ------------------------------------------------------------------ per layer
+
+def layer_shapes(model):
+    """[(node, [input shapes])] for the compute-heavy nodes, via shape inference."""
+    import onnx
+    from onnx import shape_inference
+    inferred = shape_inference.infer_shapes(model, data_prop=True)
+    shapes = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        shapes[vi.name] = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+    return [(node, [shapes.get(i) for i in node.input]) for node in model.graph.node
+            if node.op_type in ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "LRN", "Gemm")]
+
+
+def single_node_model(node, in_shapes, rng):
+    """(model bytes, feeds, weights): x is fed, every other input is an initializer."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    x_name = "x"
+    inits, weights = [], []
+    for k, shape in enumerate(in_shapes[1:], 1):
+        arr = (rng.standard_normal(shape) * 0.1).astype(np.float32)
+        weights.append(arr)
+        inits.append(numpy_helper.from_array(arr, "w%d" % k))
+    new = helper.make_node(node.op_type, [x_name] + ["w%d" % k for k in range(1, len(in_shapes))], ["y"])
+    new.attribute.extend(node.attribute)
+    graph = helper.make_graph([new], "g", [helper.make_tensor_value_info(x_name, TensorProto.FLOAT, in_shapes[0])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    x = rng.standard_normal(in_shapes[0]).astype(np.float32)
+    return model.SerializeToString(), {x_name: x}, weights
+
+
+def our_layer(node, weights):
+    """A callable x -> y running our kernel for the node (ONNX attribute semantics)."""
+    import onnx
+    from caffe2py.kernels.cpu import conv as conv_k, pool as pool_k
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type == "Conv":
+        w = weights[0]
+        b = weights[1] if len(weights) > 1 else None
+        k = w.ndim - 2
+        scratch = conv_k.Scratch()
+        args = (attrs.get("strides", [1] * k), attrs.get("pads", [0] * 2 * k), attrs.get("dilations", [1] * k),
+                attrs.get("group", 1))
+        return lambda x: conv_k.conv_nchw(x, w, b, *args, scratch=scratch)
+    if node.op_type in ("MaxPool", "AveragePool"):
+        kernel = attrs["kernel_shape"]
+        k = len(kernel)
+        strides, pads = attrs.get("strides", [1] * k), attrs.get("pads", [0] * 2 * k)
+        ceil = bool(attrs.get("ceil_mode", 0))
+        if node.op_type == "MaxPool":
+            return lambda x: pool_k.max_pool(x, kernel, strides, pads, attrs.get("dilations"), ceil)
+        inc = bool(attrs.get("count_include_pad", 0))
+        return lambda x: pool_k.average_pool(x, kernel, strides, pads, inc, ceil)
+    if node.op_type == "GlobalAveragePool":
+        return lambda x: pool_k.global_pool(x, "avg")
+    if node.op_type == "LRN":
+        from caffe2py.kernels.cpu import norm as norm_k
+        return lambda x: norm_k.lrn(x, attrs["size"], attrs.get("alpha", 1e-4), attrs.get("beta", 0.75),
+                                    attrs.get("bias", 1.0))
+    if node.op_type == "Gemm":
+        from caffe2py.kernels.cpu import gemm as gemm_k
+        w, b = weights[0], weights[1] if len(weights) > 1 else None
+        return lambda x: gemm_k.gemm(x, w, b, alpha=attrs.get("alpha", 1.0), beta=attrs.get("beta", 1.0),
+                                     trans_a=attrs.get("transA", 0), trans_b=attrs.get("transB", 0))
+    raise NotImplementedError(node.op_type)
+
+
+def bench_layers(name, runs, rng, verbose):
+    import onnx
+    model = onnx.load(os.path.join(light_dir(), "light_%s.onnx" % name))
+    total_ours = total_ort = 0.0
+    worst = 0.0
+    rows = []
+    for node, shapes in layer_shapes(model):
+        if node.op_type == "Gemm" and len(shapes[0]) != 2:
+            continue
+        blob, feeds, weights = single_node_model(node, shapes, rng)
+        sess = ort_session(blob)
+        x = feeds["x"]
+        ref = sess.run(None, feeds)[0]
+        try:
+            fn = our_layer(node, weights)
+            y = fn(x)
+        except (NotImplementedError, ImportError, AttributeError) as exc:
+            print("  skip %s %s: %s" % (node.op_type, shapes, exc))
+            continue
+        diff = float(np.max(np.abs(y - ref))) / max(1.0, float(np.max(np.abs(ref))))
+        worst = max(worst, diff)
+        t_ours = median_ms(lambda: fn(x), runs, warmup=1)
+        t_ort = median_ms(lambda: sess.run(None, feeds), runs, warmup=1)
+        total_ours += t_ours
+        total_ort += t_ort
+        rows.append((t_ours - t_ort, node.op_type, shapes, t_ours, t_ort))
+    if verbose:
+        for extra, op, shapes, a, b in sorted(rows, reverse=True)[:verbose]:
+            print("    %-12s %-40s ours %7.2f ORT %7.2f" % (op, shapes[:2], a, b))
+    return total_ours, total_ort, worst
+
+
+def table(rows, header):
+    lines = ["| model | %s | ORT ms | ratio | max abs diff |" % header, "|---|---|---|---|---|"]
+    for name, ours, ort, diff in rows:
+        lines.append("| %s | %.1f | %.1f | %.2f | %.2g |" % (name, ours, ort, ours / ort, diff))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    global THREADS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--layers", action="store_true", help="per-layer single-node comparison")
+    parser.add_argument("--verbose", type=int, default=0, help="show the N slowest layers (vs ORT)")
+    parser.add_argument("--threads", type=int, default=THREADS, help="BLAS and ORT intra-op threads")
+    parser.add_argument("--append", action="store_true", help="append the table to benchmarks/RESULTS.md")
+    args = parser.parse_args(argv)
+    THREADS = args.threads
+    if os.environ.get("OPENBLAS_NUM_THREADS") != str(THREADS):
+        # BLAS reads its thread count at import: restart with it set.
+        os.environ["OPENBLAS_NUM_THREADS"] = str(THREADS)
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+    rng = np.random.default_rng(0)
+    rows = []
+    for name in args.models.split(","):
+        if args.layers:
+            ours, ort, diff = bench_layers(name, args.runs, rng, args.verbose)
+        else:
+            ours, ort, diff = bench_model(name, args.runs, rng)
+        rows.append((name, ours, ort, diff))
+        print("%-14s ours %8.2f ms  ORT %8.2f ms  ratio %5.2f  max abs diff %.3g"
+              % (name, ours, ort, ours / ort, diff), flush=True)
+    header = "ours ms (sum of layers)" if args.layers else "ours ms"
+    text = table(rows, header)
+    print(text)
+    if args.append:
+        kind = "per-layer sums (Conv/pool/Gemm/LRN as single-node models)" if args.layers else "whole models"
+        section = ("\n## Light ONNX models, %s: caffe2py vs onnxruntime\n\n"
+                   "Machine: 2-vCPU dev VM (Xeon, AVX-512); date %s; batch 1, %d threads, median of %d, "
+                   "`python benchmarks/light_models.py%s`.\n\n%s\n"
+                   % (kind, "2026-11-22", THREADS, args.runs, " --layers" if args.layers else "", text))
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"), "a") as f:
+            f.write(section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

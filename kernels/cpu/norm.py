@@ -1,0 +1,84 @@
+"""Normalisation kernels (inference).
+
+Public:
+    batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1) -> y
+        y = (x - mean) / sqrt(var + epsilon) * scale + bias per channel on `axis`
+        (axis=1 for NCHW, -1 for NHWC).
+    bn_affine(scale, bias, mean, var, epsilon, dtype) -> (mul, add)
+        the per-channel factors batch_norm applies: y = x * mul + add (also used to
+        fold a BN into the preceding convolution).
+    instance_norm(x, scale, bias, epsilon=1e-5) -> y
+        per (n, c) over the spatial dims, NCHW: (x - mean) / sqrt(var + eps) * scale + bias.
+    lrn(x, size, alpha=1e-4, beta=0.75, bias=1.0) -> y
+        across channels (axis 1): y = x / (bias + alpha / size * sum of x^2 over the
+        channels c - (size-1)//2 .. c + size//2 that exist) ** beta (ONNX and Caffe2 agree).
+"""
+import numpy as np
+
+
+def bn_affine(scale, bias, mean, var, epsilon, dtype=np.float32):
+    """Per-channel multiplier and offset of inference batch norm, computed in float64."""
+    mul = np.asarray(scale, np.float64) / np.sqrt(np.asarray(var, np.float64) + epsilon)
+    add = np.asarray(bias, np.float64) - np.asarray(mean, np.float64) * mul
+    return mul.astype(dtype).ravel(), add.astype(dtype).ravel()
+
+
+def _channel_shape(x, axis, c):
+    shape = [1] * x.ndim
+    shape[axis] = c
+    return shape
+
+
+def batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1):
+    axis = axis % x.ndim if x.ndim else 0
+    c = x.shape[axis] if x.ndim > 1 else x.size
+    for name, v in (("scale", scale), ("bias", bias), ("mean", mean), ("var", var)):
+        if np.size(v) != c:
+            raise ValueError("%s has %d elements, expected %d channels" % (name, np.size(v), c))
+    dtype = x.dtype if x.dtype.kind == "f" else np.float32
+    mul, add = bn_affine(scale, bias, mean, var, epsilon, dtype)
+    if x.ndim < 2:
+        return (x * mul + add).astype(dtype, copy=False)
+    shape = _channel_shape(x, axis, c)
+    y = np.multiply(x, mul.reshape(shape), dtype=dtype)
+    y += add.reshape(shape)
+    return y
+
+
+def instance_norm(x, scale, bias, epsilon=1e-5):
+    n, c = x.shape[:2]
+    if np.size(scale) != c or np.size(bias) != c:
+        raise ValueError("scale and bias need %d elements (channels), got %d and %d"
+                         % (c, np.size(scale), np.size(bias)))
+    flat = x.reshape(n, c, -1).astype(np.float64 if x.dtype == np.float64 else np.float32, copy=False)
+    mean = flat.mean(axis=2, keepdims=True)
+    centered = flat - mean
+    var = np.mean(np.square(centered), axis=2, keepdims=True)
+    factor = np.asarray(scale, centered.dtype).reshape(1, c, 1) / np.sqrt(var + epsilon)
+    y = centered * factor
+    y += np.asarray(bias, centered.dtype).reshape(1, c, 1)
+    return y.reshape(x.shape).astype(x.dtype, copy=False)
+
+
+def lrn(x, size, alpha=1e-4, beta=0.75, bias=1.0):
+    if size <= 0:
+        raise ValueError("LRN size must be positive, got %d" % size)
+    c = x.shape[1]
+    before, after = (size - 1) // 2, size // 2
+    sq = np.square(x, dtype=np.float32 if x.dtype != np.float64 else np.float64)
+    # Window sums over channels from a running sum along axis 1 with zero channels around it.
+    csum = np.zeros((x.shape[0], c + size) + x.shape[2:], dtype=sq.dtype)
+    np.cumsum(sq, axis=1, out=csum[:, 1:c + 1])
+    csum[:, c + 1:] = csum[:, c:c + 1]
+    hi = np.minimum(np.arange(c) + after + 1, c)
+    lo = np.maximum(np.arange(c) - before, 0)
+    denom = csum[:, hi] - csum[:, lo]
+    denom *= alpha / size
+    denom += bias
+    if beta == 0.75:
+        # d ** -0.75 = 1 / (sqrt(d) * sqrt(sqrt(d))): far cheaper than a general power.
+        root = np.sqrt(denom)
+        denom = root * np.sqrt(root)
+    else:
+        denom = np.power(denom, beta)
+    return (x / denom).astype(x.dtype, copy=False)
