@@ -278,7 +278,7 @@ def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=
         if mean:
             w_mat = w_mat * (np.float32(1) / lens.astype(np.float32))[:, None]
         w_mat = np.ascontiguousarray(w_mat, dtype=np.float32)
-        contiguous = bags[-1] - bags[0] == bags.size - 1 and (bags.size == 1 or bags[1] > bags[0])
+        contiguous = bags[-1] - bags[0] == bags.size - 1 and bool((np.diff(bags) == 1).all())
         if contiguous:
             _reduce_chunk(layout, data, block, idx_mat, w_mat, out[bags[0]:bags[-1] + 1])
         else:
