@@ -292,3 +292,73 @@ def test_core_net_and_workspace_blobs_as_constant_hints():
     check(out, "w", [C, C], [7, 5])
     check(out, "x", [B, C], [3, 5])
     check(out, "y", [B, C], [3, 7])
+
+
+# ----------------------------------------------------------------- shape-annotated execution
+
+def _fc_workspace(batch_fed):
+    import numpy as np
+    from caffe2py.workspace import Workspace
+    ws = Workspace("bound")
+    rng = np.random.default_rng(1)
+    ws.feed_blob("w", rng.random((7, 100), dtype=np.float32))
+    ws.feed_blob("b", rng.random(7, dtype=np.float32))
+    ws.feed_blob("x", rng.random((batch_fed, 100), dtype=np.float32))
+    net = caffe2_pb2.NetDef(name="fc_net")
+    net.op.add().CopyFrom(op("FC", ["x", "w", "b"], ["y"]))
+    net.external_input.extend(["x", "w", "b"])
+    net.external_output.append("y")
+    return ws, net
+
+
+def test_bound_net_runs_within_the_bound_and_rejects_bigger_inputs():
+    import numpy as np
+    from caffe2py.bound_execution import create_bound_net
+    ws, net = _fc_workspace(batch_fed=12)
+    bound = create_bound_net(ws, net, BoundShapeSpec(20, 1),
+                             {"x": ShapeInfo([20, 100], [B, C])})
+    assert bound.shapes["y"].dims == [20, 7]
+    ws.run_net("fc_net")
+    ref = ws.fetch_blob("x").astype(np.float64) @ ws.fetch_blob("w").T.astype(np.float64) + ws.fetch_blob("b")
+    np.testing.assert_allclose(ws.fetch_blob("y"), ref, rtol=1e-5)
+    ws.feed_blob("x", np.zeros((32, 100), np.float32))
+    with pytest.raises(Caffe2Error, match=r"blob 'x' was fed \[32, 100\] but the net was bound for at most "
+                                          r"\[20, 100\] \(BATCH=20\)"):
+        ws.run_net("fc_net")
+    ws.feed_blob("x", np.zeros((4, 100, 1), np.float32))
+    with pytest.raises(Caffe2Error, match=r"blob 'x' was fed \[4, 100, 1\] \(3-D\)"):
+        ws.run_net("fc_net")
+
+
+def test_kernel_factories_see_inferred_input_types():
+    from caffe2py.bound_execution import create_bound_net
+    from caffe2py.registry import OpSchema, register_kernel, register_schema
+    seen = {}
+    register_schema(OpSchema("TestRecordInputTypes", num_inputs=1, num_outputs=1,
+                             inference=lambda ctx, ins: [ins[0]]))
+
+    @register_kernel("TestRecordInputTypes")
+    def factory(ctx):
+        seen["types"] = ctx.input_types
+        return lambda x: x
+    ws, net = _fc_workspace(batch_fed=3)
+    net.op.add().CopyFrom(op("TestRecordInputTypes", ["y"], ["z"]))
+    create_bound_net(ws, net, BoundShapeSpec(16, 1), {"x": ShapeInfo([16, 100], [B, C])})
+    assert seen["types"][0].dims == (16, 7)
+    assert seen["types"][0].dtype == DT.FLOAT
+
+
+def test_memory_summary_at_the_bound():
+    from caffe2py.bound_execution import memory_summary
+    net = net_of(op("FC", ["x", "w", "b"], ["h"]), op("Relu", ["h"], ["r"]), op("FC", ["r", "w2", "b2"], ["y"]))
+    net.external_output.append("y")
+    hints = {"w": info([C, C], [64, 100]), "b": info([C], [64]), "w2": info([C, C], [10, 64]), "b2": info([C], [10])}
+    shapes = infer(net, hints, batch=32)
+    mem = memory_summary(net, shapes, parameters=hints)
+    params = 4 * (64 * 100 + 64 + 10 * 64 + 10)
+    x, h, r, y = 4 * 32 * 100, 4 * 32 * 64, 4 * 32 * 64, 4 * 32 * 10
+    assert mem["parameter_bytes"] == params
+    assert mem["activation_bytes"] == x + h + r + y
+    assert mem["total_bytes"] == params + x + h + r + y
+    # op 1 holds h and r live (x was freed after op 0); op 0 holds x and h
+    assert mem["peak_live_activation_bytes"] == max(x + h, h + r, r + y)
