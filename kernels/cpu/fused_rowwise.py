@@ -105,7 +105,8 @@ def fused_nbit_to_float(q, bit_rate, out_dtype=np.float32):
 
 
 def float_to_half(x):
-    return np.asarray(x, dtype=np.float32).astype(np.float16)
+    with np.errstate(over="ignore"):   # out-of-range values become inf, as in C++
+        return np.asarray(x, dtype=np.float32).astype(np.float16)
 
 
 def half_to_float(x):
