@@ -1,0 +1,137 @@
+"""caffe2py as an onnx.backend: prepare() converts the model once (constant
+folding included: the init net runs once here) and compiles the predict net;
+BackendRep.run() only feeds inputs and runs the compiled plan.
+
+    import caffe2py.onnx.backend as backend
+    rep = backend.prepare(model)          # ModelProto, path or bytes
+    outputs = rep.run([x])                # list, dict {name: array} or one array
+"""
+import os
+
+import numpy as np
+from onnx.backend.base import Backend, BackendRep, Device, DeviceType
+
+from caffe2py.errors import Caffe2Error
+from caffe2py.executor import compile_net
+from caffe2py.proto import caffe2_pb2
+
+from .convert import convert, graph_inputs, is_supported, node_domain, node_to_op
+from .loader import load_model
+
+
+def _as_value(value):
+    """Feeds stay NumPy arrays (0-d included); sequences stay lists."""
+    if isinstance(value, (list, tuple)):
+        return [_as_value(v) for v in value]
+    if value is None:
+        return None
+    return np.asarray(value)
+
+
+def _optimizer():
+    """caffe2py.optimize.optimize when that module exists (it is optional)."""
+    try:
+        from caffe2py import optimize as opt
+    except ImportError:
+        return None
+    return getattr(opt, "optimize", None) if os.environ.get("CAFFE2PY_ONNX_OPTIMIZE", "1") != "0" else None
+
+
+class Caffe2pyRep(BackendRep):
+    """A prepared model: constant blobs computed once plus the compiled predict plan."""
+
+    def __init__(self, init_net, predict_net, input_names):
+        self.init_net = init_net
+        self.predict_net = predict_net
+        self.input_names = list(input_names)
+        self.output_names = list(predict_net.external_output)
+        self.constants = {}
+        if init_net.op:   # the executor cannot render an empty net
+            compile_net(init_net).run(self.constants)
+        optimize = _optimizer()
+        if optimize is not None:
+            self.constants, self.predict_net = _apply_optimizer(optimize, self.constants, predict_net)
+        self.plan = (compile_net(self.predict_net, known_blobs=self.constants.keys())
+                     if self.predict_net.op else None)
+
+    def _feeds(self, inputs):
+        if isinstance(inputs, dict):
+            return {name: _as_value(v) for name, v in inputs.items()}
+        if isinstance(inputs, np.ndarray) or np.isscalar(inputs):
+            inputs = [inputs]
+        inputs = list(inputs)
+        if len(inputs) > len(self.input_names):
+            raise Caffe2Error("the model takes %d inputs (%s) but %d were given"
+                              % (len(self.input_names), ", ".join(self.input_names), len(inputs)))
+        return {name: _as_value(v) for name, v in zip(self.input_names, inputs)}
+
+    def run(self, inputs, **kwargs):
+        feeds = self._feeds(inputs)
+        missing = [n for n in self.input_names if n not in feeds]
+        if missing:
+            raise Caffe2Error("missing model input(s): %s" % ", ".join(missing))
+        blobs = dict(self.constants)
+        blobs.update(feeds)
+        if self.plan is not None:
+            self.plan.run(blobs)
+        return tuple(blobs[name] for name in self.output_names)
+
+
+def _apply_optimizer(optimize, constants, predict_net):
+    result = optimize(constants, predict_net)
+    if isinstance(result, tuple) and len(result) == 2:
+        return result
+    return constants, result
+
+
+class Caffe2pyBackend(Backend):
+    @classmethod
+    def prepare(cls, model, device="CPU", **kwargs):
+        if not cls.supports_device(device):
+            raise Caffe2Error("caffe2py's ONNX backend runs on CPU only, not '%s'" % device)
+        model = load_model(model)
+        init_net, predict_net = convert(model)
+        return Caffe2pyRep(init_net, predict_net, graph_inputs(model))
+
+    @classmethod
+    def run_model(cls, model, inputs, device="CPU", **kwargs):
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node, inputs, device="CPU", outputs_info=None, **kwargs):
+        import caffe2py.operators  # noqa: F401
+        if not cls.supports_device(device):
+            raise Caffe2Error("caffe2py's ONNX backend runs on CPU only, not '%s'" % device)
+        opset = int(kwargs.get("opset_version", 0) or 0)
+        if not opset:
+            import onnx
+            opset = onnx.defs.onnx_opset_version()
+        domain = node_domain(node)
+        if not is_supported(domain, node.op_type, opset):
+            raise Caffe2Error("the model uses 1 op(s) caffe2py cannot run: %s-%d" % (node.op_type, opset))
+        op = node_to_op(node, {node.domain or "": opset, "": opset})
+        net = caffe2_pb2.NetDef(name="run_node_%s" % node.op_type)
+        net.op.append(op)
+        names = [n for n in node.input if n]
+        if isinstance(inputs, dict):
+            blobs = {k: _as_value(v) for k, v in inputs.items()}
+        else:
+            blobs = {n: _as_value(v) for n, v in zip(names, inputs)}
+        net.external_input.extend(blobs)
+        net.external_output.extend(o for o in op.output)
+        compile_net(net, known_blobs=blobs.keys()).run(blobs)
+        return tuple(blobs[o] for o in node.output if o)
+
+    @classmethod
+    def supports_device(cls, device):
+        try:
+            return Device(device).type == DeviceType.CPU
+        except Exception:  # noqa: BLE001 - unknown device strings are simply unsupported
+            return False
+
+
+prepare = Caffe2pyBackend.prepare
+run_model = Caffe2pyBackend.run_model
+run_node = Caffe2pyBackend.run_node
+supports_device = Caffe2pyBackend.supports_device
+is_compatible = Caffe2pyBackend.is_compatible

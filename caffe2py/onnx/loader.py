@@ -1,0 +1,74 @@
+"""Reading an ONNX model from a ModelProto, a path or bytes, with clear errors
+for missing, corrupted, truncated or invalid files."""
+import os
+
+from caffe2py.errors import Caffe2Error
+
+MAX_IR_VERSION = 14
+MAX_OPSET = 28
+
+
+class ModelLoadError(Caffe2Error):
+    """The ONNX model could not be read or is not a valid model."""
+
+
+def _parse(data, source):
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise ModelLoadError("%s is not a valid ONNX model: the protobuf cannot be decoded "
+                             "(corrupted or truncated file? %d bytes read): %s"
+                             % (source, len(data), exc)) from None
+    if not model.HasField("graph") or model.ir_version == 0:
+        # Random or truncated bytes sometimes decode as an empty message.
+        raise ModelLoadError("%s is not a valid ONNX model: %s (corrupted or truncated file? "
+                             "%d bytes read)" % (source, "no graph" if not model.HasField("graph")
+                                                  else "no ir_version", len(data)))
+    return model
+
+
+def load_model(model, check=False):
+    """A ModelProto from a ModelProto, a path (str/PathLike) or serialized bytes."""
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        source = "model '%s'" % (model.graph.name or "<unnamed>")
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        source = "ONNX bytes"
+        model = _parse(bytes(model), source)
+    elif isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        source = "'%s'" % path
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise ModelLoadError("cannot read ONNX model %s: %s" % (source, exc.strerror or exc)) from None
+        model = _parse(data, source)
+        _load_external_data(model, os.path.dirname(os.path.abspath(path)))
+    else:
+        raise ModelLoadError("expected an onnx.ModelProto, a path or bytes, got %s" % type(model).__name__)
+    if model.ir_version > MAX_IR_VERSION:
+        raise ModelLoadError("%s has IR version %d; caffe2py reads IR versions up to %d"
+                             % (source, model.ir_version, MAX_IR_VERSION))
+    if check:
+        try:
+            onnx.checker.check_model(model)
+        except onnx.checker.ValidationError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelLoadError("%s is not a valid ONNX model: %s" % (source, first)) from None
+    return model
+
+
+def _load_external_data(model, base_dir):
+    from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+    if any(uses_external_data(t) for t in model.graph.initializer):
+        try:
+            load_external_data_for_model(model, base_dir)
+        except OSError as exc:
+            raise ModelLoadError("cannot read the external data of the ONNX model: %s" % exc) from None

@@ -1,0 +1,137 @@
+"""Elementwise math and reductions with ONNX semantics (dtype-preserving)."""
+import math
+
+import numpy as np
+
+
+def divide(a, b):
+    """ONNX Div: true division for floats, truncation toward zero for integers."""
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        q = np.floor_divide(a, b)
+        # floor_divide rounds toward -inf; ONNX (C semantics) rounds toward zero.
+        fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+        return (q + fix).astype(np.result_type(a, b), copy=False)
+    return np.divide(a, b)
+
+
+def power(a, b):
+    """ONNX Pow: the output has the base's type, whatever the exponent's type."""
+    if a.dtype.kind in "iu":
+        return np.power(a.astype(np.float64), b).astype(a.dtype)
+    return np.power(a, b.astype(a.dtype, copy=False)).astype(a.dtype, copy=False)
+
+
+def mod(a, b):
+    """Mod with fmod=0: the result has the divisor's sign (integers)."""
+    return np.mod(a, b)
+
+
+def fmod(a, b):
+    return np.fmod(a, b)
+
+
+def softplus(x):
+    return np.logaddexp(0, x)
+
+
+def elu(x, alpha):
+    return np.where(x < 0, alpha * np.expm1(np.minimum(x, 0)), x)
+
+
+def selu(x, alpha, gamma):
+    return gamma * np.where(x <= 0, alpha * np.expm1(np.minimum(x, 0)), x)
+
+
+def celu(x, alpha):
+    return np.maximum(x, 0) + np.minimum(0, alpha * np.expm1(x / alpha))
+
+
+def leaky_relu(x, alpha):
+    return np.where(x < 0, x * np.asarray(alpha, x.dtype), x)
+
+
+def thresholded_relu(x, alpha):
+    return np.where(x > alpha, x, 0)
+
+
+def hard_sigmoid(x, alpha, beta):
+    return np.clip(x * alpha + beta, 0, 1)
+
+
+def shrink(x, lambd, bias):
+    return np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0))
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def erf(x):
+    return _erf(x)
+
+
+def onnx_dtype(data_type):
+    """numpy dtype for an ONNX TensorProto.DataType value (None when unsupported)."""
+    from onnx import helper
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(data_type))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def cast(x, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "O" or x.dtype.kind == "O":
+        if dtype.kind == "O":
+            return np.array([str(v) if not isinstance(v, (str, bytes)) else v for v in x.reshape(-1)],
+                            dtype=object).reshape(x.shape)
+        return np.array([float(v) for v in x.reshape(-1)]).astype(dtype).reshape(x.shape)
+    return x.astype(dtype)
+
+
+def _keep_type(fn):
+    def reduce(x, axes, keepdims):
+        return np.asarray(fn(x, axes, keepdims)).astype(x.dtype, copy=False)
+    return reduce
+
+
+reduce_sum = _keep_type(lambda x, a, k: np.sum(x, axis=a, keepdims=k))
+reduce_mean = _keep_type(lambda x, a, k: np.mean(x, axis=a, keepdims=k))
+reduce_max = _keep_type(lambda x, a, k: np.max(x, axis=a, keepdims=k) if x.size else
+                        np.full(_reduced_shape(x, a, k), -np.inf))
+reduce_min = _keep_type(lambda x, a, k: np.min(x, axis=a, keepdims=k) if x.size else
+                        np.full(_reduced_shape(x, a, k), np.inf))
+reduce_prod = _keep_type(lambda x, a, k: np.prod(x, axis=a, keepdims=k))
+reduce_l1 = _keep_type(lambda x, a, k: np.sum(np.abs(x), axis=a, keepdims=k))
+reduce_l2 = _keep_type(lambda x, a, k: np.sqrt(np.sum(np.square(x), axis=a, keepdims=k)))
+reduce_log_sum = _keep_type(lambda x, a, k: np.log(np.sum(x, axis=a, keepdims=k)))
+reduce_sum_square = _keep_type(lambda x, a, k: np.sum(np.square(x), axis=a, keepdims=k))
+
+
+def _log_sum_exp(x, a, k):
+    m = np.max(x, axis=a, keepdims=True) if x.size else np.zeros(_reduced_shape(x, a, True))
+    m = np.where(np.isfinite(m), m, 0)
+    out = np.log(np.sum(np.exp(x - m), axis=a, keepdims=True)) + m
+    return out if k else np.squeeze(out, axis=a)
+
+
+reduce_log_sum_exp = _keep_type(_log_sum_exp)
+
+
+def _reduced_shape(x, axes, keepdims):
+    return tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keepdims or i not in axes)
+
+
+def normalize_strings(x, action, case_sensitive, stopwords):
+    """ONNX StringNormalizer on a 1-D or [1, C] object array of str."""
+    words = [w.decode() if isinstance(w, bytes) else w for w in x.reshape(-1)]
+    stop = set(stopwords) if case_sensitive else {w.lower() for w in stopwords}
+    kept = [w for w in words if (w if case_sensitive else w.lower()) not in stop]
+    if action == "LOWER":
+        kept = [w.lower() for w in kept]
+    elif action == "UPPER":
+        kept = [w.upper() for w in kept]
+    if not kept:
+        kept = [""]   # the spec keeps one empty string when everything is removed
+    out = np.empty(len(kept), dtype=object)
+    out[:] = kept
+    return out.reshape(1, -1) if x.ndim == 2 else out

@@ -1,0 +1,64 @@
+"""Shape and data-movement compute with ONNX semantics: Pad modes, Slice with
+clamped starts/ends/steps, Reshape's 0/-1 rules, Split sizes."""
+import numpy as np
+
+
+def pad(x, pads, mode="constant", value=0):
+    """pads: begins then ends, one pair per axis; negative pads crop."""
+    r = x.ndim
+    begins, ends = list(pads[:r]), list(pads[r:])
+    crop = tuple(slice(max(0, -b), x.shape[i] - max(0, -e)) for i, (b, e) in enumerate(zip(begins, ends)))
+    x = x[crop]
+    width = [(max(0, b), max(0, e)) for b, e in zip(begins, ends)]
+    if mode == "constant":
+        return np.pad(x, width, mode="constant", constant_values=value)
+    if mode == "reflect":
+        return np.pad(x, width, mode="reflect")
+    if mode == "edge":
+        return np.pad(x, width, mode="edge")
+    if mode == "wrap":
+        return np.pad(x, width, mode="wrap")
+    raise ValueError("unknown pad mode '%s'" % mode)
+
+
+def slice_index(shape, starts, ends, axes, steps):
+    """The tuple of slices ONNX Slice selects (starts/ends clamped per step sign)."""
+    index = [slice(None)] * len(shape)
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        dim = shape[axis]
+        if step == 0:
+            raise ValueError("Slice step cannot be 0")
+        start = start + dim if start < 0 else start
+        end = end + dim if end < 0 else end
+        if step > 0:
+            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        else:
+            start, end = min(max(start, -1), dim - 1), min(max(end, -1), dim - 1)
+        # A negative end of -1 after clamping means "through index 0", which a
+        # Python slice can only say with None.
+        index[axis] = slice(start, None if end < 0 else end, step)
+    return tuple(index)
+
+
+def reshape_target(in_shape, shape, allowzero=False):
+    """ONNX Reshape: 0 copies the input dim (unless allowzero), -1 is inferred."""
+    out = []
+    for i, d in enumerate(shape):
+        if d == 0 and not allowzero:
+            out.append(in_shape[i])
+        else:
+            out.append(int(d))
+    return out
+
+
+def split_sizes(dim, split, n_outputs):
+    if split:
+        if sum(split) != dim:
+            raise ValueError("split sizes %s do not add up to %d" % (list(split), dim))
+        return list(split)
+    chunk = -(-dim // n_outputs)
+    sizes = [chunk] * (n_outputs - 1)
+    sizes.append(dim - chunk * (n_outputs - 1))
+    if sizes[-1] < 0:
+        raise ValueError("cannot split %d into %d parts" % (dim, n_outputs))
+    return sizes

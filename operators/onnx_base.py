@@ -1,0 +1,51 @@
+"""Registration helper shared by the ONNX-semantics op modules (domain ai.onnx).
+
+`onnx_op("Relu", (6, 12), (13, None))` decorates one kernel factory and
+registers it for each opset range given (inclusive), plus one schema per op
+type (since version 1; arity is checked by the model's own opset rules).
+The factory sees the usual OpContext; missing optional inputs (see
+caffe2py.onnx.convert ABSENT_ARG) reach the kernel callable as None.
+"""
+from caffe2py.registry import OpSchema, register_kernel, register_schema, schema_for
+
+DOMAIN = "ai.onnx"
+ABSENT_ARG = "_onnx_absent"
+
+
+def _with_absent_inputs(factory):
+    def build(ctx):
+        run = factory(ctx)
+        absent = ctx.ints(ABSENT_ARG, []) if ctx.has(ABSENT_ARG) else []
+        if not absent:
+            return run
+        total = ctx.n_inputs + len(absent)
+
+        def run_with_gaps(*present):
+            it = iter(present)
+            return run(*[None if i in absent else next(it) for i in range(total)])
+        return run_with_gaps
+    build.__name__ = getattr(factory, "__name__", "onnx_kernel")
+    build.__doc__ = factory.__doc__
+    return build
+
+
+def onnx_op(op_type, *ranges, domain=DOMAIN, doc=""):
+    """Register factory for op_type over the given (since, until) opset ranges."""
+    ranges = ranges or ((1, None),)
+
+    def wrap(factory):
+        if schema_for(op_type, domain) is None:
+            register_schema(OpSchema(op_type, domain=domain, since_version=1,
+                                     doc=doc or (factory.__doc__ or "").strip()))
+        build = _with_absent_inputs(factory)
+        for since, until in ranges:
+            register_kernel(op_type, domain=domain, versions=(since, until))(build)
+        return factory
+    return wrap
+
+
+def axis_of(ctx, axis, rank, what="axis"):
+    """A possibly negative axis normalised against rank, with a clear error."""
+    if not -rank <= axis < max(rank, 1):
+        raise ctx.error("%s %d is out of range for a tensor of rank %d" % (what, axis, rank))
+    return axis % rank if rank else 0

@@ -1,0 +1,269 @@
+"""ONNX NN ops: Conv, ConvTranspose, pooling (max/average/Lp/global), Gemm,
+MatMul, BatchNormalization, InstanceNormalization, LRN, Softmax/LogSoftmax/
+Hardmax (opset 1-12 coerce-to-2-D, 13+ one axis), Dropout."""
+import numpy as np
+
+from caffe2py.kernels.cpu import conv as conv_k
+from caffe2py.kernels.cpu import onnx_nn as nn_k
+from caffe2py.kernels.cpu import pool as pool_k
+
+from .onnx_base import axis_of, onnx_op
+
+
+def _geometry(ctx, x, kernel):
+    """(strides, pads, dilations) for input x and a kernel shape, auto_pad applied."""
+    k = len(kernel)
+    strides = ctx.ints("strides", None) or [1] * k
+    dilations = ctx.ints("dilations", None) or [1] * k
+    pads = ctx.ints("pads", None) or [0] * (2 * k)
+    if len(strides) != k or len(dilations) != k or len(pads) != 2 * k:
+        raise ctx.error("strides/dilations/pads do not match a %d-D kernel (input shape %s)"
+                        % (k, list(x.shape)))
+    pads = nn_k.auto_pads(ctx.string("auto_pad", "NOTSET"), x.shape[2:], kernel, strides, dilations, pads)
+    return strides, pads, dilations
+
+
+def _check_rank(ctx, x, k, what="input"):
+    if x.ndim != k + 2:
+        raise ctx.input_error(0, "%s of shape %s should have rank %d (N, C and %d spatial dims)"
+                              % (what, list(x.shape), k + 2, k))
+
+
+# ----------------------------------------------------------------- convolution
+
+@onnx_op("Conv", (1, None))
+def conv(ctx):
+    group = ctx.int("group", 1)
+    kernel_attr = ctx.ints("kernel_shape", None)
+
+    def run(x, w, b=None):
+        kernel = list(w.shape[2:])
+        if kernel_attr and list(kernel_attr) != kernel:
+            raise ctx.input_error(1, "kernel_shape %s does not match W of shape %s"
+                                  % (kernel_attr, list(w.shape)))
+        _check_rank(ctx, x, len(kernel))
+        if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+            raise ctx.input_error(1, "W of shape %s does not fit X of shape %s with group %d"
+                                  % (list(w.shape), list(x.shape), group))
+        strides, pads, dilations = _geometry(ctx, x, kernel)
+        try:
+            return conv_k.conv_nchw(x, w, b, strides, pads, dilations, group)
+        except ValueError as exc:
+            raise ctx.error(str(exc)) from None
+    return run
+
+
+@onnx_op("ConvTranspose", (1, None))
+def conv_transpose(ctx):
+    group = ctx.int("group", 1)
+
+    def run(x, w, b=None):
+        kernel = list(w.shape[2:])
+        k = len(kernel)
+        _check_rank(ctx, x, k)
+        if x.shape[1] != w.shape[0]:
+            raise ctx.input_error(1, "W of shape %s needs %d input channels, X has %d"
+                                  % (list(w.shape), w.shape[0], x.shape[1]))
+        strides = ctx.ints("strides", None) or [1] * k
+        dilations = ctx.ints("dilations", None) or [1] * k
+        output_padding = ctx.ints("output_padding", None) or [0] * k
+        output_shape = ctx.ints("output_shape", None)
+        if output_shape and len(output_shape) > k:
+            output_shape = output_shape[-k:]
+        pads = nn_k.conv_transpose_pads(ctx.string("auto_pad", "NOTSET"), x.shape[2:], kernel, strides,
+                                        dilations, ctx.ints("pads", None), output_padding, output_shape)
+        return nn_k.conv_transpose(x, w, b, strides, pads, dilations, group, output_padding)
+    return run
+
+
+# ----------------------------------------------------------------- pooling
+
+@onnx_op("MaxPool", (1, None))
+def max_pool(ctx):
+    kernel = ctx.ints("kernel_shape")
+    if not kernel:
+        raise ctx.error("MaxPool needs kernel_shape")
+    ceil_mode = bool(ctx.int("ceil_mode", 0))
+    if ctx.n_outputs > 1:
+        raise ctx.error("MaxPool's Indices output is not supported")
+
+    def run(x):
+        _check_rank(ctx, x, len(kernel))
+        strides, pads, dilations = _geometry(ctx, x, kernel)
+        return np.ascontiguousarray(pool_k.max_pool(x, kernel, strides, pads, dilations, ceil_mode))
+    return run
+
+
+@onnx_op("AveragePool", (1, None))
+def average_pool(ctx):
+    kernel = ctx.ints("kernel_shape")
+    if not kernel:
+        raise ctx.error("AveragePool needs kernel_shape")
+    ceil_mode = bool(ctx.int("ceil_mode", 0))
+    include_pad = bool(ctx.int("count_include_pad", 0))
+    if any(d != 1 for d in (ctx.ints("dilations", None) or [])):
+        raise ctx.error("AveragePool with dilations is not supported")
+
+    def run(x):
+        _check_rank(ctx, x, len(kernel))
+        strides, pads, _ = _geometry(ctx, x, kernel)
+        return np.ascontiguousarray(pool_k.average_pool(x, kernel, strides, pads, include_pad, ceil_mode))
+    return run
+
+
+@onnx_op("LpPool", (1, None))
+def lp_pool(ctx):
+    kernel = ctx.ints("kernel_shape")
+    p = ctx.float("p", 2.0)
+
+    def run(x):
+        _check_rank(ctx, x, len(kernel))
+        strides, pads, dilations = _geometry(ctx, x, kernel)
+        return nn_k.lp_pool(x, kernel, strides, pads, dilations, p)
+    return run
+
+
+def _global_factory(kind):
+    def factory(ctx):
+        p = ctx.float("p", 2.0) if kind == "lp" else None
+
+        def run(x):
+            if x.ndim < 3:
+                raise ctx.input_error(0, "needs (N, C, spatial...) input, got shape %s" % list(x.shape))
+            if kind == "lp":
+                axes = tuple(range(2, x.ndim))
+                return (np.sum(np.abs(x) ** p, axis=axes, keepdims=True) ** (1.0 / p)).astype(x.dtype)
+            return pool_k.global_pool(x, kind)
+        return run
+    return factory
+
+
+onnx_op("GlobalAveragePool", (1, None))(_global_factory("avg"))
+onnx_op("GlobalMaxPool", (1, None))(_global_factory("max"))
+onnx_op("GlobalLpPool", (1, None))(_global_factory("lp"))
+
+
+# ----------------------------------------------------------------- Gemm / MatMul
+
+@onnx_op("Gemm", (1, None))
+def gemm(ctx):
+    alpha, beta = ctx.float("alpha", 1.0), ctx.float("beta", 1.0)
+    trans_a, trans_b = bool(ctx.int("transA", 0)), bool(ctx.int("transB", 0))
+
+    def run(a, b, c=None):
+        if a.ndim != 2 or b.ndim != 2:
+            raise ctx.error("Gemm needs 2-D A and B, got shapes %s and %s" % (list(a.shape), list(b.shape)))
+        a2 = a.T if trans_a else a
+        b2 = b.T if trans_b else b
+        if a2.shape[1] != b2.shape[0]:
+            raise ctx.error("Gemm: A%s of shape %s and B%s of shape %s do not multiply"
+                            % ("^T" if trans_a else "", list(a.shape), "^T" if trans_b else "", list(b.shape)))
+        y = a2 @ b2
+        if alpha != 1.0:
+            y *= np.asarray(alpha, y.dtype)
+        if c is not None and beta != 0.0:
+            cc = c if beta == 1.0 else c * np.asarray(beta, c.dtype)
+            try:
+                y += cc
+            except ValueError:
+                raise ctx.input_error(2, "C of shape %s does not broadcast to (%d, %d)"
+                                      % (list(c.shape), y.shape[0], y.shape[1])) from None
+        return y
+    return run
+
+
+@onnx_op("MatMul", (1, None))
+def matmul(ctx):
+    def run(a, b):
+        try:
+            return np.matmul(a, b)
+        except ValueError:
+            raise ctx.error("MatMul: shapes %s and %s do not multiply" % (list(a.shape), list(b.shape))) from None
+    return run
+
+
+# ----------------------------------------------------------------- normalisation
+
+@onnx_op("BatchNormalization", (1, None))
+def batch_norm(ctx):
+    eps = ctx.float("epsilon", 1e-5)
+    if ctx.op_version >= 14 and ctx.int("training_mode", 0):
+        raise ctx.error("BatchNormalization in training mode is not supported (inference only)")
+    if ctx.op_version < 7 and not ctx.int("is_test", 0) and ctx.n_outputs > 1:
+        raise ctx.error("BatchNormalization with training outputs is not supported (inference only)")
+    spatial = ctx.int("spatial", 1) if ctx.op_version < 9 else 1
+    extra = ctx.n_outputs - 1
+
+    def run(x, scale, bias, mean, var):
+        if spatial:
+            y = nn_k.batch_norm_inference(x, scale, bias, mean, var, eps)
+        else:   # one statistic per activation: the params have x's non-batch shape
+            y = ((x - mean) / np.sqrt(var + eps) * scale + bias).astype(x.dtype, copy=False)
+        if extra:
+            return (y,) + (mean.copy(), var.copy(), mean.copy(), var.copy())[:extra]
+        return y
+    return run
+
+
+@onnx_op("InstanceNormalization", (1, None))
+def instance_norm(ctx):
+    eps = ctx.float("epsilon", 1e-5)
+    return lambda x, scale, bias: nn_k.instance_norm(x, scale, bias, eps)
+
+
+@onnx_op("LRN", (1, None))
+def lrn(ctx):
+    size = ctx.int("size")
+    alpha, beta, bias = ctx.float("alpha", 1e-4), ctx.float("beta", 0.75), ctx.float("bias", 1.0)
+    return lambda x: nn_k.lrn(x, size, alpha, beta, bias)
+
+
+# ----------------------------------------------------------------- softmax family
+
+def _softmax_factory(kind):
+    def factory(ctx):
+        modern = ctx.op_version >= 13
+        axis = ctx.int("axis", -1 if modern else 1)
+
+        def run(x):
+            a = axis_of(ctx, axis, x.ndim)
+            # Before opset 13 the input is coerced to 2-D at `axis` and normalised
+            # over everything after it; from 13 only along `axis`.
+            view = x if modern else nn_k.coerce_2d(x, a)
+            ax = a if modern else 1
+            if kind == "hard":
+                y = nn_k.hardmax_axis(view, ax)
+            else:
+                y = nn_k.softmax_axis(view, ax, log=(kind == "log"))
+            return y.reshape(x.shape).astype(x.dtype, copy=False)
+        return run
+    return factory
+
+
+onnx_op("Softmax", (1, None))(_softmax_factory("soft"))
+onnx_op("LogSoftmax", (1, None))(_softmax_factory("log"))
+onnx_op("Hardmax", (1, None))(_softmax_factory("hard"))
+
+
+@onnx_op("Dropout", (1, None))
+def dropout(ctx):
+    attr_ratio = ctx.float("ratio", 0.5)
+    want_mask = ctx.n_outputs > 1
+    bool_mask = ctx.op_version >= 10
+    if ctx.op_version < 7 and ctx.int("is_test", 0) == 0 and ctx.has("is_test"):
+        raise ctx.error("Dropout in training mode (is_test=0) is not supported")
+    seed = ctx.int("seed", None)
+    rng = np.random.default_rng(seed)
+
+    def run(x, ratio=None, training=None):
+        r = attr_ratio if ratio is None else float(ratio)
+        if training is not None and bool(training) and r > 0:
+            keep = rng.random(x.shape) >= r
+            y = (x * keep / np.asarray(1 - r, x.dtype)).astype(x.dtype, copy=False)
+            return (y, keep) if want_mask else y
+        y = x.copy()
+        if not want_mask:
+            return y
+        mask = np.ones(x.shape, dtype=np.bool_ if bool_mask else x.dtype)
+        return y, mask
+    return run

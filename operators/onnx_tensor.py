@@ -1,0 +1,369 @@
+"""ONNX tensor ops: Constant, ConstantOfShape, Shape, Size, Reshape, Flatten,
+Transpose, Squeeze, Unsqueeze, Concat, Split, Gather, GatherElements, Slice,
+Pad, Tile, Expand, Where, Range, NonZero, TopK, CumSum, DepthToSpace,
+SpaceToDepth, OneHot. Attribute-vs-input changes across opsets follow the spec."""
+import numpy as np
+
+from caffe2py.kernels.cpu import onnx_tensor as tk
+from caffe2py.tensors import tensor_to_numpy
+
+from .onnx_base import axis_of, onnx_op
+
+
+def _ints(arr):
+    return [int(v) for v in np.asarray(arr).reshape(-1)]
+
+
+# ----------------------------------------------------------------- constants
+
+@onnx_op("Constant", (1, None))
+def constant(ctx):
+    if ctx.has("value"):
+        value = tensor_to_numpy(ctx.tensor("value"))
+    elif ctx.has("value_float"):
+        value = np.array(ctx.float("value_float"), dtype=np.float32)
+    elif ctx.has("value_floats"):
+        value = np.array(ctx.floats("value_floats"), dtype=np.float32)
+    elif ctx.has("value_int"):
+        value = np.array(ctx.int("value_int"), dtype=np.int64)
+    elif ctx.has("value_ints"):
+        value = np.array(ctx.ints("value_ints"), dtype=np.int64)
+    elif ctx.has("value_string"):
+        value = np.array(ctx.string("value_string"), dtype=object)
+    elif ctx.has("value_strings"):
+        value = np.array(ctx.strings("value_strings"), dtype=object)
+    else:
+        raise ctx.error("Constant needs one of value, value_float(s), value_int(s), value_string(s)")
+    value.setflags(write=False)   # shared by every run; kernels never write inputs
+    return lambda: value
+
+
+@onnx_op("ConstantOfShape", (9, None))
+def constant_of_shape(ctx):
+    fill = tensor_to_numpy(ctx.tensor("value")).reshape(-1) if ctx.has("value") else \
+        np.zeros(1, dtype=np.float32)
+
+    def run(shape):
+        dims = _ints(shape)
+        if any(d < 0 for d in dims):
+            raise ctx.input_error(0, "shape %s has a negative dimension" % dims)
+        return np.full(dims, fill[0], dtype=fill.dtype)
+    return run
+
+
+# ----------------------------------------------------------------- shape
+
+@onnx_op("Shape", (1, None))
+def shape(ctx):
+    start, end = ctx.int("start", 0), ctx.int("end", None)
+
+    def run(x):
+        dims = list(x.shape)
+        return np.array(dims[start:end] if (start or end is not None) else dims, dtype=np.int64)
+    return run
+
+
+@onnx_op("Size", (1, None))
+def size(ctx):
+    return lambda x: np.array(x.size, dtype=np.int64)
+
+
+@onnx_op("Reshape", (1, 4), (5, None))
+def reshape(ctx):
+    allowzero = bool(ctx.int("allowzero", 0))
+    attr_shape = ctx.ints("shape", None) if ctx.op_version < 5 else None
+
+    def run(x, shape=None):
+        target = tk.reshape_target(x.shape, attr_shape if shape is None else _ints(shape), allowzero)
+        try:
+            return x.reshape(target).copy()
+        except ValueError:
+            raise ctx.input_error(0, "cannot reshape %s (%d elements) to %s"
+                                  % (list(x.shape), x.size, target)) from None
+    return run
+
+
+@onnx_op("Flatten", (1, None))
+def flatten(ctx):
+    axis = ctx.int("axis", 1)
+
+    def run(x):
+        a = axis % x.ndim if axis < 0 else axis
+        if a > x.ndim:
+            raise ctx.input_error(0, "axis %d is out of range for rank %d" % (axis, x.ndim))
+        rows = int(np.prod(x.shape[:a], dtype=np.int64))
+        return x.reshape(rows, -1).copy() if x.size else x.reshape(rows, int(np.prod(x.shape[a:])))
+    return run
+
+
+@onnx_op("Transpose", (1, None))
+def transpose(ctx):
+    perm = ctx.ints("perm", None)
+
+    def run(x):
+        p = perm if perm else list(range(x.ndim))[::-1]
+        if sorted(p) != list(range(x.ndim)):
+            raise ctx.input_error(0, "perm %s is not a permutation of %d axes" % (p, x.ndim))
+        return np.ascontiguousarray(np.transpose(x, p))
+    return run
+
+
+@onnx_op("Squeeze", (1, None))
+def squeeze(ctx):
+    attr_axes = ctx.ints("axes", None) if ctx.op_version < 13 else None
+
+    def run(x, axes=None):
+        ax = attr_axes if axes is None else _ints(axes)
+        if not ax:
+            return x.reshape([d for d in x.shape if d != 1]).copy()
+        ax = [axis_of(ctx, a, x.ndim) for a in ax]
+        for a in ax:
+            if x.shape[a] != 1:
+                raise ctx.input_error(0, "cannot squeeze axis %d of shape %s (size is not 1)" % (a, list(x.shape)))
+        return np.squeeze(x, axis=tuple(ax)).copy()
+    return run
+
+
+@onnx_op("Unsqueeze", (1, None))
+def unsqueeze(ctx):
+    attr_axes = ctx.ints("axes", None) if ctx.op_version < 13 else None
+
+    def run(x, axes=None):
+        ax = attr_axes if axes is None else _ints(axes)
+        rank = x.ndim + len(ax)
+        ax = sorted(axis_of(ctx, a, rank) for a in ax)
+        shape = list(x.shape)
+        for a in ax:
+            shape.insert(a, 1)
+        return x.reshape(shape).copy()
+    return run
+
+
+@onnx_op("Concat", (1, None))
+def concat(ctx):
+    axis = ctx.int("axis", 1)   # opset 1-3 defaulted to 1
+
+    def run(*xs):
+        a = axis_of(ctx, axis, xs[0].ndim)
+        try:
+            return np.concatenate(xs, axis=a)
+        except ValueError as exc:
+            raise ctx.error("inputs of shapes %s cannot be concatenated on axis %d: %s"
+                            % ([list(x.shape) for x in xs], a, exc)) from None
+    return run
+
+
+@onnx_op("Split", (1, None))
+def split(ctx):
+    axis = ctx.int("axis", 0)
+    attr_split = ctx.ints("split", None) if ctx.op_version < 13 else None
+    n = ctx.n_outputs
+
+    def run(x, split_in=None):
+        a = axis_of(ctx, axis, x.ndim)
+        sizes = attr_split if split_in is None else _ints(split_in)
+        try:
+            sizes = tk.split_sizes(x.shape[a], sizes, n)
+        except ValueError as exc:
+            raise ctx.input_error(0, str(exc)) from None
+        if len(sizes) != n:
+            raise ctx.error("split gives %d parts for %d outputs" % (len(sizes), n))
+        bounds = np.cumsum(sizes)[:-1]
+        parts = tuple(p.copy() for p in np.split(x, bounds, axis=a))
+        return parts if n > 1 else parts[0]
+    return run
+
+
+@onnx_op("Gather", (1, None))
+def gather(ctx):
+    axis = ctx.int("axis", 0)
+
+    def run(x, indices):
+        a = axis_of(ctx, axis, x.ndim)
+        dim = x.shape[a]
+        idx = np.where(indices < 0, indices + dim, indices)
+        if idx.size and (idx.min() < 0 or idx.max() >= dim):
+            raise ctx.input_error(1, "index out of range [-%d, %d)" % (dim, dim))
+        return np.take(x, idx, axis=a)
+    return run
+
+
+@onnx_op("GatherElements", (11, None))
+def gather_elements(ctx):
+    axis = ctx.int("axis", 0)
+
+    def run(x, indices):
+        a = axis_of(ctx, axis, x.ndim)
+        idx = np.where(indices < 0, indices + x.shape[a], indices)
+        if idx.size and (idx.min() < 0 or idx.max() >= x.shape[a]):
+            raise ctx.input_error(1, "index out of range for axis of size %d" % x.shape[a])
+        return np.take_along_axis(x, idx, axis=a)
+    return run
+
+
+@onnx_op("Slice", (1, 9), (10, None))
+def slice_op(ctx):
+    legacy = ctx.op_version < 10
+    if legacy:
+        attr_starts, attr_ends = ctx.ints("starts"), ctx.ints("ends")
+        attr_axes = ctx.ints("axes", None)
+
+    def run(x, starts=None, ends=None, axes=None, steps=None):
+        if legacy:
+            s, e, ax, st = attr_starts, attr_ends, attr_axes, None
+        else:
+            s, e = _ints(starts), _ints(ends)
+            ax = None if axes is None else _ints(axes)
+            st = None if steps is None else _ints(steps)
+        ax = list(range(len(s))) if ax is None else [axis_of(ctx, a, x.ndim) for a in ax]
+        st = [1] * len(s) if st is None else st
+        try:
+            index = tk.slice_index(x.shape, s, e, ax, st)
+        except ValueError as exc:
+            raise ctx.error(str(exc)) from None
+        return x[index].copy()
+    return run
+
+
+@onnx_op("Pad", (1, 10), (11, None))
+def pad(ctx):
+    if ctx.op_version < 11:
+        mode = ctx.string("mode", "constant")
+        attr_pads = ctx.ints("pads", None) or ctx.ints("paddings", None)
+        value = ctx.float("value", 0.0)
+    else:
+        mode = ctx.string("mode", "constant")
+
+    def run(x, pads=None, constant_value=None, axes=None):
+        if ctx.op_version < 11:
+            p, v = attr_pads, value
+        else:
+            p = _ints(pads)
+            v = 0 if constant_value is None or constant_value.size == 0 else constant_value.reshape(-1)[0]
+            if axes is not None:
+                ax = [axis_of(ctx, a, x.ndim) for a in _ints(axes)]
+                full = [0] * (2 * x.ndim)
+                for i, a in enumerate(ax):
+                    full[a], full[a + x.ndim] = p[i], p[i + len(ax)]
+                p = full
+        if len(p) != 2 * x.ndim:
+            raise ctx.error("pads has %d values; a rank-%d input needs %d" % (len(p), x.ndim, 2 * x.ndim))
+        try:
+            return tk.pad(x, p, mode, v).astype(x.dtype, copy=False)
+        except ValueError as exc:
+            raise ctx.error(str(exc)) from None
+    return run
+
+
+@onnx_op("Tile", (1, 5), (6, None))
+def tile(ctx):
+    def run(x, repeats, axis=None):
+        if axis is not None:   # opset 1: (input, tiles, axis)
+            reps = [1] * x.ndim
+            reps[int(axis.reshape(-1)[0])] = int(repeats.reshape(-1)[0])
+        else:
+            reps = _ints(repeats)
+        if len(reps) != x.ndim:
+            raise ctx.input_error(1, "repeats has %d values for a rank-%d input" % (len(reps), x.ndim))
+        return np.tile(x, reps)
+    return run
+
+
+@onnx_op("Expand", (8, None))
+def expand(ctx):
+    def run(x, shape):
+        dims = _ints(shape)
+        try:
+            target = np.broadcast_shapes(x.shape, tuple(dims))
+        except ValueError:
+            raise ctx.input_error(1, "shape %s does not broadcast with input %s" % (dims, list(x.shape))) from None
+        return np.broadcast_to(x, target).copy()
+    return run
+
+
+@onnx_op("Where", (9, None))
+def where(ctx):
+    return lambda cond, a, b: np.where(cond, a, b)
+
+
+@onnx_op("Range", (11, None))
+def range_op(ctx):
+    def run(start, limit, delta):
+        return np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)
+    return run
+
+
+@onnx_op("NonZero", (9, None))
+def nonzero(ctx):
+    return lambda x: np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
+
+
+@onnx_op("TopK", (1, None))
+def topk(ctx):
+    axis = ctx.int("axis", -1)
+    largest, ordered = bool(ctx.int("largest", 1)), bool(ctx.int("sorted", 1))
+    attr_k = ctx.int("k", None) if ctx.op_version < 10 else None
+
+    def run(x, k=None):
+        a = axis_of(ctx, axis, x.ndim)
+        kk = attr_k if k is None else int(k.reshape(-1)[0])
+        key = -x if largest else x
+        idx = np.argsort(key, axis=a, kind="stable")
+        idx = np.take(idx, np.arange(kk), axis=a)
+        return np.take_along_axis(x, idx, axis=a), idx.astype(np.int64)
+    return run
+
+
+@onnx_op("CumSum", (11, None))
+def cumsum(ctx):
+    exclusive, reverse = bool(ctx.int("exclusive", 0)), bool(ctx.int("reverse", 0))
+
+    def run(x, axis):
+        a = axis_of(ctx, int(axis.reshape(-1)[0]), x.ndim)
+        y = np.flip(x, a) if reverse else x
+        out = np.cumsum(y, axis=a, dtype=x.dtype)
+        if exclusive:
+            out = np.concatenate([np.zeros_like(np.take(out, [0], axis=a)),
+                                  np.take(out, np.arange(out.shape[a] - 1), axis=a)], axis=a)
+        return np.ascontiguousarray(np.flip(out, a) if reverse else out)
+    return run
+
+
+@onnx_op("DepthToSpace", (1, None))
+def depth_to_space(ctx):
+    b = ctx.int("blocksize")
+    crd = ctx.string("mode", "DCR") == "CRD"
+
+    def run(x):
+        n, c, h, w = x.shape
+        if crd:
+            y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+        else:
+            y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+        return y.reshape(n, c // (b * b), h * b, w * b).copy()
+    return run
+
+
+@onnx_op("SpaceToDepth", (1, None))
+def space_to_depth(ctx):
+    b = ctx.int("blocksize")
+
+    def run(x):
+        n, c, h, w = x.shape
+        y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+        return y.reshape(n, c * b * b, h // b, w // b).copy()
+    return run
+
+
+@onnx_op("OneHot", (9, None))
+def one_hot(ctx):
+    axis = ctx.int("axis", -1)
+
+    def run(indices, depth, values):
+        d = int(depth.reshape(-1)[0])
+        idx = np.where(indices < 0, indices + d, indices).astype(np.int64)
+        hot = (idx[..., None] == np.arange(d)).astype(bool)
+        out = np.where(hot, values[1], values[0]).astype(values.dtype)
+        a = axis if axis >= 0 else out.ndim + axis
+        return np.moveaxis(out, -1, a).copy()
+    return run
