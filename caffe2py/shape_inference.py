@@ -19,7 +19,7 @@ import numpy as np
 from .errors import Caffe2Error, describe_op
 from .executor import normalized_ops
 from .proto import caffe2_pb2
-from .registry import OpContext, TensorType, schema_for
+from .registry import ONNX_DOMAIN, OpContext, TensorType, schema_for
 
 log = logging.getLogger("caffe2py")
 DT = caffe2_pb2.TensorProto
@@ -603,6 +603,9 @@ class BoundShapeInferencer:
         infer = schema.inference if schema is not None else None
         if infer is None:
             infer = FALLBACK_INFERENCE.get(op.type)
+        if infer is None and schema is not None and schema.domain == ONNX_DOMAIN:
+            from .onnx_shape_fallback import infer_onnx_node
+            infer = infer_onnx_node
         if infer is None:
             reason = ("op type '%s' is not registered" % op.type) if schema is None else \
                      ("op type '%s' has no shape inference" % op.type)

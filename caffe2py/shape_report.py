@@ -25,7 +25,19 @@ def parameter_shapes(init_net=None, workspace_blobs=None):
             if t.known and name not in params:
                 params[name] = ShapeInfo(list(t.dims), [DimType.CONSTANT] * len(t.dims),
                                          t.dtype if t.dtype is not None else caffe2_pb2.TensorProto.FLOAT)
+        produced = [b for op in init_net.op for b in op.output]
+        if any(b not in params for b in produced):
+            params.update(_run_init_net(init_net, [b for b in produced if b not in params]))
     return params
+
+
+def _run_init_net(init_net, names):
+    """Shapes the schemas cannot tell statically (e.g. folded constants): run the init net."""
+    from .workspace import Workspace
+    ws = Workspace("shape_report_init")
+    ws.run_net_once(init_net)
+    return {n: constant_shape_info(ws.blobs[n]) for n in names
+            if n in ws.blobs and constant_shape_info(ws.blobs[n]) is not None}
 
 
 def input_hints_at_bound(inputs, spec):

@@ -201,3 +201,28 @@ def test_run_report_names_the_op_whose_rule_was_wrong(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "warning: blob 'y' is [2, 6] but the net was bound for at most [2, 1]" in err
     assert "the shape rule of TestUnderstatesShape #0 'y' is wrong" in err
+
+
+# ----------------------------------------------------------------- ONNX models
+
+def _tiny_onnx(path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    w = numpy_helper.from_array(np.random.default_rng(0).random((6, 4), dtype=np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+
+
+def test_shapes_and_bench_take_onnx_models(tmp_path, capsys):
+    pytest.importorskip("caffe2py.onnx")
+    path = tmp_path / "tiny.onnx"
+    _tiny_onnx(path)
+    report = run_json(capsys, ["shapes", "--predict-net", str(path), "--max-batch-size", "8"])
+    assert report["unknown"] == []
+    dims = {r["name"]: r["dims"] for r in report["blobs"]}
+    assert dims == {"x": [8, 6], "W": [6, 4], "h": [8, 4], "y": [8, 4]}   # x @ W: [8, 6] x [6, 4]
+    assert main(["bench", "--predict-net", str(path), "--max-batch-size", "8", "--iters", "2"]) == 0
+    assert "P50 Latency" in capsys.readouterr().out

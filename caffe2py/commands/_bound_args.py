@@ -24,8 +24,14 @@ def spec_from(args, fallback_batch=1):
     return BoundShapeSpec(batch, args.max_seq_size)
 
 
-def hints_from(args):
-    return parse_shape_hints("#".join(args.hint)) if args.hint else {}
+def hints_from(args, spec=None):
+    """--hint values, on top of the declared input shapes of an ONNX model."""
+    hints = {}
+    if getattr(args, "onnx_hints", None):
+        hints.update(bind_onnx_hints(args.onnx_hints, spec or spec_from(args)))
+    if args.hint:
+        hints.update(parse_shape_hints("#".join(args.hint)))
+    return hints
 
 
 def _read_onnx(path):
@@ -35,7 +41,43 @@ def _read_onnx(path):
     except (ImportError, AttributeError):
         raise Caffe2Error("'%s' is an ONNX model but this build has no caffe2py.onnx.convert" % path) from None
     import onnx
-    return convert(onnx.load(path))
+    model = onnx.load(path)
+    init_net, predict_net = convert(model)
+    return init_net, predict_net, onnx_input_hints(model)
+
+
+def onnx_input_hints(model, batch=None):
+    """Hints from the graph inputs' declared types: a symbolic first dim is BATCH
+    (filled in with the bound later), fixed dims are kept; inputs with other
+    symbolic dims get no hint."""
+    from caffe2py.onnx.convert import graph_inputs
+    from caffe2py.tensors import data_type_of
+    from onnx import helper
+    wanted = set(graph_inputs(model))
+    hints = {}
+    for value in model.graph.input:
+        if value.name not in wanted or not value.type.HasField("tensor_type"):
+            continue
+        t = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        if not dims or any(d is None for d in dims[1:]):
+            continue
+        try:
+            dtype = data_type_of(helper.tensor_dtype_to_np_dtype(t.elem_type))
+        except Exception:  # noqa: BLE001 - an exotic element type: no hint
+            continue
+        hints[value.name] = (dims, dtype)
+    return hints
+
+
+def bind_onnx_hints(raw, spec):
+    """{name: ShapeInfo} from onnx_input_hints with the batch dim set to the bound."""
+    from caffe2py.shape_inference import with_default_dim_types
+    out = {}
+    for name, (dims, dtype) in raw.items():
+        dims = [spec.max_batch_size] + [int(d) for d in dims[1:]]
+        out[name] = with_default_dim_types(dims, dtype)
+    return out
 
 
 def load_nets(args):
@@ -46,8 +88,9 @@ def load_nets(args):
         init_net, predict_net, inputs = build_demo()
         return init_net, predict_net, inputs, "built-in demo net (LeNet-style CNN)"
     if args.predict_net.endswith(".onnx"):
-        init_net, predict_net = _read_onnx(args.predict_net)
-        return init_net, predict_net, {}, None
+        init_net, predict_net, raw_hints = _read_onnx(args.predict_net)
+        args.onnx_hints = raw_hints
+        return init_net, predict_net, {}, "ONNX model converted to Caffe2 nets"
     init_net = read_net(args.init_net) if args.init_net else None
     predict_net = read_net(args.predict_net)
     if not predict_net.name:
