@@ -264,7 +264,7 @@ class BoundShapeInferencer:
         self.producer = {}
         self.warnings = []
         self._current_dim_type = DimType.BATCH
-        self._label = ""
+        self._current_op = None
         self._logged = set()
 
     # -- entry point
@@ -343,6 +343,11 @@ class BoundShapeInferencer:
     def set_if_not_exist(self, name, dim_types, dims, dtype, is_quantized=False):
         return self.check_and_set(name, dim_types, dims, dtype, is_quantized, allow_existing=True)
 
+    @property
+    def _label(self):
+        # built on demand: most ops never need their label
+        return describe_op(*self._current_op) if self._current_op else ""
+
     def _where(self):
         return "%s: " % self._label if self._label else ""
 
@@ -351,7 +356,7 @@ class BoundShapeInferencer:
 
     # -- forward pass
     def _infer_op(self, index, op):
-        self._label = describe_op(index, op)
+        self._current_op = (index, op)
         t = op.type
         if t in SLS_OPS:
             self._infer_sls(op)
@@ -388,7 +393,7 @@ class BoundShapeInferencer:
             self._infer_unpack_records(op)
         else:
             self._infer_common(op, index)
-        self._label = ""
+        self._current_op = None
 
     def _require(self, op, i, what):
         info = self._known(op.input[i])
@@ -635,11 +640,11 @@ class BoundShapeInferencer:
 
     # -- backward pass
     def _infer_backward(self, index, op):
-        self._label = describe_op(index, op)
+        self._current_op = (index, op)
         t = op.type
         out = self._known(op.output[0]) if op.output else None
         if out is None:
-            self._label = ""
+            self._current_op = None
             return
         if t == "Concat" and not OpContext(op).int("add_axis", 0):
             missing = [b for b in op.input if b not in self.shape_info]
@@ -664,7 +669,7 @@ class BoundShapeInferencer:
             for blob in op.input:
                 if blob not in self.shape_info:
                     self.check_and_set(blob, out.dim_types, out.dims, out.dtype, out.is_quantized)
-        self._label = ""
+        self._current_op = None
 
     # -- output
     def print_shape_info(self, out=None):
