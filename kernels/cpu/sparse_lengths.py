@@ -178,9 +178,8 @@ def _gather_values(layout, data, idx, block, out_f32):
     nbytes = width - 4
     k = layout.values_per_byte
     packed = raw[:, :nbytes]
-    unpacked = np.take(layout.lut, packed, axis=0, mode="clip",
-                       out=_buffer("unpack", n * nbytes * k, np.float32).reshape(n, nbytes, k))
-    out_f32[...] = unpacked.reshape(n, nbytes * k)[:, :block]
+    # block == nbytes * k (padding values included): unpack straight into the values buffer
+    np.take(layout.lut, packed, axis=0, mode="clip", out=out_f32.reshape(n, nbytes, k))
     sb = np.ascontiguousarray(raw[:, nbytes:]).view(np.float16).astype(np.float32)
     return out_f32, (sb[:, 0], sb[:, 1])
 
