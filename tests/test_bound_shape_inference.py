@@ -362,3 +362,45 @@ def test_memory_summary_at_the_bound():
     assert mem["total_bytes"] == params + x + h + r + y
     # op 1 holds h and r live (x was freed after op 0); op 0 holds x and h
     assert mem["peak_live_activation_bytes"] == max(x + h, h + r, r + y)
+
+
+def test_print_shape_info_format():
+    inf = BoundShapeInferencer(BoundShapeSpec(20, 1000))
+    inf.infer(net_of(op("Relu", ["x"], ["y"])), {"x": info([B, C], [20, 16])})
+    text = inf.print_shape_info()
+    assert "x: dim_type: BATCH, CONSTANT, dims: [20, 16, ], dtype: 1" in text
+    assert "y: dim_type: BATCH, CONSTANT, dims: [20, 16, ], dtype: 1" in text
+
+
+def test_recommendation_net_runs_within_its_bound():
+    """SLS -> FC -> Relu inferred at B=8, S=5, then run on a smaller batch with the
+    real kernels: every actual shape fits its bound; a bigger batch is refused."""
+    import numpy as np
+    from caffe2py import registry
+    from caffe2py.bound_execution import create_bound_net, out_of_bound_blobs
+    from caffe2py.workspace import Workspace
+    if not registry.has_op("SparseLengthsSum"):
+        pytest.skip("SparseLengthsSum kernel not available")
+    rng = np.random.default_rng(0)
+    ws = Workspace("recsys")
+    ws.feed_blob("table", rng.random((50, 16), dtype=np.float32))
+    ws.feed_blob("w", rng.random((4, 16), dtype=np.float32))
+    ws.feed_blob("b", rng.random(4, dtype=np.float32))
+    lengths = np.array([5, 0, 3, 2, 4, 1], np.int32)
+    ws.feed_blob("lengths", lengths)
+    ws.feed_blob("ids", rng.integers(0, 50, lengths.sum()).astype(np.int64))
+    net = net_of(op("SparseLengthsSum", ["table", "ids", "lengths"], ["emb"]),
+                 op("FC", ["emb", "w", "b"], ["fc"]), op("Relu", ["fc"], ["out"]))
+    net.name = "recsys"
+    spec = BoundShapeSpec(8, 5)
+    bound = create_bound_net(ws, net, spec, {"ids": info([BOFMD], [40], DT.INT64),
+                                             "lengths": info([B], [8], DT.INT32)})
+    check(bound.shapes, "emb", [B, C], [8, 16])
+    check(bound.shapes, "out", [B, C], [8, 4])
+    ws.run_net("recsys")
+    assert ws.fetch_blob("out").shape == (6, 4)
+    assert out_of_bound_blobs(ws.blobs, bound.shapes, spec) == []
+    ws.feed_blob("lengths", np.ones(9, np.int32))
+    with pytest.raises(Caffe2Error, match=r"blob 'lengths' was fed \[9\] but the net was bound for at most "
+                                          r"\[8\] \(BATCH=8\)"):
+        ws.run_net("recsys")
