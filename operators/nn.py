@@ -1,7 +1,12 @@
-"""FC, Conv, MaxPool, AveragePool, SpatialBN, Dropout (Caffe2 argument spellings)."""
+"""FC, Conv (and ConvRelu, the fused form caffe2py.optimize makes), MaxPool,
+AveragePool, SpatialBN, LRN, InstanceNorm, Dropout (Caffe2 argument spellings).
+Conv and pooling kernels own a Scratch so padding and im2col buffers are
+allocated at the first run and reused afterwards."""
 import numpy as np
 
 from caffe2py.kernels.cpu import conv as conv_k
+from caffe2py.kernels.cpu import gemm as gemm_k
+from caffe2py.kernels.cpu import norm as norm_k
 from caffe2py.kernels.cpu import pool as pool_k
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 
@@ -53,10 +58,8 @@ def _fc_schema(op_type, transposed):
                                       "gives %d" % (list(w.shape), kw, ctx.inputs[0], list(x.shape), k))
             if b.size != n:
                 raise ctx.input_error(2, "bias has %d elements, expected %d" % (b.size, n))
-            x2 = x.reshape(-1, k)
-            w2 = w.reshape(k, n) if transposed else w.reshape(n, k).T
-            y = x2 @ w2
-            y += b.reshape(1, n)
+            w2 = w.reshape(k, n) if transposed else w.reshape(n, k)
+            y = gemm_k.fc(x.reshape(-1, k), w2, b.reshape(n), transposed)
             return y.reshape(tuple(x.shape[:axis]) + (n,))
         return run
 
@@ -118,13 +121,23 @@ register_schema(OpSchema(
     "Conv", num_inputs=(2, 3), num_outputs=1, args=_CONV_ARGS,
     inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias"), outputs=("Y",),
     doc="N-d convolution, NCHW or NHWC, with groups, dilation and Caffe2's pad spellings."))
+register_schema(OpSchema(
+    "ConvRelu", num_inputs=(2, 3), num_outputs=1, args=_CONV_ARGS,
+    inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias"), outputs=("Y",),
+    doc="Conv followed by Relu in one pass (what caffe2py.optimize fuses Conv + Relu into)."))
 
 
-@register_kernel("Conv")
-def conv(ctx):
+def _conv_factory(activation):
+    def factory(ctx):
+        return _conv_kernel(ctx, activation)
+    return factory
+
+
+def _conv_kernel(ctx, activation):
     nchw = _nchw(ctx)
     group = ctx.int("group", 1)
     legacy = ctx.int("legacy_pad", 0)
+    scratch = conv_k.Scratch()
 
     def run(x, w, b=None):
         xc = x if nchw else _to_nchw(x)
@@ -140,11 +153,15 @@ def conv(ctx):
                                   % (list(w.shape), group, xc.shape[1]))
         pads = legacy_pads(legacy, xc.shape[2:], kernel, strides, dil, pads)
         try:
-            y = conv_k.conv_nchw(xc, wc, b, strides, pads, dil, group)
+            y = conv_k.conv_nchw(xc, wc, b, strides, pads, dil, group, scratch=scratch, activation=activation)
         except ValueError as exc:
             raise ctx.input_error(0, str(exc)) from None
         return y if nchw else _from_nchw(y)
     return run
+
+
+register_kernel("Conv")(_conv_factory(None))
+register_kernel("ConvRelu")(_conv_factory("relu"))
 
 
 # ----------------------------------------------------------------- pooling
@@ -191,6 +208,7 @@ def _register_pool(op_type, kind):
     def pool(ctx):
         nchw = _nchw(ctx)
         include_pad = ctx.bool("count_include_pad")
+        scratch = conv_k.Scratch()
         if ctx.bool("global_pooling"):
             def run_global(x):
                 y = pool_k.global_pool(x if nchw else _to_nchw(x), kind)
@@ -202,10 +220,13 @@ def _register_pool(op_type, kind):
             kernel, strides, pads, dil, ceil = _pool_geometry(ctx, list(xc.shape[2:]))
             if any(k <= 0 for k in kernel) or len(kernel) != xc.ndim - 2:
                 raise ctx.error("kernel %s does not suit %d-D input '%s'" % (kernel, x.ndim, ctx.inputs[0]))
-            if kind == "max":
-                y = pool_k.max_pool(xc, kernel, strides, pads, dil, ceil)
-            else:
-                y = pool_k.average_pool(xc, kernel, strides, pads, include_pad, ceil)
+            try:
+                if kind == "max":
+                    y = pool_k.max_pool(xc, kernel, strides, pads, dil, ceil, scratch=scratch)
+                else:
+                    y = pool_k.average_pool(xc, kernel, strides, pads, include_pad, ceil, scratch=scratch)
+            except ValueError as exc:
+                raise ctx.input_error(0, str(exc)) from None
             return y if nchw else _from_nchw(y)
         return run
 
@@ -237,10 +258,73 @@ def spatial_bn(ctx):
         for k, v in enumerate((scale, bias, mean, var), 1):
             if v.size != c:
                 raise ctx.input_error(k, "has %d elements, expected %d channels" % (v.size, c))
-        mul = (scale / np.sqrt(var + eps)).astype(x.dtype)
-        add = (bias - mean * mul).astype(x.dtype)
-        shape = (1, c) + (1,) * (x.ndim - 2) if nchw else (1,) * (x.ndim - 1) + (c,)
-        return x * mul.reshape(shape) + add.reshape(shape)
+        return norm_k.batch_norm(x, scale, bias, mean, var, eps, axis=1 if nchw else -1)
+    return run
+
+
+# ----------------------------------------------------------------- LRN
+
+def _lrn_infer(ctx, ins):
+    return [ins[0]] * ctx.n_outputs
+
+
+register_schema(OpSchema(
+    "LRN", num_inputs=1, num_outputs=(1, 2),
+    args=(Arg("size", "int", required=True), Arg("alpha", "float", 0.0), Arg("beta", "float", 0.0),
+          Arg("bias", "float", 1.0), Arg("order", "string", "NCHW")),
+    inference=_lrn_infer, inputs=("X",), outputs=("Y", "scale"),
+    doc="Local response normalisation across channels: Y = X / scale ** beta with "
+        "scale = bias + alpha / size * (sum of X^2 over `size` neighbouring channels)."))
+
+
+@register_kernel("LRN")
+def lrn(ctx):
+    size = ctx.int("size")
+    if size <= 0:
+        raise ctx.error("size must be positive, got %d" % size)
+    alpha, beta, bias = ctx.float("alpha"), ctx.float("beta"), ctx.float("bias")
+    nchw = _nchw(ctx)
+    two = ctx.n_outputs == 2
+
+    def run(x):
+        if x.ndim < 2:
+            raise ctx.input_error(0, "needs a channel axis, got shape %s" % list(x.shape))
+        xc = x if nchw else _to_nchw(x)
+        y, scale = norm_k.lrn(xc, size, alpha, beta, bias, return_scale=True)
+        if not nchw:
+            y, scale = _from_nchw(y), _from_nchw(scale)
+        return (y, scale) if two else y
+    return run
+
+
+# ----------------------------------------------------------------- InstanceNorm
+
+register_schema(OpSchema(
+    "InstanceNorm", num_inputs=3, num_outputs={1, 3},
+    args=(Arg("epsilon", "float", 1e-5), Arg("order", "string", "NCHW")),
+    inference=lambda ctx, ins: [ins[0]] + [TensorType(
+        (ins[0].dims[0], ins[0].dims[1 if _nchw(ctx) else -1]) if ins[0].known else None, ins[0].dtype)] * (ctx.n_outputs - 1),
+    inputs=("input", "scale", "bias"), outputs=("output", "mean", "inv_stdev"),
+    doc="Per (image, channel) normalisation over the spatial dims: (x - mean) / sqrt(var + eps) * scale + bias; "
+        "optional outputs: the means and 1 / sqrt(var + eps), shape (N, C)."))
+
+
+@register_kernel("InstanceNorm")
+def instance_norm(ctx):
+    eps = ctx.float("epsilon")
+    nchw = _nchw(ctx)
+    three = ctx.n_outputs == 3
+
+    def run(x, scale, bias):
+        if x.ndim < 3:
+            raise ctx.input_error(0, "needs (N, C, spatial...) input, got shape %s" % list(x.shape))
+        xc = x if nchw else _to_nchw(x)
+        try:
+            y, mean, inv_std = norm_k.instance_norm(xc, scale, bias, eps, return_stats=True)
+        except ValueError as exc:
+            raise ctx.input_error(1, str(exc)) from None
+        y = y if nchw else _from_nchw(y)
+        return (y, mean, inv_std) if three else y
     return run
 
 

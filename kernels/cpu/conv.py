@@ -21,6 +21,8 @@ Padding goes into a zero-bordered buffer that is allocated once: only the
 interior is rewritten per run.
 """
 import itertools
+import threading
+from collections import OrderedDict
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -30,25 +32,41 @@ _TILE_BYTES = 2 << 20
 
 
 class Scratch:
-    """Buffers reused across runs of one op, keyed by role, shape and dtype."""
+    """Buffers reused across runs, keyed by role, shape and dtype; the least recently
+    used go once more than `max_entries` are held. Never shared between threads."""
 
-    def __init__(self):
-        self._buffers = {}
+    def __init__(self, max_entries=None):
+        self._buffers = OrderedDict()
+        self.max_entries = max_entries
 
-    def empty(self, role, shape, dtype):
-        key = (role, tuple(shape), np.dtype(dtype).str)
+    def _get(self, key, make):
         buf = self._buffers.get(key)
         if buf is None:
-            buf = self._buffers[key] = np.empty(shape, dtype)
+            buf = self._buffers[key] = make()
+            if self.max_entries is not None and len(self._buffers) > self.max_entries:
+                self._buffers.popitem(last=False)
+        elif self.max_entries is not None:
+            self._buffers.move_to_end(key)
         return buf
+
+    def empty(self, role, shape, dtype):
+        return self._get((role, tuple(shape), np.dtype(dtype).str), lambda: np.empty(shape, dtype))
 
     def zeros(self, role, shape, dtype, fill=0.0):
         """A buffer whose border is `fill`; callers only ever rewrite its interior."""
-        key = (role, tuple(shape), np.dtype(dtype).str, fill)
-        buf = self._buffers.get(key)
-        if buf is None:
-            buf = self._buffers[key] = np.full(shape, fill, dtype)
-        return buf
+        return self._get((role, tuple(shape), np.dtype(dtype).str, fill), lambda: np.full(shape, fill, dtype))
+
+
+_thread_scratch = threading.local()
+
+
+def default_scratch():
+    """Per-thread buffers for callers that pass no Scratch (bounded, so shapes seen
+    once do not pile up)."""
+    scratch = getattr(_thread_scratch, "value", None)
+    if scratch is None:
+        scratch = _thread_scratch.value = Scratch(max_entries=64)
+    return scratch
 
 
 def pad_input(x, pads, value=0.0):
@@ -74,7 +92,7 @@ def padded_image(scratch, role, img, pads, fill=0.0):
         if not any(pads):
             return img
     shape = (img.shape[0],) + tuple(img.shape[1 + i] + pads[i] + pads[k + i] for i in range(k))
-    buf = (scratch or Scratch()).zeros(role, shape, img.dtype, fill)
+    buf = (scratch or default_scratch()).zeros(role, shape, img.dtype, fill)
     interior = (slice(None),) + tuple(slice(pads[i], pads[i] + img.shape[1 + i]) for i in range(k))
     buf[interior] = img
     return buf
@@ -131,7 +149,7 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
     dtype = np.result_type(x.dtype, w.dtype)
     x = x.astype(dtype, copy=False)
     w = np.ascontiguousarray(w, dtype=dtype)
-    scratch = scratch or Scratch()
+    scratch = scratch or default_scratch()
     out = np.empty((n, m) + out_spatial, dtype=dtype)
     if all(kk == 1 for kk in kernel) and not any(pads):
         _pointwise(x, w, strides, group, out)

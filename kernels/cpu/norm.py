@@ -7,11 +7,13 @@ Public:
     bn_affine(scale, bias, mean, var, epsilon, dtype) -> (mul, add)
         the per-channel factors batch_norm applies: y = x * mul + add (also used to
         fold a BN into the preceding convolution).
-    instance_norm(x, scale, bias, epsilon=1e-5) -> y
-        per (n, c) over the spatial dims, NCHW: (x - mean) / sqrt(var + eps) * scale + bias.
-    lrn(x, size, alpha=1e-4, beta=0.75, bias=1.0) -> y
-        across channels (axis 1): y = x / (bias + alpha / size * sum of x^2 over the
-        channels c - (size-1)//2 .. c + size//2 that exist) ** beta (ONNX and Caffe2 agree).
+    instance_norm(x, scale, bias, epsilon=1e-5, return_stats=False) -> y [, mean, inv_std]
+        per (n, c) over the spatial dims, NCHW: (x - mean) / sqrt(var + eps) * scale + bias;
+        the stats have shape (N, C).
+    lrn(x, size, alpha=1e-4, beta=0.75, bias=1.0, return_scale=False) -> y [, scale]
+        across channels (axis 1): y = x / scale ** beta with scale = bias + alpha / size *
+        (sum of x^2 over the channels c - (size-1)//2 .. c + size//2 that exist);
+        ONNX and Caffe2 agree.
 """
 import numpy as np
 
@@ -45,7 +47,7 @@ def batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1):
     return y
 
 
-def instance_norm(x, scale, bias, epsilon=1e-5):
+def instance_norm(x, scale, bias, epsilon=1e-5, return_stats=False):
     n, c = x.shape[:2]
     if np.size(scale) != c or np.size(bias) != c:
         raise ValueError("scale and bias need %d elements (channels), got %d and %d"
@@ -54,13 +56,16 @@ def instance_norm(x, scale, bias, epsilon=1e-5):
     mean = flat.mean(axis=2, keepdims=True)
     centered = flat - mean
     var = np.mean(np.square(centered), axis=2, keepdims=True)
-    factor = np.asarray(scale, centered.dtype).reshape(1, c, 1) / np.sqrt(var + epsilon)
-    y = centered * factor
+    inv_std = 1.0 / np.sqrt(var + epsilon)
+    y = centered * (np.asarray(scale, centered.dtype).reshape(1, c, 1) * inv_std)
     y += np.asarray(bias, centered.dtype).reshape(1, c, 1)
-    return y.reshape(x.shape).astype(x.dtype, copy=False)
+    y = y.reshape(x.shape).astype(x.dtype, copy=False)
+    if return_stats:
+        return y, mean.reshape(n, c).astype(x.dtype), inv_std.reshape(n, c).astype(x.dtype)
+    return y
 
 
-def lrn(x, size, alpha=1e-4, beta=0.75, bias=1.0):
+def lrn(x, size, alpha=1e-4, beta=0.75, bias=1.0, return_scale=False):
     if size <= 0:
         raise ValueError("LRN size must be positive, got %d" % size)
     c = x.shape[1]
@@ -75,10 +80,12 @@ def lrn(x, size, alpha=1e-4, beta=0.75, bias=1.0):
     denom = csum[:, hi] - csum[:, lo]
     denom *= alpha / size
     denom += bias
+    scale = denom.astype(x.dtype, copy=True) if return_scale else None
     if beta == 0.75:
-        # d ** -0.75 = 1 / (sqrt(d) * sqrt(sqrt(d))): far cheaper than a general power.
+        # d ** 0.75 = sqrt(d) * sqrt(sqrt(d)): far cheaper than a general power.
         root = np.sqrt(denom)
         denom = root * np.sqrt(root)
     else:
         denom = np.power(denom, beta)
-    return (x / denom).astype(x.dtype, copy=False)
+    y = (x / denom).astype(x.dtype, copy=False)
+    return (y, scale) if return_scale else y

@@ -16,7 +16,7 @@ import itertools
 
 import numpy as np
 
-from .conv import Scratch, offset_view, padded_image
+from .conv import default_scratch, offset_view, padded_image
 
 
 def _ceil_extra_pads(spatial, kernel, strides, pads, dilations, ceil_mode):
@@ -81,7 +81,7 @@ def max_pool(x, kernel, strides, pads, dilations=None, ceil_mode=False, *, scrat
     _check(x, kernel, strides, pads, dilations)
     fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     out, _ = _reduce_windows(x, kernel, strides, pads, dilations, ceil_mode, fill, np.maximum,
-                             scratch or Scratch())
+                             scratch or default_scratch())
     return out
 
 
@@ -97,7 +97,7 @@ def average_pool(x, kernel, strides, pads, count_include_pad=False, ceil_mode=Fa
     ones = [1] * k
     _check(x, kernel, strides, pads, ones)
     work = x if x.dtype.kind == "f" else x.astype(np.float32)
-    sums, _ = _reduce_windows(work, kernel, strides, pads, ones, ceil_mode, 0.0, np.add, scratch or Scratch())
+    sums, _ = _reduce_windows(work, kernel, strides, pads, ones, ceil_mode, 0.0, np.add, scratch or default_scratch())
     out_spatial = sums.shape[2:]
     counts = np.ones((), dtype=np.float64)
     for i in range(k):

@@ -1,0 +1,351 @@
+"""NetDef rewrites run once at prepare time, before the net is compiled.
+
+    net = optimize(predict_net, blobs)      # also accepts optimize(blobs, predict_net)
+
+`blobs` maps constant blob names (initializers, folded constants) to arrays; the
+passes read it and add the new constants they make (never modifying existing
+ones). The input NetDef is not modified; the returned copy keeps the net's
+external inputs and outputs (new constants are appended to external_input).
+
+Passes, each applied only when the rewrite cannot change results beyond float
+rounding:
+  * fold_conv_affine: Conv followed by per-channel affine ops (inference
+    BatchNormalization / SpatialBN, Mul or Add by a per-channel constant) folds
+    them into the convolution's weights and bias. Needs constant weights and
+    parameters, and each intermediate output read by nothing else.
+  * merge_affine_chains: a BatchNormalization followed by per-channel constant
+    Mul/Add (the Caffe2-exported "BN, scale, shift" pattern) becomes one BN.
+  * fuse_conv_relu: Conv followed by Relu becomes one Caffe2 "ConvRelu" op whose
+    kernel applies the ReLU in the convolution's output pass.
+"""
+import numpy as np
+
+from .kernels.cpu.norm import bn_affine
+from .proto import caffe2_pb2
+from .registry import normalize_domain
+
+ONNX = "ai.onnx"
+CAFFE2 = ""
+_CONV_ONNX_ARGS = {"strides", "pads", "dilations", "group", "kernel_shape", "auto_pad"}
+
+
+def optimize(predict_net, blobs):
+    if isinstance(predict_net, dict):          # the (blobs, net) order is accepted too
+        predict_net, blobs = blobs, predict_net
+    net = caffe2_pb2.NetDef()
+    net.CopyFrom(predict_net)
+    fold_conv_affine(net, blobs)
+    merge_affine_chains(net, blobs)
+    fuse_conv_relu(net, blobs)
+    return net
+
+
+# ----------------------------------------------------------------- net helpers
+
+def _args(op):
+    out = {}
+    for a in op.arg:
+        if a.HasField("f"):
+            out[a.name] = a.f
+        elif a.HasField("i"):
+            out[a.name] = a.i
+        elif a.HasField("s"):
+            out[a.name] = a.s.decode("utf-8", "replace")
+        elif a.ints:
+            out[a.name] = list(a.ints)
+        elif a.floats:
+            out[a.name] = list(a.floats)
+        else:
+            out[a.name] = None
+    return out
+
+
+def _readers(net, count=None):
+    """blob -> number of reads by ops, nested nets (control-flow bodies) included;
+    a blob read twice by one op counts twice."""
+    count = {} if count is None else count
+    for op in net.op:
+        for blob in op.input:
+            count[blob] = count.get(blob, 0) + 1
+        for a in op.arg:
+            for sub in ([a.n] if a.HasField("n") else []) + list(a.nets):
+                _readers(sub, count)
+    return count
+
+
+def _sole_reader(net, index, blob, reads, protected):
+    """The op after `index` that alone reads `blob`, if the blob has no other use."""
+    if blob in protected or reads.get(blob, 0) != 1:
+        return None
+    for j in range(index + 1, len(net.op)):
+        if blob in net.op[j].input:
+            return j
+        if blob in net.op[j].output:   # rewritten before being read
+            return None
+    return None
+
+
+def _new_name(blobs, base):
+    name, k = base, 0
+    while name in blobs:
+        k += 1
+        name = "%s_%d" % (base, k)
+    return name
+
+
+def _add_constant(net, blobs, base, value):
+    name = _new_name(blobs, base)
+    blobs[name] = value
+    if net.external_input:
+        net.external_input.append(name)
+    return name
+
+
+def _domain(op):
+    return normalize_domain(op.domain)
+
+
+def _const(blobs, name):
+    value = blobs.get(name) if name else None
+    return value if isinstance(value, np.ndarray) else None
+
+
+# ----------------------------------------------------------------- affine ops
+
+def _conv_weight(op, blobs):
+    """Weights (and bias or None) of a foldable NCHW Conv, else None."""
+    if op.type != "Conv" or _domain(op) not in (ONNX, CAFFE2) or len(op.output) != 1:
+        return None
+    args = _args(op)
+    if _domain(op) == CAFFE2 and (args.get("order", "NCHW") != "NCHW"):
+        return None
+    w = _const(blobs, op.input[1]) if len(op.input) > 1 else None
+    if w is None or w.ndim < 3 or w.dtype.kind != "f":
+        return None
+    b = None
+    if len(op.input) > 2 and op.input[2]:
+        b = _const(blobs, op.input[2])
+        if b is None or b.size != w.shape[0]:
+            return None
+    return w, b
+
+
+def _bn_params(op, blobs):
+    """(mul, add) per channel for an inference batch norm with constant parameters."""
+    args = _args(op)
+    if op.type == "BatchNormalization" and _domain(op) == ONNX:
+        if any(op.output[1:]) or args.get("training_mode", 0) or not args.get("spatial", 1):
+            return None
+        if op.op_version and op.op_version < 7 and len(op.output) > 1:
+            return None
+    elif op.type == "SpatialBN" and _domain(op) == CAFFE2:
+        if len(op.output) != 1 or not args.get("is_test", 1) or args.get("order", "NCHW") != "NCHW":
+            return None
+    else:
+        return None
+    if len(op.input) != 5:
+        return None
+    params = [_const(blobs, name) for name in op.input[1:5]]
+    if any(p is None for p in params) or len({p.size for p in params}) != 1:
+        return None
+    return bn_affine(*params, float(args.get("epsilon", 1e-5)), np.float64)
+
+
+def _channel_vector(const, rank, channels):
+    """A constant that broadcasts per channel against an (N, C, ...) tensor of `rank`
+    without changing its shape, as a length-`channels` vector; else None."""
+    if const.ndim > rank or const.dtype.kind != "f":
+        return None
+    shape = (1,) * (rank - const.ndim) + const.shape
+    if any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, channels):
+        return None
+    return np.broadcast_to(const.reshape(-1).astype(np.float64), (channels,))
+
+
+def _affine_step(op, blob, blobs, rank, channels):
+    """(mul, add) when op applies a per-channel affine map to `blob`, else None."""
+    if op.type in ("BatchNormalization", "SpatialBN"):
+        if op.input[0] != blob:
+            return None
+        params = _bn_params(op, blobs)
+        if params is None or params[0].size != channels:
+            return None
+        return params
+    if op.type in ("Mul", "Add") and _domain(op) == ONNX and len(op.input) == 2 and len(op.output) == 1:
+        if list(op.input).count(blob) != 1:
+            return None
+        other = op.input[1] if op.input[0] == blob else op.input[0]
+        const = _const(blobs, other)
+        if const is None or rank is None:
+            return None
+        vec = _channel_vector(const, rank, channels)
+        if vec is None:
+            return None
+        if op.type == "Mul":
+            return vec, np.zeros(channels)
+        return np.ones(channels), vec
+    return None
+
+
+def _follow_affine_chain(net, index, blob, blobs, rank, channels, reads, protected):
+    """Ops after `index` that form a per-channel affine chain on `blob`:
+    ([op indices], mul, add, last output)."""
+    mul, add = np.ones(channels), np.zeros(channels)
+    chain = []
+    while True:
+        j = _sole_reader(net, index, blob, reads, protected)
+        if j is None:
+            break
+        step = _affine_step(net.op[j], blob, blobs, rank, channels)
+        if step is None:
+            break
+        m, a = step
+        mul, add = mul * m, add * m + a
+        chain.append(j)
+        index, blob = j, net.op[j].output[0]
+    return chain, mul, add, blob
+
+
+def _remove_ops(net, indices):
+    keep = [op for k, op in enumerate(net.op) if k not in set(indices)]
+    del net.op[:]
+    net.op.extend(keep)
+
+
+# ----------------------------------------------------------------- passes
+
+def fold_conv_affine(net, blobs):
+    """Conv -> (BN | per-channel Mul | per-channel Add)* becomes one Conv with new weights."""
+    protected = set(net.external_output)
+    folded = 0
+    i = 0
+    while i < len(net.op):
+        op = net.op[i]
+        wb = _conv_weight(op, blobs)
+        if wb is None:
+            i += 1
+            continue
+        w, b = wb
+        reads = _readers(net)
+        chain, mul, add, last = _follow_affine_chain(net, i, op.output[0], blobs, w.ndim, w.shape[0],
+                                                     reads, protected)
+        if chain:
+            shape = (-1,) + (1,) * (w.ndim - 1)
+            new_w = (w.astype(np.float64) * mul.reshape(shape)).astype(w.dtype)
+            base_b = np.zeros(w.shape[0]) if b is None else b.astype(np.float64)
+            new_b = (base_b * mul + add).astype(w.dtype)
+            w_name = _add_constant(net, blobs, op.input[1] + "_folded", new_w)
+            b_name = _add_constant(net, blobs, op.output[0] + "_folded_bias", new_b)
+            del op.input[1:]
+            op.input.extend([w_name, b_name])
+            op.output[0] = last
+            _remove_ops(net, chain)
+            folded += len(chain)
+        i += 1
+    return folded
+
+
+def _ranks(net, blobs):
+    """Tensor rank per blob where it follows from constants and conv weights."""
+    rank = {name: v.ndim for name, v in blobs.items() if isinstance(v, np.ndarray)}
+    same_as_first = {"Relu", "BatchNormalization", "SpatialBN", "MaxPool", "AveragePool", "Dropout", "LRN",
+                     "Concat", "Sum", "Add", "Mul", "Sub", "Div", "Sigmoid", "Tanh", "LeakyRelu", "Clip",
+                     "ConvRelu", "InstanceNormalization"}
+    for op in net.op:
+        if op.type in ("Conv", "ConvRelu") and len(op.input) > 1 and op.input[1] in rank:
+            r = rank[op.input[1]]
+        elif op.type in same_as_first and op.input and op.input[0] in rank:
+            r = rank[op.input[0]]
+            if op.type in ("Sum", "Add", "Mul", "Sub", "Div"):
+                others = [rank.get(x) for x in op.input]
+                r = None if None in others else max(others)
+        else:
+            r = None
+        for k, out in enumerate(op.output):
+            if r is not None and k == 0:
+                rank[out] = r
+            else:
+                rank.pop(out, None)
+    return rank
+
+
+def merge_affine_chains(net, blobs):
+    """BN -> per-channel Mul/Add chain (not after a conv) becomes one BN with eps 0."""
+    protected = set(net.external_output)
+    merged = 0
+    i = 0
+    while i < len(net.op):
+        op = net.op[i]
+        params = _bn_params(op, blobs) if op.type in ("BatchNormalization", "SpatialBN") else None
+        if params is None:
+            i += 1
+            continue
+        ranks = _ranks(net, blobs)
+        channels = params[0].size
+        chain, mul, add, last = _follow_affine_chain(net, i, op.output[0], blobs, ranks.get(op.input[0]),
+                                                     channels, _readers(net), protected)
+        if chain:
+            mul, add = params[0] * mul, params[1] * mul + add
+            dtype = blobs[op.input[1]].dtype
+            names = [_add_constant(net, blobs, op.output[0] + suffix, value.astype(dtype))
+                     for suffix, value in (("_merged_scale", mul), ("_merged_bias", add),
+                                           ("_merged_mean", np.zeros_like(mul)), ("_merged_var", np.ones_like(mul)))]
+            del op.input[1:]
+            op.input.extend(names)
+            for a in op.arg:
+                if a.name == "epsilon":
+                    a.f = 0.0
+            if not any(a.name == "epsilon" for a in op.arg):
+                op.arg.add(name="epsilon", f=0.0)
+            op.output[0] = last
+            _remove_ops(net, chain)
+            merged += len(chain)
+        i += 1
+    return merged
+
+
+def _caffe2_conv_args(op):
+    """Caffe2 Conv arguments equivalent to this conv's, or None when there are none."""
+    args = _args(op)
+    if _domain(op) == CAFFE2:
+        if args.get("legacy_pad", 0) or args.get("order", "NCHW") != "NCHW":
+            return None
+        return list(op.arg)
+    if set(args) - _CONV_ONNX_ARGS or args.get("auto_pad", "NOTSET") not in ("NOTSET", ""):
+        return None
+    keep = []
+    for a in op.arg:
+        if a.name in ("strides", "pads", "dilations", "group"):
+            keep.append(a)
+    return keep
+
+
+def fuse_conv_relu(net, blobs):
+    """Conv -> Relu becomes a Caffe2 ConvRelu op (ReLU applied in the output pass)."""
+    protected = set(net.external_output)
+    fused = 0
+    i = 0
+    while i < len(net.op):
+        op = net.op[i]
+        args = _caffe2_conv_args(op) if op.type == "Conv" and _domain(op) in (ONNX, CAFFE2) \
+            and len(op.output) == 1 else None
+        if args is None:
+            i += 1
+            continue
+        j = _sole_reader(net, i, op.output[0], _readers(net), protected)
+        relu = net.op[j] if j is not None else None
+        if relu is None or relu.type != "Relu" or _domain(relu) not in (ONNX, CAFFE2) or len(relu.input) != 1:
+            i += 1
+            continue
+        fusedop = caffe2_pb2.OperatorDef(type="ConvRelu", name=op.name)
+        fusedop.input.extend(x for x in op.input if x)
+        fusedop.output.append(relu.output[0])
+        fusedop.arg.extend(args)
+        if op.HasField("device_option"):
+            fusedop.device_option.CopyFrom(op.device_option)
+        fusedop.engine = op.engine if _domain(op) == CAFFE2 else ""
+        net.op[i].CopyFrom(fusedop)
+        _remove_ops(net, [j])
+        fused += 1
+        i += 1
+    return fused
