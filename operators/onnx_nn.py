@@ -70,8 +70,9 @@ def conv_transpose(ctx):
         output_shape = ctx.ints("output_shape", None)
         if output_shape and len(output_shape) > k:
             output_shape = output_shape[-k:]
-        pads = nn_k.conv_transpose_pads(ctx.string("auto_pad", "NOTSET"), x.shape[2:], kernel, strides,
-                                        dilations, ctx.ints("pads", None), output_padding, output_shape)
+        pads, output_padding = nn_k.conv_transpose_pads(
+            ctx.string("auto_pad", "NOTSET"), x.shape[2:], kernel, strides, dilations,
+            ctx.ints("pads", None), output_padding, output_shape)
         return nn_k.conv_transpose(x, w, b, strides, pads, dilations, group, output_padding)
     return run
 
@@ -84,12 +85,14 @@ def max_pool(ctx):
     if not kernel:
         raise ctx.error("MaxPool needs kernel_shape")
     ceil_mode = bool(ctx.int("ceil_mode", 0))
-    if ctx.n_outputs > 1:
-        raise ctx.error("MaxPool's Indices output is not supported")
+    storage_order = ctx.int("storage_order", 0)
+    with_indices = ctx.n_outputs > 1
 
     def run(x):
         _check_rank(ctx, x, len(kernel))
         strides, pads, dilations = _geometry(ctx, x, kernel)
+        if with_indices:
+            return nn_k.max_pool_with_indices(x, kernel, strides, pads, dilations, ceil_mode, storage_order)
         return np.ascontiguousarray(pool_k.max_pool(x, kernel, strides, pads, dilations, ceil_mode))
     return run
 
@@ -101,12 +104,13 @@ def average_pool(ctx):
         raise ctx.error("AveragePool needs kernel_shape")
     ceil_mode = bool(ctx.int("ceil_mode", 0))
     include_pad = bool(ctx.int("count_include_pad", 0))
-    if any(d != 1 for d in (ctx.ints("dilations", None) or [])):
-        raise ctx.error("AveragePool with dilations is not supported")
+    dilated = any(d != 1 for d in (ctx.ints("dilations", None) or []))
 
     def run(x):
         _check_rank(ctx, x, len(kernel))
-        strides, pads, _ = _geometry(ctx, x, kernel)
+        strides, pads, dilations = _geometry(ctx, x, kernel)
+        if dilated:
+            return nn_k.average_pool_dilated(x, kernel, strides, pads, dilations, include_pad, ceil_mode)
         return np.ascontiguousarray(pool_k.average_pool(x, kernel, strides, pads, include_pad, ceil_mode))
     return run
 
@@ -188,7 +192,12 @@ def matmul(ctx):
 def batch_norm(ctx):
     eps = ctx.float("epsilon", 1e-5)
     if ctx.op_version >= 14 and ctx.int("training_mode", 0):
-        raise ctx.error("BatchNormalization in training mode is not supported (inference only)")
+        momentum = ctx.float("momentum", 0.9)
+
+        def train(x, scale, bias, mean, var):
+            y, run_mean, run_var = nn_k.batch_norm_training(x, scale, bias, mean, var, eps, momentum)
+            return (y, run_mean, run_var)[:ctx.n_outputs] if ctx.n_outputs > 1 else y
+        return train
     if ctx.op_version < 7 and not ctx.int("is_test", 0) and ctx.n_outputs > 1:
         raise ctx.error("BatchNormalization with training outputs is not supported (inference only)")
     spatial = ctx.int("spatial", 1) if ctx.op_version < 9 else 1

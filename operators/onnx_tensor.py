@@ -307,7 +307,10 @@ def topk(ctx):
     def run(x, k=None):
         a = axis_of(ctx, axis, x.ndim)
         kk = attr_k if k is None else int(k.reshape(-1)[0])
-        key = -x if largest else x
+        if largest:   # negating unsigned values would wrap around
+            key = (np.iinfo(x.dtype).max - x) if x.dtype.kind == "u" else -x
+        else:
+            key = x
         idx = np.argsort(key, axis=a, kind="stable")
         idx = np.take(idx, np.arange(kk), axis=a)
         return np.take_along_axis(x, idx, axis=a), idx.astype(np.int64)
@@ -347,10 +350,12 @@ def depth_to_space(ctx):
 @onnx_op("SpaceToDepth", (1, None))
 def space_to_depth(ctx):
     b = ctx.int("blocksize")
+    crd = ctx.string("mode", "DCR") == "CRD"
 
     def run(x):
         n, c, h, w = x.shape
-        y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+        y = x.reshape(n, c, h // b, b, w // b, b)
+        y = y.transpose(0, 1, 3, 5, 2, 4) if crd else y.transpose(0, 3, 5, 1, 2, 4)
         return y.reshape(n, c * b * b, h // b, w // b).copy()
     return run
 

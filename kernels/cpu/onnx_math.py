@@ -97,9 +97,22 @@ def _keep_type(fn):
 reduce_sum = _keep_type(lambda x, a, k: np.sum(x, axis=a, keepdims=k))
 reduce_mean = _keep_type(lambda x, a, k: np.mean(x, axis=a, keepdims=k))
 reduce_max = _keep_type(lambda x, a, k: np.max(x, axis=a, keepdims=k) if x.size else
-                        np.full(_reduced_shape(x, a, k), -np.inf))
+                        np.full(_reduced_shape(x, a, k), _lowest(x.dtype)))
 reduce_min = _keep_type(lambda x, a, k: np.min(x, axis=a, keepdims=k) if x.size else
-                        np.full(_reduced_shape(x, a, k), np.inf))
+                        np.full(_reduced_shape(x, a, k), _highest(x.dtype)))
+
+
+def _lowest(dtype):
+    """The identity of max over an empty set for dtype."""
+    if dtype.kind == "b":
+        return False
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _highest(dtype):
+    if dtype.kind == "b":
+        return True
+    return np.inf if dtype.kind == "f" else np.iinfo(dtype).max
 reduce_prod = _keep_type(lambda x, a, k: np.prod(x, axis=a, keepdims=k))
 reduce_l1 = _keep_type(lambda x, a, k: np.sum(np.abs(x), axis=a, keepdims=k))
 reduce_l2 = _keep_type(lambda x, a, k: np.sqrt(np.sum(np.square(x), axis=a, keepdims=k)))

@@ -54,20 +54,25 @@ def conv_transpose(x, w, b, strides, pads, dilations, group, output_padding):
 
 
 def conv_transpose_pads(auto_pad, spatial, kernel, strides, dilations, pads, output_padding, output_shape):
-    """Pads (begins + ends) for ConvTranspose, honouring output_shape and auto_pad."""
+    """(pads begins + ends, output_padding) for ConvTranspose, honouring
+    output_shape and auto_pad. An output_shape larger than the full result
+    grows output_padding (extra zero-contribution rows at the end)."""
     k = len(kernel)
+    output_padding = list(output_padding)
     if not output_shape and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         output_shape = [spatial[i] * strides[i] for i in range(k)]
     if not output_shape:
-        return list(pads) if pads else [0] * (2 * k)
+        return (list(pads) if pads else [0] * (2 * k)), output_padding
     out = [0] * (2 * k)
     for i in range(k):
         total = (strides[i] * (spatial[i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1
                  - output_shape[i])
-        total = max(total, 0)
+        if total < 0:
+            output_padding[i] -= total
+            total = 0
         small, large = total // 2, total - total // 2
         out[i], out[i + k] = (large, small) if auto_pad == "SAME_LOWER" else (small, large)
-    return out
+    return out, output_padding
 
 
 def lp_pool(x, kernel, strides, pads, dilations, p):
@@ -126,3 +131,79 @@ def hardmax_axis(x, axis):
 def coerce_2d(x, axis):
     rows = int(np.prod(x.shape[:axis], dtype=np.int64))
     return x.reshape(rows, -1)
+
+
+def _ceil_extra(spatial, kernel, strides, pads, dilations, ceil_mode):
+    """End padding needed to reach the ceil-mode output size (a last window must
+    start inside the input or its begin padding)."""
+    k = len(kernel)
+    extra = [0] * k
+    for i in range(k):
+        span = (kernel[i] - 1) * dilations[i] + 1
+        total = spatial[i] + pads[i] + pads[i + k] - span
+        out = (-(-total // strides[i]) if ceil_mode else total // strides[i]) + 1
+        if ceil_mode and (out - 1) * strides[i] >= spatial[i] + pads[i]:
+            out -= 1
+        extra[i] = max(0, (out - 1) * strides[i] + span - (spatial[i] + pads[i] + pads[i + k]))
+    return extra
+
+
+def average_pool_dilated(x, kernel, strides, pads, dilations, count_include_pad, ceil_mode):
+    """Average pooling with dilated windows (pool.average_pool has none)."""
+    k = len(kernel)
+    extra = _ceil_extra(x.shape[2:], kernel, strides, pads, dilations, ceil_mode)
+    width = [(0, 0), (0, 0)] + [(pads[i], pads[i + k] + extra[i]) for i in range(k)]
+    xp = np.pad(x, width)
+    axes = tuple(range(-k, 0))
+    sums = windows(xp, kernel, strides, dilations).sum(axis=axes)
+    inside = np.ones(x.shape[2:], dtype=np.float64)
+    if count_include_pad:   # explicit padding counts, ceil-mode extension does not
+        inside = np.pad(inside, [(pads[i], pads[i + k]) for i in range(k)], constant_values=1.0)
+        inside = np.pad(inside, [(0, extra[i]) for i in range(k)])
+    else:
+        inside = np.pad(inside, [w for w in width[2:]])
+    counts = windows(inside[None, None], kernel, strides, dilations).sum(axis=axes)
+    return (sums / counts).astype(x.dtype)
+
+
+def max_pool_with_indices(x, kernel, strides, pads, dilations, ceil_mode, storage_order):
+    """(values, flat indices into x) for MaxPool's optional Indices output;
+    storage_order 1 numbers the spatial dims column-major."""
+    k = len(kernel)
+    extra = _ceil_extra(x.shape[2:], kernel, strides, pads, dilations, ceil_mode)
+    width = [(0, 0), (0, 0)] + [(pads[i], pads[i + k] + extra[i]) for i in range(k)]
+    fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    xp = np.pad(x, width, constant_values=fill)
+    win = windows(xp, kernel, strides, dilations)
+    out_shape = win.shape[:2 + k]
+    flat = win.reshape(out_shape + (-1,))
+    arg = flat.argmax(axis=-1)
+    values = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
+    taps = np.unravel_index(arg, tuple(kernel))
+    grids = np.indices(out_shape)
+    coords = [grids[2 + i] * strides[i] - pads[i] + taps[i] * dilations[i] for i in range(k)]
+    spatial = x.shape[2:]
+    if storage_order:
+        index, scale = np.zeros(out_shape, dtype=np.int64), 1
+        for i in range(k):
+            index += coords[i] * scale
+            scale *= spatial[i]
+    else:
+        index = np.zeros(out_shape, dtype=np.int64)
+        for i in range(k):
+            index = index * spatial[i] + coords[i]
+    plane = int(np.prod(spatial))
+    index += (grids[0] * x.shape[1] + grids[1]) * plane
+    return values, index
+
+
+def batch_norm_training(x, scale, bias, mean, var, epsilon, momentum):
+    """(y, running_mean, running_var) with batch statistics (population variance)."""
+    axes = (0,) + tuple(range(2, x.ndim))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    bm = x.mean(axis=axes)
+    bv = x.var(axis=axes)
+    y = (x - bm.reshape(shape)) / np.sqrt(bv.reshape(shape) + epsilon) * scale.reshape(shape) + bias.reshape(shape)
+    run_mean = (mean * momentum + bm * (1 - momentum)).astype(mean.dtype)
+    run_var = (var * momentum + bv * (1 - momentum)).astype(var.dtype)
+    return y.astype(x.dtype), run_mean, run_var
