@@ -14,11 +14,11 @@ Why it is shaped this way (see ../shared/reference/baselines.md §5):
 - bags are processed in chunks small enough for the gathered rows to stay in cache,
   and the chunks are split across a few threads (NumPy releases the GIL).
 """
-import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from .threads import num_threads, run_split
 
 
 class LookupInputError(ValueError):
@@ -77,28 +77,11 @@ LAYOUTS = {"float": FLOAT, "fused8": Fused8Bit(), "fused4": FUSED4, "fused2": FU
 
 # --------------------------------------------------------------------------- threads
 
-_pool = None
-_pool_lock = threading.Lock()
 _scratch = threading.local()
 # Below this many gathered values a single thread wins (thread hand-off costs ~20 us).
 _PARALLEL_MIN_VALUES = 1 << 16
 # Bytes of float32 rows per chunk: small enough to stay in L2 between gather and matmul.
 _CHUNK_BYTES = 1 << 19
-
-
-def num_threads():
-    env = os.environ.get("CAFFE2PY_NUM_THREADS")
-    if env:
-        return max(1, int(env))
-    return max(1, min(4, os.cpu_count() or 1))
-
-
-def _executor():
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=num_threads(), thread_name_prefix="caffe2py-emb")
-        return _pool
 
 
 def _buffer(name, size, dtype):
@@ -286,17 +269,10 @@ def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=
             out[bags] = rows
 
     threads = num_threads() if threads is None else threads
-    if threads > 1 and len(chunks) > 1 and indices.size * block >= _PARALLEL_MIN_VALUES:
-        # interleave chunks so skewed (long, sorted-first) bags spread over the threads
-        groups = [chunks[t::threads] for t in range(threads)]
-        futures = [_executor().submit(lambda g=g: [run_chunk(c) for c in g]) for g in groups[1:]]
-        for c in groups[0]:
-            run_chunk(c)
-        for f in futures:
-            f.result()
-    else:
-        for c in chunks:
-            run_chunk(c)
+    if indices.size * block < _PARALLEL_MIN_VALUES:
+        threads = 1
+    # chunks are interleaved over threads so skewed (long, sorted-first) bags spread out
+    run_split(run_chunk, chunks, threads)
     return out
 
 
