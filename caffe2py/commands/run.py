@@ -16,6 +16,8 @@ HELP = "run a net (NetDef files, or the built-in demo when none are given)"
 
 
 def add_arguments(parser):
+    parser.add_argument("model", nargs="?", help="an ONNX model (.onnx) to run instead of NetDef files; "
+                        "inputs not given with --input get random values of their declared shapes")
     parser.add_argument("--init-net", help="init NetDef (.pb binary or text)")
     parser.add_argument("--predict-net", help="predict NetDef (.pb binary or text)")
     parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE",
@@ -53,6 +55,11 @@ def summarize(name, value):
 
 def load(args):
     """(init_net or None, predict_net, inputs, note) from the arguments or the demo."""
+    if getattr(args, "model", None):
+        if args.init_net or args.predict_net:
+            raise Caffe2Error("give either an ONNX model or --init-net/--predict-net, not both")
+        from caffe2py.onnx.inputs import load_for_run
+        return load_for_run(args.model, parse_inputs(args.input))
     if args.predict_net is None:
         if args.init_net:
             raise Caffe2Error("--init-net given without --predict-net")
@@ -64,7 +71,7 @@ def load(args):
 
 def prepare_workspace(init_net, predict_net, inputs):
     ws = Workspace("cli")
-    if init_net is not None:
+    if init_net is not None and len(init_net.op):   # an empty net has nothing to run
         ws.run_net_once(init_net)
     for name, value in inputs.items():
         ws.feed_blob(name, value)
