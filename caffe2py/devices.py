@@ -25,6 +25,10 @@ class DeviceAdapter:
     def to_host(self, value):
         raise NotImplementedError
 
+    def device_id_of(self, value):
+        """The device id an owned value lives on."""
+        return 0
+
 
 _adapters = {}
 
@@ -69,3 +73,19 @@ def to_host(value):
 def gpu_count():
     dev = adapter(CUDA)
     return dev.count() if dev is not None and dev.available() else 0
+
+
+def placement_of(value):
+    """(device type, device id) of a blob value, or None when it is not a tensor
+    (None, strings, other Python objects): those are not placement-checked."""
+    if isinstance(value, np.ndarray):
+        return (CPU, 0)
+    for dev in _adapters.values():
+        if dev.owns(value):
+            return (dev.device_type, dev.device_id_of(value))
+    return None
+
+
+def placement_text(placement):
+    device_type, device_id = placement
+    return device_name(device_type) if device_type == CPU else "%s:%d" % (device_name(device_type), device_id)

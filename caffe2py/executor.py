@@ -206,15 +206,54 @@ class Plan:
             obs.net_stop(self)
 
 
-def compile_net(net_def, known_blobs=(), input_types=None):
-    """NetDef -> Plan. known_blobs: names already in the workspace.
-    input_types: optional {blob: TensorType} from shape inference, handed to kernels."""
+class PlacementTracker:
+    """Where each blob lives while walking the net in order: workspace values where
+    they are, op outputs on the op's device (or the schema's outputs_device). An op
+    reading a blob from another device is an error unless its schema says that its
+    inputs may cross devices (the copy ops): no silent per-op round trips."""
+
+    def __init__(self, blob_values):
+        from .devices import placement_of
+        self.where = {}
+        for name, value in (blob_values or {}).items():
+            place = placement_of(value)
+            if place is not None:
+                self.where[name] = place
+
+    def check_and_record(self, op, schema, label):
+        from .devices import placement_text
+        from .registry import CPU
+        device = op.device_option.device_type if op.HasField("device_option") else CPU
+        here = (device, op.device_option.device_id if device != CPU else 0)
+        if schema is None or not schema.inputs_can_cross_devices:
+            for blob in op.input:
+                there = self.where.get(blob)
+                if there is not None and there != here:
+                    raise Caffe2Error(
+                        "%s: input '%s' is on %s but the op runs on %s; copy it explicitly "
+                        "(CopyCPUToGPU / CopyGPUToCPU) or feed it with the op's device_option"
+                        % (label, blob, placement_text(there), placement_text(here)))
+        out_device = schema.outputs_device if schema is not None and schema.outputs_device is not None else device
+        out = (out_device, op.device_option.device_id if out_device != CPU else 0)
+        for blob in op.output:
+            self.where[blob] = out
+
+
+def compile_net(net_def, known_blobs=(), input_types=None, blob_values=None):
+    """NetDef -> Plan. known_blobs: names already in the workspace (a dict keys view
+    of the blobs also gives their values, for the device placement check).
+    input_types: optional {blob: TensorType} from shape inference, handed to kernels.
+    blob_values: optional {blob: value} for the device placement check."""
     check_net(net_def, known_blobs)
+    if blob_values is None:
+        blob_values = getattr(known_blobs, "mapping", None)  # dict_keys -> its dict
+    placement = PlacementTracker(blob_values)
     steps = []
     for index, op in enumerate(normalized_ops(net_def)):
         entry, engine, schema = select_kernel(op, index)
         if schema is not None:
             schema.verify(op, describe_op(index, op))
+        placement.check_and_record(op, schema, describe_op(index, op))
         types = None
         if input_types is not None:
             types = [input_types.get(b) for b in op.input]

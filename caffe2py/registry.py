@@ -118,6 +118,10 @@ class OpSchema:
     domain: str = CAFFE2_DOMAIN
     since_version: int = 1
     inputs_outputs_check: Optional[Callable] = None
+    # Device placement: copy ops read blobs from another device (True) and may write
+    # their outputs to a device other than the op's own (outputs_device: a device type).
+    inputs_can_cross_devices: bool = False
+    outputs_device: Optional[int] = None
     arg_by_name: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
