@@ -20,6 +20,7 @@ Strategy (fastest first):
 Padding goes into a zero-bordered buffer that is allocated once: only the
 interior is rewritten per run.
 """
+import functools
 import itertools
 import threading
 from collections import OrderedDict
@@ -133,94 +134,211 @@ def _finish(out, b, activation):
 
 def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activation=None):
     """x (N, C, *S), w (M, C/group, *K), b (M,) or None -> (N, M, *out)."""
-    kernel = tuple(w.shape[2:])
-    k = len(kernel)
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    strides, dilations, pads = list(strides), list(dilations), list(pads)
-    out_spatial = tuple(conv_output_size(x.shape[2 + i], kernel[i], strides[i], pads[i], pads[k + i],
-                                         dilations[i]) for i in range(k))
-    if any(o <= 0 for o in out_spatial):
-        padded = [x.shape[2 + i] + pads[i] + pads[k + i] for i in range(k)]
-        raise ValueError("kernel %s does not fit the padded input %s" % (list(kernel), padded))
-    if c != w.shape[1] * group or m % group:
-        raise ValueError("filter of shape %s with group %d does not fit %d input channels"
-                         % (list(w.shape), group, c))
     dtype = np.result_type(x.dtype, w.dtype)
+    plan = _plan(x.shape, w.shape, tuple(strides), tuple(pads), tuple(dilations), group, dtype.str)
     x = x.astype(dtype, copy=False)
     w = np.ascontiguousarray(w, dtype=dtype)
-    scratch = scratch or default_scratch()
-    out = np.empty((n, m) + out_spatial, dtype=dtype)
-    if all(kk == 1 for kk in kernel) and not any(pads):
-        _pointwise(x, w, strides, group, out)
-    elif group == c and group > 1:
-        _depthwise(x, w, strides, pads, dilations, out, scratch)
-    else:
-        _im2col_gemm(x, w, strides, pads, dilations, group, out, scratch)
+    out = np.empty(plan.out_shape, dtype=dtype)
+    plan.compute(x, w, out, scratch or default_scratch())
     return _finish(out, b, activation)
 
 
-def _pointwise(x, w, strides, group, out):
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    if any(s != 1 for s in strides):
-        x = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
-    p = int(np.prod(out.shape[2:], dtype=np.int64))
-    wg = w.reshape(group, m // group, c // group)
-    for i in range(n):
-        xi = np.ascontiguousarray(x[i]).reshape(group, c // group, p)
-        np.matmul(wg, xi, out=out[i].reshape(group, m // group, p))
+class _Plan:
+    """Everything about one convolution geometry that does not depend on values:
+    output shape, method and the precomputed slices of every copy it makes."""
+    __slots__ = ("out_shape", "compute")
 
 
-def _depthwise(x, w, strides, pads, dilations, out, scratch):
-    """One input channel per group: sum over kernel offsets of weight * shifted input."""
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    mult = m // c
-    kernel = w.shape[2:]
+@functools.lru_cache(maxsize=1024)
+def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
+    kernel = tuple(w_shape[2:])
     k = len(kernel)
-    out_spatial = out.shape[2:]
-    wk = w.reshape((c, mult) + tuple(kernel))
-    tmp = scratch.empty("dw_tmp", (c, mult) + tuple(out_spatial), out.dtype)
-    for i in range(n):
-        xp = padded_image(scratch, "dw_pad", x[i], pads)
-        acc = out[i].reshape((c, mult) + tuple(out_spatial))
-        first = True
-        for offset in itertools.product(*(range(kk) for kk in kernel)):
-            src = offset_view(xp, offset, dilations, strides, out_spatial)[:, None]
-            wt = wk[(slice(None), slice(None)) + offset].reshape((c, mult) + (1,) * k)
-            if first:
-                np.multiply(src, wt, out=acc)
-                first = False
-            else:
-                np.multiply(src, wt, out=tmp)
+    if len(x_shape) != k + 2 or len(strides) != k or len(dilations) != k or len(pads) != 2 * k:
+        raise ValueError("input shape %s, filter shape %s, strides %s, pads %s and dilations %s do not agree"
+                         % (list(x_shape), list(w_shape), list(strides), list(pads), list(dilations)))
+    if any(v <= 0 for v in strides + dilations) or group <= 0:
+        raise ValueError("strides %s, dilations %s and group %d must be positive"
+                         % (list(strides), list(dilations), group))
+    n, c = x_shape[:2]
+    m = w_shape[0]
+    out_spatial = tuple(conv_output_size(x_shape[2 + i], kernel[i], strides[i], pads[i], pads[k + i],
+                                         dilations[i]) for i in range(k))
+    if any(o <= 0 for o in out_spatial):
+        padded = [x_shape[2 + i] + pads[i] + pads[k + i] for i in range(k)]
+        raise ValueError("kernel %s does not fit the padded input %s" % (list(kernel), padded))
+    if c != w_shape[1] * group or m % group:
+        raise ValueError("filter of shape %s with group %d does not fit %d input channels"
+                         % (list(w_shape), group, c))
+    plan = _Plan()
+    plan.out_shape = (n, m) + out_spatial
+    if all(kk == 1 for kk in kernel) and not any(pads):
+        plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial)
+    elif group == c and group > 1 and k == 2:
+        plan.compute = _depthwise2d_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
+    elif group == c and group > 1:
+        plan.compute = _depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
+    else:
+        plan.compute = _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype)
+    return plan
+
+
+def _padding(x_shape, pads, fill=0.0):
+    """(padded per-image shape, interior index, crop index or None) for pads (negative pads crop)."""
+    k = len(x_shape) - 2
+    crop = None
+    if any(p < 0 for p in pads):
+        crop = (slice(None),) + tuple(slice(max(0, -pads[i]), x_shape[2 + i] - max(0, -pads[k + i]))
+                                      for i in range(k))
+        x_shape = x_shape[:2] + tuple(x_shape[2 + i] - max(0, -pads[i]) - max(0, -pads[k + i]) for i in range(k))
+        pads = [max(0, p) for p in pads]
+    if not any(pads):
+        return None, None, crop
+    shape = (x_shape[1],) + tuple(x_shape[2 + i] + pads[i] + pads[k + i] for i in range(k))
+    interior = (slice(None),) + tuple(slice(pads[i], pads[i] + x_shape[2 + i]) for i in range(k))
+    return shape, interior, crop
+
+
+def _pad_one(img, scratch, role, padding, dtype, fill=0.0):
+    shape, interior, crop = padding
+    if crop is not None:
+        img = img[crop]
+    if shape is None:
+        return img
+    buf = scratch.zeros(role, shape, dtype, fill)
+    buf[interior] = img
+    return buf
+
+
+def _offset_index(offset, dilations, strides, out_spatial):
+    return (slice(None),) + tuple(slice(o * d, o * d + (nn - 1) * s + 1, s)
+                                  for o, d, s, nn in zip(offset, dilations, strides, out_spatial))
+
+
+def _pointwise_plan(x_shape, m, strides, group, out_spatial):
+    n, c = x_shape[:2]
+    p = int(np.prod(out_spatial, dtype=np.int64))
+    sub = None if all(s == 1 for s in strides) else \
+        (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
+    shape_in, shape_w, shape_out = (group, c // group, p), (group, m // group, c // group), (group, m // group, p)
+
+    def compute(x, w, out, scratch):
+        if sub is not None:
+            x = x[sub]
+        wg = w.reshape(shape_w)
+        for i in range(n):
+            np.matmul(wg, np.ascontiguousarray(x[i]).reshape(shape_in), out=out[i].reshape(shape_out))
+    return compute
+
+
+def _depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
+    """One input channel per group: sum over kernel offsets of weight * shifted input."""
+    n, c = x_shape[:2]
+    mult = w_shape[0] // c
+    kernel = tuple(w_shape[2:])
+    k = len(kernel)
+    padding = _padding(x_shape, pads)
+    offsets = list(itertools.product(*(range(kk) for kk in kernel)))
+    src_index = [_offset_index(o, dilations, strides, out_spatial) + (None,) for o in offsets]
+    src_index = [(ix[0], None) + ix[1:-1] for ix in src_index]   # (C, 1, *out) views
+    w_index = [(slice(None), slice(None)) + o for o in offsets]
+    acc_shape = (c, mult) + out_spatial
+    wt_shape = (c, mult) + (1,) * k
+
+    def compute(x, w, out, scratch):
+        wk = w.reshape((c, mult) + kernel)
+        tmp = scratch.empty("dw_tmp", acc_shape, dtype)
+        for i in range(n):
+            xp = _pad_one(x[i], scratch, "dw_pad", padding, dtype)
+            acc = out[i].reshape(acc_shape)
+            np.multiply(xp[src_index[0]], wk[w_index[0]].reshape(wt_shape), out=acc)
+            for si, wi in zip(src_index[1:], w_index[1:]):
+                np.multiply(xp[si], wk[wi].reshape(wt_shape), out=tmp)
                 acc += tmp
+    return compute
 
 
-def _im2col_gemm(x, w, strides, pads, dilations, group, out, scratch):
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    kernel = tuple(w.shape[2:])
+def _depthwise2d_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
+    """2-D depthwise on flattened rows: the padded input is split into stride phases
+    (one phase at stride 1) whose rows are flattened, so each kernel offset becomes a
+    contiguous slice and every multiply-add runs over long rows. Output columns past
+    the real width are computed on the way and dropped at the end."""
+    n, c = x_shape[:2]
+    mult = w_shape[0] // c
+    kh, kw = w_shape[2:]
+    (sh, sw), (dh, dw) = strides, dilations
+    oh, ow = out_spatial
+    padding = _padding(x_shape, pads)
+    hp = x_shape[2] + max(0, pads[0]) + max(0, pads[2]) - max(0, -pads[0]) - max(0, -pads[2])
+    wp = x_shape[3] + max(0, pads[1]) + max(0, pads[3]) - max(0, -pads[1]) - max(0, -pads[3])
+    hq, wq = -(-hp // sh), -(-wp // sw)
+    taps = []   # (phase, flat start, weight index)
+    for a in range(kh):
+        for b in range(kw):
+            phase = ((a * dh) % sh, (b * dw) % sw)
+            taps.append((phase, ((a * dh) // sh) * wq + (b * dw) // sw, (slice(None), slice(None), a, b)))
+    phases = sorted({t[0] for t in taps})
+    length = oh * wq
+    rows = max(t[1] for t in taps) // wq + oh + 1     # room for the last tap's overrun
+    acc_shape = (c, mult, length)
+
+    def compute(x, w, out, scratch):
+        tmp = scratch.empty("dw_tmp", acc_shape, dtype)
+        acc = scratch.empty("dw_acc", acc_shape, dtype)
+        for i in range(n):
+            xp = _pad_one(x[i], scratch, "dw_pad", padding, dtype)
+            flat = {}
+            for ph in phases:
+                buf = scratch.zeros(("dw_phase", ph), (c, rows, wq), dtype)
+                src = xp[:, ph[0]::sh, ph[1]::sw]
+                buf[:, :src.shape[1], :src.shape[2]] = src
+                flat[ph] = buf.reshape(c, 1, rows * wq)
+            first = True
+            for ph, start, widx in taps:
+                wt = w[widx].reshape(c, mult, 1)
+                if first:
+                    np.multiply(flat[ph][:, :, start:start + length], wt, out=acc)
+                    first = False
+                else:
+                    np.multiply(flat[ph][:, :, start:start + length], wt, out=tmp)
+                    acc += tmp
+            out[i] = acc.reshape(c * mult, oh, wq)[:, :, :ow]
+    return compute
+
+
+def _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype):
+    n, c = x_shape[:2]
+    m = w_shape[0]
+    kernel = tuple(w_shape[2:])
     kprod = int(np.prod(kernel, dtype=np.int64))
-    out_spatial = out.shape[2:]
     cg, mg = c // group, m // group
-    wg = w.reshape(group, mg, cg * kprod)
+    padding = _padding(x_shape, pads)
     # Tile over the outermost output dim so a column tile stays cache-sized.
     inner = int(np.prod(out_spatial[1:], dtype=np.int64))
-    row_bytes = c * kprod * inner * out.dtype.itemsize
+    row_bytes = c * kprod * inner * np.dtype(dtype).itemsize
     rows_per_tile = max(1, min(out_spatial[0], _TILE_BYTES // max(1, row_bytes)))
     offsets = list(itertools.product(*(range(kk) for kk in kernel)))
     s0, d0 = strides[0], dilations[0]
-    for i in range(n):
-        xp = padded_image(scratch, "pad", x[i], pads)
-        yi = out[i].reshape(group, mg, out_spatial[0] * inner)
-        for r0 in range(0, out_spatial[0], rows_per_tile):
-            rows = min(rows_per_tile, out_spatial[0] - r0)
-            tile_spatial = (rows,) + tuple(out_spatial[1:])
-            cols = scratch.empty("cols", (c,) + kernel + tile_spatial, out.dtype)
-            # Rows of this tile start r0 * stride further along the first padded dim.
-            xt = xp[:, r0 * s0: r0 * s0 + (rows - 1) * s0 + (kernel[0] - 1) * d0 + 1]
-            for offset in offsets:
-                cols[(slice(None),) + offset] = offset_view(xt, offset, dilations, strides, tile_spatial)
-            np.matmul(wg, cols.reshape(group, cg * kprod, rows * inner),
-                      out=yi[:, :, r0 * inner:(r0 + rows) * inner])
+    tiles = []
+    for r0 in range(0, out_spatial[0], rows_per_tile):
+        rows = min(rows_per_tile, out_spatial[0] - r0)
+        tile_spatial = (rows,) + tuple(out_spatial[1:])
+        # Rows of this tile start r0 * stride further along the first padded dim.
+        first = (slice(None), slice(r0 * s0, r0 * s0 + (rows - 1) * s0 + (kernel[0] - 1) * d0 + 1))
+        copies = [((slice(None),) + o, _offset_index(o, dilations, strides, tile_spatial)) for o in offsets]
+        tiles.append(((c,) + kernel + tile_spatial, first, copies, (group, cg * kprod, rows * inner),
+                      (slice(None), slice(None), slice(r0 * inner, (r0 + rows) * inner))))
+    w_shape3 = (group, mg, cg * kprod)
+    y_shape3 = (group, mg, out_spatial[0] * inner)
+
+    def compute(x, w, out, scratch):
+        wg = w.reshape(w_shape3)
+        for i in range(n):
+            xp = _pad_one(x[i], scratch, "pad", padding, dtype)
+            yi = out[i].reshape(y_shape3)
+            for cols_shape, first, copies, gemm_shape, target in tiles:
+                cols = scratch.empty("cols", cols_shape, dtype)
+                xt = xp[first]
+                for dst, src in copies:
+                    cols[dst] = xt[src]
+                np.matmul(wg, cols.reshape(gemm_shape), out=yi[target])
+    return compute
