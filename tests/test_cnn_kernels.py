@@ -1,0 +1,480 @@
+"""CNN CPU kernels (conv, pooling, gemm, norms), their Caffe2 ops and the prepare-time
+optimize pass, against references written here: direct loops on small shapes,
+NumPy formulas and onnxruntime single-node models."""
+import itertools
+
+import numpy as np
+import pytest
+
+from caffe2py import core, workspace
+from caffe2py.errors import Caffe2Error
+from caffe2py.executor import compile_net
+from caffe2py.kernels.cpu import conv as conv_k
+from caffe2py.kernels.cpu import gemm as gemm_k
+from caffe2py.kernels.cpu import norm as norm_k
+from caffe2py.kernels.cpu import pool as pool_k
+from caffe2py.proto import caffe2_pb2
+
+RNG = np.random.default_rng(20261122)
+
+
+def rand(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+# ----------------------------------------------------------------- naive references
+
+def out_size(size, k, s, pb, pe, d, ceil=False):
+    span = (k - 1) * d + 1
+    total = size + pb + pe - span
+    o = (-(-total // s) if ceil else total // s) + 1
+    if ceil and (o - 1) * s >= size + pb:
+        o -= 1
+    return o
+
+
+def ref_conv(x, w, b, strides, pads, dilations, group, relu=False):
+    """Direct loops over every output element, float64; pads = begins + ends; N-d."""
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    kernel = w.shape[2:]
+    k = len(kernel)
+    outs = [out_size(x.shape[2 + i], kernel[i], strides[i], pads[i], pads[k + i], dilations[i]) for i in range(k)]
+    y = np.zeros((n, m) + tuple(outs))
+    mg = m // group
+    for nn, mm in itertools.product(range(n), range(m)):
+        g = mm // mg
+        for pos in itertools.product(*(range(o) for o in outs)):
+            acc = 0.0
+            for cc in range(cg):
+                for off in itertools.product(*(range(kk) for kk in kernel)):
+                    idx = [pos[i] * strides[i] + off[i] * dilations[i] - pads[i] for i in range(k)]
+                    if all(0 <= idx[i] < x.shape[2 + i] for i in range(k)):
+                        acc += float(x[(nn, g * cg + cc) + tuple(idx)]) * float(w[(mm, cc) + off])
+            y[(nn, mm) + pos] = acc + (float(b[mm]) if b is not None else 0.0)
+    return np.maximum(y, 0) if relu else y
+
+
+def ref_pool(x, kernel, strides, pads, kind, dilations=None, ceil=False, include_pad=False):
+    """Direct loops; ceil-mode windows may run past the padded input (those cells never count)."""
+    k = len(kernel)
+    dilations = dilations or [1] * k
+    outs = [out_size(x.shape[2 + i], kernel[i], strides[i], pads[i], pads[k + i], dilations[i], ceil)
+            for i in range(k)]
+    y = np.zeros(x.shape[:2] + tuple(outs))
+    for nn, cc in itertools.product(range(x.shape[0]), range(x.shape[1])):
+        for pos in itertools.product(*(range(o) for o in outs)):
+            vals, counted = [], 0
+            for off in itertools.product(*(range(kk) for kk in kernel)):
+                idx = [pos[i] * strides[i] + off[i] * dilations[i] - pads[i] for i in range(k)]
+                inside = all(0 <= idx[i] < x.shape[2 + i] for i in range(k))
+                in_pads = all(-pads[i] <= idx[i] < x.shape[2 + i] + pads[k + i] for i in range(k))
+                if inside:
+                    vals.append(float(x[(nn, cc) + tuple(idx)]))
+                if inside or (include_pad and in_pads):
+                    counted += 1
+            y[(nn, cc) + pos] = max(vals) if kind == "max" else sum(vals) / counted
+    return y
+
+
+# ----------------------------------------------------------------- convolution
+
+CONV_CASES = [
+    # x shape, w shape, strides, pads, dilations, group
+    ((2, 3, 7, 8), (4, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    ((1, 4, 9, 9), (6, 2, 3, 3), (2, 2), (0, 1, 2, 0), (1, 1), 2),            # groups, asymmetric pads
+    ((1, 3, 10, 9), (5, 3, 3, 2), (1, 2), (2, 1, 0, 1), (2, 1), 1),           # dilation, rect kernel
+    ((2, 6, 8, 7), (6, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 6),            # depthwise
+    ((1, 4, 9, 8), (8, 1, 3, 3), (2, 2), (1, 0, 1, 2), (1, 1), 4),            # depthwise x2, stride 2
+    ((1, 3, 11, 10), (3, 1, 3, 2), (2, 3), (1, 1, 0, 2), (2, 2), 3),          # depthwise, dilated, strided
+    ((2, 5, 6, 7), (4, 5, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),            # 1x1 plain matmul
+    ((1, 6, 7, 7), (6, 2, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 3),            # 1x1 strided, grouped
+    ((1, 3, 5, 5), (2, 3, 1, 1), (1, 1), (1, 0, 0, 1), (1, 1), 1),            # 1x1 with pads
+    ((2, 3, 11), (4, 3, 3), (2,), (1, 2), (2,), 1),                           # 1-D
+    ((1, 2, 5, 4, 6), (3, 2, 2, 3, 2), (1, 2, 1), (1, 0, 1, 0, 1, 1), (1, 1, 2), 1),   # 3-D
+    ((1, 4, 5, 4, 4), (4, 1, 3, 3, 3), (1, 1, 1), (1, 1, 1, 1, 1, 1), (1, 1, 1), 4),   # 3-D depthwise
+]
+
+
+@pytest.mark.parametrize("xs,ws,strides,pads,dil,group", CONV_CASES)
+def test_conv_matches_direct_loops(xs, ws, strides, pads, dil, group):
+    x, w, b = rand(*xs), rand(*ws), rand(ws[0])
+    y = conv_k.conv_nchw(x, w, b, strides, pads, dil, group)
+    np.testing.assert_allclose(y, ref_conv(x, w, b, strides, pads, dil, group), rtol=1e-4, atol=1e-4)
+    y = conv_k.conv_nchw(x, w, None, strides, pads, dil, group, activation="relu")
+    np.testing.assert_allclose(y, ref_conv(x, w, None, strides, pads, dil, group, relu=True), rtol=1e-4, atol=1e-4)
+
+
+def test_conv_float64_and_negative_pads():
+    x, w = rand(1, 2, 6, 6, dtype=np.float64), rand(3, 2, 3, 3, dtype=np.float64)
+    y = conv_k.conv_nchw(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, ref_conv(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1), rtol=1e-12)
+    # A negative pad crops the input before convolving.
+    y = conv_k.conv_nchw(x, w, None, (1, 1), (-1, 0, 0, 1), (1, 1), 1)
+    np.testing.assert_allclose(y, ref_conv(x[:, :, 1:], w, None, (1, 1), (0, 0, 0, 1), (1, 1), 1), rtol=1e-12)
+
+
+def test_conv_reused_buffers_and_row_tiles(monkeypatch):
+    """Many small im2col tiles and buffers reused across runs with different inputs."""
+    monkeypatch.setattr(conv_k, "_TILE_BYTES", 256)
+    conv_k._plan.cache_clear()
+    try:
+        scratch = conv_k.Scratch()
+        w, b = rand(5, 3, 3, 3), rand(5)
+        for _ in range(3):
+            x = rand(1, 3, 9, 8)
+            y = conv_k.conv_nchw(x, w, b, (1, 1), (1, 2, 1, 0), (1, 1), 1, scratch=scratch)
+            np.testing.assert_allclose(y, ref_conv(x, w, b, (1, 1), (1, 2, 1, 0), (1, 1), 1), rtol=1e-4, atol=1e-4)
+            wd = rand(3, 1, 3, 3)
+            y = conv_k.conv_nchw(x, wd, None, (2, 1), (1, 1, 1, 1), (1, 1), 3, scratch=scratch)
+            np.testing.assert_allclose(y, ref_conv(x, wd, None, (2, 1), (1, 1, 1, 1), (1, 1), 3), rtol=1e-4, atol=1e-4)
+    finally:
+        conv_k._plan.cache_clear()
+
+
+def test_conv_errors():
+    with pytest.raises(ValueError, match="does not fit"):
+        conv_k.conv_nchw(rand(1, 2, 2, 2), rand(1, 2, 3, 3), None, (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    with pytest.raises(ValueError, match="group"):
+        conv_k.conv_nchw(rand(1, 3, 4, 4), rand(2, 2, 1, 1), None, (1, 1), (0, 0, 0, 0), (1, 1), 2)
+    with pytest.raises(ValueError, match="positive"):
+        conv_k.conv_nchw(rand(1, 2, 4, 4), rand(2, 2, 1, 1), None, (0, 1), (0, 0, 0, 0), (1, 1), 1)
+
+
+def _ort_single(op_type, inputs, attrs, opset=13):
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+    names = ["i%d" % k for k in range(len(inputs))]
+    node = helper.make_node(op_type, names, ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, v.shape)
+                                            for n, v in zip(names, inputs)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, dict(zip(names, inputs)))[0]
+
+
+@pytest.mark.parametrize("xs,ws,strides,pads,dil,group", [
+    ((1, 16, 30, 30), (32, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    ((1, 24, 20, 20), (24, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 24),
+    ((1, 3, 40, 40), (8, 3, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1),
+    ((1, 12, 14, 14), (12, 4, 3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 3),
+])
+def test_conv_matches_onnxruntime_on_larger_shapes(xs, ws, strides, pads, dil, group):
+    x, w, b = rand(*xs), rand(*ws), rand(ws[0])
+    ref = _ort_single("Conv", [x, w, b], dict(strides=list(strides), pads=list(pads), dilations=list(dil),
+                                              group=group))
+    y = conv_k.conv_nchw(x, w, b, strides, pads, dil, group)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------- pooling
+
+POOL_CASES = [
+    # x shape, kernel, strides, pads, dilations, ceil
+    ((2, 3, 7, 8), (3, 3), (2, 2), (1, 1, 1, 1), None, False),
+    ((1, 2, 8, 7), (3, 2), (2, 3), (0, 1, 1, 0), None, True),
+    ((1, 2, 9, 9), (2, 2), (2, 2), (0, 0, 0, 0), None, True),
+    ((1, 2, 6, 7), (3, 3), (1, 2), (1, 0, 0, 1), (2, 1), False),
+    ((2, 3, 10), (3,), (2,), (1, 1), None, True),
+    ((1, 2, 4, 5, 5), (2, 3, 2), (2, 1, 2), (0, 1, 1, 1, 0, 0), None, True),
+]
+
+
+@pytest.mark.parametrize("xs,kernel,strides,pads,dil,ceil", POOL_CASES)
+def test_max_pool_matches_direct_loops(xs, kernel, strides, pads, dil, ceil):
+    x = rand(*xs)
+    y = pool_k.max_pool(x, kernel, strides, pads, dil, ceil)
+    np.testing.assert_allclose(y, ref_pool(x, kernel, strides, pads, "max", dil, ceil), rtol=1e-6)
+
+
+@pytest.mark.parametrize("xs,kernel,strides,pads,dil,ceil", [c for c in POOL_CASES if c[4] is None])
+@pytest.mark.parametrize("include_pad", [False, True])
+def test_average_pool_matches_direct_loops(xs, kernel, strides, pads, dil, ceil, include_pad):
+    x = rand(*xs)
+    y = pool_k.average_pool(x, kernel, strides, pads, include_pad, ceil)
+    ref = ref_pool(x, kernel, strides, pads, "avg", None, ceil, include_pad)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op,include_pad,ceil", [("MaxPool", 0, 1), ("AveragePool", 1, 1), ("AveragePool", 0, 1),
+                                                 ("AveragePool", 1, 0)])
+def test_pooling_matches_onnxruntime(op, include_pad, ceil):
+    x = rand(1, 4, 13, 12)
+    attrs = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 1], ceil_mode=ceil)
+    if op == "AveragePool":
+        attrs["count_include_pad"] = include_pad
+        y = pool_k.average_pool(x, [3, 3], [2, 2], [1, 0, 1, 1], bool(include_pad), bool(ceil))
+    else:
+        y = pool_k.max_pool(x, [3, 3], [2, 2], [1, 0, 1, 1], None, bool(ceil))
+    np.testing.assert_allclose(y, _ort_single(op, [x], attrs), rtol=1e-5, atol=1e-6)
+
+
+def test_global_pool_and_int_max_pool():
+    x = rand(2, 3, 5, 4)
+    np.testing.assert_allclose(pool_k.global_pool(x, "max"), x.max(axis=(2, 3), keepdims=True))
+    np.testing.assert_allclose(pool_k.global_pool(x, "avg"), x.astype(np.float64).mean(axis=(2, 3), keepdims=True),
+                               rtol=1e-6)
+    xi = RNG.integers(-50, 50, size=(1, 2, 5, 5)).astype(np.int32)
+    y = pool_k.max_pool(xi, [2, 2], [2, 2], [1, 1, 0, 0])
+    assert y.dtype == np.int32
+    np.testing.assert_array_equal(y, ref_pool(xi, [2, 2], [2, 2], [1, 1, 0, 0], "max"))
+    with pytest.raises(ValueError):
+        pool_k.global_pool(x, "median")
+    with pytest.raises(ValueError, match="does not fit"):
+        pool_k.max_pool(x, [7, 7], [1, 1], [0, 0, 0, 0])
+
+
+# ----------------------------------------------------------------- gemm and norms
+
+def naive_matmul(a, b):
+    out = np.zeros((a.shape[0], b.shape[1]))
+    for i, j in itertools.product(range(a.shape[0]), range(b.shape[1])):
+        out[i, j] = sum(float(a[i, t]) * float(b[t, j]) for t in range(a.shape[1]))
+    return out
+
+
+@pytest.mark.parametrize("trans_a,trans_b,alpha,beta,c_shape", [
+    (0, 0, 1.0, 1.0, (5,)), (1, 0, 0.5, 2.0, (4, 1)), (0, 1, 1.0, 0.0, (4, 5)), (1, 1, -1.5, 1.0, None)])
+def test_gemm(trans_a, trans_b, alpha, beta, c_shape):
+    a = rand(3, 4) if trans_a else rand(4, 3)
+    b = rand(5, 3) if trans_b else rand(3, 5)
+    c = rand(*c_shape) if c_shape else None
+    y = gemm_k.gemm(a, b, c, alpha, beta, trans_a, trans_b)
+    ref = alpha * naive_matmul(a.T if trans_a else a, b.T if trans_b else b)
+    if c is not None:
+        ref = ref + beta * c
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="inner"):
+        gemm_k.gemm(rand(2, 3), rand(4, 2))
+
+
+def test_fc_kernel():
+    x, w, b = rand(3, 4), rand(5, 4), rand(5)
+    np.testing.assert_allclose(gemm_k.fc(x, w, b), naive_matmul(x, w.T) + b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gemm_k.fc(x, w.T.copy(), b, transposed=True), naive_matmul(x, w.T) + b,
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_and_instance_norm():
+    x, scale, bias, mean = rand(2, 3, 4, 5), rand(3), rand(3), rand(3)
+    var = np.abs(rand(3)) + 0.1
+    ref = (x - mean[:, None, None]) / np.sqrt(var[:, None, None] + 1e-3) * scale[:, None, None] + bias[:, None, None]
+    np.testing.assert_allclose(norm_k.batch_norm(x, scale, bias, mean, var, 1e-3), ref, rtol=1e-5, atol=1e-5)
+    xl = np.moveaxis(x, 1, -1).copy()
+    np.testing.assert_allclose(norm_k.batch_norm(xl, scale, bias, mean, var, 1e-3, axis=-1),
+                               np.moveaxis(ref, 1, -1), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="channels"):
+        norm_k.batch_norm(x, scale[:2], bias, mean, var)
+    y, m, inv = norm_k.instance_norm(x, scale, bias, 1e-5, return_stats=True)
+    for nn, cc in itertools.product(range(2), range(3)):
+        v = x[nn, cc].astype(np.float64)
+        r = (v - v.mean()) / np.sqrt(v.var() + 1e-5) * scale[cc] + bias[cc]
+        np.testing.assert_allclose(y[nn, cc], r, rtol=1e-4, atol=1e-5)
+        assert m[nn, cc] == pytest.approx(v.mean(), abs=1e-6)
+        assert inv[nn, cc] == pytest.approx(1 / np.sqrt(v.var() + 1e-5), rel=1e-5)
+
+
+@pytest.mark.parametrize("size,beta", [(5, 0.75), (4, 0.6), (1, 1.0)])
+def test_lrn_matches_loops_and_onnxruntime(size, beta):
+    x = rand(2, 7, 3, 4)
+    alpha, bias = 1e-2, 1.5
+    ref = np.zeros(x.shape)
+    for c in range(7):
+        lo, hi = max(0, c - (size - 1) // 2), min(7, c + size // 2 + 1)
+        sq = (x[:, lo:hi].astype(np.float64) ** 2).sum(axis=1)
+        ref[:, c] = x[:, c] / (bias + alpha / size * sq) ** beta
+    y = norm_k.lrn(x, size, alpha, beta, bias)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+    if size % 2:   # onnxruntime only implements odd sizes
+        ort_y = _ort_single("LRN", [x], dict(size=size, alpha=alpha, beta=beta, bias=bias))
+        np.testing.assert_allclose(y, ort_y, rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------- Caffe2 ops
+
+def run_op(op_type, inputs, outputs=1, **kwargs):
+    workspace.ResetWorkspace()
+    names = []
+    for i, value in enumerate(inputs):
+        names.append("in%d" % i)
+        workspace.FeedBlob(names[-1], value)
+    outs = ["out%d" % i for i in range(outputs)]
+    workspace.RunOperatorOnce(core.CreateOperator(op_type, names, outs, **kwargs))
+    vals = [workspace.FetchBlob(o) for o in outs]
+    return vals[0] if outputs == 1 else vals
+
+
+def test_caffe2_conv_relu_and_nhwc():
+    x, w, b = rand(1, 3, 6, 5), rand(4, 3, 3, 3), rand(4)
+    ref = ref_conv(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1, relu=True)
+    np.testing.assert_allclose(run_op("ConvRelu", [x, w, b], kernel=3, pad=1), ref, rtol=1e-4, atol=1e-4)
+    y = run_op("Conv", [np.moveaxis(x, 1, -1).copy(), np.moveaxis(w, 1, -1).copy(), b], kernel=3, pad=1,
+               order="NHWC")
+    np.testing.assert_allclose(np.maximum(np.moveaxis(y, -1, 1), 0), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_caffe2_lrn_instance_norm_spatial_bn_ops():
+    x = rand(1, 6, 3, 3)
+    y, scale = run_op("LRN", [x], outputs=2, size=3, alpha=0.1, beta=0.75, bias=2.0)
+    sq = np.stack([(x[:, max(0, c - 1):c + 2].astype(np.float64) ** 2).sum(1) for c in range(6)], axis=1)
+    np.testing.assert_allclose(scale, 2.0 + 0.1 / 3 * sq, rtol=1e-5)
+    np.testing.assert_allclose(y, x / (2.0 + 0.1 / 3 * sq) ** 0.75, rtol=1e-5)
+    s, bb = rand(6), rand(6)
+    y, mean, inv = run_op("InstanceNorm", [x, s, bb], outputs=3, epsilon=1e-3)
+    flat = x.reshape(1, 6, -1).astype(np.float64)
+    ref = (flat - flat.mean(-1, keepdims=True)) / np.sqrt(flat.var(-1, keepdims=True) + 1e-3)
+    np.testing.assert_allclose(y.reshape(1, 6, -1), ref * s[:, None] + bb[:, None], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(mean, flat.mean(-1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(inv, 1 / np.sqrt(flat.var(-1) + 1e-3), rtol=1e-5)
+    var = np.abs(rand(6)) + 0.5
+    y = run_op("SpatialBN", [x, s, bb, mean[0], var], is_test=1, epsilon=1e-4)
+    np.testing.assert_allclose(y, (x - mean[0][:, None, None]) / np.sqrt(var[:, None, None] + 1e-4)
+                               * s[:, None, None] + bb[:, None, None], rtol=1e-4, atol=1e-5)
+
+
+def test_caffe2_ops_name_op_and_blob_on_bad_input():
+    with pytest.raises(Caffe2Error, match="in0"):
+        run_op("Conv", [rand(1, 3, 2, 2), rand(2, 3, 3, 3)], kernel=3)
+    with pytest.raises(Caffe2Error, match="InstanceNorm"):
+        run_op("InstanceNorm", [rand(1, 3, 2, 2), rand(2), rand(3)])
+    with pytest.raises(Caffe2Error, match="MaxPool"):
+        run_op("MaxPool", [rand(1, 1, 2, 2)], kernel=5)
+
+
+# ----------------------------------------------------------------- optimize pass
+
+def _op(op_type, inputs, outputs, domain="ai.onnx", version=9, **args):
+    op = core.CreateOperator(op_type, inputs, outputs, **args)
+    if domain:
+        op.domain = domain
+        op.op_version = version
+    return op
+
+
+def _run(net, consts, feeds):
+    blobs = dict(consts)
+    blobs.update(feeds)
+    compile_net(net, known_blobs=blobs.keys()).run(blobs)
+    return [blobs[o] for o in net.external_output]
+
+
+def _net(ops, inputs, outputs):
+    net = caffe2_pb2.NetDef(name="t")
+    net.op.extend(ops)
+    net.external_input.extend(inputs)
+    net.external_output.extend(outputs)
+    return net
+
+
+def _bn_consts(prefix, c):
+    return {prefix + "_s": rand(c), prefix + "_b": rand(c), prefix + "_m": rand(c),
+            prefix + "_v": np.abs(rand(c)) + 0.2}
+
+
+def test_optimize_folds_conv_bn_mul_add_and_fuses_relu():
+    from caffe2py.optimize import optimize
+    consts = {"w1": rand(6, 3, 3, 3), "b1": rand(6), "w2": rand(4, 6, 1, 1), "mul": rand(1, 4, 1, 1),
+              "add": rand(4, 1, 1), "w3": rand(4, 2, 3, 3)}
+    consts.update(_bn_consts("bn1", 6))
+    consts.update(_bn_consts("bn2", 4))
+    consts.update(_bn_consts("bn3", 4))
+    ops = [
+        _op("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        _op("BatchNormalization", ["c1", "bn1_s", "bn1_b", "bn1_m", "bn1_v"], ["n1"], epsilon=1e-3),
+        _op("Relu", ["n1"], ["r1"]),
+        _op("Conv", ["r1", "w2"], ["c2"]),
+        _op("BatchNormalization", ["c2", "bn2_s", "bn2_b", "bn2_m", "bn2_v"], ["n2"]),
+        _op("Mul", ["n2", "mul"], ["m2"]),
+        _op("Add", ["add", "m2"], ["a2"]),
+        _op("Relu", ["a2"], ["r2"]),
+        # Caffe2 Conv (grouped) + SpatialBN.
+        _op("Conv", ["r2", "w3"], ["c3"], domain="", kernel=3, pad=1, group=2),
+        _op("SpatialBN", ["c3", "bn3_s", "bn3_b", "bn3_m", "bn3_v"], ["y"], domain="", is_test=1, epsilon=1e-4),
+    ]
+    net = _net(ops, ["x"] + list(consts), ["y"])
+    before = net.SerializeToString()
+    x = rand(2, 3, 8, 7)
+    (ref,) = _run(net, consts, {"x": x})
+    folded_consts = dict(consts)
+    opt = optimize(net, folded_consts)
+    assert net.SerializeToString() == before, "optimize must not modify its input net"
+    assert [op.type for op in opt.op] == ["ConvRelu", "ConvRelu", "Conv"]
+    assert list(opt.external_output) == ["y"] and list(opt.external_input)[:len(net.external_input)] == \
+        list(net.external_input)
+    assert all(np.array_equal(folded_consts[k], v) for k, v in consts.items())
+    (got,) = _run(opt, folded_consts, {"x": x})
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_optimize_merges_bn_mul_add_chain_and_keeps_shared_outputs():
+    from caffe2py.optimize import optimize
+    consts = {"w": rand(4, 4, 3, 3), "mul": rand(4, 1, 1), "add": rand(1, 4, 1, 1)}
+    consts.update(_bn_consts("bn", 4))
+    consts.update(_bn_consts("bn2", 4))
+    ops = [
+        _op("Concat", ["x", "x2"], ["cat"], axis=1),
+        _op("Conv", ["cat", "w"], ["c"], pads=[1, 1, 1, 1]),
+        _op("BatchNormalization", ["c", "bn_s", "bn_b", "bn_m", "bn_v"], ["n"]),   # c is also read below
+        _op("Mul", ["n", "mul"], ["m"]),
+        _op("Add", ["m", "add"], ["a"]),
+        _op("Relu", ["a"], ["r"]),
+        _op("Add", ["r", "c"], ["s"]),
+        _op("BatchNormalization", ["s", "bn2_s", "bn2_b", "bn2_m", "bn2_v"], ["y"]),   # net output
+    ]
+    net = _net(ops, ["x", "x2"] + list(consts), ["y", "r"])
+    feeds = {"x": rand(1, 2, 5, 5), "x2": rand(1, 2, 5, 5)}
+    ref = _run(net, consts, feeds)
+    c2 = dict(consts)
+    opt = optimize(c2, net)     # the (blobs, net) order works too
+    types = [op.type for op in opt.op]
+    assert types == ["Concat", "Conv", "BatchNormalization", "Relu", "Add", "BatchNormalization"], types
+    for got, want in zip(_run(opt, c2, feeds), ref):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_optimize_leaves_non_constant_and_non_per_channel_alone():
+    from caffe2py.optimize import optimize
+    consts = {"w": rand(3, 2, 1, 1), "full": rand(1, 3, 4, 4)}
+    consts.update(_bn_consts("bn", 3))
+    ops = [
+        _op("Conv", ["x", "w"], ["c"]),
+        _op("Mul", ["c", "full"], ["m"]),                                       # not per-channel
+        _op("BatchNormalization", ["m", "bn_s", "bn_b", "bn_m", "scale_in"], ["y"]),   # var is a feed
+    ]
+    net = _net(ops, ["x", "scale_in"] + list(consts), ["y"])
+    opt = optimize(net, dict(consts))
+    assert [op.type for op in opt.op] == ["Conv", "Mul", "BatchNormalization"]
+
+
+def test_optimized_onnx_model_matches_onnxruntime():
+    """A small random-weight CNN through caffe2py.onnx (when present) vs onnxruntime."""
+    pytest.importorskip("caffe2py.onnx.backend")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+    from caffe2py.onnx import backend
+    inits = {"w1": rand(8, 3, 3, 3), "w2": rand(8, 1, 3, 3), "w3": rand(6, 8, 1, 1), "s": rand(8), "b": rand(8),
+             "m": rand(8), "v": np.abs(rand(8)) + 0.1, "gw": rand(5, 6), "gb": rand(5)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("BatchNormalization", ["c1", "s", "b", "m", "v"], ["n1"], epsilon=1e-3),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=8),
+        helper.make_node("MaxPool", ["c2"], ["p"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+        helper.make_node("Conv", ["p", "w3"], ["c3"]),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("GlobalAveragePool", ["r3"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "gw", "gb"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 17, 15])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    x = rand(1, 3, 17, 15)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    rep = backend.prepare(model)
+    np.testing.assert_allclose(rep.run([x])[0], ref, rtol=1e-3, atol=1e-4)
