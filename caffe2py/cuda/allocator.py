@@ -1,0 +1,49 @@
+"""Device memory: one caching pool per device (PyCUDA's DeviceMemoryPool) so a
+net run allocates nothing from the driver after its first run: freed blocks go
+back to the pool and the next request of the same size class reuses them."""
+import numpy as np
+
+from . import context
+
+_pools = {}
+
+
+def pool(device_id=0):
+    p = _pools.get(device_id)
+    if p is None:
+        context.activate(device_id)
+        from pycuda.tools import DeviceMemoryPool  # noqa: PLC0415
+        p = _pools[device_id] = DeviceMemoryPool()
+    return p
+
+
+def empty(shape, dtype, device_id=0):
+    """An uninitialised device array from the pool."""
+    from pycuda import gpuarray  # noqa: PLC0415
+    context.activate(device_id)
+    return gpuarray.GPUArray(tuple(int(d) for d in shape), np.dtype(dtype), allocator=pool(device_id).allocate)
+
+
+def to_device(array, device_id=0):
+    """Copy a host array to a new pooled device array (on the device's stream)."""
+    array = np.ascontiguousarray(array)
+    out = empty(array.shape, array.dtype, device_id)
+    if array.size:
+        out.set_async(array, stream=context.stream(device_id))
+        context.synchronize(device_id)  # the host array may be freed right after
+    return out
+
+
+def to_host(value, device_id=0):
+    context.activate(device_id)
+    out = np.empty(value.shape, value.dtype)
+    if value.size:
+        value.get_async(stream=context.stream(device_id), ary=out)
+        context.synchronize(device_id)
+    return out
+
+
+def stats(device_id=0):
+    """(blocks in use, blocks held for reuse) of the device's pool."""
+    p = _pools.get(device_id)
+    return (0, 0) if p is None else (p.active_blocks, p.held_blocks)

@@ -1,0 +1,106 @@
+"""kernels/cuda/<name>.cu -> a loaded module of the device's arch.
+
+Compilation goes through pycuda.compiler.compile (what SourceModule does before
+loading) with `arch` set explicitly from the device's compute capability (PyCUDA
+would otherwise fall back to nvcc's default arch) and options ["-O3"]. Cubins are
+cached on disk under a key hashing the source, the shared headers, the options and
+the arch, so a second process loads them without running nvcc.
+"""
+import hashlib
+import os
+
+from ..errors import Caffe2Error
+from . import context
+
+OPTIONS = ("-O3",)
+_modules = {}   # (name, device id) -> pycuda Module
+_functions = {}  # (name, function, device id) -> prepared Function
+
+
+def kernel_dir():
+    import caffe2py.kernels.cuda as pkg  # noqa: PLC0415
+    return os.path.dirname(os.path.abspath(pkg.__file__))
+
+
+def read_source(name):
+    path = os.path.join(kernel_dir(), name + ".cu")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        raise Caffe2Error("CUDA kernel source %s is missing: %s" % (path, exc)) from None
+
+
+def headers_text():
+    """Every shared header's text: part of each cache key, since sources include them."""
+    folder = kernel_dir()
+    parts = []
+    for fname in sorted(os.listdir(folder)):
+        if fname.endswith(".cuh"):
+            with open(os.path.join(folder, fname), encoding="utf-8") as f:
+                parts.append(fname + "\n" + f.read())
+    return "\n".join(parts)
+
+
+def arch_for(compute_capability):
+    """(8, 0) -> 'sm_80'."""
+    major, minor = compute_capability
+    return "sm_%d%d" % (major, minor)
+
+
+def cache_key(source, options, arch, headers=""):
+    h = hashlib.sha256()
+    for part in (source, "\0".join(options), arch, headers):
+        h.update(part.encode("utf-8"))
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+def cache_dir():
+    root = os.environ.get("CAFFE2PY_CUDA_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "caffe2py", "cuda")
+    os.makedirs(root, exist_ok=True)
+    return root
+
+
+def compile_cubin(source, arch, options=OPTIONS, headers=""):
+    """The cubin for source, from the disk cache or nvcc (through PyCUDA)."""
+    key = cache_key(source, options, arch, headers)
+    path = os.path.join(cache_dir(), key + ".cubin")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return f.read()
+    from pycuda.compiler import compile as nvcc_compile  # noqa: PLC0415
+    try:
+        cubin = nvcc_compile(source, options=list(options), arch=arch, no_extern_c=True,
+                             include_dirs=[kernel_dir()], cache_dir=False)
+    except Exception as exc:  # noqa: BLE001 - CompileError carries nvcc's text
+        raise Caffe2Error("nvcc failed for a CUDA kernel (%s): %s" % (arch, exc)) from None
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "wb") as f:
+        f.write(cubin)
+    os.replace(tmp, path)  # atomic: concurrent processes never read half a file
+    return cubin
+
+
+def module(name, device_id=0):
+    """The loaded module for kernels/cuda/<name>.cu on device_id."""
+    mod = _modules.get((name, device_id))
+    if mod is None:
+        context.activate(device_id)
+        import pycuda.driver as drv  # noqa: PLC0415
+        arch = arch_for(context.compute_capability(device_id))
+        mod = _modules[(name, device_id)] = drv.module_from_buffer(
+            compile_cubin(read_source(name), arch, OPTIONS, headers_text()))
+    return mod
+
+
+def function(name, func, arg_format, device_id=0):
+    """A prepared kernel function: arg_format is PyCUDA's struct-style type string."""
+    key = (name, func, device_id)
+    fn = _functions.get(key)
+    if fn is None:
+        fn = module(name, device_id).get_function(func)
+        fn.prepare(arg_format)
+        _functions[key] = fn
+    return fn
