@@ -133,6 +133,24 @@ def test_conv_reused_buffers_and_row_tiles(monkeypatch):
         conv_k._plan.cache_clear()
 
 
+@pytest.mark.parametrize("xs,ws,pads", [((2, 64, 12, 13), (64, 64, 3, 3), (1, 1, 1, 1)),
+                                         ((1, 64, 14, 12), (72, 64, 3, 3), (0, 2, 1, 0))])
+def test_winograd_path_matches_loop_reference(xs, ws, pads):
+    """3x3 stride-1 convs with many channels take the Winograd F(2x2,3x3) path."""
+    x, w, b = rand(*xs), rand(*ws), rand(ws[0])
+    plan = conv_k._plan(x.shape, w.shape, (1, 1), tuple(pads), (1, 1), 1, np.dtype(np.float32).str)
+    assert plan.compute.__qualname__.startswith("_winograd_plan")
+    scratch = conv_k.Scratch()
+    ref = ref_conv(x, w[:3], b[:3], (1, 1), pads, (1, 1), 1)     # loops are slow: 3 output channels
+    for _ in range(2):   # second run: transformed filters and buffers come from the caches
+        y = conv_k.conv_nchw(x, w, b, (1, 1), pads, (1, 1), 1, scratch=scratch, activation="relu")
+        np.testing.assert_allclose(y[:, :3], np.maximum(ref, 0), rtol=1e-4, atol=2e-4)
+    w2 = w.copy()
+    w2[:3] *= -1      # another weight array: the filter cache must not return stale transforms
+    y = conv_k.conv_nchw(x, w2, b, (1, 1), pads, (1, 1), 1, scratch=scratch)
+    np.testing.assert_allclose(y[:, :3], ref_conv(x, w2[:3], b[:3], (1, 1), pads, (1, 1), 1), rtol=1e-4, atol=2e-4)
+
+
 def test_conv_errors():
     with pytest.raises(ValueError, match="does not fit"):
         conv_k.conv_nchw(rand(1, 2, 2, 2), rand(1, 2, 3, 3), None, (1, 1), (0, 0, 0, 0), (1, 1), 1)
