@@ -70,3 +70,73 @@ def scan(n, block=1024):
 def gemm_tiles(m, n, batch, tile=16):
     """Fallback tiled GEMM: one tile x tile block per output tile, batch on z."""
     return Launch((max(1, ceil_div(n, tile)), max(1, ceil_div(m, tile)), max(1, int(batch))), (tile, tile, 1))
+
+
+MAX_DIMS = 6
+
+
+def contiguous_strides(shape):
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return strides[::-1]
+
+
+def broadcast_strides(out_shape, *in_shapes):
+    """Element strides of each input over out_shape (0 where it broadcasts), with
+    adjacent dims merged wherever every input stays contiguous across them.
+    Returns (dims, [strides per input]); raises ValueError past MAX_DIMS dims."""
+    rank = len(out_shape)
+    per_input = []
+    for shape in in_shapes:
+        shape = [1] * (rank - len(shape)) + list(shape)
+        cs = contiguous_strides(shape)
+        per_input.append([0 if shape[k] == 1 and out_shape[k] != 1 else cs[k] for k in range(rank)])
+    dims = list(out_shape)
+    # Drop size-1 dims, then merge dim k into k+1 when, for every input,
+    # stride[k] == stride[k+1] * dims[k+1] (both broadcast counts: 0 == 0 * n).
+    keep = [k for k in range(rank) if dims[k] != 1]
+    dims = [dims[k] for k in keep]
+    per_input = [[s[k] for k in keep] for s in per_input]
+    k = len(dims) - 2
+    while k >= 0:
+        if all(s[k] == s[k + 1] * dims[k + 1] for s in per_input):
+            dims[k] *= dims[k + 1]
+            for s in per_input:
+                s[k] = s[k + 1]
+                del s[k + 1]
+            del dims[k + 1]
+        k -= 1
+    if not dims:
+        dims, per_input = [1], [[0] for _ in per_input]
+    if len(dims) > MAX_DIMS:
+        raise ValueError("broadcast needs %d dims after merging; at most %d are supported" % (len(dims), MAX_DIMS))
+    return dims, per_input
+
+
+def permuted_strides(shape, axes):
+    """Transpose: output dims and, per output dim, the input's element stride,
+    merging output dims that are contiguous in the input too."""
+    cs = contiguous_strides(shape)
+    dims = [shape[a] for a in axes]
+    strides = [cs[a] for a in axes]
+    return broadcast_like_merge(dims, strides)
+
+
+def broadcast_like_merge(dims, strides):
+    keep = [k for k in range(len(dims)) if dims[k] != 1]
+    dims = [dims[k] for k in keep]
+    strides = [strides[k] for k in keep]
+    k = len(dims) - 2
+    while k >= 0:
+        if strides[k] == strides[k + 1] * dims[k + 1]:
+            dims[k] *= dims[k + 1]
+            strides[k] = strides[k + 1]
+            del dims[k + 1], strides[k + 1]
+        k -= 1
+    if not dims:
+        return [1], [0]
+    if len(dims) > MAX_DIMS:
+        raise ValueError("transpose needs %d dims after merging; at most %d are supported" % (len(dims), MAX_DIMS))
+    return dims, strides

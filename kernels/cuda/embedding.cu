@@ -91,14 +91,17 @@ struct Fused4Table {
 
 template <typename Table, int V, typename IT, typename OT>
 C2_INLINE void lookup(Table table, long long rows, const IT* __restrict__ indices, long long n_indices,
-                      const OT* __restrict__ offsets, long long n_bags, const float* __restrict__ weights,
+                      const OT* __restrict__ offsets, long long n_offsets, long long n_bags,
+                      const float* __restrict__ weights,
                       int mean, float* __restrict__ out, long long* status) {
     long long bag = (long long)blockIdx.x * blockDim.y + threadIdx.y;
     if (bag >= n_bags) return;
     const int lane = threadIdx.x, lanes = blockDim.x;
     const long long dim = table.dim;
     long long first = (long long)offsets[0];
-    long long start = (long long)offsets[bag] - first, end = (long long)offsets[bag + 1] - first;
+    // Without a last offset (torch's include_last_offset=False) the last bag ends at n_indices.
+    long long start = (long long)offsets[bag] - first;
+    long long end = bag + 1 < n_offsets ? (long long)offsets[bag + 1] - first : n_indices;
     if (start < 0 || end < start || end > n_indices) {
         if (lane == 0) report_bad_segments(status, 1);
         start = start < 0 ? 0 : (start > n_indices ? n_indices : start);
@@ -150,22 +153,24 @@ C2_INLINE void lookup(Table table, long long rows, const IT* __restrict__ indice
 // (host-chosen: dim % VEC == 0 and aligned buffers) picks vector or scalar loads.
 #define C2_SLS_ENTRY(NAME, TABLE, ELEM, IT, OT)                                                         \
     extern "C" __global__ void NAME(const ELEM* data, long long rows, long long dim, const IT* indices, \
-                                    long long n_indices, const OT* offsets, long long n_bags,            \
+                                    long long n_indices, const OT* offsets, long long n_offsets,         \
+                                    long long n_bags,                                                    \
                                     const float* weights, int mean, int vectorized, float* out,          \
                                     long long* status) {                                                 \
         TABLE table{data, dim};                                                                          \
         if (vectorized)                                                                                  \
-            lookup<TABLE, TABLE::VEC>(table, rows, indices, n_indices, offsets, n_bags, weights, mean,   \
-                                      out, status);                                                      \
+            lookup<TABLE, TABLE::VEC>(table, rows, indices, n_indices, offsets, n_offsets, n_bags,       \
+                                      weights, mean, out, status);                                       \
         else                                                                                             \
-            lookup<TABLE, 1>(table, rows, indices, n_indices, offsets, n_bags, weights, mean, out,       \
-                             status);                                                                    \
+            lookup<TABLE, 1>(table, rows, indices, n_indices, offsets, n_offsets, n_bags, weights, mean, \
+                             out, status);                                                               \
     }
 
 #define C2_SLS_FAMILY(KIND, TABLE, ELEM)                               \
     C2_SLS_ENTRY(sls_##KIND##_i32_o64, TABLE, ELEM, int, long long)    \
     C2_SLS_ENTRY(sls_##KIND##_i64_o64, TABLE, ELEM, long long, long long) \
-    C2_SLS_ENTRY(sls_##KIND##_i32_o32, TABLE, ELEM, int, int)
+    C2_SLS_ENTRY(sls_##KIND##_i32_o32, TABLE, ELEM, int, int)          \
+    C2_SLS_ENTRY(sls_##KIND##_i64_o32, TABLE, ELEM, long long, int)
 
 C2_SLS_FAMILY(f32, F32Table, float)
 C2_SLS_FAMILY(f16, F16Table, __half)
