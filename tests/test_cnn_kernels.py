@@ -151,6 +151,23 @@ def test_winograd_path_matches_loop_reference(xs, ws, pads):
     np.testing.assert_allclose(y[:, :3], ref_conv(x, w2[:3], b[:3], (1, 1), pads, (1, 1), 1), rtol=1e-4, atol=2e-4)
 
 
+def test_shared_buffers_keep_each_padding_layout():
+    """Same padded shape, different pads, one (default) scratch: borders must stay zero / -inf."""
+    x = np.abs(rand(1, 64, 12, 12)) + 1.0
+    for w in (rand(64, 64, 3, 3), rand(8, 64, 3, 3), rand(64, 1, 3, 3)):
+        group = 64 if w.shape[1] == 1 else 1
+        for pads in ((1, 1, 1, 1), (2, 0, 0, 2), (0, 2, 2, 0), (1, 1, 1, 1)):
+            y = conv_k.conv_nchw(x, w, None, (1, 1), pads, (1, 1), group)
+            ref = _ort_single("Conv", [x, w], dict(pads=list(pads), group=group))
+            np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-3)
+    xn = -np.abs(rand(1, 2, 6, 6)) - 1.0
+    for pads in ((1, 1, 0, 0), (0, 0, 1, 1)):
+        np.testing.assert_allclose(pool_k.average_pool(xn, [2, 2], [1, 1], pads, True),
+                                   ref_pool(xn, [2, 2], [1, 1], pads, "avg", include_pad=True), rtol=1e-5)
+        np.testing.assert_allclose(pool_k.max_pool(xn, [2, 2], [1, 1], pads),
+                                   ref_pool(xn, [2, 2], [1, 1], pads, "max"), rtol=1e-6)
+
+
 def test_conv_errors():
     with pytest.raises(ValueError, match="does not fit"):
         conv_k.conv_nchw(rand(1, 2, 2, 2), rand(1, 2, 3, 3), None, (1, 1), (0, 0, 0, 0), (1, 1), 1)

@@ -93,7 +93,8 @@ def padded_image(scratch, role, img, pads, fill=0.0):
         if not any(pads):
             return img
     shape = (img.shape[0],) + tuple(img.shape[1 + i] + pads[i] + pads[k + i] for i in range(k))
-    buf = (scratch or default_scratch()).zeros(role, shape, img.dtype, fill)
+    # The key holds the pads: buffers of one shape padded differently must not mix borders.
+    buf = (scratch or default_scratch()).zeros((role, tuple(pads)), shape, img.dtype, fill)
     interior = (slice(None),) + tuple(slice(pads[i], pads[i] + img.shape[1 + i]) for i in range(k))
     buf[interior] = img
     return buf
@@ -206,7 +207,9 @@ def _pad_one(img, scratch, role, padding, dtype, fill=0.0):
         img = img[crop]
     if shape is None:
         return img
-    buf = scratch.zeros(role, shape, dtype, fill)
+    # The interior is part of the key: buffers of one shape padded differently must not mix borders.
+    layout = tuple((sl.start, sl.stop) for sl in interior[1:])
+    buf = scratch.zeros((role, layout), shape, dtype, fill)
     buf[interior] = img
     return buf
 
@@ -290,8 +293,8 @@ def _depthwise2d_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, d
             xp = _pad_one(x[i], scratch, "dw_pad", padding, dtype)
             flat = {}
             for ph in phases:
-                buf = scratch.zeros(("dw_phase", ph), (c, rows, wq), dtype)
                 src = xp[:, ph[0]::sh, ph[1]::sw]
+                buf = scratch.zeros(("dw_phase", ph, src.shape[1:]), (c, rows, wq), dtype)
                 buf[:, :src.shape[1], :src.shape[2]] = src
                 flat[ph] = buf.reshape(c, 1, rows * wq)
             first = True
@@ -364,7 +367,7 @@ def _winograd_plan(x_shape, w_shape, pads, out_spatial, dtype):
         mm = scratch.empty("wg_m", (16, m, th * tw), dtype)
         s_rows = scratch.empty("wg_s", (2, 4, m, th, tw), dtype)
         for i in range(n):
-            xp = scratch.zeros("wg_pad", buf_shape, dtype)
+            xp = scratch.zeros(("wg_pad", pads[0], pads[1], x_shape[2:]), buf_shape, dtype)
             xp[interior] = x[i]
             xr = [xp[:, a:a + 2 * th - 1:2] for a in range(4)]           # (C, th, Wbuf) each
             np.subtract(xr[0], xr[2], out=rows[0])
