@@ -6,6 +6,7 @@ BackendRep.run() only feeds inputs and runs the compiled plan.
     rep = backend.prepare(model)          # ModelProto, path or bytes
     outputs = rep.run([x])                # list, dict {name: array} or one array
 """
+import logging
 import os
 
 import numpy as np
@@ -17,6 +18,8 @@ from caffe2py.proto import caffe2_pb2
 
 from .convert import convert, graph_inputs, is_supported, node_domain, node_to_op
 from .loader import load_model
+
+log = logging.getLogger("caffe2py")
 
 
 def _as_value(value):
@@ -78,7 +81,15 @@ class Caffe2pyRep(BackendRep):
 
 
 def _apply_optimizer(optimize, constants, predict_net):
-    result = optimize(constants, predict_net)
+    """Run the optional NetDef optimiser; if it fails, keep the unoptimised net
+    (its results are the reference) and say why in the log."""
+    before = dict(constants)
+    try:
+        result = optimize(constants, predict_net)
+    except Exception as exc:  # noqa: BLE001 - an optimiser bug must not stop the model
+        log.warning("caffe2py.optimize failed on net '%s' (%s: %s); running it unoptimised",
+                    predict_net.name, type(exc).__name__, exc)
+        return before, predict_net
     if isinstance(result, tuple) and len(result) == 2:
         return result
     return constants, result

@@ -100,7 +100,9 @@ def batch_norm_inference(x, scale, bias, mean, var, epsilon):
     shape = (1, -1) + (1,) * (x.ndim - 2)
     mult = (scale / np.sqrt(var + epsilon)).astype(x.dtype, copy=False)
     shift = (bias - mean * mult).astype(x.dtype, copy=False)
-    return x * mult.reshape(shape) + shift.reshape(shape)
+    y = x * mult.reshape(shape)
+    y += shift.reshape(shape)      # in place: one temporary instead of two
+    return y
 
 
 def instance_norm(x, scale, bias, epsilon):
