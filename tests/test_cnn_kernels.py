@@ -133,8 +133,8 @@ def test_conv_reused_buffers_and_row_tiles(monkeypatch):
         conv_k._plan.cache_clear()
 
 
-@pytest.mark.parametrize("xs,ws,pads", [((2, 64, 12, 13), (64, 64, 3, 3), (1, 1, 1, 1)),
-                                         ((1, 64, 14, 12), (72, 64, 3, 3), (0, 2, 1, 0))])
+@pytest.mark.parametrize("xs,ws,pads", [((2, 96, 12, 13), (96, 96, 3, 3), (1, 1, 1, 1)),
+                                         ((1, 64, 14, 12), (192, 64, 3, 3), (0, 2, 1, 0))])
 def test_winograd_path_matches_loop_reference(xs, ws, pads):
     """3x3 stride-1 convs with many channels take the Winograd F(2x2,3x3) path."""
     x, w, b = rand(*xs), rand(*ws), rand(ws[0])
@@ -153,9 +153,9 @@ def test_winograd_path_matches_loop_reference(xs, ws, pads):
 
 def test_shared_buffers_keep_each_padding_layout():
     """Same padded shape, different pads, one (default) scratch: borders must stay zero / -inf."""
-    x = np.abs(rand(1, 64, 12, 12)) + 1.0
-    for w in (rand(64, 64, 3, 3), rand(8, 64, 3, 3), rand(64, 1, 3, 3)):
-        group = 64 if w.shape[1] == 1 else 1
+    x = np.abs(rand(1, 96, 12, 12)) + 1.0
+    for w in (rand(96, 96, 3, 3), rand(8, 96, 3, 3), rand(96, 1, 3, 3)):   # Winograd, im2col, depthwise
+        group = 96 if w.shape[1] == 1 else 1
         for pads in ((1, 1, 1, 1), (2, 0, 0, 2), (0, 2, 2, 0), (1, 1, 1, 1)):
             y = conv_k.conv_nchw(x, w, None, (1, 1), pads, (1, 1), group)
             ref = _ort_single("Conv", [x, w], dict(pads=list(pads), group=group))

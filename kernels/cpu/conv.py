@@ -316,14 +316,15 @@ def _depthwise2d_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, d
 # multiplies, for the price of elementwise input/output transforms (memory speed).
 # The transforms are the standard F(2,3) matrices B^T, G and A^T (Lavin & Gray, 2015).
 
-# Below these sizes the transforms cost more than the multiplies they save (measured).
-WINOGRAD_MIN_CHANNELS = 64
+# Transforms cost ~ (C + M) per tile, the saved multiplies ~ C * M: below these sizes the
+# transforms cost more than they save (measured on light_* model layers).
+WINOGRAD_MIN_CHANNELS = 48        # minimum C * M / (C + M)
 WINOGRAD_MIN_OUTPUT = 12
 
 
 def _winograd_suits(kernel, strides, dilations, pads, group, c, m, out_spatial):
     return (tuple(kernel) == (3, 3) and tuple(strides) == (1, 1) and tuple(dilations) == (1, 1)
-            and group == 1 and min(pads) >= 0 and c >= WINOGRAD_MIN_CHANNELS and m >= WINOGRAD_MIN_CHANNELS
+            and group == 1 and min(pads) >= 0 and c * m >= WINOGRAD_MIN_CHANNELS * (c + m)
             and min(out_spatial) >= WINOGRAD_MIN_OUTPUT)
 
 
