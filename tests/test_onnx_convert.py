@@ -391,3 +391,38 @@ def test_integer_div_truncates_toward_zero():
                        [vi("a", [4], TensorProto.INT32), vi("b", [4], TensorProto.INT32)],
                        [vi("y", [4], TensorProto.INT32)])
     np.testing.assert_array_equal(backend.prepare(model).run([a, b])[0], np.array([3, -3, -3, 3], np.int32))
+
+
+# ----------------------------------------------------------------- control flow
+
+def test_if_branches_read_outer_scope_values():
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "bias"], ["t"])], "then", [], [vi("t")])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e")])
+    bias = numpy_helper.from_array(np.array([10.0], np.float32), "bias")
+    model = make_model([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+                       [vi("c", [], TensorProto.BOOL), vi("x", [2])], [vi("y")], initializers=[bias])
+    _, predict_net = convert(model)
+    assert list(predict_net.op[0].input) == ["c", "x", "bias"]
+    rep = backend.prepare(model)
+    x = np.array([1.0, -2.0], np.float32)
+    np.testing.assert_array_equal(rep.run([np.array(True), x])[0], x + 10)
+    np.testing.assert_array_equal(rep.run([np.array(False), x])[0], -x)
+
+
+def test_loop_carries_state_and_stacks_scan_outputs():
+    # body: (i, cond, acc) -> (cond, acc + x * i, acc as a scan output)
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["x", "fi"], ["xi"]),
+         helper.make_node("Add", ["acc", "xi"], ["acc_out"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"]),
+         helper.make_node("Identity", ["acc"], ["scan"])],
+        "body", [vi("i", [], TensorProto.INT64), vi("cond", [], TensorProto.BOOL), vi("acc", [2])],
+        [vi("cond_out", [], TensorProto.BOOL), vi("acc_out", [2]), vi("scan", [2])])
+    node = helper.make_node("Loop", ["n", "", "acc0"], ["acc_final", "scans"], body=body)
+    model = make_model([node], [vi("n", [], TensorProto.INT64), vi("acc0", [2]), vi("x", [2])],
+                       [vi("acc_final"), vi("scans")])
+    x, acc0 = np.array([1.0, 2.0], np.float32), np.zeros(2, np.float32)
+    final, scans = backend.prepare(model).run({"n": np.array(4, np.int64), "acc0": acc0, "x": x})
+    np.testing.assert_allclose(final, x * (0 + 1 + 2 + 3))
+    np.testing.assert_allclose(scans, np.stack([x * k for k in (0, 1, 3, 6)]))

@@ -26,6 +26,7 @@ from caffe2py.tensors import data_type_of
 from .loader import load_model
 
 ABSENT_ARG = "_onnx_absent"
+CAPTURED_ARG = "_onnx_captured"
 # Nodes that must run every time even when their inputs are constant.
 NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                     "Multinomial", "Bernoulli"}
@@ -132,7 +133,43 @@ def node_to_op(node, opsets):
         op.arg.append(_attribute_to_argument(attr, opsets))
     if absent:
         op.arg.append(make_argument(ABSENT_ARG, absent))
+    captured = [n for g in _subgraphs(node) for n in free_variables(g)]
+    captured = list(dict.fromkeys(captured))
+    if captured:
+        # Subgraphs may read outer-scope values: they become extra inputs of
+        # the op (after its own) and declared inputs of every nested net.
+        op.input.extend(captured)
+        op.arg.append(make_argument(CAPTURED_ARG, captured))
+        for arg in op.arg:
+            nets = [arg.n] if arg.HasField("n") else list(arg.nets)
+            for net in nets:
+                net.external_input.extend(n for n in captured if n not in net.external_input)
     return op
+
+
+def _subgraphs(node):
+    for attr in node.attribute:
+        if attr.HasField("g"):
+            yield attr.g
+        yield from attr.graphs
+
+
+def free_variables(graph):
+    """Names a (sub)graph reads but does not define: outer-scope values."""
+    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    free = []
+    for node in graph.node:
+        uses = [n for n in node.input if n]
+        for g in _subgraphs(node):
+            uses += free_variables(g)
+        for name in uses:
+            if name not in defined and name not in free:
+                free.append(name)
+        defined.update(o for o in node.output if o)
+    for v in graph.output:   # an output may pass an outer value straight through
+        if v.name not in defined and v.name not in free:
+            free.append(v.name)
+    return free
 
 
 def _graph_nodes(graph):
