@@ -425,4 +425,4 @@ def test_loop_carries_state_and_stacks_scan_outputs():
     x, acc0 = np.array([1.0, 2.0], np.float32), np.zeros(2, np.float32)
     final, scans = backend.prepare(model).run({"n": np.array(4, np.int64), "acc0": acc0, "x": x})
     np.testing.assert_allclose(final, x * (0 + 1 + 2 + 3))
-    np.testing.assert_allclose(scans, np.stack([x * k for k in (0, 1, 3, 6)]))
+    np.testing.assert_allclose(scans, np.stack([x * k for k in (0, 0, 1, 3)]))   # acc before each step
