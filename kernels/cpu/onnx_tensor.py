@@ -62,3 +62,46 @@ def split_sizes(dim, split, n_outputs):
     if sizes[-1] < 0:
         raise ValueError("cannot split %d into %d parts" % (dim, n_outputs))
     return sizes
+
+
+_REDUCE_AT = {"add": np.add.at, "mul": np.multiply.at, "max": np.maximum.at, "min": np.minimum.at}
+
+
+def scatter_nd(data, indices, updates, reduction="none"):
+    """Copy of data with updates written (or reduced) at index tuples indices[..., :k]."""
+    out = data.copy()
+    k = indices.shape[-1]
+    idx = tuple(indices.reshape(-1, k).T)
+    upd = updates.reshape((-1,) + data.shape[k:])
+    if reduction == "none":
+        out[idx] = upd
+    elif reduction in _REDUCE_AT:
+        _REDUCE_AT[reduction](out, idx, upd)
+    else:
+        raise ValueError("unknown reduction '%s'" % reduction)
+    return out
+
+
+def scatter_elements(data, indices, updates, axis, reduction="none"):
+    out = data.copy()
+    grids = list(np.indices(indices.shape, sparse=True))
+    grids[axis] = indices
+    idx = tuple(np.broadcast_arrays(*grids))
+    if reduction == "none":
+        out[idx] = updates
+    elif reduction in _REDUCE_AT:
+        _REDUCE_AT[reduction](out, idx, updates)
+    else:
+        raise ValueError("unknown reduction '%s'" % reduction)
+    return out
+
+
+def gather_nd(data, indices, batch_dims=0):
+    k = indices.shape[-1]
+    batch = data.shape[:batch_dims]
+    nb = int(np.prod(batch, dtype=np.int64))
+    d = data.reshape((nb,) + data.shape[batch_dims:])
+    ind = indices.reshape((nb, -1, k))
+    parts = [d[b][tuple(ind[b].T)] for b in range(nb)]
+    out = np.stack(parts) if parts else np.zeros((0,) + data.shape[batch_dims + k:], data.dtype)
+    return out.reshape(indices.shape[:-1] + data.shape[batch_dims + k:])
