@@ -19,6 +19,7 @@ import sys
 from . import context
 
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
+FALLBACK_FORMAT = "iiqqqfPqPqfPq"  # sgemm_tiled's parameters, packed as PyCUDA does
 _state = {}
 
 
@@ -141,7 +142,7 @@ def _fallback(a_ptr, b_ptr, c_ptr, m, n, k, batch, trans_a, trans_b, stride_a, s
               alpha, beta, device_id):
     import numpy as np  # noqa: PLC0415
     from . import compiler, launch  # noqa: PLC0415
-    fn = compiler.function("gemm", "sgemm_tiled", "iiqqqfPqPqfPq", device_id)
+    fn = compiler.function("gemm", "sgemm_tiled", FALLBACK_FORMAT, device_id)
     g = launch.gemm_tiles(m, n, batch)
     fn.prepared_async_call(g.grid, g.block, context.stream(device_id), int(bool(trans_a)), int(bool(trans_b)),
                            m, n, k, np.float32(alpha), a_ptr, stride_a, b_ptr, stride_b, np.float32(beta),

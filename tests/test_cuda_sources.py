@@ -1,0 +1,164 @@
+"""Every CUDA source compiles with nvcc for sm_80 and sm_90 (tools/check_cuda_sources.py),
+and every kernel's parameter list (read from nvcc's PTX) matches the argument format
+the host side packs for it. Skipped when nvcc is not installed."""
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOL = os.path.join(ROOT, "tools", "check_cuda_sources.py")
+NVCC = shutil.which("nvcc")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+
+
+@needs_nvcc
+def test_every_source_compiles_for_sm80_and_sm90():
+    proc = subprocess.run([sys.executable, TOOL], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("kernels/")]
+    sources = [f for f in os.listdir(os.path.join(ROOT, "kernels", "cuda")) if f.endswith(".cu")]
+    assert len(lines) == 2 * len(sources) and all(" ok " in ln for ln in lines)
+
+
+@needs_nvcc
+def test_a_broken_source_fails_the_check(tmp_path):
+    sys.path.insert(0, os.path.dirname(TOOL))
+    try:
+        import check_cuda_sources as tool
+    finally:
+        sys.path.pop(0)
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "bad.cu").write_text("extern \"C\" __global__ void k() { undefined_thing(); }\n")
+    found = tool.sources(str(tmp_path))
+    assert found == [str(tmp_path / "kernels" / "bad.cu")]
+    rc, text = tool.compile_one(NVCC, found[0], "sm_80", str(tmp_path))
+    assert rc != 0 and "undefined_thing" in text
+
+
+def test_without_nvcc_the_check_passes_with_a_message(tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path))
+    proc = subprocess.run([sys.executable, TOOL], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0 and "nvcc is not on PATH" in proc.stdout
+
+
+# --------------------------------------------------------------------------- signatures
+
+_SIZES = {"P": 8, "q": 8, "i": 4, "f": 4}
+_TYPE_TOKENS = {"f32", "f16", "i32", "i64", "o32", "o64", "u8", "u16", "u32", "u64", "v1", "v2", "v4",
+                "fused8", "fused4"}
+
+
+def _ptx_entries(path):
+    ptx = subprocess.run([NVCC, "-ptx", "-arch=compute_80", "-I", os.path.dirname(path), "-o", "-", path],
+                         capture_output=True, text=True, check=True).stdout
+    entries = {}
+    for m in re.finditer(r"\.entry (\w+)\(\s*(.*?)\)", ptx, re.S):
+        params = []
+        for p in m.group(2).split(","):
+            p = p.strip()
+            s = re.match(r"\.param \.align (\d+) \.b8 \w+\[(\d+)\]", p)
+            if s:
+                params.append(("struct", int(s.group(1)), int(s.group(2))))
+            else:
+                kind = re.match(r"\.param \.(\w+)", p).group(1)
+                size = int(kind[1:]) // 8
+                params.append((kind, size, size))
+        entries[m.group(1)] = params
+    return entries
+
+
+def _format_items(fmt):
+    """(offset, size, char) per item, with native alignment as struct.pack uses."""
+    items, off = [], 0
+    for ch in fmt:
+        size = _SIZES[ch]
+        off = (off + size - 1) // size * size
+        items.append((off, size, ch))
+        off += size
+    assert off == struct.calcsize(fmt)
+    return items
+
+
+def _matches(params, fmt):
+    items = _format_items(fmt)
+    off, i = 0, 0
+    for kind, align, size in params:
+        off = (off + align - 1) // align * align
+        if kind == "struct":
+            covered = 0
+            while i < len(items) and items[i][0] < off + size:
+                assert items[i][0] >= off
+                covered += items[i][1]
+                i += 1
+            if covered != size:
+                return False
+        else:
+            if i >= len(items) or items[i][0] != off or items[i][1] != size:
+                return False
+            if (kind == "f32") != (items[i][2] == "f"):
+                return False
+            i += 1
+        off += size
+    return i == len(items)
+
+
+def _family(name):
+    return "_".join(t for t in name.split("_") if t not in _TYPE_TOKENS)
+
+
+def _recorded_formats(monkeypatch):
+    """(function, format) of every launch the host side makes, from fake runs."""
+    from caffe2py import core
+    from caffe2py.proto import caffe2_pb2
+    from _cuda_fakes import run_fake
+    cuda0 = core.DeviceOption(caffe2_pb2.CUDA, 0)
+    f32 = np.float32
+    cases = [
+        ("SparseLengthsWeightedSum", [np.zeros((4, 8), f32), np.ones(2, f32), np.zeros(2, np.int32),
+                                      np.array([2], np.int32)]),
+        ("FloatToFused8BitRowwiseQuantized", [np.zeros((2, 4), f32)]),
+        ("Fused8BitRowwiseQuantizedToFloat", [np.zeros((2, 12), np.uint8)]),
+        ("FloatToHalf", [np.zeros(4, f32)]), ("HalfToFloat", [np.zeros(4, np.float16)]),
+        ("LSTMUnit", [np.zeros((1, 2, 4), f32)] * 2 + [np.zeros((1, 2, 16), f32), np.zeros(2, np.int32),
+                                                       np.zeros(1, np.int32)]),
+        ("LSTMUnitGradient", [np.zeros((1, 2, 4), f32)] * 2 + [np.zeros((1, 2, 16), f32), np.zeros(2, np.int32),
+                                                               np.zeros(1, np.int32)] + [np.zeros((1, 2, 4), f32)] * 4),
+        ("Add", [np.zeros((2, 3), f32), np.zeros(3, f32)]), ("Relu", [np.zeros(3, f32)]),
+        ("Softmax", [np.zeros((2, 3), f32)]), ("Concat", [np.zeros((2, 3), f32)] * 2),
+        ("Transpose", [np.zeros((2, 3), f32)]), ("Gather", [np.zeros((3, 2), f32), np.zeros(2, np.int32)]),
+        ("FC", [np.zeros((2, 3), f32), np.zeros((4, 3), f32), np.zeros(4, f32)]),
+    ]
+    from caffe2py.cuda import cublas
+    monkeypatch.setattr(cublas, "sgemm_batched", lambda *a, **k: None)
+    formats = {}
+    for op_type, inputs in cases:
+        outs = {"LSTMUnit": 2, "LSTMUnitGradient": 3}.get(op_type, 1)
+        op = core.CreateOperator(op_type, ["x%d" % i for i in range(len(inputs))], ["y%d" % i for i in range(outs)],
+                                 device_option=cuda0)
+        _, rt = run_fake(monkeypatch, op, *inputs)
+        for _, function, fmt, _, _ in rt.launches:
+            formats[_family(function)] = fmt
+    formats["sgemm_tiled"] = cublas.FALLBACK_FORMAT
+    return formats
+
+
+@needs_nvcc
+def test_kernel_parameters_match_host_argument_formats(monkeypatch):
+    formats = _recorded_formats(monkeypatch)
+    kernel_dir = os.path.join(ROOT, "kernels", "cuda")
+    checked = 0
+    for fname in sorted(os.listdir(kernel_dir)):
+        if not fname.endswith(".cu"):
+            continue
+        for name, params in _ptx_entries(os.path.join(kernel_dir, fname)).items():
+            family = _family(name)
+            assert family in formats, "no host-side launch of %s (%s) was exercised" % (name, fname)
+            assert _matches(params, formats[family]), "%s: PTX params %s vs format %s" % (name, params, formats[family])
+            checked += 1
+    assert checked >= 40
