@@ -209,3 +209,48 @@ def batch_norm_training(x, scale, bias, mean, var, epsilon, momentum):
     run_mean = (mean * momentum + bm * (1 - momentum)).astype(mean.dtype)
     run_var = (var * momentum + bv * (1 - momentum)).astype(var.dtype)
     return y.astype(x.dtype), run_mean, run_var
+
+
+def layer_norm(x, scale, bias, axis, epsilon):
+    """(y, mean, inv_std_dev) normalising over the axes from `axis` on (float32 stats
+    for float16 input, as stash_type=1 asks)."""
+    axes = tuple(range(axis, x.ndim))
+    xs = x.astype(np.float32) if x.dtype == np.float16 else x
+    mean = xs.mean(axis=axes, keepdims=True)
+    centered = xs - mean
+    inv = 1.0 / np.sqrt((centered * centered).mean(axis=axes, keepdims=True) + epsilon)
+    y = centered * inv * scale
+    if bias is not None:
+        y = y + bias
+    return y.astype(x.dtype, copy=False), mean.astype(xs.dtype), inv.astype(xs.dtype)
+
+
+def group_norm(x, scale, bias, num_groups, epsilon, per_channel):
+    n, c = x.shape[:2]
+    g = x.reshape(n, num_groups, -1)
+    mean = g.mean(axis=2, keepdims=True)
+    var = g.var(axis=2, keepdims=True)
+    normed = ((g - mean) / np.sqrt(var + epsilon)).reshape(x.shape)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    if not per_channel:   # opset 18: one scale/bias per group
+        scale, bias = np.repeat(scale, c // num_groups), np.repeat(bias, c // num_groups)
+    return (normed * scale.reshape(shape) + bias.reshape(shape)).astype(x.dtype, copy=False)
+
+
+def rms_norm(x, scale, axis, epsilon):
+    axes = tuple(range(axis, x.ndim))
+    xs = x.astype(np.float32) if x.dtype == np.float16 else x
+    rms = np.sqrt((xs * xs).mean(axis=axes, keepdims=True) + epsilon)
+    return (xs / rms * scale).astype(x.dtype, copy=False)
+
+
+def lp_normalize(x, axis, p):
+    norm = np.abs(x).sum(axis=axis, keepdims=True) if p == 1 else np.sqrt((x * x).sum(axis=axis, keepdims=True))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norm == 0, 0, x / norm).astype(x.dtype, copy=False)
+
+
+def mean_variance_normalize(x, axes):
+    mean = x.mean(axis=axes, keepdims=True)
+    std = np.sqrt(((x - mean) ** 2).mean(axis=axes, keepdims=True))
+    return ((x - mean) / (std + 1e-9)).astype(x.dtype, copy=False)
