@@ -426,3 +426,26 @@ def test_loop_carries_state_and_stacks_scan_outputs():
     final, scans = backend.prepare(model).run({"n": np.array(4, np.int64), "acc0": acc0, "x": x})
     np.testing.assert_allclose(final, x * (0 + 1 + 2 + 3))
     np.testing.assert_allclose(scans, np.stack([x * k for k in (0, 0, 1, 3)]))   # acc before each step
+
+
+RESIZE_CASES = [
+    dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+    dict(mode="nearest", coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_ceil"),
+    dict(mode="linear", coordinate_transformation_mode="half_pixel"),
+    dict(mode="linear", coordinate_transformation_mode="align_corners"),
+    dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"),
+    dict(mode="cubic", coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.5, exclude_outside=1),
+]
+
+
+@pytest.mark.parametrize("attrs", RESIZE_CASES, ids=lambda a: "-".join(str(v) for v in a.values()))
+@pytest.mark.parametrize("scales", [(1, 1, 2.0, 1.5), (1, 1, 0.5, 0.75)])
+def test_resize_matches_onnxruntime(attrs, scales):
+    x = randn(1, 2, 6, 8)
+    model = make_model([helper.make_node("Resize", ["x", "", "s"], ["y"], **attrs)],
+                       [vi("x"), vi("s", [4])], [vi("y")], opset=13)
+    feeds = {"x": x, "s": np.array(scales, np.float32)}
+    ref = run_ort(model, feeds)[0]
+    got = backend.prepare(model).run(feeds)[0]
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
