@@ -349,3 +349,17 @@ def test_concat_and_lstm_host_side(monkeypatch):
                                           ["dh", "dc", "dg"]),
                          *(args + [np.zeros((1, n, d), np.float16)] * 4))
     assert [g.shape for g in grads] == [(1, n, d), (1, n, d), (1, n, 4 * d)]
+
+
+def test_gpu_test_references_agree_with_the_cpu_ops():
+    """tests/test_cuda_ops.py, dry-run with CPU kernels standing in for the CUDA ones
+    (tests/_cuda_dryrun.py): its NumPy references and harness match the CPU ops."""
+    import subprocess
+    import sys
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=tests + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "_cuda_dryrun", "-p", "no:cacheprovider",
+                           os.path.join(tests, "test_cuda_ops.py")], capture_output=True, text=True, env=env,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout
