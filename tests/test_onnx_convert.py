@@ -449,3 +449,33 @@ def test_resize_matches_onnxruntime(attrs, scales):
     got = backend.prepare(model).run(feeds)[0]
     assert got.shape == ref.shape
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind,direction,attrs", [
+    ("LSTM", "bidirectional", {}),
+    ("LSTM", "reverse", dict(clip=0.5)),
+    ("GRU", "bidirectional", dict(linear_before_reset=1)),
+    ("GRU", "forward", {}),
+    ("RNN", "bidirectional", dict(activations=["Relu", "Tanh"])),
+])
+def test_recurrent_ops_match_onnxruntime(kind, direction, attrs):
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[kind]
+    seq, batch, inp, hid = 5, 3, 4, 6
+    dirs = 2 if direction == "bidirectional" else 1
+    feeds = {"X": randn(seq, batch, inp), "W": randn(dirs, gates * hid, inp) * 0.5,
+             "R": randn(dirs, gates * hid, hid) * 0.5, "B": randn(dirs, 2 * gates * hid) * 0.1,
+             "L": np.array([5, 2, 4], np.int32), "H0": randn(dirs, batch, hid)}
+    names = ["X", "W", "R", "B", "L", "H0"]
+    outs = ["Y", "Y_h"]
+    if kind == "LSTM":
+        feeds["C0"], feeds["P"] = randn(dirs, batch, hid), randn(dirs, 3 * hid) * 0.1
+        names += ["C0", "P"]
+        outs.append("Y_c")
+    node = helper.make_node(kind, names, outs, hidden_size=hid, direction=direction, **attrs)
+    model = make_model([node], [vi(n, None, TensorProto.INT32 if n == "L" else F) for n in names],
+                       [vi(o) for o in outs], opset=14)
+    ref = run_ort(model, feeds)
+    got = backend.prepare(model).run(feeds)
+    for g, r in zip(got, ref):
+        assert g.shape == r.shape
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
