@@ -16,7 +16,8 @@ rounding:
   * merge_affine_chains: a BatchNormalization followed by per-channel constant
     Mul/Add (the Caffe2-exported "BN, scale, shift" pattern) becomes one BN.
   * fuse_conv_relu: Conv followed by Relu becomes one Caffe2 "ConvRelu" op whose
-    kernel applies the ReLU in the convolution's output pass.
+    kernel applies the ReLU in the convolution's output pass; other ONNX Convs
+    (auto_pad NOTSET) become Caffe2 Convs, whose kernels own reusable buffers.
 """
 import numpy as np
 
@@ -321,7 +322,9 @@ def _caffe2_conv_args(op):
 
 
 def fuse_conv_relu(net, blobs):
-    """Conv -> Relu becomes a Caffe2 ConvRelu op (ReLU applied in the output pass)."""
+    """Conv -> Relu becomes a Caffe2 ConvRelu op (ReLU applied in the output pass);
+    every other ONNX Conv becomes the equivalent Caffe2 Conv, whose kernel keeps its
+    padding and im2col buffers between runs."""
     protected = set(net.external_output)
     fused = 0
     i = 0
@@ -335,17 +338,20 @@ def fuse_conv_relu(net, blobs):
         j = _sole_reader(net, i, op.output[0], _readers(net), protected)
         relu = net.op[j] if j is not None else None
         if relu is None or relu.type != "Relu" or _domain(relu) not in (ONNX, CAFFE2) or len(relu.input) != 1:
-            i += 1
-            continue
-        fusedop = caffe2_pb2.OperatorDef(type="ConvRelu", name=op.name)
-        fusedop.input.extend(x for x in op.input if x)
-        fusedop.output.append(relu.output[0])
-        fusedop.arg.extend(args)
+            relu = None
+            if _domain(op) == CAFFE2:
+                i += 1
+                continue
+        new = caffe2_pb2.OperatorDef(type="ConvRelu" if relu is not None else "Conv", name=op.name)
+        new.input.extend(x for x in op.input if x)
+        new.output.append(relu.output[0] if relu is not None else op.output[0])
+        new.arg.extend(args)
         if op.HasField("device_option"):
-            fusedop.device_option.CopyFrom(op.device_option)
-        fusedop.engine = op.engine if _domain(op) == CAFFE2 else ""
-        net.op[i].CopyFrom(fusedop)
-        _remove_ops(net, [j])
-        fused += 1
+            new.device_option.CopyFrom(op.device_option)
+        new.engine = op.engine if _domain(op) == CAFFE2 else ""
+        net.op[i].CopyFrom(new)
+        if relu is not None:
+            _remove_ops(net, [j])
+            fused += 1
         i += 1
     return fused

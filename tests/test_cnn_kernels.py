@@ -466,6 +466,7 @@ def test_optimize_merges_bn_mul_add_chain_and_keeps_shared_outputs():
     opt = optimize(c2, net)     # the (blobs, net) order works too
     types = [op.type for op in opt.op]
     assert types == ["Concat", "Conv", "BatchNormalization", "Relu", "Add", "BatchNormalization"], types
+    assert opt.op[1].domain == "" and not any(a.name == "kernel_shape" for a in opt.op[1].arg)
     for got, want in zip(_run(opt, c2, feeds), ref):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
