@@ -47,6 +47,13 @@ class _Runtime:
     def empty(self, shape, dtype):
         return self.adapter.tag(self.allocator.empty(shape, dtype, self.device_id), self.device_id)
 
+    def zero(self, array):
+        """Fill with zero bytes on the op's stream."""
+        if array.nbytes:
+            import pycuda.driver as drv  # noqa: PLC0415
+            drv.memset_d8_async(array.gpudata, 0, array.nbytes, self.stream)
+        return array
+
     def status(self):
         if self._status is None:
             self._status = self.program.ErrorStatus(self.device_id)
@@ -83,7 +90,8 @@ def _runtime(ctx):
 
 
 def _ptr(a):
-    return int(a.gpudata) if a is not None else 0
+    """A device array's address (0 for None or an empty array, which has no buffer)."""
+    return int(a.gpudata) if a is not None and a.gpudata is not None else 0
 
 
 def _prod(shape):
@@ -149,9 +157,7 @@ def _register_sls(reduction, layout, offsets):
             n_idx = indices.shape[0]
             if n_idx == 0:  # as on the CPU: zeros, and the segments are not checked
                 n_bags = seg.shape[0] - (1 if offsets and include_last and seg.shape[0] else 0)
-                out = rt.empty((n_bags,) + out_tail, np.float32)
-                out.fill(0, stream=rt.stream)
-                return out
+                return rt.zero(rt.empty((n_bags,) + out_tail, np.float32))
             status = rt.status()
             if offsets:
                 if seg.shape[0] == 0 and include_last:

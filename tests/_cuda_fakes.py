@@ -97,6 +97,10 @@ class FakeRuntime:
     def status(self):
         return self._status
 
+    def zero(self, array):
+        array.host[...] = 0
+        return array
+
 
 def run_fake(monkeypatch, op_def, *inputs):
     """Create op_def's CUDA kernel on a FakeRuntime and run it on host arrays.

@@ -363,3 +363,12 @@ def test_gpu_test_references_agree_with_the_cpu_ops():
                           check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and "skipped" not in proc.stdout
+
+
+def test_nvcc_is_found_off_path(tmp_path):
+    (tmp_path / "bin").mkdir()
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\n")
+    nvcc.chmod(0o755)
+    assert compiler.find_nvcc({"PATH": "/nonexistent", "CUDA_HOME": str(tmp_path)}) == str(nvcc)
+    assert compiler.find_nvcc({"PATH": str(tmp_path / "bin")}) == str(nvcc)

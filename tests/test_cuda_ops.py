@@ -20,14 +20,16 @@ CUDA0 = core.DeviceOption(caffe2_pb2.CUDA, 0)
 
 @pytest.fixture(autouse=True)
 def poisoned_allocations(monkeypatch):
-    """Every array the CUDA ops allocate starts as NaN (floats) or 0xAB bytes (ints)."""
+    """Every array the CUDA ops allocate starts as 0xFF bytes: NaN for float32 and
+    float16, -1 / 255 for integers."""
     from caffe2py.cuda import allocator, context
     plain = allocator.empty
 
     def poisoned(shape, dtype, device_id=0):
+        import pycuda.driver as drv
         arr = plain(shape, dtype, device_id)
-        if arr.size:
-            arr.fill(np.nan if np.dtype(dtype).kind == "f" else 0xAB, stream=context.stream(device_id))
+        if arr.nbytes:
+            drv.memset_d8_async(arr.gpudata, 0xFF, arr.nbytes, context.stream(device_id))
         return arr
     monkeypatch.setattr(allocator, "empty", poisoned)
 

@@ -21,7 +21,10 @@ def device_id_of(value):
 
 def tag(array, device_id):
     """Remember which device a device array lives on (GPUArray does not say)."""
-    setattr(array, DEVICE_ATTR, device_id)
+    try:
+        setattr(array, DEVICE_ATTR, device_id)
+    except AttributeError:  # an array type without a __dict__: treated as device 0
+        pass
     return array
 
 

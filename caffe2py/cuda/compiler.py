@@ -63,6 +63,20 @@ def cache_dir():
     return root
 
 
+def find_nvcc(environ=None):
+    """nvcc from PATH, else from $CUDA_HOME / $CUDA_PATH / /usr/local/cuda (a GPU
+    machine's Python often runs without the toolkit's bin/ on PATH)."""
+    import shutil  # noqa: PLC0415
+    environ = os.environ if environ is None else environ
+    found = shutil.which("nvcc", path=environ.get("PATH"))
+    if found:
+        return found
+    for root in (environ.get("CUDA_HOME"), environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and os.path.exists(os.path.join(root, "bin", "nvcc")):
+            return os.path.join(root, "bin", "nvcc")
+    return "nvcc"
+
+
 def compile_cubin(source, arch, options=OPTIONS, headers=""):
     """The cubin for source, from the disk cache or nvcc (through PyCUDA)."""
     key = cache_key(source, options, arch, headers)
@@ -72,7 +86,7 @@ def compile_cubin(source, arch, options=OPTIONS, headers=""):
             return f.read()
     from pycuda.compiler import compile as nvcc_compile  # noqa: PLC0415
     try:
-        cubin = nvcc_compile(source, options=list(options), arch=arch, no_extern_c=True,
+        cubin = nvcc_compile(source, nvcc=find_nvcc(), options=list(options), arch=arch, no_extern_c=True,
                              include_dirs=[kernel_dir()], cache_dir=False)
     except Exception as exc:  # noqa: BLE001 - CompileError carries nvcc's text
         raise Caffe2Error("nvcc failed for a CUDA kernel (%s): %s" % (arch, exc)) from None

@@ -14,7 +14,7 @@ NO_ERROR = np.iinfo(np.int64).max
 
 def ptr(array):
     """A device array's address as an int (what prepared calls pack as 'P')."""
-    return int(array.gpudata) if array is not None else 0
+    return int(array.gpudata) if array is not None and array.gpudata is not None else 0
 
 
 class Program:
