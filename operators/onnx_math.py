@@ -154,7 +154,7 @@ def _variadic_factory(fn):
                 out = fn(out, x)
             if mean:
                 out = out / np.asarray(len(xs), dtype=out.dtype)
-            return np.array(out, copy=len(xs) == 1)
+            return np.array(out) if len(xs) == 1 else np.asarray(out)
         return run
     return factory
 

@@ -479,3 +479,19 @@ def test_recurrent_ops_match_onnxruntime(kind, direction, attrs):
     for g, r in zip(got, ref):
         assert g.shape == r.shape
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+
+def test_quantize_dequantize_per_axis_match_onnxruntime():
+    x = randn(2, 3, 4) * 4
+    scale = np.array([0.05, 0.1, 0.2], np.float32)
+    zp = np.array([0, 10, -5], np.int8)
+    q_model = make_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1)],
+                         [vi("x"), vi("s", [3]), vi("z", [3], TensorProto.INT8)], [vi("q", None, TensorProto.INT8)])
+    feeds = {"x": x, "s": scale, "z": zp}
+    q_ref = run_ort(q_model, feeds)[0]
+    q = backend.prepare(q_model).run(feeds)[0]
+    np.testing.assert_array_equal(q, q_ref)
+    d_model = make_model([helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)],
+                         [vi("q", None, TensorProto.INT8), vi("s", [3]), vi("z", [3], TensorProto.INT8)], [vi("y")])
+    dfeeds = {"q": q, "s": scale, "z": zp}
+    np.testing.assert_allclose(backend.prepare(d_model).run(dfeeds)[0], run_ort(d_model, dfeeds)[0], rtol=1e-6)

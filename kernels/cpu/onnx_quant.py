@@ -1,0 +1,45 @@
+"""Linear quantisation with ONNX rounding (half to even) and saturation."""
+import numpy as np
+
+
+def _broadcast_param(param, x, axis, block_size):
+    """Scale / zero point shaped to broadcast against x (per tensor, per axis or blocked)."""
+    param = np.asarray(param)
+    if param.size == 1 and block_size == 0:
+        return param.reshape(())
+    if block_size == 0:
+        shape = [1] * x.ndim
+        shape[axis] = param.size
+        return param.reshape(shape)
+    # blocked: repeat each entry block_size times along axis, then crop to x
+    rep = np.repeat(param, block_size, axis=axis)
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(0, x.shape[axis])
+    return rep[tuple(index)]
+
+
+def quantize(x, scale, zero_point, dtype, axis=1, block_size=0, saturate=True):
+    s = _broadcast_param(scale, x, axis, block_size)
+    # Divide in the input's precision (float32 for float32 input), as ONNX does.
+    ftype = np.result_type(np.asarray(x).dtype, np.asarray(s).dtype, np.float32)
+    zp = 0 if zero_point is None else _broadcast_param(zero_point, x, axis, block_size).astype(np.float64)
+    q = np.rint(np.asarray(x, ftype) / np.asarray(s, ftype)).astype(np.float64) + zp
+    info = np.iinfo(dtype)
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def dequantize(q, scale, zero_point, axis=1, block_size=0, out_dtype=None):
+    s = _broadcast_param(scale, q, axis, block_size)
+    zp = 0 if zero_point is None else _broadcast_param(zero_point, q, axis, block_size).astype(np.float64)
+    y = (q.astype(np.float64) - zp) * s.astype(np.float64)
+    return y.astype(out_dtype or np.asarray(scale).dtype)
+
+
+def dynamic_quantize(x):
+    """(y uint8, scale, zero point) covering [min(x, 0), max(x, 0)]."""
+    lo = np.minimum(x.min(), np.float32(0)) if x.size else np.float32(0)
+    hi = np.maximum(x.max(), np.float32(0)) if x.size else np.float32(0)
+    scale = np.float32((hi - lo) / np.float32(255)) if hi > lo else np.float32(0.0)
+    zp = np.uint8(np.clip(np.rint(np.float32(0) - lo / scale), 0, 255)) if scale else np.uint8(0)
+    y = quantize(x, scale, zp, np.uint8) if scale else np.zeros(x.shape, np.uint8)
+    return y, np.array(scale, np.float32), np.array(zp, np.uint8)
