@@ -93,6 +93,10 @@ def _attribute_to_argument(attr, opsets):
         arg.tensors.extend(numpy_to_c2_tensor(onnx_tensor_to_numpy(t)) for t in attr.tensors)
     elif kind == A.GRAPHS:
         arg.nets.extend(graph_to_net(g, opsets, attr.name) for g in attr.graphs)
+    elif kind == A.TYPE_PROTO:      # kept as the serialized onnx.TypeProto
+        arg.s = attr.tp.SerializeToString()
+    elif kind == A.TYPE_PROTOS:
+        arg.strings.extend(tp.SerializeToString() for tp in attr.type_protos)
     else:
         raise Caffe2Error("attribute '%s' has type %s, which caffe2py does not read"
                           % (attr.name, A.AttributeType.Name(kind)))
