@@ -171,15 +171,14 @@ def _register_sls(reduction, layout, offsets):
                 scan = rt.fn("embedding", "lengths_to_offsets", "PqPqP")
                 scan(rt.launch.scan(n_bags), _ptr(seg), n_bags, _ptr(offs), n_idx, _ptr(status.device))
             out = rt.empty((n_bags,) + out_tail, np.float32)
-            if n_bags == 0 or dim == 0:
-                return out
-            itype = "i32" if indices.dtype == np.int32 else "i64"
-            vectorized = dim % vec == 0 and _ptr(data) % 16 == 0 and _ptr(out) % 16 == 0
-            lookup = rt.fn("embedding", "sls_%s_%s_%s" % (kind, itype, otype), _SLS_FORMAT)
-            lookup(rt.launch.bags(n_bags, dim, vec if vectorized else 1), _ptr(data), data.shape[0], dim,
-                   _ptr(indices), n_idx, _ptr(offs), n_offsets, n_bags, _ptr(weights), int(mean),
-                   int(vectorized), _ptr(out), _ptr(status.device))
-            pos, code = status.read()
+            if n_bags and dim:
+                itype = "i32" if indices.dtype == np.int32 else "i64"
+                vectorized = dim % vec == 0 and _ptr(data) % 16 == 0 and _ptr(out) % 16 == 0
+                lookup = rt.fn("embedding", "sls_%s_%s_%s" % (kind, itype, otype), _SLS_FORMAT)
+                lookup(rt.launch.bags(n_bags, dim, vec if vectorized else 1), _ptr(data), data.shape[0], dim,
+                       _ptr(indices), n_idx, _ptr(offs), n_offsets, n_bags, _ptr(weights), int(mean),
+                       int(vectorized), _ptr(out), _ptr(status.device))
+            pos, code = status.read()  # always: the lengths scan reports too
             if pos is not None:
                 bad = int(indices[pos:pos + 1].get()[0])
                 raise ctx.input_error(i_idx, "Index %d is out of bounds: %d, range 0 to %d"

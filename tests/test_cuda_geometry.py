@@ -372,3 +372,10 @@ def test_nvcc_is_found_off_path(tmp_path):
     nvcc.chmod(0o755)
     assert compiler.find_nvcc({"PATH": "/nonexistent", "CUDA_HOME": str(tmp_path)}) == str(nvcc)
     assert compiler.find_nvcc({"PATH": str(tmp_path / "bin")}) == str(nvcc)
+
+
+def test_sparse_lengths_with_no_indices_gives_zeros_without_launching(monkeypatch):
+    out, rt = run_fake(monkeypatch, _op("SparseLengthsSum", ["d", "i", "l"], ["o"]), np.ones((5, 4), np.float32),
+                       np.zeros(0, np.int32), np.array([0, 0], np.int32))
+    assert out.shape == (2, 4) and not rt.launches
+    np.testing.assert_array_equal(out.get(), 0)
