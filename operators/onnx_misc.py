@@ -1,0 +1,136 @@
+"""Less common ONNX ops: window functions, MaxUnpool, CenterCropPad, Col2Im,
+BitCast, NonMaxSuppression, string ops (StringConcat, StringSplit,
+RegexFullMatch)."""
+import re
+
+import numpy as np
+
+from caffe2py.kernels.cpu import onnx_math as om
+from caffe2py.kernels.cpu import onnx_misc as mk
+
+from .onnx_base import axis_of, onnx_op
+
+
+def _window_factory(kind):
+    def factory(ctx):
+        periodic = bool(ctx.int("periodic", 1))
+        dtype = om.onnx_dtype(ctx.int("output_datatype", 1))
+
+        def run(size):
+            return mk.window(kind, int(np.asarray(size).reshape(-1)[0]), periodic).astype(dtype)
+        return run
+    return factory
+
+
+onnx_op("HannWindow", (17, None))(_window_factory("hann"))
+onnx_op("HammingWindow", (17, None))(_window_factory("hamming"))
+onnx_op("BlackmanWindow", (17, None))(_window_factory("blackman"))
+
+
+@onnx_op("MaxUnpool", (9, None))
+def max_unpool(ctx):
+    kernel = ctx.ints("kernel_shape")
+
+    def run(x, indices, output_shape=None):
+        k = len(kernel)
+        strides = ctx.ints("strides", None) or [1] * k
+        pads = ctx.ints("pads", None) or [0] * (2 * k)
+        default = list(x.shape[:2]) + [(x.shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + k] + kernel[i]
+                                       for i in range(k)]
+        shape = default if output_shape is None else [int(v) for v in output_shape.reshape(-1)]
+        flat = indices.reshape(-1)
+        if flat.size and (flat.min() < 0 or flat.max() >= int(np.prod(default))):
+            raise ctx.input_error(1, "index out of range for the unpooled shape %s" % default)
+        if shape != default:   # indices count positions in the default shape
+            flat = np.ravel_multi_index(np.unravel_index(flat, default), shape)
+        out = np.zeros(int(np.prod(shape)), x.dtype)
+        out[flat] = x.reshape(-1)
+        return out.reshape(shape)
+    return run
+
+
+@onnx_op("CenterCropPad", (18, None))
+def center_crop_pad(ctx):
+    attr_axes = ctx.ints("axes", None)
+
+    def run(x, shape):
+        target = [int(v) for v in shape.reshape(-1)]
+        axes = list(range(x.ndim)) if not attr_axes else [axis_of(ctx, a, x.ndim) for a in attr_axes]
+        return mk.center_crop_pad(x, dict(zip(axes, target)))
+    return run
+
+
+@onnx_op("Col2Im", (18, None))
+def col2im(ctx):
+    def run(x, image_shape, block_shape):
+        image = [int(v) for v in image_shape.reshape(-1)]
+        block = [int(v) for v in block_shape.reshape(-1)]
+        k = len(image)
+        dilations = ctx.ints("dilations", None) or [1] * k
+        pads = ctx.ints("pads", None) or [0] * (2 * k)
+        strides = ctx.ints("strides", None) or [1] * k
+        return mk.col2im(x, image, block, dilations, pads, strides)
+    return run
+
+
+@onnx_op("BitCast", (26, None))
+def bitcast(ctx):
+    dtype = om.onnx_dtype(ctx.int("to"))
+    if dtype is None or dtype.kind not in "biuf":
+        raise ctx.error("BitCast to ONNX type %s is not supported" % ctx.int("to"))
+
+    def run(x):
+        if x.dtype.itemsize != dtype.itemsize:
+            raise ctx.input_error(0, "cannot bit-cast %s to %s: sizes differ" % (x.dtype, dtype))
+        return np.ascontiguousarray(x).view(dtype).copy()
+    return run
+
+
+@onnx_op("NonMaxSuppression", (10, None))
+def non_max_suppression(ctx):
+    center = bool(ctx.int("center_point_box", 0))
+
+    def run(boxes, scores, max_out=None, iou=None, score_threshold=None):
+        limit = 0 if max_out is None or max_out.size == 0 else int(max_out.reshape(-1)[0])
+        iou_t = 0.0 if iou is None or iou.size == 0 else float(iou.reshape(-1)[0])
+        score_t = None if score_threshold is None or score_threshold.size == 0 else float(score_threshold.reshape(-1)[0])
+        return mk.non_max_suppression(boxes, scores, limit, iou_t, score_t, center)
+    return run
+
+
+@onnx_op("StringConcat", (20, None))
+def string_concat(ctx):
+    def run(a, b):
+        out = np.frompyfunc(lambda s, t: _text(s) + _text(t), 2, 1)(a, b)
+        return np.asarray(out, dtype=object)
+    return run
+
+
+def _text(s):
+    return s.decode() if isinstance(s, bytes) else str(s)
+
+
+@onnx_op("StringSplit", (20, None))
+def string_split(ctx):
+    sep = ctx.string("delimiter", None) or None
+    maxsplit = ctx.int("maxsplit", None)
+
+    def run(x):
+        parts = [(_text(s).split(sep, -1 if maxsplit is None else maxsplit)) if sep else
+                 _text(s).split(None, -1 if maxsplit is None else maxsplit) for s in x.reshape(-1)]
+        width = max([len(p) for p in parts] + [0])
+        out = np.full((len(parts), width), "", dtype=object)
+        for i, p in enumerate(parts):
+            out[i, :len(p)] = p
+        counts = np.array([len(p) for p in parts], np.int64).reshape(x.shape)
+        return out.reshape(x.shape + (width,)), counts
+    return run
+
+
+@onnx_op("RegexFullMatch", (20, None))
+def regex_full_match(ctx):
+    try:
+        pattern = re.compile(ctx.string("pattern"))
+    except re.error as exc:
+        raise ctx.error("invalid pattern: %s" % exc) from None
+    return lambda x: np.vectorize(lambda s: pattern.fullmatch(_text(s)) is not None, otypes=[bool])(x)
