@@ -495,3 +495,32 @@ def test_quantize_dequantize_per_axis_match_onnxruntime():
                          [vi("q", None, TensorProto.INT8), vi("s", [3]), vi("z", [3], TensorProto.INT8)], [vi("y")])
     dfeeds = {"q": q, "s": scale, "z": zp}
     np.testing.assert_allclose(backend.prepare(d_model).run(dfeeds)[0], run_ort(d_model, dfeeds)[0], rtol=1e-6)
+
+
+# ----------------------------------------------------------------- function expansion
+
+def test_model_local_functions_are_inlined():
+    fn = helper.make_function("custom", "Scale2", ["a"], ["b"],
+                              [helper.make_node("Add", ["a", "a"], ["b"])],
+                              [helper.make_opsetid("", 13)])
+    graph = helper.make_graph([helper.make_node("Scale2", ["x"], ["y"], domain="custom")], "g",
+                              [vi("x", [3])], [vi("y", [3])])
+    model = helper.make_model(graph, functions=[fn], ir_version=8,
+                              opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("custom", 1)])
+    x = randn(3)
+    np.testing.assert_array_equal(backend.prepare(model).run([x])[0], x + x)
+
+
+def test_ops_without_kernel_expand_to_their_onnx_function_body():
+    """Attention (opset 23) has no kernel; its schema's body is expanded."""
+    from caffe2py.onnx.convert import is_supported
+    assert not is_supported("ai.onnx", "Attention", 23)
+    q, k, v = randn(1, 2, 3, 4), randn(1, 2, 5, 4), randn(1, 2, 5, 4)
+    model = make_model([helper.make_node("Attention", ["q", "k", "v"], ["y"])],
+                       [vi("q", [1, 2, 3, 4]), vi("k", [1, 2, 5, 4]), vi("v", [1, 2, 5, 4])], [vi("y")],
+                       opset=23, ir_version=10)
+    _, predict_net = convert(model)
+    assert "Attention" not in [op.type for op in predict_net.op]
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(4)
+    ref = _np_softmax(scores) @ v
+    np.testing.assert_allclose(backend.prepare(model).run([q, k, v])[0], ref, rtol=1e-5, atol=1e-6)

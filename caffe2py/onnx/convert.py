@@ -272,6 +272,10 @@ def convert(model, fold_constants=True, check=False):
 
     model = load_model(model, check=check)
     missing = unsupported_ops(model)
+    if missing or len(model.functions):
+        from .functions import expand_functions
+        model = expand_functions(model, is_supported, model_opsets)
+        missing = unsupported_ops(model)
     if missing:
         listed = ", ".join("%s-%d%s" % (t, v, "" if d == ONNX_DOMAIN else " (domain %s)" % d)
                            for d, t, v in missing)
