@@ -286,6 +286,17 @@ def test_gemm(trans_a, trans_b, alpha, beta, c_shape):
         gemm_k.gemm(rand(2, 3), rand(4, 2))
 
 
+def test_single_blas_thread_restores_the_thread_count():
+    before = gemm_k._GET_THREADS() if gemm_k._GET_THREADS else None
+    with gemm_k.single_blas_thread():
+        if before is not None:
+            assert gemm_k._GET_THREADS() == 1
+        a = rand(40, 30)
+        np.testing.assert_allclose(a @ a.T, naive_matmul(a, a.T), rtol=1e-4, atol=1e-4)
+    if before is not None:
+        assert gemm_k._GET_THREADS() == before
+
+
 def test_fc_kernel():
     x, w, b = rand(3, 4), rand(5, 4), rand(5)
     np.testing.assert_allclose(gemm_k.fc(x, w, b), naive_matmul(x, w.T) + b, rtol=1e-5, atol=1e-5)

@@ -28,6 +28,8 @@ from collections import OrderedDict
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .gemm import SMALL_GEMM_FLOPS, single_blas_thread
+
 # im2col tiles are kept around this size so they stay in L2/L3 while the GEMM reads them.
 _TILE_BYTES = 2 << 20
 
@@ -140,14 +142,18 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
     x = x.astype(dtype, copy=False)
     w = np.ascontiguousarray(w, dtype=dtype)
     out = np.empty(plan.out_shape, dtype=dtype)
-    plan.compute(x, w, out, scratch or default_scratch())
+    if plan.gemm_flops < SMALL_GEMM_FLOPS:
+        with single_blas_thread():
+            plan.compute(x, w, out, scratch or default_scratch())
+    else:
+        plan.compute(x, w, out, scratch or default_scratch())
     return _finish(out, b, activation)
 
 
 class _Plan:
     """Everything about one convolution geometry that does not depend on values:
     output shape, method and the precomputed slices of every copy it makes."""
-    __slots__ = ("out_shape", "compute")
+    __slots__ = ("out_shape", "compute", "gemm_flops")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -172,16 +178,22 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
                          % (list(w_shape), group, c))
     plan = _Plan()
     plan.out_shape = (n, m) + out_spatial
+    p = int(np.prod(out_spatial, dtype=np.int64))
+    plan.gemm_flops = 2.0 * (m // group) * (c // group) * p        # of one GEMM call (pointwise)
     if all(kk == 1 for kk in kernel) and not any(pads):
         plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial)
     elif _winograd_suits(kernel, strides, dilations, pads, group, c, m, out_spatial):
         plan.compute = _winograd_plan(x_shape, w_shape, pads, out_spatial, dtype)
+        plan.gemm_flops = 2.0 * m * c * (-(-out_spatial[0] // 2)) * (-(-out_spatial[1] // 2))
     elif group == c and group > 1 and k == 2:
+        plan.gemm_flops = float("inf")     # no GEMM: leave BLAS threads alone
         plan.compute = _depthwise2d_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
     elif group == c and group > 1:
+        plan.gemm_flops = float("inf")
         plan.compute = _depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
     else:
-        plan.compute = _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype)
+        plan.compute, tile = _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype)
+        plan.gemm_flops = 2.0 * (m // group) * (c // group) * int(np.prod(kernel, dtype=np.int64)) * tile
     return plan
 
 
@@ -439,4 +451,4 @@ def _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                 for dst, src in copies:
                     cols[dst] = xt[src]
                 np.matmul(wg, cols.reshape(gemm_shape), out=yi[target])
-    return compute
+    return compute, rows_per_tile * inner

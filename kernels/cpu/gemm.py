@@ -8,8 +8,13 @@ Public:
         Caffe2 FC on 2-D x (M, K): x @ w.T + b (w (N, K)), or x @ w + b when
         transposed (w (K, N)).
     matmul(a, b) -> y            NumPy matmul semantics (batched, broadcasting).
+    single_blas_thread()         context manager: NumPy's OpenBLAS runs on one thread inside.
+    SMALL_GEMM_FLOPS             GEMM calls below this size use one BLAS thread
+                                 (env CAFFE2PY_SMALL_GEMM_FLOPS, default 8e6).
 Scaling and bias are applied in place on the fresh product, never as extra temporaries.
 """
+import os
+
 import numpy as np
 
 
@@ -46,3 +51,49 @@ def fc(x, w, b, transposed=False):
 
 def matmul(a, b):
     return np.matmul(a, b)
+
+
+# ----------------------------------------------------------------- BLAS thread count
+
+def _openblas_setter():
+    """NumPy's bundled OpenBLAS thread-count setter and getter, or (None, None)."""
+    import ctypes
+    import glob
+    libs = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    for path in glob.glob(os.path.join(libs, "libscipy_openblas*.so*")) + glob.glob(os.path.join(libs, "libopenblas*.so*")):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for set_name, get_name in (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+                                   ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
+                                   ("openblas_set_num_threads", "openblas_get_num_threads")):
+            setter, getter = getattr(lib, set_name, None), getattr(lib, get_name, None)
+            if setter is not None and getter is not None:
+                setter.argtypes = [ctypes.c_int]
+                return setter, getter
+    return None, None
+
+
+_SET_THREADS, _GET_THREADS = _openblas_setter()
+
+# GEMMs below this many flops run on one BLAS thread: waking and joining a second
+# thread costs more than it saves there, and far more when the other core is busy
+# (a delayed worker thread stalls the call for a scheduler time slice, ~4-8 ms).
+SMALL_GEMM_FLOPS = float(os.environ.get("CAFFE2PY_SMALL_GEMM_FLOPS", 8e6))
+
+
+class single_blas_thread:
+    """Context: OpenBLAS uses one thread inside (no-op when the library is not found)."""
+    __slots__ = ("_before",)
+
+    def __enter__(self):
+        self._before = _GET_THREADS() if _GET_THREADS is not None else 1
+        if self._before > 1:
+            _SET_THREADS(1)
+        return self
+
+    def __exit__(self, *exc):
+        if self._before > 1:
+            _SET_THREADS(self._before)
+        return False
