@@ -6,17 +6,18 @@ Public:
     global_pool(x, kind)            kind "max" or "avg"/"average"
     pool_output_shape(spatial, kernel, strides, pads, dilations, ceil_mode)
 
-Windows are reduced with one elementwise np.maximum / np.add per kernel offset
-over strided views of a padded copy (a reused buffer when `scratch` is given),
-which runs at memory speed; reducing a sliding_window_view is many times slower.
+Windows are reduced with elementwise np.maximum / np.add over strided views of a
+padded copy (a reused buffer when `scratch` is given), one dim at a time (a box
+max or sum is separable), which runs at memory speed; reducing a
+sliding_window_view is many times slower.
 Average divisors are separable per dimension, so they are an outer product of
 1-D counts rather than a second pooling pass.
 """
-import itertools
+import functools
 
 import numpy as np
 
-from .conv import default_scratch, offset_view, padded_image
+from .conv import default_scratch, padded_image
 
 
 def _ceil_extra_pads(spatial, kernel, strides, pads, dilations, ceil_mode):
@@ -68,11 +69,22 @@ def _reduce_windows(x, kernel, strides, pads, dilations, ceil_mode, fill, combin
     lead = x.shape[0] * x.shape[1]
     flat = x.reshape((lead,) + tuple(spatial))
     xp = padded_image(scratch, "pool_pad", flat, full, fill)
-    offsets = itertools.product(*(range(kk) for kk in kernel))
-    out = np.array(offset_view(xp, next(offsets), dilations, strides, out_spatial), copy=True)
-    for offset in offsets:
-        combine(out, offset_view(xp, offset, dilations, strides, out_spatial), out=out)
-    return out.reshape(x.shape[:2] + out_spatial), extra
+    # Max and sum over a box are separable: reduce one dim at a time (last, contiguous,
+    # first), sum(K_i - 1) elementwise passes instead of prod(K_i) - 1.
+    cur = xp
+    for d in reversed(range(k)):
+        axis = 1 + d
+        span = (out_spatial[d] - 1) * strides[d] + 1
+
+        def along(o):
+            index = [slice(None)] * cur.ndim
+            index[axis] = slice(o * dilations[d], o * dilations[d] + span, strides[d])
+            return cur[tuple(index)]
+        out = np.array(along(0), copy=True)
+        for o in range(1, kernel[d]):
+            combine(out, along(o), out=out)
+        cur = out
+    return cur.reshape(x.shape[:2] + out_spatial), extra
 
 
 def max_pool(x, kernel, strides, pads, dilations=None, ceil_mode=False, *, scratch=None):
@@ -92,20 +104,28 @@ def _window_counts(size, kernel, stride, pad_begin, pad_end, out_size, include_p
     return (np.minimum(starts + kernel, hi) - np.maximum(starts, lo)).astype(np.float64)
 
 
+@functools.lru_cache(maxsize=256)
+def _inverse_counts(spatial, kernel, strides, pads, out_spatial, include_pad, dtype):
+    """1 / divisor per output position: an outer product of 1-D window counts (read-only)."""
+    k = len(kernel)
+    counts = np.ones((), dtype=np.float64)
+    for i in range(k):
+        # Padding added only to reach a ceil-mode size never counts.
+        c = _window_counts(spatial[i], kernel[i], strides[i], pads[i], pads[k + i], out_spatial[i], include_pad)
+        counts = np.multiply.outer(counts, c)
+    inv = (1.0 / counts).astype(dtype)
+    inv.flags.writeable = False
+    return inv
+
+
 def average_pool(x, kernel, strides, pads, count_include_pad=False, ceil_mode=False, *, scratch=None):
     k = len(kernel)
     ones = [1] * k
     _check(x, kernel, strides, pads, ones)
     work = x if x.dtype.kind == "f" else x.astype(np.float32)
     sums, _ = _reduce_windows(work, kernel, strides, pads, ones, ceil_mode, 0.0, np.add, scratch or default_scratch())
-    out_spatial = sums.shape[2:]
-    counts = np.ones((), dtype=np.float64)
-    for i in range(k):
-        # Padding added only to reach a ceil-mode size never counts.
-        c = _window_counts(x.shape[2 + i], kernel[i], strides[i], pads[i], pads[k + i], out_spatial[i],
-                           count_include_pad)
-        counts = np.multiply.outer(counts, c)
-    sums *= (1.0 / counts).astype(sums.dtype)
+    sums *= _inverse_counts(x.shape[2:], tuple(kernel), tuple(strides), tuple(pads), sums.shape[2:],
+                            bool(count_include_pad), sums.dtype.str)
     return sums.astype(x.dtype, copy=False)
 
 
