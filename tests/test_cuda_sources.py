@@ -162,3 +162,33 @@ def test_kernel_parameters_match_host_argument_formats(monkeypatch):
             assert _matches(params, formats[family]), "%s: PTX params %s vs format %s" % (name, params, formats[family])
             checked += 1
     assert checked >= 40
+
+
+# Largest block each kernel is launched with (caffe2py.cuda.launch): 256 threads unless listed.
+_BIG_BLOCKS = {"lengths_to_offsets": 1024, "softmax_rows": 1024}
+
+
+@needs_nvcc
+def test_registers_fit_the_largest_block_each_kernel_is_launched_with():
+    """65,536 registers per SM: a kernel launched with B threads may use 65536 / B
+    registers per thread or the launch fails ("too many resources requested")."""
+    kernel_dir = os.path.join(ROOT, "kernels", "cuda")
+    seen = 0
+    for fname in sorted(os.listdir(kernel_dir)):
+        if not fname.endswith(".cu"):
+            continue
+        proc = subprocess.run([NVCC, "--cubin", "-arch=sm_80", "-O3", "-Xptxas", "-v", "-o", os.devnull,
+                               os.path.join(kernel_dir, fname)], capture_output=True, text=True, check=True)
+        current = None
+        for line in proc.stderr.splitlines():
+            m = re.search(r"Compiling entry function '(\w+)'", line)
+            if m:
+                current = m.group(1)
+            m = re.search(r"Used (\d+) registers", line)
+            if m and current:
+                block = _BIG_BLOCKS.get(current, 256)
+                assert int(m.group(1)) * block <= 65536, "%s uses %s registers at %d threads" % (
+                    current, m.group(1), block)
+                seen += 1
+                current = None
+    assert seen >= 40

@@ -178,25 +178,38 @@ C2_SLS_FAMILY(fused8, Fused8Table, uint8_t)
 C2_SLS_FAMILY(fused4, Fused4Table, uint8_t)
 
 // ---------------------------------------------------------------- lengths -> offsets
-// One block (blockDim.x a multiple of 32) walks the int32 lengths in chunks and
-// writes n_bags + 1 int64 offsets. Negative lengths count as 0 and are reported
-// (code 1); a total different from n_indices is reported with code 2.
-extern "C" __global__ void lengths_to_offsets(const int* lengths, long long n_bags, long long* offsets,
+// One block (blockDim.x a multiple of 32) walks the int32 lengths in chunks of
+// blockDim.x * SCAN_ITEMS, each thread scanning SCAN_ITEMS consecutive lengths
+// serially and the block scanning the per-thread totals (few block-wide steps even
+// for 65,536 bags), and writes n_bags + 1 int64 offsets. Negative lengths count as 0
+// and are reported (code 1); a total different from n_indices is reported (code 2).
+#define SCAN_ITEMS 16
+
+extern "C" __global__ void __launch_bounds__(1024) lengths_to_offsets(const int* lengths, long long n_bags, long long* offsets,
                                               long long n_indices, long long* status) {
     __shared__ long long warp_total[32];
     __shared__ long long carry;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
     if (tid == 0) { carry = 0; offsets[0] = 0; }
     __syncthreads();
-    for (long long base = 0; base < n_bags; base += blockDim.x) {
-        long long i = base + tid;
-        long long v = i < n_bags ? (long long)lengths[i] : 0;
-        if (v < 0) { report_bad_segments(status, 1); v = 0; }
-        for (int o = 1; o < 32; o *= 2) {  // inclusive scan within the warp
-            long long up = __shfl_up_sync(0xffffffffu, v, o);
-            if (lane >= o) v += up;
+    for (long long base = 0; base < n_bags; base += (long long)blockDim.x * SCAN_ITEMS) {
+        const long long first = base + (long long)tid * SCAN_ITEMS;
+        long long prefix[SCAN_ITEMS];
+        long long own = 0;
+#pragma unroll
+        for (int k = 0; k < SCAN_ITEMS; ++k) {
+            long long i = first + k;
+            long long v = i < n_bags ? (long long)lengths[i] : 0;
+            if (v < 0) { report_bad_segments(status, 1); v = 0; }
+            own += v;
+            prefix[k] = own;  // inclusive within this thread's items
         }
-        if (lane == 31) warp_total[warp] = v;
+        long long incl = own;
+        for (int o = 1; o < 32; o *= 2) {  // inclusive scan of the thread totals within the warp
+            long long up = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += up;
+        }
+        if (lane == 31) warp_total[warp] = incl;
         __syncthreads();
         if (warp == 0) {
             long long t = lane < warps ? warp_total[lane] : 0;
@@ -207,8 +220,12 @@ extern "C" __global__ void lengths_to_offsets(const int* lengths, long long n_ba
             warp_total[lane] = t;  // inclusive totals per warp
         }
         __syncthreads();
-        long long before = carry + (warp > 0 ? warp_total[warp - 1] : 0);
-        if (i < n_bags) offsets[i + 1] = before + v;
+        const long long before = carry + (warp > 0 ? warp_total[warp - 1] : 0) + (incl - own);
+#pragma unroll
+        for (int k = 0; k < SCAN_ITEMS; ++k) {
+            long long i = first + k;
+            if (i < n_bags) offsets[i + 1] = before + prefix[k];
+        }
         __syncthreads();
         if (tid == 0) carry += warp_total[warps - 1];
         __syncthreads();

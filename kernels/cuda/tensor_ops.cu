@@ -84,7 +84,7 @@ extern "C" __global__ void add_bias_rows(float* y, const float* __restrict__ bia
 }
 
 // A block per row of a [rows, cols] view: max, sum of exp, normalise.
-extern "C" __global__ void softmax_rows(const float* __restrict__ x, long long rows, long long cols,
+extern "C" __global__ void __launch_bounds__(1024) softmax_rows(const float* __restrict__ x, long long rows, long long cols,
                                         float* __restrict__ y) {
     __shared__ float scratch[32];
     long long row = blockIdx.x;
