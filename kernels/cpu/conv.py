@@ -186,8 +186,8 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
         plan.compute = _winograd_plan(x_shape, w_shape, pads, out_spatial, dtype)
         plan.gemm_flops = 2.0 * m * c * (-(-out_spatial[0] // 2)) * (-(-out_spatial[1] // 2))
     elif group == c and group > 1 and k == 2:
-        plan.gemm_flops = float("inf")     # no GEMM: leave BLAS threads alone
-        plan.compute = _depthwise2d_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
+        plan.compute, plan.gemm_flops = _depthwise2d_plan(x_shape, w_shape, strides, pads, dilations,
+                                                          out_spatial, dtype)
     elif group == c and group > 1:
         plan.gemm_flops = float("inf")
         plan.compute = _depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
@@ -276,9 +276,10 @@ def _depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dty
 
 def _depthwise2d_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     """2-D depthwise on flattened rows: the padded input is split into stride phases
-    (one phase at stride 1) whose rows are flattened, so each kernel offset becomes a
-    contiguous slice and every multiply-add runs over long rows. Output columns past
-    the real width are computed on the way and dropped at the end."""
+    (one phase at stride 1) whose rows are flattened, so each kernel tap is one
+    contiguous slice. The taps are stacked (C, taps, L) and reduced by one batched
+    matmul with the (C, mult, taps) weights. Output columns past the real width are
+    computed on the way and dropped at the end."""
     n, c = x_shape[:2]
     mult = w_shape[0] // c
     kh, kw = w_shape[2:]
@@ -288,19 +289,18 @@ def _depthwise2d_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, d
     hp = x_shape[2] + max(0, pads[0]) + max(0, pads[2]) - max(0, -pads[0]) - max(0, -pads[2])
     wp = x_shape[3] + max(0, pads[1]) + max(0, pads[3]) - max(0, -pads[1]) - max(0, -pads[3])
     hq, wq = -(-hp // sh), -(-wp // sw)
-    taps = []   # (phase, flat start, weight index)
+    taps = []   # (phase, flat start) in (a, b) order, matching w's layout
     for a in range(kh):
         for b in range(kw):
-            phase = ((a * dh) % sh, (b * dw) % sw)
-            taps.append((phase, ((a * dh) // sh) * wq + (b * dw) // sw, (slice(None), slice(None), a, b)))
+            taps.append((((a * dh) % sh, (b * dw) % sw), ((a * dh) // sh) * wq + (b * dw) // sw))
     phases = sorted({t[0] for t in taps})
     length = oh * wq
     rows = max(t[1] for t in taps) // wq + oh + 1     # room for the last tap's overrun
-    acc_shape = (c, mult, length)
+    w_shape3 = (c, mult, kh * kw)
 
     def compute(x, w, out, scratch):
-        tmp = scratch.empty("dw_tmp", acc_shape, dtype)
-        acc = scratch.empty("dw_acc", acc_shape, dtype)
+        cols = scratch.empty("dw_cols", (c, kh * kw, length), dtype)
+        acc = scratch.empty("dw_acc", (c, mult, length), dtype)
         for i in range(n):
             xp = _pad_one(x[i], scratch, "dw_pad", padding, dtype)
             flat = {}
@@ -308,18 +308,12 @@ def _depthwise2d_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, d
                 src = xp[:, ph[0]::sh, ph[1]::sw]
                 buf = scratch.zeros(("dw_phase", ph, src.shape[1:]), (c, rows, wq), dtype)
                 buf[:, :src.shape[1], :src.shape[2]] = src
-                flat[ph] = buf.reshape(c, 1, rows * wq)
-            first = True
-            for ph, start, widx in taps:
-                wt = w[widx].reshape(c, mult, 1)
-                if first:
-                    np.multiply(flat[ph][:, :, start:start + length], wt, out=acc)
-                    first = False
-                else:
-                    np.multiply(flat[ph][:, :, start:start + length], wt, out=tmp)
-                    acc += tmp
+                flat[ph] = buf.reshape(c, rows * wq)
+            for t, (ph, start) in enumerate(taps):
+                cols[:, t] = flat[ph][:, start:start + length]
+            np.matmul(w.reshape(w_shape3), cols, out=acc)
             out[i] = acc.reshape(c * mult, oh, wq)[:, :, :ow]
-    return compute
+    return compute, 2.0 * mult * kh * kw * length
 
 
 # ----------------------------------------------------------------- Winograd F(2x2, 3x3)
