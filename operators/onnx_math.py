@@ -60,7 +60,7 @@ def _keep(fn):
 _UNARY = {
     "Abs": np.abs, "Neg": np.negative, "Exp": _keep(np.exp), "Log": _keep(np.log), "Sqrt": _keep(np.sqrt),
     "Reciprocal": _keep(np.reciprocal), "Floor": np.floor, "Ceil": np.ceil, "Relu": ew.relu,
-    "Sigmoid": ew.sigmoid, "Tanh": _keep(np.tanh), "Sign": np.sign, "Softplus": _keep(om.softplus),
+    "Sigmoid": om.via_float32(ew.sigmoid), "Tanh": _keep(np.tanh), "Sign": np.sign, "Softplus": _keep(om.softplus),
     "Softsign": _keep(lambda x: x / (1 + np.abs(x))), "Not": np.logical_not, "Identity": lambda x: x,
     "Sin": _keep(np.sin), "Cos": _keep(np.cos), "Tan": _keep(np.tan), "Asin": _keep(np.arcsin),
     "Acos": _keep(np.arccos), "Atan": _keep(np.arctan), "Sinh": _keep(np.sinh), "Cosh": _keep(np.cosh),

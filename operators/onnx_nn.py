@@ -46,6 +46,10 @@ def conv(ctx):
             raise ctx.input_error(1, "W of shape %s does not fit X of shape %s with group %d"
                                   % (list(w.shape), list(x.shape), group))
         strides, pads, dilations = _geometry(ctx, x, kernel)
+        if x.dtype == np.float16:   # accumulate in float32, round once
+            b32 = None if b is None else b.astype(np.float32)
+            return conv_k.conv_nchw(x.astype(np.float32), w.astype(np.float32), b32, strides, pads,
+                                    dilations, group).astype(np.float16)
         try:
             return conv_k.conv_nchw(x, w, b, strides, pads, dilations, group)
         except ValueError as exc:

@@ -30,6 +30,16 @@ def fmod(a, b):
     return np.fmod(a, b)
 
 
+def via_float32(fn):
+    """fn evaluated in float32 for float16 input: one rounding at the end instead
+    of one per intermediate step."""
+    def run(x):
+        if x.dtype == np.float16:
+            return fn(x.astype(np.float32)).astype(np.float16)
+        return fn(x)
+    return run
+
+
 def softplus(x):
     return np.logaddexp(0, x)
 
