@@ -110,7 +110,7 @@ def main(argv=None):
         peers = {"float32": torch_table(torch, tables["float32"][0]),
                  "float16": torch_table(torch, tables["float16"][0]),
                  "fused8": torch_table(torch, dequantised_half(tables["fused8"][0], args.dim))}
-    print("\n| table | ours ms | GB/s | %% of copy | launches/op | torch ms | ratio (ours/torch) |")
+    print("\n| table | ours ms | GB/s | % of copy | launches/op | torch ms | ratio (ours/torch) |")
     print("|---|---|---|---|---|---|---|")
     n_idx = args.bags * args.per_bag
     for name, (table, row_bytes) in tables.items():

@@ -72,7 +72,7 @@ def main(argv=None):
     if torch is None:
         print("torch with CUDA is not installed here: no peer column")
     forward, backward = kernel("LSTMUnit", 5, 2), kernel("LSTMUnitGradient", 9, 3)
-    print("\n| op | dtype | ours ms | GB/s | %% of copy | launches/op | torch ms (composed ops) |")
+    print("\n| op | dtype | ours ms | GB/s | % of copy | launches/op | torch ms (composed ops) |")
     print("|---|---|---|---|---|---|---|")
     for dtype in (np.float32, np.float16):
         h, c, gates, seq, t, dh, dc = device_inputs(args.n, args.d, dtype, 0)

@@ -14,7 +14,7 @@ from caffe2py.executor import PlacementTracker
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import CPU, CUDA, schema_for
 
-from _cuda_fakes import FakeDeviceArray, run_fake
+from _cuda_fakes import run_fake
 
 CUDA0 = core.DeviceOption(caffe2_pb2.CUDA, 0)
 
