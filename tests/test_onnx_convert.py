@@ -524,3 +524,20 @@ def test_ops_without_kernel_expand_to_their_onnx_function_body():
     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(4)
     ref = _np_softmax(scores) @ v
     np.testing.assert_allclose(backend.prepare(model).run([q, k, v])[0], ref, rtol=1e-5, atol=1e-6)
+
+
+def test_inputs_are_checked_against_declared_types_and_shapes():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [2, "n"])], [vi("y")])
+    rep = backend.prepare(model)
+    assert rep.run([randn(2, 5)])[0].shape == (2, 5)          # symbolic dim: any size
+    with pytest.raises(Caffe2Error, match="input 'x' must be float32, got float64"):
+        rep.run([np.zeros((2, 5))])
+    with pytest.raises(Caffe2Error, match=r"input 'x' must have shape \[2, None\]"):
+        rep.run([randn(3, 5)])
+
+
+def test_decodable_but_inconsistent_graph_is_reported():
+    model = _conv_relu_gemm_model()
+    del model.graph.node[1]          # as if the file lost a node: Flatten reads a missing 'r'
+    with pytest.raises(Caffe2Error, match="reads 'r'.*corrupted or truncated"):
+        convert(model)

@@ -17,6 +17,7 @@ from caffe2py.executor import compile_net
 from caffe2py.proto import caffe2_pb2
 
 from .convert import convert, graph_inputs, is_supported, node_domain, node_to_op
+from .inputs import declared_inputs
 from .loader import load_model
 
 log = logging.getLogger("caffe2py")
@@ -43,7 +44,8 @@ def _optimizer():
 class Caffe2pyRep(BackendRep):
     """A prepared model: constant blobs computed once plus the compiled predict plan."""
 
-    def __init__(self, init_net, predict_net, input_names):
+    def __init__(self, init_net, predict_net, input_names, declared=None):
+        self.declared = {name: (dims, dtype) for name, dims, dtype in (declared or [])}
         self.init_net = init_net
         self.predict_net = predict_net
         self.input_names = list(input_names)
@@ -68,11 +70,25 @@ class Caffe2pyRep(BackendRep):
                               % (len(self.input_names), ", ".join(self.input_names), len(inputs)))
         return {name: _as_value(v) for name, v in zip(self.input_names, inputs)}
 
+    def _check_input(self, name, value):
+        """The model's declared element type and static dims, like onnxruntime checks them."""
+        if name not in self.declared or not isinstance(value, np.ndarray):
+            return
+        dims, dtype = self.declared[name]
+        if dtype is not None and value.dtype != dtype and not (dtype.kind == "O" and value.dtype.kind in "OSU"):
+            raise Caffe2Error("input '%s' must be %s, got %s" % (name, dtype, value.dtype))
+        if dims is not None:
+            if value.ndim != len(dims) or any(d and d != v for d, v in zip(dims, value.shape)):
+                raise Caffe2Error("input '%s' must have shape %s (None: any size), got %s"
+                                  % (name, dims, list(value.shape)))
+
     def run(self, inputs, **kwargs):
         feeds = self._feeds(inputs)
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise Caffe2Error("missing model input(s): %s" % ", ".join(missing))
+        for name, value in feeds.items():
+            self._check_input(name, value)
         blobs = dict(self.constants)
         blobs.update(feeds)
         if self.plan is not None:
@@ -102,7 +118,7 @@ class Caffe2pyBackend(Backend):
             raise Caffe2Error("caffe2py's ONNX backend runs on CPU only, not '%s'" % device)
         model = load_model(model)
         init_net, predict_net = convert(model)
-        return Caffe2pyRep(init_net, predict_net, graph_inputs(model))
+        return Caffe2pyRep(init_net, predict_net, graph_inputs(model), declared_inputs(model))
 
     @classmethod
     def run_model(cls, model, inputs, device="CPU", **kwargs):

@@ -257,6 +257,25 @@ def attach_forward_subgraph(op, node, earlier_nodes, opsets):
 
 # --------------------------------------------------------------------------- model
 
+def check_graph_wiring(graph):
+    """Every value a node reads is a graph input, an initializer or an earlier
+    node's output, and every graph output is produced: a truncated or corrupted
+    file that still decodes is caught here rather than deep in the executor."""
+    known = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    for index, node in enumerate(graph.node):
+        for name in node.input:
+            if name and name not in known:
+                raise Caffe2Error("ONNX graph '%s' is inconsistent: node %d (%s '%s') reads '%s', which no "
+                                  "graph input, initializer or earlier node provides (corrupted or truncated "
+                                  "file, or nodes out of order?)" % (graph.name, index, node.op_type,
+                                                                     node.name, name))
+        known.update(o for o in node.output if o)
+    missing = [v.name for v in graph.output if v.name not in known]
+    if missing:
+        raise Caffe2Error("ONNX graph '%s' is inconsistent: output '%s' is never produced (corrupted or "
+                          "truncated file?)" % (graph.name, missing[0]))
+
+
 def graph_inputs(model):
     """Names of the graph inputs a caller must feed (initializers excluded)."""
     inits = {t.name for t in model.graph.initializer}
@@ -283,6 +302,7 @@ def convert(model, fold_constants=True, check=False):
                                     % (len(missing), listed), missing)
     opsets = model_opsets(model)
     graph = model.graph
+    check_graph_wiring(graph)
     name = graph.name or "onnx_model"
     init_net = caffe2_pb2.NetDef(name=name + "_init")
     predict_net = caffe2_pb2.NetDef(name=name)
