@@ -103,3 +103,10 @@ def test_input_names_are_checked(tmp_path, capsys):
     np.save(tmp_path / "v.npy", np.zeros(3, np.float32))
     assert main(["run", str(path), "--input", "nope=%s" % (tmp_path / "v.npy")]) == 1
     assert "not inputs of the model" in capsys.readouterr().err
+
+
+def test_input_type_is_checked(tmp_path, capsys):
+    path, _ = _model(tmp_path)
+    np.save(tmp_path / "x64.npy", np.zeros((1, 3, 6, 6), np.float64))
+    assert main(["run", str(path), "--input", "x=%s" % (tmp_path / "x64.npy")]) == 1
+    assert "input 'x' must be float32, got float64" in capsys.readouterr().err

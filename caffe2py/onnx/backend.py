@@ -17,7 +17,7 @@ from caffe2py.executor import compile_net
 from caffe2py.proto import caffe2_pb2
 
 from .convert import convert, graph_inputs, is_supported, node_domain, node_to_op
-from .inputs import declared_inputs
+from .inputs import check_input, declared_inputs
 from .loader import load_model
 
 log = logging.getLogger("caffe2py")
@@ -71,16 +71,8 @@ class Caffe2pyRep(BackendRep):
         return {name: _as_value(v) for name, v in zip(self.input_names, inputs)}
 
     def _check_input(self, name, value):
-        """The model's declared element type and static dims, like onnxruntime checks them."""
-        if name not in self.declared or not isinstance(value, np.ndarray):
-            return
-        dims, dtype = self.declared[name]
-        if dtype is not None and value.dtype != dtype and not (dtype.kind == "O" and value.dtype.kind in "OSU"):
-            raise Caffe2Error("input '%s' must be %s, got %s" % (name, dtype, value.dtype))
-        if dims is not None:
-            if value.ndim != len(dims) or any(d and d != v for d, v in zip(dims, value.shape)):
-                raise Caffe2Error("input '%s' must have shape %s (None: any size), got %s"
-                                  % (name, dims, list(value.shape)))
+        if name in self.declared:
+            check_input(name, value, *self.declared[name])
 
     def run(self, inputs, **kwargs):
         feeds = self._feeds(inputs)

@@ -29,6 +29,18 @@ def declared_inputs(model):
     return out
 
 
+def check_input(name, value, dims, dtype):
+    """The declared element type and static dims, checked like onnxruntime does."""
+    if not isinstance(value, np.ndarray):
+        return
+    if dtype is not None and value.dtype != dtype and not (dtype.kind == "O" and value.dtype.kind in "OSU"):
+        raise Caffe2Error("input '%s' must be %s, got %s" % (name, dtype, value.dtype))
+    if dims is not None:
+        if value.ndim != len(dims) or any(d and d != v for d, v in zip(dims, value.shape)):
+            raise Caffe2Error("input '%s' must have shape %s (None: any size), got %s"
+                              % (name, dims, list(value.shape)))
+
+
 def random_inputs(model, given, seed=0):
     """Values for the inputs not in `given`: the declared shape (unknown dims
     become 1) filled from a seeded generator. Returns (values, names made up)."""
@@ -66,6 +78,9 @@ def load_for_run(path, given):
     if unknown:
         raise Caffe2Error("--input names %s are not inputs of the model (inputs: %s)"
                           % (", ".join(unknown), ", ".join(graph_inputs(model))))
+    declared = {name: (dims, dtype) for name, dims, dtype in declared_inputs(model)}
+    for name, value in given.items():
+        check_input(name, np.asarray(value), *declared[name])
     made_values, made = random_inputs(model, given)
     inputs = dict(given)
     inputs.update(made_values)
