@@ -63,10 +63,11 @@ def main(argv=None):
     p.add_argument("--n", type=int, default=65_536)
     p.add_argument("--d", type=int, default=1024)
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--copy-mb", type=int, default=1024, help="buffer size for the copy-bandwidth reference")
     args = p.parse_args(argv)
     require_gpu()
     print("device:", describe_device())
-    copy_bw = copy_bandwidth()
+    copy_bw = copy_bandwidth(args.copy_mb << 20)
     print("device-to-device copy: %.1f GB/s (read + written)" % gb(copy_bw))
     torch = torch_cuda()
     if torch is None:
