@@ -168,6 +168,38 @@ def test_shared_buffers_keep_each_padding_layout():
                                    ref_pool(xn, [2, 2], [1, 1], pads, "max"), rtol=1e-6)
 
 
+@pytest.mark.parametrize("xs,ws,strides,pads,group", [
+    ((1, 96, 14, 13), (96, 96, 3, 3), (1, 1), (1, 1, 1, 1), 1),      # Winograd
+    ((1, 8, 21, 20), (16, 4, 3, 3), (1, 2), (1, 0, 2, 1), 2),        # im2col, several tiles
+    ((2, 12, 33, 31), (10, 12, 1, 1), (1, 1), (0, 0, 0, 0), 1),      # pointwise, column chunks
+])
+def test_conv_chunks_on_the_thread_pool_match_onnxruntime(monkeypatch, xs, ws, strides, pads, group):
+    """Work split over pool threads (forced on here) gives the same result."""
+    monkeypatch.setattr(conv_k, "SMALL_GEMM_FLOPS", 0)
+    monkeypatch.setattr(gemm_k, "blas_threads", lambda: 3)
+    conv_k._plan.cache_clear()
+    try:
+        x, w, b = rand(*xs), rand(*ws), rand(ws[0])
+        for _ in range(2):
+            y = conv_k.conv_nchw(x, w, b, strides, pads, (1, 1), group)
+        ref = _ort_single("Conv", [x, w, b], dict(strides=list(strides), pads=list(pads), group=group))
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=2e-4)
+    finally:
+        conv_k._plan.cache_clear()
+
+
+def test_run_chunks_runs_every_chunk_and_reraises():
+    seen = np.zeros(50)
+    gemm_k.run_chunks(lambda k, worker: seen.__setitem__(k, seen[k] + 1), 50, ways=3)
+    assert (seen == 1).all()
+
+    def fail(k, worker):
+        if k == 7:
+            raise KeyError("chunk 7")
+    with pytest.raises(KeyError, match="chunk 7"):
+        gemm_k.run_chunks(fail, 20, ways=2)
+
+
 def test_conv_errors():
     with pytest.raises(ValueError, match="does not fit"):
         conv_k.conv_nchw(rand(1, 2, 2, 2), rand(1, 2, 3, 3), None, (1, 1), (0, 0, 0, 0), (1, 1), 1)

@@ -28,7 +28,18 @@ from collections import OrderedDict
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .gemm import SMALL_GEMM_FLOPS, single_blas_thread
+from .gemm import SMALL_GEMM_FLOPS, run_chunks, single_blas_thread
+
+# Work split for the thread pool: this many chunks per GEMM / transform (claimed
+# dynamically, so a thread delayed by a busy core costs at most one chunk).
+_CHUNKS = 4
+
+
+def _ranges(total, ways):
+    """`ways` contiguous slices covering range(total)."""
+    bounds = [total * k // ways for k in range(ways + 1)]
+    return [slice(bounds[k], bounds[k + 1]) for k in range(ways) if bounds[k + 1] > bounds[k]]
+
 
 # im2col tiles are kept around this size so they stay in L2/L3 while the GEMM reads them.
 _TILE_BYTES = 2 << 20
@@ -238,12 +249,17 @@ def _pointwise_plan(x_shape, m, strides, group, out_spatial):
         (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
     shape_in, shape_w, shape_out = (group, c // group, p), (group, m // group, c // group), (group, m // group, p)
 
+    # Column chunks of the output for the thread pool (at least 256 columns each).
+    chunks = _ranges(p, max(1, min(_CHUNKS, p // 256)))
+
     def compute(x, w, out, scratch):
         if sub is not None:
             x = x[sub]
         wg = w.reshape(shape_w)
         for i in range(n):
-            np.matmul(wg, np.ascontiguousarray(x[i]).reshape(shape_in), out=out[i].reshape(shape_out))
+            xi = np.ascontiguousarray(x[i]).reshape(shape_in)
+            yi = out[i].reshape(shape_out)
+            run_chunks(lambda k, worker: np.matmul(wg, xi[:, :, chunks[k]], out=yi[:, :, chunks[k]]), len(chunks))
     return compute
 
 
@@ -367,45 +383,58 @@ def _winograd_plan(x_shape, w_shape, pads, out_spatial, dtype):
             hit = filters[id(w)] = (w, winograd_filter(w))
         return hit[1]
 
+    c_parts = _ranges(c, min(c, _CHUNKS))
+    m_parts = _ranges(m, min(m, _CHUNKS))
+
     def compute(x, w, out, scratch):
         u = transformed(w)
         rows = scratch.empty("wg_rows", (4, c, th, buf_shape[2]), dtype)
         v = scratch.empty("wg_v", (4, 4, c, th, tw), dtype)
         mm = scratch.empty("wg_m", (16, m, th * tw), dtype)
         s_rows = scratch.empty("wg_s", (2, 4, m, th, tw), dtype)
+        mt = mm.reshape(4, 4, m, th, tw)
+        v16 = v.reshape(16, c, th * tw)
         for i in range(n):
             xp = scratch.zeros(("wg_pad", pads[0], pads[1], x_shape[2:]), buf_shape, dtype)
-            xp[interior] = x[i]
-            xr = [xp[:, a:a + 2 * th - 1:2] for a in range(4)]           # (C, th, Wbuf) each
-            np.subtract(xr[0], xr[2], out=rows[0])
-            np.add(xr[1], xr[2], out=rows[1])
-            np.subtract(xr[2], xr[1], out=rows[2])
-            np.subtract(xr[1], xr[3], out=rows[3])
-            for a in range(4):
-                col = [rows[a][:, :, b:b + 2 * tw - 1:2] for b in range(4)]
-                np.subtract(col[0], col[2], out=v[a, 0])
-                np.add(col[1], col[2], out=v[a, 1])
-                np.subtract(col[2], col[1], out=v[a, 2])
-                np.subtract(col[1], col[3], out=v[a, 3])
-            np.matmul(u, v.reshape(16, c, th * tw), out=mm)
-            mt = mm.reshape(4, 4, m, th, tw)
-            for b in range(4):
-                np.add(mt[0, b], mt[1, b], out=s_rows[0, b])
-                s_rows[0, b] += mt[2, b]
-                np.subtract(mt[1, b], mt[2, b], out=s_rows[1, b])
-                s_rows[1, b] -= mt[3, b]
-            if even:
-                y = out[i].reshape(m, th, 2, tw, 2)
-            else:
-                y = scratch.empty("wg_y", (m, th, 2, tw, 2), dtype)
-            for a in range(2):
-                sr = s_rows[a]
-                np.add(sr[0], sr[1], out=y[:, :, a, :, 0])
-                y[:, :, a, :, 0] += sr[2]
-                np.subtract(sr[1], sr[2], out=y[:, :, a, :, 1])
-                y[:, :, a, :, 1] -= sr[3]
-            if not even:
-                out[i] = y.reshape(m, 2 * th, 2 * tw)[:, :oh, :ow]
+            xi = x[i]
+            y = out[i].reshape(m, th, 2, tw, 2) if even else scratch.empty("wg_y", (m, th, 2, tw, 2), dtype)
+
+            def input_part(k, worker):
+                cs = c_parts[k]
+                xp[(cs,) + interior[1:]] = xi[cs]
+                xr = [xp[cs, a:a + 2 * th - 1:2] for a in range(4)]       # (C, th, Wbuf) each
+                r = rows[:, cs]
+                np.subtract(xr[0], xr[2], out=r[0])
+                np.add(xr[1], xr[2], out=r[1])
+                np.subtract(xr[2], xr[1], out=r[2])
+                np.subtract(xr[1], xr[3], out=r[3])
+                for a in range(4):
+                    col = [r[a][:, :, b:b + 2 * tw - 1:2] for b in range(4)]
+                    np.subtract(col[0], col[2], out=v[a, 0, cs])
+                    np.add(col[1], col[2], out=v[a, 1, cs])
+                    np.subtract(col[2], col[1], out=v[a, 2, cs])
+                    np.subtract(col[1], col[3], out=v[a, 3, cs])
+
+            def output_part(k, worker):
+                ms = m_parts[k]
+                sr = s_rows[:, :, ms]
+                for b in range(4):
+                    np.add(mt[0, b, ms], mt[1, b, ms], out=sr[0, b])
+                    sr[0, b] += mt[2, b, ms]
+                    np.subtract(mt[1, b, ms], mt[2, b, ms], out=sr[1, b])
+                    sr[1, b] -= mt[3, b, ms]
+                ym = y[ms]
+                for a in range(2):
+                    np.add(sr[a, 0], sr[a, 1], out=ym[:, :, a, :, 0])
+                    ym[:, :, a, :, 0] += sr[a, 2]
+                    np.subtract(sr[a, 1], sr[a, 2], out=ym[:, :, a, :, 1])
+                    ym[:, :, a, :, 1] -= sr[a, 3]
+                if not even:
+                    out[i, ms] = ym.reshape(-1, 2 * th, 2 * tw)[:, :oh, :ow]
+
+            run_chunks(input_part, len(c_parts))
+            run_chunks(lambda k, worker: np.matmul(u[k], v16[k], out=mm[k]), 16)
+            run_chunks(output_part, len(m_parts))
     return compute
 
 
@@ -420,6 +449,9 @@ def _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
     inner = int(np.prod(out_spatial[1:], dtype=np.int64))
     row_bytes = c * kprod * inner * np.dtype(dtype).itemsize
     rows_per_tile = max(1, min(out_spatial[0], _TILE_BYTES // max(1, row_bytes)))
+    if out_spatial[0] >= _CHUNKS:
+        # At least _CHUNKS tiles, so the thread pool has work to share.
+        rows_per_tile = min(rows_per_tile, -(-out_spatial[0] // _CHUNKS))
     offsets = list(itertools.product(*(range(kk) for kk in kernel)))
     s0, d0 = strides[0], dilations[0]
     tiles = []
@@ -439,10 +471,13 @@ def _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
         for i in range(n):
             xp = _pad_one(x[i], scratch, "pad", padding, dtype)
             yi = out[i].reshape(y_shape3)
-            for cols_shape, first, copies, gemm_shape, target in tiles:
-                cols = scratch.empty("cols", cols_shape, dtype)
+
+            def tile(k, worker):
+                cols_shape, first, copies, gemm_shape, target = tiles[k]
+                cols = scratch.empty(("cols", worker), cols_shape, dtype)
                 xt = xp[first]
                 for dst, src in copies:
                     cols[dst] = xt[src]
                 np.matmul(wg, cols.reshape(gemm_shape), out=yi[target])
+            run_chunks(tile, len(tiles))
     return compute, rows_per_tile * inner

@@ -9,11 +9,14 @@ Public:
         transposed (w (K, N)).
     matmul(a, b) -> y            NumPy matmul semantics (batched, broadcasting).
     single_blas_thread()         context manager: NumPy's OpenBLAS runs on one thread inside.
+    run_chunks(fn, n, ways=None) fn(k, worker) for k < n on the calling thread and pool threads,
+                                 chunks claimed dynamically, BLAS single-threaded meanwhile.
     SMALL_GEMM_FLOPS             GEMM calls below this size use one BLAS thread
                                  (env CAFFE2PY_SMALL_GEMM_FLOPS, default 8e6).
 Scaling and bias are applied in place on the fresh product, never as extra temporaries.
 """
 import os
+import threading
 
 import numpy as np
 
@@ -97,3 +100,56 @@ class single_blas_thread:
         if self._before > 1:
             _SET_THREADS(self._before)
         return False
+
+
+def blas_threads():
+    """OpenBLAS's current thread count (1 when it cannot be read)."""
+    return _GET_THREADS() if _GET_THREADS is not None else 1
+
+
+def run_chunks(fn, n_chunks, ways=None):
+    """fn(k, worker) for every k in range(n_chunks), chunks claimed one at a time by the
+    calling thread and ways - 1 pool threads, with OpenBLAS on one thread meanwhile.
+
+    Chunks are claimed dynamically and a pool thread that has not started by the time
+    the chunks run out is not waited for, so a busy core delays one chunk at most
+    (OpenBLAS's static split waits for its worker on every call). `worker` (0 = the
+    caller) lets fn pick per-thread scratch buffers. ways defaults to the BLAS thread
+    count."""
+    ways = blas_threads() if ways is None else ways
+    if ways <= 1 or n_chunks <= 1:
+        for k in range(n_chunks):
+            fn(k, 0)
+        return
+    from .threads import executor
+    lock = threading.Lock()
+    idle = threading.Condition(lock)
+    state = [0, 0]          # next chunk to claim, chunks in progress
+    errors = []
+
+    def work(worker):
+        while True:
+            with lock:
+                k = state[0]
+                if k >= n_chunks:
+                    return
+                state[0] += 1
+                state[1] += 1
+            try:
+                fn(k, worker)
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
+                errors.append(exc)
+            finally:
+                with lock:
+                    state[1] -= 1
+                    idle.notify_all()
+
+    with single_blas_thread():
+        for worker in range(1, ways):
+            executor().submit(work, worker)
+        work(0)
+        with lock:
+            while state[1] > 0:
+                idle.wait()
+    if errors:
+        raise errors[0]
