@@ -541,3 +541,8 @@ def test_decodable_but_inconsistent_graph_is_reported():
     del model.graph.node[1]          # as if the file lost a node: Flatten reads a missing 'r'
     with pytest.raises(Caffe2Error, match="reads 'r'.*corrupted or truncated"):
         convert(model)
+
+
+def test_too_new_opset_is_refused():
+    with pytest.raises(ModelLoadError, match="opset 29; caffe2py knows opsets 1 to 28"):
+        convert(single("Relu", 1, opset=29))

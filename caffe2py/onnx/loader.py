@@ -55,6 +55,10 @@ def load_model(model, check=False):
     if model.ir_version > MAX_IR_VERSION:
         raise ModelLoadError("%s has IR version %d; caffe2py reads IR versions up to %d"
                              % (source, model.ir_version, MAX_IR_VERSION))
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx") and imp.version > MAX_OPSET:
+            raise ModelLoadError("%s imports ai.onnx opset %d; caffe2py knows opsets 1 to %d"
+                                 % (source, imp.version, MAX_OPSET))
     if check:
         try:
             onnx.checker.check_model(model)
