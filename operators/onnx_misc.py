@@ -134,3 +134,21 @@ def regex_full_match(ctx):
     except re.error as exc:
         raise ctx.error("invalid pattern: %s" % exc) from None
     return lambda x: np.vectorize(lambda s: pattern.fullmatch(_text(s)) is not None, otypes=[bool])(x)
+
+
+@onnx_op("GridSample", (16, 19), (20, None))
+def grid_sample(ctx):
+    from caffe2py.kernels.cpu import onnx_grid
+    mode = ctx.string("mode", "bilinear" if ctx.op_version < 20 else "linear")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    padding = ctx.string("padding_mode", "zeros")
+    align = bool(ctx.int("align_corners", 0))
+    if mode not in ("linear", "nearest", "cubic") or padding not in ("zeros", "border", "reflection"):
+        raise ctx.error("unsupported mode '%s' / padding_mode '%s'" % (mode, padding))
+
+    def run(x, grid):
+        if grid.shape[-1] != x.ndim - 2 or grid.shape[0] != x.shape[0]:
+            raise ctx.input_error(1, "grid of shape %s does not fit X of shape %s"
+                                  % (list(grid.shape), list(x.shape)))
+        return onnx_grid.grid_sample(x, grid, mode, padding, align)
+    return run

@@ -546,3 +546,15 @@ def test_decodable_but_inconsistent_graph_is_reported():
 def test_too_new_opset_is_refused():
     with pytest.raises(ModelLoadError, match="opset 29; caffe2py knows opsets 1 to 28"):
         convert(single("Relu", 1, opset=29))
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_grid_sample_matches_onnxruntime(mode, padding, align):
+    x = randn(2, 3, 5, 6)
+    grid = (rng.random((2, 4, 7, 2)) * 2.6 - 1.3).astype(np.float32)   # some points outside [-1, 1]
+    model = make_model([helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=padding,
+                                         align_corners=align)], [vi("x"), vi("g")], [vi("y")], opset=16)
+    feeds = {"x": x, "g": grid}
+    np.testing.assert_allclose(backend.prepare(model).run(feeds)[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-5)
