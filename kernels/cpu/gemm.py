@@ -102,6 +102,11 @@ class single_blas_thread:
         return False
 
 
+# False: run_chunks runs chunks in order on the caller, leaving threading to OpenBLAS
+# (env CAFFE2PY_POOL_SPLIT=0).
+POOL_SPLIT = os.environ.get("CAFFE2PY_POOL_SPLIT", "1") != "0"
+
+
 def blas_threads():
     """OpenBLAS's current thread count (1 when it cannot be read)."""
     return _GET_THREADS() if _GET_THREADS is not None else 1
@@ -117,7 +122,7 @@ def run_chunks(fn, n_chunks, ways=None):
     caller) lets fn pick per-thread scratch buffers. ways defaults to the BLAS thread
     count."""
     ways = blas_threads() if ways is None else ways
-    if ways <= 1 or n_chunks <= 1:
+    if ways <= 1 or n_chunks <= 1 or not POOL_SPLIT:
         for k in range(n_chunks):
             fn(k, 0)
         return
