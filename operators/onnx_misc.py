@@ -152,3 +152,45 @@ def grid_sample(ctx):
                                   % (list(grid.shape), list(x.shape)))
         return onnx_grid.grid_sample(x, grid, mode, padding, align)
     return run
+
+
+@onnx_op("RoiAlign", (10, 15), (16, None))
+def roi_align(ctx):
+    from caffe2py.kernels.cpu import onnx_roi
+    mode = ctx.string("mode", "avg")
+    out_h, out_w = ctx.int("output_height", 1), ctx.int("output_width", 1)
+    ratio, scale = ctx.int("sampling_ratio", 0), ctx.float("spatial_scale", 1.0)
+    half_pixel = ctx.op_version >= 16 and ctx.string("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    if mode not in ("avg", "max"):
+        raise ctx.error("unknown mode '%s'" % mode)
+
+    def run(x, rois, batch_indices):
+        if batch_indices.size and (batch_indices.min() < 0 or batch_indices.max() >= x.shape[0]):
+            raise ctx.input_error(2, "batch index out of range [0, %d)" % x.shape[0])
+        return onnx_roi.roi_align(x, rois, batch_indices, out_h, out_w, ratio, scale, mode, half_pixel)
+    return run
+
+
+@onnx_op("TensorScatter", (24, None))
+def tensor_scatter(ctx):
+    axis = ctx.int("axis", -2)
+    circular = ctx.string("mode", "linear") == "circular"
+
+    def run(cache, update, write_indices=None):
+        a = axis_of(ctx, axis, cache.ndim)
+        if a == 0:
+            raise ctx.error("axis must be a sequence axis, not the batch axis 0")
+        out = cache.copy()
+        seq, max_seq = update.shape[a], cache.shape[a]
+        starts = np.zeros(cache.shape[0], np.int64) if write_indices is None else write_indices.astype(np.int64)
+        for b in range(cache.shape[0]):
+            pos = starts[b] + np.arange(seq)
+            if circular:
+                pos %= max_seq
+            elif pos.size and pos[-1] >= max_seq:
+                raise ctx.input_error(2, "writing %d steps at %d overflows the cache of %d" % (seq, starts[b], max_seq))
+            dst = [slice(None)] * (cache.ndim - 1)
+            dst[a - 1] = pos            # one batch entry at a time: axis a-1 of out[b]
+            out[b][tuple(dst)] = update[b]
+        return out
+    return run

@@ -558,3 +558,16 @@ def test_grid_sample_matches_onnxruntime(mode, padding, align):
                                          align_corners=align)], [vi("x"), vi("g")], [vi("y")], opset=16)
     feeds = {"x": x, "g": grid}
     np.testing.assert_allclose(backend.prepare(model).run(feeds)[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("ratio", [0, 2])
+def test_roi_align_matches_onnxruntime(mode, ratio):
+    x = randn(2, 3, 10, 12)
+    rois = np.array([[0.5, 1.0, 7.5, 8.0], [2.0, 0.0, 11.0, 9.5], [-1.0, -2.0, 4.0, 3.0]], np.float32)
+    idx = np.array([0, 1, 1], np.int64)
+    model = make_model([helper.make_node("RoiAlign", ["x", "r", "i"], ["y"], mode=mode, output_height=3,
+                                         output_width=4, sampling_ratio=ratio, spatial_scale=0.9)],
+                       [vi("x"), vi("r"), vi("i", None, TensorProto.INT64)], [vi("y")], opset=16)
+    feeds = {"x": x, "r": rois, "i": idx}
+    np.testing.assert_allclose(backend.prepare(model).run(feeds)[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-5)
