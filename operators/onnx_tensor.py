@@ -76,7 +76,7 @@ def reshape(ctx):
     def run(x, shape=None):
         target = tk.reshape_target(x.shape, attr_shape if shape is None else _ints(shape), allowzero)
         try:
-            return x.reshape(target).copy()
+            return x.reshape(target)   # a view: kernels never write their inputs
         except ValueError:
             raise ctx.input_error(0, "cannot reshape %s (%d elements) to %s"
                                   % (list(x.shape), x.size, target)) from None
@@ -92,7 +92,7 @@ def flatten(ctx):
         if a > x.ndim:
             raise ctx.input_error(0, "axis %d is out of range for rank %d" % (axis, x.ndim))
         rows = int(np.prod(x.shape[:a], dtype=np.int64))
-        return x.reshape(rows, -1).copy() if x.size else x.reshape(rows, int(np.prod(x.shape[a:])))
+        return x.reshape(rows, -1) if x.size else x.reshape(rows, int(np.prod(x.shape[a:])))
     return run
 
 
@@ -115,12 +115,12 @@ def squeeze(ctx):
     def run(x, axes=None):
         ax = attr_axes if axes is None else _ints(axes)
         if not ax:
-            return x.reshape([d for d in x.shape if d != 1]).copy()
+            return x.reshape([d for d in x.shape if d != 1])
         ax = [axis_of(ctx, a, x.ndim) for a in ax]
         for a in ax:
             if x.shape[a] != 1:
                 raise ctx.input_error(0, "cannot squeeze axis %d of shape %s (size is not 1)" % (a, list(x.shape)))
-        return np.squeeze(x, axis=tuple(ax)).copy()
+        return np.squeeze(x, axis=tuple(ax))
     return run
 
 
@@ -135,7 +135,7 @@ def unsqueeze(ctx):
         shape = list(x.shape)
         for a in ax:
             shape.insert(a, 1)
-        return x.reshape(shape).copy()
+        return x.reshape(shape)
     return run
 
 

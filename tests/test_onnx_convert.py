@@ -571,3 +571,17 @@ def test_roi_align_matches_onnxruntime(mode, ratio):
                        [vi("x"), vi("r"), vi("i", None, TensorProto.INT64)], [vi("y")], opset=16)
     feeds = {"x": x, "r": rois, "i": idx}
     np.testing.assert_allclose(backend.prepare(model).run(feeds)[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_outputs_never_alias_inputs_or_constants():
+    shape = numpy_helper.from_array(np.array([4], np.int64), "s")
+    c = numpy_helper.from_array(np.arange(4, dtype=np.float32).reshape(2, 2), "c")
+    model = make_model([helper.make_node("Reshape", ["x", "s"], ["y"]),
+                        helper.make_node("Reshape", ["c", "s"], ["z"])],
+                       [vi("x", [2, 2])], [vi("y"), vi("z")], initializers=[shape, c])
+    rep = backend.prepare(model)
+    x = randn(2, 2)
+    y, z = rep.run([x])
+    assert not np.shares_memory(y, x)
+    z[0] = 100.0           # the caller's copy; the next run is unaffected
+    np.testing.assert_array_equal(rep.run([x])[1], np.arange(4, dtype=np.float32))

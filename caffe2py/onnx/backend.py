@@ -32,6 +32,18 @@ def _as_value(value):
     return np.asarray(value)
 
 
+def _root(array):
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def _owned(value, shared_roots):
+    if isinstance(value, np.ndarray) and id(_root(value)) in shared_roots:
+        return value.copy()
+    return value
+
+
 def _optimizer():
     """caffe2py.optimize.optimize when that module exists (it is optional)."""
     try:
@@ -56,6 +68,7 @@ class Caffe2pyRep(BackendRep):
         optimize = _optimizer()
         if optimize is not None:
             self.constants, self.predict_net = _apply_optimizer(optimize, self.constants, predict_net)
+        self._constant_roots = {id(_root(v)) for v in self.constants.values() if isinstance(v, np.ndarray)}
         self.plan = (compile_net(self.predict_net, known_blobs=self.constants.keys())
                      if self.predict_net.op else None)
 
@@ -85,7 +98,10 @@ class Caffe2pyRep(BackendRep):
         blobs.update(feeds)
         if self.plan is not None:
             self.plan.run(blobs)
-        return tuple(blobs[name] for name in self.output_names)
+        # Ops may return views of their inputs: an output sharing memory with a
+        # fed array or a constant is copied, so callers own what they get.
+        shared = {id(_root(v)) for v in feeds.values() if isinstance(v, np.ndarray)} | self._constant_roots
+        return tuple(_owned(blobs[name], shared) for name in self.output_names)
 
 
 def _apply_optimizer(optimize, constants, predict_net):
