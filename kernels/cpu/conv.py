@@ -46,29 +46,34 @@ _TILE_BYTES = 2 << 20
 
 
 class Scratch:
-    """Buffers reused across runs, keyed by role, shape and dtype; the least recently
-    used go once more than `max_entries` are held. Never shared between threads."""
+    """Buffers reused across runs, keyed by role, shape, dtype and the calling thread
+    (so one op run from two threads at once never shares a buffer); the least
+    recently used go once more than `max_entries` are held."""
 
     def __init__(self, max_entries=None):
         self._buffers = OrderedDict()
         self.max_entries = max_entries
+        self._lock = threading.Lock()
 
     def _get(self, key, make):
-        buf = self._buffers.get(key)
-        if buf is None:
-            buf = self._buffers[key] = make()
-            if self.max_entries is not None and len(self._buffers) > self.max_entries:
-                self._buffers.popitem(last=False)
-        elif self.max_entries is not None:
-            self._buffers.move_to_end(key)
-        return buf
+        with self._lock:
+            buf = self._buffers.get(key)
+            if buf is None:
+                buf = self._buffers[key] = make()
+                if self.max_entries is not None and len(self._buffers) > self.max_entries:
+                    self._buffers.popitem(last=False)
+            elif self.max_entries is not None:
+                self._buffers.move_to_end(key)
+            return buf
 
     def empty(self, role, shape, dtype):
-        return self._get((role, tuple(shape), np.dtype(dtype).str), lambda: np.empty(shape, dtype))
+        return self._get((threading.get_ident(), role, tuple(shape), np.dtype(dtype).str),
+                         lambda: np.empty(shape, dtype))
 
     def zeros(self, role, shape, dtype, fill=0.0):
         """A buffer whose border is `fill`; callers only ever rewrite its interior."""
-        return self._get((role, tuple(shape), np.dtype(dtype).str, fill), lambda: np.full(shape, fill, dtype))
+        return self._get((threading.get_ident(), role, tuple(shape), np.dtype(dtype).str, fill),
+                         lambda: np.full(shape, fill, dtype))
 
 
 _thread_scratch = threading.local()
@@ -379,7 +384,7 @@ def _winograd_plan(x_shape, w_shape, pads, out_spatial, dtype):
         hit = filters.get(id(w))
         if hit is None or hit[0] is not w:
             if len(filters) >= 32:
-                filters.pop(next(iter(filters)))
+                filters.clear()      # many weight arrays share this geometry: start over
             hit = filters[id(w)] = (w, winograd_filter(w))
         return hit[1]
 
