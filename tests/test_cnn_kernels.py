@@ -145,6 +145,9 @@ def test_winograd_path_matches_loop_reference(xs, ws, pads):
     for _ in range(2):   # second run: transformed filters and buffers come from the caches
         y = conv_k.conv_nchw(x, w, b, (1, 1), pads, (1, 1), 1, scratch=scratch, activation="relu")
         np.testing.assert_allclose(y[:, :3], np.maximum(ref, 0), rtol=1e-4, atol=2e-4)
+    w[:] *= 0.5       # edited in place: the filter cache must notice
+    y = conv_k.conv_nchw(x, w, b, (1, 1), pads, (1, 1), 1, scratch=scratch)
+    np.testing.assert_allclose(y[:, :3], ref_conv(x, w[:3], b[:3], (1, 1), pads, (1, 1), 1), rtol=1e-4, atol=2e-4)
     w2 = w.copy()
     w2[:3] *= -1      # another weight array: the filter cache must not return stale transforms
     y = conv_k.conv_nchw(x, w2, b, (1, 1), pads, (1, 1), 1, scratch=scratch)
