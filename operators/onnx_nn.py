@@ -4,6 +4,7 @@ Hardmax (opset 1-12 coerce-to-2-D, 13+ one axis), Dropout."""
 import numpy as np
 
 from caffe2py.kernels.cpu import conv as conv_k
+from caffe2py.kernels.cpu import norm as norm_k
 from caffe2py.kernels.cpu import onnx_nn as nn_k
 from caffe2py.kernels.cpu import pool as pool_k
 
@@ -209,7 +210,10 @@ def batch_norm(ctx):
 
     def run(x, scale, bias, mean, var):
         if spatial:
-            y = nn_k.batch_norm_inference(x, scale, bias, mean, var, eps)
+            try:
+                y = norm_k.batch_norm(x, scale, bias, mean, var, eps)
+            except ValueError as exc:
+                raise ctx.error(str(exc)) from None
         else:   # one statistic per activation: the params have x's non-batch shape
             y = ((x - mean) / np.sqrt(var + eps) * scale + bias).astype(x.dtype, copy=False)
         if extra:
@@ -221,14 +225,21 @@ def batch_norm(ctx):
 @onnx_op("InstanceNormalization", (1, None))
 def instance_norm(ctx):
     eps = ctx.float("epsilon", 1e-5)
-    return lambda x, scale, bias: nn_k.instance_norm(x, scale, bias, eps)
+    def run(x, scale, bias):
+        try:
+            return norm_k.instance_norm(x, scale, bias, eps)
+        except ValueError as exc:
+            raise ctx.error(str(exc)) from None
+    return run
 
 
 @onnx_op("LRN", (1, None))
 def lrn(ctx):
     size = ctx.int("size")
     alpha, beta, bias = ctx.float("alpha", 1e-4), ctx.float("beta", 0.75), ctx.float("bias", 1.0)
-    return lambda x: nn_k.lrn(x, size, alpha, beta, bias)
+    if size is None or size <= 0:
+        raise ctx.error("LRN needs a positive size")
+    return lambda x: norm_k.lrn(x, size, alpha, beta, bias)
 
 
 # ----------------------------------------------------------------- softmax family

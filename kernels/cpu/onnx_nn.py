@@ -1,6 +1,7 @@
-"""NN compute for ONNX ops that conv.py/pool.py do not cover: auto_pad
-arithmetic, transposed convolution, Lp pooling, LRN, normalisation in
-inference form, softmax along one axis."""
+"""NN compute for ONNX ops that conv.py/pool.py/norm.py do not cover: auto_pad
+arithmetic, transposed convolution, Lp pooling, dilated average pooling, max
+pooling with indices, training-mode batch norm, layer/group/RMS norms,
+softmax along one axis."""
 import numpy as np
 
 from .conv import windows
@@ -81,37 +82,6 @@ def lp_pool(x, kernel, strides, pads, dilations, p):
     xp = np.pad(x, width)
     win = windows(np.abs(xp) ** p, kernel, strides, dilations)
     return (win.sum(axis=tuple(range(-k, 0))) ** (1.0 / p)).astype(x.dtype, copy=False)
-
-
-def lrn(x, size, alpha, beta, bias):
-    """Cross-channel local response normalisation (NCHW)."""
-    sq = np.square(x)
-    c = x.shape[1]
-    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
-    padded = np.pad(sq, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
-    csum = np.cumsum(padded, axis=1, dtype=np.float64)
-    csum = np.concatenate([np.zeros_like(csum[:, :1]), csum], axis=1)
-    window = (csum[:, size:size + c] - csum[:, :c]).astype(x.dtype)
-    return (x / (bias + (alpha / size) * window) ** beta).astype(x.dtype, copy=False)
-
-
-def batch_norm_inference(x, scale, bias, mean, var, epsilon):
-    """y = scale * (x - mean) / sqrt(var + eps) + bias, per channel (axis 1)."""
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    mult = (scale / np.sqrt(var + epsilon)).astype(x.dtype, copy=False)
-    shift = (bias - mean * mult).astype(x.dtype, copy=False)
-    y = x * mult.reshape(shape)
-    y += shift.reshape(shape)      # in place: one temporary instead of two
-    return y
-
-
-def instance_norm(x, scale, bias, epsilon):
-    axes = tuple(range(2, x.ndim))
-    mean = x.mean(axis=axes, keepdims=True)
-    var = x.var(axis=axes, keepdims=True)
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    return ((x - mean) / np.sqrt(var + epsilon) * scale.reshape(shape) + bias.reshape(shape)).astype(
-        x.dtype, copy=False)
 
 
 def softmax_axis(x, axis, log=False):
