@@ -4,6 +4,7 @@ Hardmax (opset 1-12 coerce-to-2-D, 13+ one axis), Dropout."""
 import numpy as np
 
 from caffe2py.kernels.cpu import conv as conv_k
+from caffe2py.kernels.cpu import gemm as gemm_k
 from caffe2py.kernels.cpu import norm as norm_k
 from caffe2py.kernels.cpu import onnx_nn as nn_k
 from caffe2py.kernels.cpu import pool as pool_k
@@ -160,24 +161,10 @@ def gemm(ctx):
     trans_a, trans_b = bool(ctx.int("transA", 0)), bool(ctx.int("transB", 0))
 
     def run(a, b, c=None):
-        if a.ndim != 2 or b.ndim != 2:
-            raise ctx.error("Gemm needs 2-D A and B, got shapes %s and %s" % (list(a.shape), list(b.shape)))
-        a2 = a.T if trans_a else a
-        b2 = b.T if trans_b else b
-        if a2.shape[1] != b2.shape[0]:
-            raise ctx.error("Gemm: A%s of shape %s and B%s of shape %s do not multiply"
-                            % ("^T" if trans_a else "", list(a.shape), "^T" if trans_b else "", list(b.shape)))
-        y = a2 @ b2
-        if alpha != 1.0:
-            y *= np.asarray(alpha, y.dtype)
-        if c is not None and beta != 0.0:
-            cc = c if beta == 1.0 else c * np.asarray(beta, c.dtype)
-            try:
-                y += cc
-            except ValueError:
-                raise ctx.input_error(2, "C of shape %s does not broadcast to (%d, %d)"
-                                      % (list(c.shape), y.shape[0], y.shape[1])) from None
-        return y
+        try:
+            return gemm_k.gemm(a, b, c, alpha, beta, trans_a, trans_b)
+        except ValueError as exc:
+            raise ctx.error(str(exc)) from None
     return run
 
 
