@@ -585,3 +585,26 @@ def test_outputs_never_alias_inputs_or_constants():
     assert not np.shares_memory(y, x)
     z[0] = 100.0           # the caller's copy; the next run is unaffected
     np.testing.assert_array_equal(rep.run([x])[1], np.arange(4, dtype=np.float32))
+
+
+def test_names_that_are_not_utf8_are_a_load_error():
+    model = single("Relu", 1)
+    data = model.SerializeToString().replace(b"x0", b"\xff\xfe")   # the input's name
+    with pytest.raises(ModelLoadError, match="not valid UTF-8"):
+        convert(data)
+
+
+def test_random_corruption_only_ever_raises_caffe2_errors():
+    data = _conv_relu_gemm_model().SerializeToString()
+    r = np.random.default_rng(3)
+    for trial in range(60):
+        b = bytearray(data)
+        if trial % 3 == 0:
+            b = b[:int(r.integers(len(b)))]
+        else:
+            for i in r.integers(0, len(b), size=1 + trial % 7):
+                b[i] = int(r.integers(256))
+        try:
+            backend.prepare(bytes(b)).run([randn(1, 3, 5, 5)])
+        except Caffe2Error:
+            pass

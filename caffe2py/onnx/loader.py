@@ -52,6 +52,7 @@ def load_model(model, check=False):
         _load_external_data(model, os.path.dirname(os.path.abspath(path)))
     else:
         raise ModelLoadError("expected an onnx.ModelProto, a path or bytes, got %s" % type(model).__name__)
+    _check_text(model, source)
     if model.ir_version > MAX_IR_VERSION:
         raise ModelLoadError("%s has IR version %d; caffe2py reads IR versions up to %d"
                              % (source, model.ir_version, MAX_IR_VERSION))
@@ -76,3 +77,37 @@ def _load_external_data(model, base_dir):
             load_external_data_for_model(model, base_dir)
         except OSError as exc:
             raise ModelLoadError("cannot read the external data of the ONNX model: %s" % exc) from None
+
+
+def _graph_texts(graph):
+    yield graph.name
+    for v in list(graph.input) + list(graph.output) + list(graph.value_info):
+        yield v.name
+    for t in graph.initializer:
+        yield t.name
+    for node in graph.node:
+        yield node.name
+        yield node.op_type
+        yield node.domain
+        yield from node.input
+        yield from node.output
+        for attr in node.attribute:
+            yield attr.name
+            if attr.HasField("g"):
+                yield from _graph_texts(attr.g)
+            for g in attr.graphs:
+                yield from _graph_texts(g)
+
+
+def _check_text(model, source):
+    """Names must be UTF-8 text; protobuf only finds out when a field is read,
+    so read them all once here (a corrupted file fails now, with a clear error)."""
+    try:
+        texts = [imp.domain for imp in model.opset_import] + list(_graph_texts(model.graph))
+        for f in model.functions:
+            texts += [f.name, f.domain] + [n.op_type for n in f.node] + [x for n in f.node for x in n.input]
+    except UnicodeDecodeError as exc:
+        raise ModelLoadError("%s holds a name that is not valid UTF-8 text (corrupted file?): %s"
+                             % (source, exc)) from None
+    if any(not isinstance(t, str) for t in texts):
+        raise ModelLoadError("%s holds a name that is not valid UTF-8 text (corrupted file?)" % source)
