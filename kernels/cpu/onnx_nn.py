@@ -27,7 +27,7 @@ def auto_pads(auto_pad, spatial, kernel, strides, dilations, pads):
 
 def conv_transpose(x, w, b, strides, pads, dilations, group, output_padding):
     """x (N, C, *S), w (C, M/group, *K) -> (N, M, *out): the adjoint of conv,
-    accumulated one kernel tap at a time (each tap is one matmul)."""
+    one GEMM per group for all kernel taps, then a strided add per tap."""
     n, c = x.shape[:2]
     kernel = w.shape[2:]
     k = len(kernel)
@@ -37,12 +37,14 @@ def conv_transpose(x, w, b, strides, pads, dilations, group, output_padding):
     full = [(spatial[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 + output_padding[i]
             for i in range(k)]
     out = np.zeros((n, mg * group) + tuple(full), dtype=np.result_type(x.dtype, w.dtype))
+    taps = int(np.prod(kernel))
     for g in range(group):
         xg = x[:, g * cg:(g + 1) * cg].reshape(n, cg, -1)            # (N, Cg, P)
-        wg = w[g * cg:(g + 1) * cg]                                   # (Cg, Mg, *K)
+        wg = w[g * cg:(g + 1) * cg].reshape(cg, mg * taps)            # (Cg, Mg*K)
+        # one GEMM for every tap at once, then each tap's plane is added in place
+        cols = np.matmul(wg.T, xg).reshape((n, mg) + tuple(kernel) + tuple(spatial))
         for tap in np.ndindex(*kernel):
-            contrib = np.einsum("cm,ncp->nmp", wg[(slice(None), slice(None)) + tap], xg)
-            contrib = contrib.reshape((n, mg) + tuple(spatial))
+            contrib = cols[(slice(None), slice(None)) + tap]
             index = (slice(None), slice(g * mg, (g + 1) * mg)) + tuple(
                 slice(tap[i] * dilations[i], tap[i] * dilations[i] + (spatial[i] - 1) * strides[i] + 1,
                       strides[i]) for i in range(k))
