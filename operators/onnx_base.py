@@ -2,7 +2,8 @@
 
 `onnx_op("Relu", (6, 12), (13, None))` decorates one kernel factory and
 registers it for each opset range given (inclusive), plus one schema per op
-type (since version 1; arity is checked by the model's own opset rules).
+type from the first version with a kernel (arity follows the model's own
+opset rules, which onnx checks; caffe2py does not import onnx to register ops).
 The factory sees the usual OpContext; missing optional inputs (see
 caffe2py.onnx.convert ABSENT_ARG) reach the kernel callable as None.
 """
@@ -34,8 +35,10 @@ def onnx_op(op_type, *ranges, domain=DOMAIN, doc=""):
     ranges = ranges or ((1, None),)
 
     def wrap(factory):
-        if schema_for(op_type, domain) is None:
-            register_schema(OpSchema(op_type, domain=domain, since_version=1,
+        since = min(lo for lo, _ in ranges)
+        known = schema_for(op_type, domain)
+        if known is None or known.since_version > since:
+            register_schema(OpSchema(op_type, domain=domain, since_version=since,
                                      doc=doc or (factory.__doc__ or "").strip()))
         build = _with_absent_inputs(factory)
         for since, until in ranges:
