@@ -175,6 +175,7 @@ def test_shared_buffers_keep_each_padding_layout():
     ((1, 96, 14, 13), (96, 96, 3, 3), (1, 1), (1, 1, 1, 1), 1),      # Winograd
     ((1, 8, 21, 20), (16, 4, 3, 3), (1, 2), (1, 0, 2, 1), 2),        # im2col, several tiles
     ((2, 12, 33, 31), (10, 12, 1, 1), (1, 1), (0, 0, 0, 0), 1),      # pointwise, column chunks
+    ((1, 16, 7, 7), (12, 4, 1, 1), (1, 1), (0, 0, 0, 0), 4),         # pointwise, output-channel chunks
 ])
 def test_conv_chunks_on_the_thread_pool_match_onnxruntime(monkeypatch, xs, ws, strides, pads, group):
     """Work split over pool threads (forced on here) gives the same result."""

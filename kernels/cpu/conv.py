@@ -258,8 +258,12 @@ def _pointwise_plan(x_shape, m, strides, group, out_spatial):
         (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
     shape_in, shape_w, shape_out = (group, c // group, p), (group, m // group, c // group), (group, m // group, p)
 
-    # Column chunks of the output for the thread pool (at least 256 columns each).
-    chunks = _ranges(p, max(1, min(_CHUNKS, p // 256)))
+    # Chunks for the thread pool: output columns when there are many (>= 256 each),
+    # else output channels.
+    if p >= 256 * _CHUNKS:
+        chunks = [(slice(None), cols) for cols in _ranges(p, _CHUNKS)]
+    else:
+        chunks = [(rows, slice(None)) for rows in _ranges(m // group, min(_CHUNKS, m // group))]
 
     def compute(x, w, out, scratch):
         if sub is not None:
@@ -268,7 +272,11 @@ def _pointwise_plan(x_shape, m, strides, group, out_spatial):
         for i in range(n):
             xi = np.ascontiguousarray(x[i]).reshape(shape_in)
             yi = out[i].reshape(shape_out)
-            run_chunks(lambda k, worker: np.matmul(wg, xi[:, :, chunks[k]], out=yi[:, :, chunks[k]]), len(chunks))
+
+            def part(k, worker):
+                rows, cols = chunks[k]
+                np.matmul(wg[:, rows], xi[:, :, cols], out=yi[:, rows, cols])
+            run_chunks(part, len(chunks))
     return compute
 
 

@@ -122,9 +122,15 @@ def run_chunks(fn, n_chunks, ways=None):
     caller) lets fn pick per-thread scratch buffers. ways defaults to the BLAS thread
     count."""
     ways = blas_threads() if ways is None else ways
-    if ways <= 1 or n_chunks <= 1 or not POOL_SPLIT:
+    if ways <= 1 or not POOL_SPLIT:
         for k in range(n_chunks):
             fn(k, 0)
+        return
+    if n_chunks <= 1:
+        # Still no OpenBLAS threads: its static split stalls whenever a core is busy.
+        with single_blas_thread():
+            for k in range(n_chunks):
+                fn(k, 0)
         return
     from .threads import executor
     lock = threading.Lock()
