@@ -278,3 +278,18 @@ def dropout(ctx):
         mask = np.ones(x.shape, dtype=np.bool_ if bool_mask else x.dtype)
         return y, mask
     return run
+
+
+@onnx_op("DeformConv", (19, None))
+def deform_conv(ctx):
+    from caffe2py.kernels.cpu import onnx_deform
+    group, offset_group = ctx.int("group", 1), ctx.int("offset_group", 1)
+
+    def run(x, w, offset, b=None, mask=None):
+        if x.ndim != 4:
+            raise ctx.input_error(0, "DeformConv supports 2-D inputs (N, C, H, W), got shape %s" % list(x.shape))
+        strides = ctx.ints("strides", None) or [1, 1]
+        dilations = ctx.ints("dilations", None) or [1, 1]
+        pads = ctx.ints("pads", None) or [0, 0, 0, 0]
+        return onnx_deform.deform_conv(x, w, offset, b, mask, strides, pads, dilations, group, offset_group)
+    return run
