@@ -121,3 +121,43 @@ def scan(ctx):
         result = state + outs
         return tuple(result) if len(result) != 1 else result[0]
     return run
+
+
+@onnx_op("Scan", (8, 8))
+def scan_v8(ctx):
+    """Opset 8: a leading batch axis on states and scan inputs (scanned along
+    axis 1), optional per-batch sequence_lens as the first input."""
+    body = Body(ctx, ctx.net("body"))
+    n_scan = ctx.int("num_scan_inputs")
+
+    def run(*args):
+        own, outer = _split_captured(ctx, args)
+        lengths, rest = own[0], own[1:]
+        n_state = len(rest) - n_scan
+        states, xs = rest[:n_state], rest[n_state:]
+        dirs = ctx.ints("directions", None) or [0] * n_scan
+        batch, steps = xs[0].shape[0], xs[0].shape[1]
+        finals = [[] for _ in range(n_state)]
+        scans = [[] for _ in range(ctx.n_outputs - n_state)]
+        for b in range(batch):
+            n = steps if lengths is None else int(lengths[b])
+            state = [s[b] for s in states]
+            seqs = [x[b, :n][::-1] if d else x[b, :n] for x, d in zip(xs, dirs)]
+            outs = [[] for _ in scans]
+            for t in range(n):
+                values = dict(outer)
+                values.update(zip(body.inputs, state + [s[t] for s in seqs]))
+                out = body.run(values)
+                state = list(out[:n_state])
+                for k, value in enumerate(out[n_state:]):
+                    outs[k].append(value)
+            for k, value in enumerate(state):
+                finals[k].append(value)
+            for k, parts in enumerate(outs):
+                stacked = np.stack(parts)
+                if n < steps:   # positions past this entry's length stay zero
+                    stacked = np.concatenate([stacked, np.zeros((steps - n,) + stacked.shape[1:], stacked.dtype)])
+                scans[k].append(stacked)
+        result = [np.stack(f) for f in finals] + [np.stack(s) for s in scans]
+        return tuple(result) if len(result) != 1 else result[0]
+    return run
