@@ -194,3 +194,30 @@ def tensor_scatter(ctx):
             out[b][tuple(dst)] = update[b]
         return out
     return run
+
+
+@onnx_op("TfIdfVectorizer", (9, None))
+def tfidf_vectorizer(ctx):
+    min_n, max_n = ctx.int("min_gram_length"), ctx.int("max_gram_length")
+    max_skip = ctx.int("max_skip_count", 0)
+    mode = ctx.string("mode", "TF")
+    indexes = ctx.ints("ngram_indexes")
+    pool = ctx.ints("pool_int64s", None) if ctx.has("pool_int64s") else \
+        [s for s in (ctx.strings("pool_strings", []) or [])]
+    table = mk.ngram_pool(pool, ctx.ints("ngram_counts"), indexes)
+    weights = np.asarray(ctx.floats("weights", None) or [1.0] * (max(indexes) + 1), np.float64)
+    width = max(indexes) + 1
+    if mode not in ("TF", "IDF", "TFIDF"):
+        raise ctx.error("unknown mode '%s'" % mode)
+
+    def run(x):
+        rows = x.reshape(1, -1) if x.ndim == 1 else x
+        items = [[_text(v) if rows.dtype.kind in "OSU" else int(v) for v in r] for r in rows]
+        counts = np.stack([mk.tfidf_counts(r, table, min_n, max_n, max_skip, width) for r in items])
+        if mode == "IDF":
+            counts = (counts > 0) * weights
+        elif mode == "TFIDF":
+            counts = counts * weights
+        out = counts.astype(np.float32)
+        return out[0] if x.ndim == 1 else out
+    return run

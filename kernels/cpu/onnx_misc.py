@@ -89,3 +89,29 @@ def non_max_suppression(boxes, scores, max_per_class, iou_threshold, score_thres
                     keep.append(i)
             selected += [(b, c, i) for i in keep]
     return np.array(selected, dtype=np.int64).reshape(-1, 3)
+
+
+def ngram_pool(pool, ngram_counts, ngram_indexes):
+    """{(n, tuple of items): output index} from TfIdfVectorizer's flat pool."""
+    table, g = {}, 0
+    bounds = list(ngram_counts) + [len(pool)]
+    for k in range(len(ngram_counts)):
+        n = k + 1
+        items = pool[bounds[k]:bounds[k + 1]]
+        for start in range(0, len(items) - n + 1, n):
+            table[(n, tuple(items[start:start + n]))] = ngram_indexes[g]
+            g += 1
+    return table
+
+
+def tfidf_counts(row, table, min_n, max_n, max_skip, width):
+    counts = np.zeros(width, np.float64)
+    row = list(row)
+    for n in range(min_n, max_n + 1):
+        for skip in range(0, (max_skip if n > 1 else 0) + 1):
+            step = skip + 1
+            for i in range(len(row) - (n - 1) * step):
+                index = table.get((n, tuple(row[i:i + (n - 1) * step + 1:step])))
+                if index is not None:
+                    counts[index] += 1
+    return counts
