@@ -221,3 +221,13 @@ def tfidf_vectorizer(ctx):
         out = counts.astype(np.float32)
         return out[0] if x.ndim == 1 else out
     return run
+
+
+@onnx_op("MelWeightMatrix", (17, None))
+def mel_weight_matrix(ctx):
+    dtype = om.onnx_dtype(ctx.int("output_datatype", 1))
+
+    def run(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz):
+        return mk.mel_weight_matrix(int(num_mel_bins), int(dft_length), float(sample_rate),
+                                    float(lower_edge_hertz), float(upper_edge_hertz)).astype(dtype)
+    return run

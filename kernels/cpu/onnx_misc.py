@@ -115,3 +115,29 @@ def tfidf_counts(row, table, min_n, max_n, max_skip, width):
                 if index is not None:
                     counts[index] += 1
     return counts
+
+
+def mel_weight_matrix(num_mel_bins, dft_length, sample_rate, lower_hz, upper_hz):
+    """(dft_length // 2 + 1, num_mel_bins) triangular filters evenly spaced in mel."""
+    def to_mel(hz):
+        return 2595.0 * np.log10(1.0 + hz / 700.0)
+
+    def to_hz(mel):
+        return 700.0 * (10.0 ** (mel / 2595.0) - 1.0)
+    bins = dft_length // 2 + 1
+    low, high = to_mel(lower_hz), to_mel(upper_hz)
+    # onnx spaces the num_mel_bins + 2 edge points by (high - low) / (num_mel_bins + 2)
+    step = (high - low) / (num_mel_bins + 2)
+    edges = np.floor((dft_length + 1) * to_hz(low + step * np.arange(num_mel_bins + 2)) / sample_rate).astype(np.int64)
+    out = np.zeros((bins, num_mel_bins), np.float64)
+    for i in range(num_mel_bins):
+        lo, center, hi = edges[i], edges[i + 1], edges[i + 2]
+        if center == lo:
+            out[center, i] = 1.0
+        else:
+            for j in range(lo, center + 1):
+                out[j, i] = (j - lo) / (center - lo)
+        for j in range(center, hi):
+            if hi > center:
+                out[j, i] = (hi - j) / (hi - center)
+    return out
