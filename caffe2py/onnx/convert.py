@@ -127,9 +127,10 @@ def node_to_op(node, opsets):
     outputs = list(node.output)
     while outputs and not outputs[-1]:
         outputs.pop()
-    # Unused optional outputs in the middle still need a (private) name.
-    op.output.extend(name or "_onnx_unused_%s_%d" % (node.name or node.op_type, i)
-                     for i, name in enumerate(outputs))
+    # Unused optional outputs in the middle still need a (private) name; the
+    # node's first real output (unique in the graph) keeps it unique.
+    anchor = next((n for n in outputs if n), node.name or node.op_type)
+    op.output.extend(name or "_onnx_unused_%s_%d" % (anchor, i) for i, name in enumerate(outputs))
     for attr in node.attribute:
         if attr.ref_attr_name:
             raise Caffe2Error("node '%s' (%s): attribute references (ref_attr_name) are only valid "
