@@ -313,7 +313,8 @@ def topk(ctx):
             key = x
         idx = np.argsort(key, axis=a, kind="stable")
         idx = np.take(idx, np.arange(kk), axis=a)
-        return np.take_along_axis(x, idx, axis=a), idx.astype(np.int64)
+        values = np.take_along_axis(x, idx, axis=a)
+        return (values, idx.astype(np.int64)) if ctx.n_outputs > 1 else values
     return run
 
 

@@ -608,3 +608,11 @@ def test_random_corruption_only_ever_raises_caffe2_errors():
             backend.prepare(bytes(b)).run([randn(1, 3, 5, 5)])
         except Caffe2Error:
             pass
+
+
+def test_unused_trailing_outputs_are_dropped():
+    x = randn(3, 5)
+    model = make_model([helper.make_node("TopK", ["x", "k"], ["v", ""])],
+                       [vi("x"), vi("k", [1], TensorProto.INT64)], [vi("v")])
+    got = backend.prepare(model).run([x, np.array([2], np.int64)])[0]
+    np.testing.assert_array_equal(got, -np.sort(-x, axis=1)[:, :2])
