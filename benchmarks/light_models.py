@@ -1,7 +1,7 @@
 """Latency of the onnx package's nine light_* models: caffe2py vs onnxruntime.
 
 Batch 1, 2 threads (OpenBLAS's and ORT's intra-op pool), same random input for
-both, median of --runs after warm-ups. Prints model, ours ms, ORT ms, ratio and
+both, medians of --runs alternating runs (ours, ORT, ours, ...) after warm-ups. Prints model, ours ms, ORT ms, ratio and
 max abs diff; --append adds the table to benchmarks/RESULTS.md.
 
 --layers times every Conv / pool / Gemm / LRN of each model as a single-node
@@ -50,6 +50,22 @@ def median_ms(fn, runs, warmup=3):
     return 1000.0 * statistics.median(times)
 
 
+def interleaved_ms(ours, peer, runs, warmup=3):
+    """Medians of alternating runs, so both see the same machine load (the dev VM is
+    shared); a short pause after each run lets spinning worker threads go idle."""
+    for _ in range(warmup):
+        ours()
+        peer()
+    times = ([], [])
+    for _ in range(runs):
+        for fn, out in ((ours, times[0]), (peer, times[1])):
+            time.sleep(0.002)
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return 1000.0 * statistics.median(times[0]), 1000.0 * statistics.median(times[1])
+
+
 def graph_inputs(model):
     """Real inputs: graph inputs that no initializer provides."""
     inits = {i.name for i in model.graph.initializer}
@@ -79,8 +95,7 @@ def bench_model(name, runs, rng):
     ours = rep.run(feeds)
     diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
                for a, b in zip(ours, ort_out))
-    t_ours = median_ms(lambda: rep.run(feeds), runs)
-    t_ort = median_ms(lambda: sess.run(None, feeds), runs)
+    t_ours, t_ort = interleaved_ms(lambda: rep.run(feeds), lambda: sess.run(None, feeds), runs)
     return t_ours, t_ort, diff
 
 
