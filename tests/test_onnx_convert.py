@@ -616,3 +616,43 @@ def test_unused_trailing_outputs_are_dropped():
                        [vi("x"), vi("k", [1], TensorProto.INT64)], [vi("v")])
     got = backend.prepare(model).run([x, np.array([2], np.int64)])[0]
     np.testing.assert_array_equal(got, -np.sort(-x, axis=1)[:, :2])
+
+
+@pytest.mark.parametrize("opset", [14, 17])
+def test_torch_exported_model_matches_torch(opset):
+    """Conv, BatchNorm, bilinear Upsample, adaptive pooling, bidirectional LSTM, a
+    Transformer encoder layer, LayerNorm and GELU, exported by torch.onnx."""
+    torch = pytest.importorskip("torch")
+    import io
+    import warnings
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(8)
+            self.up = torch.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+            self.lstm = torch.nn.LSTM(16, 12, batch_first=True, bidirectional=True)
+            self.enc = torch.nn.TransformerEncoderLayer(24, 4, 32, batch_first=True, dropout=0.0)
+            self.ln = torch.nn.LayerNorm(24)
+
+        def forward(self, x):
+            y = self.up(torch.relu(self.bn(self.conv(x))))
+            y = torch.nn.functional.adaptive_avg_pool2d(y, (4, 4))
+            seq = y.flatten(2).transpose(1, 2)
+            h, _ = self.lstm(torch.cat([seq, seq], dim=2))
+            return torch.nn.functional.gelu(self.ln(self.enc(h))).mean(dim=1).softmax(-1)
+
+    torch.manual_seed(0)
+    net = Net().eval()
+    x = torch.randn(2, 3, 10, 10)
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(net, (x,), f, opset_version=opset, dynamo=False, input_names=["x"])
+        except Exception as exc:  # noqa: BLE001 - exporter extras missing on this install
+            pytest.skip("torch.onnx.export unavailable: %s" % exc)
+        ref = net(x).detach().numpy()
+    got = backend.prepare(f.getvalue()).run(x.numpy())[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
