@@ -133,8 +133,8 @@ def test_conv_reused_buffers_and_row_tiles(monkeypatch):
         conv_k._plan.cache_clear()
 
 
-@pytest.mark.parametrize("xs,ws,pads", [((2, 96, 12, 13), (96, 96, 3, 3), (1, 1, 1, 1)),
-                                         ((1, 64, 14, 12), (192, 64, 3, 3), (0, 2, 1, 0))])
+@pytest.mark.parametrize("xs,ws,pads", [((1, 96, 14, 15), (96, 96, 3, 3), (1, 1, 1, 1)),
+                                         ((2, 64, 16, 14), (192, 64, 3, 3), (0, 2, 1, 0))])
 def test_winograd_path_matches_loop_reference(xs, ws, pads):
     """3x3 stride-1 convs with many channels take the Winograd F(2x2,3x3) path."""
     x, w, b = rand(*xs), rand(*ws), rand(ws[0])
@@ -156,7 +156,7 @@ def test_winograd_path_matches_loop_reference(xs, ws, pads):
 
 def test_shared_buffers_keep_each_padding_layout():
     """Same padded shape, different pads, one (default) scratch: borders must stay zero / -inf."""
-    x = np.abs(rand(1, 96, 12, 12)) + 1.0
+    x = np.abs(rand(1, 96, 14, 14)) + 1.0
     for w in (rand(96, 96, 3, 3), rand(8, 96, 3, 3), rand(96, 1, 3, 3)):   # Winograd, im2col, depthwise
         group = 96 if w.shape[1] == 1 else 1
         for pads in ((1, 1, 1, 1), (2, 0, 0, 2), (0, 2, 2, 0), (1, 1, 1, 1)):
@@ -172,7 +172,7 @@ def test_shared_buffers_keep_each_padding_layout():
 
 
 @pytest.mark.parametrize("xs,ws,strides,pads,group", [
-    ((1, 96, 14, 13), (96, 96, 3, 3), (1, 1), (1, 1, 1, 1), 1),      # Winograd
+    ((1, 96, 14, 14), (96, 96, 3, 3), (1, 1), (1, 1, 1, 1), 1),      # Winograd
     ((1, 8, 21, 20), (16, 4, 3, 3), (1, 2), (1, 0, 2, 1), 2),        # im2col, several tiles
     ((2, 12, 33, 31), (10, 12, 1, 1), (1, 1), (0, 0, 0, 0), 1),      # pointwise, column chunks
     ((1, 16, 7, 7), (12, 4, 1, 1), (1, 1), (0, 0, 0, 0), 4),         # pointwise, output-channel chunks

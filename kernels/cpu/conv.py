@@ -32,7 +32,7 @@ from collections import OrderedDict
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .gemm import SMALL_GEMM_FLOPS, run_chunks, single_blas_thread
+from .gemm import SMALL_GEMM_FLOPS, pool_ways, run_chunks, single_blas_thread
 
 # Work split for the thread pool: this many chunks per GEMM / transform (claimed
 # dynamically, so a thread delayed by a busy core costs at most one chunk).
@@ -261,9 +261,10 @@ def _pointwise_plan(x_shape, m, strides, group, out_spatial):
     # Chunks for the thread pool: output columns when there are many (>= 256 each),
     # else output channels.
     if p >= 256 * _CHUNKS:
-        chunks = [(slice(None), cols) for cols in _ranges(p, _CHUNKS)]
+        parallel_chunks = [(slice(None), cols) for cols in _ranges(p, _CHUNKS)]
     else:
-        chunks = [(rows, slice(None)) for rows in _ranges(m // group, min(_CHUNKS, m // group))]
+        parallel_chunks = [(rows, slice(None)) for rows in _ranges(m // group, min(_CHUNKS, m // group))]
+    serial_chunks = [(slice(None), slice(None))]
 
     def compute(x, w, out, scratch):
         if sub is not None:
@@ -272,6 +273,8 @@ def _pointwise_plan(x_shape, m, strides, group, out_spatial):
         for i in range(n):
             xi = np.ascontiguousarray(x[i]).reshape(shape_in)
             yi = out[i].reshape(shape_out)
+
+            chunks = parallel_chunks if pool_ways() > 1 else serial_chunks
 
             def part(k, worker):
                 rows, cols = chunks[k]
@@ -358,7 +361,7 @@ def _depthwise2d_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, d
 # Transforms cost ~ (C + M) per tile, the saved multiplies ~ C * M: below these sizes the
 # transforms cost more than they save (measured on light_* model layers).
 WINOGRAD_MIN_CHANNELS = 48        # minimum C * M / (C + M)
-WINOGRAD_MIN_OUTPUT = 12
+WINOGRAD_MIN_OUTPUT = 14
 
 
 def _winograd_suits(kernel, strides, dilations, pads, group, c, m, out_spatial):
@@ -470,20 +473,24 @@ def _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
     inner = int(np.prod(out_spatial[1:], dtype=np.int64))
     row_bytes = c * kprod * inner * np.dtype(dtype).itemsize
     rows_per_tile = max(1, min(out_spatial[0], _TILE_BYTES // max(1, row_bytes)))
-    if out_spatial[0] >= _CHUNKS:
-        # At least _CHUNKS tiles, so the thread pool has work to share.
-        rows_per_tile = min(rows_per_tile, -(-out_spatial[0] // _CHUNKS))
     offsets = list(itertools.product(*(range(kk) for kk in kernel)))
     s0, d0 = strides[0], dilations[0]
-    tiles = []
-    for r0 in range(0, out_spatial[0], rows_per_tile):
-        rows = min(rows_per_tile, out_spatial[0] - r0)
-        tile_spatial = (rows,) + tuple(out_spatial[1:])
-        # Rows of this tile start r0 * stride further along the first padded dim.
-        first = (slice(None), slice(r0 * s0, r0 * s0 + (rows - 1) * s0 + (kernel[0] - 1) * d0 + 1))
-        copies = [((slice(None),) + o, _offset_index(o, dilations, strides, tile_spatial)) for o in offsets]
-        tiles.append(((c,) + kernel + tile_spatial, first, copies, (group, cg * kprod, rows * inner),
-                      (slice(None), slice(None), slice(r0 * inner, (r0 + rows) * inner))))
+
+    def make_tiles(rows_per_tile):
+        tiles = []
+        for r0 in range(0, out_spatial[0], rows_per_tile):
+            rows = min(rows_per_tile, out_spatial[0] - r0)
+            tile_spatial = (rows,) + tuple(out_spatial[1:])
+            # Rows of this tile start r0 * stride further along the first padded dim.
+            first = (slice(None), slice(r0 * s0, r0 * s0 + (rows - 1) * s0 + (kernel[0] - 1) * d0 + 1))
+            copies = [((slice(None),) + o, _offset_index(o, dilations, strides, tile_spatial)) for o in offsets]
+            tiles.append(((c,) + kernel + tile_spatial, first, copies, (group, cg * kprod, rows * inner),
+                          (slice(None), slice(None), slice(r0 * inner, (r0 + rows) * inner))))
+        return tiles
+    serial_tiles = make_tiles(rows_per_tile)
+    # With threads: at least _CHUNKS tiles, so the pool has work to share.
+    parallel_tiles = make_tiles(min(rows_per_tile, -(-out_spatial[0] // _CHUNKS))) \
+        if out_spatial[0] >= _CHUNKS else serial_tiles
     w_shape3 = (group, mg, cg * kprod)
     y_shape3 = (group, mg, out_spatial[0] * inner)
 
@@ -492,6 +499,8 @@ def _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
         for i in range(n):
             xp = _pad_one(x[i], scratch, "pad", padding, dtype)
             yi = out[i].reshape(y_shape3)
+
+            tiles = parallel_tiles if pool_ways() > 1 else serial_tiles
 
             def tile(k, worker):
                 cols_shape, first, copies, gemm_shape, target = tiles[k]

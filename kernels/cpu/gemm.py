@@ -112,6 +112,11 @@ def blas_threads():
     return _GET_THREADS() if _GET_THREADS is not None else 1
 
 
+def pool_ways():
+    """How many threads run_chunks will use now (1: callers can skip chunking)."""
+    return blas_threads() if POOL_SPLIT else 1
+
+
 def run_chunks(fn, n_chunks, ways=None):
     """fn(k, worker) for every k in range(n_chunks), chunks claimed one at a time by the
     calling thread and ways - 1 pool threads, with OpenBLAS on one thread meanwhile.
