@@ -238,10 +238,13 @@ def main(argv=None):
     print(text)
     if args.append:
         kind = "per-layer sums (Conv/pool/Gemm/LRN as single-node models)" if args.layers else "whole models"
-        section = ("\n## Light ONNX models, %s: caffe2py vs onnxruntime\n\n"
-                   "Machine: 2-vCPU dev VM (Xeon, AVX-512); date %s; batch 1, %d threads, median of %d, "
-                   "`python benchmarks/light_models.py%s`.\n\n%s\n"
-                   % (kind, "2026-11-22", THREADS, args.runs, " --layers" if args.layers else "", text))
+        load = "%.1f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else "n/a"
+        section = ("\n## Light ONNX models, %s: caffe2py vs onnxruntime, %d thread%s\n\n"
+                   "Machine: 2-vCPU dev VM (Xeon, AVX-512); date %s; batch 1, median of %d alternating runs, "
+                   "1-minute load average %s when the table was written; "
+                   "`python benchmarks/light_models.py --threads %d%s`.\n\n%s\n"
+                   % (kind, THREADS, "" if THREADS == 1 else "s", "2026-11-22", args.runs, load, THREADS,
+                      " --layers" if args.layers else "", text))
         with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"), "a") as f:
             f.write(section)
     return 0
