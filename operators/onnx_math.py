@@ -174,12 +174,14 @@ def cast(ctx):
     dtype = om.onnx_dtype(int(to))
     if dtype is None:
         raise ctx.error("Cast to ONNX data type %s is not supported" % to)
-    return lambda x: om.cast(x, dtype)
+    saturate = bool(ctx.int("saturate", 1))
+    return lambda x: om.cast(x, dtype, saturate)
 
 
 @onnx_op("CastLike", (15, None))
 def cast_like(ctx):
-    return lambda x, like: om.cast(x, like.dtype)
+    saturate = bool(ctx.int("saturate", 1))
+    return lambda x, like: om.cast(x, like.dtype, saturate)
 
 
 # ----------------------------------------------------------------- reductions

@@ -9,9 +9,6 @@ from caffe2py.kernels.cpu import onnx_quant as qk
 
 from .onnx_base import axis_of, onnx_op
 
-_INT_TYPES = (np.int8, np.uint8, np.int16, np.uint16, np.int32)
-
-
 def _param_axis(ctx, axis, x, scale, block):
     """The quantisation axis; only checked when the scale is per axis or blocked."""
     if np.size(scale) == 1 and not block:
@@ -22,13 +19,15 @@ def _param_axis(ctx, axis, x, scale, block):
 @onnx_op("QuantizeLinear", (10, None))
 def quantize_linear(ctx):
     axis, block = ctx.int("axis", 1), ctx.int("block_size", 0)
+    saturate = bool(ctx.int("saturate", 1))
     out_type = om.onnx_dtype(ctx.int("output_dtype")) if ctx.int("output_dtype", 0) else None
 
     def run(x, scale, zero_point=None):
         dtype = out_type or (zero_point.dtype if zero_point is not None else np.dtype(np.uint8))
-        if dtype.type not in _INT_TYPES:
-            raise ctx.error("quantising to %s is not supported (8/16/32-bit integers only)" % dtype)
-        return qk.quantize(x, scale, zero_point, dtype, _param_axis(ctx, axis, x, scale, block), block)
+        if not qk.is_quantized_type(dtype):
+            raise ctx.error("quantising to %s is not supported" % dtype)
+        return qk.quantize(x, scale, zero_point, dtype, _param_axis(ctx, axis, x, scale, block), block,
+                           saturate)
     return run
 
 
@@ -38,8 +37,8 @@ def dequantize_linear(ctx):
     out_type = om.onnx_dtype(ctx.int("output_dtype")) if ctx.int("output_dtype", 0) else None
 
     def run(q, scale, zero_point=None):
-        if q.dtype.type not in _INT_TYPES:
-            raise ctx.input_error(0, "dequantising %s is not supported (8/16/32-bit integers only)" % q.dtype)
+        if not qk.is_quantized_type(q.dtype):
+            raise ctx.input_error(0, "dequantising %s is not supported" % q.dtype)
         return qk.dequantize(q, scale, zero_point, _param_axis(ctx, axis, q, scale, block), block, out_type)
     return run
 

@@ -88,8 +88,18 @@ def onnx_dtype(data_type):
         return None
 
 
-def cast(x, dtype):
+def _saturate_float8(x, dtype):
+    """Cast's saturate=1 for float8 targets: values beyond the range, infinities
+    included, become the largest finite value of that sign; NaN stays NaN."""
+    import ml_dtypes
+    big = float(ml_dtypes.finfo(dtype).max)
+    return np.clip(x.astype(np.float32), -big, big)
+
+
+def cast(x, dtype, saturate=True):
     dtype = np.dtype(dtype)
+    if saturate and dtype.name.startswith("float8") and dtype.name != "float8_e8m0fnu" and x.dtype.kind == "f":
+        x = _saturate_float8(x, dtype)
     if dtype.kind == "O" or x.dtype.kind == "O":
         if dtype.kind == "O":
             return np.array([str(v) if not isinstance(v, (str, bytes)) else v for v in x.reshape(-1)],

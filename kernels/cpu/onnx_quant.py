@@ -22,16 +22,49 @@ def quantize(x, scale, zero_point, dtype, axis=1, block_size=0, saturate=True):
     s = _broadcast_param(scale, x, axis, block_size)
     # Divide in the input's precision (float32 for float32 input), as ONNX does.
     ftype = np.result_type(np.asarray(x).dtype, np.asarray(s).dtype, np.float32)
-    zp = 0 if zero_point is None else _broadcast_param(zero_point, x, axis, block_size).astype(np.float64)
-    q = np.rint(np.asarray(x, ftype) / np.asarray(s, ftype)).astype(np.float64) + zp
-    info = np.iinfo(dtype)
+    zp = 0 if zero_point is None else _broadcast_param(zero_point, x, axis, block_size).astype(
+        np.float32).astype(np.float64)
+    scaled = np.asarray(x, ftype) / np.asarray(s, ftype)
+    dtype = np.dtype(dtype)
+    if is_small_float(dtype):
+        # float8 / float4 targets round by the cast itself, saturating at the range
+        from .onnx_math import cast
+        return cast((scaled.astype(np.float64) + zp).astype(np.float32), dtype, saturate)
+    q = np.rint(scaled).astype(np.float64) + zp
+    info = integer_info(dtype)
     return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def is_small_float(dtype):
+    return dtype.name.startswith(("float8", "float4"))
+
+
+def integer_info(dtype):
+    """iinfo for NumPy integers and ml_dtypes' int4/uint4/int2/uint2."""
+    if dtype.kind in "iu":
+        return np.iinfo(dtype)
+    import ml_dtypes
+    return ml_dtypes.iinfo(dtype)
+
+
+def is_quantized_type(dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu" and dtype.itemsize <= 4:
+        return True
+    if is_small_float(dtype):
+        return True
+    try:
+        integer_info(dtype)
+        return True
+    except (TypeError, ValueError, ImportError):
+        return False
 
 
 def dequantize(q, scale, zero_point, axis=1, block_size=0, out_dtype=None):
     s = _broadcast_param(scale, q, axis, block_size)
-    zp = 0 if zero_point is None else _broadcast_param(zero_point, q, axis, block_size).astype(np.float64)
-    y = (q.astype(np.float64) - zp) * s.astype(np.float64)
+    zp = 0 if zero_point is None else _broadcast_param(zero_point, q, axis, block_size).astype(
+        np.float32).astype(np.float64)
+    y = (q.astype(np.float32).astype(np.float64) - zp) * s.astype(np.float64)
     return y.astype(out_dtype or np.asarray(scale).dtype)
 
 
