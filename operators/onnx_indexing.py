@@ -144,6 +144,10 @@ def einsum(ctx):
 
     def run(*xs):
         try:
+            if xs[0].dtype.kind == "V" or xs[0].dtype.name.startswith(("bfloat", "float8")):
+                # einsum has no loops for ml_dtypes' types: compute in float32
+                dtype = xs[0].dtype
+                return np.asarray(np.einsum(equation, *[x.astype(np.float32) for x in xs])).astype(dtype)
             return np.asarray(np.einsum(equation, *xs)).astype(xs[0].dtype, copy=False)
         except ValueError as exc:
             raise ctx.error("einsum '%s' on shapes %s: %s" % (equation, [list(x.shape) for x in xs], exc)) from None

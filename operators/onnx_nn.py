@@ -162,7 +162,8 @@ def gemm(ctx):
 
     def run(a, b, c=None):
         try:
-            return gemm_k.gemm(a, b, c, alpha, beta, trans_a, trans_b)
+            y = gemm_k.gemm(a, b, c, alpha, beta, trans_a, trans_b)
+            return y if y.dtype == a.dtype else y.astype(a.dtype)
         except ValueError as exc:
             raise ctx.error(str(exc)) from None
     return run
@@ -172,7 +173,9 @@ def gemm(ctx):
 def matmul(ctx):
     def run(a, b):
         try:
-            return np.matmul(a, b)
+            y = np.matmul(a, b)
+            # ml_dtypes' bfloat16/float8 matmul returns float32: keep the input type
+            return y if y.dtype == a.dtype or a.dtype != b.dtype else y.astype(a.dtype)
         except ValueError:
             raise ctx.error("MatMul: shapes %s and %s do not multiply" % (list(a.shape), list(b.shape))) from None
     return run
