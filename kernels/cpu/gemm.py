@@ -138,6 +138,7 @@ def run_chunks(fn, n_chunks, ways=None):
                 fn(k, 0)
         return
     from .threads import executor
+    ways = min(ways, n_chunks)
     lock = threading.Lock()
     idle = threading.Condition(lock)
     state = [0, 0]          # next chunk to claim, chunks in progress
