@@ -280,6 +280,7 @@ ORT_CASES = [
     ("MaxPool", [(1, 2, 9, 8)], dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
     ("MaxPool", [(1, 2, 10)], dict(kernel_shape=[3], strides=[2], pads=[1, 1], dilations=[2])),
     ("MaxPool", [(1, 1, 5, 5, 6)], dict(kernel_shape=[2, 2, 3], auto_pad="SAME_UPPER")),
+    ("MaxPool", [(1, 2, 7, 6)], dict(kernel_shape=[2, 3], strides=[2, 1], auto_pad="SAME_LOWER")),
     ("AveragePool", [(1, 2, 7, 7)], dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
                                          count_include_pad=1, ceil_mode=1)),
     ("AveragePool", [(1, 2, 7, 7)], dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
