@@ -132,6 +132,7 @@ class Plan:
             lines.append("        " + text)
         for blob in written:
             lines.append("        B[%r] = %s" % (blob, slots[blob]))
+        lines.append("        pass  # an empty net still needs a body")
         lines.append("    return run")
         _plan_counter[0] += 1
         self._filename = "<caffe2py plan %d: %s>" % (_plan_counter[0], self.name)

@@ -195,3 +195,10 @@ def test_inplace_chain_rebinds_blob():
     net.Add(["x", "x"], "x")
     workspace.RunNetOnce(net)
     np.testing.assert_array_equal(workspace.FetchBlob("x"), [0.0, 6.0])
+
+
+def test_empty_net_runs():
+    net = caffe2_pb2.NetDef(name="empty")
+    workspace.CreateNet(net)
+    assert workspace.RunNet("empty")
+    assert workspace.RunNetOnce(net)
