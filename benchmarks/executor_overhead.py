@@ -9,23 +9,12 @@ Usage: python benchmarks/executor_overhead.py [--ops 10000] [--repeat 20]
 """
 import argparse
 import platform
-import statistics
-import time
 
 import numpy as np
+from _timing import median_ms
 
 from caffe2py import core
 from caffe2py.workspace import Workspace
-
-
-def median_time(fn, repeat):
-    fn()  # warm-up
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
 
 
 def ours(op_type, n_ops, repeat):
@@ -38,7 +27,7 @@ def ours(op_type, n_ops, repeat):
         getattr(net, op_type)(inputs, "x%d" % (i + 1))
     ws.create_net(net)
     compiled = ws.get_net(net.Name())
-    return median_time(compiled.run, repeat) / n_ops * 1e6
+    return median_ms(compiled.run, repeat, warmup=1) / n_ops * 1e3
 
 
 def bare_add(n_ops, repeat):
@@ -48,7 +37,7 @@ def bare_add(n_ops, repeat):
         x = one
         for _ in range(n_ops):
             x = np.add(x, one)
-    return median_time(loop, repeat) / n_ops * 1e6
+    return median_ms(loop, repeat, warmup=1) / n_ops * 1e3
 
 
 def onnxruntime_add(n_ops, repeat):
@@ -71,7 +60,7 @@ def onnxruntime_add(n_ops, repeat):
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     feed = {"x0": np.ones(1, np.float32)}
     _ = onnx  # imported to check availability
-    return median_time(lambda: sess.run(None, feed), repeat) / n_ops * 1e6
+    return median_ms(lambda: sess.run(None, feed), repeat, warmup=1) / n_ops * 1e3
 
 
 def main():

@@ -11,14 +11,12 @@ importer and shows where the time goes.
     python benchmarks/light_models.py [--models resnet50,vgg19] [--layers] [--append]
 """
 import argparse
-import datetime
-import glob
 import os
-import statistics
 import sys
 import time
 
 import numpy as np
+from _timing import interleaved_ms, median_ms
 
 MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
           "shufflenet", "squeezenet", "vgg19", "zfnet512"]
@@ -38,32 +36,9 @@ def ort_session(model_bytes):
     return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
 
 
-def median_ms(fn, runs, warmup=3):
+def median_ms_idle(fn, runs, warmup=3):
     time.sleep(0.05)  # let the other library's spinning worker threads go idle
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1000.0 * statistics.median(times)
-
-
-def interleaved_ms(ours, peer, runs, warmup=3):
-    """Medians of alternating runs, so both see the same machine load (the dev VM is
-    shared); a short pause after each run lets spinning worker threads go idle."""
-    for _ in range(warmup):
-        ours()
-        peer()
-    times = ([], [])
-    for _ in range(runs):
-        for fn, out in ((ours, times[0]), (peer, times[1])):
-            time.sleep(0.002)
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-    return 1000.0 * statistics.median(times[0]), 1000.0 * statistics.median(times[1])
+    return median_ms(fn, runs, warmup)
 
 
 def graph_inputs(model):
@@ -190,8 +165,8 @@ def bench_layers(name, runs, rng, verbose):
             continue
         diff = float(np.max(np.abs(y - ref))) / max(1.0, float(np.max(np.abs(ref))))
         worst = max(worst, diff)
-        t_ours = median_ms(lambda: fn(x), runs, warmup=1)
-        t_ort = median_ms(lambda: sess.run(None, feeds), runs, warmup=1)
+        t_ours = median_ms_idle(lambda: fn(x), runs, warmup=1)
+        t_ort = median_ms_idle(lambda: sess.run(None, feeds), runs, warmup=1)
         total_ours += t_ours
         total_ort += t_ort
         rows.append((t_ours - t_ort, node.op_type, shapes, t_ours, t_ort))
@@ -240,7 +215,7 @@ def main(argv=None):
         kind = "per-layer sums (Conv/pool/Gemm/LRN as single-node models)" if args.layers else "whole models"
         load = "%.1f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else "n/a"
         section = ("\n## Light ONNX models, %s: caffe2py vs onnxruntime, %d thread%s\n\n"
-                   "Machine: 2-vCPU dev VM (Xeon, AVX-512); date %s; batch 1, median of %d alternating runs, "
+                   "Machine: 2-vCPU dev VM (cpuinfo: AMD EPYC); date %s; batch 1, median of %d alternating runs, "
                    "1-minute load average %s when the table was written; "
                    "`python benchmarks/light_models.py --threads %d%s`.\n\n%s\n"
                    % (kind, THREADS, "" if THREADS == 1 else "s", "2026-11-22", args.runs, load, THREADS,

@@ -8,10 +8,9 @@ Usage: python benchmarks/lstm_bench.py [--n 256] [--d 1024] [--threads 2] [--rep
 """
 import argparse
 import os
-import statistics
-import time
 
 import numpy as np
+from _timing import median_ms
 
 from caffe2py import core
 from caffe2py.workspace import Workspace
@@ -20,17 +19,6 @@ try:
     import torch
 except ImportError:   # benchmark-only dependency
     torch = None
-
-
-def median_ms(fn, repeat):
-    fn()
-    fn()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(samples)
 
 
 def torch_lstm_unit(h_prev, c_prev, gates, seq, t, forget_bias):

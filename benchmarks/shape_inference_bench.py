@@ -10,8 +10,8 @@ Usage: python benchmarks/shape_inference_bench.py [--layers 300] [--repeat 7]
 """
 import argparse
 import platform
-import statistics
-import time
+
+from _timing import median_ms
 
 from caffe2py.bound_execution import create_bound_net
 from caffe2py.demo import build_demo
@@ -23,13 +23,8 @@ C, B = DimType.CONSTANT, DimType.BATCH
 
 
 def median_time(fn, repeat):
-    fn()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+    """Seconds (this script's unit)."""
+    return median_ms(fn, repeat, warmup=1) / 1e3
 
 
 def caffe2_mlp(layers, width):
