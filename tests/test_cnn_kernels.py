@@ -105,6 +105,28 @@ def test_conv_matches_direct_loops(xs, ws, strides, pads, dil, group):
     np.testing.assert_allclose(y, ref_conv(x, w, None, strides, pads, dil, group, relu=True), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("xs,ws,strides,pads,dil", [
+    ((2, 5, 9, 8), (5, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 3, 11, 10), (6, 1, 5, 3), (2, 3), (2, 0, 1, 2), (1, 1)),       # mult 2, 5x3 kernel
+    ((1, 4, 13, 12), (4, 1, 3, 3), (3, 2), (1, 2, 0, 1), (2, 3)),       # stride/dilation grids
+    ((1, 2, 12, 12), (2, 1, 4, 4), (2, 2), (0, 0, 0, 0), (2, 1)),       # every tap in one phase row
+    ((1, 3, 10, 9), (3, 1, 3, 3), (2, 2), (-1, 1, 2, -2), (1, 1)),      # negative pads crop
+    ((1, 3, 7, 7), (3, 1, 1, 3), (1, 4), (0, 3, 0, 3), (1, 1)),
+])
+def test_depthwise_2d_phases_match_direct_loops(xs, ws, strides, pads, dil):
+    c = xs[1]
+    k = len(strides)
+    scratch = conv_k.Scratch()
+    for _ in range(2):     # buffers reused with new values: borders stay zero
+        x, w, b = rand(*xs), rand(*ws), rand(ws[0])
+        y = conv_k.conv_nchw(x, w, b, strides, pads, dil, c, scratch=scratch, activation="relu")
+        crop = tuple(slice(max(0, -pads[i]), xs[2 + i] - max(0, -pads[k + i])) for i in range(k))
+        ref = ref_conv(x[(slice(None), slice(None)) + crop], w, b, strides, [max(0, p) for p in pads], dil, c,
+                       relu=True)
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+        assert not np.shares_memory(y, x)
+
+
 def test_conv_float64_and_negative_pads():
     x, w = rand(1, 2, 6, 6, dtype=np.float64), rand(3, 2, 3, 3, dtype=np.float64)
     y = conv_k.conv_nchw(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1)

@@ -47,6 +47,8 @@ def _ranges(total, ways):
 
 # im2col tiles are kept around this size so they stay in L2/L3 while the GEMM reads them.
 _TILE_BYTES = 2 << 20
+# Depthwise tap stacks per channel tile (kept well inside L2).
+_DW_TILE_BYTES = 256 << 10
 
 
 class Scratch:
@@ -310,43 +312,68 @@ def _depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dty
     return compute
 
 
+def _tap_progression(k, d, s, phase):
+    """Kernel offsets a in range(k) whose input index a*d falls in stride phase `phase`:
+    (first a, step, count, first flat row/col, row/col step) - an arithmetic progression."""
+    hits = [a for a in range(k) if (a * d) % s == phase]
+    step = hits[1] - hits[0] if len(hits) > 1 else 1
+    move = (hits[1] * d) // s - (hits[0] * d) // s if len(hits) > 1 else 0
+    return hits[0], step, len(hits), (hits[0] * d) // s, move
+
+
 def _depthwise2d_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
-    """2-D depthwise on flattened rows: the padded input is split into stride phases
-    (one phase at stride 1) whose rows are flattened, so each kernel tap is one
-    contiguous slice. The taps are stacked (C, taps, L) and reduced by one batched
-    matmul with the (C, mult, taps) weights. Output columns past the real width are
-    computed on the way and dropped at the end."""
+    """2-D depthwise on flattened rows: the input is copied straight into its stride
+    phases (one phase at stride 1), zero-bordered buffers whose rows are flattened, so
+    each kernel tap is one contiguous slice. The taps of one phase form a regular grid,
+    so one strided copy per phase stacks them all (C, taps, L); one batched matmul with
+    the (C, mult, taps) weights reduces them. Output columns past the real width are
+    computed on the way and dropped when the result is written out."""
     n, c = x_shape[:2]
     mult = w_shape[0] // c
     kh, kw = w_shape[2:]
     (sh, sw), (dh, dw) = strides, dilations
     oh, ow = out_spatial
-    padding = _padding(x_shape, pads)
-    hp = x_shape[2] + max(0, pads[0]) + max(0, pads[2]) - max(0, -pads[0]) - max(0, -pads[2])
-    wp = x_shape[3] + max(0, pads[1]) + max(0, pads[3]) - max(0, -pads[1]) - max(0, -pads[3])
+    _, _, crop = _padding(x_shape, pads)
+    h_in = x_shape[2] - max(0, -pads[0]) - max(0, -pads[2])
+    w_in = x_shape[3] - max(0, -pads[1]) - max(0, -pads[3])
+    pt, pl = max(0, pads[0]), max(0, pads[1])
+    hp = h_in + pt + max(0, pads[2])
+    wp = w_in + pl + max(0, pads[3])
     hq, wq = -(-hp // sh), -(-wp // sw)
-    taps = []   # (phase, flat start) in (a, b) order, matching w's layout
-    for a in range(kh):
-        for b in range(kw):
-            taps.append((((a * dh) % sh, (b * dw) % sw), ((a * dh) // sh) * wq + (b * dw) // sw))
-    phases = sorted({t[0] for t in taps})
     length = oh * wq
-    rows = max(t[1] for t in taps) // wq + oh + 1     # room for the last tap's overrun
+    max_start = ((kh - 1) * dh // sh) * wq + (kw - 1) * dw // sw
+    rows = max(hq, max_start // wq + oh + 1)     # room for the last tap's overrun
+    item = np.dtype(dtype).itemsize
+    phases = sorted({((a * dh) % sh, (b * dw) % sw) for a in range(kh) for b in range(kw)})
+    plan = []
+    for p0, p1 in phases:
+        # Where the input goes in this phase (input index i sits at padded index pad + i).
+        i0, j0 = (p0 - pt) % sh, (p1 - pl) % sw
+        ni, nj = len(range(i0, h_in, sh)), len(range(j0, w_in, sw))
+        q0, r0 = (pt + i0) // sh, (pl + j0) // sw
+        src = (slice(None), slice(i0, h_in, sh), slice(j0, w_in, sw))
+        dst = (slice(None), slice(q0, q0 + ni), slice(r0, r0 + nj))
+        # Which taps read this phase, as a grid in (a, b) and in flat offsets.
+        a0, astep, na, arow, amove = _tap_progression(kh, dh, sh, p0)
+        b0, bstep, nb, bcol, bmove = _tap_progression(kw, dw, sw, p1)
+        cols_index = (slice(None), slice(a0, a0 + (na - 1) * astep + 1, astep),
+                      slice(b0, b0 + (nb - 1) * bstep + 1, bstep))
+        view = ((c, na, nb, length), (rows * wq * item, amove * wq * item, bmove * item, item),
+                arow * wq + bcol)
+        plan.append(((p0, p1), src, dst, (q0, ni, r0, nj), cols_index, view))
     w_shape3 = (c, mult, kh * kw)
 
     def compute(x, w, out, scratch):
         cols = scratch.empty("dw_cols", (c, kh * kw, length), dtype)
+        cols4 = cols.reshape(c, kh, kw, length)
         acc = scratch.empty("dw_acc", (c, mult, length), dtype)
         for i in range(n):
-            xp = _pad_one(x[i], scratch, "dw_pad", padding, dtype)
-            flat = {}
-            for ph in phases:
-                src = xp[:, ph[0]::sh, ph[1]::sw]
-                buf = scratch.zeros(("dw_phase", ph, src.shape[1:]), (c, rows, wq), dtype)
-                buf[:, :src.shape[1], :src.shape[2]] = src
-                flat[ph] = buf.reshape(c, rows * wq)
-            for t, (ph, start) in enumerate(taps):
-                cols[:, t] = flat[ph][:, start:start + length]
+            img = x[i] if crop is None else x[i][crop]
+            for ph, src, dst, layout, cols_index, (shape, strides_, start) in plan:
+                buf = scratch.zeros(("dw_phase", ph, layout), (c, rows, wq), dtype)
+                buf[dst] = img[src]
+                flat = buf.reshape(c, rows * wq)[:, start:]
+                cols4[cols_index] = np.lib.stride_tricks.as_strided(flat, shape, strides_, writeable=False)
             np.matmul(w.reshape(w_shape3), cols, out=acc)
             out[i] = acc.reshape(c * mult, oh, wq)[:, :, :ow]
     return compute, 2.0 * mult * kh * kw * length
