@@ -18,6 +18,10 @@ rounding:
   * fuse_conv_relu: Conv followed by Relu becomes one Caffe2 "ConvRelu" op whose
     kernel applies the ReLU in the convolution's output pass; other ONNX Convs
     (auto_pad NOTSET) become Caffe2 Convs, whose kernels own reusable buffers.
+  * fuse_bn_relu: an inference BN with constant parameters (left after the folds,
+    e.g. DenseNet's pre-activation BN after a Concat) followed by Relu becomes one
+    Caffe2 "SpatialBNRelu" with the folded scale/shift (mean 0, var 1, eps 0):
+    one fresh array and in-place passes instead of two ops and two arrays.
 """
 import numpy as np
 
@@ -38,6 +42,7 @@ def optimize(predict_net, blobs):
     fold_conv_affine(net, blobs)
     merge_affine_chains(net, blobs)
     fuse_conv_relu(net, blobs)
+    fuse_bn_relu(net, blobs)
     return net
 
 
@@ -353,5 +358,38 @@ def fuse_conv_relu(net, blobs):
         if relu is not None:
             _remove_ops(net, [j])
             fused += 1
+        i += 1
+    return fused
+
+
+def fuse_bn_relu(net, blobs):
+    """Inference BN (constant parameters, NCHW) -> Relu becomes one Caffe2
+    SpatialBNRelu whose scale/bias are the folded multiplier/offset."""
+    protected = set(net.external_output)
+    fused = 0
+    i = 0
+    while i < len(net.op):
+        op = net.op[i]
+        params = _bn_params(op, blobs) if op.type in ("BatchNormalization", "SpatialBN") else None
+        j = _sole_reader(net, i, op.output[0], _readers(net), protected) if params is not None else None
+        relu = net.op[j] if j is not None else None
+        if relu is None or relu.type != "Relu" or _domain(relu) not in (ONNX, CAFFE2) or len(relu.input) != 1:
+            i += 1
+            continue
+        dtype = blobs[op.input[1]].dtype
+        mul, add = params
+        names = [_add_constant(net, blobs, op.output[0] + suffix, value.astype(dtype))
+                 for suffix, value in (("_bnrelu_scale", mul), ("_bnrelu_bias", add),
+                                       ("_bnrelu_mean", np.zeros_like(mul)), ("_bnrelu_var", np.ones_like(mul)))]
+        new = caffe2_pb2.OperatorDef(type="SpatialBNRelu", name=op.name)
+        new.input.extend([op.input[0]] + names)
+        new.output.append(relu.output[0])
+        new.arg.add(name="is_test", i=1)
+        new.arg.add(name="epsilon", f=0.0)
+        if op.HasField("device_option"):
+            new.device_option.CopyFrom(op.device_option)
+        net.op[i].CopyFrom(new)
+        _remove_ops(net, [j])
+        fused += 1
         i += 1
     return fused

@@ -246,20 +246,34 @@ register_schema(OpSchema(
     doc="Batch normalisation in inference mode (is_test=1): (x - mean) / sqrt(var + eps) * scale + bias."))
 
 
-@register_kernel("SpatialBN")
-def spatial_bn(ctx):
-    if not ctx.bool("is_test", True) or ctx.n_outputs != 1:
-        raise ctx.error("only inference mode (is_test=1, one output) is supported")
-    eps = ctx.float("epsilon")
-    nchw = _nchw(ctx)
+register_schema(OpSchema(
+    "SpatialBNRelu", num_inputs=5, num_outputs=1, allow_inplace={(0, 0)},
+    args=(Arg("is_test", "bool", True), Arg("epsilon", "float", 1e-5), Arg("order", "string", "NCHW")),
+    inference=lambda ctx, ins: [ins[0]],
+    inputs=("X", "scale", "bias", "mean", "var"), outputs=("Y",),
+    doc="SpatialBN (inference) followed by Relu in one kernel (what caffe2py.optimize fuses "
+        "a pre-activation BN + Relu pair into)."))
 
-    def run(x, scale, bias, mean, var):
-        c = x.shape[1] if nchw else x.shape[-1]
-        for k, v in enumerate((scale, bias, mean, var), 1):
-            if v.size != c:
-                raise ctx.input_error(k, "has %d elements, expected %d channels" % (v.size, c))
-        return norm_k.batch_norm(x, scale, bias, mean, var, eps, axis=1 if nchw else -1)
-    return run
+
+def _spatial_bn_factory(relu):
+    def spatial_bn(ctx):
+        if not ctx.bool("is_test", True) or ctx.n_outputs != 1:
+            raise ctx.error("only inference mode (is_test=1, one output) is supported")
+        eps = ctx.float("epsilon")
+        nchw = _nchw(ctx)
+
+        def run(x, scale, bias, mean, var):
+            c = x.shape[1] if nchw else x.shape[-1]
+            for k, v in enumerate((scale, bias, mean, var), 1):
+                if v.size != c:
+                    raise ctx.input_error(k, "has %d elements, expected %d channels" % (v.size, c))
+            return norm_k.batch_norm(x, scale, bias, mean, var, eps, axis=1 if nchw else -1, relu=relu)
+        return run
+    return spatial_bn
+
+
+spatial_bn = register_kernel("SpatialBN")(_spatial_bn_factory(False))
+register_kernel("SpatialBNRelu")(_spatial_bn_factory(True))
 
 
 # ----------------------------------------------------------------- LRN

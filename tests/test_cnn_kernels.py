@@ -550,10 +550,43 @@ def test_optimize_merges_bn_mul_add_chain_and_keeps_shared_outputs():
     c2 = dict(consts)
     opt = optimize(c2, net)     # the (blobs, net) order works too
     types = [op.type for op in opt.op]
-    assert types == ["Concat", "Conv", "BatchNormalization", "Relu", "Add", "BatchNormalization"], types
+    assert types == ["Concat", "Conv", "SpatialBNRelu", "Add", "BatchNormalization"], types
     assert opt.op[1].domain == "" and not any(a.name == "kernel_shape" for a in opt.op[1].arg)
     for got, want in zip(_run(opt, c2, feeds), ref):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_optimize_fuses_pre_activation_bn_relu():
+    from caffe2py.optimize import optimize
+    consts = {"w": rand(3, 4, 1, 1)}
+    consts.update(_bn_consts("bn", 4))
+    consts.update(_bn_consts("bn2", 4))
+    ops = [
+        _op("Concat", ["x", "x2"], ["cat"], axis=1),
+        _op("BatchNormalization", ["cat", "bn_s", "bn_b", "bn_m", "bn_v"], ["n"], epsilon=1e-3),
+        _op("Relu", ["n"], ["r"]),
+        _op("Conv", ["r", "w"], ["y"]),
+        _op("SpatialBN", ["cat", "bn2_s", "bn2_b", "bn2_m", "bn2_v"], ["n2"], domain="", is_test=1),
+        _op("Relu", ["n2"], ["r2"]),
+        _op("Add", ["n2", "r2"], ["z"]),      # n2 has two readers: stays unfused
+    ]
+    net = _net(ops, ["x", "x2"] + list(consts), ["y", "z"])
+    feeds = {"x": rand(2, 2, 5, 4), "x2": rand(2, 2, 5, 4)}
+    ref = _run(net, consts, feeds)
+    c2 = dict(consts)
+    opt = optimize(net, c2)
+    types = [op.type for op in opt.op]
+    assert types == ["Concat", "SpatialBNRelu", "Conv", "SpatialBN", "Relu", "Add"], types
+    for got, want in zip(_run(opt, c2, feeds), ref):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # The kernel directly, against loops.
+    x = rand(2, 3, 4, 5)
+    s, b, m, v = rand(3), rand(3), rand(3), np.abs(rand(3)) + 0.1
+    want = np.maximum((x - m[:, None, None]) / np.sqrt(v[:, None, None] + 1e-5) * s[:, None, None]
+                      + b[:, None, None], 0)
+    got = norm_k.batch_norm(x, s, b, m, v, 1e-5, relu=True)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert not np.shares_memory(got, x)
 
 
 def test_optimize_leaves_non_constant_and_non_per_channel_alone():

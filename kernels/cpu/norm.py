@@ -31,7 +31,9 @@ def _channel_shape(x, axis, c):
     return shape
 
 
-def batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1):
+def batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1, relu=False):
+    """Inference batch norm; relu=True clamps at zero in place on the fresh result
+    (the fused BN + Relu that caffe2py.optimize makes of a pre-activation pair)."""
     axis = axis % x.ndim if x.ndim else 0
     c = x.shape[axis] if x.ndim > 1 else x.size
     for name, v in (("scale", scale), ("bias", bias), ("mean", mean), ("var", var)):
@@ -40,10 +42,13 @@ def batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1):
     dtype = x.dtype if x.dtype.kind == "f" else np.float32
     mul, add = bn_affine(scale, bias, mean, var, epsilon, dtype)
     if x.ndim < 2:
-        return (x * mul + add).astype(dtype, copy=False)
+        y = (x * mul + add).astype(dtype, copy=False)
+        return np.maximum(y, 0) if relu else y
     shape = _channel_shape(x, axis, c)
     y = np.multiply(x, mul.reshape(shape), dtype=dtype)
     y += add.reshape(shape)
+    if relu:
+        np.maximum(y, 0, out=y)
     return y
 
 
