@@ -16,17 +16,40 @@ def median_ms(fn, repeat, warmup=2):
     return 1e3 * statistics.median(samples)
 
 
-def interleaved_ms(ours, peer, runs, warmup=3, pause=0.002):
-    """Medians (ms) of alternating runs, so both see the same machine load; a short
-    pause before each run lets the other library's spinning worker threads go idle."""
+def interleaved_ms(ours, peer, runs, warmup=3, blocks=3, rest=0.3):
+    """Medians (ms) of `runs` calls each, taken in alternating blocks (ours, peer, ours,
+    ...) so both see the same machine load over time. Between blocks the process rests
+    `rest` seconds: OpenBLAS's and onnxruntime's worker threads spin for up to ~0.1 s
+    after their last call, and on a 2-core machine a peer's spinning workers would slow
+    the next runs of the other library (run-by-run alternation measured both sides up
+    to 2-4x slow)."""
     for _ in range(warmup):
         ours()
         peer()
     times = ([], [])
-    for _ in range(runs):
+    per_block = max(1, -(-runs // blocks))
+    for _ in range(blocks):
         for fn, out in ((ours, times[0]), (peer, times[1])):
-            time.sleep(pause)
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
+            time.sleep(rest)
+            fn()                                  # wake this library's threads
+            for _ in range(per_block):
+                t0 = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - t0)
     return 1e3 * statistics.median(times[0]), 1e3 * statistics.median(times[1])
+
+
+def machine_label():
+    """'N-CPU <model name>' from /proc/cpuinfo (the platform module only knows the arch)."""
+    import os
+    import platform
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return "%d-CPU %s" % (os.cpu_count() or 1, model)

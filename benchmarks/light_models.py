@@ -1,7 +1,7 @@
 """Latency of the onnx package's nine light_* models: caffe2py vs onnxruntime.
 
 Batch 1, 2 threads (OpenBLAS's and ORT's intra-op pool), same random input for
-both, medians of --runs alternating runs (ours, ORT, ours, ...) after warm-ups. Prints model, ours ms, ORT ms, ratio and
+both, medians of --runs runs taken in alternating blocks (ours, ORT, ours, ...) after warm-ups. Prints model, ours ms, ORT ms, ratio and
 max abs diff; --append adds the table to benchmarks/RESULTS.md.
 
 --layers times every Conv / pool / Gemm / LRN of each model as a single-node
@@ -16,7 +16,7 @@ import sys
 import time
 
 import numpy as np
-from _timing import interleaved_ms, median_ms
+from _timing import interleaved_ms, machine_label, median_ms
 
 MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
           "shufflenet", "squeezenet", "vgg19", "zfnet512"]
@@ -78,7 +78,6 @@ def bench_model(name, runs, rng):
 
 def layer_shapes(model):
     """[(node, [input shapes])] for the compute-heavy nodes, via shape inference."""
-    import onnx
     from onnx import shape_inference
     inferred = shape_inference.infer_shapes(model, data_prop=True)
     shapes = {}
@@ -90,7 +89,6 @@ def layer_shapes(model):
 
 def single_node_model(node, in_shapes, rng):
     """(model bytes, feeds, weights): x is fed, every other input is an initializer."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     x_name = "x"
     inits, weights = [], []
@@ -215,10 +213,11 @@ def main(argv=None):
         kind = "per-layer sums (Conv/pool/Gemm/LRN as single-node models)" if args.layers else "whole models"
         load = "%.1f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else "n/a"
         section = ("\n## Light ONNX models, %s: caffe2py vs onnxruntime, %d thread%s\n\n"
-                   "Machine: 2-vCPU dev VM (cpuinfo: AMD EPYC); date %s; batch 1, median of %d alternating runs, "
+                   "Machine: %s; date %s; batch 1, median of %d runs in alternating blocks, "
                    "1-minute load average %s when the table was written; "
                    "`python benchmarks/light_models.py --threads %d%s`.\n\n%s\n"
-                   % (kind, THREADS, "" if THREADS == 1 else "s", "2026-11-22", args.runs, load, THREADS,
+                   % (kind, THREADS, "" if THREADS == 1 else "s", machine_label(), time.strftime("%Y-%m-%d"), args.runs,
+                      load, THREADS,
                       " --layers" if args.layers else "", text))
         with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"), "a") as f:
             f.write(section)

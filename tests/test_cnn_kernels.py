@@ -203,6 +203,7 @@ def test_conv_chunks_on_the_thread_pool_match_onnxruntime(monkeypatch, xs, ws, s
     """Work split over pool threads (forced on here) gives the same result."""
     monkeypatch.setattr(conv_k, "SMALL_GEMM_FLOPS", 0)
     monkeypatch.setattr(gemm_k, "blas_threads", lambda: 3)
+    monkeypatch.setattr(gemm_k, "POOL_SPLIT", True)
     conv_k._plan.cache_clear()
     try:
         x, w, b = rand(*xs), rand(*ws), rand(ws[0])
@@ -214,7 +215,8 @@ def test_conv_chunks_on_the_thread_pool_match_onnxruntime(monkeypatch, xs, ws, s
         conv_k._plan.cache_clear()
 
 
-def test_run_chunks_runs_every_chunk_and_reraises():
+def test_run_chunks_runs_every_chunk_and_reraises(monkeypatch):
+    monkeypatch.setattr(gemm_k, "POOL_SPLIT", True)
     seen = np.zeros(50)
     gemm_k.run_chunks(lambda k, worker: seen.__setitem__(k, seen[k] + 1), 50, ways=3)
     assert (seen == 1).all()

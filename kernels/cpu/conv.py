@@ -188,7 +188,9 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
         if activation not in (None, "relu"):
             raise ValueError("unsupported fused activation '%s'" % activation)
         args += (None if b is None else b.astype(dtype, copy=False).reshape(-1, 1), activation == "relu")
-    if plan.gemm_flops < SMALL_GEMM_FLOPS:
+    if plan.gemm_flops < SMALL_GEMM_FLOPS and pool_ways() > 1:
+        # pool mode only: otherwise OpenBLAS picks one thread for small GEMMs itself,
+        # and switching its thread count wakes its spinning workers
         with single_blas_thread():
             plan.compute(*args)
     else:

@@ -102,9 +102,15 @@ class single_blas_thread:
         return False
 
 
-# False: run_chunks runs chunks in order on the caller, leaving threading to OpenBLAS
-# (env CAFFE2PY_POOL_SPLIT=0).
-POOL_SPLIT = os.environ.get("CAFFE2PY_POOL_SPLIT", "1") != "0"
+# True (env CAFFE2PY_POOL_SPLIT=1): big GEMMs are cut into chunks that our pool
+# threads claim, with OpenBLAS on one thread meanwhile. That tolerates a busy core (a
+# descheduled OpenBLAS worker stalls its static split for a time slice), but on a quiet
+# machine it loses: OpenBLAS's spinning workers hand off in microseconds, while every
+# switch of its thread count wakes those workers, which then spin for ~0.1 s against
+# our pool threads (measured on a 2-vCPU Zen 5 VM: a 1000x512x169 GEMM in 4 chunks
+# took 0.27 ms with OpenBLAS threads, 0.51 ms split over the pool). Default False:
+# run_chunks runs chunks in order on the caller and OpenBLAS threads each GEMM.
+POOL_SPLIT = os.environ.get("CAFFE2PY_POOL_SPLIT", "0") == "1"
 
 
 def blas_threads():
