@@ -11,8 +11,13 @@ Why it is shaped this way (see ../shared/reference/baselines.md §5):
 - the segment sum is a batched matmul (bags, 1, L) @ (bags, L, D): BLAS reads each
   gathered row once; weights, means, positional weights and quantisation scales all
   fold into the (bags, 1, L) weight rows, zero-padded for shorter bags;
-- bags are processed in chunks small enough for the gathered rows to stay in cache,
-  and the chunks are split across a few threads (NumPy releases the GIL).
+- when all bags have the same length (the common case) chunks are plain row slices of
+  INDICES (and WEIGHTS): no index or weight matrices are built;
+- float16 and 4/2-bit rows are widened with integer ops on contiguous arrays (NumPy's
+  float16 cast is scalar, a lookup table costs a take per byte);
+- bags are processed in a few large chunks split evenly across the kernel threads
+  (NumPy releases the GIL, but every call hands it back and forth, which costs
+  several microseconds when two threads contend, so calls per chunk are kept few).
 """
 import threading
 
@@ -80,8 +85,11 @@ LAYOUTS = {"float": FLOAT, "fused8": Fused8Bit(), "fused4": FUSED4, "fused2": FU
 _scratch = threading.local()
 # Below this many gathered values a single thread wins (thread hand-off costs ~20 us).
 _PARALLEL_MIN_VALUES = 1 << 16
-# Bytes of float32 rows per chunk: small enough to stay in L2 between gather and matmul.
-_CHUNK_BYTES = 1 << 19
+# Bytes of gathered float32 values per chunk. Each chunk costs ~5-15 NumPy calls and
+# each call releases and re-takes the GIL (several microseconds when two threads
+# contend), so chunks are large; 4 MB (and its raw bytes) still stays in L3. Measured on
+# the 2-vCPU dev VM: 0.5-1 MB chunks were 10-60% slower with 2 threads, 8 MB no better.
+_CHUNK_BYTES = 1 << 22
 
 
 def _buffer(name, size, dtype):
@@ -142,66 +150,148 @@ def _check_lengths(lengths, n_indices):
 
 # --------------------------------------------------------------------------- compute
 
-def _gather_values(layout, data, idx, block, out_f32):
-    """Gathered rows as float32 (n, block) in out_f32, plus (scale, bias) or None."""
+# float16 -> float32 without NumPy's half cast (scalar on x86 builds without F16C
+# dispatch: ~1.3 ns a value): sign-extend the 16 bits to int32 and shift left by 13;
+# the AND keeps the sign bit and clears the three copies of it that the sign extension
+# shifted into the exponent. The result is the exact value times 2**-112 (half
+# subnormals become float32 subnormals, also exact), and the 2**112 is folded into the
+# matmul weights (a power of two: products and sums round exactly as with converted
+# values). Only inf/nan (exponent all ones) would come out finite, so blocks holding
+# them use NumPy's cast instead.
+_HALF_MASK = np.int32(-0x70000001)       # 0x8FFFFFFF
+_HALF_FACTOR = 2.0 ** 112
+# |weight| below this keeps weight * 2**112 finite in float32
+_HALF_WEIGHT_LIMIT = 2.0 ** 15
+
+
+def half_to_scaled_float(raw, out):
+    """out (float32, raw's shape) = raw (float16) / factor; returns the factor:
+    2**112 when raw holds no inf/nan (bit trick), else 1 (exact NumPy cast)."""
+    i16 = raw.view(np.int16)
+    # inf/nan have bits 0x7c00..0x7fff (int16 max) or 0xfc00..0xffff (uint16 max)
+    if i16.size and (i16.max() >= 0x7C00 or raw.view(np.uint16).max() >= 0xFC00):
+        np.copyto(out, raw.view(np.float16))
+        return 1.0
+    i32 = out.view(np.int32)
+    np.copyto(i32, i16)
+    np.left_shift(i32, 13, out=i32)
+    np.bitwise_and(i32, _HALF_MASK, out=i32)
+    return _HALF_FACTOR
+
+
+def spread_packed(raw, bit_rate):
+    """uint8 (n, W) packed bytes -> uint8 (n, W * 8/bit_rate) (a view into per-thread
+    scratch): the values of each byte in order, low bits first. Integer ops on
+    contiguous arrays, no lookup table."""
+    n, width = raw.shape
+    wide = np.uint16 if bit_rate == 4 else np.uint32
+    x = _buffer("spread_x", n * width, wide).reshape(n, width)
+    t = _buffer("spread_t", n * width, wide).reshape(n, width)
+    np.copyto(x, raw)
+    if bit_rate == 4:     # byte b -> 16-bit word (b & 15) | (b >> 4) << 8
+        np.left_shift(x, 4, out=t)
+        np.bitwise_or(x, t, out=x)
+        np.bitwise_and(x, wide(0x0F0F), out=x)
+    else:                 # byte b -> 32-bit word with its 2-bit field j in byte j
+        np.left_shift(x, 6, out=t)
+        np.bitwise_or(x, t, out=x)
+        np.left_shift(x, 12, out=t)
+        np.bitwise_or(x, t, out=x)
+        np.bitwise_and(x, wide(0x03030303), out=x)
+    if not np.little_endian:
+        x.byteswap(inplace=True)
+    return x.view(np.uint8).reshape(n, width * (8 // bit_rate))
+
+
+def _column(raw, offset, dtype):
+    """The `dtype` item at byte `offset` of every row of raw (n, W) uint8: a strided
+    1-D view (one inner loop over n rows, unlike raw[:, a:b] slices)."""
+    return np.ndarray((raw.shape[0],), dtype, buffer=raw, offset=offset, strides=(raw.shape[1],))
+
+
+def _gather_values(layout, data, idx, block):
+    """Gathered rows as float32 (n, block) (a view into per-thread scratch), (scale,
+    bias) float32 (n,) each or None, and the factor the values are divided by."""
     n = idx.size
+    vals = _buffer("vals", n * block, np.float32).reshape(n, block)
     if layout is FLOAT:
         flat = data.reshape(data.shape[0], block)
         if flat.dtype == np.float32:
-            return np.take(flat, idx, axis=0, mode="clip", out=out_f32), None
+            return np.take(flat, idx, axis=0, mode="clip", out=vals), None, 1.0
         raw = np.take(flat, idx, axis=0, mode="clip", out=_buffer("raw16", n * block, flat.dtype).reshape(n, block))
-        out_f32[...] = raw
-        return out_f32, None
+        return vals, None, half_to_scaled_float(raw, vals)
     width = data.shape[1]
     raw = np.take(data, idx, axis=0, mode="clip", out=_buffer("raw8", n * width, np.uint8).reshape(n, width))
     if layout.name == "fused8":
-        out_f32[...] = raw[:, :block]
-        sb = np.ascontiguousarray(raw[:, block:]).view(np.float32)
-        return out_f32, (sb[:, 0], sb[:, 1])
+        np.copyto(vals, raw[:, :block])
+        return vals, (_column(raw, block, np.float32), _column(raw, block + 4, np.float32)), 1.0
     nbytes = width - 4
-    k = layout.values_per_byte
-    packed = raw[:, :nbytes]
-    # block == nbytes * k (padding values included): unpack straight into the values buffer
-    np.take(layout.lut, packed, axis=0, mode="clip", out=out_f32.reshape(n, nbytes, k))
-    sb = np.ascontiguousarray(raw[:, nbytes:]).view(np.float16).astype(np.float32)
-    return out_f32, (sb[:, 0], sb[:, 1])
+    # spread the whole rows (contiguous); block == nbytes * k: the padding values of the
+    # last byte are included
+    np.copyto(vals, spread_packed(raw, layout.bit_rate)[:, :block])
+    half = _column(raw, nbytes, np.uint32).copy().view(np.float16)      # (scale, bias) pairs
+    sb = _buffer("scale_bias", 2 * n, np.float32)
+    factor = half_to_scaled_float(half, sb)
+    if factor != 1.0:
+        np.multiply(sb, np.float32(factor), out=sb)
+    return vals, (sb[0::2], sb[1::2]), 1.0
 
 
-def _reduce_chunk(layout, data, block, idx_mat, w_mat, out_rows):
-    """out_rows[b] = sum_j w_mat[b, j] * value(idx_mat[b, j]) for one chunk of bags."""
-    c, L = idx_mat.shape
-    vals, sb = _gather_values(layout, data, idx_mat.reshape(-1), block,
-                              _buffer("vals", c * L * block, np.float32).reshape(c * L, block))
-    vals = vals.reshape(c, L, block)
-    if sb is None:
-        np.matmul(w_mat[:, None, :], vals, out=out_rows[:, None, :])
-        return
-    scale, bias = sb
-    w_scaled = w_mat * scale.reshape(c, L)
-    np.matmul(w_scaled[:, None, :], vals, out=out_rows[:, None, :])
-    out_rows += (w_mat * bias.reshape(c, L)).sum(axis=1, dtype=np.float32)[:, None]
+def _reduce_chunk(layout, data, block, idx, w, w_factor, out_rows):
+    """out_rows[b] = sum_j w[b, j] / w_factor * value(idx[b*L + j]) for one chunk of c
+    bags of (padded) length L; w is float32 (c, L), or (1, L) shared by all bags."""
+    c = out_rows.shape[0]
+    L = idx.size // c
+    vals, sb, factor = _gather_values(layout, data, idx, block)
+    if factor != w_factor:
+        if factor == 1.0:
+            w = w * np.float32(1 / w_factor)           # exact: undoes a power of two
+        else:
+            np.multiply(vals, np.float32(factor), out=vals)
+    wm = w if sb is None else w * sb[0].reshape(c, L)
+    np.matmul(wm[:, None, :], vals.reshape(c, L, block), out=out_rows[:, None, :])
+    if sb is not None:
+        out_rows += (w * sb[1].reshape(c, L)).sum(axis=1, dtype=np.float32)[:, None]
 
 
-def _plan_chunks(lengths, block):
-    """Yield (bag positions, max length) groups; bags sorted by length when uneven
-    so that zero padding stays small."""
-    m = lengths.size
+def _split(n, per, threads):
+    """Boundaries of about n/per equal parts (a multiple of `threads` of them, so that
+    every thread gets the same work)."""
+    parts = max(1, -(-n // per))
+    if threads > 1 and parts > 1:
+        parts = min(n, -(-parts // threads) * threads)
+    return (np.arange(parts + 1, dtype=np.int64) * n) // parts
+
+
+def _plan_chunks(lengths, block, threads):
+    """Sort the non-empty bags by length (longest first, stable) and cut the order into
+    chunks [(start, stop, padded length, full)] of about equal padded size (a multiple
+    of `threads` of them); a chunk also ends where lengths drop below half of its
+    first, so that zero padding stays small. Returns (order, chunks per thread)."""
     nonempty = np.flatnonzero(lengths > 0)
-    if nonempty.size == 0:
-        return []
-    lens = lengths[nonempty]
-    uniform = lens.min() == lens.max()
-    order = nonempty if uniform else nonempty[np.argsort(-lens, kind="stable")]
+    order = nonempty[np.argsort(-lengths[nonempty], kind="stable")]
     sorted_lens = lengths[order]
+    total = int(sorted_lens.sum())
+    parts = max(1, -(-total * 4 * block // _CHUNK_BYTES))
+    parts = -(-parts // threads) * threads
+    target = max(1, -(-total // parts))                 # padded rows per chunk
+    halves = -2 * sorted_lens                           # ascending
     chunks = []
     i = 0
     while i < order.size:
         lmax = int(sorted_lens[i])
-        per = max(1, _CHUNK_BYTES // (4 * block * lmax))
-        j = min(order.size, i + per)
-        chunks.append((order[i:j], lmax))
+        j = min(order.size, i + max(1, target // lmax),
+                int(np.searchsorted(halves, -lmax, side="right")))
+        chunks.append((i, j, lmax, int(sorted_lens[j - 1]) == lmax))
         i = j
-    return chunks
+    # longest-first greedy assignment of chunks to threads by padded rows
+    groups = [[] for _ in range(threads)]
+    load = [0] * threads
+    for ch in sorted(chunks, key=lambda ch: -(ch[1] - ch[0]) * ch[2]):
+        t = load.index(min(load))
+        groups[t].append(ch)
+        load[t] += (ch[1] - ch[0]) * ch[2]
+    return order, [g for g in groups if g]
 
 
 def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=False,
@@ -217,9 +307,8 @@ def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=
     block = layout.block_size(data)
     lengths = np.asarray(lengths)
     m = lengths.size
-    out = np.zeros((m, block), dtype=np.float32)
     if indices.size == 0:
-        return out  # Caffe2 zero-fills and does not check LENGTHS here
+        return np.zeros((m, block), dtype=np.float32)  # Caffe2 zero-fills and does not check LENGTHS here
     _check_lengths(lengths, indices.size)
     check_indices(indices, data.shape[0])
     if weights is not None:
@@ -228,52 +317,98 @@ def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=
             raise LookupInputError("weights", "WEIGHT must have at least as many entries (%d) as the "
                                    "longest segment (%d)" % (weights.size, int(lengths.max())))
     if block == 0 or m == 0:
-        return out
+        return np.zeros((m, block), dtype=np.float32)
     lengths = lengths.astype(np.int64, copy=False)
-    starts = np.zeros(m, dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    chunks = _plan_chunks(lengths, block)
-
-    def run_chunk(chunk):
-        bags, lmax = chunk
-        lens = lengths[bags]
-        j = np.arange(lmax, dtype=np.int64)
-        if lens.min() == lmax:     # all bags of the chunk are full: no padding
-            pos = starts[bags, None] + j
-            idx_mat = indices[pos]
-            if weights is None:
-                w_mat = np.ones((bags.size, lmax), dtype=np.float32)
-            elif positional:
-                w_mat = np.broadcast_to(weights[:lmax], (bags.size, lmax))
-            else:
-                w_mat = weights[pos]
-        else:
-            valid = j < lens[:, None]
-            pos = np.where(valid, starts[bags, None] + j, 0)
-            idx_mat = np.where(valid, indices[pos], 0)
-            if weights is None:
-                w_mat = valid.astype(np.float32)
-            elif positional:
-                w_mat = np.where(valid, weights[np.minimum(j, weights.size - 1)], np.float32(0))
-            else:
-                w_mat = np.where(valid, weights[pos], np.float32(0))
-        if mean:
-            w_mat = w_mat * (np.float32(1) / lens.astype(np.float32))[:, None]
-        w_mat = np.ascontiguousarray(w_mat, dtype=np.float32)
-        contiguous = bags[-1] - bags[0] == bags.size - 1 and bool((np.diff(bags) == 1).all())
-        if contiguous:
-            _reduce_chunk(layout, data, block, idx_mat, w_mat, out[bags[0]:bags[-1] + 1])
-        else:
-            rows = np.empty((bags.size, block), dtype=np.float32)
-            _reduce_chunk(layout, data, block, idx_mat, w_mat, rows)
-            out[bags] = rows
-
+    # np.take converts its indices to intp on every call: convert once
+    idx = indices if indices.dtype == np.intp else indices.astype(np.intp)
     threads = num_threads() if threads is None else threads
     if indices.size * block < _PARALLEL_MIN_VALUES:
         threads = 1
-    # chunks are interleaved over threads so skewed (long, sorted-first) bags spread out
-    run_split(run_chunk, chunks, threads)
+    # float16 tables: the weights carry the 2**112 of the bit-trick conversion
+    w_factor = 1.0
+    if layout is FLOAT and data.dtype == np.float16:
+        if weights is None or np.abs(weights[:int(lengths.max())] if positional else weights).max() \
+                < _HALF_WEIGHT_LIMIT:
+            w_factor = _HALF_FACTOR
+    scale = np.float32(w_factor)
+    if weights is not None and w_factor != 1.0:
+        weights = weights * scale
+    lmin, lmax = int(lengths.min()), int(lengths.max())
+    if lmin == lmax:   # all bags of length L > 0 (L = 0 would mean no indices)
+        out = np.empty((m, block), dtype=np.float32)
+        _reduce_uniform(layout, data, block, idx, weights, positional, mean, w_factor, threads, out)
+        return out
+    out = np.zeros((m, block), dtype=np.float32)
+    starts = np.zeros(m, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    order, groups = _plan_chunks(lengths, block, threads)
+    ones = np.full((1, lmax), scale, dtype=np.float32)
+    steps = np.arange(lmax, dtype=np.int64)
+
+    def run_chunk(chunk):
+        a, b, L, full = chunk
+        bags = order[a:b]
+        c = b - a
+        if full:      # every bag of the chunk has length L: no padding
+            if bags[-1] - bags[0] == c - 1:   # ascending (stable sort), so consecutive bags
+                pos = slice(starts[bags[0]], starts[bags[0]] + c * L)
+            else:
+                pos = (starts[bags][:, None] + steps[:L]).reshape(-1)
+            idx_c = idx[pos]
+            if weights is None:
+                w = ones[:, :L]
+            elif positional:
+                w = weights[None, :L]
+            else:
+                w = weights[pos].reshape(c, L)
+            if mean:
+                w = w * (np.float32(1) / np.float32(L))
+        else:
+            lens = lengths[bags]
+            valid = steps[:L] < lens[:, None]
+            pos = np.where(valid, starts[bags, None] + steps[:L], 0)
+            idx_c = np.where(valid, idx[pos], 0).reshape(-1)
+            if weights is None:
+                w = np.where(valid, scale, np.float32(0))
+            elif positional:
+                w = np.where(valid, weights[:L], np.float32(0))
+            else:
+                w = np.where(valid, weights[pos], np.float32(0))
+            if mean:
+                w *= (np.float32(1) / lens.astype(np.float32))[:, None]
+        if isinstance(pos, slice):
+            _reduce_chunk(layout, data, block, idx_c, w, w_factor, out[bags[0]:bags[-1] + 1])
+        else:
+            rows = _buffer("rows", c * block, np.float32).reshape(c, block)
+            _reduce_chunk(layout, data, block, idx_c, w, w_factor, rows)
+            out[bags] = rows
+
+    run_split(lambda group: [run_chunk(chunk) for chunk in group], groups, threads)
     return out
+
+
+def _reduce_uniform(layout, data, block, idx, weights, positional, mean, w_factor, threads, out):
+    """All bags have the same length L: chunks are row slices of indices.reshape(m, L)
+    (and of weights); nothing is gathered or padded to build them."""
+    m = out.shape[0]
+    L = idx.size // m
+    w_all = None
+    if weights is None:
+        w_all = np.full((1, L), w_factor, dtype=np.float32)
+    elif positional:
+        w_all = weights[None, :L]
+    if mean:
+        inv = np.float32(1) / np.float32(L)
+        w_all = w_all * inv if w_all is not None else None
+        weights = weights * inv if w_all is None else weights
+    bounds = _split(m, max(1, _CHUNK_BYTES // (4 * block * L)), threads)
+
+    def run_chunk(i):
+        b0, b1 = int(bounds[i]), int(bounds[i + 1])
+        w = w_all if w_all is not None else weights[b0 * L:b1 * L].reshape(b1 - b0, L)
+        _reduce_chunk(layout, data, block, idx[b0 * L:b1 * L], w, w_factor, out[b0:b1])
+
+    run_split(run_chunk, list(range(bounds.size - 1)), threads)
 
 
 def offsets_reduce(data, indices, offsets, include_last_offset=True, **kwargs):
