@@ -237,12 +237,20 @@ def _gather_values(layout, data, idx, block):
     return vals, (sb[0::2], sb[1::2]), 1.0
 
 
-def _reduce_chunk(layout, data, block, idx, w, w_factor, out_rows):
+def _reduce_chunk(layout, data, block, idx, w, w_factor, out_rows, padding=None):
     """out_rows[b] = sum_j w[b, j] / w_factor * value(idx[b*L + j]) for one chunk of c
-    bags of (padded) length L; w is float32 (c, L), or (1, L) shared by all bags."""
+    bags of (padded) length L; w is float32 (c, L), or (1, L) shared by all bags.
+    padding (c, L) bool marks padded slots (weight 0): their gathered values, scales
+    and biases are zeroed, so that a non-finite row behind the padding index cannot
+    leak in as 0 * inf = nan."""
     c = out_rows.shape[0]
     L = idx.size // c
     vals, sb, factor = _gather_values(layout, data, idx, block)
+    if padding is not None:
+        vals.reshape(c, L, block)[padding] = 0
+        if sb is not None:
+            sb[0].reshape(c, L)[padding] = 0
+            sb[1].reshape(c, L)[padding] = 0
     if factor != w_factor:
         if factor == 1.0:
             w = w * np.float32(1 / w_factor)           # exact: undoes a power of two
@@ -380,7 +388,7 @@ def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=
             _reduce_chunk(layout, data, block, idx_c, w, w_factor, out[bags[0]:bags[-1] + 1])
         else:
             rows = _buffer("rows", c * block, np.float32).reshape(c, block)
-            _reduce_chunk(layout, data, block, idx_c, w, w_factor, rows)
+            _reduce_chunk(layout, data, block, idx_c, w, w_factor, rows, None if full else ~valid)
             out[bags] = rows
 
     run_split(lambda group: [run_chunk(chunk) for chunk in group], groups, threads)

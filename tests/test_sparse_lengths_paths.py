@@ -1,0 +1,252 @@
+"""The code paths inside kernels/cpu/sparse_lengths.py that small op-level tests do not
+reach: the float16 bit-trick widening (every half bit pattern, inf/nan fallback,
+weights too large to carry 2**112), 4/2-bit spreading with odd widths, fused 8-bit
+rows whose scale/bias are not 4-byte aligned, uniform-length slices vs sorted and
+padded uneven lengths over several chunks and two threads, and padding next to a
+non-finite row. Every expectation comes from NumPy references written here (float64
+accumulation) or from NumPy's own float16 cast."""
+import numpy as np
+import pytest
+
+from caffe2py import core, workspace
+from caffe2py.kernels.cpu import sparse_lengths as K
+
+RNG = np.random.default_rng(4)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Many chunks and two threads even for test-sized inputs."""
+    monkeypatch.setattr(K, "_CHUNK_BYTES", 2048)
+    monkeypatch.setattr(K, "_PARALLEL_MIN_VALUES", 1)
+
+
+def run_op(op_type, inputs):
+    workspace.ResetWorkspace()
+    names = ["in%d" % i for i in range(len(inputs))]
+    for name, value in zip(names, inputs):
+        workspace.FeedBlob(name, value)
+    workspace.RunOperatorOnce(core.CreateOperator(op_type, names, ["out"]))
+    return workspace.FetchBlob("out")
+
+
+# ----------------------------------------------------------------- references
+
+def reference(rows, indices, lengths, weights=None, positional=False, mean=False):
+    """rows: float64 [N, D] (dequantised here). One bag at a time, float64 sums."""
+    out = np.zeros((len(lengths), rows.shape[1]))
+    start = 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        for b, n in enumerate(lengths):
+            if n:
+                ids = indices[start:start + n]
+                if weights is None:
+                    w = np.ones(n)
+                else:
+                    w = np.asarray(weights[:n] if positional else weights[start:start + n], np.float64)
+                out[b] = (w[:, None] * rows[ids]).sum(axis=0)
+                if mean:
+                    out[b] /= n
+            start += n
+    return out
+
+
+def dequant8(table):
+    d = table.shape[1] - 8
+    sb = table[:, d:].copy().view("<f4").astype(np.float64)
+    return table[:, :d].astype(np.float64) * sb[:, :1] + sb[:, 1:]
+
+
+def unpack_bits(packed, bits):
+    """(n, B) bytes -> (n, B * 8/bits) values, low bits first (shift-and-mask per field)."""
+    k, mask = 8 // bits, (1 << bits) - 1
+    fields = [(packed.astype(np.int64) >> (bits * j)) & mask for j in range(k)]
+    return np.stack(fields, axis=-1).reshape(packed.shape[0], -1)
+
+
+def dequant_nbit(table, bits):
+    nb = table.shape[1] - 4
+    sb = table[:, nb:].copy().view("<f2").astype(np.float64)
+    return unpack_bits(table[:, :nb], bits) * sb[:, :1] + sb[:, 1:]
+
+
+def fused_table(n_rows, dim, bits, rng=RNG):
+    """Random fused rows (random value bytes; random scale and bias of both signs)."""
+    if bits == 8:
+        sb = np.stack([rng.uniform(-0.05, 0.05, n_rows), rng.uniform(-2, 2, n_rows)], 1).astype("<f4")
+        return np.concatenate([rng.integers(0, 256, (n_rows, dim), dtype=np.uint8), sb.view(np.uint8)], 1)
+    nb = -(-dim // (8 // bits))
+    sb = np.stack([rng.uniform(-0.5, 0.5, n_rows), rng.uniform(-2, 2, n_rows)], 1).astype("<f2")
+    return np.concatenate([rng.integers(0, 256, (n_rows, nb), dtype=np.uint8), sb.view(np.uint8)], 1)
+
+
+def assert_close(got, want):
+    assert got.dtype == np.float32 and got.shape == want.shape
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+    scale = max(1.0, float(np.abs(want[finite]).max(initial=0)))
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=2e-6 * scale)
+
+
+LENGTHS = {
+    "uniform": np.full(37, 9, np.int32),
+    "uneven": np.array([9, 0, 3, 17, 1, 0, 9, 9, 2, 30, 4, 9, 0, 6] * 3, np.int32),
+    "skewed": np.where(np.arange(40) % 10 == 3, 60, 6).astype(np.int32),
+}
+
+
+# ----------------------------------------------------------------- float16 widening
+
+def test_half_bit_trick_is_exact_for_every_finite_half():
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    finite = bits[(bits & 0x7C00) != 0x7C00]      # normals, subnormals, +0 and -0
+    half = finite.view(np.float16)
+    out = np.empty(half.shape, np.float32)
+    factor = K.half_to_scaled_float(half, out)
+    assert factor == 2.0 ** 112
+    scaled = out * np.float32(factor)
+    np.testing.assert_array_equal(scaled.view(np.uint32), half.astype(np.float32).view(np.uint32))
+
+
+@pytest.mark.parametrize("special", [0x7C00, 0xFC00, 0x7E00, 0xFE00, 0x7C01, 0x7FFF, 0xFFFF])
+def test_half_blocks_with_inf_or_nan_use_numpys_cast(special):
+    bits = RNG.integers(0, 0x7BFF, 300).astype(np.uint16) | (RNG.integers(0, 2, 300).astype(np.uint16) << 15)
+    bits[[0, 17, 299]] = [0x0001, 0x8000, 0x83FF]            # subnormal, -0, negative subnormal
+    bits[123] = special
+    half = bits.view(np.float16).reshape(20, 15)
+    out = np.empty(half.shape, np.float32)
+    assert K.half_to_scaled_float(half, out) == 1.0
+    np.testing.assert_array_equal(out.view(np.uint32), half.astype(np.float32).view(np.uint32))
+
+
+def half_table(n_rows, dim, rng=RNG):
+    """Random halves (normals of all exponents, subnormals, +-0) and a few landmarks."""
+    bits = rng.integers(0, 0x7C00, (n_rows, dim)).astype(np.uint16)
+    bits |= rng.integers(0, 2, (n_rows, dim)).astype(np.uint16) << 15
+    table = bits.view(np.float16)
+    table[1, :4] = [np.float16(65504), np.float16(-65504), np.float16(6e-8), np.float16(-0.0)]
+    table[2, :3] = [np.float16(2.0 ** -14), np.float16(-2.0 ** -24), np.float16(0.0)]
+    return table
+
+
+@pytest.mark.parametrize("shape", list(LENGTHS))
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("mode", ["sum", "weighted", "big weights", "mean", "positional"])
+def test_half_table_lookups(small_chunks, shape, threads, mode):
+    lengths = LENGTHS[shape]
+    table = half_table(50, 11)
+    indices = RNG.integers(0, 50, int(lengths.sum())).astype(np.int32)
+    kw = {}
+    if mode in ("weighted", "big weights"):
+        kw["weights"] = RNG.uniform(-2, 2, indices.size).astype(np.float32)
+        if mode == "big weights":          # too large to carry the 2**112 factor
+            kw["weights"][5] = 1e5
+    elif mode == "positional":
+        kw.update(weights=RNG.uniform(-2, 2, 64).astype(np.float32), positional=True)
+    elif mode == "mean":
+        kw["mean"] = True
+    got = K.segment_reduce(table, indices, lengths, threads=threads, **kw)
+    assert_close(got, reference(table.astype(np.float64), indices, lengths, **kw))
+
+
+@pytest.mark.parametrize("shape", list(LENGTHS))
+def test_half_table_with_inf_and_nan_rows(small_chunks, shape):
+    lengths = LENGTHS[shape]
+    table = half_table(40, 7)
+    table[3, 2] = np.inf
+    table[4, 0] = -np.inf
+    table[5, 6] = np.nan
+    indices = RNG.integers(6, 40, int(lengths.sum())).astype(np.int64)
+    indices[::23] = RNG.integers(3, 6, indices[::23].size)   # some chunks hold them, some do not
+    for threads in (1, 2):
+        got = K.segment_reduce(table, indices, lengths, threads=threads)
+        assert_close(got, reference(table.astype(np.float64), indices, lengths))
+    assert np.isnan(got).any() and np.isinf(got).any()
+
+
+# ----------------------------------------------------------------- fused rows
+
+@pytest.mark.parametrize("bits", [4, 2])
+@pytest.mark.parametrize("width", [1, 2, 3, 5, 8, 9])
+def test_spread_packed_matches_shift_and_mask(bits, width):
+    raw = RNG.integers(0, 256, (13, width), dtype=np.uint8)
+    np.testing.assert_array_equal(K.spread_packed(raw, bits), unpack_bits(raw, bits))
+
+
+@pytest.mark.parametrize("bits,dim", [(4, 1), (4, 5), (4, 7), (4, 13), (2, 1), (2, 5), (2, 7), (2, 10),
+                                      (8, 5), (8, 6), (8, 7), (8, 64)])
+@pytest.mark.parametrize("reduction", ["Sum", "WeightedSum", "Mean"])
+@pytest.mark.parametrize("shape", ["uniform", "uneven"])
+def test_fused_lookups_odd_and_unaligned_dims(bits, dim, reduction, shape):
+    lengths = LENGTHS[shape]
+    table = fused_table(60, dim, bits)
+    indices = RNG.integers(0, 60, int(lengths.sum())).astype(np.int32 if dim % 2 else np.int64)
+    weights = RNG.uniform(-1, 1, indices.size).astype(np.float32)
+    op = "SparseLengths%sFused%dBitRowwise" % (reduction, bits)
+    inputs = [table, weights, indices, lengths] if reduction == "WeightedSum" else [table, indices, lengths]
+    got = run_op(op, inputs)
+    rows = dequant8(table) if bits == 8 else dequant_nbit(table, bits)
+    want = reference(rows, indices, lengths, weights if reduction == "WeightedSum" else None,
+                     mean=reduction == "Mean")
+    if bits != 8:     # ceil(D/k)*k columns: the padding values of the last byte included
+        assert got.shape[1] == -(-dim // (8 // bits)) * (8 // bits)
+    assert_close(got, want)
+
+
+@pytest.mark.parametrize("layout,bits", [("fused8", 8), ("fused4", 4), ("fused2", 2)])
+@pytest.mark.parametrize("shape", list(LENGTHS))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fused_chunks_and_threads(small_chunks, layout, bits, shape, threads):
+    lengths = LENGTHS[shape]
+    table = fused_table(70, 9, bits)
+    indices = RNG.integers(0, 70, int(lengths.sum())).astype(np.int64)
+    weights = RNG.uniform(-1, 1, indices.size).astype(np.float32)
+    got = K.segment_reduce(table, indices, lengths, weights=weights, layout=layout, threads=threads)
+    rows = dequant8(table) if bits == 8 else dequant_nbit(table, bits)
+    assert_close(got, reference(rows, indices, lengths, weights))
+
+
+# ----------------------------------------------------------------- float32, lengths shapes
+
+@pytest.mark.parametrize("shape", list(LENGTHS))
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("mode", ["sum", "weighted", "mean", "positional"])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_float_lookups_over_chunks_and_threads(small_chunks, shape, threads, mode, index_dtype):
+    lengths = LENGTHS[shape]
+    table = RNG.standard_normal((80, 6)).astype(np.float32)
+    indices = RNG.integers(0, 80, int(lengths.sum())).astype(index_dtype)
+    kw = {}
+    if mode == "weighted":
+        kw["weights"] = RNG.uniform(-2, 2, indices.size).astype(np.float32)
+    elif mode == "positional":
+        kw.update(weights=RNG.uniform(-2, 2, 70).astype(np.float32), positional=True)
+    elif mode == "mean":
+        kw["mean"] = True
+    got = K.segment_reduce(table, indices, lengths, threads=threads, **kw)
+    assert_close(got, reference(table.astype(np.float64), indices, lengths, **kw))
+
+
+@pytest.mark.parametrize("kind", ["float32", "float16", "fused8", "fused4", "fused2"])
+def test_padding_does_not_pick_up_a_non_finite_row(kind):
+    """Bags of lengths 3 and 2 share a chunk padded to 3; padded slots gather row 0."""
+    lengths = np.array([3, 2, 3, 2], np.int32)
+    indices = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 0], np.int64)   # only the last bag uses row 0
+    if kind in ("float32", "float16"):
+        table = RNG.standard_normal((10, 4)).astype(kind)
+        table[0, 1] = np.inf
+        rows, layout = table.astype(np.float64), "float"
+    else:
+        bits = int(kind[-1])
+        table = fused_table(10, 4, bits)
+        sb_at = table.shape[1] - (8 if bits == 8 else 4)
+        table[0, sb_at:sb_at + (4 if bits == 8 else 2)] = np.array(
+            [np.inf], "<f4" if bits == 8 else "<f2").view(np.uint8)     # scale of row 0
+        table[0, :sb_at] = 0x11
+        rows = dequant8(table) if bits == 8 else dequant_nbit(table, bits)
+        layout = kind
+    got = K.segment_reduce(table, indices, lengths, layout=layout)
+    want = reference(rows, indices, lengths)
+    assert np.isfinite(got[:3]).all()
+    assert_close(got, want)
