@@ -151,7 +151,11 @@ def test_skewed_lengths_and_long_bags():
                                rtol=1e-5, atol=1e-5)
 
 
-def test_large_lookup_uses_threads_and_matches():
+def test_large_lookup_uses_threads_and_matches(monkeypatch):
+    from caffe2py.kernels.cpu import sparse_lengths as K
+    monkeypatch.setattr(K, "_PARALLEL_MIN_VALUES", 1 << 16)   # this size is below the default
+    monkeypatch.setattr(K, "_CHUNK_BYTES", 1 << 16)           # several chunks per thread
+    monkeypatch.setenv("CAFFE2PY_NUM_THREADS", "2")
     rng = np.random.default_rng(3)
     data = rng.standard_normal((5000, 32)).astype(np.float32)
     lengths = rng.integers(0, 60, 300).astype(np.int32)

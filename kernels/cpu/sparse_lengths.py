@@ -83,8 +83,10 @@ LAYOUTS = {"float": FLOAT, "fused8": Fused8Bit(), "fused4": FUSED4, "fused2": FU
 # --------------------------------------------------------------------------- threads
 
 _scratch = threading.local()
-# Below this many gathered values a single thread wins (thread hand-off costs ~20 us).
-_PARALLEL_MIN_VALUES = 1 << 16
+# Below this many gathered values one thread wins: waking a pool thread plus the GIL
+# hand-offs cost ~0.1 ms on the 2-vCPU dev VM (tables 1M x 64, f32/fp16/8-bit/4-bit:
+# one thread was faster at 655K values, two threads at 1.3M).
+_PARALLEL_MIN_VALUES = 1 << 20
 # Bytes of gathered float32 values per chunk. Each chunk costs ~5-15 NumPy calls and
 # each call releases and re-takes the GIL (several microseconds when two threads
 # contend), so chunks are large; 4 MB (and its raw bytes) still stays in L3. Measured on
@@ -266,7 +268,7 @@ def _split(n, per, threads):
     """Boundaries of about n/per equal parts (a multiple of `threads` of them, so that
     every thread gets the same work)."""
     parts = max(1, -(-n // per))
-    if threads > 1 and parts > 1:
+    if threads > 1:
         parts = min(n, -(-parts // threads) * threads)
     return (np.arange(parts + 1, dtype=np.int64) * n) // parts
 
