@@ -30,15 +30,16 @@ def _with_absent_inputs(factory):
     return build
 
 
-def onnx_op(op_type, *ranges, domain=DOMAIN, doc=""):
-    """Register factory for op_type over the given (since, until) opset ranges."""
+def onnx_op(op_type, *ranges, domain=DOMAIN, doc="", cost=None):
+    """Register factory for op_type over the given (since, until) opset ranges;
+    cost(ctx, input types) -> registry.Cost feeds the benchmark's flop tables."""
     ranges = ranges or ((1, None),)
 
     def wrap(factory):
         since = min(lo for lo, _ in ranges)
         known = schema_for(op_type, domain)
         if known is None or known.since_version > since:
-            register_schema(OpSchema(op_type, domain=domain, since_version=since,
+            register_schema(OpSchema(op_type, domain=domain, since_version=since, cost=cost,
                                      doc=doc or (factory.__doc__ or "").strip()))
         build = _with_absent_inputs(factory)
         for since, until in ranges:

@@ -8,6 +8,8 @@ from caffe2py.kernels.cpu import gemm as gemm_k
 from caffe2py.kernels.cpu import norm as norm_k
 from caffe2py.kernels.cpu import onnx_nn as nn_k
 from caffe2py.kernels.cpu import pool as pool_k
+from caffe2py.registry import Cost
+from caffe2py.tensors import numpy_dtype
 
 from .onnx_base import axis_of, onnx_op
 
@@ -31,9 +33,63 @@ def _check_rank(ctx, x, k, what="input"):
                               % (what, list(x.shape), k + 2, k))
 
 
+# ----------------------------------------------------------------- costs
+# For `caffe2py bench` / BenchmarkNet's flop tables; inputs are known only by dims.
+
+class _Dims:
+    """The `.shape` the geometry helpers read, from a TensorType's dims."""
+    def __init__(self, dims):
+        self.shape = tuple(dims)
+
+
+def _itemsize(t):
+    return numpy_dtype(t.dtype).itemsize if t.dtype is not None else 4
+
+
+def _conv_cost(ctx, ins):
+    x, w = ins[0].dims, ins[1].dims
+    kernel = list(w[2:])
+    k = len(kernel)
+    strides, pads, dilations = _geometry(ctx, _Dims(x), kernel)
+    out = [conv_k.conv_output_size(x[2 + i], kernel[i], strides[i], pads[i], pads[k + i], dilations[i])
+           for i in range(k)]
+    out_elems = float(x[0]) * w[0] * float(np.prod(out))
+    size = _itemsize(ins[0])
+    w_elems = float(np.prod(w))
+    return Cost(flops=2.0 * out_elems * float(np.prod(w[1:])), bytes_read=size * (float(np.prod(x)) + w_elems),
+                bytes_written=size * out_elems, params_bytes=size * w_elems)
+
+
+def _matmul_flops(a, b):
+    """2 * batch * M * K * N under NumPy matmul rules (1-D operands promoted)."""
+    a = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    b = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    batch = np.broadcast_shapes(a[:-2], b[:-2])
+    return 2.0 * float(np.prod(batch)) * a[-2] * a[-1] * b[-1], float(np.prod(batch)) * a[-2] * b[-1]
+
+
+def _gemm_cost(ctx, ins):
+    a, b = ins[0].dims, ins[1].dims
+    if ctx.int("transA", 0):
+        a = a[::-1]
+    if ctx.int("transB", 0):
+        b = b[::-1]
+    flops, out = _matmul_flops(a, b)
+    size = _itemsize(ins[0])
+    return Cost(flops=flops, bytes_read=size * (float(np.prod(ins[0].dims)) + float(np.prod(ins[1].dims))),
+                bytes_written=size * out, params_bytes=size * float(np.prod(ins[1].dims)))
+
+
+def _matmul_cost(ctx, ins):
+    flops, out = _matmul_flops(ins[0].dims, ins[1].dims)
+    size = _itemsize(ins[0])
+    return Cost(flops=flops, bytes_read=size * (float(np.prod(ins[0].dims)) + float(np.prod(ins[1].dims))),
+                bytes_written=size * out)
+
+
 # ----------------------------------------------------------------- convolution
 
-@onnx_op("Conv", (1, None))
+@onnx_op("Conv", (1, None), cost=_conv_cost)
 def conv(ctx):
     group = ctx.int("group", 1)
     kernel_attr = ctx.ints("kernel_shape", None)
@@ -155,7 +211,7 @@ onnx_op("GlobalLpPool", (1, None))(_global_factory("lp"))
 
 # ----------------------------------------------------------------- Gemm / MatMul
 
-@onnx_op("Gemm", (1, None))
+@onnx_op("Gemm", (1, None), cost=_gemm_cost)
 def gemm(ctx):
     alpha, beta = ctx.float("alpha", 1.0), ctx.float("beta", 1.0)
     trans_a, trans_b = bool(ctx.int("transA", 0)), bool(ctx.int("transB", 0))
@@ -169,7 +225,7 @@ def gemm(ctx):
     return run
 
 
-@onnx_op("MatMul", (1, None))
+@onnx_op("MatMul", (1, None), cost=_matmul_cost)
 def matmul(ctx):
     def run(a, b):
         try:

@@ -38,3 +38,44 @@ def test_benchmark_without_individual_returns_one_number(capsys):
     workspace.CreateNet(net)
     assert len(workspace.BenchmarkNet("bench2", 0, 3, False)) == 1
     assert "Operator #" not in capsys.readouterr().out
+
+
+def _onnx_flops(capsys, node, feeds):
+    """GFLOP printed for a one-node ONNX model converted to a Caffe2 net."""
+    from onnx import TensorProto, helper
+
+    from caffe2py.onnx import convert
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in feeds.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    _, predict_net = convert(model)
+    workspace.ResetWorkspace()
+    for k, v in feeds.items():
+        workspace.FeedBlob(k, v)
+    predict_net.name = "onnx_cost"
+    workspace.CreateNet(predict_net)
+    workspace.BenchmarkNet("onnx_cost", 0, 1, True)
+    out = capsys.readouterr().out
+    return float(re.search(r"Operator #0 \(\S*, %s\) [\d.e-]+ ms/iter \(([\d.e+-]+) GFLOP" % node.op_type, out)[1])
+
+
+def test_onnx_ops_report_flops(capsys):
+    """ONNX Conv (auto_pad, stride, groups), Gemm (transB) and batched MatMul have
+    cost functions: flops = 2 * multiply-adds, counted here by hand."""
+    from onnx import helper
+    rng = np.random.default_rng(0)
+    x = rng.random((2, 4, 9, 11), dtype=np.float32)
+    w = rng.random((6, 2, 3, 3), dtype=np.float32)
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], group=2, strides=[2, 2], auto_pad="SAME_UPPER")
+    out_h, out_w = -(-9 // 2), -(-11 // 2)              # SAME: ceil(in / stride)
+    expected = 2.0 * (2 * 6 * out_h * out_w) * (2 * 3 * 3)
+    assert np.isclose(_onnx_flops(capsys, conv, {"x": x, "w": w}), expected / 1e9, rtol=1e-3)
+
+    a, b = rng.random((5, 7), dtype=np.float32), rng.random((3, 7), dtype=np.float32)
+    gemm = helper.make_node("Gemm", ["a", "b"], ["y"], transB=1)
+    assert np.isclose(_onnx_flops(capsys, gemm, {"a": a, "b": b}), 2.0 * 5 * 7 * 3 / 1e9, rtol=1e-3)
+
+    a, b = rng.random((4, 1, 5, 6), dtype=np.float32), rng.random((3, 6, 2), dtype=np.float32)
+    mm = helper.make_node("MatMul", ["a", "b"], ["y"])
+    assert np.isclose(_onnx_flops(capsys, mm, {"a": a, "b": b}), 2.0 * 12 * 5 * 6 * 2 / 1e9, rtol=1e-3)

@@ -226,3 +226,30 @@ def test_shapes_and_bench_take_onnx_models(tmp_path, capsys):
     assert dims == {"x": [8, 6], "W": [6, 4], "h": [8, 4], "y": [8, 4]}   # x @ W: [8, 6] x [6, 4]
     assert main(["bench", "--predict-net", str(path), "--max-batch-size", "8", "--iters", "2"]) == 0
     assert "P50 Latency" in capsys.readouterr().out
+
+
+def test_bench_optimize_applies_the_prepare_time_rewrites(tmp_path, capsys):
+    """--optimize benchmarks the net caffe2py.onnx.backend.prepare would run: Conv +
+    BatchNormalization + Relu become one ConvRelu; the input is not taken for a constant."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.random(shape, dtype=np.float32), name)
+             for name, shape in (("W", (4, 3, 3, 3)), ("scale", (4,)), ("bias", (4,)), ("mean", (4,)))]
+    inits.append(numpy_helper.from_array(rng.random(4, dtype=np.float32) + 0.5, "var"))
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["n"]),
+         helper.make_node("Relu", ["n"], ["y"])], "cbr",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])], inits)
+    path = tmp_path / "cbr.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    argv = ["bench", "--predict-net", str(path), "--max-batch-size", "2", "--iters", "2", "--run-individual"]
+    assert main(argv) == 0
+    plain = capsys.readouterr().out
+    assert "ConvRelu" not in plain and "optimized:" not in plain
+    assert main(argv + ["--optimize"]) == 0
+    out = capsys.readouterr().out
+    assert "optimized: 3 ops -> 1" in out
+    assert re.search(r"Operator #0 \(\S+, ConvRelu\)", out)

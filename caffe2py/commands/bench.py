@@ -29,6 +29,9 @@ def add_arguments(parser):
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
     parser.add_argument("--run-individual", action="store_true", help="also time each op (Caffe2's per-op tables)")
     parser.add_argument("--profile", metavar="OUT.json", help="write a Chrome-trace JSON: one event per op per run")
+    parser.add_argument("--optimize", action="store_true",
+                        help="first apply caffe2py.optimize's prepare-time rewrites (Conv+BN folding, ConvRelu, "
+                             "SpatialBNRelu), as caffe2py.onnx.backend.prepare does")
 
 
 class Progress:
@@ -69,6 +72,19 @@ def synthesize_inputs(predict_net, ws, args, given):
     return made
 
 
+def optimized(predict_net, ws, parameters):
+    """The net after caffe2py.optimize, with the init net's blobs (`parameters`) as its
+    constants; the folded constants it makes are fed into the workspace."""
+    from caffe2py.optimize import optimize
+    constants = {name: ws.blobs[name] for name in parameters if isinstance(ws.blobs[name], np.ndarray)}
+    net = optimize(predict_net, constants)
+    for name, value in constants.items():
+        if name not in parameters:
+            ws.feed_blob(name, value)
+    print("optimized: %d ops -> %d" % (len(predict_net.op), len(net.op)))
+    return net
+
+
 def timed_runs(net, iters, progress_label):
     latencies = []
     bar = Progress(iters, progress_label)
@@ -92,12 +108,15 @@ def run(args):
     ws = Workspace("bench")
     if init_net is not None:
         ws.run_net_once(init_net)
+    parameters = set(ws.blobs)           # what the init net made: the only constants
     for name, value in inputs.items():
         ws.feed_blob(name, value)
     if args.max_batch_size is None and inputs:
         args.max_batch_size = int(np.shape(next(iter(inputs.values())))[0] or 1)
     for name, value in synthesize_inputs(predict_net, ws, args, inputs).items():
         ws.feed_blob(name, value)
+    if args.optimize:
+        predict_net = optimized(predict_net, ws, parameters)
     ws.create_net(predict_net, overwrite=True)
     net = ws.get_net(predict_net.name)
     print("benchmarking net '%s' (%d ops): %d warmup, %d main runs" % (net.name, len(predict_net.op),
