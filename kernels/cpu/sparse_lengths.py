@@ -273,6 +273,25 @@ def _split(n, per, threads):
     return (np.arange(parts + 1, dtype=np.int64) * n) // parts
 
 
+def _row_is_finite(layout, data, block):
+    """Whether row 0 (the padding row) dequantises to finite values only."""
+    if layout is FLOAT:
+        return bool(np.isfinite(data.reshape(data.shape[0], block)[0]).all())
+    row = np.array(data[0])          # values are small integers: scale and bias decide
+    if layout.name == "fused8":
+        return bool(np.isfinite(row[block:block + 8].view(np.float32)).all())
+    return bool(np.isfinite(row[-4:].view(np.float16)).all())
+
+
+def _windows(a, width):
+    """Read-only view v of shape (a.size + 1, width) with v[s] = a[s:s + width], over a
+    copy of `a` padded with `width` zeros (rows near the end run into the padding)."""
+    ext = np.zeros(a.size + width, dtype=a.dtype)
+    ext[:a.size] = a
+    step = ext.strides[0]
+    return np.lib.stride_tricks.as_strided(ext, (a.size + 1, width), (step, step), writeable=False)
+
+
 def _plan_chunks(lengths, block, threads):
     """Sort the non-empty bags by length (longest first, stable) and cut the order into
     chunks [(start, stop, padded length, full)] of about equal padded size (a multiple
@@ -349,48 +368,59 @@ def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=
         _reduce_uniform(layout, data, block, idx, weights, positional, mean, w_factor, threads, out)
         return out
     out = np.zeros((m, block), dtype=np.float32)
+    order, groups = _plan_chunks(lengths, block, threads)
     starts = np.zeros(m, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
-    order, groups = _plan_chunks(lengths, block, threads)
+    sorted_starts, sorted_lens = starts[order], lengths[order]
+    # windows[s] = the lmax entries from position s on (a strided view, tails padded):
+    # windows[:, :L][starts of a chunk's bags] is its (c, L) matrix in one fancy index
+    win_idx = _windows(idx, lmax)
+    win_w = _windows(weights, lmax) if weights is not None and not positional else None
     ones = np.full((1, lmax), scale, dtype=np.float32)
     steps = np.arange(lmax, dtype=np.int64)
+    row0_finite = _row_is_finite(layout, data, block)
 
     def run_chunk(chunk):
         a, b, L, full = chunk
         bags = order[a:b]
         c = b - a
-        if full:      # every bag of the chunk has length L: no padding
-            if bags[-1] - bags[0] == c - 1:   # ascending (stable sort), so consecutive bags
-                pos = slice(starts[bags[0]], starts[bags[0]] + c * L)
-            else:
-                pos = (starts[bags][:, None] + steps[:L]).reshape(-1)
+        consecutive = full and bags[-1] - bags[0] == c - 1   # full chunks are ascending (stable sort)
+        if consecutive:
+            pos = slice(starts[bags[0]], starts[bags[0]] + c * L)
             idx_c = idx[pos]
+        else:
+            st = sorted_starts[a:b]
+            idx_c = win_idx[:, :L][st]
+        if full:      # every bag of the chunk has length L: no padding
+            padding = None
             if weights is None:
                 w = ones[:, :L]
             elif positional:
                 w = weights[None, :L]
             else:
-                w = weights[pos].reshape(c, L)
+                w = weights[pos].reshape(c, L) if consecutive else win_w[:, :L][st]
             if mean:
                 w = w * (np.float32(1) / np.float32(L))
         else:
-            lens = lengths[bags]
+            lens = sorted_lens[a:b]
             valid = steps[:L] < lens[:, None]
-            pos = np.where(valid, starts[bags, None] + steps[:L], 0)
-            idx_c = np.where(valid, idx[pos], 0).reshape(-1)
+            padding = ~valid
+            idx_c[padding] = 0          # padded slots gather row 0 (a cache hit), weight 0
+            if row0_finite:
+                padding = None          # 0 * finite = 0: nothing to clean up
             if weights is None:
                 w = np.where(valid, scale, np.float32(0))
             elif positional:
                 w = np.where(valid, weights[:L], np.float32(0))
             else:
-                w = np.where(valid, weights[pos], np.float32(0))
+                w = np.where(valid, win_w[:, :L][st], np.float32(0))
             if mean:
                 w *= (np.float32(1) / lens.astype(np.float32))[:, None]
-        if isinstance(pos, slice):
+        if consecutive:
             _reduce_chunk(layout, data, block, idx_c, w, w_factor, out[bags[0]:bags[-1] + 1])
         else:
             rows = _buffer("rows", c * block, np.float32).reshape(c, block)
-            _reduce_chunk(layout, data, block, idx_c, w, w_factor, rows, None if full else ~valid)
+            _reduce_chunk(layout, data, block, idx_c.reshape(-1), w, w_factor, rows, padding)
             out[bags] = rows
 
     run_split(lambda group: [run_chunk(chunk) for chunk in group], groups, threads)
