@@ -66,10 +66,6 @@ class FusedNBit(Layout):
         self.bit_rate = bit_rate
         self.values_per_byte = 8 // bit_rate
         self.name = "fused%d" % bit_rate
-        k, mask = self.values_per_byte, (1 << bit_rate) - 1
-        codes = np.arange(256, dtype=np.uint16)
-        # lut[byte] = the k values packed in that byte, as float32
-        self.lut = np.stack([((codes >> (bit_rate * j)) & mask) for j in range(k)], axis=1).astype(np.float32)
 
     def block_size(self, data):
         return (data.shape[1] - 4) * self.values_per_byte
