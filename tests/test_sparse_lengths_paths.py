@@ -250,3 +250,21 @@ def test_padding_does_not_pick_up_a_non_finite_row(kind):
     want = reference(rows, indices, lengths)
     assert np.isfinite(got[:3]).all()
     assert_close(got, want)
+
+
+@pytest.mark.parametrize("positional", [False, True])
+@pytest.mark.parametrize("table_dtype", [np.float32, np.float16])
+def test_padding_ignores_weights_outside_the_bag(positional, table_dtype):
+    """Padded slots must not pick up a nan weight of the next bag (per-index weights
+    are windows into WEIGHTS) or of a later position (positional weights)."""
+    table = RNG.standard_normal((10, 3)).astype(table_dtype)
+    lengths = np.array([3, 2, 2], np.int32)            # one chunk, padded to 3
+    indices = np.array([1, 2, 3, 4, 5, 6, 7], np.int64)
+    if positional:
+        weights = np.array([0.5, -1.0, np.nan], np.float32)   # bag 0 (length 3) uses the nan
+    else:
+        weights = np.array([1, 2, 3, 4, 5, np.nan, 7], np.float32)   # bag 2 uses the nan
+    got = K.segment_reduce(table, indices, lengths, weights=weights, positional=positional)
+    want = reference(table.astype(np.float64), indices, lengths, weights, positional=positional)
+    assert np.isfinite(got[1]).all()
+    assert_close(got, want)

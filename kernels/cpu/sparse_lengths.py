@@ -400,16 +400,16 @@ def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=
         else:
             lens = sorted_lens[a:b]
             valid = steps[:L] < lens[:, None]
-            padding = ~valid
-            idx_c[padding] = 0          # padded slots gather row 0 (a cache hit), weight 0
-            if row0_finite:
-                padding = None          # 0 * finite = 0: nothing to clean up
+            pad = ~valid
+            idx_c[pad] = 0              # padded slots gather row 0 (a cache hit), weight 0
+            padding = None if row0_finite else pad   # 0 * finite = 0: nothing to clean up
             if weights is None:
-                w = np.where(valid, scale, np.float32(0))
+                w = np.multiply(valid, scale, dtype=np.float32)
             elif positional:
-                w = np.where(valid, weights[:L], np.float32(0))
+                w = np.where(valid, weights[:L], np.float32(0))    # weights past a bag may be nan
             else:
-                w = np.where(valid, win_w[:, :L][st], np.float32(0))
+                w = win_w[:, :L][st]
+                w[pad] = 0
             if mean:
                 w *= (np.float32(1) / lens.astype(np.float32))[:, None]
         if consecutive:
