@@ -6,9 +6,10 @@ max abs diff; --append adds the table to benchmarks/RESULTS.md.
 
 --layers times every Conv / pool / Gemm / LRN of each model as a single-node
 ONNX model against our kernels directly (per-layer sums), which needs no ONNX
-importer and shows where the time goes.
+importer and shows where the time goes. --gemm-floor times only the GEMMs the
+models' convolutions need (im2col shapes, bare np.matmul): a floor on this BLAS.
 
-    python benchmarks/light_models.py [--models resnet50,vgg19] [--layers] [--append]
+    python benchmarks/light_models.py [--models resnet50,vgg19] [--layers] [--gemm-floor] [--append]
 """
 import argparse
 import os
@@ -174,6 +175,33 @@ def bench_layers(name, runs, rng, verbose):
     return total_ours, total_ort, worst
 
 
+def gemm_floor(name, runs):
+    """(ms, GFLOP) of just the GEMMs of the model's convolutions (im2col shapes,
+    batched over groups), timed bare: a floor for any im2col/GEMM convolution on
+    this BLAS, with no copies, no other op and no Python in between."""
+    import onnx
+    from onnx import shape_inference
+    model = onnx.load(os.path.join(light_dir(), "light_%s.onnx" % name))
+    total_ms = flops = 0.0
+    shapes = layer_shapes(model)
+    inferred = shape_inference.infer_shapes(model, data_prop=True)
+    out_dims = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+                for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    for node, in_shapes in shapes:
+        if node.op_type != "Conv":
+            continue
+        w = in_shapes[1]
+        group = next((a.i for a in node.attribute if a.name == "group"), 1)
+        m, k = w[0] // group, int(np.prod(w[1:]))
+        p = int(np.prod(out_dims[node.output[0]][2:]))
+        a = np.ones((group, m, k), np.float32)
+        b = np.ones((group, k, p), np.float32)
+        c = np.empty((group, m, p), np.float32)
+        total_ms += median_ms(lambda: np.matmul(a, b, out=c), runs, warmup=2)
+        flops += 2.0 * group * m * k * p
+    return total_ms, flops / 1e9
+
+
 def table(rows, header):
     lines = ["| model | %s | ORT ms | ratio | max abs diff |" % header, "|---|---|---|---|---|"]
     for name, ours, ort, diff in rows:
@@ -187,6 +215,8 @@ def main(argv=None):
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--layers", action="store_true", help="per-layer single-node comparison")
+    parser.add_argument("--gemm-floor", action="store_true",
+                        help="time only the convolutions' GEMMs (a floor for im2col/GEMM convolution on this BLAS)")
     parser.add_argument("--verbose", type=int, default=0, help="show the N slowest layers (vs ORT)")
     parser.add_argument("--threads", type=int, default=THREADS, help="BLAS and ORT intra-op threads")
     parser.add_argument("--append", action="store_true", help="append the table to benchmarks/RESULTS.md")
@@ -198,6 +228,11 @@ def main(argv=None):
         os.execv(sys.executable, [sys.executable] + sys.argv)
     rng = np.random.default_rng(0)
     rows = []
+    if args.gemm_floor:
+        for name in args.models.split(","):
+            ms, gflop = gemm_floor(name, args.runs)
+            print("%-14s conv GEMMs alone %8.2f ms  %6.2f GFLOP  %5.0f GFLOP/s" % (name, ms, gflop, gflop / ms * 1e3))
+        return 0
     for name in args.models.split(","):
         if args.layers:
             ours, ort, diff = bench_layers(name, args.runs, rng, args.verbose)
