@@ -155,13 +155,17 @@ def test_conv_reused_buffers_and_row_tiles(monkeypatch):
         conv_k._plan.cache_clear()
 
 
-@pytest.mark.parametrize("xs,ws,pads", [((1, 96, 14, 15), (96, 96, 3, 3), (1, 1, 1, 1)),
-                                         ((2, 64, 16, 14), (192, 64, 3, 3), (0, 2, 1, 0))])
-def test_winograd_path_matches_loop_reference(xs, ws, pads):
-    """3x3 stride-1 convs with many channels take the Winograd F(2x2,3x3) path."""
+@pytest.mark.parametrize("xs,ws,pads,tile", [((1, 96, 14, 15), (96, 96, 3, 3), (1, 1, 1, 1), 2),
+                                              ((2, 64, 16, 14), (192, 64, 3, 3), (0, 2, 1, 0), 2),
+                                              ((1, 48, 30, 29), (64, 48, 3, 3), (1, 0, 2, 1), 4),   # odd sizes
+                                              ((1, 48, 28, 28), (48, 48, 3, 3), (1, 1, 1, 1), 4)])
+def test_winograd_path_matches_loop_reference(xs, ws, pads, tile):
+    """3x3 stride-1 convs with many channels take a Winograd path: F(4x4,3x3) from
+    28x28 outputs, F(2x2,3x3) below."""
     x, w, b = rand(*xs), rand(*ws), rand(ws[0])
     plan = conv_k._plan(x.shape, w.shape, (1, 1), tuple(pads), (1, 1), 1, np.dtype(np.float32).str)
     assert plan.compute.__qualname__.startswith("_winograd_plan")
+    assert conv_k._winograd_tile((3, 3), (1, 1), (1, 1), pads, 1, xs[1], ws[0], plan.out_shape[2:]) == tile
     scratch = conv_k.Scratch()
     ref = ref_conv(x, w[:3], b[:3], (1, 1), pads, (1, 1), 1)     # loops are slow: 3 output channels
     for _ in range(2):   # second run: transformed filters and buffers come from the caches
@@ -174,6 +178,28 @@ def test_winograd_path_matches_loop_reference(xs, ws, pads):
     w2[:3] *= -1      # another weight array: the filter cache must not return stale transforms
     y = conv_k.conv_nchw(x, w2, b, (1, 1), pads, (1, 1), 1, scratch=scratch)
     np.testing.assert_allclose(y[:, :3], ref_conv(x, w2[:3], b[:3], (1, 1), pads, (1, 1), 1), rtol=1e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+def test_winograd_row_chunks_match_onnxruntime(monkeypatch, tile):
+    """Tiny chunks: many tile-row chunks per image, the last one sticking out."""
+    monkeypatch.setattr(conv_k, "_WINOGRAD_CHUNK_BYTES", 1)
+    x, w, b = rand(2, 8, 13, 11), rand(6, 8, 3, 3), rand(6)
+    compute = conv_k._winograd_plan(x.shape, w.shape, (1, 2, 1, 0), (13, 11), tile, np.float32)
+    out = np.full((2, 6, 13, 11), np.nan, np.float32)
+    compute(x, w, out, conv_k.Scratch(), b.reshape(-1, 1), True)
+    ref = _ort_single("Conv", [x, w, b], dict(pads=[1, 2, 1, 0]))
+    np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_filter_transform_matches_definition():
+    """G g G^T per filter, written out with G of F(2x2, 3x3)."""
+    g = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
+    w = rand(3, 2, 3, 3, dtype=np.float64)
+    u = conv_k.winograd_filter(w, 2)
+    for mi in range(3):
+        for ci in range(2):
+            np.testing.assert_allclose(u[:, mi, ci].reshape(4, 4), g @ w[mi, ci] @ g.T, rtol=1e-12)
 
 
 def test_shared_buffers_keep_each_padding_layout():

@@ -12,9 +12,11 @@ Public:
 Strategy, chosen once per geometry (a cached plan holds every slice it copies):
   * 1x1, no padding: a plain matmul W (M, C) @ X (C, H*W) per image and group
     (strided 1x1 subsamples first);
-  * 3x3 stride-1, many channels: Winograd F(2x2, 3x3), 16 batched GEMMs on
-    transformed 4x4 tiles (2.25x fewer multiplies; transformed filters are cached
-    per weight array, re-made when sampled values changed);
+  * 3x3 stride-1, many channels: Winograd F(4x4, 3x3) from 28x28 outputs, else
+    F(2x2, 3x3): 36 or 16 GEMMs on transformed 6x6 / 4x4 tiles (4x / 2.25x fewer
+    multiplies), the tile transforms themselves GEMMs with Kronecker matrices;
+    transformed filters are cached per weight array, re-made when sampled values
+    changed;
   * 2-D depthwise: stride phases with flattened rows, taps stacked and reduced by
     one batched matmul; N-d depthwise: a multiply-add per kernel offset;
   * otherwise im2col into a reused buffer, in row tiles small enough to stay in
@@ -231,9 +233,11 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     plan.gemm_flops = 2.0 * (m // group) * (c // group) * p        # of one GEMM call (pointwise)
     if all(kk == 1 for kk in kernel) and not any(pads):
         plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial)
-    elif _winograd_suits(kernel, strides, dilations, pads, group, c, m, out_spatial):
-        plan.compute = _winograd_plan(x_shape, w_shape, pads, out_spatial, dtype)
-        plan.gemm_flops = 2.0 * m * c * (-(-out_spatial[0] // 2)) * (-(-out_spatial[1] // 2))
+    elif k == 2 and _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial):
+        tile = _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial)
+        plan.compute = _winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype)
+        plan.gemm_flops = 2.0 * m * c * (-(-out_spatial[0] // tile)) * (-(-out_spatial[1] // tile))
+        plan.fuses_output = True
     elif k == 2:
         plan.compute, plan.gemm_flops = _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group,
                                                      out_spatial, dtype)
@@ -443,49 +447,71 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
     return compute, 2.0 * m * cg * taps * oh * wq / 8
 
 
-# ----------------------------------------------------------------- Winograd F(2x2, 3x3)
-# A 3x3 stride-1 convolution computed on 4x4 input tiles that each give 2x2 outputs:
-# 16 GEMMs of (M, C) @ (C, tiles) replace one of (M, 9C) @ (9C, 4 tiles), 2.25x fewer
-# multiplies, for the price of elementwise input/output transforms (memory speed).
-# The transforms are the standard F(2,3) matrices B^T, G and A^T (Lavin & Gray, 2015).
+# ----------------------------------------------------------------- Winograd F(m x m, 3x3)
+# A 3x3 stride-1 convolution computed on (m+2)x(m+2) input tiles that each give mxm
+# outputs: a^2 = (m+2)^2 GEMMs of (M, C) @ (C, tiles) replace one of (M, 9C) @ (9C, m^2
+# tiles), 2.25x (m=2) or 4x (m=4) fewer multiplies. The tile transforms B^T d B and
+# A^T Y A are linear maps, so each is one more GEMM with a Kronecker-product matrix
+# (a^2 x a^2 in, m^2 x a^2 out) on all tiles at once, after one strided copy gathers
+# the tiles: few NumPy calls, all heavy work in BLAS. Matrices: Lavin & Gray, 2015.
 
-# Transforms cost ~ (C + M) per tile, the saved multiplies ~ C * M: below these sizes the
-# transforms cost more than they save (measured on light_* model layers).
-WINOGRAD_MIN_CHANNELS = 48        # minimum C * M / (C + M)
-WINOGRAD_MIN_OUTPUT = 14
-
-
-def _winograd_suits(kernel, strides, dilations, pads, group, c, m, out_spatial):
-    return (tuple(kernel) == (3, 3) and tuple(strides) == (1, 1) and tuple(dilations) == (1, 1)
-            and group == 1 and min(pads) >= 0 and c * m >= WINOGRAD_MIN_CHANNELS * (c + m)
-            and min(out_spatial) >= WINOGRAD_MIN_OUTPUT)
-
-
-def winograd_filter(w):
-    """G g G^T for every (M, C) 3x3 filter -> (16, M, C), float64 arithmetic."""
-    g = w.astype(np.float64)
-    g_rows = [g[:, :, 0], (g[:, :, 0] + g[:, :, 1] + g[:, :, 2]) / 2, (g[:, :, 0] - g[:, :, 1] + g[:, :, 2]) / 2,
-              g[:, :, 2]]                                   # G applied along kernel rows: 4 x (M, C, 3)
-    out = np.empty((4, 4) + w.shape[:2], dtype=w.dtype)
-    for a, r in enumerate(g_rows):
-        out[a, 0] = r[:, :, 0]
-        out[a, 1] = (r[:, :, 0] + r[:, :, 1] + r[:, :, 2]) / 2
-        out[a, 2] = (r[:, :, 0] - r[:, :, 1] + r[:, :, 2]) / 2
-        out[a, 3] = r[:, :, 2]
-    return out.reshape((16,) + w.shape[:2])
+_WINOGRAD = {
+    2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
+        np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]], np.float64),
+        np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)),
+    4: (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                  [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
+        np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                  [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64),
+        np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], np.float64)),
+}
+# Which tile, from per-layer timings of the light_* models' 3x3 layers (2-CPU Zen 5 VM,
+# 1 and 2 threads): F(4x4) wins from 28x28 outputs with C*M/(C+M) >= 24 (its padding
+# to multiples of 4 and small GEMMs lose below); F(2x2) wins from C*M/(C+M) >= 32 at
+# any output size (512 channels at 7x7: 1.25 vs 1.98 ms); with fewer channels the
+# transforms cost more than the multiplies saved and the flattened-row path is faster.
+WINOGRAD_F4_MIN_OUTPUT = 28
+WINOGRAD_F4_MIN_CHANNELS = 24      # minimum C * M / (C + M)
+WINOGRAD_F2_MIN_CHANNELS = 32
+# Tiles gathered per chunk are kept around this size so the transform GEMMs stay in cache.
+_WINOGRAD_CHUNK_BYTES = 2 << 20
 
 
-def _winograd_plan(x_shape, w_shape, pads, out_spatial, dtype):
-    n, c = x_shape[:2]
+def _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial):
+    """The output tile size m of the Winograd variant to use (2 or 4), or 0 for none."""
+    if not (tuple(kernel) == (3, 3) and tuple(strides) == (1, 1) and tuple(dilations) == (1, 1)
+            and group == 1 and min(pads) >= 0):
+        return 0
+    mix = c * m / float(c + m)
+    if min(out_spatial) >= WINOGRAD_F4_MIN_OUTPUT and mix >= WINOGRAD_F4_MIN_CHANNELS:
+        return 4
+    return 2 if mix >= WINOGRAD_F2_MIN_CHANNELS else 0
+
+
+def winograd_filter(w, tile=2):
+    """G g G^T for every (M, C) 3x3 filter, as (a^2, M, C) in w's dtype (float64 math)."""
+    _, g, _ = _WINOGRAD[tile]
+    a = g.shape[0]
+    m, c = w.shape[:2]
+    u = np.kron(g, g) @ w.reshape(m * c, 9).T.astype(np.float64)
+    return u.reshape(a * a, m, c).astype(w.dtype)
+
+
+def _winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
+    n, c, h, w_in = x_shape
     m = w_shape[0]
     oh, ow = out_spatial
-    th, tw = -(-oh // 2), -(-ow // 2)
-    hp, wp = 2 * th + 2, 2 * tw + 2                      # padded extent the tiles read
-    buf_shape = (c, max(hp, x_shape[2] + pads[0]), max(wp, x_shape[3] + pads[1]))
-    interior = (slice(None), slice(pads[0], pads[0] + x_shape[2]), slice(pads[1], pads[1] + x_shape[3]))
-    even = oh == 2 * th and ow == 2 * tw
-    filters = {}                                         # id(w) -> (w, transformed) for this plan
-
+    bt, _, at = _WINOGRAD[tile]
+    a = tile + 2
+    th, tw = -(-oh // tile), -(-ow // tile)
+    buf_shape = (c, th * tile + 2, tw * tile + 2)        # zero-bordered padded input
+    interior = (slice(None), slice(pads[0], pads[0] + h), slice(pads[1], pads[1] + w_in))
+    t_in = np.kron(bt, bt).astype(dtype)                 # (a^2, a^2)
+    t_out = np.kron(at, at).astype(dtype)                # (m^2, a^2)
+    item = np.dtype(dtype).itemsize
+    rows_per_chunk = max(1, min(th, _WINOGRAD_CHUNK_BYTES // max(1, a * a * max(c, m) * tw * item)))
+    chunks = [(r, min(th, r + rows_per_chunk)) for r in range(0, th, rows_per_chunk)]
+    filters = {}                                         # id(w) -> (w, sample, transformed)
     step = max(1, (m * c * 9) // 61)
 
     def transformed(w):
@@ -495,61 +521,44 @@ def _winograd_plan(x_shape, w_shape, pads, out_spatial, dtype):
         if hit is None or hit[0] is not w or not np.array_equal(hit[1], sample):
             if len(filters) >= 32:
                 filters.clear()      # many weight arrays share this geometry: start over
-            hit = filters[id(w)] = (w, sample.copy(), winograd_filter(w))
+            hit = filters[id(w)] = (w, sample.copy(), winograd_filter(w, tile))
         return hit[2]
 
-    c_parts = _ranges(c, min(c, _CHUNKS))
-    m_parts = _ranges(m, min(m, _CHUNKS))
-
-    def compute(x, w, out, scratch):
+    def compute(x, w, out, scratch, bias=None, relu=False):
+        """bias: (M, 1) or None; relu: clamp at zero; both applied on the way out."""
         u = transformed(w)
-        rows = temp_buffer("wg_rows", (4, c, th, buf_shape[2]), dtype)
-        v = temp_buffer("wg_v", (4, 4, c, th, tw), dtype)
-        mm = temp_buffer("wg_m", (16, m, th * tw), dtype)
-        s_rows = temp_buffer("wg_s", (2, 4, m, th, tw), dtype)
-        mt = mm.reshape(4, 4, m, th, tw)
-        v16 = v.reshape(16, c, th * tw)
+        bias5 = None if bias is None else bias.reshape(1, 1, m, 1, 1)
         for i in range(n):
-            xp = scratch.zeros(("wg_pad", pads[0], pads[1], x_shape[2:]), buf_shape, dtype)
-            xi = x[i]
-            y = out[i].reshape(m, th, 2, tw, 2) if even else temp_buffer("wg_y", (m, th, 2, tw, 2), dtype)
-
-            def input_part(k, worker):
-                cs = c_parts[k]
-                xp[(cs,) + interior[1:]] = xi[cs]
-                xr = [xp[cs, a:a + 2 * th - 1:2] for a in range(4)]       # (C, th, Wbuf) each
-                r = rows[:, cs]
-                np.subtract(xr[0], xr[2], out=r[0])
-                np.add(xr[1], xr[2], out=r[1])
-                np.subtract(xr[2], xr[1], out=r[2])
-                np.subtract(xr[1], xr[3], out=r[3])
-                for a in range(4):
-                    col = [r[a][:, :, b:b + 2 * tw - 1:2] for b in range(4)]
-                    np.subtract(col[0], col[2], out=v[a, 0, cs])
-                    np.add(col[1], col[2], out=v[a, 1, cs])
-                    np.subtract(col[2], col[1], out=v[a, 2, cs])
-                    np.subtract(col[1], col[3], out=v[a, 3, cs])
-
-            def output_part(k, worker):
-                ms = m_parts[k]
-                sr = s_rows[:, :, ms]
-                for b in range(4):
-                    np.add(mt[0, b, ms], mt[1, b, ms], out=sr[0, b])
-                    sr[0, b] += mt[2, b, ms]
-                    np.subtract(mt[1, b, ms], mt[2, b, ms], out=sr[1, b])
-                    sr[1, b] -= mt[3, b, ms]
-                ym = y[ms]
-                for a in range(2):
-                    np.add(sr[a, 0], sr[a, 1], out=ym[:, :, a, :, 0])
-                    ym[:, :, a, :, 0] += sr[a, 2]
-                    np.subtract(sr[a, 1], sr[a, 2], out=ym[:, :, a, :, 1])
-                    ym[:, :, a, :, 1] -= sr[a, 3]
-                if not even:
-                    out[i, ms] = ym.reshape(-1, 2 * th, 2 * tw)[:, :oh, :ow]
-
-            run_chunks(input_part, len(c_parts))
-            run_chunks(lambda k, worker: np.matmul(u[k], v16[k], out=mm[k]), 16)
-            run_chunks(output_part, len(m_parts))
+            xp = scratch.zeros(("wg_pad", tile, pads[0], pads[1], (h, w_in)), buf_shape, dtype)
+            xp[interior] = x[i]
+            s0, s1, s2 = xp.strides
+            for r0, r1 in chunks:
+                rows = r1 - r0
+                cols = rows * tw
+                # (a, a, C, rows, tw): tile (ti, tj) element (p, q) is xp[:, tile*ti + p, tile*tj + q]
+                tiles = np.lib.stride_tricks.as_strided(
+                    xp[:, r0 * tile:], (a, a, c, rows, tw), (s1, s2, s0, tile * s1, tile * s2), writeable=False)
+                d = temp_buffer("wg_d", (a * a, c * cols), dtype)
+                np.copyto(d.reshape(a, a, c, rows, tw), tiles)
+                v = temp_buffer("wg_v", (a * a, c, cols), dtype)
+                np.matmul(t_in, d, out=v.reshape(a * a, c * cols))
+                prod = temp_buffer("wg_m", (a * a, m, cols), dtype)
+                np.matmul(u, v, out=prod)
+                y = temp_buffer("wg_y", (tile, tile, m, rows, tw), dtype)
+                np.matmul(t_out, prod.reshape(a * a, m * cols), out=y.reshape(tile * tile, m * cols))
+                if bias5 is not None:
+                    y += bias5
+                y0, y1 = r0 * tile, min(oh, r1 * tile)
+                direct = y1 - y0 == rows * tile and ow == tw * tile
+                # else the last tile row or column sticks out: go through a buffer
+                full = out[i, :, y0:y1] if direct else temp_buffer("wg_full", (m, rows * tile, tw * tile), dtype)
+                dst = full.reshape(m, rows, tile, tw, tile).transpose(2, 4, 0, 1, 3)
+                if relu:
+                    np.maximum(y, 0, out=dst)
+                else:
+                    np.copyto(dst, y)
+                if not direct:
+                    out[i, :, y0:y1] = full[:, :y1 - y0, :ow]
     return compute
 
 
