@@ -155,17 +155,19 @@ def test_conv_reused_buffers_and_row_tiles(monkeypatch):
         conv_k._plan.cache_clear()
 
 
-@pytest.mark.parametrize("xs,ws,pads,tile", [((1, 96, 14, 15), (96, 96, 3, 3), (1, 1, 1, 1), 2),
-                                              ((2, 64, 16, 14), (192, 64, 3, 3), (0, 2, 1, 0), 2),
-                                              ((1, 48, 30, 29), (64, 48, 3, 3), (1, 0, 2, 1), 4),   # odd sizes
-                                              ((1, 48, 28, 28), (48, 48, 3, 3), (1, 1, 1, 1), 4)])
-def test_winograd_path_matches_loop_reference(xs, ws, pads, tile):
-    """3x3 stride-1 convs with many channels take a Winograd path: F(4x4,3x3) from
-    28x28 outputs, F(2x2,3x3) below."""
+@pytest.mark.parametrize("xs,ws,pads,threads,tile", [
+    ((1, 96, 14, 15), (96, 96, 3, 3), (1, 1, 1, 1), 2, 2),
+    ((2, 64, 16, 14), (192, 64, 3, 3), (0, 2, 1, 0), 1, 2),
+    ((1, 48, 30, 29), (64, 48, 3, 3), (1, 0, 2, 1), 1, 4),     # odd sizes
+    ((1, 96, 28, 28), (64, 96, 3, 3), (1, 1, 1, 1), 2, 4)])
+def test_winograd_path_matches_loop_reference(monkeypatch, xs, ws, pads, threads, tile):
+    """3x3 stride-1 convs with enough channels take a Winograd path: F(4x4,3x3) from
+    27x27 outputs, F(2x2,3x3) below; more BLAS threads need more channels."""
+    monkeypatch.setattr(conv_k, "blas_threads", lambda: threads)
     x, w, b = rand(*xs), rand(*ws), rand(ws[0])
-    plan = conv_k._plan(x.shape, w.shape, (1, 1), tuple(pads), (1, 1), 1, np.dtype(np.float32).str)
+    plan = conv_k._plan(x.shape, w.shape, (1, 1), tuple(pads), (1, 1), 1, np.dtype(np.float32).str, threads)
     assert plan.compute.__qualname__.startswith("_winograd_plan")
-    assert conv_k._winograd_tile((3, 3), (1, 1), (1, 1), pads, 1, xs[1], ws[0], plan.out_shape[2:]) == tile
+    assert conv_k._winograd_tile((3, 3), (1, 1), (1, 1), pads, 1, xs[1], ws[0], plan.out_shape[2:], threads) == tile
     scratch = conv_k.Scratch()
     ref = ref_conv(x, w[:3], b[:3], (1, 1), pads, (1, 1), 1)     # loops are slow: 3 output channels
     for _ in range(2):   # second run: transformed filters and buffers come from the caches
@@ -190,6 +192,18 @@ def test_winograd_row_chunks_match_onnxruntime(monkeypatch, tile):
     compute(x, w, out, conv_k.Scratch(), b.reshape(-1, 1), True)
     ref = _ort_single("Conv", [x, w, b], dict(pads=[1, 2, 1, 0]))
     np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_choice_depends_on_channels_size_and_threads():
+    pick = conv_k._winograd_tile
+    one = (1, 1, 1, 1)
+    assert pick((3, 3), (1, 1), (1, 1), one, 1, 16, 64, (55, 55), 1) == 4     # one thread: F4 early
+    assert pick((3, 3), (1, 1), (1, 1), one, 1, 16, 64, (55, 55), 2) == 0     # two: direct
+    assert pick((3, 3), (1, 1), (1, 1), one, 1, 256, 64, (14, 14), 2) == 2
+    assert pick((3, 3), (1, 1), (1, 1), one, 1, 192, 64, (28, 28), 2) == 4
+    assert pick((3, 3), (2, 2), (1, 1), one, 1, 256, 256, (28, 28), 1) == 0   # strided
+    assert pick((3, 3), (1, 1), (1, 1), one, 2, 256, 256, (28, 28), 1) == 0   # grouped
+    assert pick((3, 3), (1, 1), (1, 1), (-1, 1, 1, 1), 1, 256, 256, (28, 28), 1) == 0
 
 
 def test_winograd_filter_transform_matches_definition():

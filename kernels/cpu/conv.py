@@ -34,7 +34,7 @@ from collections import OrderedDict
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .gemm import SMALL_GEMM_FLOPS, pool_ways, run_chunks, single_blas_thread
+from .gemm import SMALL_GEMM_FLOPS, blas_threads, pool_ways, run_chunks, single_blas_thread
 
 # Work split for the thread pool: this many chunks per GEMM / transform (claimed
 # dynamically, so a thread delayed by a busy core costs at most one chunk).
@@ -181,7 +181,8 @@ def _finish(out, b, activation):
 def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activation=None):
     """x (N, C, *S), w (M, C/group, *K), b (M,) or None -> (N, M, *out)."""
     dtype = np.result_type(x.dtype, w.dtype)
-    plan = _plan(x.shape, w.shape, tuple(strides), tuple(pads), tuple(dilations), group, dtype.str)
+    plan = _plan(x.shape, w.shape, tuple(strides), tuple(pads), tuple(dilations), group, dtype.str,
+                 blas_threads())
     x = x.astype(dtype, copy=False)
     w = np.ascontiguousarray(w, dtype=dtype)
     out = np.empty(plan.out_shape, dtype=dtype)
@@ -207,7 +208,8 @@ class _Plan:
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
+def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype, threads=1):
+    """threads: OpenBLAS's thread count, which moves the Winograd break-even."""
     kernel = tuple(w_shape[2:])
     k = len(kernel)
     if len(x_shape) != k + 2 or len(strides) != k or len(dilations) != k or len(pads) != 2 * k:
@@ -233,8 +235,8 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     plan.gemm_flops = 2.0 * (m // group) * (c // group) * p        # of one GEMM call (pointwise)
     if all(kk == 1 for kk in kernel) and not any(pads):
         plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial)
-    elif k == 2 and _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial):
-        tile = _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial)
+    elif _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial, threads):
+        tile = _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial, threads)
         plan.compute = _winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype)
         plan.gemm_flops = 2.0 * m * c * (-(-out_spatial[0] // tile)) * (-(-out_spatial[1] // tile))
         plan.fuses_output = True
@@ -465,27 +467,31 @@ _WINOGRAD = {
                   [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64),
         np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], np.float64)),
 }
-# Which tile, from per-layer timings of the light_* models' 3x3 layers (2-CPU Zen 5 VM,
-# 1 and 2 threads): F(4x4) wins from 28x28 outputs with C*M/(C+M) >= 24 (its padding
-# to multiples of 4 and small GEMMs lose below); F(2x2) wins from C*M/(C+M) >= 32 at
-# any output size (512 channels at 7x7: 1.25 vs 1.98 ms); with fewer channels the
-# transforms cost more than the multiplies saved and the flattened-row path is faster.
-WINOGRAD_F4_MIN_OUTPUT = 28
-WINOGRAD_F4_MIN_CHANNELS = 24      # minimum C * M / (C + M)
-WINOGRAD_F2_MIN_CHANNELS = 32
+# Which tile, from per-layer timings of 3x3 layers of the light_* models (2-CPU Zen 5
+# VM). On one thread F(4x4) wins from 27x27 outputs even with few channels (16 -> 64 at
+# 55x55 ties the flattened-row path, 32 -> 128 at 27x27: 0.46 vs 0.60 ms) and F(2x2)
+# below that from C*M/(C+M) >= 24. With OpenBLAS threads the direct path's one big GEMM
+# scales better than Winograd's many small ones and its single-threaded tile copies,
+# so Winograd needs more channels: F(4x4) from C*M/(C+M) >= 36 (64 -> 96 at 28x28:
+# 0.63 vs 0.67 ms; 192 -> 64: 1.09 vs 1.92), F(2x2) from 48 (256 -> 64 at 14x14:
+# 0.59 vs 0.74; 160 -> 224 at 7x7: 0.32 vs 0.33).
+WINOGRAD_F4_MIN_OUTPUT = 27
+# (minimum C * M / (C + M) for F(4x4), for F(2x2)) by BLAS thread count (1, more)
+WINOGRAD_MIN_CHANNELS = {1: (12, 24), 2: (36, 48)}
 # Tiles gathered per chunk are kept around this size so the transform GEMMs stay in cache.
 _WINOGRAD_CHUNK_BYTES = 2 << 20
 
 
-def _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial):
+def _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial, threads=1):
     """The output tile size m of the Winograd variant to use (2 or 4), or 0 for none."""
     if not (tuple(kernel) == (3, 3) and tuple(strides) == (1, 1) and tuple(dilations) == (1, 1)
             and group == 1 and min(pads) >= 0):
         return 0
+    f4_mix, f2_mix = WINOGRAD_MIN_CHANNELS[1 if threads <= 1 else 2]
     mix = c * m / float(c + m)
-    if min(out_spatial) >= WINOGRAD_F4_MIN_OUTPUT and mix >= WINOGRAD_F4_MIN_CHANNELS:
+    if min(out_spatial) >= WINOGRAD_F4_MIN_OUTPUT and mix >= f4_mix:
         return 4
-    return 2 if mix >= WINOGRAD_F2_MIN_CHANNELS else 0
+    return 2 if mix >= f2_mix else 0
 
 
 def winograd_filter(w, tile=2):
