@@ -23,8 +23,9 @@ Strategy, chosen once per geometry (a cached plan holds every slice it copies):
     cache, then one GEMM per tile (batched over groups) written straight into the
     output.
 Padding goes into a zero-bordered buffer that is allocated once: only the
-interior is rewritten per run. Big convolutions are split into chunks run by the
-calling thread and pool threads (gemm.run_chunks); small ones run on one thread.
+interior is rewritten per run. GEMMs are threaded by OpenBLAS; with
+CAFFE2PY_POOL_SPLIT=1 big convolutions are instead split into chunks run by the
+calling thread and pool threads (gemm.run_chunks), small ones on one thread.
 """
 import functools
 import itertools
