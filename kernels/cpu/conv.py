@@ -17,10 +17,13 @@ Strategy, chosen once per geometry (a cached plan holds every slice it copies):
     multiplies), the tile transforms themselves GEMMs with Kronecker matrices;
     transformed filters are cached per weight array, re-made when sampled values
     changed;
-  * 2-D depthwise: stride phases with flattened rows, taps stacked and reduced by
-    one batched matmul; N-d depthwise: a multiply-add per kernel offset;
-  * otherwise im2col into a reused buffer, in row tiles small enough to stay in
-    cache, then one GEMM per tile (batched over groups) written straight into the
+  * any other 2-D conv (groups and depthwise included): the input copied into its
+    stride phases with flattened rows, so each tap is a contiguous slice; one strided
+    copy per phase stacks the taps and one GEMM per row tile (batched over groups)
+    reduces them, bias and ReLU applied on the way out;
+  * N-d depthwise: a multiply-add per kernel offset;
+  * otherwise (N-d) im2col into a reused buffer, in row tiles small enough to stay
+    in cache, then one GEMM per tile (batched over groups) written straight into the
     output.
 Padding goes into a zero-bordered buffer that is allocated once: only the
 interior is rewritten per run. GEMMs are threaded by OpenBLAS; with
