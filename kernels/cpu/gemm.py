@@ -9,9 +9,11 @@ Public:
         transposed (w (K, N)).
     matmul(a, b) -> y            NumPy matmul semantics (batched, broadcasting).
     single_blas_thread()         context manager: NumPy's OpenBLAS runs on one thread inside.
-    run_chunks(fn, n, ways=None) fn(k, worker) for k < n on the calling thread and pool threads,
-                                 chunks claimed dynamically, BLAS single-threaded meanwhile.
-    SMALL_GEMM_FLOPS             GEMM calls below this size use one BLAS thread
+    run_chunks(fn, n, ways=None) fn(k, worker) for k < n; with POOL_SPLIT on the calling thread
+                                 and pool threads, chunks claimed dynamically, BLAS
+                                 single-threaded meanwhile; else in order on the caller.
+    POOL_SPLIT                   env CAFFE2PY_POOL_SPLIT=1 (default off: OpenBLAS threads GEMMs).
+    SMALL_GEMM_FLOPS             in pool mode, GEMM calls below this size use one BLAS thread
                                  (env CAFFE2PY_SMALL_GEMM_FLOPS, default 8e6).
 Scaling and bias are applied in place on the fresh product, never as extra temporaries.
 """
@@ -124,8 +126,9 @@ def pool_ways():
 
 
 def run_chunks(fn, n_chunks, ways=None):
-    """fn(k, worker) for every k in range(n_chunks), chunks claimed one at a time by the
-    calling thread and ways - 1 pool threads, with OpenBLAS on one thread meanwhile.
+    """fn(k, worker) for every k in range(n_chunks). With POOL_SPLIT the chunks are
+    claimed one at a time by the calling thread and ways - 1 pool threads, with OpenBLAS
+    on one thread meanwhile; otherwise (the default) they run in order on the caller.
 
     Chunks are claimed dynamically and a pool thread that has not started by the time
     the chunks run out is not waited for, so a busy core delays one chunk at most
