@@ -69,10 +69,12 @@ def _reduce_windows(x, kernel, strides, pads, dilations, ceil_mode, fill, combin
     lead = x.shape[0] * x.shape[1]
     flat = x.reshape((lead,) + tuple(spatial))
     xp = padded_image(scratch, "pool_pad", flat, full, fill)
-    # Max and sum over a box are separable: reduce one dim at a time (last, contiguous,
-    # first), sum(K_i - 1) elementwise passes instead of prod(K_i) - 1.
+    # Max and sum over a box are separable: reduce one dim at a time, sum(K_i - 1)
+    # elementwise passes instead of prod(K_i) - 1. Outer dims first: their passes read
+    # whole contiguous rows of the biggest array, and the strided pass along the last
+    # dim then runs on an array already shrunk by the other strides.
     cur = xp
-    for d in reversed(range(k)):
+    for d in range(k):
         axis = 1 + d
         span = (out_spatial[d] - 1) * strides[d] + 1
 
@@ -80,9 +82,12 @@ def _reduce_windows(x, kernel, strides, pads, dilations, ceil_mode, fill, combin
             index = [slice(None)] * cur.ndim
             index[axis] = slice(o * dilations[d], o * dilations[d] + span, strides[d])
             return cur[tuple(index)]
-        out = np.array(along(0), copy=True)
-        for o in range(1, kernel[d]):
-            combine(out, along(o), out=out)
+        if kernel[d] == 1:
+            out = np.array(along(0), copy=True)
+        else:
+            out = combine(along(0), along(1))      # fresh array, no separate copy pass
+            for o in range(2, kernel[d]):
+                combine(out, along(o), out=out)
         cur = out
     return cur.reshape(x.shape[:2] + out_spatial), extra
 
