@@ -77,14 +77,18 @@ def bench_model(name, runs, rng):
 
 # ------------------------------------------------------------------ per layer
 
-def layer_shapes(model):
-    """[(node, [input shapes])] for the compute-heavy nodes, via shape inference."""
+def blob_dims(model):
+    """{blob name: dims} for every value of the model, via onnx shape inference."""
     from onnx import shape_inference
     inferred = shape_inference.infer_shapes(model, data_prop=True)
-    shapes = {}
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
-        shapes[vi.name] = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-    return [(node, [shapes.get(i) for i in node.input]) for node in model.graph.node
+    return {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+            for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)}
+
+
+def layer_shapes(model, dims=None):
+    """[(node, [input shapes])] for the compute-heavy nodes."""
+    dims = blob_dims(model) if dims is None else dims
+    return [(node, [dims.get(i) for i in node.input]) for node in model.graph.node
             if node.op_type in ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "LRN", "Gemm")]
 
 
@@ -180,20 +184,16 @@ def gemm_floor(name, runs):
     batched over groups), timed bare: a floor for any im2col/GEMM convolution on
     this BLAS, with no copies, no other op and no Python in between."""
     import onnx
-    from onnx import shape_inference
     model = onnx.load(os.path.join(light_dir(), "light_%s.onnx" % name))
     total_ms = flops = 0.0
-    shapes = layer_shapes(model)
-    inferred = shape_inference.infer_shapes(model, data_prop=True)
-    out_dims = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
-                for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
-    for node, in_shapes in shapes:
+    dims = blob_dims(model)
+    for node, in_shapes in layer_shapes(model, dims):
         if node.op_type != "Conv":
             continue
         w = in_shapes[1]
         group = next((a.i for a in node.attribute if a.name == "group"), 1)
         m, k = w[0] // group, int(np.prod(w[1:]))
-        p = int(np.prod(out_dims[node.output[0]][2:]))
+        p = int(np.prod(dims[node.output[0]][2:]))
         a = np.ones((group, m, k), np.float32)
         b = np.ones((group, k, p), np.float32)
         c = np.empty((group, m, p), np.float32)

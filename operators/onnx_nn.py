@@ -68,23 +68,23 @@ def _matmul_flops(a, b):
     return 2.0 * float(np.prod(batch)) * a[-2] * a[-1] * b[-1], float(np.prod(batch)) * a[-2] * b[-1]
 
 
-def _gemm_cost(ctx, ins):
-    a, b = ins[0].dims, ins[1].dims
-    if ctx.int("transA", 0):
-        a = a[::-1]
-    if ctx.int("transB", 0):
-        b = b[::-1]
+def _product_cost(ins, a, b, b_is_param):
+    """Cost of op(A) @ op(B) with op(A), op(B) of dims a, b; B counted as a parameter
+    for Gemm (its weights), not for MatMul."""
     flops, out = _matmul_flops(a, b)
     size = _itemsize(ins[0])
-    return Cost(flops=flops, bytes_read=size * (float(np.prod(ins[0].dims)) + float(np.prod(ins[1].dims))),
-                bytes_written=size * out, params_bytes=size * float(np.prod(ins[1].dims)))
+    b_bytes = size * float(np.prod(ins[1].dims))
+    return Cost(flops=flops, bytes_read=size * float(np.prod(ins[0].dims)) + b_bytes,
+                bytes_written=size * out, params_bytes=b_bytes if b_is_param else 0.0)
+
+
+def _gemm_cost(ctx, ins):
+    a, b = ins[0].dims, ins[1].dims
+    return _product_cost(ins, a[::-1] if ctx.int("transA", 0) else a, b[::-1] if ctx.int("transB", 0) else b, True)
 
 
 def _matmul_cost(ctx, ins):
-    flops, out = _matmul_flops(ins[0].dims, ins[1].dims)
-    size = _itemsize(ins[0])
-    return Cost(flops=flops, bytes_read=size * (float(np.prod(ins[0].dims)) + float(np.prod(ins[1].dims))),
-                bytes_written=size * out)
+    return _product_cost(ins, ins[0].dims, ins[1].dims, False)
 
 
 # ----------------------------------------------------------------- convolution

@@ -80,6 +80,22 @@ def fused_table(n_rows, dim, bits, rng=RNG):
     return np.concatenate([rng.integers(0, 256, (n_rows, nb), dtype=np.uint8), sb.view(np.uint8)], 1)
 
 
+def reduction_kwargs(mode, n_indices, n_positions):
+    """segment_reduce keyword arguments for a reduction mode: "sum", "weighted",
+    "big weights" (one weight too large to carry the fp16 path's 2**112 factor),
+    "mean" or "positional" (n_positions per-position weights)."""
+    kw = {}
+    if mode in ("weighted", "big weights"):
+        kw["weights"] = RNG.uniform(-2, 2, n_indices).astype(np.float32)
+        if mode == "big weights":
+            kw["weights"][5] = 1e5
+    elif mode == "positional":
+        kw.update(weights=RNG.uniform(-2, 2, n_positions).astype(np.float32), positional=True)
+    elif mode == "mean":
+        kw["mean"] = True
+    return kw
+
+
 def assert_close(got, want):
     assert got.dtype == np.float32 and got.shape == want.shape
     finite = np.isfinite(want)
@@ -137,15 +153,7 @@ def test_half_table_lookups(small_chunks, shape, threads, mode):
     lengths = LENGTHS[shape]
     table = half_table(50, 11)
     indices = RNG.integers(0, 50, int(lengths.sum())).astype(np.int32)
-    kw = {}
-    if mode in ("weighted", "big weights"):
-        kw["weights"] = RNG.uniform(-2, 2, indices.size).astype(np.float32)
-        if mode == "big weights":          # too large to carry the 2**112 factor
-            kw["weights"][5] = 1e5
-    elif mode == "positional":
-        kw.update(weights=RNG.uniform(-2, 2, 64).astype(np.float32), positional=True)
-    elif mode == "mean":
-        kw["mean"] = True
+    kw = reduction_kwargs(mode, indices.size, 64)
     got = K.segment_reduce(table, indices, lengths, threads=threads, **kw)
     assert_close(got, reference(table.astype(np.float64), indices, lengths, **kw))
 
@@ -217,13 +225,7 @@ def test_float_lookups_over_chunks_and_threads(small_chunks, shape, threads, mod
     lengths = LENGTHS[shape]
     table = RNG.standard_normal((80, 6)).astype(np.float32)
     indices = RNG.integers(0, 80, int(lengths.sum())).astype(index_dtype)
-    kw = {}
-    if mode == "weighted":
-        kw["weights"] = RNG.uniform(-2, 2, indices.size).astype(np.float32)
-    elif mode == "positional":
-        kw.update(weights=RNG.uniform(-2, 2, 70).astype(np.float32), positional=True)
-    elif mode == "mean":
-        kw["mean"] = True
+    kw = reduction_kwargs(mode, indices.size, 70)
     got = K.segment_reduce(table, indices, lengths, threads=threads, **kw)
     assert_close(got, reference(table.astype(np.float64), indices, lengths, **kw))
 

@@ -239,8 +239,7 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype, threads=1):
     plan.gemm_flops = 2.0 * (m // group) * (c // group) * p        # of one GEMM call (pointwise)
     if all(kk == 1 for kk in kernel) and not any(pads):
         plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial)
-    elif _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial, threads):
-        tile = _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial, threads)
+    elif tile := _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial, threads):
         plan.compute = _winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype)
         plan.gemm_flops = 2.0 * m * c * (-(-out_spatial[0] // tile)) * (-(-out_spatial[1] // tile))
         plan.fuses_output = True
