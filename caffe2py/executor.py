@@ -15,6 +15,7 @@ it was. The line an exception comes from tells which op failed.
 import time
 
 from .errors import Caffe2Error, OperatorError, describe_op
+from .host_memory import keep_freed_memory
 from .proto import caffe2_pb2
 from .registry import OpContext, select_kernel
 
@@ -246,6 +247,7 @@ def compile_net(net_def, known_blobs=(), input_types=None, blob_values=None):
     input_types: optional {blob: TensorType} from shape inference, handed to kernels.
     blob_values: optional {blob: value} for the device placement check."""
     check_net(net_def, known_blobs)
+    keep_freed_memory()     # once per process: runs reuse heap memory instead of faulting it in
     if blob_values is None:
         blob_values = getattr(known_blobs, "mapping", None)  # dict_keys -> its dict
     placement = PlacementTracker(blob_values)
