@@ -38,6 +38,7 @@ from collections import OrderedDict
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .elementwise import relu as relu_into
 from .gemm import SMALL_GEMM_FLOPS, blas_threads, pool_ways, run_chunks, single_blas_thread
 
 # Work split for the thread pool: this many chunks per GEMM / transform (claimed
@@ -176,7 +177,7 @@ def _finish(out, b, activation):
     if b is not None:
         out += b.reshape((1, -1) + (1,) * (out.ndim - 2)).astype(out.dtype, copy=False)
     if activation == "relu":
-        np.maximum(out, 0, out=out)
+        relu_into(out, out=out)
     elif activation is not None:
         raise ValueError("unsupported fused activation '%s'" % activation)
     return out
@@ -442,7 +443,7 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                     res += bias
                 res = res.reshape(m, r1 - r0, wq)[:, :, :ow]
                 if relu:
-                    np.maximum(res, 0, out=yi[:, r0:r1])
+                    relu_into(res, out=yi[:, r0:r1])
                 else:
                     yi[:, r0:r1] = res
             run_chunks(tile, len(tiles))
@@ -563,7 +564,7 @@ def _winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
                 full = out[i, :, y0:y1] if direct else temp_buffer("wg_full", (m, rows * tile, tw * tile), dtype)
                 dst = full.reshape(m, rows, tile, tw, tile).transpose(2, 4, 0, 1, 3)
                 if relu:
-                    np.maximum(y, 0, out=dst)
+                    relu_into(y, out=dst)
                 else:
                     np.copyto(dst, y)
                 if not direct:

@@ -1,4 +1,12 @@
-"""Elementwise arithmetic and activations."""
+"""Elementwise arithmetic and activations.
+
+Public:
+    relu(x, out=None) -> max(x, 0), NaN kept (np.maximum's semantics), in x's dtype;
+        out may be x (in place) or any array of x's shape, strided ones included.
+    sigmoid(x), softmax(x, axis), softmax_2d(x2), BINARY
+"""
+import threading
+
 import numpy as np
 
 BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
@@ -14,8 +22,51 @@ def sigmoid(x):
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
 
 
-def relu(x):
-    return np.maximum(x, 0).astype(x.dtype, copy=False)
+# np.maximum against a scalar runs at about one element per cycle in NumPy 2.4 (its
+# stride-0 operand misses the SIMD loop); against an array of zeros it is 3-3.5x
+# faster (795k float32: 0.27 -> 0.08 ms), so ReLU reads a shared read-only zero
+# buffer. Arrays below _RELU_MIN_SIZE gain nothing; above _RELU_MAX_ZEROS elements
+# they go in slices rather than growing the buffer without bound.
+_RELU_MIN_SIZE = 4096
+_RELU_MAX_ZEROS = 1 << 22
+_zeros = {}
+_zeros_lock = threading.Lock()
+
+
+def _zero_buffer(dtype, size):
+    """A read-only flat zero array of at least `size` elements (shared)."""
+    buf = _zeros.get(dtype)
+    if buf is None or buf.size < size:
+        with _zeros_lock:
+            buf = _zeros.get(dtype)
+            if buf is None or buf.size < size:
+                buf = np.zeros(max(size, min(_RELU_MAX_ZEROS, 2 * (0 if buf is None else buf.size))), dtype)
+                buf.flags.writeable = False
+                _zeros[dtype] = buf
+    return buf
+
+
+def relu(x, out=None):
+    x = np.asarray(x)
+    if out is None:
+        out = np.empty(x.shape, x.dtype)
+    n = x.size
+    if n < _RELU_MIN_SIZE or x.dtype.kind not in "fi" or x.shape != out.shape:
+        return np.maximum(x, x.dtype.type(0), out=out)
+    if n <= _RELU_MAX_ZEROS:
+        return np.maximum(x, _zero_buffer(x.dtype, n)[:n].reshape(x.shape), out=out)
+    # Slices along the first axis with more than one element, each within the buffer.
+    axis = next((a for a, d in enumerate(x.shape) if d > 1), 0)
+    per = max(1, n // x.shape[axis])
+    step = max(1, _RELU_MAX_ZEROS // per)
+    if step * per > _RELU_MAX_ZEROS:     # one slice is bigger than the buffer
+        return np.maximum(x, x.dtype.type(0), out=out)
+    index = [slice(None)] * x.ndim
+    for start in range(0, x.shape[axis], step):
+        index[axis] = slice(start, start + step)
+        part = x[tuple(index)]
+        np.maximum(part, _zero_buffer(x.dtype, part.size)[:part.size].reshape(part.shape), out=out[tuple(index)])
+    return out
 
 
 def softmax_2d(x2):

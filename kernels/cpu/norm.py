@@ -17,6 +17,8 @@ Public:
 """
 import numpy as np
 
+from .elementwise import relu as relu_into
+
 
 def bn_affine(scale, bias, mean, var, epsilon, dtype=np.float32):
     """Per-channel multiplier and offset of inference batch norm, computed in float64."""
@@ -43,12 +45,12 @@ def batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1, relu=False):
     mul, add = bn_affine(scale, bias, mean, var, epsilon, dtype)
     if x.ndim < 2:
         y = (x * mul + add).astype(dtype, copy=False)
-        return np.maximum(y, 0) if relu else y
+        return relu_into(y, out=y) if relu else y
     shape = _channel_shape(x, axis, c)
     y = np.multiply(x, mul.reshape(shape), dtype=dtype)
     y += add.reshape(shape)
     if relu:
-        np.maximum(y, 0, out=y)
+        relu_into(y, out=y)
     return y
 
 
