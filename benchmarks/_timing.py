@@ -52,4 +52,11 @@ def machine_label():
                     break
     except OSError:
         pass
-    return "%d-CPU %s" % (os.cpu_count() or 1, model)
+    label = "%d-CPU %s" % (os.cpu_count() or 1, model)
+    from caffe2py.kernels.cpu.gemm import openblas_core
+    core = openblas_core()
+    if core:
+        forced = os.environ.get("OPENBLAS_CORETYPE")
+        label += ", NumPy's OpenBLAS on %s kernels%s" % (
+            core, " (OPENBLAS_CORETYPE=%s set in the environment)" % forced if forced else "")
+    return label

@@ -676,3 +676,15 @@ def test_optimized_onnx_model_matches_onnxruntime():
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     rep = backend.prepare(model)
     np.testing.assert_allclose(rep.run([x])[0], ref, rtol=1e-3, atol=1e-4)
+
+
+def test_openblas_core_reports_the_forced_kernel_family():
+    if gemm_k.openblas_core() is None:
+        pytest.skip("NumPy's OpenBLAS does not say its kernel family here")
+    import os
+    import subprocess
+    import sys
+    code = "from caffe2py.kernels.cpu.gemm import openblas_core; print(openblas_core())"
+    env = dict(os.environ, OPENBLAS_CORETYPE="Haswell")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "Haswell"

@@ -9,6 +9,7 @@ Public:
         transposed (w (K, N)).
     matmul(a, b) -> y            NumPy matmul semantics (batched, broadcasting).
     single_blas_thread()         context manager: NumPy's OpenBLAS runs on one thread inside.
+    openblas_core()              the CPU kernel family NumPy's OpenBLAS runs ("Haswell", "SkylakeX").
     run_chunks(fn, n, ways=None) fn(k, worker) for k < n; with POOL_SPLIT on the calling thread
                                  and pool threads, chunks claimed dynamically, BLAS
                                  single-threaded meanwhile; else in order on the caller.
@@ -60,16 +61,40 @@ def matmul(a, b):
 
 # ----------------------------------------------------------------- BLAS thread count
 
-def _openblas_setter():
-    """NumPy's bundled OpenBLAS thread-count setter and getter, or (None, None)."""
+def _openblas_libs():
+    """ctypes handles of the OpenBLAS libraries bundled with NumPy (the one it uses)."""
     import ctypes
     import glob
     libs = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    found = []
     for path in glob.glob(os.path.join(libs, "libscipy_openblas*.so*")) + glob.glob(os.path.join(libs, "libopenblas*.so*")):
         try:
-            lib = ctypes.CDLL(path)
+            found.append(ctypes.CDLL(path))
         except OSError:
             continue
+    return found
+
+
+def openblas_core():
+    """The CPU kernel family NumPy's OpenBLAS chose ("Haswell", "SkylakeX", ...), or
+    None when it cannot be asked. OPENBLAS_CORETYPE overrides its own detection; on
+    an AVX-512 CPU, Haswell kernels run GEMMs at about half of SkylakeX's speed."""
+    import ctypes
+    for lib in _openblas_libs():
+        for name in ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "openblas_get_corename"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype = ctypes.c_char_p
+                fn.argtypes = []
+                core = fn()
+                return core.decode("ascii", "replace").strip() if core else None
+    return None
+
+
+def _openblas_setter():
+    """NumPy's bundled OpenBLAS thread-count setter and getter, or (None, None)."""
+    import ctypes
+    for lib in _openblas_libs():
         for set_name, get_name in (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
                                    ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
                                    ("openblas_set_num_threads", "openblas_get_num_threads")):
