@@ -201,6 +201,8 @@ def test_winograd_choice_depends_on_channels_size_and_threads():
     assert pick((3, 3), (1, 1), (1, 1), one, 1, 16, 64, (55, 55), 2) == 0     # two: direct
     assert pick((3, 3), (1, 1), (1, 1), one, 1, 256, 64, (14, 14), 2) == 2
     assert pick((3, 3), (1, 1), (1, 1), one, 1, 192, 64, (28, 28), 2) == 4
+    assert pick((3, 3), (1, 1), (1, 1), one, 1, 128, 32, (28, 28), 2) == 0   # mix 25.6, small
+    assert pick((3, 3), (1, 1), (1, 1), one, 1, 128, 32, (56, 56), 2) == 4   # same mix, large
     assert pick((3, 3), (2, 2), (1, 1), one, 1, 256, 256, (28, 28), 1) == 0   # strided
     assert pick((3, 3), (1, 1), (1, 1), one, 2, 256, 256, (28, 28), 1) == 0   # grouped
     assert pick((3, 3), (1, 1), (1, 1), (-1, 1, 1, 1), 1, 256, 256, (28, 28), 1) == 0

@@ -479,9 +479,14 @@ _WINOGRAD = {
 # so Winograd needs more channels: F(4x4) from C*M/(C+M) >= 36 (64 -> 96 at 28x28:
 # 0.63 vs 0.67 ms; 192 -> 64: 1.09 vs 1.92), F(2x2) from 48 (256 -> 64 at 14x14:
 # 0.59 vs 0.74; 160 -> 224 at 7x7: 0.32 vs 0.33).
+# On outputs of 48x48 and more, F(4x4) wins on two threads from C*M/(C+M) >= 24
+# (128 -> 32 at 56x56: 1.57 vs 1.81 ms; 64 -> 64: 1.05 vs 1.39), where at 27x27 the
+# direct path still wins (32 -> 128: 0.36 vs 0.40; 128 -> 32 at 28x28: 0.46 vs 0.48).
 WINOGRAD_F4_MIN_OUTPUT = 27
-# (minimum C * M / (C + M) for F(4x4), for F(2x2)) by BLAS thread count (1, more)
-WINOGRAD_MIN_CHANNELS = {1: (12, 24), 2: (36, 48)}
+WINOGRAD_F4_LARGE_OUTPUT = 48
+# (minimum C * M / (C + M) for F(4x4), for F(2x2), for F(4x4) on large outputs) by
+# BLAS thread count (1, more)
+WINOGRAD_MIN_CHANNELS = {1: (12, 24, 12), 2: (36, 48, 24)}
 # Tiles gathered per chunk are kept around this size so the transform GEMMs stay in cache.
 _WINOGRAD_CHUNK_BYTES = 2 << 20
 
@@ -491,8 +496,10 @@ def _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial, t
     if not (tuple(kernel) == (3, 3) and tuple(strides) == (1, 1) and tuple(dilations) == (1, 1)
             and group == 1 and min(pads) >= 0):
         return 0
-    f4_mix, f2_mix = WINOGRAD_MIN_CHANNELS[1 if threads <= 1 else 2]
+    f4_mix, f2_mix, f4_large_mix = WINOGRAD_MIN_CHANNELS[1 if threads <= 1 else 2]
     mix = c * m / float(c + m)
+    if min(out_spatial) >= WINOGRAD_F4_LARGE_OUTPUT:
+        f4_mix = min(f4_mix, f4_large_mix)
     if min(out_spatial) >= WINOGRAD_F4_MIN_OUTPUT and mix >= f4_mix:
         return 4
     return 2 if mix >= f2_mix else 0
