@@ -61,3 +61,23 @@ def test_zero_buffer_is_read_only_and_stays_zero():
     buf = ew._zeros[np.dtype(np.float32)]
     assert not buf.flags.writeable
     assert not buf.any()
+
+
+def test_row_scalars_restores_the_buffer_and_keeps_results():
+    before = np.getbufsize()
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 3136)).astype(np.float32)
+    col = rng.standard_normal((64, 1)).astype(np.float32)
+    expected = x * col + col                     # default buffering
+    with ew.row_scalars(3136):
+        assert np.getbufsize() < 3136            # rows longer than the buffer
+        got = x * col
+        got += col
+    assert np.getbufsize() == before
+    np.testing.assert_array_equal(got, expected)
+    with ew.row_scalars(196):                    # short rows: left buffered
+        assert np.getbufsize() == before
+    with pytest.raises(RuntimeError):
+        with ew.row_scalars(4096):
+            raise RuntimeError("restored on errors too")
+    assert np.getbufsize() == before

@@ -39,6 +39,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .elementwise import relu as relu_into
+from .elementwise import row_scalars
 from .gemm import SMALL_GEMM_FLOPS, blas_threads, pool_ways, run_chunks, single_blas_thread
 
 # Work split for the thread pool: this many chunks per GEMM / transform (claimed
@@ -175,7 +176,8 @@ def offset_view(xp, offset, dilations, strides, out_spatial, lead=1):
 def _finish(out, b, activation):
     """Bias and activation in place on the (N, M, *out) result."""
     if b is not None:
-        out += b.reshape((1, -1) + (1,) * (out.ndim - 2)).astype(out.dtype, copy=False)
+        with row_scalars(int(np.prod(out.shape[2:], dtype=np.int64))):
+            out += b.reshape((1, -1) + (1,) * (out.ndim - 2)).astype(out.dtype, copy=False)
     if activation == "relu":
         relu_into(out, out=out)
     elif activation is not None:
@@ -440,7 +442,8 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                 np.matmul(w3, cols.reshape(group, cg * taps, length), out=acc)
                 res = acc.reshape(m, length)
                 if bias is not None:
-                    res += bias
+                    with row_scalars(length):
+                        res += bias
                 res = res.reshape(m, r1 - r0, wq)[:, :, :ow]
                 if relu:
                     relu_into(res, out=yi[:, r0:r1])
@@ -564,7 +567,8 @@ def _winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
                 y = temp_buffer("wg_y", (tile, tile, m, rows, tw), dtype)
                 np.matmul(t_out, prod.reshape(a * a, m * cols), out=y.reshape(tile * tile, m * cols))
                 if bias5 is not None:
-                    y += bias5
+                    with row_scalars(cols):
+                        y += bias5
                 y0, y1 = r0 * tile, min(oh, r1 * tile)
                 direct = y1 - y0 == rows * tile and ow == tw * tile
                 # else the last tile row or column sticks out: go through a buffer

@@ -3,6 +3,8 @@
 Public:
     relu(x, out=None) -> max(x, 0), NaN kept (np.maximum's semantics), in x's dtype;
         out may be x (in place) or any array of x's shape, strided ones included.
+    row_scalars(row_length)  context for ufuncs that broadcast one value per row
+        (per-channel bias / scale over (C, H*W)): picks NumPy's faster loop.
     sigmoid(x), softmax(x, axis), softmax_2d(x2), BINARY
 """
 import threading
@@ -44,6 +46,35 @@ def _zero_buffer(dtype, size):
                 buf.flags.writeable = False
                 _zeros[dtype] = buf
     return buf
+
+
+class row_scalars:
+    """Context for ufuncs broadcasting one value per row over rows of `row_length`
+    (bias or BN factors per channel over (C, H*W)). While a whole row fits in NumPy's
+    ufunc buffer (8192 elements by default) its iterator buffers the broadcast operand
+    and runs the slow path; with a buffer shorter than the row it calls the
+    vector-scalar loop on each row directly: 224 x 3136 float32 += column 0.10 ->
+    0.036 ms, *= column 0.12 -> 0.063 ms. Shorter rows (196: 0.13 vs 0.19 ns per
+    element) are faster buffered, so they are left alone. np.setbufsize is scoped to
+    the current thread/context and is restored on exit; results do not change."""
+    __slots__ = ("_active", "_before")
+
+    def __init__(self, row_length):
+        self._active = row_length >= _ROW_SCALARS_MIN_LENGTH
+
+    def __enter__(self):
+        if self._active:
+            self._before = np.setbufsize(_ROW_SCALARS_BUFFER)
+        return self
+
+    def __exit__(self, *exc):
+        if self._active:
+            np.setbufsize(self._before)
+        return False
+
+
+_ROW_SCALARS_MIN_LENGTH = 512
+_ROW_SCALARS_BUFFER = 256
 
 
 def relu(x, out=None):

@@ -18,6 +18,7 @@ Public:
 import numpy as np
 
 from .elementwise import relu as relu_into
+from .elementwise import row_scalars
 
 
 def bn_affine(scale, bias, mean, var, epsilon, dtype=np.float32):
@@ -47,8 +48,9 @@ def batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1, relu=False):
         y = (x * mul + add).astype(dtype, copy=False)
         return relu_into(y, out=y) if relu else y
     shape = _channel_shape(x, axis, c)
-    y = np.multiply(x, mul.reshape(shape), dtype=dtype)
-    y += add.reshape(shape)
+    with row_scalars(int(np.prod(x.shape[axis + 1:], dtype=np.int64))):
+        y = np.multiply(x, mul.reshape(shape), dtype=dtype)
+        y += add.reshape(shape)
     if relu:
         relu_into(y, out=y)
     return y
