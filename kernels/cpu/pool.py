@@ -9,7 +9,8 @@ Public:
 Windows are reduced with elementwise np.maximum / np.add over strided views of a
 padded copy (a reused buffer when `scratch` is given), one dim at a time (a box
 max or sum is separable), which runs at memory speed; reducing a
-sliding_window_view is many times slower.
+sliding_window_view is many times slower. Stride-1 pools shift the padded buffer
+read as one flat array instead, so each pass is a single contiguous call.
 Average divisors are separable per dimension, so they are an outer product of
 1-D counts rather than a second pooling pass.
 """
@@ -69,6 +70,8 @@ def _reduce_windows(x, kernel, strides, pads, dilations, ceil_mode, fill, combin
     lead = x.shape[0] * x.shape[1]
     flat = x.reshape((lead,) + tuple(spatial))
     xp = padded_image(scratch, "pool_pad", flat, full, fill)
+    if all(s == 1 for s in strides):
+        return _reduce_flat(xp, kernel, dilations, out_spatial, combine).reshape(x.shape[:2] + out_spatial), extra
     # Max and sum over a box are separable: reduce one dim at a time, sum(K_i - 1)
     # elementwise passes instead of prod(K_i) - 1. Outer dims first: their passes read
     # whole contiguous rows of the biggest array, and the strided pass along the last
@@ -90,6 +93,36 @@ def _reduce_windows(x, kernel, strides, pads, dilations, ceil_mode, fill, combin
                 combine(out, along(o), out=out)
         cur = out
     return cur.reshape(x.shape[:2] + out_spatial), extra
+
+
+def _reduce_flat(xp, kernel, dilations, out_spatial, combine):
+    """Stride-1 windows on the padded buffer read as one flat array: the window offset
+    along dim d is a shift by o * dilation * (elements per step of d), so every pass is
+    one long contiguous combine (SIMD, one NumPy inner loop) instead of one call per
+    output row, which dominates on small maps (576 x 14 x 14 average: 0.22 -> 0.13 ms).
+    Positions whose window runs past a row, plane or image are computed on the way and
+    dropped by the final crop; the flat length shrinks by each dim's reach, so no read
+    goes past the buffer."""
+    xp = np.ascontiguousarray(xp)
+    shape = xp.shape
+    steps = [int(np.prod(shape[2 + d:], dtype=np.int64)) for d in range(len(kernel))]
+    cur = xp.reshape(-1)
+    length = cur.size
+    for d in range(len(kernel)):
+        if kernel[d] == 1:
+            continue
+        shift = dilations[d] * steps[d]
+        length -= (kernel[d] - 1) * shift
+        out = combine(cur[:length], cur[shift:shift + length])
+        for o in range(2, kernel[d]):
+            combine(out, cur[o * shift:o * shift + length], out=out)
+        cur = out
+    # Valid outputs sit at the flat positions of their window's first element, laid
+    # out like the padded buffer; the last of them is the last computed value.
+    valid = np.lib.stride_tricks.as_strided(cur, (shape[0],) + tuple(out_spatial),
+                                            tuple(n * cur.itemsize for n in [steps[0] * shape[1]] + steps),
+                                            writeable=False)
+    return np.array(valid, copy=True)
 
 
 def max_pool(x, kernel, strides, pads, dilations=None, ceil_mode=False, *, scratch=None):
