@@ -335,6 +335,13 @@ POOL_CASES = [
     ((1, 2, 4, 5, 5), (2, 3, 2), (2, 1, 2), (0, 1, 1, 1, 0, 0), None, True),
     ((1, 2, 7, 6), (1, 3), (2, 1), (0, 1, 0, 1), None, False),          # a kernel dim of 1
     ((1, 2, 7, 6), (3, 1), (1, 2), (1, 0, 1, 0), None, True),
+    # stride 1 everywhere: the flat-shift path (windows crossing rows, planes and
+    # images must all be dropped)
+    ((2, 3, 6, 5), (3, 3), (1, 1), (1, 1, 1, 1), None, False),
+    ((2, 2, 6, 7), (3, 2), (1, 1), (0, 1, 2, 0), (2, 1), False),
+    ((2, 3, 9), (4,), (1,), (1, 2), None, True),
+    ((1, 2, 4, 5, 3), (2, 3, 2), (1, 1, 1), (1, 0, 1, 0, 1, 1), None, True),
+    ((2, 2, 5, 6), (1, 3), (1, 1), (0, 0, 0, 0), None, False),
 ]
 
 
