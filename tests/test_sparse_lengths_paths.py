@@ -136,6 +136,27 @@ def test_half_blocks_with_inf_or_nan_use_numpys_cast(special):
     np.testing.assert_array_equal(out.view(np.uint32), half.astype(np.float32).view(np.uint32))
 
 
+def test_half_lookups_when_the_thread_flushes_subnormals():
+    """With FTZ/DAZ set (here by torch.set_flush_denormal) the bit trick's float32
+    subnormals would read as zero: half subnormals must still count."""
+    torch = pytest.importorskip("torch")
+    bits = RNG.integers(1, 0x0400, (30, 6)).astype(np.uint16)        # half subnormals only
+    table = bits.view(np.float16)
+    lengths = np.array([3, 5, 0, 4], np.int32)
+    indices = RNG.integers(0, 30, int(lengths.sum())).astype(np.int32)
+    ref = reference(table.astype(np.float64), indices, lengths)
+    assert not K.subnormals_flushed()
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush denormals")
+    try:
+        assert K.subnormals_flushed()
+        got = K.segment_reduce(table, indices, lengths, threads=1)
+    finally:
+        torch.set_flush_denormal(False)
+    assert np.abs(got).max() > 0
+    assert_close(got, ref)
+
+
 def half_table(n_rows, dim, rng=RNG):
     """Random halves (normals of all exponents, subnormals, +-0) and a few landmarks."""
     bits = rng.integers(0, 0x7C00, (n_rows, dim)).astype(np.uint16)

@@ -162,12 +162,24 @@ _HALF_FACTOR = 2.0 ** 112
 _HALF_WEIGHT_LIMIT = 2.0 ** 15
 
 
+_SMALLEST_SUBNORMAL = np.array([np.finfo(np.float32).smallest_subnormal], np.float32)
+_ONE = np.array([1.0], np.float32)
+
+
+def subnormals_flushed():
+    """True when this thread's FPU flushes float32 subnormals (FTZ/DAZ set, e.g. by
+    torch.set_flush_denormal(True)): the bit trick's values for half subnormals are
+    float32 subnormals, which would then read as zero."""
+    return not np.multiply(_SMALLEST_SUBNORMAL, _ONE)[0]
+
+
 def half_to_scaled_float(raw, out):
     """out (float32, raw's shape) = raw (float16) / factor; returns the factor:
-    2**112 when raw holds no inf/nan (bit trick), else 1 (exact NumPy cast)."""
+    2**112 when raw holds no inf/nan and subnormals are not flushed (bit trick), else
+    1 (exact NumPy cast)."""
     i16 = raw.view(np.int16)
     # inf/nan have bits 0x7c00..0x7fff (int16 max) or 0xfc00..0xffff (uint16 max)
-    if i16.size and (i16.max() >= 0x7C00 or raw.view(np.uint16).max() >= 0xFC00):
+    if i16.size and (i16.max() >= 0x7C00 or raw.view(np.uint16).max() >= 0xFC00 or subnormals_flushed()):
         np.copyto(out, raw.view(np.float16))
         return 1.0
     i32 = out.view(np.int32)
