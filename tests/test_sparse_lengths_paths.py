@@ -291,3 +291,44 @@ def test_padding_ignores_weights_outside_the_bag(positional, table_dtype):
     want = reference(table.astype(np.float64), indices, lengths, weights, positional=positional)
     assert np.isfinite(got[1]).all()
     assert_close(got, want)
+
+
+def test_non_contiguous_table_is_not_copied_per_lookup():
+    """A strided N-d table (a transposed view) is read in place: the lookup allocates
+    about the gathered rows, not a copy of the 24 MB table."""
+    import tracemalloc
+    base = RNG.standard_normal((8, 6, 128_000)).astype(np.float32)
+    table = base.transpose(2, 0, 1)                    # (128000, 8, 6), strided
+    assert not table.flags.c_contiguous
+    lengths = np.array([4, 0, 7, 2], np.int32)
+    indices = RNG.integers(0, table.shape[0], int(lengths.sum())).astype(np.int64)
+    K.segment_reduce(table, indices, lengths, threads=1)          # scratch buffers made
+    tracemalloc.start()
+    try:
+        got = K.segment_reduce(table, indices, lengths, threads=1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < table.nbytes // 100, peak
+    ref = reference(table.reshape(table.shape[0], -1).astype(np.float64), indices, lengths)
+    assert_close(got, ref)
+
+
+@pytest.mark.parametrize("layout,bits", [("fused8", 8), ("fused4", 4)])
+def test_strided_fused_table_is_read_in_place(layout, bits):
+    """Fused rows held every other row of a bigger array: same results as the
+    contiguous copy, without copying the table per lookup."""
+    import tracemalloc
+    table = fused_table(200_000, 16, bits)[::2]
+    assert not table.flags.c_contiguous
+    lengths = np.array([5, 3, 0, 9], np.int32)
+    indices = RNG.integers(0, table.shape[0], int(lengths.sum())).astype(np.int32)
+    want = K.segment_reduce(np.ascontiguousarray(table), indices, lengths, layout=layout, threads=1)
+    tracemalloc.start()
+    try:
+        got = K.segment_reduce(table, indices, lengths, layout=layout, threads=1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(got, want)
+    assert peak < table.nbytes // 100, peak

@@ -219,19 +219,34 @@ def _column(raw, offset, dtype):
     return np.ndarray((raw.shape[0],), dtype, buffer=raw, offset=offset, strides=(raw.shape[1],))
 
 
+def _take_rows(data, idx, out):
+    """out[...] = data[idx] along axis 0 (idx already bounds-checked). np.take copies
+    a non-contiguous source whole before gathering, so strided tables (a transposed or
+    sliced view) go through fancy indexing, which reads only the rows it needs."""
+    if data.flags.c_contiguous:
+        np.take(data, idx, axis=0, mode="clip", out=out)
+    else:
+        out[...] = data[idx]
+    return out
+
+
 def _gather_values(layout, data, idx, block):
     """Gathered rows as float32 (n, block) (a view into per-thread scratch), (scale,
     bias) float32 (n,) each or None, and the factor the values are divided by."""
     n = idx.size
     vals = _buffer("vals", n * block, np.float32).reshape(n, block)
     if layout is FLOAT:
-        flat = data.reshape(data.shape[0], block)
-        if flat.dtype == np.float32:
-            return np.take(flat, idx, axis=0, mode="clip", out=vals), None, 1.0
-        raw = np.take(flat, idx, axis=0, mode="clip", out=_buffer("raw16", n * block, flat.dtype).reshape(n, block))
+        # Rows are taken from the table as it is: reshaping a non-contiguous N-d table
+        # to (N, block) would copy all of it on every call.
+        rows_shape = (n,) + data.shape[1:]
+        if data.dtype == np.float32:
+            _take_rows(data, idx, vals.reshape(rows_shape))
+            return vals, None, 1.0
+        raw = _buffer("raw16", n * block, data.dtype).reshape(n, block)
+        _take_rows(data, idx, raw.reshape(rows_shape))
         return vals, None, half_to_scaled_float(raw, vals)
     width = data.shape[1]
-    raw = np.take(data, idx, axis=0, mode="clip", out=_buffer("raw8", n * width, np.uint8).reshape(n, width))
+    raw = _take_rows(data, idx, _buffer("raw8", n * width, np.uint8).reshape(n, width))
     if layout.name == "fused8":
         np.copyto(vals, raw[:, :block])
         return vals, (_column(raw, block, np.float32), _column(raw, block + 4, np.float32)), 1.0
@@ -284,7 +299,7 @@ def _split(n, per, threads):
 def _row_is_finite(layout, data, block):
     """Whether row 0 (the padding row) dequantises to finite values only."""
     if layout is FLOAT:
-        return bool(np.isfinite(data.reshape(data.shape[0], block)[0]).all())
+        return bool(np.isfinite(data[0]).all())
     row = np.array(data[0])          # values are small integers: scale and bias decide
     if layout.name == "fused8":
         return bool(np.isfinite(row[block:block + 8].view(np.float32)).all())
