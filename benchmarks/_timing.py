@@ -53,10 +53,5 @@ def machine_label():
     except OSError:
         pass
     label = "%d-CPU %s" % (os.cpu_count() or 1, model)
-    from caffe2py.kernels.cpu.gemm import openblas_core
-    core = openblas_core()
-    if core:
-        forced = os.environ.get("OPENBLAS_CORETYPE")
-        label += ", NumPy's OpenBLAS on %s kernels%s" % (
-            core, " (OPENBLAS_CORETYPE=%s set in the environment)" % forced if forced else "")
-    return label
+    from caffe2py.kernels.cpu.gemm import blas_summary
+    return label + ", " + blas_summary()

@@ -225,7 +225,15 @@ def test_shapes_and_bench_take_onnx_models(tmp_path, capsys):
     dims = {r["name"]: r["dims"] for r in report["blobs"]}
     assert dims == {"x": [8, 6], "W": [6, 4], "h": [8, 4], "y": [8, 4]}   # x @ W: [8, 6] x [6, 4]
     assert main(["bench", "--predict-net", str(path), "--max-batch-size", "8", "--iters", "2"]) == 0
-    assert "P50 Latency" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "P50 Latency" in out
+    # The GEMM library's kernel family and thread count decide the numbers: say which.
+    from caffe2py.kernels.cpu import gemm
+    blas_line = next(line for line in out.splitlines() if line.startswith("BLAS: "))
+    core = gemm.openblas_core()
+    if core is not None:
+        assert "%s kernels" % core in blas_line
+    assert "%d thread" % gemm.blas_threads() in blas_line
 
 
 def test_bench_optimize_applies_the_prepare_time_rewrites(tmp_path, capsys):

@@ -8,6 +8,7 @@ import numpy as np
 
 from caffe2py.benchmark import benchmark_net
 from caffe2py.errors import Caffe2Error
+from caffe2py.kernels.cpu.gemm import blas_summary
 from caffe2py.profiling import ChromeTraceObserver, format_latency_summary, latency_summary
 from caffe2py.shape_report import build_report
 from caffe2py.tensors import numpy_dtype
@@ -121,6 +122,7 @@ def run(args):
     net = ws.get_net(predict_net.name)
     print("benchmarking net '%s' (%d ops): %d warmup, %d main runs" % (net.name, len(predict_net.op),
                                                                       args.warmup, args.iters))
+    print("BLAS: %s" % blas_summary())
     benchmark_net(net, args.warmup, args.iters, args.run_individual, out=sys.stdout)
     sys.stdout.write("\nLatency over %d runs (onnxruntime perf_test style):\n" % args.iters)
     sys.stdout.write(format_latency_summary(latency_summary(timed_runs(net, args.iters, "timing"))))

@@ -10,6 +10,8 @@ Public:
     matmul(a, b) -> y            NumPy matmul semantics (batched, broadcasting).
     single_blas_thread()         context manager: NumPy's OpenBLAS runs on one thread inside.
     openblas_core()              the CPU kernel family NumPy's OpenBLAS runs ("Haswell", "SkylakeX").
+    blas_summary()               one line for reports: library, kernel family (and whether
+                                 OPENBLAS_CORETYPE forces it), thread count.
     run_chunks(fn, n, ways=None) fn(k, worker) for k < n; with POOL_SPLIT on the calling thread
                                  and pool threads, chunks claimed dynamically, BLAS
                                  single-threaded meanwhile; else in order on the caller.
@@ -89,6 +91,18 @@ def openblas_core():
                 core = fn()
                 return core.decode("ascii", "replace").strip() if core else None
     return None
+
+
+def blas_summary():
+    """E.g. "NumPy's OpenBLAS, Haswell kernels (forced by OPENBLAS_CORETYPE=Haswell), 2
+    threads": what decides GEMM speed, for benchmark reports."""
+    core = openblas_core()
+    if core is None:
+        return "NumPy's BLAS (kernel family unknown), %d thread%s" % (blas_threads(), "" if blas_threads() == 1 else "s")
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    return "NumPy's OpenBLAS, %s kernels%s, %d thread%s" % (
+        core, " (forced by OPENBLAS_CORETYPE=%s)" % forced if forced else "",
+        blas_threads(), "" if blas_threads() == 1 else "s")
 
 
 def _openblas_setter():
