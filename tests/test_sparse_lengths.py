@@ -1,38 +1,17 @@
 """SparseLengths* lookups (lengths- and offsets-based, float/fp16/fused 8/4/2-bit) against
-float64 references written here, plus every Caffe2 error case."""
+float64 references (tests/_lookups.py), plus every Caffe2 error case."""
 import numpy as np
 import pytest
 
-from caffe2py import core, workspace
+from caffe2py import core
 from caffe2py.errors import Caffe2Error
+
+from _lookups import ref_dequant8, ref_dequant_nbit, ref_lookup, run_op
 
 RNG = np.random.default_rng(2024)
 
 
-def run_op(op_type, inputs, **kwargs):
-    workspace.ResetWorkspace()
-    names = ["in%d" % i for i in range(len(inputs))]
-    for name, value in zip(names, inputs):
-        workspace.FeedBlob(name, value)
-    workspace.RunOperatorOnce(core.CreateOperator(op_type, names, ["out"], **kwargs))
-    return workspace.FetchBlob("out")
-
-
 # ----------------------------------------------------------------- references (float64 loops)
-
-def ref_lookup(rows, indices, lengths, weights=None, positional=False, mean=False):
-    """rows: float64 [N, D] (already dequantised). Plain loop over segments."""
-    out = np.zeros((len(lengths), rows.shape[1]))
-    cur = 0
-    for m, n in enumerate(lengths):
-        for j in range(n):
-            w = 1.0 if weights is None else float(weights[j if positional else cur])
-            out[m] += w * rows[indices[cur]]
-            cur += 1
-        if mean and n > 0:
-            out[m] /= n
-    return out
-
 
 def ref_quantize8(x):
     """Independent 8-bit rowwise reference: bytes of values, float32 scale, float32 bias."""
@@ -45,12 +24,6 @@ def ref_quantize8(x):
         q = np.rint((row - lo) * inv).astype(np.uint8)
         out.append(np.concatenate([q, np.array([span / np.float32(255), lo], "<f4").view(np.uint8)]))
     return np.array(out)
-
-
-def ref_dequant8(q):
-    d = q.shape[1] - 8
-    sb = q[:, d:].copy().view("<f4").astype(np.float64)
-    return q[:, :d].astype(np.float64) * sb[:, :1] + sb[:, 1:]
 
 
 def ref_quantize_nbit(x, bits):
@@ -70,15 +43,6 @@ def ref_quantize_nbit(x, bits):
         out.append(np.concatenate([np.array(packed, np.uint8),
                                    np.array([scale, bias], "<f2").view(np.uint8)]))
     return np.array(out)
-
-
-def ref_dequant_nbit(q, bits):
-    k = 8 // bits
-    nb = q.shape[1] - 4
-    sb = q[:, nb:].copy().view("<f2").astype(np.float64)
-    vals = np.array([[(byte >> (j * bits)) & ((1 << bits) - 1) for byte in row[:nb] for j in range(k)]
-                     for row in q], dtype=np.float64).reshape(q.shape[0], nb * k)
-    return vals * sb[:, :1] + sb[:, 1:]
 
 
 def make_case(n_rows=30, dim=8, n_bags=6, index_dtype=np.int64, empty_bag=True, rng=RNG):

@@ -3,13 +3,14 @@ reach: the float16 bit-trick widening (every half bit pattern, inf/nan fallback,
 weights too large to carry 2**112), 4/2-bit spreading with odd widths, fused 8-bit
 rows whose scale/bias are not 4-byte aligned, uniform-length slices vs sorted and
 padded uneven lengths over several chunks and two threads, and padding next to a
-non-finite row. Every expectation comes from NumPy references written here (float64
-accumulation) or from NumPy's own float16 cast."""
+non-finite row. Every expectation comes from the float64 NumPy references in
+tests/_lookups.py or from NumPy's own float16 cast."""
 import numpy as np
 import pytest
 
-from caffe2py import core, workspace
 from caffe2py.kernels.cpu import sparse_lengths as K
+
+from _lookups import ref_dequant8, ref_dequant_nbit, ref_lookup, run_op, unpack_bits
 
 RNG = np.random.default_rng(4)
 
@@ -21,54 +22,7 @@ def small_chunks(monkeypatch):
     monkeypatch.setattr(K, "_PARALLEL_MIN_VALUES", 1)
 
 
-def run_op(op_type, inputs):
-    workspace.ResetWorkspace()
-    names = ["in%d" % i for i in range(len(inputs))]
-    for name, value in zip(names, inputs):
-        workspace.FeedBlob(name, value)
-    workspace.RunOperatorOnce(core.CreateOperator(op_type, names, ["out"]))
-    return workspace.FetchBlob("out")
-
-
 # ----------------------------------------------------------------- references
-
-def reference(rows, indices, lengths, weights=None, positional=False, mean=False):
-    """rows: float64 [N, D] (dequantised here). One bag at a time, float64 sums."""
-    out = np.zeros((len(lengths), rows.shape[1]))
-    start = 0
-    with np.errstate(invalid="ignore", over="ignore"):
-        for b, n in enumerate(lengths):
-            if n:
-                ids = indices[start:start + n]
-                if weights is None:
-                    w = np.ones(n)
-                else:
-                    w = np.asarray(weights[:n] if positional else weights[start:start + n], np.float64)
-                out[b] = (w[:, None] * rows[ids]).sum(axis=0)
-                if mean:
-                    out[b] /= n
-            start += n
-    return out
-
-
-def dequant8(table):
-    d = table.shape[1] - 8
-    sb = table[:, d:].copy().view("<f4").astype(np.float64)
-    return table[:, :d].astype(np.float64) * sb[:, :1] + sb[:, 1:]
-
-
-def unpack_bits(packed, bits):
-    """(n, B) bytes -> (n, B * 8/bits) values, low bits first (shift-and-mask per field)."""
-    k, mask = 8 // bits, (1 << bits) - 1
-    fields = [(packed.astype(np.int64) >> (bits * j)) & mask for j in range(k)]
-    return np.stack(fields, axis=-1).reshape(packed.shape[0], -1)
-
-
-def dequant_nbit(table, bits):
-    nb = table.shape[1] - 4
-    sb = table[:, nb:].copy().view("<f2").astype(np.float64)
-    return unpack_bits(table[:, :nb], bits) * sb[:, :1] + sb[:, 1:]
-
 
 def fused_table(n_rows, dim, bits, rng=RNG):
     """Random fused rows (random value bytes; random scale and bias of both signs)."""
@@ -144,7 +98,7 @@ def test_half_lookups_when_the_thread_flushes_subnormals():
     table = bits.view(np.float16)
     lengths = np.array([3, 5, 0, 4], np.int32)
     indices = RNG.integers(0, 30, int(lengths.sum())).astype(np.int32)
-    ref = reference(table.astype(np.float64), indices, lengths)
+    ref = ref_lookup(table.astype(np.float64), indices, lengths)
     assert not K.subnormals_flushed()
     if not torch.set_flush_denormal(True):
         pytest.skip("this CPU cannot flush denormals")
@@ -176,7 +130,7 @@ def test_half_table_lookups(small_chunks, shape, threads, mode):
     indices = RNG.integers(0, 50, int(lengths.sum())).astype(np.int32)
     kw = reduction_kwargs(mode, indices.size, 64)
     got = K.segment_reduce(table, indices, lengths, threads=threads, **kw)
-    assert_close(got, reference(table.astype(np.float64), indices, lengths, **kw))
+    assert_close(got, ref_lookup(table.astype(np.float64), indices, lengths, **kw))
 
 
 @pytest.mark.parametrize("shape", list(LENGTHS))
@@ -190,7 +144,7 @@ def test_half_table_with_inf_and_nan_rows(small_chunks, shape):
     indices[::23] = RNG.integers(3, 6, indices[::23].size)   # some chunks hold them, some do not
     for threads in (1, 2):
         got = K.segment_reduce(table, indices, lengths, threads=threads)
-        assert_close(got, reference(table.astype(np.float64), indices, lengths))
+        assert_close(got, ref_lookup(table.astype(np.float64), indices, lengths))
     assert np.isnan(got).any() and np.isinf(got).any()
 
 
@@ -215,8 +169,8 @@ def test_fused_lookups_odd_and_unaligned_dims(bits, dim, reduction, shape):
     op = "SparseLengths%sFused%dBitRowwise" % (reduction, bits)
     inputs = [table, weights, indices, lengths] if reduction == "WeightedSum" else [table, indices, lengths]
     got = run_op(op, inputs)
-    rows = dequant8(table) if bits == 8 else dequant_nbit(table, bits)
-    want = reference(rows, indices, lengths, weights if reduction == "WeightedSum" else None,
+    rows = ref_dequant8(table) if bits == 8 else ref_dequant_nbit(table, bits)
+    want = ref_lookup(rows, indices, lengths, weights if reduction == "WeightedSum" else None,
                      mean=reduction == "Mean")
     if bits != 8:     # ceil(D/k)*k columns: the padding values of the last byte included
         assert got.shape[1] == -(-dim // (8 // bits)) * (8 // bits)
@@ -232,8 +186,8 @@ def test_fused_chunks_and_threads(small_chunks, layout, bits, shape, threads):
     indices = RNG.integers(0, 70, int(lengths.sum())).astype(np.int64)
     weights = RNG.uniform(-1, 1, indices.size).astype(np.float32)
     got = K.segment_reduce(table, indices, lengths, weights=weights, layout=layout, threads=threads)
-    rows = dequant8(table) if bits == 8 else dequant_nbit(table, bits)
-    assert_close(got, reference(rows, indices, lengths, weights))
+    rows = ref_dequant8(table) if bits == 8 else ref_dequant_nbit(table, bits)
+    assert_close(got, ref_lookup(rows, indices, lengths, weights))
 
 
 # ----------------------------------------------------------------- float32, lengths shapes
@@ -248,7 +202,7 @@ def test_float_lookups_over_chunks_and_threads(small_chunks, shape, threads, mod
     indices = RNG.integers(0, 80, int(lengths.sum())).astype(index_dtype)
     kw = reduction_kwargs(mode, indices.size, 70)
     got = K.segment_reduce(table, indices, lengths, threads=threads, **kw)
-    assert_close(got, reference(table.astype(np.float64), indices, lengths, **kw))
+    assert_close(got, ref_lookup(table.astype(np.float64), indices, lengths, **kw))
 
 
 @pytest.mark.parametrize("kind", ["float32", "float16", "fused8", "fused4", "fused2"])
@@ -267,10 +221,10 @@ def test_padding_does_not_pick_up_a_non_finite_row(kind):
         table[0, sb_at:sb_at + (4 if bits == 8 else 2)] = np.array(
             [np.inf], "<f4" if bits == 8 else "<f2").view(np.uint8)     # scale of row 0
         table[0, :sb_at] = 0x11
-        rows = dequant8(table) if bits == 8 else dequant_nbit(table, bits)
+        rows = ref_dequant8(table) if bits == 8 else ref_dequant_nbit(table, bits)
         layout = kind
     got = K.segment_reduce(table, indices, lengths, layout=layout)
-    want = reference(rows, indices, lengths)
+    want = ref_lookup(rows, indices, lengths)
     assert np.isfinite(got[:3]).all()
     assert_close(got, want)
 
@@ -288,7 +242,7 @@ def test_padding_ignores_weights_outside_the_bag(positional, table_dtype):
     else:
         weights = np.array([1, 2, 3, 4, 5, np.nan, 7], np.float32)   # bag 2 uses the nan
     got = K.segment_reduce(table, indices, lengths, weights=weights, positional=positional)
-    want = reference(table.astype(np.float64), indices, lengths, weights, positional=positional)
+    want = ref_lookup(table.astype(np.float64), indices, lengths, weights, positional=positional)
     assert np.isfinite(got[1]).all()
     assert_close(got, want)
 
@@ -310,7 +264,7 @@ def test_non_contiguous_table_is_not_copied_per_lookup():
     finally:
         tracemalloc.stop()
     assert peak < table.nbytes // 100, peak
-    ref = reference(table.reshape(table.shape[0], -1).astype(np.float64), indices, lengths)
+    ref = ref_lookup(table.reshape(table.shape[0], -1).astype(np.float64), indices, lengths)
     assert_close(got, ref)
 
 
