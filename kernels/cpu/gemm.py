@@ -97,12 +97,13 @@ def blas_summary():
     """E.g. "NumPy's OpenBLAS, Haswell kernels (forced by OPENBLAS_CORETYPE=Haswell), 2
     threads": what decides GEMM speed, for benchmark reports."""
     core = openblas_core()
-    if core is None:
-        return "NumPy's BLAS (kernel family unknown), %d thread%s" % (blas_threads(), "" if blas_threads() == 1 else "s")
     forced = os.environ.get("OPENBLAS_CORETYPE")
-    return "NumPy's OpenBLAS, %s kernels%s, %d thread%s" % (
-        core, " (forced by OPENBLAS_CORETYPE=%s)" % forced if forced else "",
-        blas_threads(), "" if blas_threads() == 1 else "s")
+    if core is None:
+        library = "NumPy's BLAS (kernel family unknown)"
+    else:
+        library = "NumPy's OpenBLAS, %s kernels%s" % (core, " (forced by OPENBLAS_CORETYPE=%s)" % forced if forced else "")
+    threads = blas_threads()
+    return "%s, %d thread%s" % (library, threads, "" if threads == 1 else "s")
 
 
 def _openblas_setter():
