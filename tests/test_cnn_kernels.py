@@ -135,6 +135,32 @@ def test_depthwise_2d_phases_match_direct_loops(xs, ws, strides, pads, dil):
         assert not np.shares_memory(y, x)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_depthwise_compiled_kernel_paths(monkeypatch, dtype):
+    """Float depthwise convs run the compiled kernel: the flat stride-1 loop and the
+    row loop for strides, a channel multiplier, both split over two threads."""
+    from caffe2py.kernels.cpu import jit
+    monkeypatch.setattr(jit, "num_threads", lambda: 2)
+    monkeypatch.setattr(jit, "SPLIT_MIN_WORK", 1)
+    for xs, ws, strides, pads, dil in [((2, 6, 9, 8), (12, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+                                       ((1, 5, 12, 11), (5, 1, 3, 5), (2, 3), (1, 2, 0, 1), (2, 1))]:
+        x, w, b = rand(*xs, dtype=dtype), rand(*ws, dtype=dtype), rand(ws[0], dtype=dtype)
+        plan = conv_k._plan(x.shape, w.shape, strides, pads, dil, xs[1], np.dtype(dtype).str, 1)
+        assert plan.compute.__qualname__.startswith("depthwise_plan")
+        y = conv_k.conv_nchw(x, w, b, strides, pads, dil, xs[1], activation="relu")
+        assert y.dtype == dtype
+        np.testing.assert_allclose(y, ref_conv(x, w, b, strides, pads, dil, xs[1], relu=True), rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_propagates_nan_and_inf():
+    x, w = np.ones((1, 2, 5, 5), np.float32), np.ones((2, 1, 3, 3), np.float32)
+    x[0, 0, 2, 2] = np.nan
+    x[0, 1, 0, 0] = np.inf
+    y = conv_k.conv_nchw(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 2, activation="relu")
+    assert np.isnan(y[0, 0, 1:4, 1:4]).all() and not np.isnan(y[0, 0, 0]).any()
+    assert np.isposinf(y[0, 1, :2, :2]).all() and np.isfinite(y[0, 1, 2:]).all()
+
+
 def test_conv_float64_and_negative_pads():
     x, w = rand(1, 2, 6, 6, dtype=np.float64), rand(3, 2, 3, 3, dtype=np.float64)
     y = conv_k.conv_nchw(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1)

@@ -17,7 +17,8 @@ Strategy, chosen once per geometry (a cached plan holds every slice it copies):
     multiplies), the tile transforms themselves GEMMs with Kronecker matrices;
     transformed filters are cached per weight array, re-made when sampled values
     changed;
-  * any other 2-D conv (groups and depthwise included): the input copied into its
+  * 2-D depthwise, float32/float64: a compiled kernel (depthwise.py);
+  * any other 2-D conv (groups included): the input copied into its
     stride phases with flattened rows, so each tap is a contiguous slice; one strided
     copy per phase stacks the taps and one GEMM per row tile (batched over groups)
     reduces them, bias and ReLU applied on the way out;
@@ -38,6 +39,7 @@ from collections import OrderedDict
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .depthwise import depthwise_plan
 from .elementwise import relu as relu_into
 from .elementwise import row_scalars
 from .gemm import SMALL_GEMM_FLOPS, blas_threads, pool_ways, run_chunks, single_blas_thread
@@ -246,6 +248,9 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype, threads=1):
         plan.compute = _winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype)
         plan.gemm_flops = 2.0 * m * c * (-(-out_spatial[0] // tile)) * (-(-out_spatial[1] // tile))
         plan.fuses_output = True
+    elif k == 2 and group == c and w_shape[1] == 1 and (
+            depthwise := depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
+        plan.compute, plan.gemm_flops, plan.fuses_output = depthwise, float("inf"), True
     elif k == 2:
         plan.compute, plan.gemm_flops = _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group,
                                                      out_spatial, dtype)
