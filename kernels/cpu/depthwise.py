@@ -8,11 +8,14 @@ Public:
 A depthwise output is kh*kw multiply-adds of one channel's pixels. As NumPy calls
 that is a pass per tap (or a tap stack and a batched matmul of tiny matrices); here
 each channel is padded into a small row buffer and every output is computed once,
-in registers, with bias and ReLU on the way out: 272 channels at 14x14, 3x3: 0.17 ->
-0.03 ms. Stride-1 channels run as one long loop over the padded plane read as a flat
-array (each tap is a shifted slice of it; the columns past the row end are computed
-and dropped), strided ones row by row at stride 1 and then pick every sw-th column:
-strided loads do not vectorise, so doing sw times the work contiguously is faster.
+in registers, with bias and ReLU on the way out (one thread: 272 channels at 14x14,
+3x3: 0.19 -> 0.056 ms; 112 channels 56x56 stride 2: 0.38 -> 0.19 ms).
+  * stride 1: one long loop over the padded plane read as a flat array (each tap is a
+    shifted slice of it; the columns past the row end are computed and dropped);
+  * strided 3x3: per output row, the nine taps read at the output columns (scalar
+    strided loads, vectorised by LLVM when the dilation is 1);
+  * other strided kernels: each output row at stride 1 (contiguous, vectorised), then
+    every sw-th column is kept.
 """
 import numpy as np
 
