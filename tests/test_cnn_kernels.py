@@ -374,6 +374,9 @@ POOL_CASES = [
     ((1, 2, 4, 5, 5), (2, 3, 2), (2, 1, 2), (0, 1, 1, 1, 0, 0), None, True),
     ((1, 2, 7, 6), (1, 3), (2, 1), (0, 1, 0, 1), None, False),          # a kernel dim of 1
     ((1, 2, 7, 6), (3, 1), (1, 2), (1, 0, 1, 0), None, True),
+    # strided in both dims: the compiled kernel (general kernel widths, row dilation)
+    ((1, 2, 11, 12), (4, 5), (2, 3), (1, 2, 2, 1), (2, 1), True),
+    ((2, 2, 13, 9), (5, 1), (3, 2), (2, 0, 1, 0), None, False),
     # stride 1 everywhere: the flat-shift path (windows crossing rows, planes and
     # images must all be dropped)
     ((2, 3, 6, 5), (3, 3), (1, 1), (1, 1, 1, 1), None, False),
@@ -411,6 +414,25 @@ def test_pooling_matches_onnxruntime(op, include_pad, ceil):
     else:
         y = pool_k.max_pool(x, [3, 3], [2, 2], [1, 0, 1, 1], None, bool(ceil))
     np.testing.assert_allclose(y, _ort_single(op, [x], attrs), rtol=1e-5, atol=1e-6)
+
+
+def test_strided_pools_take_the_compiled_kernel_and_keep_nan():
+    x = rand(2, 3, 9, 10, dtype=np.float64)
+    assert pool_k._compiled_pool(x, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, True) is not None
+    assert pool_k._compiled_pool(x, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False, True) is None   # flat path
+    assert pool_k._compiled_pool(x.astype(np.float16), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, True) is None
+    for kernel in [(3, 3), (2, 2), (3, 4)]:
+        y = pool_k.max_pool(x, kernel, (2, 2), (1, 1, 1, 1))
+        assert y.dtype == np.float64
+        np.testing.assert_array_equal(y, ref_pool(x, kernel, (2, 2), (1, 1, 1, 1), "max"))
+        # NaN at the first and at a later position of a window both come out
+        xn = x.copy()
+        xn[0, 0, 0, 0] = np.nan      # the first cell of window (0, 0) (after the pad)
+        xn[0, 1, 4, 5] = np.nan      # a middle cell
+        y = pool_k.max_pool(xn, kernel, (2, 2), (1, 1, 1, 1))
+        windows_with_nan = ref_pool(np.isnan(xn).astype(np.float64), kernel, (2, 2), (1, 1, 1, 1), "max") > 0
+        np.testing.assert_array_equal(np.isnan(y), windows_with_nan)
+        assert np.isnan(y[0, 0, 0, 0]) and np.isnan(y[0, 1]).sum() >= 1
 
 
 def test_global_pool_and_int_max_pool():

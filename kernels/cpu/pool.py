@@ -6,19 +6,26 @@ Public:
     global_pool(x, kind)            kind "max" or "avg"/"average"
     pool_output_shape(spatial, kernel, strides, pads, dilations, ceil_mode)
 
-Windows are reduced with elementwise np.maximum / np.add over strided views of a
-padded copy (a reused buffer when `scratch` is given), one dim at a time (a box
-max or sum is separable), which runs at memory speed; reducing a
-sliding_window_view is many times slower. Stride-1 pools shift the padded buffer
-read as one flat array instead, so each pass is a single contiguous call.
-Average divisors are separable per dimension, so they are an outer product of
-1-D counts rather than a second pooling pass.
+A box max or sum is separable: windows are reduced one dim at a time.
+  * 2-D float32/float64 pools strided in both dims (the downsampling pools of CNNs)
+    run a compiled kernel, `_strided_pool2d`: per output row the window's input rows
+    are combined into one padded row (contiguous, vectorised), then each output
+    combines its window's columns of that row; one pass, no padded copy of the input
+    (3x3/s2 max on 64x111x111: 0.49 -> 0.24 ms).
+  * Otherwise elementwise np.maximum / np.add over strided views of a padded copy (a
+    reused buffer when `scratch` is given), one dim at a time; stride-1 pools shift
+    the padded buffer read as one flat array, so each pass is a single contiguous
+    call (faster than the compiled loop on 14x14-28x28 maps, measured).
+Max pooling propagates NaN (np.maximum's semantics) on both paths. Average divisors
+are separable per dimension, so they are an outer product of 1-D counts rather than
+a second pooling pass.
 """
 import functools
 
 import numpy as np
 
 from .conv import default_scratch, padded_image
+from .jit import compiled, split
 
 
 def _ceil_extra_pads(spatial, kernel, strides, pads, dilations, ceil_mode):
@@ -125,10 +132,116 @@ def _reduce_flat(xp, kernel, dilations, out_spatial, combine):
     return np.array(valid, copy=True)
 
 
+@compiled
+def _strided_pool2d(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, lo, hi):
+    """Planes lo..hi of a 2-D max (is_max) or average pool with column dilation 1.
+    x (P, H, W), out (P, OH, OW); inv (OH, OW): 1 / divisor per average window (unused
+    for max). Windows start at (oy * sh - pt, ox * sw - pl); cells outside the input
+    are skipped (max) or add nothing (average). The caller checked that pads >= 0."""
+    h, w = x.shape[1], x.shape[2]
+    oh, ow = out.shape[1], out.shape[2]
+    width = max(pl + w, (ow - 1) * sw + kw)
+    fill = -np.inf if is_max else 0.0
+    grid = np.empty((1, width), x.dtype)     # a 2-D row: its loads vectorise, a 1-D slice's did not
+    row = grid[0]
+    for i in range(width):
+        row[i] = fill
+    inner = row[pl:pl + w]
+    for p in range(lo, hi):
+        for oy in range(oh):
+            # vertical: the window's input rows into `inner` (NaN-propagating max)
+            y0 = oy * sh - pt
+            first = True
+            for ky in range(kh):
+                y = y0 + ky * dh
+                if y < 0 or y >= h:
+                    continue
+                src = x[p, y]
+                if first:
+                    for i in range(w):
+                        inner[i] = src[i]
+                    first = False
+                elif is_max:
+                    for i in range(w):
+                        a = inner[i]
+                        b = src[i]
+                        inner[i] = a if (a > b or a != a) else b
+                else:
+                    for i in range(w):
+                        inner[i] += src[i]
+            if first:                           # the window covers padding only
+                for i in range(w):
+                    inner[i] = fill
+            # horizontal: each output's kw columns (constant offsets for kw 2 and 3
+            # let LLVM vectorise the strided loads)
+            dst = out[p, oy]
+            if is_max and kw == 3:
+                for ox in range(ow):
+                    j = ox * sw
+                    a = row[j]
+                    b = row[j + 1]
+                    c = row[j + 2]
+                    m = a if (a > b or a != a) else b
+                    dst[ox] = m if (m > c or m != m) else c
+            elif is_max and kw == 2:
+                for ox in range(ow):
+                    j = ox * sw
+                    a = row[j]
+                    b = row[j + 1]
+                    dst[ox] = a if (a > b or a != a) else b
+            elif is_max:
+                for ox in range(ow):
+                    j = ox * sw
+                    m = row[j]
+                    for kx in range(1, kw):
+                        b = row[j + kx]
+                        m = m if (m > b or m != m) else b
+                    dst[ox] = m
+            else:
+                scale = inv[oy]
+                if kw == 3:
+                    for ox in range(ow):
+                        j = ox * sw
+                        dst[ox] = (row[j] + row[j + 1] + row[j + 2]) * scale[ox]
+                elif kw == 2:
+                    for ox in range(ow):
+                        j = ox * sw
+                        dst[ox] = (row[j] + row[j + 1]) * scale[ox]
+                else:
+                    for ox in range(ow):
+                        j = ox * sw
+                        acc = row[j]
+                        for kx in range(1, kw):
+                            acc += row[j + kx]
+                        dst[ox] = acc * scale[ox]
+
+
+def _compiled_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad=False):
+    """2-D float pools strided in both dims through `_strided_pool2d`, else None."""
+    if (x.dtype not in (np.float32, np.float64) or len(kernel) != 2 or min(strides) < 2
+            or dilations[1] != 1 or min(pads) < 0):
+        return None
+    spatial = tuple(x.shape[2:])
+    out_spatial = pool_output_shape(spatial, kernel, strides, pads, dilations, ceil_mode)
+    if min(out_spatial) <= 0:
+        return None                              # _reduce_windows words the error
+    planes = x.shape[0] * x.shape[1]
+    src = np.ascontiguousarray(x).reshape((planes,) + spatial)
+    out = np.empty((planes,) + out_spatial, x.dtype)
+    inv = _inverse_counts(spatial, tuple(kernel), tuple(strides), tuple(pads), out_spatial,
+                          bool(include_pad), x.dtype.str)
+    args = (src, out, inv) + tuple(kernel) + tuple(strides) + (dilations[0], pads[0], pads[1], is_max)
+    split(lambda lo, hi: _strided_pool2d(*args, lo, hi), planes, out_spatial[0] * (spatial[1] + out_spatial[1]) * 2)
+    return out.reshape(x.shape[:2] + out_spatial)
+
+
 def max_pool(x, kernel, strides, pads, dilations=None, ceil_mode=False, *, scratch=None):
     k = len(kernel)
     dilations = list(dilations or [1] * k)
     _check(x, kernel, strides, pads, dilations)
+    out = _compiled_pool(x, kernel, strides, pads, dilations, ceil_mode, True)
+    if out is not None:
+        return out
     fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     out, _ = _reduce_windows(x, kernel, strides, pads, dilations, ceil_mode, fill, np.maximum,
                              scratch or default_scratch())
@@ -160,6 +273,9 @@ def average_pool(x, kernel, strides, pads, count_include_pad=False, ceil_mode=Fa
     k = len(kernel)
     ones = [1] * k
     _check(x, kernel, strides, pads, ones)
+    out = _compiled_pool(x, kernel, strides, pads, ones, ceil_mode, False, count_include_pad)
+    if out is not None:
+        return out
     work = x if x.dtype.kind == "f" else x.astype(np.float32)
     sums, _ = _reduce_windows(work, kernel, strides, pads, ones, ceil_mode, 0.0, np.add, scratch or default_scratch())
     sums *= _inverse_counts(x.shape[2:], tuple(kernel), tuple(strides), tuple(pads), sums.shape[2:],
