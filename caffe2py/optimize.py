@@ -22,6 +22,10 @@ rounding:
     e.g. DenseNet's pre-activation BN after a Concat) followed by Relu becomes one
     Caffe2 "SpatialBNRelu" with the folded scale/shift (mean 0, var 1, eps 0):
     one fresh array and in-place passes instead of two ops and two arrays.
+  * fuse_conv_sum: a Conv whose output only a two-input Sum/Add reads, and the Relu
+    that alone reads that sum, become one "ConvSum"/"ConvSumRelu" op (ResNet's and
+    ShuffleNet's residual joins): the addition and the ReLU happen in the
+    convolution's output pass instead of two more ops and two more arrays.
 """
 import numpy as np
 
@@ -43,6 +47,7 @@ def optimize(predict_net, blobs):
     merge_affine_chains(net, blobs)
     fuse_conv_relu(net, blobs)
     fuse_bn_relu(net, blobs)
+    fuse_conv_sum(net, blobs)
     return net
 
 
@@ -392,4 +397,58 @@ def fuse_bn_relu(net, blobs):
         _remove_ops(net, [j])
         fused += 1
         i += 1
+    return fused
+
+
+def _writes_between(net, start, stop, blobs):
+    """Whether an op strictly between indices start and stop writes any of `blobs`."""
+    return any(out in blobs for op in net.op[start + 1:stop] for out in op.output)
+
+
+def fuse_conv_sum(net, blobs):
+    """Caffe2 Conv (no activation) -> two-input Sum/Add -> [Relu] becomes one
+    ConvSum / ConvSumRelu at the Sum's position (the other operand may be computed
+    after the conv), provided nothing in between rewrites the conv's inputs."""
+    protected = set(net.external_output)
+    fused = 0
+    i = 0
+    while i < len(net.op):
+        op = net.op[i]
+        if op.type != "Conv" or _domain(op) != CAFFE2 or len(op.output) != 1 or len(op.input) < 2 \
+                or _caffe2_conv_args(op) is None:
+            i += 1
+            continue
+        reads = _readers(net)
+        j = _sole_reader(net, i, op.output[0], reads, protected)
+        add = net.op[j] if j is not None else None
+        if add is None or len(add.input) != 2 or len(add.output) != 1 or list(add.input).count(op.output[0]) != 1 \
+                or not ((add.type == "Sum" and _domain(add) in (ONNX, CAFFE2))
+                        or (add.type == "Add" and _domain(add) == ONNX)) \
+                or _writes_between(net, i, j, set(op.input)):
+            i += 1
+            continue
+        other = add.input[1] if add.input[0] == op.output[0] else add.input[0]
+        k = _sole_reader(net, j, add.output[0], reads, protected)
+        relu = net.op[k] if k is not None else None
+        if relu is not None and (relu.type != "Relu" or _domain(relu) not in (ONNX, CAFFE2) or len(relu.input) != 1
+                                 or _writes_between(net, j, k, set(op.input) | {other})):
+            relu = None
+        new = caffe2_pb2.OperatorDef(type="ConvSumRelu" if relu is not None else "ConvSum", name=op.name)
+        bias = op.input[2] if len(op.input) > 2 and op.input[2] else None
+        if bias is None:
+            w = _const(blobs, op.input[1])
+            if w is None:
+                i += 1
+                continue
+            bias = _add_constant(net, blobs, op.output[0] + "_zero_bias", np.zeros(w.shape[0], w.dtype))
+        new.input.extend([op.input[0], op.input[1], bias, other])
+        new.output.append(relu.output[0] if relu is not None else add.output[0])
+        new.arg.extend(op.arg)
+        if op.HasField("device_option"):
+            new.device_option.CopyFrom(op.device_option)
+        new.engine = op.engine
+        last = k if relu is not None else j
+        net.op[last].CopyFrom(new)
+        _remove_ops(net, [i, j] if relu is not None else [i])
+        fused += 1
     return fused

@@ -125,6 +125,14 @@ register_schema(OpSchema(
     "ConvRelu", num_inputs=(2, 3), num_outputs=1, args=_CONV_ARGS,
     inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias"), outputs=("Y",),
     doc="Conv followed by Relu in one pass (what caffe2py.optimize fuses Conv + Relu into)."))
+for _name, _doc in (("ConvSum", "Y = Conv(X, filter, bias) + S"),
+                    ("ConvSumRelu", "Y = Relu(Conv(X, filter, bias) + S)")):
+    register_schema(OpSchema(
+        _name, num_inputs=4, num_outputs=1, args=_CONV_ARGS,
+        inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias", "S"), outputs=("Y",),
+        doc=_doc + ", S of Y's shape, in one output pass (what caffe2py.optimize fuses a Conv "
+        "whose output only a Sum/Add with another tensor reads, and a Relu after it, into: "
+        "ResNet's and ShuffleNet's residual joins)."))
 
 
 def _conv_factory(activation):
@@ -139,7 +147,7 @@ def _conv_kernel(ctx, activation):
     legacy = ctx.int("legacy_pad", 0)
     scratch = conv_k.Scratch()
 
-    def run(x, w, b=None):
+    def run(x, w, b=None, s=None):
         xc = x if nchw else _to_nchw(x)
         wc = w if nchw else _to_nchw(w)
         rank = xc.ndim - 2
@@ -152,16 +160,33 @@ def _conv_kernel(ctx, activation):
             raise ctx.input_error(1, "filter of shape %s with group %d does not fit %d input channels"
                                   % (list(w.shape), group, xc.shape[1]))
         pads = legacy_pads(legacy, xc.shape[2:], kernel, strides, dil, pads)
+        residual = None if s is None else (s if nchw else _to_nchw(s))
+        out_shape = (xc.shape[0], wc.shape[0]) + tuple(
+            conv_k.conv_output_size(xc.shape[2 + i], kernel[i], strides[i], pads[i], pads[rank + i], dil[i])
+            for i in range(rank))
+        broadcast = residual is not None and residual.shape != out_shape
         try:
-            y = conv_k.conv_nchw(xc, wc, b, strides, pads, dil, group, scratch=scratch, activation=activation)
+            y = conv_k.conv_nchw(xc, wc, b, strides, pads, dil, group, scratch=scratch,
+                                 activation=None if broadcast else activation,
+                                 residual=None if broadcast else residual)
         except ValueError as exc:
             raise ctx.input_error(0, str(exc)) from None
+        if broadcast:     # an Add whose other operand broadcasts: NumPy's rules, then the ReLU
+            try:
+                y = y + residual
+            except ValueError:
+                raise ctx.input_error(3, "shape %s does not broadcast against the convolution output %s"
+                                      % (list(s.shape), list(out_shape))) from None
+            if activation == "relu":
+                np.maximum(y, 0, out=y)
         return y if nchw else _from_nchw(y)
     return run
 
 
 register_kernel("Conv")(_conv_factory(None))
 register_kernel("ConvRelu")(_conv_factory("relu"))
+register_kernel("ConvSum")(_conv_factory(None))
+register_kernel("ConvSumRelu")(_conv_factory("relu"))
 
 
 # ----------------------------------------------------------------- pooling

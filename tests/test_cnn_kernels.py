@@ -550,6 +550,37 @@ def test_caffe2_conv_relu_and_nhwc():
     np.testing.assert_allclose(np.maximum(np.moveaxis(y, -1, 1), 0), ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("relu", [False, True])
+def test_caffe2_conv_sum_ops(relu):
+    """ConvSum(Relu): the residual added in the output pass, for the pointwise (1x1),
+    fused-output (3x3) and depthwise paths, NCHW and NHWC, and a broadcasting S."""
+    op = "ConvSumRelu" if relu else "ConvSum"
+    for xs, ws, kw, group in [((2, 6, 5, 4), (8, 6, 1, 1), dict(kernel=1), 1),
+                              ((1, 4, 7, 6), (5, 4, 3, 3), dict(kernel=3, pad=1), 1),
+                              ((1, 4, 7, 6), (4, 1, 3, 3), dict(kernel=3, pad=1, stride=2), 4)]:
+        x, w, b = rand(*xs), rand(*ws), rand(ws[0])
+        conv = ref_conv(x, w, b, (kw.get("stride", 1),) * 2, (kw.get("pad", 0),) * 4, (1, 1), group)
+        s = rand(*conv.shape)
+        want = np.maximum(conv + s, 0) if relu else conv + s
+        np.testing.assert_allclose(run_op(op, [x, w, b, s], group=group, **kw), want, rtol=1e-4, atol=1e-4)
+        nhwc = run_op(op, [np.moveaxis(x, 1, -1).copy(), np.moveaxis(w, 1, -1).copy(), b,
+                           np.moveaxis(s, 1, -1).copy()], group=group, order="NHWC", **kw)
+        np.testing.assert_allclose(np.moveaxis(nhwc, -1, 1), want, rtol=1e-4, atol=1e-4)
+        col = rand(1, ws[0], 1, 1)       # ONNX Add operands may broadcast
+        want = np.maximum(conv + col, 0) if relu else conv + col
+        np.testing.assert_allclose(run_op(op, [x, w, b, col], group=group, **kw), want, rtol=1e-4, atol=1e-4)
+
+
+def test_caffe2_conv_sum_names_a_bad_residual():
+    x, w, b = rand(1, 3, 5, 5), rand(4, 3, 1, 1), rand(4)
+    workspace.ResetWorkspace()
+    for name, value in (("x", x), ("w", w), ("b", b), ("s", rand(1, 3, 5, 5))):
+        workspace.FeedBlob(name, value)
+    with pytest.raises(Caffe2Error, match=r"ConvSumRelu.*'s'.*\[1, 3, 5, 5\] does not broadcast"):
+        workspace.RunOperatorOnce(core.CreateOperator("ConvSumRelu", ["x", "w", "b", "s"], ["y"], kernel=1))
+    assert not workspace.HasBlob("y")
+
+
 def test_caffe2_lrn_instance_norm_spatial_bn_ops():
     x = rand(1, 6, 3, 3)
     y, scale = run_op("LRN", [x], outputs=2, size=3, alpha=0.1, beta=0.75, bias=2.0)
@@ -715,6 +746,38 @@ def test_optimize_leaves_non_constant_and_non_per_channel_alone():
     net = _net(ops, ["x", "scale_in"] + list(consts), ["y"])
     opt = optimize(net, dict(consts))
     assert [op.type for op in opt.op] == ["Conv", "Mul", "BatchNormalization"]
+
+
+def test_optimize_fuses_conv_sum_relu_at_the_sum():
+    """Conv -> BN -> Add(other branch, computed after the conv) -> Relu becomes one
+    ConvSumRelu placed where the Add was; a conv read twice or a Sum of three stays."""
+    from caffe2py.optimize import optimize
+    consts = {"w1": rand(4, 3, 3, 3), "b1": rand(4), "w2": rand(4, 3, 1, 1), "w3": rand(4, 3, 1, 1)}
+    consts.update(_bn_consts("bn", 4))
+    ops = [
+        _op("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        _op("BatchNormalization", ["c1", "bn_s", "bn_b", "bn_m", "bn_v"], ["n1"]),
+        _op("Conv", ["x", "w2"], ["short"]),                    # the other operand comes later
+        _op("Add", ["short", "n1"], ["sum"]),
+        _op("Relu", ["sum"], ["y"]),
+        _op("Conv", ["x", "w3"], ["c3"]),
+        _op("Sum", ["c3", "y", "c3"], ["z"]),                   # three operands: left alone
+    ]
+    net = _net(ops, ["x"] + list(consts), ["y", "z"])
+    blobs = dict(consts)
+    opt = optimize(net, blobs)
+    assert [op.type for op in opt.op] == ["Conv", "ConvSumRelu", "Conv", "Sum"]
+    assert list(opt.op[1].input)[3] == "short" and list(opt.op[1].output) == ["y"]
+    feeds = {"x": rand(2, 3, 6, 5)}
+    for got, want in zip(_run(opt, blobs, feeds), _run(net, consts, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # the sum is a net output: the Relu is not fused, the Add is (into ConvSum)
+    net = _net(ops[:5], ["x"] + list(consts), ["y", "sum"])
+    blobs = dict(consts)
+    opt = optimize(net, blobs)
+    assert [op.type for op in opt.op] == ["Conv", "ConvSum", "Relu"]
+    for got, want in zip(_run(opt, blobs, feeds), _run(net, consts, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_optimized_onnx_model_matches_onnxruntime():

@@ -40,6 +40,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .depthwise import depthwise_plan
+from .epilogue import finish_channels
 from .elementwise import relu as relu_into
 from .elementwise import row_scalars
 from .gemm import SMALL_GEMM_FLOPS, blas_threads, pool_ways, run_chunks, single_blas_thread
@@ -175,31 +176,33 @@ def offset_view(xp, offset, dilations, strides, out_spatial, lead=1):
     return xp[(slice(None),) * lead + index]
 
 
-def _finish(out, b, activation):
-    """Bias and activation in place on the (N, M, *out) result."""
-    if b is not None:
-        with row_scalars(int(np.prod(out.shape[2:], dtype=np.int64))):
-            out += b.reshape((1, -1) + (1,) * (out.ndim - 2)).astype(out.dtype, copy=False)
-    if activation == "relu":
-        relu_into(out, out=out)
-    elif activation is not None:
+def _check_activation(activation):
+    if activation not in (None, "relu"):
         raise ValueError("unsupported fused activation '%s'" % activation)
-    return out
 
 
-def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activation=None):
-    """x (N, C, *S), w (M, C/group, *K), b (M,) or None -> (N, M, *out)."""
+def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activation=None, residual=None):
+    """x (N, C, *S), w (M, C/group, *K), b (M,) or None -> (N, M, *out).
+    residual: None or an array of the output's shape added before the activation
+    (a ResNet-style Conv + Sum [+ Relu] in one op)."""
+    _check_activation(activation)
     dtype = np.result_type(x.dtype, w.dtype)
     plan = _plan(x.shape, w.shape, tuple(strides), tuple(pads), tuple(dilations), group, dtype.str,
                  blas_threads())
+    if residual is not None and tuple(residual.shape) != plan.out_shape:
+        raise ValueError("residual of shape %s does not match the output shape %s"
+                         % (list(residual.shape), list(plan.out_shape)))
     x = x.astype(dtype, copy=False)
     w = np.ascontiguousarray(w, dtype=dtype)
     out = np.empty(plan.out_shape, dtype=dtype)
     args = (x, w, out, scratch or default_scratch())
-    if plan.fuses_output:      # bias and activation applied per tile, while it is in cache
-        if activation not in (None, "relu"):
-            raise ValueError("unsupported fused activation '%s'" % activation)
-        args += (None if b is None else b.astype(dtype, copy=False).reshape(-1, 1), activation == "relu")
+    relu = activation == "relu"
+    finish_bias = b
+    if plan.fuses_output:
+        # bias (and the activation, when nothing is added after the conv) applied per
+        # tile, while it is in cache
+        args += (None if b is None else b.astype(dtype, copy=False).reshape(-1, 1), relu and residual is None)
+        finish_bias = None
     if plan.gemm_flops < SMALL_GEMM_FLOPS and pool_ways() > 1:
         # pool mode only: otherwise OpenBLAS picks one thread for small GEMMs itself,
         # and switching its thread count wakes its spinning workers
@@ -207,7 +210,10 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
             plan.compute(*args)
     else:
         plan.compute(*args)
-    return out if plan.fuses_output else _finish(out, b, activation)
+    if finish_bias is None and residual is None and (plan.fuses_output or not relu):
+        return out
+    return finish_channels(out, finish_bias, None if residual is None else residual.astype(dtype, copy=False),
+                           relu)
 
 
 class _Plan:

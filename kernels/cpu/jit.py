@@ -65,9 +65,12 @@ def compiled(fn=None, *, fastmath=_DEFAULT_FASTMATH):
     return CompiledKernel(fn, fastmath)
 
 
-# Below this many elements of work a second thread costs more than it saves (waking
-# a pool thread is ~20-50 us on a 2-vCPU VM).
-SPLIT_MIN_WORK = 1 << 18
+# Below this much work (elements or multiply-adds) a second thread costs more than it
+# saves: handing work to a pool thread and joining it takes ~57 us on a 2-vCPU VM
+# (measured), about what one thread needs for 0.5-1 M elements of these loops. (numba's
+# own OpenMP threads start in ~3 us, but they spin while idle and then fight
+# OpenBLAS's spinning workers for the cores: a 0.09 ms loop took 6.5 ms after a GEMM.)
+SPLIT_MIN_WORK = 1 << 20
 
 
 def split(fn, count, work_per_item):

@@ -1,0 +1,65 @@
+"""The pass that finishes a convolution or GEMM output, compiled.
+
+Public:
+    finish_channels(y, bias=None, residual=None, relu=False) -> y
+        y (N, M, ...) float32/float64 C-contiguous, changed in place:
+        y = [relu](y + bias[channel] + residual). residual has y's shape.
+
+As NumPy calls a per-channel bias, a residual add and a ReLU are three passes over
+the output, each with its own Python overhead (the bias one on a slow broadcast
+loop, see elementwise.row_scalars); here they are one pass that reads every value
+once while it is in cache. ReLU keeps NaN and -0.0, as np.maximum(y, 0) does.
+"""
+import numpy as np
+
+from .jit import compiled, split
+
+
+@compiled
+def _finish_rows(y, bias, residual, has_bias, has_residual, relu, lo, hi):
+    """Rows lo..hi of y (R, L): row r gets bias[r % len(bias)] (when has_bias), then
+    residual[r] (when has_residual), then ReLU. bias always has one value at least, of
+    y's dtype, so the arithmetic stays in that dtype."""
+    channels = bias.shape[0]
+    length = y.shape[1]
+    for r in range(lo, hi):
+        row = y[r]
+        b = bias[r % channels]
+        if has_residual:
+            res = residual[r]
+            if has_bias:
+                for i in range(length):
+                    row[i] = row[i] + b + res[i]
+            else:
+                for i in range(length):
+                    row[i] = row[i] + res[i]
+        elif has_bias:
+            for i in range(length):
+                row[i] = row[i] + b
+        if relu:
+            for i in range(length):
+                v = row[i]
+                row[i] = 0.0 if v < 0 else v
+
+
+def finish_channels(y, bias=None, residual=None, relu=False):
+    """See the module docstring. Other dtypes or layouts go through NumPy."""
+    if bias is None and residual is None and not relu:
+        return y
+    n, m = y.shape[:2]
+    compiled_ok = (y.dtype in (np.float32, np.float64) and y.flags.c_contiguous
+                   and (residual is None or (residual.shape == y.shape and residual.dtype == y.dtype)))
+    if not compiled_ok:
+        if bias is not None:
+            y += bias.reshape((1, -1) + (1,) * (y.ndim - 2)).astype(y.dtype, copy=False)
+        if residual is not None:
+            y += residual
+        if relu:
+            np.maximum(y, y.dtype.type(0), out=y)
+        return y
+    rows = y.reshape(n * m, -1)
+    b = np.ascontiguousarray(bias.reshape(-1), dtype=y.dtype) if bias is not None else np.zeros(1, y.dtype)
+    res = np.ascontiguousarray(residual).reshape(n * m, -1) if residual is not None else rows[:0]
+    args = (rows, b, res, bias is not None, residual is not None, relu)
+    split(lambda lo, hi: _finish_rows(*args, lo, hi), n * m, rows.shape[1])
+    return y
