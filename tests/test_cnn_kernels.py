@@ -233,6 +233,33 @@ def test_winograd_row_chunks_match_onnxruntime(monkeypatch, tile):
     np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("xs,ws,pads,dil,dtype", [
+    ((2, 8, 9, 7), (3, 8, 3, 3), (1, 1, 1, 1), (1, 1), np.float32),
+    ((1, 6, 11, 10), (2, 6, 5, 3), (2, 0, 1, 2), (1, 2), np.float32),     # 5x3, dilated, asymmetric
+    ((1, 4, 8, 8), (2, 4, 3, 3), (0, 0, 0, 0), (2, 2), np.float64),
+])
+def test_shift_add_path_matches_loop_reference(monkeypatch, xs, ws, pads, dil, dtype):
+    """Stride-1 convs with at least twice the input channels as outputs: tap-major GEMM
+    plus shift-add, over several row tiles; filters edited in place are noticed."""
+    from caffe2py.kernels.cpu import shift_conv
+    monkeypatch.setattr(shift_conv, "_Z_TILE_BYTES", 1)          # one output row per tile
+    conv_k._plan.cache_clear()
+    try:
+        x, w, b = rand(*xs, dtype=dtype), rand(*ws, dtype=dtype), rand(ws[0], dtype=dtype)
+        plan = conv_k._plan(x.shape, w.shape, (1, 1), pads, dil, 1, np.dtype(dtype).str, 1)
+        assert plan.compute.__qualname__.startswith("shift_plan")
+        scratch = conv_k.Scratch()
+        for relu in (False, True):
+            y = conv_k.conv_nchw(x, w, b, (1, 1), pads, dil, 1, scratch=scratch, activation="relu" if relu else None)
+            assert y.dtype == dtype
+            np.testing.assert_allclose(y, ref_conv(x, w, b, (1, 1), pads, dil, 1, relu=relu), rtol=1e-4, atol=1e-4)
+        w *= -0.5                # edited in place: the tap-major copy must be remade
+        y = conv_k.conv_nchw(x, w, None, (1, 1), pads, dil, 1, scratch=scratch)
+        np.testing.assert_allclose(y, ref_conv(x, w, None, (1, 1), pads, dil, 1), rtol=1e-4, atol=1e-4)
+    finally:
+        conv_k._plan.cache_clear()
+
+
 def test_winograd_choice_depends_on_channels_size_and_threads():
     pick = conv_k._winograd_tile
     one = (1, 1, 1, 1)

@@ -12,6 +12,9 @@ Public:
 Strategy, chosen once per geometry (a cached plan holds every slice it copies):
   * 1x1, no padding: a plain matmul W (M, C) @ X (C, H*W) per image and group
     (strided 1x1 subsamples first);
+  * stride-1 2-D with at least twice as many input as output channels: one GEMM of
+    the tap-major weights with the flattened padded input, then a compiled
+    shift-add of the taps (shift_conv.py);
   * 3x3 stride-1, many channels: Winograd F(4x4, 3x3) from 28x28 outputs, else
     F(2x2, 3x3): 36 or 16 GEMMs on transformed 6x6 / 4x4 tiles (4x / 2.25x fewer
     multiplies), the tile transforms themselves GEMMs with Kronecker matrices;
@@ -41,6 +44,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from .depthwise import depthwise_plan
 from .epilogue import finish_channels
+from .shift_conv import shift_plan
 from .elementwise import relu as relu_into
 from .elementwise import row_scalars
 from .gemm import SMALL_GEMM_FLOPS, blas_threads, pool_ways, run_chunks, single_blas_thread
@@ -250,6 +254,10 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype, threads=1):
     plan.gemm_flops = 2.0 * (m // group) * (c // group) * p        # of one GEMM call (pointwise)
     if all(kk == 1 for kk in kernel) and not any(pads):
         plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial)
+    elif k == 2 and group == 1 and all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * m <= c and (
+            shift := shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype)):
+        plan.compute, plan.fuses_output = shift, True
+        plan.gemm_flops = 2.0 * m * c * int(np.prod(kernel)) * p
     elif tile := _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial, threads):
         plan.compute = _winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype)
         plan.gemm_flops = 2.0 * m * c * (-(-out_spatial[0] // tile)) * (-(-out_spatial[1] // tile))
@@ -485,6 +493,13 @@ _WINOGRAD = {
                   [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64),
         np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], np.float64)),
 }
+# Stride-1 2-D convs with at least this many times more input than output channels
+# use the tap-major GEMM + shift-add (shift_conv.py): per-layer timings on a 2-CPU Zen 5
+# VM, 2 threads: 128 -> 32 (DenseNet) 1.3-2x faster than the best other path at 7x7 to
+# 56x56, 96 -> 128 at 14x14 even; with more outputs than inputs it loses (64 -> 64 at
+# 56x56: 2.26 ms against Winograd F(4x4)'s 1.73).
+SHIFT_MIN_CHANNEL_RATIO = 2
+
 # Which tile, from per-layer timings of 3x3 layers of the light_* models (2-CPU Zen 5
 # VM). On one thread F(4x4) wins from 27x27 outputs even with few channels (16 -> 64 at
 # 55x55 ties the flattened-row path, 32 -> 128 at 27x27: 0.46 vs 0.60 ms) and F(2x2)

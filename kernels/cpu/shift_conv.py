@@ -1,0 +1,117 @@
+"""Stride-1 2-D convolution as one GEMM per row tile plus a compiled shift-add.
+
+Public:
+    shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype)
+        -> compute(x, w, out, scratch, bias=None, relu=False), or None when the kernel
+        does not cover the case (float32/float64, group 1, non-negative pads).
+
+With the input padded and each channel's rows flattened (row length wp), kernel tap
+(ky, kx) of output (y, x) reads flat position (y * wp + x) + ky * dh * wp + kx * dw:
+the same position shifted by a constant per tap. So
+
+    Z = W_taps (taps * M, C) @ X_flat (C, L)       one GEMM, no im2col copy
+    Y[m, p] = bias[m] + sum over taps t of Z[t, m, p + offset_t]
+
+and the sum is one compiled pass that reads each Z value once (then drops the columns
+past each row's end and applies ReLU). The GEMM has the same multiply count as
+im2col's (M, taps * C) @ (taps * C, L) but taps times more rows and no copy of the
+input taps times over; that wins when outputs are fewer than inputs or the map is
+small (DenseNet's 128 -> 32 3x3: 28x28 1.37 -> 0.55 ms, 7x7 0.15 -> 0.06 ms against
+the tap-stack path). Output rows are tiled so a tile's Z stays cache-sized.
+"""
+import numpy as np
+
+from .jit import compiled
+
+# Z tiles are kept around this size so the shift-add reads them from cache.
+_Z_TILE_BYTES = 1 << 20
+
+
+@compiled(fastmath=("contract", "reassoc"))
+def _shift_add(z, offsets, bias, out, y0, y1, wp, relu):
+    """Output rows y0..y1 of out (M, OH, OW) from z (taps, M, Lz), the GEMM over the
+    flattened padded rows starting at row y0: out[m, y, x] = bias[m] + sum over taps t
+    of z[t, m, (y - y0) * wp + x + offsets[t]], then ReLU when relu. bias has M values."""
+    taps, m = z.shape[0], z.shape[1]
+    ow = out.shape[2]
+    length = (y1 - y0) * wp
+    acc = np.empty(length, z.dtype)
+    for o in range(m):
+        b = bias[o]
+        if taps == 9:
+            # 3x3 in one pass (nine streams, acc written once)
+            t0 = z[0, o, offsets[0]:offsets[0] + length]
+            t1 = z[1, o, offsets[1]:offsets[1] + length]
+            t2 = z[2, o, offsets[2]:offsets[2] + length]
+            t3 = z[3, o, offsets[3]:offsets[3] + length]
+            t4 = z[4, o, offsets[4]:offsets[4] + length]
+            t5 = z[5, o, offsets[5]:offsets[5] + length]
+            t6 = z[6, o, offsets[6]:offsets[6] + length]
+            t7 = z[7, o, offsets[7]:offsets[7] + length]
+            t8 = z[8, o, offsets[8]:offsets[8] + length]
+            for i in range(length):
+                acc[i] = b + t0[i] + t1[i] + t2[i] + t3[i] + t4[i] + t5[i] + t6[i] + t7[i] + t8[i]
+        else:
+            for i in range(length):
+                acc[i] = b
+            for t in range(taps):
+                tap = z[t, o, offsets[t]:offsets[t] + length]
+                for i in range(length):
+                    acc[i] += tap[i]
+        for y in range(y1 - y0):
+            src = acc[y * wp:y * wp + ow]
+            dst = out[o, y0 + y]
+            for i in range(ow):
+                v = src[i]
+                dst[i] = 0.0 if relu and v < 0 else v
+
+
+def shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype):
+    """See the module docstring."""
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64) or len(out_spatial) != 2 or min(pads) < 0 \
+            or w_shape[1] != x_shape[1]:
+        return None
+    n, c, h, w_in = x_shape
+    m, _, kh, kw = w_shape
+    dh, dw = dilations
+    oh, ow = out_spatial
+    pt, pl = pads[0], pads[1]
+    wp = max(pl + w_in, ow + (kw - 1) * dw)       # the padded row length
+    hp = max(pt + h, oh + (kh - 1) * dh)
+    rows = hp + 1                                  # the last tap of the last row runs one row on
+    taps = kh * kw
+    offsets = np.array([ky * dh * wp + kx * dw for ky in range(kh) for kx in range(kw)], np.int64)
+    span = int(offsets[-1])
+    item = dtype.itemsize
+    rows_per_tile = max(1, min(oh, _Z_TILE_BYTES // max(1, taps * m * wp * item)))
+    tiles = [(y, min(oh, y + rows_per_tile)) for y in range(0, oh, rows_per_tile)]
+    interior = (slice(None), slice(pt, pt + h), slice(pl, pl + w_in))
+    weights = {}                                   # id(w) -> (w, sample, (taps * M, C) matrix)
+    step = max(1, (m * c * taps) // 61)
+
+    def tap_major(w):
+        # Same array and same sampled values: reuse (a cheap guard against in-place edits).
+        sample = w.reshape(-1)[::step]
+        hit = weights.get(id(w))
+        if hit is None or hit[0] is not w or not np.array_equal(hit[1], sample):
+            if len(weights) >= 32:
+                weights.clear()
+            hit = weights[id(w)] = (w, sample.copy(),
+                                    np.ascontiguousarray(w.transpose(2, 3, 0, 1).reshape(taps * m, c)))
+        return hit[2]
+
+    def compute(x, w, out, scratch, bias=None, relu=False):
+        wt = tap_major(w)
+        b = np.zeros(m, dtype) if bias is None else bias.reshape(m)
+        layout = (pt, pl, h, w_in)
+        for i in range(n):
+            xp = scratch.zeros(("shift_pad", layout), (c, rows, wp), dtype)
+            xp[interior] = x[i]
+            flat = xp.reshape(c, rows * wp)
+            for y0, y1 in tiles:
+                length = (y1 - y0) * wp + span
+                z = scratch.empty("shift_z", (taps * m, length), dtype)
+                np.matmul(wt, flat[:, y0 * wp:y0 * wp + length], out=z)
+                _shift_add(z.reshape(taps, m, length), offsets, b, out[i], y0, y1, wp, relu)
+    return compute
