@@ -4,6 +4,10 @@ Public:
     finish_channels(y, bias=None, residual=None, relu=False) -> y
         y (N, M, ...) float32/float64 C-contiguous, changed in place:
         y = [relu](y + bias[channel] + residual). residual has y's shape.
+    finish_rows_into(acc, row_length, bias, out, first_row, relu)
+        acc (M, R * row_length) holds R output rows of row_length >= OW values each
+        (a GEMM over padded rows); writes [relu](acc + bias) cropped to OW into
+        out[:, first_row:first_row + R] (out (M, OH, OW), any strides).
 
 As NumPy calls a per-channel bias, a residual add and a ReLU are three passes over
 the output, each with its own Python overhead (the bias one on a slow broadcast
@@ -63,3 +67,34 @@ def finish_channels(y, bias=None, residual=None, relu=False):
     args = (rows, b, res, bias is not None, residual is not None, relu)
     split(lambda lo, hi: _finish_rows(*args, lo, hi), n * m, rows.shape[1])
     return y
+
+
+@compiled
+def _crop_rows(acc, bias, has_bias, out, row_length, first_row, relu):
+    m = acc.shape[0]
+    rows = acc.shape[1] // row_length
+    ow = out.shape[2]
+    for o in range(m):
+        b = bias[o] if has_bias else bias[0] * 0
+        for y in range(rows):
+            src = acc[o, y * row_length:y * row_length + ow]
+            dst = out[o, first_row + y]
+            if relu:
+                for i in range(ow):
+                    v = src[i] + b
+                    dst[i] = 0.0 if v < 0 else v
+            else:
+                for i in range(ow):
+                    dst[i] = src[i] + b
+
+
+def finish_rows_into(acc, row_length, bias, out, first_row, relu):
+    """See the module docstring (one pass: bias, ReLU and the crop of the padded rows)."""
+    if acc.dtype not in (np.float32, np.float64) or out.dtype != acc.dtype:
+        res = acc if bias is None else acc + bias.reshape(-1, 1)
+        res = res.reshape(acc.shape[0], -1, row_length)[:, :, :out.shape[2]]
+        rows = res.shape[1]
+        np.copyto(out[:, first_row:first_row + rows], np.maximum(res, 0) if relu else res)
+        return
+    b = np.zeros(1, acc.dtype) if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=acc.dtype)
+    _crop_rows(acc, b, bias is not None, out, row_length, first_row, relu)
