@@ -147,23 +147,37 @@ def _conv_kernel(ctx, activation):
     legacy = ctx.int("legacy_pad", 0)
     scratch = conv_k.Scratch()
 
+    geometries = {}      # (input shape, filter shape) -> (strides, pads, dilations, output shape)
+
+    def geometry(x, w):
+        # Arguments are parsed and checked once per shape pair, not on every run.
+        key = (x.shape, w.shape)
+        found = geometries.get(key)
+        if found is not None:
+            return found
+        rank = x.ndim - 2
+        if w.ndim != x.ndim:
+            raise ctx.input_error(1, "filter of shape %s does not match %d-D input" % (list(w.shape), x.ndim))
+        kernel, strides, pads, dil = conv_geometry(ctx, rank, kernel_from=w.shape[2:])
+        if list(kernel) != list(w.shape[2:]):
+            raise ctx.input_error(1, "filter spatial shape %s differs from kernel %s" % (list(w.shape[2:]), kernel))
+        if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+            raise ctx.input_error(1, "filter of shape %s with group %d does not fit %d input channels"
+                                  % (list(w.shape), group, x.shape[1]))
+        pads = legacy_pads(legacy, x.shape[2:], kernel, strides, dil, pads)
+        out_shape = (x.shape[0], w.shape[0]) + tuple(
+            conv_k.conv_output_size(x.shape[2 + i], kernel[i], strides[i], pads[i], pads[rank + i], dil[i])
+            for i in range(rank))
+        if len(geometries) > 64:
+            geometries.clear()
+        found = geometries[key] = (tuple(strides), tuple(pads), tuple(dil), out_shape)
+        return found
+
     def run(x, w, b=None, s=None):
         xc = x if nchw else _to_nchw(x)
         wc = w if nchw else _to_nchw(w)
-        rank = xc.ndim - 2
-        if wc.ndim != xc.ndim:
-            raise ctx.input_error(1, "filter of shape %s does not match %d-D input" % (list(w.shape), x.ndim))
-        kernel, strides, pads, dil = conv_geometry(ctx, rank, kernel_from=wc.shape[2:])
-        if list(kernel) != list(wc.shape[2:]):
-            raise ctx.input_error(1, "filter spatial shape %s differs from kernel %s" % (list(wc.shape[2:]), kernel))
-        if xc.shape[1] != wc.shape[1] * group or wc.shape[0] % group:
-            raise ctx.input_error(1, "filter of shape %s with group %d does not fit %d input channels"
-                                  % (list(w.shape), group, xc.shape[1]))
-        pads = legacy_pads(legacy, xc.shape[2:], kernel, strides, dil, pads)
+        strides, pads, dil, out_shape = geometry(xc, wc)
         residual = None if s is None else (s if nchw else _to_nchw(s))
-        out_shape = (xc.shape[0], wc.shape[0]) + tuple(
-            conv_k.conv_output_size(xc.shape[2 + i], kernel[i], strides[i], pads[i], pads[rank + i], dil[i])
-            for i in range(rank))
         broadcast = residual is not None and residual.shape != out_shape
         try:
             y = conv_k.conv_nchw(xc, wc, b, strides, pads, dil, group, scratch=scratch,
