@@ -538,6 +538,24 @@ def test_batch_norm_and_instance_norm():
         assert inv[nn, cc] == pytest.approx(1 / np.sqrt(v.var() + 1e-5), rel=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batch_norm_relu_compiled_pass(dtype):
+    """NCHW float BN (+ ReLU) is one compiled pass: strided input, NaN kept, input untouched."""
+    x = rand(2, 4, 6, 5, dtype=dtype)[:, :, ::2]          # a strided view
+    x[0, 1, 0, 0] = np.nan
+    scale, bias, mean, var = rand(4), rand(4), rand(4), np.abs(rand(4)) + 0.1
+    before = x.copy()
+    sh = (1, 4, 1, 1)
+    ref = (x.astype(np.float64) - mean.reshape(sh)) / np.sqrt(var.reshape(sh) + 1e-3) * scale.reshape(sh) \
+        + bias.reshape(sh)
+    for relu in (False, True):
+        y = norm_k.batch_norm(x, scale, bias, mean, var, 1e-3, relu=relu)
+        assert y.dtype == dtype and y.shape == x.shape
+        np.testing.assert_allclose(y, np.maximum(ref, 0) if relu else ref, rtol=1e-5, atol=1e-5)
+        assert np.isnan(y[0, 1, 0, 0]) and np.isnan(y).sum() == 1
+    np.testing.assert_array_equal(x, before)
+
+
 @pytest.mark.parametrize("size,beta", [(5, 0.75), (4, 0.6), (1, 1.0)])
 def test_lrn_matches_loops_and_onnxruntime(size, beta):
     x = rand(2, 7, 3, 4)

@@ -1,9 +1,13 @@
-"""The pass that finishes a convolution or GEMM output, compiled.
+"""Per-channel passes over NCHW feature maps, compiled: the pass that finishes a
+convolution output, and inference batch norm.
 
 Public:
     finish_channels(y, bias=None, residual=None, relu=False) -> y
         y (N, M, ...) float32/float64 C-contiguous, changed in place:
         y = [relu](y + bias[channel] + residual). residual has y's shape.
+    channel_affine(x, mul, add, relu=False) -> y
+        y = [relu](x * mul[channel] + add[channel]) as a new array (x (N, C, ...)
+        float32/float64, any layout).
     finish_rows_into(acc, row_length, bias, out, first_row, relu)
         acc (M, R * row_length) holds R output rows of row_length >= OW values each
         (a GEMM over padded rows); writes [relu](acc + bias) cropped to OW into
@@ -98,3 +102,32 @@ def finish_rows_into(acc, row_length, bias, out, first_row, relu):
         return
     b = np.zeros(1, acc.dtype) if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=acc.dtype)
     _crop_rows(acc, b, bias is not None, out, row_length, first_row, relu)
+
+
+@compiled
+def _affine_rows(x, mul, add, y, relu, lo, hi):
+    channels = mul.shape[0]
+    length = x.shape[1]
+    for r in range(lo, hi):
+        src = x[r]
+        dst = y[r]
+        a = mul[r % channels]
+        b = add[r % channels]
+        if relu:
+            for i in range(length):
+                v = src[i] * a + b
+                dst[i] = 0.0 if v < 0 else v
+        else:
+            for i in range(length):
+                dst[i] = src[i] * a + b
+
+
+def channel_affine(x, mul, add, relu=False):
+    """See the module docstring: one pass where NumPy needs a multiply, an add and a
+    maximum (DenseNet's pre-activation BN + ReLU on 256x56x56: see docs/performance.md)."""
+    n, c = x.shape[:2]
+    src = np.ascontiguousarray(x).reshape(n * c, -1)
+    y = np.empty(x.shape, x.dtype)
+    args = (src, np.ascontiguousarray(mul, x.dtype), np.ascontiguousarray(add, x.dtype), y.reshape(n * c, -1), relu)
+    split(lambda lo, hi: _affine_rows(*args, lo, hi), n * c, src.shape[1])
+    return y

@@ -3,7 +3,8 @@
 Public:
     batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1) -> y
         y = (x - mean) / sqrt(var + epsilon) * scale + bias per channel on `axis`
-        (axis=1 for NCHW, -1 for NHWC).
+        (axis=1 for NCHW, -1 for NHWC); float NCHW input runs one compiled pass
+        (epilogue.channel_affine).
     bn_affine(scale, bias, mean, var, epsilon, dtype) -> (mul, add)
         the per-channel factors batch_norm applies: y = x * mul + add (also used to
         fold a BN into the preceding convolution).
@@ -19,6 +20,7 @@ import numpy as np
 
 from .elementwise import relu as relu_into
 from .elementwise import row_scalars
+from .epilogue import channel_affine
 
 
 def bn_affine(scale, bias, mean, var, epsilon, dtype=np.float32):
@@ -47,6 +49,8 @@ def batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1, relu=False):
     if x.ndim < 2:
         y = (x * mul + add).astype(dtype, copy=False)
         return relu_into(y, out=y) if relu else y
+    if axis == 1 and x.dtype in (np.float32, np.float64):
+        return channel_affine(x, mul, add, relu)
     shape = _channel_shape(x, axis, c)
     with row_scalars(int(np.prod(x.shape[axis + 1:], dtype=np.int64))):
         y = np.multiply(x, mul.reshape(shape), dtype=dtype)
