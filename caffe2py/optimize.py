@@ -22,6 +22,10 @@ rounding:
     e.g. DenseNet's pre-activation BN after a Concat) followed by Relu becomes one
     Caffe2 "SpatialBNRelu" with the folded scale/shift (mean 0, var 1, eps 0):
     one fresh array and in-place passes instead of two ops and two arrays.
+  * fuse_channel_shuffle: ONNX's Reshape (N, G, K, H, W) -> Transpose (0, 2, 1, 3, 4)
+    -> Reshape (N, G*K, H, W) (ShuffleNet's channel shuffle) becomes a Reshape to
+    the final shape (a view) and one Caffe2 "ChannelShuffle": one copy in one op
+    where there were three ops.
   * fuse_conv_sum: a Conv whose output only a two-input Sum/Add reads, and the Relu
     that alone reads that sum, become one "ConvSum"/"ConvSumRelu" op (ResNet's and
     ShuffleNet's residual joins): the addition and the ReLU happen in the
@@ -48,6 +52,7 @@ def optimize(predict_net, blobs):
     fuse_conv_relu(net, blobs)
     fuse_bn_relu(net, blobs)
     fuse_conv_sum(net, blobs)
+    fuse_channel_shuffle(net, blobs)
     return net
 
 
@@ -450,5 +455,62 @@ def fuse_conv_sum(net, blobs):
         last = k if relu is not None else j
         net.op[last].CopyFrom(new)
         _remove_ops(net, [i, j] if relu is not None else [i])
+        fused += 1
+    return fused
+
+
+def _shape_constant(op, blobs):
+    """The explicit dims of an ONNX Reshape's constant shape input (all positive), else None."""
+    if op.type != "Reshape" or _domain(op) != ONNX or len(op.input) != 2 or len(op.output) != 1:
+        return None
+    shape = _const(blobs, op.input[1])
+    if shape is None or shape.dtype.kind not in "iu" or shape.ndim != 1 or (shape <= 0).any():
+        return None
+    return [int(d) for d in shape]
+
+
+def fuse_channel_shuffle(net, blobs):
+    """Reshape(x, [n, g, k, h, w]) -> Transpose(perm 0,2,1,3,4) -> Reshape(., [n, g*k, h, w])
+    becomes Reshape(x, [n, g*k, h, w]) -> ChannelShuffle(group=g). Both spellings
+    permute x's values in memory order the same way whatever x's own shape is, so
+    the result is the same array; the first Reshape checks the element count as before."""
+    protected = set(net.external_output)
+    fused = 0
+    i = 0
+    while i < len(net.op):
+        first = net.op[i]
+        grid = _shape_constant(first, blobs)
+        if grid is None or len(grid) != 5:
+            i += 1
+            continue
+        reads = _readers(net)
+        j = _sole_reader(net, i, first.output[0], reads, protected)
+        perm = _args(net.op[j]).get("perm") if j is not None else None
+        if j is None or net.op[j].type != "Transpose" or _domain(net.op[j]) != ONNX or perm != [0, 2, 1, 3, 4] \
+                or len(net.op[j].output) != 1:
+            i += 1
+            continue
+        k = _sole_reader(net, j, net.op[j].output[0], reads, protected)
+        last = net.op[k] if k is not None else None
+        n, g, kk, h, w = grid
+        if last is None or _shape_constant(last, blobs) != [n, g * kk, h, w] \
+                or _writes_between(net, i, k, {first.input[0], last.input[1]}):
+            i += 1
+            continue
+        view = caffe2_pb2.OperatorDef()
+        view.CopyFrom(last)
+        del view.input[:]
+        view.input.extend([first.input[0], last.input[1]])
+        view.output[0] = _new_name(blobs, last.output[0] + "_grouped")
+        shuffle = caffe2_pb2.OperatorDef(type="ChannelShuffle", name=last.name)
+        shuffle.input.append(view.output[0])
+        shuffle.output.append(last.output[0])
+        shuffle.arg.add(name="group", i=g)
+        if last.HasField("device_option"):
+            shuffle.device_option.CopyFrom(last.device_option)
+        ops = [op for index, op in enumerate(net.op) if index not in (i, j, k)]
+        at = k - 2                                  # where the last Reshape was, once i and j are gone
+        del net.op[:]
+        net.op.extend(ops[:at] + [view, shuffle] + ops[at:])
         fused += 1
     return fused

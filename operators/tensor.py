@@ -1,4 +1,5 @@
-"""Shape and layout ops: Copy, Alias, Reshape, Flatten, Transpose, Concat, Split, Iter."""
+"""Shape and layout ops: Copy, Alias, Reshape, Flatten, Transpose, ChannelShuffle, Concat,
+Split, Iter."""
 import numpy as np
 
 from caffe2py.proto import caffe2_pb2
@@ -123,6 +124,37 @@ register_schema(OpSchema("Transpose", num_inputs=1, num_outputs=1,
 def transpose(ctx):
     def run(x):
         return np.ascontiguousarray(x.transpose(_perm(ctx, x.ndim)))
+    return run
+
+
+# ----------------------------------------------------------------- ChannelShuffle
+
+register_schema(OpSchema(
+    "ChannelShuffle", num_inputs=1, num_outputs=1,
+    args=(Arg("group", "int", 1), Arg("order", "string", "NCHW")),
+    inference=lambda ctx, ins: [ins[0]], cost=_copy_cost,
+    doc="ShuffleNet's channel shuffle: the C = group * K channels, read as a (group, K) "
+        "grid, are written out transposed (channel k * group + g takes channel g * K + k). "
+        "caffe2py.optimize makes it of ONNX's Reshape -> Transpose -> Reshape spelling."))
+
+
+@register_kernel("ChannelShuffle")
+def channel_shuffle(ctx):
+    group = ctx.int("group", 1)
+    order = ctx.string("order", "NCHW")
+    if order not in ("NCHW", "NHWC"):
+        raise ctx.error("order must be NCHW or NHWC, got '%s'" % order)
+    if group < 1:
+        raise ctx.error("group must be positive, got %d" % group)
+
+    def run(x):
+        axis = 1 if order == "NCHW" else x.ndim - 1
+        if x.ndim < 2 or x.shape[axis] % group:
+            raise ctx.input_error(0, "%d channels (shape %s, %s) do not split into %d groups"
+                                  % (x.shape[axis] if x.ndim >= 2 else 0, list(x.shape), order, group))
+        lead = int(np.prod(x.shape[:axis], dtype=np.int64))
+        grid = x.reshape(lead, group, x.shape[axis] // group, -1)
+        return np.ascontiguousarray(grid.transpose(0, 2, 1, 3)).reshape(x.shape)
     return run
 
 

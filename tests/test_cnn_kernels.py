@@ -825,6 +825,44 @@ def test_optimize_fuses_conv_sum_relu_at_the_sum():
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_channel_shuffle_op_and_its_onnx_spelling():
+    """Caffe2 ChannelShuffle against the definition, NCHW and NHWC; optimize turns ONNX's
+    Reshape -> Transpose -> Reshape into Reshape -> ChannelShuffle with the same result."""
+    from caffe2py.optimize import optimize
+    x = rand(2, 12, 3, 4)
+    want = np.empty_like(x)
+    for g, k in itertools.product(range(3), range(4)):
+        want[:, k * 3 + g] = x[:, g * 4 + k]
+    np.testing.assert_array_equal(run_op("ChannelShuffle", [x], group=3), want)
+    nhwc = run_op("ChannelShuffle", [np.moveaxis(x, 1, -1).copy()], group=3, order="NHWC")
+    np.testing.assert_array_equal(np.moveaxis(nhwc, -1, 1), want)
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("x", x)
+    with pytest.raises(Caffe2Error, match=r"ChannelShuffle.*'x'.*12 channels.*5 groups"):
+        workspace.RunOperatorOnce(core.CreateOperator("ChannelShuffle", ["x"], ["y"], group=5))
+
+    consts = {"w": rand(12, 3, 1, 1), "s5": np.array([2, 3, 4, 3, 4], np.int64), "s4": np.array([2, 12, 3, 4], np.int64),
+              "dw": rand(12, 1, 3, 3)}
+    ops = [
+        _op("Conv", ["x", "w"], ["c"], group=4),
+        _op("Reshape", ["c", "s5"], ["r5"], version=13),
+        _op("Transpose", ["r5"], ["t"], perm=[0, 2, 1, 3, 4]),
+        _op("Reshape", ["t", "s4"], ["r4"], version=13),
+        _op("Conv", ["r4", "dw"], ["y"], group=12, pads=[1, 1, 1, 1]),
+    ]
+    net = _net(ops, ["x"] + list(consts), ["y"])
+    blobs = dict(consts)
+    opt = optimize(net, blobs)
+    assert [op.type for op in opt.op] == ["Conv", "Reshape", "ChannelShuffle", "Conv"]
+    feeds = {"x": x}
+    np.testing.assert_allclose(_run(opt, blobs, feeds)[0], _run(net, consts, feeds)[0], rtol=1e-5, atol=1e-5)
+    # another permutation, or a final shape that is not (n, g*k, h, w): left alone
+    ops[2] = _op("Transpose", ["r5"], ["t"], perm=[0, 1, 2, 4, 3])
+    consts["s4"] = np.array([2, 12, 4, 3], np.int64)
+    assert [op.type for op in optimize(_net(ops, ["x"] + list(consts), ["y"]), dict(consts)).op] == \
+        ["Conv", "Reshape", "Transpose", "Reshape", "Conv"]
+
+
 def test_optimized_onnx_model_matches_onnxruntime():
     """A small random-weight CNN through caffe2py.onnx (when present) vs onnxruntime."""
     pytest.importorskip("caffe2py.onnx.backend")
