@@ -446,18 +446,19 @@ def test_pooling_matches_onnxruntime(op, include_pad, ceil):
 def test_strided_pools_take_the_compiled_kernel_and_keep_nan():
     x = rand(2, 3, 9, 10, dtype=np.float64)
     assert pool_k._compiled_pool(x, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, True) is not None
-    assert pool_k._compiled_pool(x, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False, True) is None   # flat path
+    assert pool_k._compiled_pool(x, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False, True) is not None
+    assert pool_k._compiled_pool(x, (3, 3), (1, 2), (1, 1, 1, 1), (1, 1), False, True) is None   # NumPy path
     assert pool_k._compiled_pool(x.astype(np.float16), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, True) is None
-    for kernel in [(3, 3), (2, 2), (3, 4)]:
-        y = pool_k.max_pool(x, kernel, (2, 2), (1, 1, 1, 1))
+    for kernel, strides in itertools.product([(3, 3), (2, 2), (3, 4)], [(2, 2), (1, 1)]):
+        y = pool_k.max_pool(x, kernel, strides, (1, 1, 1, 1))
         assert y.dtype == np.float64
-        np.testing.assert_array_equal(y, ref_pool(x, kernel, (2, 2), (1, 1, 1, 1), "max"))
+        np.testing.assert_array_equal(y, ref_pool(x, kernel, strides, (1, 1, 1, 1), "max"))
         # NaN at the first and at a later position of a window both come out
         xn = x.copy()
         xn[0, 0, 0, 0] = np.nan      # the first cell of window (0, 0) (after the pad)
         xn[0, 1, 4, 5] = np.nan      # a middle cell
-        y = pool_k.max_pool(xn, kernel, (2, 2), (1, 1, 1, 1))
-        windows_with_nan = ref_pool(np.isnan(xn).astype(np.float64), kernel, (2, 2), (1, 1, 1, 1), "max") > 0
+        y = pool_k.max_pool(xn, kernel, strides, (1, 1, 1, 1))
+        windows_with_nan = ref_pool(np.isnan(xn).astype(np.float64), kernel, strides, (1, 1, 1, 1), "max") > 0
         np.testing.assert_array_equal(np.isnan(y), windows_with_nan)
         assert np.isnan(y[0, 0, 0, 0]) and np.isnan(y[0, 1]).sum() >= 1
 

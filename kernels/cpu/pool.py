@@ -6,16 +6,18 @@ Public:
     global_pool(x, kind)            kind "max" or "avg"/"average"
     pool_output_shape(spatial, kernel, strides, pads, dilations, ceil_mode)
 
-A box max or sum is separable: windows are reduced one dim at a time.
-  * 2-D float32/float64 pools strided in both dims (the downsampling pools of CNNs)
-    run a compiled kernel, `_strided_pool2d`: per output row the window's input rows
-    are combined into one padded row (contiguous, vectorised), then each output
-    combines its window's columns of that row; one pass, no padded copy of the input
-    (3x3/s2 max on 64x111x111: 0.49 -> 0.24 ms).
-  * Otherwise elementwise np.maximum / np.add over strided views of a padded copy (a
-    reused buffer when `scratch` is given), one dim at a time; stride-1 pools shift
-    the padded buffer read as one flat array, so each pass is a single contiguous
-    call (faster than the compiled loop on 14x14-28x28 maps, measured).
+2-D float32/float64 pools run compiled kernels:
+  * strided in both dims (the downsampling pools of CNNs), `_strided_pool2d`: per
+    output row the window's input rows are combined into one padded row (contiguous,
+    vectorised), then each output combines its window's columns of that row; one
+    pass, no padded copy of the input (3x3/s2 max on 64x111x111: 0.49 -> 0.24 ms);
+  * stride 1 (Inception's pool branches), `_stride1_pool2d`: each plane padded into
+    a grid read as one flat array, every window cell one shifted slice of it, so the
+    taps are long contiguous loops (3x3 average on 256x28x28: 0.36 -> 0.25 ms).
+Other ranks, dtypes and mixed strides reduce one dim at a time (a box max or sum is
+separable) with elementwise np.maximum / np.add over strided views of a padded copy
+(a reused buffer when `scratch` is given); stride-1 pools there shift the padded
+buffer read as one flat array, so each pass is a single contiguous call.
 Max pooling propagates NaN (np.maximum's semantics) on both paths. Average divisors
 are separable per dimension, so they are an outer product of 1-D counts rather than
 a second pooling pass.
@@ -216,10 +218,65 @@ def _strided_pool2d(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, lo, hi):
                         dst[ox] = acc * scale[ox]
 
 
+@compiled
+def _stride1_pool2d(x, out, inv, kh, kw, dh, dw, pt, pl, is_max, lo, hi):
+    """Planes lo..hi of a stride-1 2-D pool: each plane is copied into a padded grid
+    (fill -inf for max, 0 for average) whose rows are read as one flat array, so
+    window cell (ky, kx) of every output is one shifted slice of it: the taps are
+    combined in long contiguous loops (the columns past a row's end are computed and
+    dropped), then the valid columns are written out (times inv for average)."""
+    h, w = x.shape[1], x.shape[2]
+    oh, ow = out.shape[1], out.shape[2]
+    wp = max(pl + w, ow + (kw - 1) * dw)
+    rows = max(pt + h, oh + (kh - 1) * dh) + 1
+    fill = -np.inf if is_max else 0.0
+    grid = np.empty((rows, wp), x.dtype)
+    flat = grid.reshape(rows * wp)
+    for i in range(rows * wp):
+        flat[i] = fill
+    length = oh * wp
+    acc = np.empty(length, x.dtype)
+    for p in range(lo, hi):
+        for y in range(h):
+            src = x[p, y]
+            dst = grid[y + pt, pl:pl + w]
+            for i in range(w):
+                dst[i] = src[i]
+        first = True
+        for ky in range(kh):
+            for kx in range(kw):
+                start = ky * dh * wp + kx * dw
+                tap = flat[start:start + length]
+                if first:
+                    for i in range(length):
+                        acc[i] = tap[i]
+                    first = False
+                elif is_max:
+                    for i in range(length):
+                        a = acc[i]
+                        b = tap[i]
+                        acc[i] = a if (a > b or a != a) else b
+                else:
+                    for i in range(length):
+                        acc[i] += tap[i]
+        for oy in range(oh):
+            src = acc[oy * wp:oy * wp + ow]
+            dst = out[p, oy]
+            if is_max:
+                for i in range(ow):
+                    dst[i] = src[i]
+            else:
+                scale = inv[oy]
+                for i in range(ow):
+                    dst[i] = src[i] * scale[i]
+
+
 def _compiled_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad=False):
-    """2-D float pools strided in both dims through `_strided_pool2d`, else None."""
-    if (x.dtype not in (np.float32, np.float64) or len(kernel) != 2 or min(strides) < 2
-            or dilations[1] != 1 or min(pads) < 0):
+    """2-D float pools through `_strided_pool2d` (strided in both dims) or
+    `_stride1_pool2d` (stride 1 in both dims, no ceil-mode padding), else None."""
+    stride1 = tuple(strides) == (1, 1) and not ceil_mode
+    if (x.dtype not in (np.float32, np.float64) or len(kernel) != 2 or min(pads) < 0
+            or not (stride1 or (min(strides) >= 2 and dilations[1] == 1))):
         return None
     spatial = tuple(x.shape[2:])
     out_spatial = pool_output_shape(spatial, kernel, strides, pads, dilations, ceil_mode)
@@ -230,8 +287,13 @@ def _compiled_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, inclu
     out = np.empty((planes,) + out_spatial, x.dtype)
     inv = _inverse_counts(spatial, tuple(kernel), tuple(strides), tuple(pads), out_spatial,
                           bool(include_pad), x.dtype.str)
-    args = (src, out, inv) + tuple(kernel) + tuple(strides) + (dilations[0], pads[0], pads[1], is_max)
-    split(lambda lo, hi: _strided_pool2d(*args, lo, hi), planes, out_spatial[0] * (spatial[1] + out_spatial[1]) * 2)
+    if stride1:
+        args = (src, out, inv) + tuple(kernel) + tuple(dilations) + (pads[0], pads[1], is_max)
+        split(lambda lo, hi: _stride1_pool2d(*args, lo, hi), planes, out_spatial[0] * spatial[1] * kernel[0] * kernel[1])
+    else:
+        args = (src, out, inv) + tuple(kernel) + tuple(strides) + (dilations[0], pads[0], pads[1], is_max)
+        split(lambda lo, hi: _strided_pool2d(*args, lo, hi), planes,
+              out_spatial[0] * (spatial[1] + out_spatial[1]) * 2)
     return out.reshape(x.shape[:2] + out_spatial)
 
 
