@@ -160,6 +160,12 @@ def blas_threads():
     return _GET_THREADS() if _GET_THREADS is not None else 1
 
 
+def set_blas_threads(count):
+    """Set OpenBLAS's thread count (no-op when the library is not found)."""
+    if _SET_THREADS is not None:
+        _SET_THREADS(count)
+
+
 def pool_ways():
     """How many threads run_chunks will use now (1: callers can skip chunking)."""
     return blas_threads() if POOL_SPLIT else 1

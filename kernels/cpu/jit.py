@@ -1,4 +1,5 @@
-"""Compiled CPU loops: numba's njit with the project's settings, compiled lazily.
+"""Compiled CPU loops: numba's njit with the project's settings, compiled lazily, and
+the one team of threads they run on.
 
 Some kernels cannot be written as a few NumPy calls without extra passes over
 memory (a depthwise convolution is nine multiply-adds per output, a pooling window
@@ -9,6 +10,10 @@ machine code.
     @compiled                       # or @compiled(fastmath=("contract", "reassoc"))
     def _kernel(x, out): ...
 
+    @compiled(parallel=True)        # prange loops run on the team
+    def _kernel(x, out, blocks):
+        for t in prange(blocks): ...
+
     _kernel(x, out)                 # compiles on the first call, then calls machine code
 
 Settings and why:
@@ -16,11 +21,21 @@ Settings and why:
   * cache: machine code is cached on disk (next to the module, or numba's user cache
     when that is not writable), so later processes load a kernel in milliseconds
     instead of compiling it for ~0.5 s.
-  * nogil: kernels run on caffe2py's thread pool at the same time (`split`).
+  * nogil: kernels release the GIL.
   * fastmath: 'contract' only by default (fused multiply-add): NaN, inf and signed
     zeros keep IEEE semantics, so results match the NumPy kernels'.
   * no bounds checks: callers check shapes before calling (every kernel's docstring
     says what it assumes).
+
+The team. Parallel kernels split their work into `team_blocks(...)` blocks and run
+them with numba's prange on numba's threads (OpenMP where available): starting a
+parallel region costs ~3 us, where handing work to a Python pool thread costs ~57 us.
+Those threads spin for a while when idle, and so do OpenBLAS's: two spinning teams
+on the same cores stall each other (a 0.09 ms loop took 6.5 ms right after a
+2-thread GEMM, measured). So while caffe2py's kernels run (`team()`, which the
+executor enters around every net run and GEMM-calling kernels enter themselves),
+OpenBLAS is set to one thread and caffe2py's GEMMs are split over the team instead
+(blas.py): one team, never two.
 
 Loops vectorise when their inner index runs over plain slices: write
 `x0 = row[a:a + n]` then `x0[i]`, not `row[i + a]` (numba must allow a negative
@@ -33,15 +48,22 @@ from .threads import num_threads, run_split
 _DEFAULT_FASTMATH = ("contract",)
 _lock = threading.Lock()
 
+# Kernel modules write `from .jit import prange` and loop `for t in prange(blocks)`.
+# Until numba is imported this is plain range; compiling a parallel kernel puts
+# numba.prange in its module's namespace (numba recognises prange by identity).
+prange = range
+
 
 class CompiledKernel:
     """A Python function that numba compiles on its first call."""
 
-    def __init__(self, fn, fastmath=_DEFAULT_FASTMATH):
+    def __init__(self, fn, fastmath=_DEFAULT_FASTMATH, parallel=False):
         self.py_func = fn
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self._options = dict(cache=True, nogil=True, boundscheck=False, fastmath=set(fastmath))
+        if parallel:
+            self._options["parallel"] = True
         self._dispatcher = None
 
     @property
@@ -51,6 +73,8 @@ class CompiledKernel:
             with _lock:
                 if self._dispatcher is None:
                     import numba
+                    if self.py_func.__globals__.get("prange") is range:
+                        self.py_func.__globals__["prange"] = numba.prange
                     self._dispatcher = numba.njit(**self._options)(self.py_func)
         return self._dispatcher
 
@@ -58,11 +82,74 @@ class CompiledKernel:
         return self.dispatcher(*args)
 
 
-def compiled(fn=None, *, fastmath=_DEFAULT_FASTMATH):
+def compiled(fn=None, *, fastmath=_DEFAULT_FASTMATH, parallel=False):
     """Decorator: `fn` becomes a CompiledKernel (see the module docstring)."""
     if fn is None:
-        return lambda f: CompiledKernel(f, fastmath)
-    return CompiledKernel(fn, fastmath)
+        return lambda f: CompiledKernel(f, fastmath, parallel)
+    return CompiledKernel(fn, fastmath, parallel)
+
+
+# ----------------------------------------------------------------- the team
+
+# Below this much work (elements or multiply-adds) one block is best: a parallel
+# region's start and join cost about what one thread needs for ~20-30k elements.
+TEAM_MIN_WORK = 1 << 15
+_team_size = None
+_blas_depth = [0, None]          # entries into team() on any thread, OpenBLAS's count before
+_team_lock = threading.Lock()
+
+
+def team_size():
+    """Threads in the team: CAFFE2PY_NUM_THREADS, else min(4, CPUs), at most numba's."""
+    global _team_size
+    if _team_size is None:
+        import numba
+        _team_size = max(1, min(num_threads(), numba.config.NUMBA_NUM_THREADS))
+    return _team_size
+
+
+def team_blocks(count, work_per_item):
+    """How many blocks to split `count` items of `work_per_item` each into."""
+    if count <= 1 or count * work_per_item < TEAM_MIN_WORK:
+        return 1
+    return min(count, team_size())
+
+
+class team:
+    """Context: caffe2py's kernels run on the team; OpenBLAS on one thread meanwhile
+    (restored when the outermost entry on any thread leaves). Cheap to re-enter."""
+    __slots__ = ()
+
+    def __enter__(self):
+        with _team_lock:
+            _blas_depth[0] += 1
+            if _blas_depth[0] == 1:
+                from .gemm import blas_threads, set_blas_threads
+                before = blas_threads()
+                _blas_depth[1] = before
+                if before != 1:
+                    set_blas_threads(1)
+        _use_team_size()
+        return self
+
+    def __exit__(self, *exc):
+        with _team_lock:
+            _blas_depth[0] -= 1
+            if _blas_depth[0] == 0 and _blas_depth[1] not in (None, 1):
+                from .gemm import set_blas_threads
+                set_blas_threads(_blas_depth[1])
+        return False
+
+
+_sized = threading.local()
+
+
+def _use_team_size():
+    # numba's thread count is per calling thread
+    if getattr(_sized, "size", None) != team_size():
+        import numba
+        numba.set_num_threads(team_size())
+        _sized.size = team_size()
 
 
 # Below this much work (elements or multiply-adds) a second thread costs more than it

@@ -1,0 +1,127 @@
+"""GEMM calls into the OpenBLAS that NumPy ships, made from compiled (numba) code.
+
+Public:
+    gemm_entry(dtype) -> GemmEntry or None
+        the C entry points for float32/float64 GEMMs in NumPy's bundled OpenBLAS
+        (None when NumPy uses another BLAS, or the symbols are not found).
+    call_gemm(address, ilp64, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, like)
+        numba intrinsic: one row-major GEMM through that entry point
+    call_int_fn(address, value)
+        numba intrinsic: int f(int), for OpenBLAS's thread-local thread count
+
+Why: caffe2py's parallel kernels run on one team of threads (numba's, see jit.py).
+Each thread calls a single-threaded GEMM on its own block of the output and then
+finishes that block (bias, residual, ReLU) while it is in cache. np.matmul cannot be
+called from compiled code, and OpenBLAS's own threads would fight the team for the
+cores (they spin between calls), so the GEMM is called directly: the function's
+address and the integer width of the library are arguments, not constants, so
+numba can cache the compiled kernels on disk.
+"""
+import ctypes
+import glob
+import os
+from collections import namedtuple
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+# cblas_?gemm(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+ROW_MAJOR, NO_TRANS = 101, 111
+
+GemmEntry = namedtuple("GemmEntry", "gemm set_local_threads ilp64")
+
+
+def _gemm_type(float_ir, index_ir):
+    i32 = ir.IntType(32)
+    ptr = ir.IntType(8).as_pointer()
+    return ir.FunctionType(ir.VoidType(), [i32, i32, i32, index_ir, index_ir, index_ir, float_ir, ptr, index_ir,
+                                           ptr, index_ir, float_ir, ptr, index_ir])
+
+
+@intrinsic
+def call_gemm(typingctx, address, ilp64, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, like):
+    """C (m, n) = alpha * A (m, k) @ B (k, n) + beta * C, row-major, through the cblas
+    GEMM at `address` (pointers a, b, c as integers; lda/ldb/ldc in elements). `like`
+    is an array whose dtype (float32 / float64) picks sgemm / dgemm; ilp64 says whether
+    the library takes 64-bit integers."""
+    if not isinstance(like, types.Array) or like.dtype not in (types.float32, types.float64):
+        return None
+    float_ir = ir.FloatType() if like.dtype == types.float32 else ir.DoubleType()
+    sig = types.void(types.intp, types.boolean, types.intp, types.intp, types.intp, types.float64, types.intp,
+                     types.intp, types.intp, types.intp, types.float64, types.intp, types.intp, like)
+
+    def codegen(context, builder, signature, args):
+        address, ilp64, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, _ = args
+        ptr = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        if float_ir != ir.DoubleType():
+            alpha, beta = builder.fptrunc(alpha, float_ir), builder.fptrunc(beta, float_ir)
+        head = [ir.Constant(i32, ROW_MAJOR), ir.Constant(i32, NO_TRANS), ir.Constant(i32, NO_TRANS)]
+        with builder.if_else(ilp64) as (wide, narrow):
+            for block, bits in ((wide, 64), (narrow, 32)):
+                with block:
+                    index_ir = ir.IntType(bits)
+
+                    def index(v):
+                        return builder.trunc(v, index_ir) if bits < 64 else v
+                    fn = builder.inttoptr(address, _gemm_type(float_ir, index_ir).as_pointer())
+                    builder.call(fn, head + [index(m), index(n), index(k), alpha, builder.inttoptr(a, ptr), index(lda),
+                                             builder.inttoptr(b, ptr), index(ldb), beta, builder.inttoptr(c, ptr),
+                                             index(ldc)])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def call_int_fn(typingctx, address, value):
+    """Call int f(int) at `address` (OpenBLAS's thread-count setter); returns the result."""
+    sig = types.int32(types.intp, types.int32)
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        fn = builder.inttoptr(args[0], ir.FunctionType(i32, [i32]).as_pointer())
+        return builder.call(fn, [args[1]])
+    return sig, codegen
+
+
+def _library():
+    libs = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    for path in sorted(glob.glob(os.path.join(libs, "libscipy_openblas*.so*"))
+                       + glob.glob(os.path.join(libs, "libopenblas*.so*"))):
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+def _address(lib, names):
+    for name in names:
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            return ctypes.cast(fn, ctypes.c_void_p).value, name
+    return None, None
+
+
+_ENTRIES = None
+
+
+def gemm_entry(dtype):
+    """GemmEntry(gemm address, thread-local thread-count setter address, ilp64) for
+    float32 / float64, or None when the direct path is unavailable (another BLAS, an
+    OpenBLAS older than 0.3.27 without a thread-local thread count, other dtypes)."""
+    global _ENTRIES
+    if _ENTRIES is None:
+        _ENTRIES = {}
+        lib = _library()
+        if lib is not None and os.environ.get("CAFFE2PY_DIRECT_BLAS", "1") != "0":
+            setter, _ = _address(lib, ("scipy_openblas_set_num_threads_local64_", "openblas_set_num_threads_local"))
+            for key, names in (("f4", ("scipy_cblas_sgemm64_", "cblas_sgemm64_", "cblas_sgemm")),
+                               ("f8", ("scipy_cblas_dgemm64_", "cblas_dgemm64_", "cblas_dgemm"))):
+                address, name = _address(lib, names)
+                if address and setter:
+                    _ENTRIES[key] = GemmEntry(address, setter, name.endswith("64_"))
+    dtype = np.dtype(dtype)
+    return _ENTRIES.get(dtype.kind + str(dtype.itemsize)) if dtype.kind == "f" else None

@@ -1,0 +1,110 @@
+"""Matrix products split over caffe2py's thread team, with the output pass fused.
+
+Public:
+    gemm_into(a, b, out, bias=None, residual=None, relu=False) -> out
+        out = a @ b [+ bias per row] [+ residual] [then ReLU], for 2-D (M, K) @ (K, N)
+        or batched 3-D (G, M, K) @ (G, K, N) operands. a and b may be views with unit
+        stride along their rows (padded buffers, column ranges); out and residual are
+        C-contiguous (M, N) / (G, M, N); bias has M values.
+
+With NumPy's OpenBLAS (float32/float64) the output is cut into one block per team
+thread (columns when there are many, else rows, and groups); each thread runs one
+single-threaded GEMM on its block and then adds bias and residual and applies ReLU
+to that block while it is still in cache, so the product and its finish pass are
+one parallel region. Otherwise (another BLAS, other dtypes): np.matmul, then
+epilogue.finish_channels.
+"""
+import numpy as np
+
+from .blas import call_gemm, gemm_entry
+from .epilogue import finish_channels
+from .jit import compiled, prange, team, team_size
+
+# Columns per block below which the output is split by rows instead (a GEMM on a
+# narrow column block packs the whole of `a` for little work).
+_MIN_BLOCK_COLS = 128
+
+
+@compiled(parallel=True)
+def _gemm_blocks(address, ilp64, a, b, out, lda, gsa, ldb, gsb, bias, has_bias, res, has_res, relu,
+                 groups, grid_m, grid_n):
+    """out[g] = a[g] @ b[g] (+ bias, + res, ReLU) over groups * grid_m * grid_n blocks.
+    a, b: the first element of each operand (any array of the dtype; the pointers are
+    what counts) with row stride lda / ldb and group stride gsa / gsb in elements."""
+    m, n = out.shape[1], out.shape[2]
+    k = a.shape[2]
+    item = out.itemsize
+    for t in prange(groups * grid_m * grid_n):
+        g = t // (grid_m * grid_n)
+        tm = (t // grid_n) % grid_m
+        tn = t % grid_n
+        m0, m1 = m * tm // grid_m, m * (tm + 1) // grid_m
+        n0, n1 = n * tn // grid_n, n * (tn + 1) // grid_n
+        if m1 == m0 or n1 == n0:
+            continue
+        call_gemm(address, ilp64, m1 - m0, n1 - n0, k, 1.0,
+                  a.ctypes.data + (g * gsa + m0 * lda) * item, lda,
+                  b.ctypes.data + (g * gsb + n0) * item, ldb, 0.0,
+                  out.ctypes.data + ((g * m + m0) * n + n0) * item, n, out)
+        if not (has_bias or has_res or relu):
+            continue
+        for r in range(m0, m1):
+            row = out[g, r, n0:n1]
+            if has_bias:
+                v = bias[r]
+                for i in range(n1 - n0):
+                    row[i] += v
+            if has_res:
+                extra = res[g, r, n0:n1]
+                for i in range(n1 - n0):
+                    row[i] += extra[i]
+            if relu:
+                for i in range(n1 - n0):
+                    x = row[i]
+                    row[i] = 0.0 if x < 0 else x
+
+
+def _grid(m, n, groups):
+    """(rows, columns) blocks per group so that every team thread gets one block."""
+    threads = max(1, team_size() // groups) if groups < team_size() else 1
+    if threads == 1:
+        return 1, 1
+    if n >= _MIN_BLOCK_COLS * threads:
+        return 1, threads
+    return min(m, threads), 1
+
+
+def _blasable(x):
+    """Unit stride along rows and a row stride BLAS accepts."""
+    item = x.itemsize
+    return x.strides[-1] == item and x.strides[-2] % item == 0 and x.strides[-2] // item >= x.shape[-1]
+
+
+def gemm_into(a, b, out, bias=None, residual=None, relu=False):
+    """See the module docstring."""
+    entry = gemm_entry(out.dtype)
+    a3, b3, out3 = (v if v.ndim == 3 else v[None] for v in (a, b, out))
+    groups, m, k = a3.shape
+    n = b3.shape[2]
+    direct = (entry is not None and a3.dtype == b3.dtype == out3.dtype and out3.flags.c_contiguous
+              and m and n and k and _blasable(a3) and _blasable(b3)
+              and (groups == 1 or (a3.strides[0] % a3.itemsize == 0 and b3.strides[0] % b3.itemsize == 0))
+              and (residual is None or (residual.dtype == out.dtype and residual.flags.c_contiguous)))
+    if not direct:
+        np.matmul(a, b, out=out)
+        if bias is not None or residual is not None or relu:
+            finish_channels(out3 if bias is None or groups == 1 else out3.reshape(1, groups * m, n),
+                            bias if bias is None or groups == 1 else np.tile(bias.reshape(-1), groups),
+                            None if residual is None else residual.reshape(out3.shape if groups == 1
+                                                                          else (1, groups * m, n)),
+                            relu)
+        return out
+    item = out.itemsize
+    grid_m, grid_n = _grid(m, n, groups)
+    b_vec = np.zeros(1, out.dtype) if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=out.dtype)
+    res3 = out3[:0] if residual is None else residual.reshape(out3.shape)
+    with team():
+        _gemm_blocks(entry.gemm, entry.ilp64, a3, b3, out3, a3.strides[1] // item, a3.strides[0] // item,
+                     b3.strides[1] // item, b3.strides[0] // item, b_vec, bias is not None, res3,
+                     residual is not None, relu, groups, grid_m, grid_n)
+    return out
