@@ -89,3 +89,10 @@ def placement_of(value):
 def placement_text(placement):
     device_type, device_id = placement
     return device_name(device_type) if device_type == CPU else "%s:%d" % (device_name(device_type), device_id)
+
+
+def cpu_run_context():
+    """The context CPU plans run in: caffe2py's compiled kernels and GEMMs share one
+    thread team, with NumPy's OpenBLAS on one thread meanwhile (kernels/cpu/jit.py)."""
+    from .kernels.cpu.jit import team
+    return team()

@@ -14,6 +14,7 @@ it was. The line an exception comes from tells which op failed.
 """
 import time
 
+from .devices import cpu_run_context
 from .errors import Caffe2Error, OperatorError, describe_op
 from .host_memory import keep_freed_memory
 from .proto import caffe2_pb2
@@ -145,7 +146,8 @@ class Plan:
         """Run once against the dict of blobs; on failure raise OperatorError and
         leave blobs untouched."""
         try:
-            self._runner(blobs)
+            with cpu_run_context():
+                self._runner(blobs)
         except Exception as exc:  # noqa: BLE001 - re-raised with the op named
             raise self._explain(exc) from exc
 

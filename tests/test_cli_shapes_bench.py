@@ -233,7 +233,8 @@ def test_shapes_and_bench_take_onnx_models(tmp_path, capsys):
     core = gemm.openblas_core()
     if core is not None:
         assert "%s kernels" % core in blas_line
-    assert "%d thread" % gemm.blas_threads() in blas_line
+    from caffe2py.kernels.cpu.jit import team_size
+    assert "team of %d thread" % team_size() in blas_line
 
 
 def test_bench_optimize_applies_the_prepare_time_rewrites(tmp_path, capsys):

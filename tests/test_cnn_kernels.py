@@ -140,8 +140,7 @@ def test_depthwise_compiled_kernel_paths(monkeypatch, dtype):
     """Float depthwise convs run the compiled kernel: the flat stride-1 loop and the
     row loop for strides, a channel multiplier, both split over two threads."""
     from caffe2py.kernels.cpu import jit
-    monkeypatch.setattr(jit, "num_threads", lambda: 2)
-    monkeypatch.setattr(jit, "SPLIT_MIN_WORK", 1)
+    monkeypatch.setattr(jit, "TEAM_MIN_WORK", 1)       # several blocks even on small maps
     for xs, ws, strides, pads, dil in [((2, 6, 9, 8), (12, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
                                        ((1, 5, 12, 11), (5, 1, 3, 5), (2, 3), (1, 2, 0, 1), (2, 1))]:
         x, w, b = rand(*xs, dtype=dtype), rand(*ws, dtype=dtype), rand(ws[0], dtype=dtype)
@@ -197,7 +196,7 @@ def test_conv_reused_buffers_and_row_tiles(monkeypatch):
 def test_winograd_path_matches_loop_reference(monkeypatch, xs, ws, pads, threads, tile):
     """3x3 stride-1 convs with enough channels take a Winograd path: F(4x4,3x3) from
     27x27 outputs, F(2x2,3x3) below; more BLAS threads need more channels."""
-    monkeypatch.setattr(conv_k, "blas_threads", lambda: threads)
+    monkeypatch.setattr(conv_k, "team_size", lambda: threads)
     x, w, b = rand(*xs), rand(*ws), rand(ws[0])
     plan = conv_k._plan(x.shape, w.shape, (1, 1), tuple(pads), (1, 1), 1, np.dtype(np.float32).str, threads)
     assert plan.compute.__qualname__.startswith("_winograd_plan")
@@ -303,37 +302,64 @@ def test_shared_buffers_keep_each_padding_layout():
 
 @pytest.mark.parametrize("xs,ws,strides,pads,group", [
     ((1, 96, 14, 14), (96, 96, 3, 3), (1, 1), (1, 1, 1, 1), 1),      # Winograd
-    ((1, 8, 21, 20), (16, 4, 3, 3), (1, 2), (1, 0, 2, 1), 2),        # im2col, several tiles
-    ((2, 12, 33, 31), (10, 12, 1, 1), (1, 1), (0, 0, 0, 0), 1),      # pointwise, column chunks
-    ((1, 16, 7, 7), (12, 4, 1, 1), (1, 1), (0, 0, 0, 0), 4),         # pointwise, output-channel chunks
+    ((1, 8, 21, 20), (16, 4, 3, 3), (1, 2), (1, 0, 2, 1), 2),        # flattened rows, grouped
+    ((2, 12, 33, 31), (10, 12, 1, 1), (1, 1), (0, 0, 0, 0), 1),      # pointwise, column blocks
+    ((1, 16, 7, 7), (12, 4, 1, 1), (1, 1), (0, 0, 0, 0), 4),         # pointwise, groups
+    ((1, 3, 9, 8, 7), (5, 3, 2, 3, 2), (1, 1, 1), (0,) * 6, 1),      # 3-D im2col
 ])
-def test_conv_chunks_on_the_thread_pool_match_onnxruntime(monkeypatch, xs, ws, strides, pads, group):
-    """Work split over pool threads (forced on here) gives the same result."""
-    monkeypatch.setattr(conv_k, "SMALL_GEMM_FLOPS", 0)
-    monkeypatch.setattr(gemm_k, "blas_threads", lambda: 3)
-    monkeypatch.setattr(gemm_k, "POOL_SPLIT", True)
+@pytest.mark.parametrize("direct", [True, False])
+def test_conv_on_the_team_matches_onnxruntime(monkeypatch, xs, ws, strides, pads, group, direct):
+    """Every GEMM path split in blocks over the team (direct OpenBLAS calls), and the
+    np.matmul fallback used when NumPy's BLAS is not OpenBLAS, give the same result."""
+    from caffe2py.kernels.cpu import blas, jit
+    monkeypatch.setattr(jit, "TEAM_MIN_WORK", 1)
+    if not direct:
+        monkeypatch.setattr(blas, "_ENTRIES", {})
+    elif blas.gemm_entry(np.float32) is None:
+        pytest.skip("NumPy's BLAS is not OpenBLAS: no direct GEMM path")
     conv_k._plan.cache_clear()
     try:
         x, w, b = rand(*xs), rand(*ws), rand(ws[0])
+        k = len(strides)
         for _ in range(2):
-            y = conv_k.conv_nchw(x, w, b, strides, pads, (1, 1), group)
+            y = conv_k.conv_nchw(x, w, b, strides, pads, (1,) * k, group, activation="relu")
         ref = _ort_single("Conv", [x, w, b], dict(strides=list(strides), pads=list(pads), group=group))
-        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=2e-4)
+        np.testing.assert_allclose(y, np.maximum(ref, 0), rtol=1e-4, atol=2e-4)
     finally:
         conv_k._plan.cache_clear()
 
 
-def test_run_chunks_runs_every_chunk_and_reraises(monkeypatch):
-    monkeypatch.setattr(gemm_k, "POOL_SPLIT", True)
-    seen = np.zeros(50)
-    gemm_k.run_chunks(lambda k, worker: seen.__setitem__(k, seen[k] + 1), 50, ways=3)
-    assert (seen == 1).all()
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_team_gemm_blocks_views_transposes_and_the_output_pass(monkeypatch, dtype):
+    from caffe2py.kernels.cpu import jit
+    from caffe2py.kernels.cpu.team_gemm import gemm_into
+    monkeypatch.setattr(jit, "TEAM_MIN_WORK", 1)
+    f64 = np.float64
+    for g, m, k, n in [(1, 64, 40, 700), (1, 300, 20, 9), (3, 7, 5, 11), (1, 1, 3, 1)]:
+        a = rand(g, m, k + 2, dtype=dtype)[:, :, 1:k + 1]            # a view with a row stride
+        b = rand(g, n, k, dtype=dtype).transpose(0, 2, 1)             # a transposed view
+        bias, res = rand(g * m, dtype=dtype), rand(g, m, n, dtype=dtype)
+        out = np.empty((g, m, n), dtype)
+        gemm_into(a, b, out, bias, res, True)
+        want = np.maximum(a.astype(f64) @ b.astype(f64) + bias.astype(f64).reshape(g, m, 1) + res, 0)
+        np.testing.assert_allclose(out, want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-4)
+        gemm_into(a[0], b[0], out[0])                                   # 2-D, no output pass
+        np.testing.assert_allclose(out[0], a[0].astype(f64) @ b[0].astype(f64), rtol=1e-5, atol=1e-4)
 
-    def fail(k, worker):
-        if k == 7:
-            raise KeyError("chunk 7")
-    with pytest.raises(KeyError, match="chunk 7"):
-        gemm_k.run_chunks(fail, 20, ways=2)
+
+def test_team_sets_openblas_to_one_thread_and_restores_it():
+    from caffe2py.kernels.cpu import gemm, jit
+    if gemm._GET_THREADS is None:
+        pytest.skip("NumPy's BLAS is not OpenBLAS")
+    gemm.set_blas_threads(2)
+    with jit.team():
+        assert gemm.blas_threads() == 1
+        with jit.team():                  # re-entered (a net run inside a kernel)
+            assert gemm.blas_threads() == 1
+        assert gemm.blas_threads() == 1
+    assert gemm.blas_threads() == 2
+    a = rand(40, 30)
+    np.testing.assert_allclose(gemm_k.matmul(a, a.T), naive_matmul(a, a.T), rtol=1e-4, atol=1e-4)
 
 
 def test_one_scratch_used_from_two_threads_at_once():
@@ -500,17 +526,6 @@ def test_gemm(trans_a, trans_b, alpha, beta, c_shape):
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="inner"):
         gemm_k.gemm(rand(2, 3), rand(4, 2))
-
-
-def test_single_blas_thread_restores_the_thread_count():
-    before = gemm_k._GET_THREADS() if gemm_k._GET_THREADS else None
-    with gemm_k.single_blas_thread():
-        if before is not None:
-            assert gemm_k._GET_THREADS() == 1
-        a = rand(40, 30)
-        np.testing.assert_allclose(a @ a.T, naive_matmul(a, a.T), rtol=1e-4, atol=1e-4)
-    if before is not None:
-        assert gemm_k._GET_THREADS() == before
 
 
 def test_fc_kernel():

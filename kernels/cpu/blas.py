@@ -4,7 +4,7 @@ Public:
     gemm_entry(dtype) -> GemmEntry or None
         the C entry points for float32/float64 GEMMs in NumPy's bundled OpenBLAS
         (None when NumPy uses another BLAS, or the symbols are not found).
-    call_gemm(address, ilp64, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, like)
+    call_gemm(address, ilp64, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, like)
         numba intrinsic: one row-major GEMM through that entry point
     call_int_fn(address, value)
         numba intrinsic: int f(int), for OpenBLAS's thread-local thread count
@@ -28,7 +28,7 @@ from numba import types
 from numba.extending import intrinsic
 
 # cblas_?gemm(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-ROW_MAJOR, NO_TRANS = 101, 111
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
 GemmEntry = namedtuple("GemmEntry", "gemm set_local_threads ilp64")
 
@@ -41,24 +41,28 @@ def _gemm_type(float_ir, index_ir):
 
 
 @intrinsic
-def call_gemm(typingctx, address, ilp64, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, like):
-    """C (m, n) = alpha * A (m, k) @ B (k, n) + beta * C, row-major, through the cblas
-    GEMM at `address` (pointers a, b, c as integers; lda/ldb/ldc in elements). `like`
-    is an array whose dtype (float32 / float64) picks sgemm / dgemm; ilp64 says whether
-    the library takes 64-bit integers."""
+def call_gemm(typingctx, address, ilp64, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, like):
+    """C (m, n) = alpha * op(A) @ op(B) + beta * C, row-major, through the cblas GEMM at
+    `address` (pointers a, b, c as integers; lda/ldb/ldc in elements; op transposes
+    when trans_a / trans_b). `like` is an array whose dtype (float32 / float64) picks
+    sgemm / dgemm; ilp64 says whether the library takes 64-bit integers."""
     if not isinstance(like, types.Array) or like.dtype not in (types.float32, types.float64):
         return None
     float_ir = ir.FloatType() if like.dtype == types.float32 else ir.DoubleType()
-    sig = types.void(types.intp, types.boolean, types.intp, types.intp, types.intp, types.float64, types.intp,
-                     types.intp, types.intp, types.intp, types.float64, types.intp, types.intp, like)
+    sig = types.void(types.intp, types.boolean, types.boolean, types.boolean, types.intp, types.intp, types.intp,
+                     types.float64, types.intp, types.intp, types.intp, types.intp, types.float64, types.intp,
+                     types.intp, like)
 
     def codegen(context, builder, signature, args):
-        address, ilp64, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, _ = args
+        address, ilp64, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, _ = args
         ptr = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
         if float_ir != ir.DoubleType():
             alpha, beta = builder.fptrunc(alpha, float_ir), builder.fptrunc(beta, float_ir)
-        head = [ir.Constant(i32, ROW_MAJOR), ir.Constant(i32, NO_TRANS), ir.Constant(i32, NO_TRANS)]
+
+        def flag(value):
+            return builder.select(value, ir.Constant(i32, TRANS), ir.Constant(i32, NO_TRANS))
+        head = [ir.Constant(i32, ROW_MAJOR), flag(trans_a), flag(trans_b)]
         with builder.if_else(ilp64) as (wide, narrow):
             for block, bits in ((wide, 64), (narrow, 32)):
                 with block:

@@ -47,17 +47,12 @@ from .epilogue import finish_channels, finish_rows_into
 from .shift_conv import shift_plan
 from .elementwise import relu as relu_into
 from .elementwise import row_scalars
-from .gemm import SMALL_GEMM_FLOPS, blas_threads, pool_ways, run_chunks, single_blas_thread
+from .jit import team, team_size
 
-# Work split for the thread pool: this many chunks per GEMM / transform (claimed
-# dynamically, so a thread delayed by a busy core costs at most one chunk).
-_CHUNKS = 4
-
-
-def _ranges(total, ways):
-    """`ways` contiguous slices covering range(total)."""
-    bounds = [total * k // ways for k in range(ways + 1)]
-    return [slice(bounds[k], bounds[k + 1]) for k in range(ways) if bounds[k + 1] > bounds[k]]
+def _gemm_into(*args, **kwargs):
+    # imported on first use: the team GEMM module imports numba
+    from .team_gemm import gemm_into
+    return gemm_into(*args, **kwargs)
 
 
 # im2col tiles are kept around this size so they stay in L2/L3 while the GEMM reads them.
@@ -191,44 +186,41 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
     (a ResNet-style Conv + Sum [+ Relu] in one op)."""
     _check_activation(activation)
     dtype = np.result_type(x.dtype, w.dtype)
-    plan = _plan(x.shape, w.shape, tuple(strides), tuple(pads), tuple(dilations), group, dtype.str,
-                 blas_threads())
+    plan = _plan(x.shape, w.shape, tuple(strides), tuple(pads), tuple(dilations), group, dtype.str, team_size())
     if residual is not None and tuple(residual.shape) != plan.out_shape:
         raise ValueError("residual of shape %s does not match the output shape %s"
                          % (list(residual.shape), list(plan.out_shape)))
     x = x.astype(dtype, copy=False)
     w = np.ascontiguousarray(w, dtype=dtype)
     out = np.empty(plan.out_shape, dtype=dtype)
-    args = (x, w, out, scratch or default_scratch())
     relu = activation == "relu"
-    finish_bias = b
-    if plan.fuses_output:
-        # bias (and the activation, when nothing is added after the conv) applied per
-        # tile, while it is in cache
-        args += (None if b is None else b.astype(dtype, copy=False).reshape(-1, 1), relu and residual is None)
-        finish_bias = None
-    if plan.gemm_flops < SMALL_GEMM_FLOPS and pool_ways() > 1:
-        # pool mode only: otherwise OpenBLAS picks one thread for small GEMMs itself,
-        # and switching its thread count wakes its spinning workers
-        with single_blas_thread():
-            plan.compute(*args)
-    else:
-        plan.compute(*args)
-    if finish_bias is None and residual is None and (plan.fuses_output or not relu):
-        return out
-    return finish_channels(out, finish_bias, None if residual is None else residual.astype(dtype, copy=False),
-                           relu)
+    bias = None if b is None else b.astype(dtype, copy=False).reshape(-1)
+    if residual is not None:
+        residual = np.ascontiguousarray(residual, dtype=dtype)
+    with team():
+        if plan.fuses_output:
+            # bias, residual and ReLU applied per block while it is in cache (the ReLU
+            # waits for a residual the plan cannot add itself)
+            takes = residual if plan.takes_residual else None
+            plan.compute(x, w, out, scratch or default_scratch(), bias, relu and (residual is None or takes is not None),
+                         takes)
+            if residual is not None and takes is None:
+                finish_channels(out, None, residual, relu)
+        else:
+            plan.compute(x, w, out, scratch or default_scratch())
+            finish_channels(out, bias, residual, relu)
+    return out
 
 
 class _Plan:
     """Everything about one convolution geometry that does not depend on values:
     output shape, method and the precomputed slices of every copy it makes."""
-    __slots__ = ("out_shape", "compute", "gemm_flops", "fuses_output")
+    __slots__ = ("out_shape", "compute", "fuses_output", "takes_residual")
 
 
 @functools.lru_cache(maxsize=1024)
 def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype, threads=1):
-    """threads: OpenBLAS's thread count, which moves the Winograd break-even."""
+    """threads: the team's size, which moves the Winograd break-even."""
     kernel = tuple(w_shape[2:])
     k = len(kernel)
     if len(x_shape) != k + 2 or len(strides) != k or len(dilations) != k or len(pads) != 2 * k:
@@ -249,32 +241,27 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype, threads=1):
                          % (list(w_shape), group, c))
     plan = _Plan()
     plan.out_shape = (n, m) + out_spatial
-    plan.fuses_output = False
-    p = int(np.prod(out_spatial, dtype=np.int64))
-    plan.gemm_flops = 2.0 * (m // group) * (c // group) * p        # of one GEMM call (pointwise)
+    plan.fuses_output = True
+    plan.takes_residual = False
     if all(kk == 1 for kk in kernel) and not any(pads):
         plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial)
+        plan.takes_residual = True
     elif k == 2 and group == 1 and all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * m <= c and (
             shift := shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype)):
-        plan.compute, plan.fuses_output = shift, True
-        plan.gemm_flops = 2.0 * m * c * int(np.prod(kernel)) * p
+        plan.compute = shift
     elif tile := _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial, threads):
         plan.compute = _winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype)
-        plan.gemm_flops = 2.0 * m * c * (-(-out_spatial[0] // tile)) * (-(-out_spatial[1] // tile))
-        plan.fuses_output = True
     elif k == 2 and group == c and w_shape[1] == 1 and (
             depthwise := depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
-        plan.compute, plan.gemm_flops, plan.fuses_output = depthwise, float("inf"), True
+        plan.compute = depthwise
     elif k == 2:
-        plan.compute, plan.gemm_flops = _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group,
-                                                     out_spatial, dtype)
-        plan.fuses_output = True
+        plan.compute = _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype)
     elif group == c and group > 1:
-        plan.gemm_flops = float("inf")
         plan.compute = _depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
+        plan.fuses_output = False
     else:
-        plan.compute, tile = _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype)
-        plan.gemm_flops = 2.0 * (m // group) * (c // group) * int(np.prod(kernel, dtype=np.int64)) * tile
+        plan.compute = _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype)
+        plan.fuses_output = False
     return plan
 
 
@@ -319,28 +306,14 @@ def _pointwise_plan(x_shape, m, strides, group, out_spatial):
         (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
     shape_in, shape_w, shape_out = (group, c // group, p), (group, m // group, c // group), (group, m // group, p)
 
-    # Chunks for the thread pool: output columns when there are many (>= 256 each),
-    # else output channels.
-    if p >= 256 * _CHUNKS:
-        parallel_chunks = [(slice(None), cols) for cols in _ranges(p, _CHUNKS)]
-    else:
-        parallel_chunks = [(rows, slice(None)) for rows in _ranges(m // group, min(_CHUNKS, m // group))]
-    serial_chunks = [(slice(None), slice(None))]
-
-    def compute(x, w, out, scratch):
+    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         if sub is not None:
             x = x[sub]
         wg = w.reshape(shape_w)
         for i in range(n):
             xi = np.ascontiguousarray(x[i]).reshape(shape_in)
-            yi = out[i].reshape(shape_out)
-
-            chunks = parallel_chunks if pool_ways() > 1 else serial_chunks
-
-            def part(k, worker):
-                rows, cols = chunks[k]
-                np.matmul(wg[:, rows], xi[:, :, cols], out=yi[:, rows, cols])
-            run_chunks(part, len(chunks))
+            res = None if residual is None else residual[i].reshape(shape_out)
+            _gemm_into(wg, xi, out[i].reshape(shape_out), bias, res, relu)
     return compute
 
 
@@ -389,8 +362,8 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
     (M/g, C/g * taps) weights reduces them. Output columns past the real width (wq - ow
     per row) are computed on the way and dropped when the result is written out. This
     replaces im2col's kh*kw copies with short inner rows by one copy with long rows.
-    Output rows are tiled so a tile's tap stack stays cache-sized; tiles are chunks for
-    the thread pool."""
+    Output rows are tiled so a tile's tap stack stays cache-sized; each tile's GEMM
+    runs on the team."""
     n, c = x_shape[:2]
     m = w_shape[0]
     cg, mg = c // group, m // group
@@ -427,15 +400,11 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
     row_bytes = c * taps * wq * item
     n_tiles = -(-oh * row_bytes // _FLAT_TILE_BYTES)
     rows_per_tile = -(-oh // n_tiles)           # balanced tiles
-
-    def make_tiles(per_tile):
-        return [(r, min(oh, r + per_tile)) for r in range(0, oh, per_tile)]
-    serial_tiles = make_tiles(rows_per_tile)
-    parallel_tiles = make_tiles(min(rows_per_tile, -(-oh // _CHUNKS))) if oh >= _CHUNKS else serial_tiles
+    tiles = [(r, min(oh, r + rows_per_tile)) for r in range(0, oh, rows_per_tile)]
     w_shape3 = (group, mg, cg * taps)
 
-    def compute(x, w, out, scratch, bias=None, relu=False):
-        """bias: (M, 1) or None; relu: clamp at zero. Both applied to each result tile
+    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
+        """bias: (M,) or None; relu: clamp at zero. Both applied to each result tile
         on its way out (no extra passes over the output)."""
         w3 = w.reshape(w_shape3)
         for i in range(n):
@@ -446,10 +415,7 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                 buf[dst] = img[src]
                 flats.append((buf.reshape(c, rows * wq), cols_index, view))
             yi = out[i]
-            tiles = parallel_tiles if pool_ways() > 1 else serial_tiles
-
-            def tile(k, worker):
-                r0, r1 = tiles[k]
+            for r0, r1 in tiles:
                 length = (r1 - r0) * wq
                 # Tap stacks and results hold nothing between calls: shared per-thread
                 # buffers (1.5-2x faster per layer in shufflenet than a buffer per op).
@@ -458,13 +424,9 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                     cols[cols_index] = np.lib.stride_tricks.as_strided(
                         flat[:, start + r0 * wq:], (c, na, nb, length), strides_, writeable=False)
                 acc = temp_buffer("flat_acc", (group, mg, length), dtype)
-                np.matmul(w3, cols.reshape(group, cg * taps, length), out=acc)
+                _gemm_into(w3, cols.reshape(group, cg * taps, length), acc)
                 finish_rows_into(acc.reshape(m, length), wq, bias, yi, r0, relu)
-            run_chunks(tile, len(tiles))
-    # Threads pay off only for the big layers (measured on densenet121's 3x3 convs:
-    # 231 MFLOP 1.5x faster on two threads, 58 MFLOP 1.3x slower): report an eighth of
-    # the total as the GEMM size, so the pool is used from 64 MFLOP on.
-    return compute, 2.0 * m * cg * taps * oh * wq / 8
+    return compute
 
 
 # ----------------------------------------------------------------- Winograd F(m x m, 3x3)
@@ -562,8 +524,8 @@ def _winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
             hit = filters[id(w)] = (w, sample.copy(), winograd_filter(w, tile))
         return hit[2]
 
-    def compute(x, w, out, scratch, bias=None, relu=False):
-        """bias: (M, 1) or None; relu: clamp at zero; both applied on the way out."""
+    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
+        """bias: (M,) or None; relu: clamp at zero; both applied on the way out."""
         u = transformed(w)
         bias5 = None if bias is None else bias.reshape(1, 1, m, 1, 1)
         for i in range(n):
@@ -579,11 +541,11 @@ def _winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
                 d = temp_buffer("wg_d", (a * a, c * cols), dtype)
                 np.copyto(d.reshape(a, a, c, rows, tw), tiles)
                 v = temp_buffer("wg_v", (a * a, c, cols), dtype)
-                np.matmul(t_in, d, out=v.reshape(a * a, c * cols))
+                _gemm_into(t_in, d, v.reshape(a * a, c * cols))
                 prod = temp_buffer("wg_m", (a * a, m, cols), dtype)
-                np.matmul(u, v, out=prod)
+                _gemm_into(u, v, prod)
                 y = temp_buffer("wg_y", (tile, tile, m, rows, tw), dtype)
-                np.matmul(t_out, prod.reshape(a * a, m * cols), out=y.reshape(tile * tile, m * cols))
+                _gemm_into(t_out, prod.reshape(a * a, m * cols), y.reshape(tile * tile, m * cols))
                 if bias5 is not None:
                     with row_scalars(cols):
                         y += bias5
@@ -626,10 +588,7 @@ def _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
             tiles.append(((c,) + kernel + tile_spatial, first, copies, (group, cg * kprod, rows * inner),
                           (slice(None), slice(None), slice(r0 * inner, (r0 + rows) * inner))))
         return tiles
-    serial_tiles = make_tiles(rows_per_tile)
-    # With threads: at least _CHUNKS tiles, so the pool has work to share.
-    parallel_tiles = make_tiles(min(rows_per_tile, -(-out_spatial[0] // _CHUNKS))) \
-        if out_spatial[0] >= _CHUNKS else serial_tiles
+    tiles = make_tiles(rows_per_tile)
     w_shape3 = (group, mg, cg * kprod)
     y_shape3 = (group, mg, out_spatial[0] * inner)
 
@@ -638,15 +597,15 @@ def _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
         for i in range(n):
             xp = _pad_one(x[i], scratch, "pad", padding, dtype)
             yi = out[i].reshape(y_shape3)
-
-            tiles = parallel_tiles if pool_ways() > 1 else serial_tiles
-
-            def tile(k, worker):
-                cols_shape, first, copies, gemm_shape, target = tiles[k]
+            for cols_shape, first, copies, gemm_shape, target in tiles:
                 cols = temp_buffer("cols", cols_shape, dtype)
                 xt = xp[first]
                 for dst, src in copies:
                     cols[dst] = xt[src]
-                np.matmul(wg, cols.reshape(gemm_shape), out=yi[target])
-            run_chunks(tile, len(tiles))
-    return compute, rows_per_tile * inner
+                if len(tiles) == 1:
+                    _gemm_into(wg, cols.reshape(gemm_shape), yi)
+                else:
+                    tile_out = temp_buffer("cols_out", (group, mg, gemm_shape[2]), dtype)
+                    _gemm_into(wg, cols.reshape(gemm_shape), tile_out)
+                    yi[target] = tile_out
+    return compute

@@ -19,13 +19,14 @@ in registers, with bias and ReLU on the way out (one thread: 272 channels at 14x
 """
 import numpy as np
 
-from .jit import compiled, split
+from .jit import compiled, prange, team_blocks
 
 
-@compiled(fastmath=("contract", "reassoc"))
-def _depthwise(x, w, bias, out, kh, kw, sh, sw, dh, dw, pt, pl, relu, lo, hi):
-    """Output channels lo..hi. x (C, H, W); w (M, kh*kw) with M = C * multiplier;
-    bias (M,) (zeros when there is none); out (M, OH, OW). Windows start at
+@compiled(fastmath=("contract", "reassoc"), parallel=True)
+def _depthwise(x, w, bias, out, kh, kw, sh, sw, dh, dw, pt, pl, relu, blocks):
+    """All output channels, in `blocks` contiguous blocks on the team. x (C, H, W);
+    w (M, kh*kw) with M = C * multiplier; bias (M,) (zeros when there is none);
+    out (M, OH, OW). Windows start at
     (oy * sh - pt, ox * sw - pl); pads are >= 0 and the caller checked the shapes."""
     c_in, h, wd = x.shape
     m, oh, ow = out.shape
@@ -35,81 +36,83 @@ def _depthwise(x, w, bias, out, kh, kw, sh, sw, dh, dw, pt, pl, relu, lo, hi):
     hp = max(pt + h, (oh - 1) * sh + (kh - 1) * dh + 1)
     flat = sh == 1 and sw == 1
     rows = hp + 1 if flat else hp                   # flat taps of the last row run one row on
-    grid = np.zeros((rows, wp), x.dtype)            # zero border, interior rewritten per channel
-    buf = grid.reshape(rows * wp)
-    length = oh * wp if flat else span
-    acc = np.empty(length, x.dtype)
-    loaded = -1
-    for o in range(lo, hi):
-        c = o // mult
-        if c != loaded:
-            for y in range(h):
-                src = x[c, y]
-                dst = grid[y + pt, pl:pl + wd]
-                for j in range(wd):
-                    dst[j] = src[j]
-            loaded = c
-        wo = w[o]
-        b = bias[o]
-        if not flat and kh == 3 and kw == 3:
-            # strided 3x3: nine taps read straight at each output's columns (strided
-            # loads stay scalar, but only the outputs are computed)
-            w0, w1, w2, w3, w4, w5, w6, w7, w8 = wo[0], wo[1], wo[2], wo[3], wo[4], wo[5], wo[6], wo[7], wo[8]
-            for oy in range(oh):
-                # rows of the 2-D grid, not slices of the flat buffer: 2x faster here
-                r0, r1, r2 = grid[oy * sh], grid[oy * sh + dh], grid[oy * sh + 2 * dh]
-                dst = out[o, oy]
-                if dw == 1:     # constant offsets: LLVM vectorises the strided loads (2.7x)
-                    for ox in range(ow):
-                        j = ox * sw
-                        v = (b + w0 * r0[j] + w1 * r0[j + 1] + w2 * r0[j + 2]
-                             + w3 * r1[j] + w4 * r1[j + 1] + w5 * r1[j + 2]
-                             + w6 * r2[j] + w7 * r2[j + 1] + w8 * r2[j + 2])
-                        dst[ox] = 0.0 if relu and v < 0 else v
-                else:
-                    for ox in range(ow):
-                        j = ox * sw
-                        v = (b + w0 * r0[j] + w1 * r0[j + dw] + w2 * r0[j + 2 * dw]
-                             + w3 * r1[j] + w4 * r1[j + dw] + w5 * r1[j + 2 * dw]
-                             + w6 * r2[j] + w7 * r2[j + dw] + w8 * r2[j + 2 * dw])
-                        dst[ox] = 0.0 if relu and v < 0 else v
-            continue
-        # Flat: one segment, the whole plane. Strided: one segment per output row.
-        for seg in range(1 if flat else oh):
-            base = seg * sh * wp
-            if kh == 3 and kw == 3:
-                # the common case in one pass: nine taps per output, acc written once
-                r1, r2 = base + dh * wp, base + 2 * dh * wp
-                t0, t1, t2 = buf[base:base + length], buf[base + dw:base + dw + length], \
-                    buf[base + 2 * dw:base + 2 * dw + length]
-                t3, t4, t5 = buf[r1:r1 + length], buf[r1 + dw:r1 + dw + length], buf[r1 + 2 * dw:r1 + 2 * dw + length]
-                t6, t7, t8 = buf[r2:r2 + length], buf[r2 + dw:r2 + dw + length], buf[r2 + 2 * dw:r2 + 2 * dw + length]
+    for t in prange(blocks):
+        lo, hi = m * t // blocks, m * (t + 1) // blocks
+        grid = np.zeros((rows, wp), x.dtype)            # zero border, interior rewritten per channel
+        buf = grid.reshape(rows * wp)
+        length = oh * wp if flat else span
+        acc = np.empty(length, x.dtype)
+        loaded = -1
+        for o in range(lo, hi):
+            c = o // mult
+            if c != loaded:
+                for y in range(h):
+                    src = x[c, y]
+                    dst = grid[y + pt, pl:pl + wd]
+                    for j in range(wd):
+                        dst[j] = src[j]
+                loaded = c
+            wo = w[o]
+            b = bias[o]
+            if not flat and kh == 3 and kw == 3:
+                # strided 3x3: nine taps read straight at each output's columns (strided
+                # loads stay scalar, but only the outputs are computed)
                 w0, w1, w2, w3, w4, w5, w6, w7, w8 = wo[0], wo[1], wo[2], wo[3], wo[4], wo[5], wo[6], wo[7], wo[8]
-                for i in range(length):
-                    acc[i] = (b + w0 * t0[i] + w1 * t1[i] + w2 * t2[i] + w3 * t3[i] + w4 * t4[i]
-                              + w5 * t5[i] + w6 * t6[i] + w7 * t7[i] + w8 * t8[i])
-            else:
-                for i in range(length):
-                    acc[i] = b
-                for ky in range(kh):
-                    for kx in range(kw):
-                        start = base + ky * dh * wp + kx * dw
-                        tap = buf[start:start + length]
-                        wt = wo[ky * kw + kx]
-                        for i in range(length):
-                            acc[i] += wt * tap[i]
-            if flat:
                 for oy in range(oh):
-                    src = acc[oy * wp:oy * wp + ow]
+                    # rows of the 2-D grid, not slices of the flat buffer: 2x faster here
+                    r0, r1, r2 = grid[oy * sh], grid[oy * sh + dh], grid[oy * sh + 2 * dh]
                     dst = out[o, oy]
+                    if dw == 1:     # constant offsets: LLVM vectorises the strided loads (2.7x)
+                        for ox in range(ow):
+                            j = ox * sw
+                            v = (b + w0 * r0[j] + w1 * r0[j + 1] + w2 * r0[j + 2]
+                                 + w3 * r1[j] + w4 * r1[j + 1] + w5 * r1[j + 2]
+                                 + w6 * r2[j] + w7 * r2[j + 1] + w8 * r2[j + 2])
+                            dst[ox] = 0.0 if relu and v < 0 else v
+                    else:
+                        for ox in range(ow):
+                            j = ox * sw
+                            v = (b + w0 * r0[j] + w1 * r0[j + dw] + w2 * r0[j + 2 * dw]
+                                 + w3 * r1[j] + w4 * r1[j + dw] + w5 * r1[j + 2 * dw]
+                                 + w6 * r2[j] + w7 * r2[j + dw] + w8 * r2[j + 2 * dw])
+                            dst[ox] = 0.0 if relu and v < 0 else v
+                continue
+            # Flat: one segment, the whole plane. Strided: one segment per output row.
+            for seg in range(1 if flat else oh):
+                base = seg * sh * wp
+                if kh == 3 and kw == 3:
+                    # the common case in one pass: nine taps per output, acc written once
+                    r1, r2 = base + dh * wp, base + 2 * dh * wp
+                    t0, t1, t2 = buf[base:base + length], buf[base + dw:base + dw + length], \
+                        buf[base + 2 * dw:base + 2 * dw + length]
+                    t3, t4, t5 = buf[r1:r1 + length], buf[r1 + dw:r1 + dw + length], buf[r1 + 2 * dw:r1 + 2 * dw + length]
+                    t6, t7, t8 = buf[r2:r2 + length], buf[r2 + dw:r2 + dw + length], buf[r2 + 2 * dw:r2 + 2 * dw + length]
+                    w0, w1, w2, w3, w4, w5, w6, w7, w8 = wo[0], wo[1], wo[2], wo[3], wo[4], wo[5], wo[6], wo[7], wo[8]
+                    for i in range(length):
+                        acc[i] = (b + w0 * t0[i] + w1 * t1[i] + w2 * t2[i] + w3 * t3[i] + w4 * t4[i]
+                                  + w5 * t5[i] + w6 * t6[i] + w7 * t7[i] + w8 * t8[i])
+                else:
+                    for i in range(length):
+                        acc[i] = b
+                    for ky in range(kh):
+                        for kx in range(kw):
+                            start = base + ky * dh * wp + kx * dw
+                            tap = buf[start:start + length]
+                            wt = wo[ky * kw + kx]
+                            for i in range(length):
+                                acc[i] += wt * tap[i]
+                if flat:
+                    for oy in range(oh):
+                        src = acc[oy * wp:oy * wp + ow]
+                        dst = out[o, oy]
+                        for i in range(ow):
+                            v = src[i]
+                            dst[i] = 0.0 if relu and v < 0 else v
+                else:
+                    dst = out[o, seg]
                     for i in range(ow):
-                        v = src[i]
+                        v = acc[i * sw]
                         dst[i] = 0.0 if relu and v < 0 else v
-            else:
-                dst = out[o, seg]
-                for i in range(ow):
-                    v = acc[i * sw]
-                    dst[i] = 0.0 if relu and v < 0 else v
 
 
 def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
@@ -123,10 +126,10 @@ def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtyp
     geometry = (kh, kw) + tuple(strides) + tuple(dilations) + (pads[0], pads[1])
     work = int(np.prod(out_spatial)) * kh * kw * max(strides)
 
-    def compute(x, w, out, scratch, bias=None, relu=False):
+    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         w2 = w.reshape(m, kh * kw)
         b = np.zeros(m, dtype) if bias is None else bias.reshape(m)
         for i in range(n):
             xi = np.ascontiguousarray(x[i])
-            split(lambda lo, hi: _depthwise(xi, w2, b, out[i], *geometry, relu, lo, hi), m, work)
+            _depthwise(xi, w2, b, out[i], *geometry, relu, team_blocks(m, work))
     return compute

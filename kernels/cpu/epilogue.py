@@ -20,34 +20,36 @@ once while it is in cache. ReLU keeps NaN and -0.0, as np.maximum(y, 0) does.
 """
 import numpy as np
 
-from .jit import compiled, split
+from .jit import compiled, prange, team_blocks
 
 
-@compiled
-def _finish_rows(y, bias, residual, has_bias, has_residual, relu, lo, hi):
-    """Rows lo..hi of y (R, L): row r gets bias[r % len(bias)] (when has_bias), then
-    residual[r] (when has_residual), then ReLU. bias always has one value at least, of
+@compiled(parallel=True)
+def _finish_rows(y, bias, residual, has_bias, has_residual, relu, blocks):
+    """Rows of y (R, L), in `blocks` blocks on the team: row r gets bias[r % len(bias)]
+    (when has_bias), then residual[r] (when has_residual), then ReLU. bias always has one value at least, of
     y's dtype, so the arithmetic stays in that dtype."""
-    channels = bias.shape[0]
-    length = y.shape[1]
-    for r in range(lo, hi):
-        row = y[r]
-        b = bias[r % channels]
-        if has_residual:
-            res = residual[r]
-            if has_bias:
+    for t in prange(blocks):
+        lo, hi = y.shape[0] * t // blocks, y.shape[0] * (t + 1) // blocks
+        channels = bias.shape[0]
+        length = y.shape[1]
+        for r in range(lo, hi):
+            row = y[r]
+            b = bias[r % channels]
+            if has_residual:
+                res = residual[r]
+                if has_bias:
+                    for i in range(length):
+                        row[i] = row[i] + b + res[i]
+                else:
+                    for i in range(length):
+                        row[i] = row[i] + res[i]
+            elif has_bias:
                 for i in range(length):
-                    row[i] = row[i] + b + res[i]
-            else:
+                    row[i] = row[i] + b
+            if relu:
                 for i in range(length):
-                    row[i] = row[i] + res[i]
-        elif has_bias:
-            for i in range(length):
-                row[i] = row[i] + b
-        if relu:
-            for i in range(length):
-                v = row[i]
-                row[i] = 0.0 if v < 0 else v
+                    v = row[i]
+                    row[i] = 0.0 if v < 0 else v
 
 
 def finish_channels(y, bias=None, residual=None, relu=False):
@@ -69,27 +71,28 @@ def finish_channels(y, bias=None, residual=None, relu=False):
     b = np.ascontiguousarray(bias.reshape(-1), dtype=y.dtype) if bias is not None else np.zeros(1, y.dtype)
     res = np.ascontiguousarray(residual).reshape(n * m, -1) if residual is not None else rows[:0]
     args = (rows, b, res, bias is not None, residual is not None, relu)
-    split(lambda lo, hi: _finish_rows(*args, lo, hi), n * m, rows.shape[1])
+    _finish_rows(*args, team_blocks(n * m, rows.shape[1]))
     return y
 
 
-@compiled
-def _crop_rows(acc, bias, has_bias, out, row_length, first_row, relu):
+@compiled(parallel=True)
+def _crop_rows(acc, bias, has_bias, out, row_length, first_row, relu, blocks):
     m = acc.shape[0]
     rows = acc.shape[1] // row_length
     ow = out.shape[2]
-    for o in range(m):
-        b = bias[o] if has_bias else bias[0] * 0
-        for y in range(rows):
-            src = acc[o, y * row_length:y * row_length + ow]
-            dst = out[o, first_row + y]
-            if relu:
-                for i in range(ow):
-                    v = src[i] + b
-                    dst[i] = 0.0 if v < 0 else v
-            else:
-                for i in range(ow):
-                    dst[i] = src[i] + b
+    for t in prange(blocks):
+        for o in range(m * t // blocks, m * (t + 1) // blocks):
+            b = bias[o] if has_bias else bias[0] * 0
+            for y in range(rows):
+                src = acc[o, y * row_length:y * row_length + ow]
+                dst = out[o, first_row + y]
+                if relu:
+                    for i in range(ow):
+                        v = src[i] + b
+                        dst[i] = 0.0 if v < 0 else v
+                else:
+                    for i in range(ow):
+                        dst[i] = src[i] + b
 
 
 def finish_rows_into(acc, row_length, bias, out, first_row, relu):
@@ -101,25 +104,27 @@ def finish_rows_into(acc, row_length, bias, out, first_row, relu):
         np.copyto(out[:, first_row:first_row + rows], np.maximum(res, 0) if relu else res)
         return
     b = np.zeros(1, acc.dtype) if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=acc.dtype)
-    _crop_rows(acc, b, bias is not None, out, row_length, first_row, relu)
+    _crop_rows(acc, b, bias is not None, out, row_length, first_row, relu, team_blocks(acc.shape[0], acc.shape[1]))
 
 
-@compiled
-def _affine_rows(x, mul, add, y, relu, lo, hi):
-    channels = mul.shape[0]
-    length = x.shape[1]
-    for r in range(lo, hi):
-        src = x[r]
-        dst = y[r]
-        a = mul[r % channels]
-        b = add[r % channels]
-        if relu:
-            for i in range(length):
-                v = src[i] * a + b
-                dst[i] = 0.0 if v < 0 else v
-        else:
-            for i in range(length):
-                dst[i] = src[i] * a + b
+@compiled(parallel=True)
+def _affine_rows(x, mul, add, y, relu, blocks):
+    for t in prange(blocks):
+        lo, hi = x.shape[0] * t // blocks, x.shape[0] * (t + 1) // blocks
+        channels = mul.shape[0]
+        length = x.shape[1]
+        for r in range(lo, hi):
+            src = x[r]
+            dst = y[r]
+            a = mul[r % channels]
+            b = add[r % channels]
+            if relu:
+                for i in range(length):
+                    v = src[i] * a + b
+                    dst[i] = 0.0 if v < 0 else v
+            else:
+                for i in range(length):
+                    dst[i] = src[i] * a + b
 
 
 def channel_affine(x, mul, add, relu=False):
@@ -129,5 +134,5 @@ def channel_affine(x, mul, add, relu=False):
     src = np.ascontiguousarray(x).reshape(n * c, -1)
     y = np.empty(x.shape, x.dtype)
     args = (src, np.ascontiguousarray(mul, x.dtype), np.ascontiguousarray(add, x.dtype), y.reshape(n * c, -1), relu)
-    split(lambda lo, hi: _affine_rows(*args, lo, hi), n * c, src.shape[1])
+    _affine_rows(*args, team_blocks(n * c, src.shape[1]))
     return y

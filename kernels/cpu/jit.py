@@ -43,7 +43,7 @@ index there, which stops LLVM's vectoriser: 5-9x slower, measured).
 """
 import threading
 
-from .threads import num_threads, run_split
+from .threads import num_threads
 
 _DEFAULT_FASTMATH = ("contract",)
 _lock = threading.Lock()
@@ -150,22 +150,3 @@ def _use_team_size():
         import numba
         numba.set_num_threads(team_size())
         _sized.size = team_size()
-
-
-# Below this much work (elements or multiply-adds) a second thread costs more than it
-# saves: handing work to a pool thread and joining it takes ~57 us on a 2-vCPU VM
-# (measured), about what one thread needs for 0.5-1 M elements of these loops. (numba's
-# own OpenMP threads start in ~3 us, but they spin while idle and then fight
-# OpenBLAS's spinning workers for the cores: a 0.09 ms loop took 6.5 ms after a GEMM.)
-SPLIT_MIN_WORK = 1 << 20
-
-
-def split(fn, count, work_per_item):
-    """fn(lo, hi) over range(count) in contiguous blocks, one per thread of caffe2py's
-    pool (the caller included) when the total work is worth it, else fn(0, count)."""
-    threads = min(num_threads(), count)
-    if threads <= 1 or count * work_per_item < SPLIT_MIN_WORK:
-        fn(0, count)
-        return
-    bounds = [count * t // threads for t in range(threads + 1)]
-    run_split(lambda t: fn(bounds[t], bounds[t + 1]), list(range(threads)), threads)

@@ -27,7 +27,7 @@ import functools
 import numpy as np
 
 from .conv import default_scratch, padded_image
-from .jit import compiled, split
+from .jit import compiled, prange, team_blocks
 
 
 def _ceil_extra_pads(spatial, kernel, strides, pads, dilations, ceil_mode):
@@ -134,9 +134,9 @@ def _reduce_flat(xp, kernel, dilations, out_spatial, combine):
     return np.array(valid, copy=True)
 
 
-@compiled
-def _strided_pool2d(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, lo, hi):
-    """Planes lo..hi of a 2-D max (is_max) or average pool with column dilation 1.
+@compiled(parallel=True)
+def _strided_pool2d(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, blocks):
+    """All planes (in `blocks` blocks on the team) of a 2-D max (is_max) or average pool with column dilation 1.
     x (P, H, W), out (P, OH, OW); inv (OH, OW): 1 / divisor per average window (unused
     for max). Windows start at (oy * sh - pt, ox * sw - pl); cells outside the input
     are skipped (max) or add nothing (average). The caller checked that pads >= 0."""
@@ -144,83 +144,85 @@ def _strided_pool2d(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, lo, hi):
     oh, ow = out.shape[1], out.shape[2]
     width = max(pl + w, (ow - 1) * sw + kw)
     fill = -np.inf if is_max else 0.0
-    grid = np.empty((1, width), x.dtype)     # a 2-D row: its loads vectorise, a 1-D slice's did not
-    row = grid[0]
-    for i in range(width):
-        row[i] = fill
-    inner = row[pl:pl + w]
-    for p in range(lo, hi):
-        for oy in range(oh):
-            # vertical: the window's input rows into `inner` (NaN-propagating max)
-            y0 = oy * sh - pt
-            first = True
-            for ky in range(kh):
-                y = y0 + ky * dh
-                if y < 0 or y >= h:
-                    continue
-                src = x[p, y]
-                if first:
+    for t in prange(blocks):
+        lo, hi = x.shape[0] * t // blocks, x.shape[0] * (t + 1) // blocks
+        grid = np.empty((1, width), x.dtype)     # a 2-D row: its loads vectorise, a 1-D slice's did not
+        row = grid[0]
+        for i in range(width):
+            row[i] = fill
+        inner = row[pl:pl + w]
+        for p in range(lo, hi):
+            for oy in range(oh):
+                # vertical: the window's input rows into `inner` (NaN-propagating max)
+                y0 = oy * sh - pt
+                first = True
+                for ky in range(kh):
+                    y = y0 + ky * dh
+                    if y < 0 or y >= h:
+                        continue
+                    src = x[p, y]
+                    if first:
+                        for i in range(w):
+                            inner[i] = src[i]
+                        first = False
+                    elif is_max:
+                        for i in range(w):
+                            a = inner[i]
+                            b = src[i]
+                            inner[i] = a if (a > b or a != a) else b
+                    else:
+                        for i in range(w):
+                            inner[i] += src[i]
+                if first:                           # the window covers padding only
                     for i in range(w):
-                        inner[i] = src[i]
-                    first = False
+                        inner[i] = fill
+                # horizontal: each output's kw columns (constant offsets for kw 2 and 3
+                # let LLVM vectorise the strided loads)
+                dst = out[p, oy]
+                if is_max and kw == 3:
+                    for ox in range(ow):
+                        j = ox * sw
+                        a = row[j]
+                        b = row[j + 1]
+                        c = row[j + 2]
+                        m = a if (a > b or a != a) else b
+                        dst[ox] = m if (m > c or m != m) else c
+                elif is_max and kw == 2:
+                    for ox in range(ow):
+                        j = ox * sw
+                        a = row[j]
+                        b = row[j + 1]
+                        dst[ox] = a if (a > b or a != a) else b
                 elif is_max:
-                    for i in range(w):
-                        a = inner[i]
-                        b = src[i]
-                        inner[i] = a if (a > b or a != a) else b
-                else:
-                    for i in range(w):
-                        inner[i] += src[i]
-            if first:                           # the window covers padding only
-                for i in range(w):
-                    inner[i] = fill
-            # horizontal: each output's kw columns (constant offsets for kw 2 and 3
-            # let LLVM vectorise the strided loads)
-            dst = out[p, oy]
-            if is_max and kw == 3:
-                for ox in range(ow):
-                    j = ox * sw
-                    a = row[j]
-                    b = row[j + 1]
-                    c = row[j + 2]
-                    m = a if (a > b or a != a) else b
-                    dst[ox] = m if (m > c or m != m) else c
-            elif is_max and kw == 2:
-                for ox in range(ow):
-                    j = ox * sw
-                    a = row[j]
-                    b = row[j + 1]
-                    dst[ox] = a if (a > b or a != a) else b
-            elif is_max:
-                for ox in range(ow):
-                    j = ox * sw
-                    m = row[j]
-                    for kx in range(1, kw):
-                        b = row[j + kx]
-                        m = m if (m > b or m != m) else b
-                    dst[ox] = m
-            else:
-                scale = inv[oy]
-                if kw == 3:
                     for ox in range(ow):
                         j = ox * sw
-                        dst[ox] = (row[j] + row[j + 1] + row[j + 2]) * scale[ox]
-                elif kw == 2:
-                    for ox in range(ow):
-                        j = ox * sw
-                        dst[ox] = (row[j] + row[j + 1]) * scale[ox]
-                else:
-                    for ox in range(ow):
-                        j = ox * sw
-                        acc = row[j]
+                        m = row[j]
                         for kx in range(1, kw):
-                            acc += row[j + kx]
-                        dst[ox] = acc * scale[ox]
+                            b = row[j + kx]
+                            m = m if (m > b or m != m) else b
+                        dst[ox] = m
+                else:
+                    scale = inv[oy]
+                    if kw == 3:
+                        for ox in range(ow):
+                            j = ox * sw
+                            dst[ox] = (row[j] + row[j + 1] + row[j + 2]) * scale[ox]
+                    elif kw == 2:
+                        for ox in range(ow):
+                            j = ox * sw
+                            dst[ox] = (row[j] + row[j + 1]) * scale[ox]
+                    else:
+                        for ox in range(ow):
+                            j = ox * sw
+                            acc = row[j]
+                            for kx in range(1, kw):
+                                acc += row[j + kx]
+                            dst[ox] = acc * scale[ox]
 
 
-@compiled
-def _stride1_pool2d(x, out, inv, kh, kw, dh, dw, pt, pl, is_max, lo, hi):
-    """Planes lo..hi of a stride-1 2-D pool: each plane is copied into a padded grid
+@compiled(parallel=True)
+def _stride1_pool2d(x, out, inv, kh, kw, dh, dw, pt, pl, is_max, blocks):
+    """All planes (in `blocks` blocks on the team) of a stride-1 2-D pool: each plane is copied into a padded grid
     (fill -inf for max, 0 for average) whose rows are read as one flat array, so
     window cell (ky, kx) of every output is one shifted slice of it: the taps are
     combined in long contiguous loops (the columns past a row's end are computed and
@@ -230,45 +232,47 @@ def _stride1_pool2d(x, out, inv, kh, kw, dh, dw, pt, pl, is_max, lo, hi):
     wp = max(pl + w, ow + (kw - 1) * dw)
     rows = max(pt + h, oh + (kh - 1) * dh) + 1
     fill = -np.inf if is_max else 0.0
-    grid = np.empty((rows, wp), x.dtype)
-    flat = grid.reshape(rows * wp)
-    for i in range(rows * wp):
-        flat[i] = fill
-    length = oh * wp
-    acc = np.empty(length, x.dtype)
-    for p in range(lo, hi):
-        for y in range(h):
-            src = x[p, y]
-            dst = grid[y + pt, pl:pl + w]
-            for i in range(w):
-                dst[i] = src[i]
-        first = True
-        for ky in range(kh):
-            for kx in range(kw):
-                start = ky * dh * wp + kx * dw
-                tap = flat[start:start + length]
-                if first:
-                    for i in range(length):
-                        acc[i] = tap[i]
-                    first = False
-                elif is_max:
-                    for i in range(length):
-                        a = acc[i]
-                        b = tap[i]
-                        acc[i] = a if (a > b or a != a) else b
-                else:
-                    for i in range(length):
-                        acc[i] += tap[i]
-        for oy in range(oh):
-            src = acc[oy * wp:oy * wp + ow]
-            dst = out[p, oy]
-            if is_max:
-                for i in range(ow):
+    for t in prange(blocks):
+        lo, hi = x.shape[0] * t // blocks, x.shape[0] * (t + 1) // blocks
+        grid = np.empty((rows, wp), x.dtype)
+        flat = grid.reshape(rows * wp)
+        for i in range(rows * wp):
+            flat[i] = fill
+        length = oh * wp
+        acc = np.empty(length, x.dtype)
+        for p in range(lo, hi):
+            for y in range(h):
+                src = x[p, y]
+                dst = grid[y + pt, pl:pl + w]
+                for i in range(w):
                     dst[i] = src[i]
-            else:
-                scale = inv[oy]
-                for i in range(ow):
-                    dst[i] = src[i] * scale[i]
+            first = True
+            for ky in range(kh):
+                for kx in range(kw):
+                    start = ky * dh * wp + kx * dw
+                    tap = flat[start:start + length]
+                    if first:
+                        for i in range(length):
+                            acc[i] = tap[i]
+                        first = False
+                    elif is_max:
+                        for i in range(length):
+                            a = acc[i]
+                            b = tap[i]
+                            acc[i] = a if (a > b or a != a) else b
+                    else:
+                        for i in range(length):
+                            acc[i] += tap[i]
+            for oy in range(oh):
+                src = acc[oy * wp:oy * wp + ow]
+                dst = out[p, oy]
+                if is_max:
+                    for i in range(ow):
+                        dst[i] = src[i]
+                else:
+                    scale = inv[oy]
+                    for i in range(ow):
+                        dst[i] = src[i] * scale[i]
 
 
 def _compiled_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad=False):
@@ -289,11 +293,10 @@ def _compiled_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, inclu
                           bool(include_pad), x.dtype.str)
     if stride1:
         args = (src, out, inv) + tuple(kernel) + tuple(dilations) + (pads[0], pads[1], is_max)
-        split(lambda lo, hi: _stride1_pool2d(*args, lo, hi), planes, out_spatial[0] * spatial[1] * kernel[0] * kernel[1])
+        _stride1_pool2d(*args, team_blocks(planes, out_spatial[0] * spatial[1] * kernel[0] * kernel[1]))
     else:
         args = (src, out, inv) + tuple(kernel) + tuple(strides) + (dilations[0], pads[0], pads[1], is_max)
-        split(lambda lo, hi: _strided_pool2d(*args, lo, hi), planes,
-              out_spatial[0] * (spatial[1] + out_spatial[1]) * 2)
+        _strided_pool2d(*args, team_blocks(planes, out_spatial[0] * (spatial[1] + out_spatial[1]) * 2))
     return out.reshape(x.shape[:2] + out_spatial)
 
 

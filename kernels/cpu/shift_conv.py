@@ -21,53 +21,55 @@ the tap-stack path). Output rows are tiled so a tile's Z stays cache-sized.
 """
 import numpy as np
 
-from .jit import compiled
+from .jit import compiled, prange, team_blocks
 
 # Z tiles are kept around this size so the shift-add reads them from cache.
 _Z_TILE_BYTES = 1 << 20
 
 
-@compiled(fastmath=("contract", "reassoc"))
-def _shift_add(z, offsets, bias, out, y0, y1, wp, relu):
+@compiled(fastmath=("contract", "reassoc"), parallel=True)
+def _shift_add(z, offsets, bias, out, y0, y1, wp, relu, blocks):
     """Output rows y0..y1 of out (M, OH, OW) from z (taps, M, Lz), the GEMM over the
     flattened padded rows starting at row y0: out[m, y, x] = bias[m] + sum over taps t
     of z[t, m, (y - y0) * wp + x + offsets[t]], then ReLU when relu. bias has M values."""
     taps, m = z.shape[0], z.shape[1]
     ow = out.shape[2]
     length = (y1 - y0) * wp
-    acc = np.empty(length, z.dtype)
-    for o in range(m):
-        b = bias[o]
-        if taps == 9:
-            # 3x3 in one pass (nine streams, acc written once)
-            t0 = z[0, o, offsets[0]:offsets[0] + length]
-            t1 = z[1, o, offsets[1]:offsets[1] + length]
-            t2 = z[2, o, offsets[2]:offsets[2] + length]
-            t3 = z[3, o, offsets[3]:offsets[3] + length]
-            t4 = z[4, o, offsets[4]:offsets[4] + length]
-            t5 = z[5, o, offsets[5]:offsets[5] + length]
-            t6 = z[6, o, offsets[6]:offsets[6] + length]
-            t7 = z[7, o, offsets[7]:offsets[7] + length]
-            t8 = z[8, o, offsets[8]:offsets[8] + length]
-            for i in range(length):
-                acc[i] = b + t0[i] + t1[i] + t2[i] + t3[i] + t4[i] + t5[i] + t6[i] + t7[i] + t8[i]
-        else:
-            for i in range(length):
-                acc[i] = b
-            for t in range(taps):
-                tap = z[t, o, offsets[t]:offsets[t] + length]
+    for t in prange(blocks):
+        acc = np.empty(length, z.dtype)
+        for o in range(m * t // blocks, m * (t + 1) // blocks):
+            b = bias[o]
+            if taps == 9:
+                # 3x3 in one pass (nine streams, acc written once)
+                t0 = z[0, o, offsets[0]:offsets[0] + length]
+                t1 = z[1, o, offsets[1]:offsets[1] + length]
+                t2 = z[2, o, offsets[2]:offsets[2] + length]
+                t3 = z[3, o, offsets[3]:offsets[3] + length]
+                t4 = z[4, o, offsets[4]:offsets[4] + length]
+                t5 = z[5, o, offsets[5]:offsets[5] + length]
+                t6 = z[6, o, offsets[6]:offsets[6] + length]
+                t7 = z[7, o, offsets[7]:offsets[7] + length]
+                t8 = z[8, o, offsets[8]:offsets[8] + length]
                 for i in range(length):
-                    acc[i] += tap[i]
-        for y in range(y1 - y0):
-            src = acc[y * wp:y * wp + ow]
-            dst = out[o, y0 + y]
-            for i in range(ow):
-                v = src[i]
-                dst[i] = 0.0 if relu and v < 0 else v
+                    acc[i] = b + t0[i] + t1[i] + t2[i] + t3[i] + t4[i] + t5[i] + t6[i] + t7[i] + t8[i]
+            else:
+                for i in range(length):
+                    acc[i] = b
+                for tap_index in range(taps):
+                    tap = z[tap_index, o, offsets[tap_index]:offsets[tap_index] + length]
+                    for i in range(length):
+                        acc[i] += tap[i]
+            for y in range(y1 - y0):
+                src = acc[y * wp:y * wp + ow]
+                dst = out[o, y0 + y]
+                for i in range(ow):
+                    v = src[i]
+                    dst[i] = 0.0 if relu and v < 0 else v
 
 
 def shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype):
     """See the module docstring."""
+    from .team_gemm import gemm_into     # imports numba: only when a shift conv is planned
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64) or len(out_spatial) != 2 or min(pads) < 0 \
             or w_shape[1] != x_shape[1]:
@@ -101,7 +103,7 @@ def shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype):
                                     np.ascontiguousarray(w.transpose(2, 3, 0, 1).reshape(taps * m, c)))
         return hit[2]
 
-    def compute(x, w, out, scratch, bias=None, relu=False):
+    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         wt = tap_major(w)
         b = np.zeros(m, dtype) if bias is None else bias.reshape(m)
         layout = (pt, pl, h, w_in)
@@ -112,6 +114,7 @@ def shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype):
             for y0, y1 in tiles:
                 length = (y1 - y0) * wp + span
                 z = scratch.empty("shift_z", (taps * m, length), dtype)
-                np.matmul(wt, flat[:, y0 * wp:y0 * wp + length], out=z)
-                _shift_add(z.reshape(taps, m, length), offsets, b, out[i], y0, y1, wp, relu)
+                gemm_into(wt, flat[:, y0 * wp:y0 * wp + length], z)
+                _shift_add(z.reshape(taps, m, length), offsets, b, out[i], y0, y1, wp, relu,
+                           team_blocks(m, taps * (y1 - y0) * wp))
     return compute

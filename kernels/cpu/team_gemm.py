@@ -3,9 +3,10 @@
 Public:
     gemm_into(a, b, out, bias=None, residual=None, relu=False) -> out
         out = a @ b [+ bias per row] [+ residual] [then ReLU], for 2-D (M, K) @ (K, N)
-        or batched 3-D (G, M, K) @ (G, K, N) operands. a and b may be views with unit
-        stride along their rows (padded buffers, column ranges); out and residual are
-        C-contiguous (M, N) / (G, M, N); bias has M values.
+        or batched 3-D (G, M, K) @ (G, K, N) operands. a and b may be views with a unit
+        stride along rows or columns (padded buffers, column ranges, transposes); out
+        and residual are C-contiguous (M, N) / (G, M, N); bias has G * M values (one
+        per output row).
 
 With NumPy's OpenBLAS (float32/float64) the output is cut into one block per team
 thread (columns when there are many, else rows, and groups); each thread runs one
@@ -26,13 +27,13 @@ _MIN_BLOCK_COLS = 128
 
 
 @compiled(parallel=True)
-def _gemm_blocks(address, ilp64, a, b, out, lda, gsa, ldb, gsb, bias, has_bias, res, has_res, relu,
+def _gemm_blocks(address, ilp64, a, b, out, ta, lda, gsa, tb, ldb, gsb, k, bias, has_bias, res, has_res, relu,
                  groups, grid_m, grid_n):
-    """out[g] = a[g] @ b[g] (+ bias, + res, ReLU) over groups * grid_m * grid_n blocks.
-    a, b: the first element of each operand (any array of the dtype; the pointers are
-    what counts) with row stride lda / ldb and group stride gsa / gsb in elements."""
+    """out[g] = op(a[g]) @ op(b[g]) (+ bias, + res, ReLU) over groups * grid_m * grid_n
+    blocks. a, b: any arrays of out's dtype whose first element starts the operand; op
+    transposes when ta / tb; lda / ldb are BLAS leading dimensions and gsa / gsb group
+    strides, in elements; k the inner dimension."""
     m, n = out.shape[1], out.shape[2]
-    k = a.shape[2]
     item = out.itemsize
     for t in prange(groups * grid_m * grid_n):
         g = t // (grid_m * grid_n)
@@ -42,16 +43,17 @@ def _gemm_blocks(address, ilp64, a, b, out, lda, gsa, ldb, gsb, bias, has_bias, 
         n0, n1 = n * tn // grid_n, n * (tn + 1) // grid_n
         if m1 == m0 or n1 == n0:
             continue
-        call_gemm(address, ilp64, m1 - m0, n1 - n0, k, 1.0,
-                  a.ctypes.data + (g * gsa + m0 * lda) * item, lda,
-                  b.ctypes.data + (g * gsb + n0) * item, ldb, 0.0,
-                  out.ctypes.data + ((g * m + m0) * n + n0) * item, n, out)
+        # the block's first row of op(a) and first column of op(b)
+        a_at = g * gsa + (m0 if ta else m0 * lda)
+        b_at = g * gsb + (n0 * ldb if tb else n0)
+        call_gemm(address, ilp64, ta, tb, m1 - m0, n1 - n0, k, 1.0, a.ctypes.data + a_at * item, lda,
+                  b.ctypes.data + b_at * item, ldb, 0.0, out.ctypes.data + ((g * m + m0) * n + n0) * item, n, out)
         if not (has_bias or has_res or relu):
             continue
         for r in range(m0, m1):
             row = out[g, r, n0:n1]
             if has_bias:
-                v = bias[r]
+                v = bias[g * m + r]
                 for i in range(n1 - n0):
                     row[i] += v
             if has_res:
@@ -74,10 +76,17 @@ def _grid(m, n, groups):
     return min(m, threads), 1
 
 
-def _blasable(x):
-    """Unit stride along rows and a row stride BLAS accepts."""
+def _operand(x):
+    """(transposed, leading dimension, group stride) for BLAS, or None when the 2-D
+    matrices of x (..., rows, cols) have no unit stride along rows or columns."""
     item = x.itemsize
-    return x.strides[-1] == item and x.strides[-2] % item == 0 and x.strides[-2] // item >= x.shape[-1]
+    s_rows, s_cols = x.strides[-2], x.strides[-1]
+    group = x.strides[0] // item if x.ndim == 3 and x.strides[0] % item == 0 else 0
+    if s_cols == item and s_rows % item == 0 and s_rows // item >= max(1, x.shape[-1]):
+        return False, s_rows // item, group
+    if s_rows == item and s_cols % item == 0 and s_cols // item >= max(1, x.shape[-2]):
+        return True, s_cols // item, group
+    return None
 
 
 def gemm_into(a, b, out, bias=None, residual=None, relu=False):
@@ -86,25 +95,23 @@ def gemm_into(a, b, out, bias=None, residual=None, relu=False):
     a3, b3, out3 = (v if v.ndim == 3 else v[None] for v in (a, b, out))
     groups, m, k = a3.shape
     n = b3.shape[2]
-    direct = (entry is not None and a3.dtype == b3.dtype == out3.dtype and out3.flags.c_contiguous
-              and m and n and k and _blasable(a3) and _blasable(b3)
-              and (groups == 1 or (a3.strides[0] % a3.itemsize == 0 and b3.strides[0] % b3.itemsize == 0))
+    ops = (_operand(a3), _operand(b3)) if entry is not None and a3.dtype == b3.dtype == out3.dtype else (None, None)
+    direct = (ops[0] is not None and ops[1] is not None and out3.flags.c_contiguous and m and n and k
               and (residual is None or (residual.dtype == out.dtype and residual.flags.c_contiguous)))
     if not direct:
         np.matmul(a, b, out=out)
         if bias is not None or residual is not None or relu:
-            finish_channels(out3 if bias is None or groups == 1 else out3.reshape(1, groups * m, n),
-                            bias if bias is None or groups == 1 else np.tile(bias.reshape(-1), groups),
-                            None if residual is None else residual.reshape(out3.shape if groups == 1
-                                                                          else (1, groups * m, n)),
-                            relu)
+            rows = out3.reshape(1, groups * m, n)
+            finish_channels(rows, bias, None if residual is None else residual.reshape(rows.shape), relu)
         return out
-    item = out.itemsize
+    (ta, lda, gsa), (tb, ldb, gsb) = ops
     grid_m, grid_n = _grid(m, n, groups)
-    b_vec = np.zeros(1, out.dtype) if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=out.dtype)
+    b_vec = _NO_BIAS[out.dtype.char] if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=out.dtype)
     res3 = out3[:0] if residual is None else residual.reshape(out3.shape)
     with team():
-        _gemm_blocks(entry.gemm, entry.ilp64, a3, b3, out3, a3.strides[1] // item, a3.strides[0] // item,
-                     b3.strides[1] // item, b3.strides[0] // item, b_vec, bias is not None, res3,
-                     residual is not None, relu, groups, grid_m, grid_n)
+        _gemm_blocks(entry.gemm, entry.ilp64, a3, b3, out3, ta, lda, gsa, tb, ldb, gsb, k, b_vec, bias is not None,
+                     res3, residual is not None, relu, groups, grid_m, grid_n)
     return out
+
+
+_NO_BIAS = {np.dtype(t).char: np.zeros(1, t) for t in (np.float32, np.float64)}
