@@ -335,7 +335,9 @@ def test_team_gemm_blocks_views_transposes_and_the_output_pass(monkeypatch, dtyp
     from caffe2py.kernels.cpu.team_gemm import gemm_into
     monkeypatch.setattr(jit, "TEAM_MIN_WORK", 1)
     f64 = np.float64
-    for g, m, k, n in [(1, 64, 40, 700), (1, 300, 20, 9), (3, 7, 5, 11), (1, 1, 3, 1)]:
+    # row and column blocks, groups, and the matrix-vector shapes (one output row or column)
+    for g, m, k, n in [(1, 64, 40, 700), (1, 300, 20, 9), (3, 7, 5, 11), (1, 1, 3, 1), (1, 1, 30, 50),
+                       (1, 40, 30, 1), (2, 1, 9, 6)]:
         a = rand(g, m, k + 2, dtype=dtype)[:, :, 1:k + 1]            # a view with a row stride
         b = rand(g, n, k, dtype=dtype).transpose(0, 2, 1)             # a transposed view
         bias, res = rand(g * m, dtype=dtype), rand(g, m, n, dtype=dtype)
@@ -345,6 +347,9 @@ def test_team_gemm_blocks_views_transposes_and_the_output_pass(monkeypatch, dtyp
         np.testing.assert_allclose(out, want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-4)
         gemm_into(a[0], b[0], out[0])                                   # 2-D, no output pass
         np.testing.assert_allclose(out[0], a[0].astype(f64) @ b[0].astype(f64), rtol=1e-5, atol=1e-4)
+        at = rand(g, k, m, dtype=dtype).transpose(0, 2, 1)             # op(a) transposed too
+        gemm_into(at, b, out)
+        np.testing.assert_allclose(out, at.astype(f64) @ b.astype(f64), rtol=1e-5, atol=1e-4)
 
 
 def test_team_sets_openblas_to_one_thread_and_restores_it():

@@ -6,8 +6,8 @@ Public:
         (None when NumPy uses another BLAS, or the symbols are not found).
     call_gemm(address, ilp64, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, like)
         numba intrinsic: one row-major GEMM through that entry point
-    call_int_fn(address, value)
-        numba intrinsic: int f(int), for OpenBLAS's thread-local thread count
+    call_gemv(address, ilp64, trans, m, n, a, lda, x, incx, y, incy, like)
+        numba intrinsic: one row-major matrix-vector product (GEMM is slow there)
 
 Why: caffe2py's parallel kernels run on one team of threads (numba's, see jit.py).
 Each thread calls a single-threaded GEMM on its own block of the output and then
@@ -30,7 +30,7 @@ from numba.extending import intrinsic
 # cblas_?gemm(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
-GemmEntry = namedtuple("GemmEntry", "gemm set_local_threads ilp64")
+GemmEntry = namedtuple("GemmEntry", "gemm gemv ilp64")
 
 
 def _gemm_type(float_ir, index_ir):
@@ -79,14 +79,36 @@ def call_gemm(typingctx, address, ilp64, trans_a, trans_b, m, n, k, alpha, a, ld
 
 
 @intrinsic
-def call_int_fn(typingctx, address, value):
-    """Call int f(int) at `address` (OpenBLAS's thread-count setter); returns the result."""
-    sig = types.int32(types.intp, types.int32)
+def call_gemv(typingctx, address, ilp64, trans, m, n, a, lda, x, incx, y, incy, like):
+    """y = op(A) @ x through the cblas GEMV at `address`, row-major: A is (m, n) with
+    leading dimension lda, op transposes when trans (then x has m values and y n);
+    pointers as integers, increments in elements. `like` picks float32 / float64."""
+    if not isinstance(like, types.Array) or like.dtype not in (types.float32, types.float64):
+        return None
+    float_ir = ir.FloatType() if like.dtype == types.float32 else ir.DoubleType()
+    sig = types.void(types.intp, types.boolean, types.boolean, types.intp, types.intp, types.intp, types.intp,
+                     types.intp, types.intp, types.intp, types.intp, like)
 
     def codegen(context, builder, signature, args):
+        address, ilp64, trans, m, n, a, lda, x, incx, y, incy, _ = args
+        ptr = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
-        fn = builder.inttoptr(args[0], ir.FunctionType(i32, [i32]).as_pointer())
-        return builder.call(fn, [args[1]])
+        one, zero = ir.Constant(float_ir, 1.0), ir.Constant(float_ir, 0.0)
+        head = [ir.Constant(i32, ROW_MAJOR), builder.select(trans, ir.Constant(i32, TRANS), ir.Constant(i32, NO_TRANS))]
+        with builder.if_else(ilp64) as (wide, narrow):
+            for block, bits in ((wide, 64), (narrow, 32)):
+                with block:
+                    index_ir = ir.IntType(bits)
+
+                    def index(v):
+                        return builder.trunc(v, index_ir) if bits < 64 else v
+                    fnty = ir.FunctionType(ir.VoidType(), [i32, i32, index_ir, index_ir, float_ir, ptr, index_ir, ptr,
+                                                           index_ir, float_ir, ptr, index_ir])
+                    fn = builder.inttoptr(address, fnty.as_pointer())
+                    builder.call(fn, head + [index(m), index(n), one, builder.inttoptr(a, ptr), index(lda),
+                                             builder.inttoptr(x, ptr), index(incx), zero, builder.inttoptr(y, ptr),
+                                             index(incy)])
+        return context.get_dummy_value()
     return sig, codegen
 
 
@@ -113,19 +135,19 @@ _ENTRIES = None
 
 
 def gemm_entry(dtype):
-    """GemmEntry(gemm address, thread-local thread-count setter address, ilp64) for
-    float32 / float64, or None when the direct path is unavailable (another BLAS, an
-    OpenBLAS older than 0.3.27 without a thread-local thread count, other dtypes)."""
+    """GemmEntry(gemm address, gemv address, ilp64) for float32 / float64, or None when
+    the direct path is unavailable (NumPy built on another BLAS, other dtypes; env
+    CAFFE2PY_DIRECT_BLAS=0 turns it off)."""
     global _ENTRIES
     if _ENTRIES is None:
         _ENTRIES = {}
         lib = _library()
         if lib is not None and os.environ.get("CAFFE2PY_DIRECT_BLAS", "1") != "0":
-            setter, _ = _address(lib, ("scipy_openblas_set_num_threads_local64_", "openblas_set_num_threads_local"))
-            for key, names in (("f4", ("scipy_cblas_sgemm64_", "cblas_sgemm64_", "cblas_sgemm")),
-                               ("f8", ("scipy_cblas_dgemm64_", "cblas_dgemm64_", "cblas_dgemm"))):
-                address, name = _address(lib, names)
-                if address and setter:
-                    _ENTRIES[key] = GemmEntry(address, setter, name.endswith("64_"))
+            for key, prefix in (("f4", "s"), ("f8", "d")):
+                gemm, name = _address(lib, ("scipy_cblas_%sgemm64_" % prefix, "cblas_%sgemm64_" % prefix,
+                                            "cblas_%sgemm" % prefix))
+                gemv, _ = _address(lib, (name.replace("gemm", "gemv"),) if name else ())
+                if gemm and gemv:
+                    _ENTRIES[key] = GemmEntry(gemm, gemv, name.endswith("64_"))
     dtype = np.dtype(dtype)
     return _ENTRIES.get(dtype.kind + str(dtype.itemsize)) if dtype.kind == "f" else None

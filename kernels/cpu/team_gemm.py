@@ -17,7 +17,7 @@ epilogue.finish_channels.
 """
 import numpy as np
 
-from .blas import call_gemm, gemm_entry
+from .blas import call_gemm, call_gemv, gemm_entry
 from .epilogue import finish_channels
 from .jit import compiled, prange, team, team_size
 
@@ -27,12 +27,14 @@ _MIN_BLOCK_COLS = 128
 
 
 @compiled(parallel=True)
-def _gemm_blocks(address, ilp64, a, b, out, ta, lda, gsa, tb, ldb, gsb, k, bias, has_bias, res, has_res, relu,
-                 groups, grid_m, grid_n):
+def _gemm_blocks(address, gemv, ilp64, a, b, out, ta, lda, gsa, tb, ldb, gsb, k, bias, has_bias, res, has_res,
+                 relu, groups, grid_m, grid_n):
     """out[g] = op(a[g]) @ op(b[g]) (+ bias, + res, ReLU) over groups * grid_m * grid_n
     blocks. a, b: any arrays of out's dtype whose first element starts the operand; op
     transposes when ta / tb; lda / ldb are BLAS leading dimensions and gsa / gsb group
-    strides, in elements; k the inner dimension."""
+    strides, in elements; k the inner dimension. A single output row or column is a
+    matrix-vector product: GEMV at `gemv` (OpenBLAS's GEMM is 2-3x slower there:
+    a 1 x 9216 by 9216 x 4096 FC took 16 ms, measured)."""
     m, n = out.shape[1], out.shape[2]
     item = out.itemsize
     for t in prange(groups * grid_m * grid_n):
@@ -46,8 +48,18 @@ def _gemm_blocks(address, ilp64, a, b, out, ta, lda, gsa, tb, ldb, gsb, k, bias,
         # the block's first row of op(a) and first column of op(b)
         a_at = g * gsa + (m0 if ta else m0 * lda)
         b_at = g * gsb + (n0 * ldb if tb else n0)
-        call_gemm(address, ilp64, ta, tb, m1 - m0, n1 - n0, k, 1.0, a.ctypes.data + a_at * item, lda,
-                  b.ctypes.data + b_at * item, ldb, 0.0, out.ctypes.data + ((g * m + m0) * n + n0) * item, n, out)
+        c_at = (g * m + m0) * n + n0
+        if m == 1:      # out row = a row @ op(b): op(b)^T (columns n0..n1) times the row
+            call_gemv(gemv, ilp64, not tb, k if not tb else n1 - n0, n1 - n0 if not tb else k,
+                      b.ctypes.data + b_at * item, ldb, a.ctypes.data + a_at * item, lda if ta else 1,
+                      out.ctypes.data + c_at * item, 1, out)
+        elif n == 1:    # out column = op(a) (rows m0..m1) @ b column
+            call_gemv(gemv, ilp64, ta, m1 - m0 if not ta else k, k if not ta else m1 - m0,
+                      a.ctypes.data + a_at * item, lda, b.ctypes.data + b_at * item, 1 if tb else ldb,
+                      out.ctypes.data + c_at * item, 1, out)
+        else:
+            call_gemm(address, ilp64, ta, tb, m1 - m0, n1 - n0, k, 1.0, a.ctypes.data + a_at * item, lda,
+                      b.ctypes.data + b_at * item, ldb, 0.0, out.ctypes.data + c_at * item, n, out)
         if not (has_bias or has_res or relu):
             continue
         for r in range(m0, m1):
@@ -71,6 +83,8 @@ def _grid(m, n, groups):
     threads = max(1, team_size() // groups) if groups < team_size() else 1
     if threads == 1:
         return 1, 1
+    if m == 1 or n == 1:                   # a matrix-vector product: split the long side
+        return (1, min(n, threads)) if m == 1 else (min(m, threads), 1)
     if n >= _MIN_BLOCK_COLS * threads:
         return 1, threads
     return min(m, threads), 1
@@ -109,7 +123,7 @@ def gemm_into(a, b, out, bias=None, residual=None, relu=False):
     b_vec = _NO_BIAS[out.dtype.char] if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=out.dtype)
     res3 = out3[:0] if residual is None else residual.reshape(out3.shape)
     with team():
-        _gemm_blocks(entry.gemm, entry.ilp64, a3, b3, out3, ta, lda, gsa, tb, ldb, gsb, k, b_vec, bias is not None,
+        _gemm_blocks(entry.gemm, entry.gemv, entry.ilp64, a3, b3, out3, ta, lda, gsa, tb, ldb, gsb, k, b_vec, bias is not None,
                      res3, residual is not None, relu, groups, grid_m, grid_n)
     return out
 
