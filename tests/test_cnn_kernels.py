@@ -2,6 +2,7 @@
 optimize pass, against references written here: direct loops on small shapes,
 NumPy formulas and onnxruntime single-node models."""
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -350,6 +351,33 @@ def test_team_gemm_blocks_views_transposes_and_the_output_pass(monkeypatch, dtyp
         at = rand(g, k, m, dtype=dtype).transpose(0, 2, 1)             # op(a) transposed too
         gemm_into(at, b, out)
         np.testing.assert_allclose(out, at.astype(f64) @ b.astype(f64), rtol=1e-5, atol=1e-4)
+
+
+def test_parallel_kernels_from_two_threads_on_numbas_workqueue_layer(tmp_path):
+    """numba's fallback threading layer aborts on concurrent parallel launches: caffe2py
+    serialises them there (a subprocess, since the layer is chosen once per process)."""
+    import subprocess
+    import sys
+    script = tmp_path / "two_threads.py"
+    script.write_text(
+        "import threading, numpy as np\n"
+        "from caffe2py.kernels.cpu import conv, jit\n"
+        "jit.TEAM_MIN_WORK = 1\n"
+        "x = np.random.rand(1, 8, 20, 20).astype(np.float32)\n"
+        "w = np.random.rand(8, 1, 3, 3).astype(np.float32)\n"
+        "ref = conv.conv_nchw(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 8)\n"
+        "bad = []\n"
+        "def run():\n"
+        "    for _ in range(200):\n"
+        "        if not np.array_equal(conv.conv_nchw(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 8), ref):\n"
+        "            bad.append(1)\n"
+        "ts = [threading.Thread(target=run) for _ in range(2)]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n"
+        "import numba; print(numba.threading_layer(), len(bad))\n")
+    env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["workqueue", "0"]
 
 
 def test_team_sets_openblas_to_one_thread_and_restores_it():

@@ -79,7 +79,34 @@ class CompiledKernel:
         return self._dispatcher
 
     def __call__(self, *args):
+        if self._options.get("parallel") and _serial_launches():
+            with _launch_lock:
+                return self.dispatcher(*args)
         return self.dispatcher(*args)
+
+
+_launch_lock = threading.Lock()
+_layer = []
+
+
+def _serial_launches():
+    """Whether parallel kernels must not be launched from two threads at once: numba's
+    own "workqueue" threading layer (used when neither OpenMP nor TBB is installed)
+    aborts the process on concurrent launches; its OpenMP and TBB layers do not."""
+    if not _layer:
+        import numba
+        import numpy as np
+        _probe.dispatcher(np.zeros(2))        # starts numba's threading layer
+        _layer.append(numba.threading_layer())
+    return _layer[0] == "workqueue"
+
+
+def _probe_fn(a):
+    for i in prange(a.size):
+        a[i] = i
+
+
+_probe = CompiledKernel(_probe_fn, parallel=True)
 
 
 def compiled(fn=None, *, fastmath=_DEFAULT_FASTMATH, parallel=False):
