@@ -1,11 +1,12 @@
 """N-d convolution (NCHW) on BLAS.
 
 Public:
-    conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activation=None)
+    conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activation=None, residual=None)
         x (N, C, *S), w (M, C/group, *K), b (M,) or None -> (N, M, *out).
         pads: begins then ends, one per spatial dim. activation: None or "relu"
-        (applied in the output pass). scratch: a Scratch owned by the caller
-        (one per op) so im2col and padding buffers are allocated once, not per run.
+        (applied in the output pass). residual: added before the activation (same
+        shape as the output). scratch: a Scratch owned by the caller (one per op) so
+        im2col and padding buffers are allocated once, not per run.
     conv_output_size(size, kernel, stride, pad_begin, pad_end, dilation)
     pad_input(x, pads, value=0.0), windows(x, kernel, strides, dilations)
 
@@ -30,24 +31,23 @@ Strategy, chosen once per geometry (a cached plan holds every slice it copies):
     in cache, then one GEMM per tile (batched over groups) written straight into the
     output.
 Padding goes into a zero-bordered buffer that is allocated once: only the
-interior is rewritten per run. GEMMs are threaded by OpenBLAS; with
-CAFFE2PY_POOL_SPLIT=1 big convolutions are instead split into chunks run by the
-calling thread and pool threads (gemm.run_chunks), small ones on one thread.
+interior is rewritten per run. Every GEMM runs on caffe2py's thread team with its
+output pass (bias, residual, ReLU) fused per block (team_gemm.py, jit.py).
 """
 import functools
 import itertools
-import threading
-from collections import OrderedDict
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .buffers import Scratch, default_scratch, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import depthwise_plan
 from .epilogue import finish_channels, finish_rows_into
 from .shift_conv import shift_plan
+from .winograd import winograd_plan, winograd_tile
 from .elementwise import relu as relu_into
 from .elementwise import row_scalars
-from .jit import team, team_size
+from .jit import team
 
 def _gemm_into(*args, **kwargs):
     # imported on first use: the team GEMM module imports numba
@@ -60,67 +60,6 @@ _TILE_BYTES = 2 << 20
 # Tap stacks of the flattened-row 2-D path (one copy per tile, so fewer, bigger tiles).
 _FLAT_TILE_BYTES = 4 << 20
 # Depthwise tap stacks per channel tile (kept well inside L2).
-
-
-class Scratch:
-    """Buffers reused across runs, keyed by role, shape, dtype and the calling thread
-    (so one op run from two threads at once never shares a buffer); the least
-    recently used go once more than `max_entries` are held."""
-
-    def __init__(self, max_entries=None):
-        self._buffers = OrderedDict()
-        self.max_entries = max_entries
-        self._lock = threading.Lock()
-
-    def _get(self, key, make):
-        with self._lock:
-            buf = self._buffers.get(key)
-            if buf is None:
-                buf = self._buffers[key] = make()
-                if self.max_entries is not None and len(self._buffers) > self.max_entries:
-                    self._buffers.popitem(last=False)
-            elif self.max_entries is not None:
-                self._buffers.move_to_end(key)
-            return buf
-
-    def empty(self, role, shape, dtype):
-        return self._get((threading.get_ident(), role, tuple(shape), np.dtype(dtype).str),
-                         lambda: np.empty(shape, dtype))
-
-    def zeros(self, role, shape, dtype, fill=0.0):
-        """A buffer whose border is `fill`; callers only ever rewrite its interior."""
-        return self._get((threading.get_ident(), role, tuple(shape), np.dtype(dtype).str, fill),
-                         lambda: np.full(shape, fill, dtype))
-
-
-_thread_scratch = threading.local()
-
-
-def default_scratch():
-    """Per-thread buffers for callers that pass no Scratch (bounded, so shapes seen
-    once do not pile up)."""
-    scratch = getattr(_thread_scratch, "value", None)
-    if scratch is None:
-        scratch = _thread_scratch.value = Scratch(max_entries=64)
-    return scratch
-
-
-def temp_buffer(role, shape, dtype):
-    """A per-thread buffer for values that live only inside one kernel call (tap stacks,
-    im2col tiles, Winograd transforms), shared by every op run on this thread: one
-    grow-only block per role, so a net's layers keep reusing the same cache-warm memory
-    instead of each touching its own (op-owned buffers of every layer add up to more
-    than the caches hold). Never returned to callers."""
-    buffers = getattr(_thread_scratch, "temp", None)
-    if buffers is None:
-        buffers = _thread_scratch.temp = {}
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape, dtype=np.int64))
-    nbytes = count * dtype.itemsize
-    block = buffers.get(role)
-    if block is None or block.nbytes < nbytes:
-        block = buffers[role] = np.empty(max(1, -(-nbytes // 8)), np.float64)
-    return block.view(np.uint8)[:nbytes].view(dtype).reshape(shape)
 
 
 def pad_input(x, pads, value=0.0):
@@ -186,7 +125,7 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
     (a ResNet-style Conv + Sum [+ Relu] in one op)."""
     _check_activation(activation)
     dtype = np.result_type(x.dtype, w.dtype)
-    plan = _plan(x.shape, w.shape, tuple(strides), tuple(pads), tuple(dilations), group, dtype.str, team_size())
+    plan = _plan(x.shape, w.shape, tuple(strides), tuple(pads), tuple(dilations), group, dtype.str)
     if residual is not None and tuple(residual.shape) != plan.out_shape:
         raise ValueError("residual of shape %s does not match the output shape %s"
                          % (list(residual.shape), list(plan.out_shape)))
@@ -219,8 +158,7 @@ class _Plan:
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype, threads=1):
-    """threads: the team's size, which moves the Winograd break-even."""
+def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     kernel = tuple(w_shape[2:])
     k = len(kernel)
     if len(x_shape) != k + 2 or len(strides) != k or len(dilations) != k or len(pads) != 2 * k:
@@ -249,8 +187,8 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype, threads=1):
     elif k == 2 and group == 1 and all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * m <= c and (
             shift := shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype)):
         plan.compute = shift
-    elif tile := _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial, threads):
-        plan.compute = _winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype)
+    elif tile := winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial):
+        plan.compute = winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype)
     elif k == 2 and group == c and w_shape[1] == 1 and (
             depthwise := depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
         plan.compute = depthwise
@@ -429,138 +367,12 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
     return compute
 
 
-# ----------------------------------------------------------------- Winograd F(m x m, 3x3)
-# A 3x3 stride-1 convolution computed on (m+2)x(m+2) input tiles that each give mxm
-# outputs: a^2 = (m+2)^2 GEMMs of (M, C) @ (C, tiles) replace one of (M, 9C) @ (9C, m^2
-# tiles), 2.25x (m=2) or 4x (m=4) fewer multiplies. The tile transforms B^T d B and
-# A^T Y A are linear maps, so each is one more GEMM with a Kronecker-product matrix
-# (a^2 x a^2 in, m^2 x a^2 out) on all tiles at once, after one strided copy gathers
-# the tiles: few NumPy calls, all heavy work in BLAS. Matrices: Lavin & Gray, 2015.
-
-_WINOGRAD = {
-    2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
-        np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]], np.float64),
-        np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)),
-    4: (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
-                  [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
-        np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
-                  [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64),
-        np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], np.float64)),
-}
 # Stride-1 2-D convs with at least this many times more input than output channels
 # use the tap-major GEMM + shift-add (shift_conv.py): per-layer timings on a 2-CPU Zen 5
 # VM, 2 threads: 128 -> 32 (DenseNet) 1.3-2x faster than the best other path at 7x7 to
 # 56x56, 96 -> 128 at 14x14 even; with more outputs than inputs it loses (64 -> 64 at
 # 56x56: 2.26 ms against Winograd F(4x4)'s 1.73).
 SHIFT_MIN_CHANNEL_RATIO = 2
-
-# Which tile, from per-layer timings of 3x3 layers of the light_* models (2-CPU Zen 5
-# VM). On one thread F(4x4) wins from 27x27 outputs even with few channels (16 -> 64 at
-# 55x55 ties the flattened-row path, 32 -> 128 at 27x27: 0.46 vs 0.60 ms) and F(2x2)
-# below that from C*M/(C+M) >= 24. With OpenBLAS threads the direct path's one big GEMM
-# scales better than Winograd's many small ones and its single-threaded tile copies,
-# so Winograd needs more channels: F(4x4) from C*M/(C+M) >= 36 (64 -> 96 at 28x28:
-# 0.63 vs 0.67 ms; 192 -> 64: 1.09 vs 1.92), F(2x2) from 48 (256 -> 64 at 14x14:
-# 0.59 vs 0.74; 160 -> 224 at 7x7: 0.32 vs 0.33).
-# On outputs of 48x48 and more, F(4x4) wins on two threads from C*M/(C+M) >= 24
-# (128 -> 32 at 56x56: 1.57 vs 1.81 ms; 64 -> 64: 1.05 vs 1.39), where at 27x27 the
-# direct path still wins (32 -> 128: 0.36 vs 0.40; 128 -> 32 at 28x28: 0.46 vs 0.48).
-WINOGRAD_F4_MIN_OUTPUT = 27
-WINOGRAD_F4_LARGE_OUTPUT = 48
-# (minimum C * M / (C + M) for F(4x4), for F(2x2), for F(4x4) on large outputs) by
-# BLAS thread count (1, more)
-WINOGRAD_MIN_CHANNELS = {1: (12, 24, 12), 2: (36, 48, 24)}
-# Tiles gathered per chunk are kept around this size so the transform GEMMs stay in cache.
-_WINOGRAD_CHUNK_BYTES = 2 << 20
-
-
-def _winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial, threads=1):
-    """The output tile size m of the Winograd variant to use (2 or 4), or 0 for none."""
-    if not (tuple(kernel) == (3, 3) and tuple(strides) == (1, 1) and tuple(dilations) == (1, 1)
-            and group == 1 and min(pads) >= 0):
-        return 0
-    f4_mix, f2_mix, f4_large_mix = WINOGRAD_MIN_CHANNELS[1 if threads <= 1 else 2]
-    mix = c * m / float(c + m)
-    if min(out_spatial) >= WINOGRAD_F4_LARGE_OUTPUT:
-        f4_mix = min(f4_mix, f4_large_mix)
-    if min(out_spatial) >= WINOGRAD_F4_MIN_OUTPUT and mix >= f4_mix:
-        return 4
-    return 2 if mix >= f2_mix else 0
-
-
-def winograd_filter(w, tile=2):
-    """G g G^T for every (M, C) 3x3 filter, as (a^2, M, C) in w's dtype (float64 math)."""
-    _, g, _ = _WINOGRAD[tile]
-    a = g.shape[0]
-    m, c = w.shape[:2]
-    u = np.kron(g, g) @ w.reshape(m * c, 9).T.astype(np.float64)
-    return u.reshape(a * a, m, c).astype(w.dtype)
-
-
-def _winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
-    n, c, h, w_in = x_shape
-    m = w_shape[0]
-    oh, ow = out_spatial
-    bt, _, at = _WINOGRAD[tile]
-    a = tile + 2
-    th, tw = -(-oh // tile), -(-ow // tile)
-    buf_shape = (c, th * tile + 2, tw * tile + 2)        # zero-bordered padded input
-    interior = (slice(None), slice(pads[0], pads[0] + h), slice(pads[1], pads[1] + w_in))
-    t_in = np.kron(bt, bt).astype(dtype)                 # (a^2, a^2)
-    t_out = np.kron(at, at).astype(dtype)                # (m^2, a^2)
-    item = np.dtype(dtype).itemsize
-    rows_per_chunk = max(1, min(th, _WINOGRAD_CHUNK_BYTES // max(1, a * a * max(c, m) * tw * item)))
-    chunks = [(r, min(th, r + rows_per_chunk)) for r in range(0, th, rows_per_chunk)]
-    filters = {}                                         # id(w) -> (w, sample, transformed)
-    step = max(1, (m * c * 9) // 61)
-
-    def transformed(w):
-        # Same array and same sampled values: reuse (a cheap guard against in-place edits).
-        sample = w.reshape(-1)[::step]
-        hit = filters.get(id(w))
-        if hit is None or hit[0] is not w or not np.array_equal(hit[1], sample):
-            if len(filters) >= 32:
-                filters.clear()      # many weight arrays share this geometry: start over
-            hit = filters[id(w)] = (w, sample.copy(), winograd_filter(w, tile))
-        return hit[2]
-
-    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
-        """bias: (M,) or None; relu: clamp at zero; both applied on the way out."""
-        u = transformed(w)
-        bias5 = None if bias is None else bias.reshape(1, 1, m, 1, 1)
-        for i in range(n):
-            xp = scratch.zeros(("wg_pad", tile, pads[0], pads[1], (h, w_in)), buf_shape, dtype)
-            xp[interior] = x[i]
-            s0, s1, s2 = xp.strides
-            for r0, r1 in chunks:
-                rows = r1 - r0
-                cols = rows * tw
-                # (a, a, C, rows, tw): tile (ti, tj) element (p, q) is xp[:, tile*ti + p, tile*tj + q]
-                tiles = np.lib.stride_tricks.as_strided(
-                    xp[:, r0 * tile:], (a, a, c, rows, tw), (s1, s2, s0, tile * s1, tile * s2), writeable=False)
-                d = temp_buffer("wg_d", (a * a, c * cols), dtype)
-                np.copyto(d.reshape(a, a, c, rows, tw), tiles)
-                v = temp_buffer("wg_v", (a * a, c, cols), dtype)
-                _gemm_into(t_in, d, v.reshape(a * a, c * cols))
-                prod = temp_buffer("wg_m", (a * a, m, cols), dtype)
-                _gemm_into(u, v, prod)
-                y = temp_buffer("wg_y", (tile, tile, m, rows, tw), dtype)
-                _gemm_into(t_out, prod.reshape(a * a, m * cols), y.reshape(tile * tile, m * cols))
-                if bias5 is not None:
-                    with row_scalars(cols):
-                        y += bias5
-                y0, y1 = r0 * tile, min(oh, r1 * tile)
-                direct = y1 - y0 == rows * tile and ow == tw * tile
-                # else the last tile row or column sticks out: go through a buffer
-                full = out[i, :, y0:y1] if direct else temp_buffer("wg_full", (m, rows * tile, tw * tile), dtype)
-                dst = full.reshape(m, rows, tile, tw, tile).transpose(2, 4, 0, 1, 3)
-                if relu:
-                    relu_into(y, out=dst)
-                else:
-                    np.copyto(dst, y)
-                if not direct:
-                    out[i, :, y0:y1] = full[:, :y1 - y0, :ow]
-    return compute
 
 
 def _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype):

@@ -1,0 +1,173 @@
+"""Winograd F(m x m, 3x3) convolution: stride-1 3x3 layers with fewer multiplies.
+
+Public:
+    winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial, threads) -> 4, 2 or 0
+        which variant conv._plan uses for a layer (0: none).
+    winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype)
+        -> compute(x, w, out, scratch, bias=None, relu=False, residual=None)
+    winograd_filter(w, tile) -> the transformed filters (a^2, M, C)
+
+A 3x3 stride-1 convolution computed on (m+2)x(m+2) input tiles that each give mxm
+outputs: a^2 = (m+2)^2 GEMMs of (M, C) @ (C, tiles) replace one of (M, 9C) @ (9C, m^2
+tiles), 2.25x (m=2) or 4x (m=4) fewer multiplies. The tile transforms B^T d B and
+A^T Y A are linear maps, so each is one more GEMM with a Kronecker-product matrix
+(a^2 x a^2 in, m^2 x a^2 out) on all tiles at once, after a compiled copy gathers
+the tiles; another compiled pass scatters the output tiles into the map with bias
+and ReLU. Matrices: Lavin & Gray, 2015.
+"""
+import numpy as np
+
+from .buffers import temp_buffer
+from .jit import compiled, prange, team_blocks
+
+
+_WINOGRAD = {
+    2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
+        np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]], np.float64),
+        np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)),
+    4: (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                  [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
+        np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                  [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64),
+        np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], np.float64)),
+}
+
+# Which tile, from per-layer timings of the 3x3 layers of the light_* models on a
+# 2-CPU Zen 5 VM with every GEMM, gather and scatter on the team (2026-11-24, ms,
+# best direct path vs F(2x2) vs F(4x4)): Winograd wins from C*M/(C+M) >= 12
+# (16 -> 64 at 55x55: 0.56 / 0.76 / 0.51; 48 -> 192 at 13x13: 0.30 / 0.27 / 0.28;
+# 64 -> 96 at 14x14: 0.27 / 0.19 / 0.19). F(4x4) from 27x27 outputs (32 -> 128:
+# 0.48 / 0.45 / 0.38; 64 -> 64 at 28x28: 0.65 / 0.54 / 0.44), and from 14x14 while
+# the mix stays below 64 (96 -> 128: 0.47 / 0.33 / 0.31); with more channels its 36
+# transformed filters cost more than its fewer multiplies save (256 -> 256 at 14x14:
+# 1.81 / 1.34 / 1.62; 192 -> 320 at 7x7: 0.68 / 0.52 / 0.79).
+WINOGRAD_MIN_MIX = 12
+WINOGRAD_F4_MIN_OUTPUT = 27
+WINOGRAD_F4_SMALL_OUTPUT, WINOGRAD_F4_SMALL_MAX_MIX = 14, 64
+# Tiles gathered per chunk are kept around this size so the transform GEMMs stay in cache.
+_WINOGRAD_CHUNK_BYTES = 2 << 20
+
+
+def winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial):
+    """The output tile size m of the Winograd variant to use (2 or 4), or 0 for none."""
+    if not (tuple(kernel) == (3, 3) and tuple(strides) == (1, 1) and tuple(dilations) == (1, 1)
+            and group == 1 and min(pads) >= 0):
+        return 0
+    mix = c * m / float(c + m)
+    if mix < WINOGRAD_MIN_MIX:
+        return 0
+    size = min(out_spatial)
+    if size >= WINOGRAD_F4_MIN_OUTPUT or (size >= WINOGRAD_F4_SMALL_OUTPUT and mix < WINOGRAD_F4_SMALL_MAX_MIX):
+        return 4
+    return 2
+
+
+def winograd_filter(w, tile=2):
+    """G g G^T for every (M, C) 3x3 filter, as (a^2, M, C) in w's dtype (float64 math)."""
+    _, g, _ = _WINOGRAD[tile]
+    a = g.shape[0]
+    m, c = w.shape[:2]
+    u = np.kron(g, g) @ w.reshape(m * c, 9).T.astype(np.float64)
+    return u.reshape(a * a, m, c).astype(w.dtype)
+
+
+def winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
+    from .team_gemm import gemm_into     # imports numba: only once a Winograd layer is planned
+    n, c, h, w_in = x_shape
+    m = w_shape[0]
+    oh, ow = out_spatial
+    bt, _, at = _WINOGRAD[tile]
+    a = tile + 2
+    th, tw = -(-oh // tile), -(-ow // tile)
+    buf_shape = (c, th * tile + 2, tw * tile + 2)        # zero-bordered padded input
+    interior = (slice(None), slice(pads[0], pads[0] + h), slice(pads[1], pads[1] + w_in))
+    t_in = np.kron(bt, bt).astype(dtype)                 # (a^2, a^2)
+    t_out = np.kron(at, at).astype(dtype)                # (m^2, a^2)
+    item = np.dtype(dtype).itemsize
+    rows_per_chunk = max(1, min(th, _WINOGRAD_CHUNK_BYTES // max(1, a * a * max(c, m) * tw * item)))
+    chunks = [(r, min(th, r + rows_per_chunk)) for r in range(0, th, rows_per_chunk)]
+    filters = {}                                         # id(w) -> (w, sample, transformed)
+    step = max(1, (m * c * 9) // 61)
+
+    def transformed(w):
+        # Same array and same sampled values: reuse (a cheap guard against in-place edits).
+        sample = w.reshape(-1)[::step]
+        hit = filters.get(id(w))
+        if hit is None or hit[0] is not w or not np.array_equal(hit[1], sample):
+            if len(filters) >= 32:
+                filters.clear()      # many weight arrays share this geometry: start over
+            hit = filters[id(w)] = (w, sample.copy(), winograd_filter(w, tile))
+        return hit[2]
+
+    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
+        """bias: (M,) or None; relu: clamp at zero; both applied on the way out."""
+        u = transformed(w)
+        b = _NO_BIAS[np.dtype(dtype).char] if bias is None else bias.reshape(m)
+        for i in range(n):
+            xp = scratch.zeros(("wg_pad", tile, pads[0], pads[1], (h, w_in)), buf_shape, dtype)
+            xp[interior] = x[i]
+            for r0, r1 in chunks:
+                rows = r1 - r0
+                cols = rows * tw
+                d = temp_buffer("wg_d", (a * a, c * cols), dtype)
+                _gather_tiles(xp, d.reshape(a, a, c, rows, tw), r0, tile, team_blocks(c, a * a * cols))
+                v = temp_buffer("wg_v", (a * a, c, cols), dtype)
+                gemm_into(t_in, d, v.reshape(a * a, c * cols))
+                prod = temp_buffer("wg_m", (a * a, m, cols), dtype)
+                gemm_into(u, v, prod)
+                y = temp_buffer("wg_y", (tile, tile, m, rows, tw), dtype)
+                gemm_into(t_out, prod.reshape(a * a, m * cols), y.reshape(tile * tile, m * cols))
+                _scatter_tiles(y, b, bias is not None, out[i], r0 * tile, relu, team_blocks(m, tile * tile * cols))
+    return compute
+
+
+
+
+_NO_BIAS = {np.dtype(t).char: np.zeros(1, t) for t in (np.float32, np.float64)}
+
+
+@compiled(parallel=True)
+def _gather_tiles(xp, d, first_row, tile, blocks):
+    """d[p, q, c, ty, tx] = xp[c, (first_row + ty) * tile + p, tx * tile + q]: the
+    (tile + 2)^2 values of every tile, channels split over the team."""
+    a, c_count, rows, tw = d.shape[0], d.shape[2], d.shape[3], d.shape[4]
+    for t in prange(blocks):
+        for c in range(c_count * t // blocks, c_count * (t + 1) // blocks):
+            for p in range(a):
+                for ty in range(rows):
+                    src = xp[c, (first_row + ty) * tile + p]
+                    for q in range(a):
+                        dst = d[p, q, c, ty]
+                        if tile == 4:          # constant strides vectorise
+                            for tx in range(tw):
+                                dst[tx] = src[tx * 4 + q]
+                        elif tile == 2:
+                            for tx in range(tw):
+                                dst[tx] = src[tx * 2 + q]
+                        else:
+                            for tx in range(tw):
+                                dst[tx] = src[tx * tile + q]
+
+
+@compiled(parallel=True)
+def _scatter_tiles(y, bias, has_bias, out, first_row, relu, blocks):
+    """out[o, first_row + ty * tile + p, tx * tile + q] = [relu](y[p, q, o, ty, tx] + bias[o])
+    for the output tiles y (tile, tile, M, rows, tw), dropping what lies past the map's
+    edge; output channels split over the team."""
+    tile, m, rows, tw = y.shape[0], y.shape[2], y.shape[3], y.shape[4]
+    oh, ow = out.shape[1], out.shape[2]
+    for t in prange(blocks):
+        for o in range(m * t // blocks, m * (t + 1) // blocks):
+            b = bias[o] if has_bias else bias[0] * 0
+            for ty in range(rows):
+                for p in range(tile):
+                    oy = first_row + ty * tile + p
+                    if oy >= oh:
+                        continue
+                    dst = out[o, oy]
+                    for q in range(tile):
+                        src = y[p, q, o, ty]
+                        count = min(tw, (ow - q + tile - 1) // tile)
+                        for tx in range(count):
+                            v = src[tx] + b
+                            dst[tx * tile + q] = 0.0 if relu and v < 0 else v
