@@ -2,6 +2,7 @@
 Split, Iter."""
 import numpy as np
 
+from caffe2py.kernels.cpu import layout as layout_k
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 
@@ -152,6 +153,8 @@ def channel_shuffle(ctx):
         if x.ndim < 2 or x.shape[axis] % group:
             raise ctx.input_error(0, "%d channels (shape %s, %s) do not split into %d groups"
                                   % (x.shape[axis] if x.ndim >= 2 else 0, list(x.shape), order, group))
+        if order == "NCHW":
+            return layout_k.channel_shuffle(x, group)
         lead = int(np.prod(x.shape[:axis], dtype=np.int64))
         grid = x.reshape(lead, group, x.shape[axis] // group, -1)
         return np.ascontiguousarray(grid.transpose(0, 2, 1, 3)).reshape(x.shape)

@@ -887,6 +887,14 @@ def test_channel_shuffle_op_and_its_onnx_spelling():
     np.testing.assert_array_equal(run_op("ChannelShuffle", [x], group=3), want)
     nhwc = run_op("ChannelShuffle", [np.moveaxis(x, 1, -1).copy()], group=3, order="NHWC")
     np.testing.assert_array_equal(np.moveaxis(nhwc, -1, 1), want)
+    from caffe2py.kernels.cpu import jit, layout
+    saved, jit.TEAM_MIN_WORK = jit.TEAM_MIN_WORK, 1          # channel planes split over the team
+    try:
+        np.testing.assert_array_equal(layout.channel_shuffle(x[:, :, ::2], 3), want[:, :, ::2])
+        ints = np.arange(2 * 6 * 5).reshape(2, 6, 5)
+        np.testing.assert_array_equal(layout.channel_shuffle(ints, 2), ints[:, [0, 3, 1, 4, 2, 5]])
+    finally:
+        jit.TEAM_MIN_WORK = saved
     workspace.ResetWorkspace()
     workspace.FeedBlob("x", x)
     with pytest.raises(Caffe2Error, match=r"ChannelShuffle.*'x'.*12 channels.*5 groups"):
