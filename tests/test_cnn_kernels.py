@@ -162,6 +162,16 @@ def test_depthwise_propagates_nan_and_inf():
     assert np.isposinf(y[0, 1, :2, :2]).all() and np.isfinite(y[0, 1, 2:]).all()
 
 
+def test_conv_float16_keeps_its_dtype_on_the_numpy_copies():
+    """float16 convs (ONNX allows them) take the NumPy copy paths, not the compiled ones."""
+    x, w = rand(1, 4, 9, 8), rand(6, 2, 3, 3)
+    y = conv_k.conv_nchw(x.astype(np.float16), w.astype(np.float16), None, (2, 1), (1, 0, 1, 2), (1, 1), 2)
+    assert y.dtype == np.float16
+    ref = ref_conv(x.astype(np.float16).astype(np.float64), w.astype(np.float16).astype(np.float64), None,
+                   (2, 1), (1, 0, 1, 2), (1, 1), 2)
+    np.testing.assert_allclose(y.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
+
+
 def test_conv_float64_and_negative_pads():
     x, w = rand(1, 2, 6, 6, dtype=np.float64), rand(3, 2, 3, 3, dtype=np.float64)
     y = conv_k.conv_nchw(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1)

@@ -47,7 +47,7 @@ from .shift_conv import shift_plan
 from .winograd import winograd_plan, winograd_tile
 from .elementwise import relu as relu_into
 from .elementwise import row_scalars
-from .jit import team
+from .jit import compiled, prange, team, team_blocks
 
 def _gemm_into(*args, **kwargs):
     # imported on first use: the team GEMM module imports numba
@@ -291,6 +291,43 @@ def _tap_progression(k, d, s, phase):
     return hits[0], step, len(hits), (hits[0] * d) // s, move
 
 
+@compiled(parallel=True)
+def _phase_copy(img, buf, i0, sh, j0, sw, q0, ni, r0, nj, blocks):
+    """buf[c, q0 + i, r0 + j] = img[c, i0 + i * sh, j0 + j * sw] for i < ni, j < nj: one
+    stride phase of the input into its zero-bordered buffer; rows over the team."""
+    c_count = img.shape[0]
+    for t in prange(blocks):
+        for job in range(c_count * ni * t // blocks, c_count * ni * (t + 1) // blocks):
+            c, i = job // ni, job % ni
+            src = img[c, i0 + i * sh]
+            dst = buf[c, q0 + i, r0:r0 + nj]
+            if sw == 1:
+                part = src[j0:j0 + nj]
+                for j in range(nj):
+                    dst[j] = part[j]
+            else:
+                for j in range(nj):
+                    dst[j] = src[j0 + j * sw]
+
+
+@compiled(parallel=True)
+def _stack_taps(flat, cols, first, a0, astep, na, b0, bstep, nb, start, amove, bmove, blocks):
+    """cols[c, a0 + ia * astep, b0 + ib * bstep, :] = the `length` values of flat[c]
+    from first + start + ia * amove + ib * bmove: one phase's taps as contiguous
+    copies; channels over the team."""
+    c_count, length = cols.shape[0], cols.shape[3]
+    for t in prange(blocks):
+        for c in range(c_count * t // blocks, c_count * (t + 1) // blocks):
+            row = flat[c]
+            for ia in range(na):
+                for ib in range(nb):
+                    at = first + start + ia * amove + ib * bmove
+                    src = row[at:at + length]
+                    dst = cols[c, a0 + ia * astep, b0 + ib * bstep]
+                    for k in range(length):
+                        dst[k] = src[k]
+
+
 def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype):
     """2-D convolution on flattened rows (any group, depthwise included): the input is
     copied straight into its stride phases (one phase at stride 1), zero-bordered
@@ -330,16 +367,17 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
         # Which taps read this phase, as a grid in (a, b) and in flat offsets.
         a0, astep, na, arow, amove = _tap_progression(kh, dh, sh, p0)
         b0, bstep, nb, bcol, bmove = _tap_progression(kw, dw, sw, p1)
-        cols_index = (slice(None), slice(a0, a0 + (na - 1) * astep + 1, astep),
-                      slice(b0, b0 + (nb - 1) * bstep + 1, bstep))
-        view = ((na, nb), (rows * wq * item, amove * wq * item, bmove * item, item), arow * wq + bcol)
-        plan.append(((p0, p1), src, dst, (q0, ni, r0, nj), cols_index, view))
+        # tap (a0 + ia * astep, b0 + ib * bstep) reads the phase from flat offset
+        # arow * wq + bcol + ia * amove * wq + ib * bmove
+        taps_of_phase = (a0, astep, na, b0, bstep, nb, arow * wq + bcol, amove * wq, bmove)
+        plan.append(((p0, p1), src, dst, (i0, sh, j0, sw, q0, ni, r0, nj), taps_of_phase))
     taps = kh * kw
     row_bytes = c * taps * wq * item
     n_tiles = -(-oh * row_bytes // _FLAT_TILE_BYTES)
     rows_per_tile = -(-oh // n_tiles)           # balanced tiles
     tiles = [(r, min(oh, r + rows_per_tile)) for r in range(0, oh, rows_per_tile)]
     w_shape3 = (group, mg, cg * taps)
+    compiled_copies = np.dtype(dtype) in (np.float32, np.float64)
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         """bias: (M,) or None; relu: clamp at zero. Both applied to each result tile
@@ -348,19 +386,28 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
         for i in range(n):
             img = x[i] if crop is None else x[i][crop]
             flats = []
-            for ph, src, dst, layout, cols_index, view in plan:
+            for ph, src, dst, layout, taps_of_phase in plan:
                 buf = scratch.zeros(("flat_phase", ph, layout), (c, rows, wq), dtype)
-                buf[dst] = img[src]
-                flats.append((buf.reshape(c, rows * wq), cols_index, view))
+                if compiled_copies:
+                    _phase_copy(img, buf, *layout, team_blocks(c * layout[1], layout[3]))
+                else:
+                    buf[dst] = img[src]
+                flats.append((buf.reshape(c, rows * wq), taps_of_phase))
             yi = out[i]
             for r0, r1 in tiles:
                 length = (r1 - r0) * wq
                 # Tap stacks and results hold nothing between calls: shared per-thread
                 # buffers (1.5-2x faster per layer in shufflenet than a buffer per op).
                 cols = temp_buffer("flat_cols", (c, kh, kw, length), dtype)
-                for flat, cols_index, ((na, nb), strides_, start) in flats:
-                    cols[cols_index] = np.lib.stride_tricks.as_strided(
-                        flat[:, start + r0 * wq:], (c, na, nb, length), strides_, writeable=False)
+                for flat, taps_of_phase in flats:
+                    if compiled_copies:
+                        _stack_taps(flat, cols, r0 * wq, *taps_of_phase, team_blocks(c, length * kh * kw))
+                    else:
+                        a0, astep, na, b0, bstep, nb, start, amove, bmove = taps_of_phase
+                        cols[:, a0:a0 + (na - 1) * astep + 1:astep, b0:b0 + (nb - 1) * bstep + 1:bstep] = \
+                            np.lib.stride_tricks.as_strided(
+                                flat[:, start + r0 * wq:], (c, na, nb, length),
+                                (flat.strides[0], amove * item, bmove * item, item), writeable=False)
                 acc = temp_buffer("flat_acc", (group, mg, length), dtype)
                 _gemm_into(w3, cols.reshape(group, cg * taps, length), acc)
                 finish_rows_into(acc.reshape(m, length), wq, bias, yi, r0, relu)
