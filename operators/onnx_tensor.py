@@ -4,6 +4,7 @@ Pad, Tile, Expand, Where, Range, NonZero, TopK, CumSum, DepthToSpace,
 SpaceToDepth, OneHot. Attribute-vs-input changes across opsets follow the spec."""
 import numpy as np
 
+from caffe2py.kernels.cpu import layout as layout_k
 from caffe2py.kernels.cpu import onnx_tensor as tk
 from caffe2py.tensors import tensor_to_numpy
 
@@ -146,7 +147,7 @@ def concat(ctx):
     def run(*xs):
         a = axis_of(ctx, axis, xs[0].ndim)
         try:
-            return np.concatenate(xs, axis=a)
+            return layout_k.concat(xs, a)
         except ValueError as exc:
             raise ctx.error("inputs of shapes %s cannot be concatenated on axis %d: %s"
                             % ([list(x.shape) for x in xs], a, exc)) from None

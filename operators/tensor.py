@@ -211,7 +211,7 @@ def concat(ctx):
             if a != b:
                 raise ctx.input_error(k, "shape %s does not match input 0's %s for concatenation on axis %d"
                                       % (list(x.shape), list(xs[0].shape), axis))
-        y = np.stack(xs, axis=axis) if add_axis else np.concatenate(xs, axis=axis)
+        y = np.stack(xs, axis=axis) if add_axis else layout_k.concat(xs, axis)
         if not two:
             return y
         sizes = [1] * len(xs) if add_axis else [x.shape[axis] for x in xs]

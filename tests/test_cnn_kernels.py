@@ -932,6 +932,23 @@ def test_channel_shuffle_op_and_its_onnx_spelling():
         ["Conv", "Reshape", "Transpose", "Reshape", "Conv"]
 
 
+def test_concat_copies_on_the_team(monkeypatch):
+    """Float concatenation (the ONNX and Caffe2 Concat ops) is compiled team copies: row
+    blocks, column blocks of a single row, empty inputs, other dtypes through NumPy."""
+    from caffe2py.kernels.cpu import jit, layout
+    monkeypatch.setattr(jit, "TEAM_MIN_WORK", 1)
+    for shapes, axis in [([(1, 3, 4, 5), (1, 2, 4, 5)], 1), ([(2, 3, 4), (2, 3, 1), (2, 3, 2)], 2),
+                         ([(5, 2), (1, 2)], 0), ([(2, 0, 3), (2, 2, 3)], 1)]:
+        for dtype in (np.float32, np.float64, np.int32):
+            xs = [rand(*shape).astype(dtype) for shape in shapes]
+            xs[0] = xs[0][..., ::-1] if xs[0].size else xs[0]            # a non-contiguous input
+            y = layout.concat(xs, axis)
+            assert y.dtype == dtype
+            np.testing.assert_array_equal(y, np.concatenate(xs, axis))
+    a, b = rand(1, 3, 2, 2), rand(1, 4, 2, 2)
+    np.testing.assert_array_equal(run_op("Concat", [a, b], 2, axis=1)[0], np.concatenate([a, b], 1))
+
+
 def test_optimized_onnx_model_matches_onnxruntime():
     """A small random-weight CNN through caffe2py.onnx (when present) vs onnxruntime."""
     pytest.importorskip("caffe2py.onnx.backend")

@@ -1,6 +1,8 @@
 """Layout copies, compiled and split over the team.
 
 Public:
+    concat(xs, axis) -> y        np.concatenate(xs, axis) for arrays of one dtype; the
+                                 copies split over the team
     channel_shuffle(x, group) -> y
         x (N, C, *S) with C = group * K: y[:, k * group + g] = x[:, g * K + k]
         (ShuffleNet's channel shuffle, Caffe2's ChannelShuffle in NCHW). Float and
@@ -38,4 +40,46 @@ def channel_shuffle(x, group):
     src = np.ascontiguousarray(x).reshape(n, c, -1)
     y = np.empty(x.shape, x.dtype)
     _shuffle_planes(src, y.reshape(n, c, -1), group, team_blocks(n * c, src.shape[2]))
+    return y
+
+
+@compiled(parallel=True)
+def _copy_into(src, dst, blocks):
+    """dst[:] = src for 2-D arrays of one shape (dst may be a column range of a wider
+    array): rows split over the team, or column ranges when there are few rows."""
+    rows, width = src.shape
+    if rows >= blocks:
+        for t in prange(blocks):
+            for r in range(rows * t // blocks, rows * (t + 1) // blocks):
+                a, b = src[r], dst[r]
+                for k in range(width):
+                    b[k] = a[k]
+    else:
+        for t in prange(blocks):
+            lo, hi = width * t // blocks, width * (t + 1) // blocks
+            for r in range(rows):
+                a, b = src[r, lo:hi], dst[r, lo:hi]
+                for k in range(hi - lo):
+                    b[k] = a[k]
+
+
+def concat(xs, axis):
+    """See the module docstring (NumPy's errors for inputs that do not fit)."""
+    first = xs[0]
+    if len(xs) < 2 or first.dtype not in (np.float32, np.float64) or any(x.dtype != first.dtype for x in xs) \
+            or any(x.ndim != first.ndim or x.shape[:axis] != first.shape[:axis]
+                   or x.shape[axis + 1:] != first.shape[axis + 1:] for x in xs):
+        return np.concatenate(xs, axis=axis)
+    shape = list(first.shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    y = np.empty(shape, first.dtype)
+    lead = int(np.prod(shape[:axis], dtype=np.int64))
+    y2 = y.reshape(lead, -1)
+    at = 0
+    for x in xs:
+        width = x.size // lead if lead else 0
+        if width:
+            _copy_into(np.ascontiguousarray(x).reshape(lead, width), y2[:, at:at + width],
+                       team_blocks(lead * width, 1))
+        at += width
     return y
