@@ -26,6 +26,10 @@ rounding:
     -> Reshape (N, G*K, H, W) (ShuffleNet's channel shuffle) becomes a Reshape to
     the final shape (a view) and one Caffe2 "ChannelShuffle": one copy in one op
     where there were three ops.
+  * place_concat_inputs: convs (Caffe2 Conv/ConvRelu by then) whose outputs only a
+    channel Concat reads write straight into the concat's output (`concat_channels`):
+    the first allocates it, the others fill their channels in place, and the copy
+    the Concat made is gone (SqueezeNet's fire modules, Inception's branches).
   * fuse_conv_sum: a Conv whose output only a two-input Sum/Add reads, and the Relu
     that alone reads that sum, become one "ConvSum"/"ConvSumRelu" op (ResNet's and
     ShuffleNet's residual joins): the addition and the ReLU happen in the
@@ -53,6 +57,7 @@ def optimize(predict_net, blobs):
     fuse_bn_relu(net, blobs)
     fuse_conv_sum(net, blobs)
     fuse_channel_shuffle(net, blobs)
+    place_concat_inputs(net, blobs)
     return net
 
 
@@ -514,3 +519,73 @@ def fuse_channel_shuffle(net, blobs):
         net.op.extend(ops[:at] + [view, shuffle] + ops[at:])
         fused += 1
     return fused
+
+
+def _channel_concat(op):
+    """Whether op concatenates NCHW tensors along channels into one output."""
+    args = _args(op)
+    if op.type != "Concat" or len(op.output) != 1 or len(op.input) < 2:
+        return False
+    if _domain(op) == ONNX:
+        return args.get("axis") == 1
+    if _domain(op) == CAFFE2:
+        if args.get("add_axis"):
+            return False
+        axis = args.get("axis", 3 if args.get("order") == "NHWC" else 1)
+        return axis == 1 and args.get("order", "NCHW") == "NCHW"
+    return False
+
+
+def place_concat_inputs(net, blobs):
+    """Concat(a_1, .., a_k) along channels, each a_i made by a Caffe2 NCHW Conv or ConvRelu
+    with constant weights and read by nothing else, becomes those convs writing into
+    the concat's output: the earliest conv (in net order) allocates it
+    (concat_channels = [total, its offset]), each later one takes it as a 4th input and
+    writes its channels in place. Nothing between the first conv and the Concat may
+    read or write the output's name, or rewrite a later conv's inputs."""
+    protected = set(net.external_output)
+    placed = 0
+    j = 0
+    while j < len(net.op):
+        concat = net.op[j]
+        if not _channel_concat(concat) or len(set(concat.input)) != len(concat.input):
+            j += 1
+            continue
+        reads = _readers(net)
+        producers = []
+        for blob in concat.input:
+            k = next((i for i in range(j - 1, -1, -1) if blob in net.op[i].output), None)
+            op = net.op[k] if k is not None else None
+            w = _const(blobs, op.input[1]) if op is not None and len(op.input) > 1 else None
+            if (op is None or op.type not in ("Conv", "ConvRelu") or _domain(op) != CAFFE2 or len(op.output) != 1
+                    or len(op.input) > 3 or w is None or _caffe2_conv_args(op) is None
+                    or reads.get(blob, 0) != 1 or blob in protected
+                    or any(a.name == "concat_channels" for a in op.arg)):
+                producers = None
+                break
+            producers.append((k, int(w.shape[0])))
+        if not producers:
+            j += 1
+            continue
+        y = concat.output[0]
+        first = min(k for k, _ in producers)
+        between = net.op[first + 1:j]
+        if any(y in op.input or y in op.output for op in between) or any(
+                _writes_between(net, k, j, set(net.op[k].input)) for k, _ in producers):
+            j += 1
+            continue
+        total = sum(m for _, m in producers)
+        offset = 0
+        for (k, m), blob in zip(producers, concat.input):
+            op = net.op[k]
+            if len(op.input) < 3:        # the buffer goes 4th: a bias first
+                op.input.append(_add_constant(net, blobs, blob + "_zero_bias",
+                                              np.zeros(m, _const(blobs, op.input[1]).dtype)))
+            if k != first:
+                op.input.append(y)
+            op.output[0] = y
+            op.arg.add(name="concat_channels", ints=[total, offset])
+            offset += m
+        _remove_ops(net, [j])
+        placed += 1
+    return placed

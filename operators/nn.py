@@ -102,6 +102,9 @@ def _conv_out_dims(ctx, x_dims, w_dims):
     out = [conv_k.conv_output_size(spatial[i], kernel[i], strides[i], pads[i], pads[i + rank], dil[i])
            for i in range(rank)]
     m = w_dims[0]
+    placed = ctx.ints("concat_channels") if ctx.has("concat_channels") else None
+    if placed:
+        m = placed[0]          # the op writes its channels into a concat buffer of placed[0]
     return (x_dims[0], m) + tuple(out) if nchw else (x_dims[0],) + tuple(out) + (m,)
 
 
@@ -117,14 +120,19 @@ def _conv_cost(ctx, ins):
                 bytes_written=4.0 * np.prod(out), params_bytes=4.0 * np.prod(w))
 
 
+_PLACED_DOC = (" With concat_channels = [total, offset] (NCHW; what caffe2py.optimize makes of "
+               "convs whose outputs only a channel Concat reads) Y has `total` channels and the op "
+               "writes its own into channels offset.. of it: a new array, or `into` (the 4th "
+               "input, the same blob as Y) that an earlier conv of the concat made.")
+_PLACED_ARG = Arg("concat_channels", "ints", None, doc="[total channels of Y, first channel written]")
 register_schema(OpSchema(
-    "Conv", num_inputs=(2, 3), num_outputs=1, args=_CONV_ARGS,
-    inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias"), outputs=("Y",),
-    doc="N-d convolution, NCHW or NHWC, with groups, dilation and Caffe2's pad spellings."))
+    "Conv", num_inputs=(2, 4), num_outputs=1, args=_CONV_ARGS + (_PLACED_ARG,), allow_inplace={(3, 0)},
+    inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias", "into"), outputs=("Y",),
+    doc="N-d convolution, NCHW or NHWC, with groups, dilation and Caffe2's pad spellings." + _PLACED_DOC))
 register_schema(OpSchema(
-    "ConvRelu", num_inputs=(2, 3), num_outputs=1, args=_CONV_ARGS,
-    inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias"), outputs=("Y",),
-    doc="Conv followed by Relu in one pass (what caffe2py.optimize fuses Conv + Relu into)."))
+    "ConvRelu", num_inputs=(2, 4), num_outputs=1, args=_CONV_ARGS + (_PLACED_ARG,), allow_inplace={(3, 0)},
+    inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias", "into"), outputs=("Y",),
+    doc="Conv followed by Relu in one pass (what caffe2py.optimize fuses Conv + Relu into)." + _PLACED_DOC))
 for _name, _doc in (("ConvSum", "Y = Conv(X, filter, bias) + S"),
                     ("ConvSumRelu", "Y = Relu(Conv(X, filter, bias) + S)")):
     register_schema(OpSchema(
@@ -146,6 +154,10 @@ def _conv_kernel(ctx, activation):
     group = ctx.int("group", 1)
     legacy = ctx.int("legacy_pad", 0)
     scratch = conv_k.Scratch()
+    placed = ctx.ints("concat_channels") if ctx.type in ("Conv", "ConvRelu") and ctx.has("concat_channels") \
+        else None
+    if placed is not None and (len(placed) != 2 or not nchw or placed[1] < 0):
+        raise ctx.error("concat_channels must be [total, offset] on an NCHW conv, got %s" % (placed,))
 
     geometries = {}      # (input shape, filter shape) -> (strides, pads, dilations, output shape)
 
@@ -173,10 +185,31 @@ def _conv_kernel(ctx, activation):
         found = geometries[key] = (tuple(strides), tuple(pads), tuple(dil), out_shape)
         return found
 
+    def placed_output(x, w, b, into, out_shape):
+        total, offset = placed
+        if offset + out_shape[1] > total:
+            raise ctx.error("channels %d..%d do not fit concat_channels total %d"
+                            % (offset, offset + out_shape[1], total))
+        want = (out_shape[0], total) + out_shape[2:]
+        if into is None:
+            into = np.empty(want, np.result_type(x.dtype, w.dtype))
+        elif into.shape != want or into.dtype != np.result_type(x.dtype, w.dtype) or not into.flags.writeable:
+            raise ctx.input_error(3, "concat buffer of shape %s (%s) does not match %s (%s)"
+                                  % (list(into.shape), into.dtype, list(want), np.result_type(x.dtype, w.dtype)))
+        return into
+
     def run(x, w, b=None, s=None):
         xc = x if nchw else _to_nchw(x)
         wc = w if nchw else _to_nchw(w)
         strides, pads, dil, out_shape = geometry(xc, wc)
+        if placed is not None:
+            into = placed_output(xc, wc, b, s, out_shape)
+            try:
+                conv_k.conv_nchw(xc, wc, b, strides, pads, dil, group, scratch=scratch, activation=activation,
+                                 out=into[:, placed[1]:placed[1] + out_shape[1]])
+            except ValueError as exc:
+                raise ctx.input_error(0, str(exc)) from None
+            return into
         residual = None if s is None else (s if nchw else _to_nchw(s))
         broadcast = residual is not None and residual.shape != out_shape
         try:

@@ -886,6 +886,57 @@ def test_optimize_fuses_conv_sum_relu_at_the_sum():
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_optimize_places_conv_outputs_in_their_concat():
+    """Convs whose outputs only a channel Concat reads write into the concat's output
+    (SqueezeNet's fire module, with the branch order reversed in the net), same result;
+    a branch output read twice, or a non-conv input, keeps the Concat."""
+    from caffe2py.optimize import optimize
+    consts = {"ws": rand(6, 8, 1, 1), "bs": rand(6), "w1": rand(5, 6, 1, 1), "b1": rand(5),
+              "w3": rand(7, 6, 3, 3), "b3": rand(7), "wn": rand(4, 12, 1, 1)}
+    ops = [
+        _op("Conv", ["x", "ws", "bs"], ["s"]),
+        _op("Relu", ["s"], ["sr"]),
+        _op("Conv", ["sr", "w3", "b3"], ["e3"], pads=[1, 1, 1, 1]),     # the second input first
+        _op("Relu", ["e3"], ["e3r"]),
+        _op("Conv", ["sr", "w1", "b1"], ["e1"]),
+        _op("Relu", ["e1"], ["e1r"]),
+        _op("Concat", ["e1r", "e3r"], ["cat"], axis=1),
+        _op("Conv", ["cat", "wn"], ["y"]),
+    ]
+    net = _net(ops, ["x"] + list(consts), ["y"])
+    blobs = dict(consts)
+    opt = optimize(net, blobs)
+    assert [op.type for op in opt.op] == ["ConvRelu", "ConvRelu", "ConvRelu", "Conv"]
+    assert list(opt.op[1].output) == ["cat"] and list(opt.op[2].input)[3:] == ["cat"]
+    assert [list(a.ints) for op in opt.op[1:3] for a in op.arg if a.name == "concat_channels"] == [[12, 5], [12, 0]]
+    feeds = {"x": rand(2, 8, 6, 5)}
+    np.testing.assert_allclose(_run(opt, blobs, feeds)[0], _run(net, consts, feeds)[0], rtol=1e-4, atol=1e-4)
+    # e1r is also a net output: nothing is placed
+    net = _net(ops, ["x"] + list(consts), ["y", "e1r"])
+    assert "Concat" in [op.type for op in optimize(net, dict(consts)).op]
+    # a Concat input that no conv makes (the squeeze output itself)
+    ops2 = ops[:6] + [_op("Concat", ["e1r", "sr"], ["cat"], axis=1), _op("Conv", ["cat", "wn"], ["y"])]
+    consts["wn"] = rand(4, 11, 1, 1)
+    assert "Concat" in [op.type for op in optimize(_net(ops2, ["x"] + list(consts), ["y"]), dict(consts)).op]
+
+
+def test_conv_into_a_concat_buffer_checks_the_buffer():
+    x, w, b = rand(1, 3, 4, 4), rand(2, 3, 1, 1), rand(2)
+    first = run_op("ConvRelu", [x, w, b], kernel=1, concat_channels=[5, 3])
+    assert first.shape == (1, 5, 4, 4)
+    np.testing.assert_allclose(first[:, 3:], ref_conv(x, w, b, (1, 1), (0,) * 4, (1, 1), 1, relu=True),
+                               rtol=1e-5, atol=1e-5)
+    workspace.ResetWorkspace()
+    for name, value in (("x", x), ("w", w), ("b", b), ("buf", np.zeros((1, 4, 4, 4), np.float32))):
+        workspace.FeedBlob(name, value)
+    with pytest.raises(Caffe2Error, match=r"ConvRelu.*'buf'.*concat buffer of shape \[1, 4, 4, 4\]"):
+        workspace.RunOperatorOnce(core.CreateOperator("ConvRelu", ["x", "w", "b", "buf"], ["buf"], kernel=1,
+                                                      concat_channels=[5, 0]))
+    with pytest.raises(Caffe2Error, match=r"channels 4..6 do not fit concat_channels total 5"):
+        workspace.RunOperatorOnce(core.CreateOperator("ConvRelu", ["x", "w", "b"], ["y"], kernel=1,
+                                                      concat_channels=[5, 4]))
+
+
 def test_channel_shuffle_op_and_its_onnx_spelling():
     """Caffe2 ChannelShuffle against the definition, NCHW and NHWC; optimize turns ONNX's
     Reshape -> Transpose -> Reshape into Reshape -> ChannelShuffle with the same result."""

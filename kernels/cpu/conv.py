@@ -119,10 +119,13 @@ def _check_activation(activation):
         raise ValueError("unsupported fused activation '%s'" % activation)
 
 
-def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activation=None, residual=None):
+def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activation=None, residual=None,
+              out=None):
     """x (N, C, *S), w (M, C/group, *K), b (M,) or None -> (N, M, *out).
     residual: None or an array of the output's shape added before the activation
-    (a ResNet-style Conv + Sum [+ Relu] in one op)."""
+    (a ResNet-style Conv + Sum [+ Relu] in one op). out: where to write the result (an
+    array of its shape and dtype whose images are C-contiguous, e.g. a channel range of
+    a concat buffer); a new array by default."""
     _check_activation(activation)
     dtype = np.result_type(x.dtype, w.dtype)
     plan = _plan(x.shape, w.shape, tuple(strides), tuple(pads), tuple(dilations), group, dtype.str)
@@ -131,7 +134,11 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
                          % (list(residual.shape), list(plan.out_shape)))
     x = x.astype(dtype, copy=False)
     w = np.ascontiguousarray(w, dtype=dtype)
-    out = np.empty(plan.out_shape, dtype=dtype)
+    if out is None:
+        out = np.empty(plan.out_shape, dtype=dtype)
+    elif tuple(out.shape) != plan.out_shape or out.dtype != dtype or not all(o.flags.c_contiguous for o in out):
+        raise ValueError("output buffer of shape %s (%s) does not take a %s result (%s) with C-contiguous images"
+                         % (list(out.shape), out.dtype, list(plan.out_shape), dtype))
     relu = activation == "relu"
     bias = None if b is None else b.astype(dtype, copy=False).reshape(-1)
     if residual is not None:
