@@ -344,9 +344,10 @@ def test_conv_on_the_team_matches_onnxruntime(monkeypatch, xs, ws, strides, pads
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_team_gemm_blocks_views_transposes_and_the_output_pass(monkeypatch, dtype):
-    from caffe2py.kernels.cpu import jit
+    from caffe2py.kernels.cpu import jit, team_gemm
     from caffe2py.kernels.cpu.team_gemm import gemm_into
     monkeypatch.setattr(jit, "TEAM_MIN_WORK", 1)
+    monkeypatch.setattr(team_gemm, "_EPILOGUE_BLOCK_BYTES", 1024)    # several column blocks per thread
     f64 = np.float64
     # row and column blocks, groups, and the matrix-vector shapes (one output row or column)
     for g, m, k, n in [(1, 64, 40, 700), (1, 300, 20, 9), (3, 7, 5, 11), (1, 1, 3, 1), (1, 1, 30, 50),

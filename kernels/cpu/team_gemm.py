@@ -24,6 +24,9 @@ from .jit import compiled, prange, team, team_size
 # Columns per block below which the output is split by rows instead (a GEMM on a
 # narrow column block packs the whole of `a` for little work).
 _MIN_BLOCK_COLS = 128
+# Output blocks that get a fused output pass are kept about this size, so the pass
+# finds them in L2.
+_EPILOGUE_BLOCK_BYTES = 256 << 10
 
 
 @compiled(parallel=True)
@@ -78,15 +81,20 @@ def _gemm_blocks(address, gemv, ilp64, a, b, out, ta, lda, gsa, tb, ldb, gsb, k,
                     row[i] = 0.0 if x < 0 else x
 
 
-def _grid(m, n, groups):
-    """(rows, columns) blocks per group so that every team thread gets one block."""
+def _grid(m, n, groups, item, epilogue):
+    """(rows, columns) blocks per group so that every team thread gets one block; with
+    an output pass, wide outputs in more column blocks (a multiple of the team), each
+    small enough that the pass reads it from cache."""
     threads = max(1, team_size() // groups) if groups < team_size() else 1
     if threads == 1:
         return 1, 1
     if m == 1 or n == 1:                   # a matrix-vector product: split the long side
         return (1, min(n, threads)) if m == 1 else (min(m, threads), 1)
     if n >= _MIN_BLOCK_COLS * threads:
-        return 1, threads
+        cols = threads
+        if epilogue:
+            cols *= max(1, min(n // (_MIN_BLOCK_COLS * threads), -(-m * n * item // (_EPILOGUE_BLOCK_BYTES * threads))))
+        return 1, cols
     return min(m, threads), 1
 
 
@@ -119,7 +127,7 @@ def gemm_into(a, b, out, bias=None, residual=None, relu=False):
             finish_channels(rows, bias, None if residual is None else residual.reshape(rows.shape), relu)
         return out
     (ta, lda, gsa), (tb, ldb, gsb) = ops
-    grid_m, grid_n = _grid(m, n, groups)
+    grid_m, grid_n = _grid(m, n, groups, out.itemsize, bias is not None or residual is not None or relu)
     b_vec = _NO_BIAS[out.dtype.char] if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=out.dtype)
     res3 = out3[:0] if residual is None else residual.reshape(out3.shape)
     with team():
