@@ -1,13 +1,14 @@
 """Latency of the onnx package's nine light_* models: caffe2py vs onnxruntime.
 
-Batch 1, 2 threads (OpenBLAS's and ORT's intra-op pool), same random input for
-both, medians of --runs runs taken in alternating blocks (ours, ORT, ours, ...) after warm-ups. Prints model, ours ms, ORT ms, ratio and
+Batch 1, 2 threads (caffe2py's thread team and ORT's intra-op pool), same random
+input for both, medians of --runs runs taken in alternating blocks (ours, ORT, ours, ...) after warm-ups. Prints model, ours ms, ORT ms, ratio and
 max abs diff; --append adds the table to benchmarks/RESULTS.md.
 
 --layers times every Conv / pool / Gemm / LRN of each model as a single-node
 ONNX model against our kernels directly (per-layer sums), which needs no ONNX
 importer and shows where the time goes. --gemm-floor times only the GEMMs the
-models' convolutions need (im2col shapes, bare np.matmul): a floor on this BLAS.
+models' convolutions need (im2col shapes, caffe2py's team GEMM with nothing else): a
+floor for direct convolution on this BLAS.
 
     python benchmarks/light_models.py [--models resnet50,vgg19] [--layers] [--gemm-floor] [--append]
 """
@@ -181,9 +182,11 @@ def bench_layers(name, runs, rng, verbose):
 
 def gemm_floor(name, runs):
     """(ms, GFLOP) of just the GEMMs of the model's convolutions (im2col shapes,
-    batched over groups), timed bare: a floor for any im2col/GEMM convolution on
-    this BLAS, with no copies, no other op and no Python in between."""
+    batched over groups), timed bare on caffe2py's team: a floor for any im2col/GEMM
+    convolution on this BLAS, with no copies, no other op and no Python in between."""
     import onnx
+    from caffe2py.kernels.cpu.jit import team
+    from caffe2py.kernels.cpu.team_gemm import gemm_into
     model = onnx.load(os.path.join(light_dir(), "light_%s.onnx" % name))
     total_ms = flops = 0.0
     dims = blob_dims(model)
@@ -197,7 +200,8 @@ def gemm_floor(name, runs):
         a = np.ones((group, m, k), np.float32)
         b = np.ones((group, k, p), np.float32)
         c = np.empty((group, m, p), np.float32)
-        total_ms += median_ms(lambda: np.matmul(a, b, out=c), runs, warmup=2)
+        with team():
+            total_ms += median_ms(lambda: gemm_into(a, b, c), runs, warmup=2)
         flops += 2.0 * group * m * k * p
     return total_ms, flops / 1e9
 
@@ -218,13 +222,13 @@ def main(argv=None):
     parser.add_argument("--gemm-floor", action="store_true",
                         help="time only the convolutions' GEMMs (a floor for im2col/GEMM convolution on this BLAS)")
     parser.add_argument("--verbose", type=int, default=0, help="show the N slowest layers (vs ORT)")
-    parser.add_argument("--threads", type=int, default=THREADS, help="BLAS and ORT intra-op threads")
+    parser.add_argument("--threads", type=int, default=THREADS, help="caffe2py's team and ORT's intra-op threads")
     parser.add_argument("--append", action="store_true", help="append the table to benchmarks/RESULTS.md")
     args = parser.parse_args(argv)
     THREADS = args.threads
-    if os.environ.get("OPENBLAS_NUM_THREADS") != str(THREADS):
-        # BLAS reads its thread count at import: restart with it set.
-        os.environ["OPENBLAS_NUM_THREADS"] = str(THREADS)
+    if os.environ.get("CAFFE2PY_NUM_THREADS") != str(THREADS) or os.environ.get("OPENBLAS_NUM_THREADS") != str(THREADS):
+        # the team and OpenBLAS read their thread counts once: restart with them set
+        os.environ["CAFFE2PY_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = str(THREADS)
         os.execv(sys.executable, [sys.executable] + sys.argv)
     rng = np.random.default_rng(0)
     rows = []
