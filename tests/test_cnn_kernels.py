@@ -162,14 +162,25 @@ def test_depthwise_propagates_nan_and_inf():
     assert np.isposinf(y[0, 1, :2, :2]).all() and np.isfinite(y[0, 1, 2:]).all()
 
 
-def test_conv_float16_keeps_its_dtype_on_the_numpy_copies():
-    """float16 convs (ONNX allows them) take the NumPy copy paths, not the compiled ones."""
-    x, w = rand(1, 4, 9, 8), rand(6, 2, 3, 3)
-    y = conv_k.conv_nchw(x.astype(np.float16), w.astype(np.float16), None, (2, 1), (1, 0, 1, 2), (1, 1), 2)
-    assert y.dtype == np.float16
-    ref = ref_conv(x.astype(np.float16).astype(np.float64), w.astype(np.float16).astype(np.float64), None,
-                   (2, 1), (1, 0, 1, 2), (1, 1), 2)
-    np.testing.assert_allclose(y.astype(np.float64), ref, rtol=1e-2, atol=1e-2)
+@pytest.mark.parametrize("dtype", [np.float16, np.int32])
+def test_conv_other_dtypes_keep_their_dtype_on_the_numpy_paths(dtype):
+    """float16 and integer convs (ONNX allows them; ConvInteger runs int32) take exact or
+    NumPy paths, never Winograd's fractional transforms or the compiled float kernels:
+    a grouped strided conv, and 3x3 layers that would be Winograd / shift-add in float32."""
+    for xs, ws, strides, pads, group in [((1, 4, 9, 8), (6, 2, 3, 3), (2, 1), (1, 0, 1, 2), 2),
+                                         ((1, 32, 6, 6), (32, 32, 3, 3), (1, 1), (1, 1, 1, 1), 1),
+                                         ((1, 16, 6, 5), (4, 16, 3, 3), (1, 1), (1, 1, 1, 1), 1)]:
+        x, w = rand(*xs), rand(*ws)
+        if dtype == np.int32:
+            x, w = np.round(x * 4), np.round(w * 4)
+        x, w = x.astype(dtype), w.astype(dtype)
+        y = conv_k.conv_nchw(x, w, None, strides, pads, (1, 1), group)
+        assert y.dtype == dtype
+        ref = ref_conv(x.astype(np.float64), w.astype(np.float64), None, strides, pads, (1, 1), group)
+        if dtype == np.int32:
+            np.testing.assert_array_equal(y, ref)
+        else:
+            np.testing.assert_allclose(y.astype(np.float64), ref, rtol=2e-2, atol=2e-1)
 
 
 def test_conv_float64_and_negative_pads():

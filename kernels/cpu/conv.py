@@ -16,7 +16,7 @@ Strategy, chosen once per geometry (a cached plan holds every slice it copies):
   * stride-1 2-D with at least twice as many input as output channels: one GEMM of
     the tap-major weights with the flattened padded input, then a compiled
     shift-add of the taps (shift_conv.py);
-  * 3x3 stride-1, many channels: Winograd F(4x4, 3x3) from 28x28 outputs, else
+  * 3x3 stride-1, float32/float64, many channels: Winograd F(4x4, 3x3) from 28x28 outputs, else
     F(2x2, 3x3): 36 or 16 GEMMs on transformed 6x6 / 4x4 tiles (4x / 2.25x fewer
     multiplies), the tile transforms themselves GEMMs with Kronecker matrices;
     transformed filters are cached per weight array, re-made when sampled values
@@ -194,7 +194,8 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     elif k == 2 and group == 1 and all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * m <= c and (
             shift := shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype)):
         plan.compute = shift
-    elif tile := winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial):
+    elif np.dtype(dtype) in (np.float32, np.float64) and (
+            tile := winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial)):
         plan.compute = winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype)
     elif k == 2 and group == c and w_shape[1] == 1 and (
             depthwise := depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):

@@ -3,6 +3,8 @@
 Public:
     concat(xs, axis) -> y        np.concatenate(xs, axis) for arrays of one dtype; the
                                  copies split over the team
+    copy_planes(src, dst)        dst[...] = src for 3-D arrays of one shape (dst may be the
+                                 interior of a padded buffer); rows over the team
     channel_shuffle(x, group) -> y
         x (N, C, *S) with C = group * K: y[:, k * group + g] = x[:, g * K + k]
         (ShuffleNet's channel shuffle, Caffe2's ChannelShuffle in NCHW). Float and
@@ -83,3 +85,23 @@ def concat(xs, axis):
                        team_blocks(lead * width, 1))
         at += width
     return y
+
+
+@compiled(parallel=True)
+def _copy_rows3(src, dst, blocks):
+    planes, rows, width = src.shape
+    for t in prange(blocks):
+        for job in range(planes * rows * t // blocks, planes * rows * (t + 1) // blocks):
+            a = src[job // rows, job % rows]
+            b = dst[job // rows, job % rows]
+            for k in range(width):
+                b[k] = a[k]
+
+
+def copy_planes(src, dst):
+    """See the module docstring (NumPy's assignment for other dtypes)."""
+    if src.dtype != dst.dtype or src.dtype not in (np.float32, np.float64) or src.shape != dst.shape \
+            or src.ndim != 3 or src.strides[2] != src.itemsize or dst.strides[2] != dst.itemsize:
+        dst[...] = src
+        return
+    _copy_rows3(src, dst, team_blocks(src.shape[0] * src.shape[1], src.shape[2]))

@@ -22,6 +22,7 @@ the tap-stack path). Output rows are tiled so a tile's Z stays cache-sized.
 import numpy as np
 
 from .jit import compiled, prange, team_blocks
+from .layout import copy_planes
 
 # Z tiles are kept around this size so the shift-add reads them from cache.
 _Z_TILE_BYTES = 1 << 20
@@ -109,7 +110,7 @@ def shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype):
         layout = (pt, pl, h, w_in)
         for i in range(n):
             xp = scratch.zeros(("shift_pad", layout), (c, rows, wp), dtype)
-            xp[interior] = x[i]
+            copy_planes(x[i], xp[interior])
             flat = xp.reshape(c, rows * wp)
             for y0, y1 in tiles:
                 length = (y1 - y0) * wp + span

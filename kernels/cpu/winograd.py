@@ -19,6 +19,7 @@ import numpy as np
 
 from .buffers import temp_buffer
 from .jit import compiled, prange, team_blocks
+from .layout import copy_planes
 
 
 _WINOGRAD = {
@@ -105,7 +106,7 @@ def winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
         b = _NO_BIAS[np.dtype(dtype).char] if bias is None else bias.reshape(m)
         for i in range(n):
             xp = scratch.zeros(("wg_pad", tile, pads[0], pads[1], (h, w_in)), buf_shape, dtype)
-            xp[interior] = x[i]
+            copy_planes(x[i], xp[interior])
             for r0, r1 in chunks:
                 rows = r1 - r0
                 cols = rows * tw
