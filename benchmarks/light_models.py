@@ -14,6 +14,7 @@ floor for direct convolution on this BLAS.
 """
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -61,7 +62,8 @@ def random_feeds(model, rng):
 
 # ------------------------------------------------------------------ whole models
 
-def bench_model(name, runs, rng):
+def prepare_model(name, rng):
+    """(time ours, time ORT, max abs diff) for one model: both prepared once."""
     import onnx
     from caffe2py.onnx import backend
     model = onnx.load(os.path.join(light_dir(), "light_%s.onnx" % name))
@@ -72,8 +74,28 @@ def bench_model(name, runs, rng):
     ours = rep.run(feeds)
     diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
                for a, b in zip(ours, ort_out))
-    t_ours, t_ort = interleaved_ms(lambda: rep.run(feeds), lambda: sess.run(None, feeds), runs)
-    return t_ours, t_ort, diff
+    return (lambda: rep.run(feeds)), (lambda: sess.run(None, feeds)), diff
+
+
+def bench_models(names, runs, repeats, rng):
+    """[(name, ours ms, ORT ms, ratios, diff)]: each model measured `repeats` times in
+    rounds over all models (so one model's measurements are minutes apart), each time
+    in alternating blocks; ms are medians over the rounds, ratios one per round."""
+    prepared = {name: prepare_model(name, rng) for name in names}
+    times = {name: [] for name in names}
+    for round_ in range(repeats):
+        for name in names:
+            ours, ort, _ = prepared[name]
+            t_ours, t_ort = interleaved_ms(ours, ort, runs)
+            times[name].append((t_ours, t_ort))
+            print("%-14s round %d  ours %8.2f ms  ORT %8.2f ms  ratio %5.2f"
+                  % (name, round_ + 1, t_ours, t_ort, t_ours / t_ort), flush=True)
+    rows = []
+    for name in names:
+        ours = statistics.median(t for t, _ in times[name])
+        ort = statistics.median(t for _, t in times[name])
+        rows.append((name, ours, ort, [a / b for a, b in times[name]], prepared[name][2]))
+    return rows
 
 
 # ------------------------------------------------------------------ per layer
@@ -207,9 +229,13 @@ def gemm_floor(name, runs):
 
 
 def table(rows, header):
-    lines = ["| model | %s | ORT ms | ratio | max abs diff |" % header, "|---|---|---|---|---|"]
-    for name, ours, ort, diff in rows:
-        lines.append("| %s | %.1f | %.1f | %.2f | %.2g |" % (name, ours, ort, ours / ort, diff))
+    """rows: (name, ours ms, ORT ms, ratios of the rounds, max abs diff)."""
+    lines = ["| model | %s | ORT ms | ratio (median of rounds) | ratio range | max abs diff |" % header,
+             "|---|---|---|---|---|---|"]
+    for name, ours, ort, ratios, diff in rows:
+        spread = "%.2f-%.2f" % (min(ratios), max(ratios)) if len(ratios) > 1 else "-"
+        lines.append("| %s | %.1f | %.1f | %.2f | %s | %.2g |"
+                     % (name, ours, ort, statistics.median(ratios), spread, diff))
     return "\n".join(lines)
 
 
@@ -218,6 +244,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="measure every model this many times, in rounds over all models")
     parser.add_argument("--layers", action="store_true", help="per-layer single-node comparison")
     parser.add_argument("--gemm-floor", action="store_true",
                         help="time only the convolutions' GEMMs (a floor for im2col/GEMM convolution on this BLAS)")
@@ -237,14 +265,15 @@ def main(argv=None):
             ms, gflop = gemm_floor(name, args.runs)
             print("%-14s conv GEMMs alone %8.2f ms  %6.2f GFLOP  %5.0f GFLOP/s" % (name, ms, gflop, gflop / ms * 1e3))
         return 0
-    for name in args.models.split(","):
-        if args.layers:
+    names = args.models.split(",")
+    if args.layers:
+        for name in names:
             ours, ort, diff = bench_layers(name, args.runs, rng, args.verbose)
-        else:
-            ours, ort, diff = bench_model(name, args.runs, rng)
-        rows.append((name, ours, ort, diff))
-        print("%-14s ours %8.2f ms  ORT %8.2f ms  ratio %5.2f  max abs diff %.3g"
-              % (name, ours, ort, ours / ort, diff), flush=True)
+            rows.append((name, ours, ort, [ours / ort], diff))
+            print("%-14s ours %8.2f ms  ORT %8.2f ms  ratio %5.2f  max abs diff %.3g"
+                  % (name, ours, ort, ours / ort, diff), flush=True)
+    else:
+        rows = bench_models(names, args.runs, args.repeats, rng)
     header = "ours ms (sum of layers)" if args.layers else "ours ms"
     text = table(rows, header)
     print(text)
@@ -253,10 +282,10 @@ def main(argv=None):
         load = "%.1f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else "n/a"
         section = ("\n## Light ONNX models, %s: caffe2py vs onnxruntime, %d thread%s\n\n"
                    "Machine: %s; date %s; batch 1, median of %d runs in alternating blocks, "
-                   "1-minute load average %s when the table was written; "
-                   "`python benchmarks/light_models.py --threads %d%s`.\n\n%s\n"
+                   "%d round%s over the models, 1-minute load average %s when the table was written; "
+                   "`python benchmarks/light_models.py --threads %d --runs %d --repeats %d%s`.\n\n%s\n"
                    % (kind, THREADS, "" if THREADS == 1 else "s", machine_label(), time.strftime("%Y-%m-%d"), args.runs,
-                      load, THREADS,
+                      args.repeats, "" if args.repeats == 1 else "s", load, THREADS, args.runs, args.repeats,
                       " --layers" if args.layers else "", text))
         with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"), "a") as f:
             f.write(section)
