@@ -55,6 +55,11 @@ def _gemm_into(*args, **kwargs):
     return gemm_into(*args, **kwargs)
 
 
+def _gemm_rows_into(*args):
+    from .team_gemm import gemm_rows_into
+    return gemm_rows_into(*args)
+
+
 # im2col tiles are kept around this size so they stay in L2/L3 while the GEMM reads them.
 _TILE_BYTES = 2 << 20
 # Tap stacks of the flattened-row 2-D path (one copy per tile, so fewer, bigger tiles).
@@ -416,6 +421,8 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                             np.lib.stride_tricks.as_strided(
                                 flat[:, start + r0 * wq:], (c, na, nb, length),
                                 (flat.strides[0], amove * item, bmove * item, item), writeable=False)
+                if group == 1 and _gemm_rows_into(w3[0], cols.reshape(cg * taps, length), yi, r0, wq, bias, relu):
+                    continue          # product, crop, bias and ReLU block by block on the team
                 acc = temp_buffer("flat_acc", (group, mg, length), dtype)
                 _gemm_into(w3, cols.reshape(group, cg * taps, length), acc)
                 finish_rows_into(acc.reshape(m, length), wq, bias, yi, r0, relu)

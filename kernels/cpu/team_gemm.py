@@ -137,3 +137,46 @@ def gemm_into(a, b, out, bias=None, residual=None, relu=False):
 
 
 _NO_BIAS = {np.dtype(t).char: np.zeros(1, t) for t in (np.float32, np.float64)}
+
+
+@compiled(parallel=True)
+def _gemm_rows_blocks(address, ilp64, a, b, out, lda, ldb, k, first_row, row_length, rows_per_block, bias,
+                      has_bias, relu, blocks):
+    """Blocks of rows_per_block padded rows: one GEMM into a per-thread buffer, then the
+    cropped rows (+ bias, ReLU) into out (M, OH, OW)."""
+    m, ow = out.shape[0], out.shape[2]
+    rows = b.shape[1] // row_length
+    item = out.itemsize
+    for blk in prange(blocks):
+        r0 = blk * rows_per_block
+        r1 = min(rows, r0 + rows_per_block)
+        if r1 <= r0:
+            continue
+        acc = np.empty((m, rows_per_block * row_length), out.dtype)
+        call_gemm(address, ilp64, False, False, m, (r1 - r0) * row_length, k, 1.0, a.ctypes.data, lda,
+                  b.ctypes.data + r0 * row_length * item, ldb, 0.0, acc.ctypes.data, rows_per_block * row_length, out)
+        for o in range(m):
+            bo = bias[o] if has_bias else bias[0] * 0
+            for y in range(r1 - r0):
+                src = acc[o, y * row_length:y * row_length + ow]
+                dst = out[o, first_row + r0 + y]
+                for i in range(ow):
+                    v = src[i] + bo
+                    dst[i] = 0.0 if relu and v < 0 else v
+
+
+def gemm_rows_into(a, b, out, first_row, row_length, bias=None, relu=False):
+    """See the module docstring."""
+    entry = gemm_entry(out.dtype)
+    ops = (_operand(a), _operand(b)) if entry is not None and a.dtype == b.dtype == out.dtype else (None, None)
+    if ops[0] is None or ops[1] is None or ops[0][0] or ops[1][0] or out.strides[2] != out.itemsize:
+        return False
+    m, k = a.shape
+    rows = b.shape[1] // row_length
+    per = max(1, min(rows, _EPILOGUE_BLOCK_BYTES // max(1, m * row_length * out.itemsize)))
+    blocks = -(-rows // per)
+    b_vec = _NO_BIAS[out.dtype.char] if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=out.dtype)
+    with team():
+        _gemm_rows_blocks(entry.gemm, entry.ilp64, a, b, out, ops[0][1], ops[1][1], k, first_row, row_length, per,
+                          b_vec, bias is not None, relu, blocks)
+    return True
