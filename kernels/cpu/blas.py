@@ -40,6 +40,16 @@ def _gemm_type(float_ir, index_ir):
                                            ptr, index_ir, float_ir, ptr, index_ir])
 
 
+def _for_index_width(builder, ilp64, call):
+    """Emit call(index type, cast) twice, for 64-bit (ilp64 true at run time) and 32-bit
+    BLAS integers: the library's width is a run-time value, so cached code serves both."""
+    with builder.if_else(ilp64) as (wide, narrow):
+        for block, bits in ((wide, 64), (narrow, 32)):
+            with block:
+                index_ir = ir.IntType(bits)
+                call(index_ir, (lambda v, t=index_ir: builder.trunc(v, t)) if bits < 64 else (lambda v: v))
+
+
 @intrinsic
 def call_gemm(typingctx, address, ilp64, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, like):
     """C (m, n) = alpha * op(A) @ op(B) + beta * C, row-major, through the cblas GEMM at
@@ -63,17 +73,12 @@ def call_gemm(typingctx, address, ilp64, trans_a, trans_b, m, n, k, alpha, a, ld
         def flag(value):
             return builder.select(value, ir.Constant(i32, TRANS), ir.Constant(i32, NO_TRANS))
         head = [ir.Constant(i32, ROW_MAJOR), flag(trans_a), flag(trans_b)]
-        with builder.if_else(ilp64) as (wide, narrow):
-            for block, bits in ((wide, 64), (narrow, 32)):
-                with block:
-                    index_ir = ir.IntType(bits)
 
-                    def index(v):
-                        return builder.trunc(v, index_ir) if bits < 64 else v
-                    fn = builder.inttoptr(address, _gemm_type(float_ir, index_ir).as_pointer())
-                    builder.call(fn, head + [index(m), index(n), index(k), alpha, builder.inttoptr(a, ptr), index(lda),
-                                             builder.inttoptr(b, ptr), index(ldb), beta, builder.inttoptr(c, ptr),
-                                             index(ldc)])
+        def call(index_ir, index):
+            fn = builder.inttoptr(address, _gemm_type(float_ir, index_ir).as_pointer())
+            builder.call(fn, head + [index(m), index(n), index(k), alpha, builder.inttoptr(a, ptr), index(lda),
+                                     builder.inttoptr(b, ptr), index(ldb), beta, builder.inttoptr(c, ptr), index(ldc)])
+        _for_index_width(builder, ilp64, call)
         return context.get_dummy_value()
     return sig, codegen
 
@@ -95,19 +100,14 @@ def call_gemv(typingctx, address, ilp64, trans, m, n, a, lda, x, incx, y, incy, 
         i32 = ir.IntType(32)
         one, zero = ir.Constant(float_ir, 1.0), ir.Constant(float_ir, 0.0)
         head = [ir.Constant(i32, ROW_MAJOR), builder.select(trans, ir.Constant(i32, TRANS), ir.Constant(i32, NO_TRANS))]
-        with builder.if_else(ilp64) as (wide, narrow):
-            for block, bits in ((wide, 64), (narrow, 32)):
-                with block:
-                    index_ir = ir.IntType(bits)
 
-                    def index(v):
-                        return builder.trunc(v, index_ir) if bits < 64 else v
-                    fnty = ir.FunctionType(ir.VoidType(), [i32, i32, index_ir, index_ir, float_ir, ptr, index_ir, ptr,
-                                                           index_ir, float_ir, ptr, index_ir])
-                    fn = builder.inttoptr(address, fnty.as_pointer())
-                    builder.call(fn, head + [index(m), index(n), one, builder.inttoptr(a, ptr), index(lda),
-                                             builder.inttoptr(x, ptr), index(incx), zero, builder.inttoptr(y, ptr),
-                                             index(incy)])
+        def call(index_ir, index):
+            fnty = ir.FunctionType(ir.VoidType(), [i32, i32, index_ir, index_ir, float_ir, ptr, index_ir, ptr,
+                                                   index_ir, float_ir, ptr, index_ir])
+            fn = builder.inttoptr(address, fnty.as_pointer())
+            builder.call(fn, head + [index(m), index(n), one, builder.inttoptr(a, ptr), index(lda),
+                                     builder.inttoptr(x, ptr), index(incx), zero, builder.inttoptr(y, ptr), index(incy)])
+        _for_index_width(builder, ilp64, call)
         return context.get_dummy_value()
     return sig, codegen
 
