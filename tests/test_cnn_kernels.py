@@ -243,9 +243,12 @@ def test_winograd_path_matches_loop_reference(xs, ws, pads, tile):
 
 
 @pytest.mark.parametrize("tile", [2, 4])
-def test_winograd_row_chunks_match_onnxruntime(monkeypatch, tile):
-    """Tiny chunks: many tile-row chunks per image, the last one sticking out."""
+@pytest.mark.parametrize("fused", [True, False])
+def test_winograd_row_chunks_match_onnxruntime(monkeypatch, tile, fused):
+    """Tiny chunks: many tile-row chunks per image, the last one sticking out, through
+    the fused per-thread pipeline and the chunked one."""
     monkeypatch.setattr(winograd_k, "_WINOGRAD_CHUNK_BYTES", 1)
+    monkeypatch.setattr(winograd_k, "_FUSE_CHUNKS", fused)
     x, w, b = rand(2, 8, 13, 11), rand(6, 8, 3, 3), rand(6)
     compute = winograd_k.winograd_plan(x.shape, w.shape, (1, 2, 1, 0), (13, 11), tile, np.float32)
     out = np.full((2, 6, 13, 11), np.nan, np.float32)

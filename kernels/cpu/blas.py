@@ -9,6 +9,12 @@ Public:
     call_gemv(address, ilp64, trans, m, n, a, lda, x, incx, y, incy, like)
         numba intrinsic: one row-major matrix-vector product (GEMM is slow there)
 
+Pointers are plain integers (`arr.ctypes.data`), so they do not keep an array alive:
+numba frees an array after its last use *as an array*, which may come before the
+call that reads through the pointer (a buffer made inside a kernel and used last as
+`buf.ctypes.data` was freed and reused under the GEMM: wrong products, reproducibly).
+Pass arrays the caller owns, or use the array again after the call.
+
 Why: caffe2py's parallel kernels run on one team of threads (numba's, see jit.py).
 Each thread calls a single-threaded GEMM on its own block of the output and then
 finishes that block (bias, residual, ReLU) while it is in cache. np.matmul cannot be
