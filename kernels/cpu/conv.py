@@ -47,7 +47,7 @@ from .shift_conv import shift_plan
 from .winograd import winograd_plan, winograd_tile
 from .elementwise import relu as relu_into
 from .elementwise import row_scalars
-from .jit import compiled, prange, team, team_blocks
+from .jit import call_gemm, compiled, prange, team, team_blocks
 
 def _gemm_into(*args, **kwargs):
     # imported on first use: the team GEMM module imports numba
@@ -55,15 +55,25 @@ def _gemm_into(*args, **kwargs):
     return gemm_into(*args, **kwargs)
 
 
-def _gemm_rows_into(*args):
-    from .team_gemm import gemm_rows_into
-    return gemm_rows_into(*args)
+def _gemm_entry(dtype):
+    from .blas import gemm_entry
+    return gemm_entry(dtype)
+
+
+def _team_size():
+    from .jit import team_size
+    return team_size()
+
+
+_NO_BIAS = {np.dtype(t).char: np.zeros(1, t) for t in (np.float32, np.float64)}
 
 
 # im2col tiles are kept around this size so they stay in L2/L3 while the GEMM reads them.
 _TILE_BYTES = 2 << 20
 # Tap stacks of the flattened-row 2-D path (one copy per tile, so fewer, bigger tiles).
 _FLAT_TILE_BYTES = 4 << 20
+# Blocks of the fused path (a tap stack and its product) are kept about this size.
+_FLAT_BLOCK_BYTES = 1 << 20
 # Depthwise tap stacks per channel tile (kept well inside L2).
 
 
@@ -341,6 +351,50 @@ def _stack_taps(flat, cols, first, a0, astep, na, b0, bstep, nb, start, amove, b
                         dst[k] = src[k]
 
 
+@compiled(parallel=True)
+def _flat_rows(gemm, ilp64, flats, table, w2, bias, has_bias, relu, out, kh, kw, wq, per, blocks, work):
+    """The flattened-row conv, group 1, in `blocks` blocks of `per` output rows, each
+    on one team thread from start to end: stack the block's taps from the phase
+    buffers flats (P, C, rows * wq) (table[p] = a0, astep, na, b0, bstep, nb, start,
+    amove, bmove: which taps read phase p, and from where), one GEMM with w2 (M, C*kh*kw),
+    then the rows cropped to OW with bias and ReLU into out (M, OH, OW). Buffers are
+    `work` (blocks, ...), which the caller owns (see blas.py)."""
+    c_count = flats.shape[1]
+    m, oh, ow = out.shape
+    k_all = c_count * kh * kw
+    item = out.itemsize
+    for blk in prange(blocks):
+        r0 = blk * per
+        r1 = min(oh, r0 + per)
+        if r1 <= r0:
+            continue
+        length = (r1 - r0) * wq
+        mine = work[blk]
+        cols = mine[0:k_all * length].reshape(c_count, kh, kw, length)
+        acc = mine[k_all * per * wq:k_all * per * wq + m * length].reshape(m, length)
+        for ph in range(flats.shape[0]):
+            a0, astep, na, b0, bstep, nb, start, amove, bmove = table[ph]
+            for ci in range(c_count):
+                row = flats[ph, ci]
+                for ia in range(na):
+                    for ib in range(nb):
+                        at = r0 * wq + start + ia * amove + ib * bmove
+                        src = row[at:at + length]
+                        dst = cols[ci, a0 + ia * astep, b0 + ib * bstep]
+                        for k in range(length):
+                            dst[k] = src[k]
+        call_gemm(gemm, ilp64, False, False, m, length, k_all, 1.0, w2.ctypes.data, k_all, cols.ctypes.data, length,
+                  0.0, acc.ctypes.data, length, out)
+        for o in range(m):
+            bo = bias[o] if has_bias else bias[0] * 0
+            for y in range(r1 - r0):
+                src = acc[o, y * wq:y * wq + ow]
+                dst = out[o, r0 + y]
+                for k in range(ow):
+                    v = src[k] + bo
+                    dst[k] = 0.0 if relu and v < 0 else v
+
+
 def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype):
     """2-D convolution on flattened rows (any group, depthwise included): the input is
     copied straight into its stride phases (one phase at stride 1), zero-bordered
@@ -392,10 +446,34 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
     w_shape3 = (group, mg, cg * taps)
     compiled_copies = np.dtype(dtype) in (np.float32, np.float64)
 
+    # group 1, float: each team thread stacks the taps of a block of output rows,
+    # multiplies and writes them cropped (one parallel region; the block stays in cache)
+    entry = _gemm_entry(dtype) if group == 1 and compiled_copies else None
+    if entry is not None:
+        table = np.array([taps_of_phase for *_, taps_of_phase in plan], np.int64)
+        per = max(1, min(-(-oh // _team_size()), _FLAT_BLOCK_BYTES // max(1, (c * taps + m) * wq * item)))
+        blocks = _team_size() * -(-oh // (_team_size() * per))
+        per = -(-oh // blocks)
+        blocks = -(-oh // per)
+        work_size = (c * taps + m) * per * wq
+
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         """bias: (M,) or None; relu: clamp at zero. Both applied to each result tile
         on its way out (no extra passes over the output)."""
         w3 = w.reshape(w_shape3)
+        if entry is not None:
+            b = _NO_BIAS[np.dtype(dtype).char] if bias is None else bias.reshape(m)
+            for i in range(n):
+                img = x[i] if crop is None else x[i][crop]
+                phases = scratch.zeros(("flat_phases", tuple(layout for _, _, _, layout, _ in plan)),
+                                       (len(plan), c, rows, wq), dtype)
+                for k, (ph, src, dst, layout, _) in enumerate(plan):
+                    _phase_copy(img, phases[k], *layout, team_blocks(c * layout[1], layout[3]))
+                work = scratch.empty("flat_work", (blocks, work_size), dtype)
+                with team():
+                    _flat_rows(entry.gemm, entry.ilp64, phases.reshape(len(plan), c, rows * wq), table,
+                               w3[0], b, bias is not None, relu, out[i], kh, kw, wq, per, blocks, work)
+            return
         for i in range(n):
             img = x[i] if crop is None else x[i][crop]
             flats = []
@@ -421,8 +499,6 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                             np.lib.stride_tricks.as_strided(
                                 flat[:, start + r0 * wq:], (c, na, nb, length),
                                 (flat.strides[0], amove * item, bmove * item, item), writeable=False)
-                if group == 1 and _gemm_rows_into(w3[0], cols.reshape(cg * taps, length), yi, r0, wq, bias, relu):
-                    continue          # product, crop, bias and ReLU block by block on the team
                 acc = temp_buffer("flat_acc", (group, mg, length), dtype)
                 _gemm_into(w3, cols.reshape(group, cg * taps, length), acc)
                 finish_rows_into(acc.reshape(m, length), wq, bias, yi, r0, relu)

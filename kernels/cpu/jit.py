@@ -48,10 +48,25 @@ from .threads import num_threads
 _DEFAULT_FASTMATH = ("contract",)
 _lock = threading.Lock()
 
-# Kernel modules write `from .jit import prange` and loop `for t in prange(blocks)`.
-# Until numba is imported this is plain range; compiling a parallel kernel puts
-# numba.prange in its module's namespace (numba recognises prange by identity).
-prange = range
+class LazyGlobal:
+    """A name compiled kernels use whose module imports numba: the kernel's module
+    holds this placeholder, and compiling the kernel puts the real object in its place
+    (in the kernel's module namespace), so importing caffe2py does not import numba."""
+    __slots__ = ("module", "name")
+
+    def __init__(self, module, name):
+        self.module, self.name = module, name
+
+    def load(self):
+        import importlib
+        return getattr(importlib.import_module(self.module, __package__), self.name)
+
+
+# Kernel modules write `from .jit import prange` and loop `for t in prange(blocks)`;
+# numba recognises prange by identity, so the placeholder is swapped before compiling.
+prange = LazyGlobal("numba", "prange")
+call_gemm = LazyGlobal(".blas_calls", "call_gemm")
+call_gemv = LazyGlobal(".blas_calls", "call_gemv")
 
 
 class CompiledKernel:
@@ -73,8 +88,10 @@ class CompiledKernel:
             with _lock:
                 if self._dispatcher is None:
                     import numba
-                    if self.py_func.__globals__.get("prange") is range:
-                        self.py_func.__globals__["prange"] = numba.prange
+                    namespace = self.py_func.__globals__
+                    for name in self.py_func.__code__.co_names:
+                        if isinstance(namespace.get(name), LazyGlobal):
+                            namespace[name] = namespace[name].load()
                     self._dispatcher = numba.njit(**self._options)(self.py_func)
         return self._dispatcher
 

@@ -18,8 +18,8 @@ and ReLU. Matrices: Lavin & Gray, 2015.
 import numpy as np
 
 from .buffers import temp_buffer
-from .blas import call_gemm, gemm_entry
-from .jit import compiled, prange, team, team_blocks, team_size
+from .blas import gemm_entry
+from .jit import call_gemm, compiled, prange, team, team_blocks, team_size
 from .layout import copy_planes
 
 
