@@ -262,11 +262,14 @@ def test_winograd_row_chunks_match_onnxruntime(monkeypatch, tile, fused):
     ((1, 6, 11, 10), (2, 6, 5, 3), (2, 0, 1, 2), (1, 2), np.float32),     # 5x3, dilated, asymmetric
     ((1, 4, 8, 8), (2, 4, 3, 3), (0, 0, 0, 0), (2, 2), np.float64),
 ])
-def test_shift_add_path_matches_loop_reference(monkeypatch, xs, ws, pads, dil, dtype):
+@pytest.mark.parametrize("fused", [True, False])
+def test_shift_add_path_matches_loop_reference(monkeypatch, xs, ws, pads, dil, dtype, fused):
     """Stride-1 convs with at least twice the input channels as outputs: tap-major GEMM
-    plus shift-add, over several row tiles; filters edited in place are noticed."""
+    plus shift-add, over several row tiles (fused per thread, or tile by tile);
+    filters edited in place are noticed."""
     from caffe2py.kernels.cpu import shift_conv
     monkeypatch.setattr(shift_conv, "_Z_TILE_BYTES", 1)          # one output row per tile
+    monkeypatch.setattr(shift_conv, "_FUSED", fused)
     conv_k._plan.cache_clear()
     try:
         x, w, b = rand(*xs, dtype=dtype), rand(*ws, dtype=dtype), rand(ws[0], dtype=dtype)
