@@ -111,28 +111,49 @@ def _operand(x):
     return None
 
 
-def gemm_into(a, b, out, bias=None, residual=None, relu=False):
-    """See the module docstring."""
-    entry = gemm_entry(out.dtype)
-    a3, b3, out3 = (v if v.ndim == 3 else v[None] for v in (a, b, out))
+def _layout(a3, b3, out3, epilogue):
+    """The launch parameters for these operand layouts (None: use np.matmul)."""
+    entry = gemm_entry(out3.dtype)
     groups, m, k = a3.shape
     n = b3.shape[2]
-    ops = (_operand(a3), _operand(b3)) if entry is not None and a3.dtype == b3.dtype == out3.dtype else (None, None)
-    direct = (ops[0] is not None and ops[1] is not None and out3.flags.c_contiguous and m and n and k
-              and (residual is None or (residual.dtype == out.dtype and residual.flags.c_contiguous)))
-    if not direct:
+    if entry is None or not a3.dtype == b3.dtype == out3.dtype or not out3.flags.c_contiguous or not (m and n and k):
+        return None
+    ops = _operand(a3), _operand(b3)
+    if ops[0] is None or ops[1] is None:
+        return None
+    (ta, lda, gsa), (tb, ldb, gsb) = ops
+    return (entry.gemm, entry.gemv, entry.ilp64, ta, lda, gsa, tb, ldb, gsb, k) + \
+        _grid(m, n, groups, out3.itemsize, epilogue)
+
+
+_layouts = {}          # operand shapes, strides and dtype, epilogue -> _layout(...)
+
+
+def gemm_into(a, b, out, bias=None, residual=None, relu=False):
+    """See the module docstring."""
+    a3, b3, out3 = (v if v.ndim == 3 else v[None] for v in (a, b, out))
+    epilogue = bias is not None or residual is not None or relu
+    # the launch parameters depend only on layouts: worked out once per layout (~4 us)
+    key = (a3.shape, a3.strides, b3.shape, b3.strides, out3.shape, out3.strides, out.dtype.char, epilogue,
+           team_size(), gemm_entry(out.dtype))
+    launch = _layouts.get(key, False)
+    if launch is False:
+        if len(_layouts) > 4096:
+            _layouts.clear()
+        launch = _layouts[key] = _layout(a3, b3, out3, epilogue)
+    if launch is None or (residual is not None and (residual.dtype != out.dtype or not residual.flags.c_contiguous)):
         np.matmul(a, b, out=out)
-        if bias is not None or residual is not None or relu:
+        if epilogue:
+            groups, m, n = out3.shape
             rows = out3.reshape(1, groups * m, n)
             finish_channels(rows, bias, None if residual is None else residual.reshape(rows.shape), relu)
         return out
-    (ta, lda, gsa), (tb, ldb, gsb) = ops
-    grid_m, grid_n = _grid(m, n, groups, out.itemsize, bias is not None or residual is not None or relu)
     b_vec = _NO_BIAS[out.dtype.char] if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=out.dtype)
     res3 = out3[:0] if residual is None else residual.reshape(out3.shape)
+    gemm, gemv, ilp64, ta, lda, gsa, tb, ldb, gsb, k, grid_m, grid_n = launch
     with team():
-        _gemm_blocks(entry.gemm, entry.gemv, entry.ilp64, a3, b3, out3, ta, lda, gsa, tb, ldb, gsb, k, b_vec, bias is not None,
-                     res3, residual is not None, relu, groups, grid_m, grid_n)
+        _gemm_blocks(gemm, gemv, ilp64, a3, b3, out3, ta, lda, gsa, tb, ldb, gsb, k, b_vec, bias is not None,
+                     res3, residual is not None, relu, a3.shape[0], grid_m, grid_n)
     return out
 
 
