@@ -45,8 +45,6 @@ from .depthwise import depthwise_plan
 from .epilogue import finish_channels, finish_rows_into
 from .shift_conv import shift_plan
 from .winograd import winograd_plan, winograd_tile
-from .elementwise import relu as relu_into
-from .elementwise import row_scalars
 from .jit import call_gemm, compiled, prange, team, team_blocks
 
 def _gemm_into(*args, **kwargs):
@@ -362,7 +360,6 @@ def _flat_rows(gemm, ilp64, flats, table, w2, bias, has_bias, relu, out, kh, kw,
     c_count = flats.shape[1]
     m, oh, ow = out.shape
     k_all = c_count * kh * kw
-    item = out.itemsize
     for blk in prange(blocks):
         r0 = blk * per
         r1 = min(oh, r0 + per)
