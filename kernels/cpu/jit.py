@@ -46,7 +46,7 @@ import threading
 from .threads import num_threads
 
 _DEFAULT_FASTMATH = ("contract",)
-_lock = threading.Lock()
+_lock = threading.RLock()
 
 class LazyGlobal:
     """A name compiled kernels use whose module imports numba: the kernel's module
@@ -92,6 +92,10 @@ class CompiledKernel:
                     for name in self.py_func.__code__.co_names:
                         if isinstance(namespace.get(name), LazyGlobal):
                             namespace[name] = namespace[name].load()
+                        elif isinstance(namespace.get(name), CompiledKernel):
+                            # a kernel calling a kernel: numba types the callee by its
+                            # dispatcher (serial callees only; the lock is re-entrant)
+                            namespace[name] = namespace[name].dispatcher
                     self._dispatcher = numba.njit(**self._options)(self.py_func)
         return self._dispatcher
 

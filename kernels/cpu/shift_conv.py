@@ -34,44 +34,52 @@ _FUSED = True
 _FUSED_MAX_WEIGHTS = 50_000          # taps * M * C
 
 
+@compiled(fastmath=("contract", "reassoc"))
+def _shift_add_channel(z, o, offsets, b, acc, dst, wp, relu):
+    """Output channel o's rows dst (rows, OW) from z (taps, M, Lz), the GEMM over the
+    flattened padded rows starting at dst's first row: dst[y, x] = b + sum over taps t
+    of z[t, o, y * wp + x + offsets[t]], then ReLU when relu. acc: rows * wp scratch."""
+    taps = z.shape[0]
+    length = dst.shape[0] * wp
+    ow = dst.shape[1]
+    if taps == 9:
+        # 3x3 in one pass (nine streams, acc written once)
+        t0 = z[0, o, offsets[0]:offsets[0] + length]
+        t1 = z[1, o, offsets[1]:offsets[1] + length]
+        t2 = z[2, o, offsets[2]:offsets[2] + length]
+        t3 = z[3, o, offsets[3]:offsets[3] + length]
+        t4 = z[4, o, offsets[4]:offsets[4] + length]
+        t5 = z[5, o, offsets[5]:offsets[5] + length]
+        t6 = z[6, o, offsets[6]:offsets[6] + length]
+        t7 = z[7, o, offsets[7]:offsets[7] + length]
+        t8 = z[8, o, offsets[8]:offsets[8] + length]
+        for i in range(length):
+            acc[i] = b + t0[i] + t1[i] + t2[i] + t3[i] + t4[i] + t5[i] + t6[i] + t7[i] + t8[i]
+    else:
+        for i in range(length):
+            acc[i] = b
+        for tap_index in range(taps):
+            tap = z[tap_index, o, offsets[tap_index]:offsets[tap_index] + length]
+            for i in range(length):
+                acc[i] += tap[i]
+    for y in range(dst.shape[0]):
+        src = acc[y * wp:y * wp + ow]
+        row = dst[y]
+        for i in range(ow):
+            v = src[i]
+            row[i] = 0.0 if relu and v < 0 else v
+
+
 @compiled(fastmath=("contract", "reassoc"), parallel=True)
 def _shift_add(z, offsets, bias, out, y0, y1, wp, relu, blocks):
     """Output rows y0..y1 of out (M, OH, OW) from z (taps, M, Lz), the GEMM over the
-    flattened padded rows starting at row y0: out[m, y, x] = bias[m] + sum over taps t
-    of z[t, m, (y - y0) * wp + x + offsets[t]], then ReLU when relu. bias has M values."""
-    taps, m = z.shape[0], z.shape[1]
-    ow = out.shape[2]
-    length = (y1 - y0) * wp
+    flattened padded rows starting at row y0 (see _shift_add_channel), channels split
+    in `blocks` blocks. bias has M values."""
+    m = z.shape[1]
     for t in prange(blocks):
-        acc = np.empty(length, z.dtype)
+        acc = np.empty((y1 - y0) * wp, z.dtype)
         for o in range(m * t // blocks, m * (t + 1) // blocks):
-            b = bias[o]
-            if taps == 9:
-                # 3x3 in one pass (nine streams, acc written once)
-                t0 = z[0, o, offsets[0]:offsets[0] + length]
-                t1 = z[1, o, offsets[1]:offsets[1] + length]
-                t2 = z[2, o, offsets[2]:offsets[2] + length]
-                t3 = z[3, o, offsets[3]:offsets[3] + length]
-                t4 = z[4, o, offsets[4]:offsets[4] + length]
-                t5 = z[5, o, offsets[5]:offsets[5] + length]
-                t6 = z[6, o, offsets[6]:offsets[6] + length]
-                t7 = z[7, o, offsets[7]:offsets[7] + length]
-                t8 = z[8, o, offsets[8]:offsets[8] + length]
-                for i in range(length):
-                    acc[i] = b + t0[i] + t1[i] + t2[i] + t3[i] + t4[i] + t5[i] + t6[i] + t7[i] + t8[i]
-            else:
-                for i in range(length):
-                    acc[i] = b
-                for tap_index in range(taps):
-                    tap = z[tap_index, o, offsets[tap_index]:offsets[tap_index] + length]
-                    for i in range(length):
-                        acc[i] += tap[i]
-            for y in range(y1 - y0):
-                src = acc[y * wp:y * wp + ow]
-                dst = out[o, y0 + y]
-                for i in range(ow):
-                    v = src[i]
-                    dst[i] = 0.0 if relu and v < 0 else v
+            _shift_add_channel(z, o, offsets, bias[o], acc, out[o, y0:y1], wp, relu)
 
 
 @compiled(fastmath=("contract", "reassoc"), parallel=True)
@@ -99,19 +107,7 @@ def _shift_rows(gemm, ilp64, flat, wt, offsets, bias, out, wp, relu, per, blocks
         call_gemm(gemm, ilp64, False, False, tm, zlen, c, 1.0, wt.ctypes.data, c, flat.ctypes.data + y0 * wp * item,
                   flat.shape[1], 0.0, z.ctypes.data, zlen, out)
         for o in range(m):
-            b = bias[o]
-            for i in range(length):
-                acc[i] = b
-            for t in range(taps):
-                tap = z[t, o, offsets[t]:offsets[t] + length]
-                for i in range(length):
-                    acc[i] += tap[i]
-            for y in range(y1 - y0):
-                src = acc[y * wp:y * wp + ow]
-                dst = out[o, y0 + y]
-                for i in range(ow):
-                    v = src[i]
-                    dst[i] = 0.0 if relu and v < 0 else v
+            _shift_add_channel(z, o, offsets, bias[o], acc, out[o, y0:y1], wp, relu)
 
 
 def shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype):
