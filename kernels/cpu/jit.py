@@ -16,6 +16,10 @@ machine code.
 
     _kernel(x, out)                 # compiles on the first call, then calls machine code
 
+A kernel may call another (serial) kernel; the callee's body is compiled into the
+caller. The disk cache keys on the caller's own source, so after editing a callee
+clear the `__pycache__/*.nbi|*.nbc` files of its callers.
+
 Settings and why:
   * lazy: `import caffe2py` does not import numba (0.35 s); the first call does.
   * cache: machine code is cached on disk (next to the module, or numba's user cache
