@@ -16,9 +16,9 @@ machine code.
 
     _kernel(x, out)                 # compiles on the first call, then calls machine code
 
-A kernel may call another (serial) kernel; the callee's body is compiled into the
-caller. The disk cache keys on the caller's own source, so after editing a callee
-clear the `__pycache__/*.nbi|*.nbc` files of its callers.
+A kernel may call another (serial) kernel; the callee is linked into the caller's
+machine code. The disk cache is invalidated by edits to the caller's source file
+only, so keep callees in their caller's module (or clear `__pycache__/*.nbi|*.nbc`).
 
 Settings and why:
   * lazy: `import caffe2py` does not import numba (0.35 s); the first call does.
