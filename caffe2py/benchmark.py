@@ -3,6 +3,7 @@ list it returns, [ms per iteration, then ms per op]."""
 import sys
 import time
 
+from .devices import cpu_run_context
 from .registry import Cost, OpContext
 from .schema_inference import type_of_value
 
@@ -31,15 +32,16 @@ def per_op_timing(plan, blobs, iterations):
     feature_mb = [0.0] * len(steps)
     for it in range(iterations):
         env = {}
-        for k, step in enumerate(steps):
-            if it == 0:
-                ins = [env[b] if b in env else blobs.get(b) for b in step.inputs]
-                costs[k] = _op_cost(step, ins)
-            t0 = time.perf_counter()
-            plan.run_step(step, env, blobs)
-            totals[k] += time.perf_counter() - t0
-            if it == 0:
-                feature_mb[k] = sum(_nbytes(env.get(b)) for b in step.outputs) / 1e6
+        with cpu_run_context():          # as Plan.run does, so op times match plain runs
+            for k, step in enumerate(steps):
+                if it == 0:
+                    ins = [env[b] if b in env else blobs.get(b) for b in step.inputs]
+                    costs[k] = _op_cost(step, ins)
+                t0 = time.perf_counter()
+                plan.run_step(step, env, blobs)
+                totals[k] += time.perf_counter() - t0
+                if it == 0:
+                    feature_mb[k] = sum(_nbytes(env.get(b)) for b in step.outputs) / 1e6
         blobs.update(env)
     return [t * 1e3 / max(iterations, 1) for t in totals], costs, feature_mb
 

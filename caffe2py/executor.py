@@ -199,12 +199,13 @@ class Plan:
         env = {}
         for obs in observers:
             obs.net_start(self)
-        for step in self.steps:
-            for obs in observers:
-                obs.op_start(step)
-            self.run_step(step, env, blobs)
-            for obs in observers:
-                obs.op_stop(step)
+        with cpu_run_context():          # as run() does, so op times match plain runs
+            for step in self.steps:
+                for obs in observers:
+                    obs.op_start(step)
+                self.run_step(step, env, blobs)
+                for obs in observers:
+                    obs.op_stop(step)
         blobs.update(env)
         for obs in observers:
             obs.net_stop(self)

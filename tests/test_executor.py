@@ -202,3 +202,36 @@ def test_empty_net_runs():
     workspace.CreateNet(net)
     assert workspace.RunNet("empty")
     assert workspace.RunNetOnce(net)
+
+
+# Records, per call, whether the kernel ran inside the CPU thread team's context.
+_TEAM_SEEN = []
+register_schema(OpSchema("_TestTeamProbe", num_inputs=1, num_outputs=1))
+
+
+@register_kernel("_TestTeamProbe")
+def _team_probe(ctx):
+    from caffe2py.kernels.cpu.jit import in_team
+
+    def run(x):
+        _TEAM_SEEN.append(in_team())
+        return x
+    return run
+
+
+@pytest.mark.parametrize("mode", ["plain", "observed", "benchmark"])
+def test_every_run_path_runs_ops_inside_the_cpu_team(mode):
+    # Observed and per-op benchmark runs must time ops in the same context as plain
+    # runs (OpenBLAS on one thread, the team's), or their numbers mislead.
+    _TEAM_SEEN.clear()
+    workspace.FeedBlob("x", np.ones(2, np.float32))
+    net = core.Net("team_" + mode)
+    net._TestTeamProbe("x", "y")
+    workspace.CreateNet(net)
+    if mode == "observed":
+        workspace.GetNet(net.Name()).add_observer("TimeObserver")
+    if mode == "benchmark":
+        workspace.BenchmarkNet(net.Name(), 0, 1, True)
+    else:
+        workspace.RunNet(net.Name())
+    assert _TEAM_SEEN and all(_TEAM_SEEN)

@@ -167,6 +167,11 @@ def team_blocks(count, work_per_item):
     return min(count, team_size())
 
 
+def in_team():
+    """Whether some thread is inside team() (OpenBLAS on one thread meanwhile)."""
+    return _blas_depth[0] > 0
+
+
 class team:
     """Context: caffe2py's kernels run on the team; OpenBLAS on one thread meanwhile
     (restored when the outermost entry on any thread leaves). Cheap to re-enter."""
