@@ -410,6 +410,18 @@ def test_parallel_kernels_from_two_threads_on_numbas_workqueue_layer(tmp_path):
     assert done.stdout.split() == ["workqueue", "0"]
 
 
+def test_importing_caffe2py_and_its_cpu_kernels_does_not_import_numba():
+    """numba (0.35 s to import) loads when the first compiled kernel runs, not before."""
+    import subprocess
+    import sys
+    code = ("import sys, caffe2py, caffe2py.onnx.backend\n"
+            "from caffe2py.kernels.cpu import conv, gemm, pool, team_gemm, winograd, shift_conv, layout\n"
+            "print('numba' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
+
+
 def test_team_sets_openblas_to_one_thread_and_restores_it():
     from caffe2py.kernels.cpu import gemm, jit
     if gemm._GET_THREADS is None:

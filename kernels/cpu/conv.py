@@ -40,28 +40,14 @@ import itertools
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .blas import gemm_entry
 from .buffers import Scratch, default_scratch, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import depthwise_plan
 from .epilogue import finish_channels, finish_rows_into
+from .jit import call_gemm, compiled, prange, team, team_blocks, team_size
 from .shift_conv import shift_plan
+from .team_gemm import gemm_into
 from .winograd import winograd_plan, winograd_tile
-from .jit import call_gemm, compiled, prange, team, team_blocks
-
-def _gemm_into(*args, **kwargs):
-    # imported on first use: the team GEMM module imports numba
-    from .team_gemm import gemm_into
-    return gemm_into(*args, **kwargs)
-
-
-def _gemm_entry(dtype):
-    from .blas import gemm_entry
-    return gemm_entry(dtype)
-
-
-def _team_size():
-    from .jit import team_size
-    return team_size()
-
 
 _NO_BIAS = {np.dtype(t).char: np.zeros(1, t) for t in (np.float32, np.float64)}
 
@@ -272,7 +258,7 @@ def _pointwise_plan(x_shape, m, strides, group, out_spatial):
         for i in range(n):
             xi = np.ascontiguousarray(x[i]).reshape(shape_in)
             res = None if residual is None else residual[i].reshape(shape_out)
-            _gemm_into(wg, xi, out[i].reshape(shape_out), bias, res, relu)
+            gemm_into(wg, xi, out[i].reshape(shape_out), bias, res, relu)
     return compute
 
 
@@ -445,11 +431,11 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
 
     # group 1, float: each team thread stacks the taps of a block of output rows,
     # multiplies and writes them cropped (one parallel region; the block stays in cache)
-    entry = _gemm_entry(dtype) if group == 1 and compiled_copies else None
+    entry = gemm_entry(dtype) if group == 1 and compiled_copies else None
     if entry is not None:
         table = np.array([taps_of_phase for *_, taps_of_phase in plan], np.int64)
-        per = max(1, min(-(-oh // _team_size()), _FLAT_BLOCK_BYTES // max(1, (c * taps + m) * wq * item)))
-        blocks = _team_size() * -(-oh // (_team_size() * per))
+        per = max(1, min(-(-oh // team_size()), _FLAT_BLOCK_BYTES // max(1, (c * taps + m) * wq * item)))
+        blocks = team_size() * -(-oh // (team_size() * per))
         per = -(-oh // blocks)
         blocks = -(-oh // per)
         work_size = (c * taps + m) * per * wq
@@ -497,7 +483,7 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                                 flat[:, start + r0 * wq:], (c, na, nb, length),
                                 (flat.strides[0], amove * item, bmove * item, item), writeable=False)
                 acc = temp_buffer("flat_acc", (group, mg, length), dtype)
-                _gemm_into(w3, cols.reshape(group, cg * taps, length), acc)
+                gemm_into(w3, cols.reshape(group, cg * taps, length), acc)
                 finish_rows_into(acc.reshape(m, length), wq, bias, yi, r0, relu)
     return compute
 
@@ -550,9 +536,9 @@ def _im2col_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                 for dst, src in copies:
                     cols[dst] = xt[src]
                 if len(tiles) == 1:
-                    _gemm_into(wg, cols.reshape(gemm_shape), yi)
+                    gemm_into(wg, cols.reshape(gemm_shape), yi)
                 else:
                     tile_out = temp_buffer("cols_out", (group, mg, gemm_shape[2]), dtype)
-                    _gemm_into(wg, cols.reshape(gemm_shape), tile_out)
+                    gemm_into(wg, cols.reshape(gemm_shape), tile_out)
                     yi[target] = tile_out
     return compute

@@ -24,6 +24,7 @@ import numpy as np
 from .blas import gemm_entry
 from .jit import call_gemm, compiled, prange, team, team_blocks, team_size
 from .layout import copy_planes
+from .team_gemm import gemm_into
 
 # Z tiles are kept around this size so the shift-add reads them from cache.
 _Z_TILE_BYTES = 1 << 20
@@ -112,7 +113,6 @@ def _shift_rows(gemm, ilp64, flat, wt, offsets, bias, out, wp, relu, per, blocks
 
 def shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype):
     """See the module docstring."""
-    from .team_gemm import gemm_into     # imports numba: only when a shift conv is planned
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64) or len(out_spatial) != 2 or min(pads) < 0 \
             or w_shape[1] != x_shape[1]:

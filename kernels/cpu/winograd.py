@@ -1,7 +1,7 @@
 """Winograd F(m x m, 3x3) convolution: stride-1 3x3 layers with fewer multiplies.
 
 Public:
-    winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial, threads) -> 4, 2 or 0
+    winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial) -> 4, 2 or 0
         which variant conv._plan uses for a layer (0: none).
     winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype)
         -> compute(x, w, out, scratch, bias=None, relu=False, residual=None)
@@ -21,6 +21,7 @@ from .buffers import temp_buffer
 from .blas import gemm_entry
 from .jit import call_gemm, compiled, prange, team, team_blocks, team_size
 from .layout import copy_planes
+from .team_gemm import gemm_into
 
 
 _WINOGRAD = {
@@ -79,7 +80,6 @@ def winograd_filter(w, tile=2):
 
 
 def winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
-    from .team_gemm import gemm_into     # imports numba: only once a Winograd layer is planned
     n, c, h, w_in = x_shape
     m = w_shape[0]
     oh, ow = out_spatial
