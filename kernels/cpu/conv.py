@@ -43,14 +43,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .blas import gemm_entry
 from .buffers import Scratch, default_scratch, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import depthwise_plan
-from .epilogue import finish_channels, finish_rows_into
+from .epilogue import bias_values, finish_channels, finish_rows_into
 from .jit import call_gemm, compiled, prange, team, team_blocks, team_size
 from .shift_conv import shift_plan
 from .team_gemm import gemm_into
 from .winograd import winograd_plan, winograd_tile
-
-_NO_BIAS = {np.dtype(t).char: np.zeros(1, t) for t in (np.float32, np.float64)}
-
 
 # im2col tiles are kept around this size so they stay in L2/L3 while the GEMM reads them.
 _TILE_BYTES = 2 << 20
@@ -445,7 +442,7 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
         on its way out (no extra passes over the output)."""
         w3 = w.reshape(w_shape3)
         if entry is not None:
-            b = _NO_BIAS[np.dtype(dtype).char] if bias is None else bias.reshape(m)
+            b = bias_values(bias, dtype)
             for i in range(n):
                 img = x[i] if crop is None else x[i][crop]
                 phases = scratch.zeros(("flat_phases", tuple(layout for _, _, _, layout, _ in plan)),

@@ -12,6 +12,8 @@ Public:
         acc (M, R * row_length) holds R output rows of row_length >= OW values each
         (a GEMM over padded rows); writes [relu](acc + bias) cropped to OW into
         out[:, first_row:first_row + R] (out (M, OH, OW), any strides).
+    bias_values(bias, dtype)
+        the bias as compiled output passes take it (see the function).
 
 As NumPy calls a per-channel bias, a residual add and a ReLU are three passes over
 the output, each with its own Python overhead (the bias one on a slow broadcast
@@ -21,6 +23,18 @@ once while it is in cache. ReLU keeps NaN and -0.0, as np.maximum(y, 0) does.
 import numpy as np
 
 from .jit import compiled, prange, team_blocks
+
+_NO_BIAS = {np.dtype(t).char: np.zeros(1, t) for t in (np.float32, np.float64)}
+
+
+def bias_values(bias, dtype):
+    """What compiled output passes take for a bias: its values as a contiguous 1-D
+    array of `dtype`, or one zero when there is none (a pass reads the bias only when
+    told it has one, but numba needs an array of the output's dtype either way)."""
+    if bias is not None:
+        return np.ascontiguousarray(bias.reshape(-1), dtype=dtype)
+    zero = _NO_BIAS.get(np.dtype(dtype).char)
+    return zero if zero is not None else np.zeros(1, dtype)
 
 
 @compiled(parallel=True)
@@ -68,7 +82,7 @@ def finish_channels(y, bias=None, residual=None, relu=False):
             np.maximum(y, y.dtype.type(0), out=y)
         return y
     rows = y.reshape(n * m, -1)
-    b = np.ascontiguousarray(bias.reshape(-1), dtype=y.dtype) if bias is not None else np.zeros(1, y.dtype)
+    b = bias_values(bias, y.dtype)
     res = np.ascontiguousarray(residual).reshape(n * m, -1) if residual is not None else rows[:0]
     args = (rows, b, res, bias is not None, residual is not None, relu)
     _finish_rows(*args, team_blocks(n * m, rows.shape[1]))
@@ -103,7 +117,7 @@ def finish_rows_into(acc, row_length, bias, out, first_row, relu):
         rows = res.shape[1]
         np.copyto(out[:, first_row:first_row + rows], np.maximum(res, 0) if relu else res)
         return
-    b = np.zeros(1, acc.dtype) if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=acc.dtype)
+    b = bias_values(bias, acc.dtype)
     _crop_rows(acc, b, bias is not None, out, row_length, first_row, relu, team_blocks(acc.shape[0], acc.shape[1]))
 
 

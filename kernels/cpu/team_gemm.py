@@ -18,7 +18,7 @@ epilogue.finish_channels.
 import numpy as np
 
 from .blas import gemm_entry
-from .epilogue import finish_channels
+from .epilogue import bias_values, finish_channels
 from .jit import call_gemm, call_gemv, compiled, prange, team, team_size
 
 # Columns per block below which the output is split by rows instead (a GEMM on a
@@ -148,13 +148,10 @@ def gemm_into(a, b, out, bias=None, residual=None, relu=False):
             rows = out3.reshape(1, groups * m, n)
             finish_channels(rows, bias, None if residual is None else residual.reshape(rows.shape), relu)
         return out
-    b_vec = _NO_BIAS[out.dtype.char] if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=out.dtype)
+    b_vec = bias_values(bias, out.dtype)
     res3 = out3[:0] if residual is None else residual.reshape(out3.shape)
     gemm, gemv, ilp64, ta, lda, gsa, tb, ldb, gsb, k, grid_m, grid_n = launch
     with team():
         _gemm_blocks(gemm, gemv, ilp64, a3, b3, out3, ta, lda, gsa, tb, ldb, gsb, k, b_vec, bias is not None,
                      res3, residual is not None, relu, a3.shape[0], grid_m, grid_n)
     return out
-
-
-_NO_BIAS = {np.dtype(t).char: np.zeros(1, t) for t in (np.float32, np.float64)}

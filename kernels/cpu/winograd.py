@@ -19,6 +19,7 @@ import numpy as np
 
 from .buffers import temp_buffer
 from .blas import gemm_entry
+from .epilogue import bias_values
 from .jit import call_gemm, compiled, prange, team, team_blocks, team_size
 from .layout import copy_planes
 from .team_gemm import gemm_into
@@ -120,7 +121,7 @@ def winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         """bias: (M,) or None; relu: clamp at zero; both applied on the way out."""
         u = transformed(w)
-        b = _NO_BIAS[np.dtype(dtype).char] if bias is None else bias.reshape(m)
+        b = bias_values(bias, dtype)
         for i in range(n):
             xp = scratch.zeros(("wg_pad", tile, pads[0], pads[1], (h, w_in)), buf_shape, dtype)
             copy_planes(x[i], xp[interior])
@@ -143,11 +144,6 @@ def winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
                 gemm_into(t_out, prod.reshape(a * a, m * cols), y.reshape(tile * tile, m * cols))
                 _scatter_tiles(y, b, bias is not None, out[i], r0 * tile, relu, team_blocks(m, tile * tile * cols))
     return compute
-
-
-
-
-_NO_BIAS = {np.dtype(t).char: np.zeros(1, t) for t in (np.float32, np.float64)}
 
 
 @compiled(parallel=True)
