@@ -7,6 +7,8 @@ Public:
     temp_buffer(role, shape, dtype)
                                   a per-thread grow-only block for values that live only
                                   inside one kernel call
+    DerivedWeights(make)          make(w) cached per weight array (transformed filters,
+                                  re-laid-out weights), made again after in-place edits
 """
 import threading
 from collections import OrderedDict
@@ -73,3 +75,24 @@ def temp_buffer(role, shape, dtype):
     if block is None or block.nbytes < nbytes:
         block = buffers[role] = np.empty(max(1, -(-nbytes // 8)), np.float64)
     return block.view(np.uint8)[:nbytes].view(dtype).reshape(shape)
+
+
+class DerivedWeights:
+    """Callable: w -> make(w), kept per weight array and made again when the array is
+    not the one seen or ~61 sampled values of it changed (a cheap guard against
+    in-place edits between runs). Many weight arrays may share one geometry (a net
+    with repeated layers): past `max_entries` the cache starts over."""
+
+    def __init__(self, make, max_entries=32):
+        self._make = make
+        self._max_entries = max_entries
+        self._hits = {}          # id(w) -> (w, sampled values, make(w))
+
+    def __call__(self, w):
+        sample = w.reshape(-1)[::max(1, w.size // 61)]
+        hit = self._hits.get(id(w))
+        if hit is None or hit[0] is not w or not np.array_equal(hit[1], sample):
+            if len(self._hits) >= self._max_entries:
+                self._hits.clear()
+            hit = self._hits[id(w)] = (w, sample.copy(), self._make(w))
+        return hit[2]

@@ -22,6 +22,7 @@ the tap-stack path). Output rows are tiled so a tile's Z stays cache-sized.
 import numpy as np
 
 from .blas import gemm_entry
+from .buffers import DerivedWeights
 from .jit import call_gemm, compiled, prange, team, team_blocks, team_size
 from .layout import copy_planes
 from .team_gemm import gemm_into
@@ -132,19 +133,8 @@ def shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype):
     rows_per_tile = max(1, min(oh, _Z_TILE_BYTES // max(1, taps * m * wp * item)))
     tiles = [(y, min(oh, y + rows_per_tile)) for y in range(0, oh, rows_per_tile)]
     interior = (slice(None), slice(pt, pt + h), slice(pl, pl + w_in))
-    weights = {}                                   # id(w) -> (w, sample, (taps * M, C) matrix)
-    step = max(1, (m * c * taps) // 61)
-
-    def tap_major(w):
-        # Same array and same sampled values: reuse (a cheap guard against in-place edits).
-        sample = w.reshape(-1)[::step]
-        hit = weights.get(id(w))
-        if hit is None or hit[0] is not w or not np.array_equal(hit[1], sample):
-            if len(weights) >= 32:
-                weights.clear()
-            hit = weights[id(w)] = (w, sample.copy(),
-                                    np.ascontiguousarray(w.transpose(2, 3, 0, 1).reshape(taps * m, c)))
-        return hit[2]
+    # the weights as a (taps * M, C) matrix, tap-major
+    tap_major = DerivedWeights(lambda w: np.ascontiguousarray(w.transpose(2, 3, 0, 1).reshape(taps * m, c)))
 
     # per team thread: blocks of output rows, GEMM and shift-add each (one region),
     # while the weights are small; bigger layers split each tile's GEMM over the team
