@@ -314,22 +314,29 @@ def _phase_copy(img, buf, i0, sh, j0, sw, q0, ni, r0, nj, blocks):
                     dst[j] = src[j0 + j * sw]
 
 
+@compiled
+def _stack_channel_taps(row, taps, first, a0, astep, na, b0, bstep, nb, start, amove, bmove):
+    """taps[a0 + ia * astep, b0 + ib * bstep, :] = the `length` values of row (one
+    channel of a phase buffer, flattened) from first + start + ia * amove + ib * bmove:
+    the taps that read this phase, as contiguous copies. taps (kh, kw, length)."""
+    length = taps.shape[2]
+    for ia in range(na):
+        for ib in range(nb):
+            at = first + start + ia * amove + ib * bmove
+            src = row[at:at + length]
+            dst = taps[a0 + ia * astep, b0 + ib * bstep]
+            for k in range(length):
+                dst[k] = src[k]
+
+
 @compiled(parallel=True)
 def _stack_taps(flat, cols, first, a0, astep, na, b0, bstep, nb, start, amove, bmove, blocks):
-    """cols[c, a0 + ia * astep, b0 + ib * bstep, :] = the `length` values of flat[c]
-    from first + start + ia * amove + ib * bmove: one phase's taps as contiguous
-    copies; channels over the team."""
-    c_count, length = cols.shape[0], cols.shape[3]
+    """_stack_channel_taps for every channel of flat (C, L) into cols (C, kh, kw,
+    length); channels over the team."""
+    c_count = cols.shape[0]
     for t in prange(blocks):
         for c in range(c_count * t // blocks, c_count * (t + 1) // blocks):
-            row = flat[c]
-            for ia in range(na):
-                for ib in range(nb):
-                    at = first + start + ia * amove + ib * bmove
-                    src = row[at:at + length]
-                    dst = cols[c, a0 + ia * astep, b0 + ib * bstep]
-                    for k in range(length):
-                        dst[k] = src[k]
+            _stack_channel_taps(flat[c], cols[c], first, a0, astep, na, b0, bstep, nb, start, amove, bmove)
 
 
 @compiled(parallel=True)
@@ -355,14 +362,8 @@ def _flat_rows(gemm, ilp64, flats, table, w2, bias, has_bias, relu, out, kh, kw,
         for ph in range(flats.shape[0]):
             a0, astep, na, b0, bstep, nb, start, amove, bmove = table[ph]
             for ci in range(c_count):
-                row = flats[ph, ci]
-                for ia in range(na):
-                    for ib in range(nb):
-                        at = r0 * wq + start + ia * amove + ib * bmove
-                        src = row[at:at + length]
-                        dst = cols[ci, a0 + ia * astep, b0 + ib * bstep]
-                        for k in range(length):
-                            dst[k] = src[k]
+                _stack_channel_taps(flats[ph, ci], cols[ci], r0 * wq, a0, astep, na, b0, bstep, nb, start, amove,
+                                    bmove)
         call_gemm(gemm, ilp64, False, False, m, length, k_all, 1.0, w2.ctypes.data, k_all, cols.ctypes.data, length,
                   0.0, acc.ctypes.data, length, out)
         for o in range(m):
