@@ -135,51 +135,65 @@ def winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
     return compute
 
 
+@compiled
+def _gather_channel(xp, d, c, first_row, tile):
+    """d[p, q, c, ty, tx] = xp[c, (first_row + ty) * tile + p, tx * tile + q]: the
+    (tile + 2)^2 values of every tile of channel c. d (a, a, C, rows, tw)."""
+    a, rows, tw = d.shape[0], d.shape[3], d.shape[4]
+    for p in range(a):
+        for ty in range(rows):
+            src = xp[c, (first_row + ty) * tile + p]
+            for q in range(a):
+                dst = d[p, q, c, ty]
+                if tile == 4:          # constant strides vectorise
+                    for tx in range(tw):
+                        dst[tx] = src[tx * 4 + q]
+                elif tile == 2:
+                    for tx in range(tw):
+                        dst[tx] = src[tx * 2 + q]
+                else:
+                    for tx in range(tw):
+                        dst[tx] = src[tx * tile + q]
+
+
+@compiled
+def _scatter_channel(y, o, b, out, first_row, relu):
+    """out[o, first_row + ty * tile + p, tx * tile + q] = [relu](y[p, q, o, ty, tx] + b)
+    for output channel o of the output tiles y (tile, tile, M, rows, tw), dropping
+    what lies past the map's edge."""
+    tile, rows, tw = y.shape[0], y.shape[3], y.shape[4]
+    oh, ow = out.shape[1], out.shape[2]
+    for ty in range(rows):
+        for p in range(tile):
+            oy = first_row + ty * tile + p
+            if oy >= oh:
+                continue
+            dst = out[o, oy]
+            for q in range(tile):
+                src = y[p, q, o, ty]
+                count = min(tw, (ow - q + tile - 1) // tile)
+                for tx in range(count):
+                    v = src[tx] + b
+                    dst[tx * tile + q] = 0.0 if relu and v < 0 else v
+
+
 @compiled(parallel=True)
 def _gather_tiles(xp, d, first_row, tile, blocks):
-    """d[p, q, c, ty, tx] = xp[c, (first_row + ty) * tile + p, tx * tile + q]: the
-    (tile + 2)^2 values of every tile, channels split over the team."""
-    a, c_count, rows, tw = d.shape[0], d.shape[2], d.shape[3], d.shape[4]
+    """_gather_channel for every channel, channels split over the team."""
+    c_count = d.shape[2]
     for t in prange(blocks):
         for c in range(c_count * t // blocks, c_count * (t + 1) // blocks):
-            for p in range(a):
-                for ty in range(rows):
-                    src = xp[c, (first_row + ty) * tile + p]
-                    for q in range(a):
-                        dst = d[p, q, c, ty]
-                        if tile == 4:          # constant strides vectorise
-                            for tx in range(tw):
-                                dst[tx] = src[tx * 4 + q]
-                        elif tile == 2:
-                            for tx in range(tw):
-                                dst[tx] = src[tx * 2 + q]
-                        else:
-                            for tx in range(tw):
-                                dst[tx] = src[tx * tile + q]
+            _gather_channel(xp, d, c, first_row, tile)
 
 
 @compiled(parallel=True)
 def _scatter_tiles(y, bias, has_bias, out, first_row, relu, blocks):
-    """out[o, first_row + ty * tile + p, tx * tile + q] = [relu](y[p, q, o, ty, tx] + bias[o])
-    for the output tiles y (tile, tile, M, rows, tw), dropping what lies past the map's
-    edge; output channels split over the team."""
-    tile, m, rows, tw = y.shape[0], y.shape[2], y.shape[3], y.shape[4]
-    oh, ow = out.shape[1], out.shape[2]
+    """_scatter_channel for every output channel (bias[o] added when has_bias),
+    channels split over the team."""
+    m = y.shape[2]
     for t in prange(blocks):
         for o in range(m * t // blocks, m * (t + 1) // blocks):
-            b = bias[o] if has_bias else bias[0] * 0
-            for ty in range(rows):
-                for p in range(tile):
-                    oy = first_row + ty * tile + p
-                    if oy >= oh:
-                        continue
-                    dst = out[o, oy]
-                    for q in range(tile):
-                        src = y[p, q, o, ty]
-                        count = min(tw, (ow - q + tile - 1) // tile)
-                        for tx in range(count):
-                            v = src[tx] + b
-                            dst[tx * tile + q] = 0.0 if relu and v < 0 else v
+            _scatter_channel(y, o, bias[o] if has_bias else bias[0] * 0, out, first_row, relu)
 
 
 @compiled(parallel=True)
@@ -199,7 +213,6 @@ def _winograd_chunks(gemm, ilp64, xp, u, t_in, t_out, out, bias, has_bias, relu,
     a = tile + 2
     th = -(-out.shape[1] // tile)
     tw = -(-out.shape[2] // tile)
-    oh, ow = out.shape[1], out.shape[2]
     item = out.itemsize
     for chunk in prange(chunks):
         r0 = chunk * rows_per_chunk
@@ -213,16 +226,9 @@ def _winograd_chunks(gemm, ilp64, xp, u, t_in, t_out, out, bias, has_bias, relu,
         v = mine[big:big + a2 * c * cols].reshape(a2, c * cols)
         prod = mine[0:a2 * m * cols].reshape(a2, m, cols)          # d is spent once v exists
         y = mine[2 * big:2 * big + tile * tile * m * cols].reshape(tile * tile, m * cols)
-        # gather: d[p * a + q, ci * cols + ty * tw + tx] = xp[ci, (r0 + ty) * tile + p, tx * tile + q]
-        for p in range(a):
-            for q in range(a):
-                drow = d[p * a + q]
-                for ci in range(c):
-                    for ty in range(rows):
-                        src = xp[ci, (r0 + ty) * tile + p]
-                        dst = drow[(ci * rows + ty) * tw:(ci * rows + ty + 1) * tw]
-                        for tx in range(tw):
-                            dst[tx] = src[tx * tile + q]
+        d5 = d.reshape(a, a, c, rows, tw)
+        for ci in range(c):
+            _gather_channel(xp, d5, ci, r0, tile)
         call_gemm(gemm, ilp64, False, False, a2, c * cols, a2, 1.0, t_in.ctypes.data, a2, d.ctypes.data, c * cols,
                   0.0, v.ctypes.data, c * cols, out)
         for e in range(a2):
@@ -230,18 +236,6 @@ def _winograd_chunks(gemm, ilp64, xp, u, t_in, t_out, out, bias, has_bias, relu,
                       v.ctypes.data + e * c * cols * item, cols, 0.0, prod.ctypes.data + e * m * cols * item, cols, out)
         call_gemm(gemm, ilp64, False, False, tile * tile, m * cols, a2, 1.0, t_out.ctypes.data, a2,
                   prod.ctypes.data, m * cols, 0.0, y.ctypes.data, m * cols, out)
-        # scatter: out[o, (r0 + ty) * tile + p, tx * tile + q] = [relu](y[p * tile + q, o * cols + ty * tw + tx] + b)
+        y5 = y.reshape(tile, tile, m, rows, tw)
         for o in range(m):
-            b = bias[o] if has_bias else bias[0] * 0
-            for ty in range(rows):
-                for p in range(tile):
-                    oy = (r0 + ty) * tile + p
-                    if oy >= oh:
-                        continue
-                    dst = out[o, oy]
-                    for q in range(tile):
-                        src = y[p * tile + q, (o * rows + ty) * tw:(o * rows + ty + 1) * tw]
-                        count = min(tw, (ow - q + tile - 1) // tile)
-                        for tx in range(count):
-                            v_ = src[tx] + b
-                            dst[tx * tile + q] = 0.0 if relu and v_ < 0 else v_
+            _scatter_channel(y5, o, bias[o] if has_bias else bias[0] * 0, out, r0 * tile, relu)
