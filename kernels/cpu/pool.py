@@ -134,6 +134,28 @@ def _reduce_flat(xp, kernel, dilations, out_spatial, combine):
     return np.array(valid, copy=True)
 
 
+@compiled
+def _nan_max(a, b):
+    """The larger of a and b, NaN when either is NaN (np.maximum's semantics)."""
+    return a if (a > b or a != a) else b
+
+
+@compiled(inline=True)
+def _combine_into(acc, src, first, is_max):
+    """acc[i] = src[i] when first, else max(acc[i], src[i]) (NaN-propagating) when
+    is_max, else acc[i] + src[i], over acc's length."""
+    n = acc.shape[0]
+    if first:
+        for i in range(n):
+            acc[i] = src[i]
+    elif is_max:
+        for i in range(n):
+            acc[i] = _nan_max(acc[i], src[i])
+    else:
+        for i in range(n):
+            acc[i] += src[i]
+
+
 @compiled(parallel=True)
 def _strided_pool2d(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, blocks):
     """All planes (in `blocks` blocks on the team) of a 2-D max (is_max) or average pool with column dilation 1.
@@ -160,19 +182,8 @@ def _strided_pool2d(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, blocks):
                     y = y0 + ky * dh
                     if y < 0 or y >= h:
                         continue
-                    src = x[p, y]
-                    if first:
-                        for i in range(w):
-                            inner[i] = src[i]
-                        first = False
-                    elif is_max:
-                        for i in range(w):
-                            a = inner[i]
-                            b = src[i]
-                            inner[i] = a if (a > b or a != a) else b
-                    else:
-                        for i in range(w):
-                            inner[i] += src[i]
+                    _combine_into(inner, x[p, y], first, is_max)
+                    first = False
                 if first:                           # the window covers padding only
                     for i in range(w):
                         inner[i] = fill
@@ -182,24 +193,17 @@ def _strided_pool2d(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, blocks):
                 if is_max and kw == 3:
                     for ox in range(ow):
                         j = ox * sw
-                        a = row[j]
-                        b = row[j + 1]
-                        c = row[j + 2]
-                        m = a if (a > b or a != a) else b
-                        dst[ox] = m if (m > c or m != m) else c
+                        dst[ox] = _nan_max(_nan_max(row[j], row[j + 1]), row[j + 2])
                 elif is_max and kw == 2:
                     for ox in range(ow):
                         j = ox * sw
-                        a = row[j]
-                        b = row[j + 1]
-                        dst[ox] = a if (a > b or a != a) else b
+                        dst[ox] = _nan_max(row[j], row[j + 1])
                 elif is_max:
                     for ox in range(ow):
                         j = ox * sw
                         m = row[j]
                         for kx in range(1, kw):
-                            b = row[j + kx]
-                            m = m if (m > b or m != m) else b
+                            m = _nan_max(m, row[j + kx])
                         dst[ox] = m
                 else:
                     scale = inv[oy]
@@ -250,19 +254,8 @@ def _stride1_pool2d(x, out, inv, kh, kw, dh, dw, pt, pl, is_max, blocks):
             for ky in range(kh):
                 for kx in range(kw):
                     start = ky * dh * wp + kx * dw
-                    tap = flat[start:start + length]
-                    if first:
-                        for i in range(length):
-                            acc[i] = tap[i]
-                        first = False
-                    elif is_max:
-                        for i in range(length):
-                            a = acc[i]
-                            b = tap[i]
-                            acc[i] = a if (a > b or a != a) else b
-                    else:
-                        for i in range(length):
-                            acc[i] += tap[i]
+                    _combine_into(acc, flat[start:start + length], first, is_max)
+                    first = False
             for oy in range(oh):
                 src = acc[oy * wp:oy * wp + ow]
                 dst = out[p, oy]
