@@ -185,17 +185,18 @@ def _conv_kernel(ctx, activation):
         found = geometries[key] = (tuple(strides), tuple(pads), tuple(dil), out_shape)
         return found
 
-    def placed_output(x, w, b, into, out_shape):
+    def placed_output(x, w, into, out_shape):
         total, offset = placed
         if offset + out_shape[1] > total:
             raise ctx.error("channels %d..%d do not fit concat_channels total %d"
                             % (offset, offset + out_shape[1], total))
         want = (out_shape[0], total) + out_shape[2:]
+        dtype = np.result_type(x.dtype, w.dtype)
         if into is None:
-            into = np.empty(want, np.result_type(x.dtype, w.dtype))
-        elif into.shape != want or into.dtype != np.result_type(x.dtype, w.dtype) or not into.flags.writeable:
+            into = np.empty(want, dtype)
+        elif into.shape != want or into.dtype != dtype or not into.flags.writeable:
             raise ctx.input_error(3, "concat buffer of shape %s (%s) does not match %s (%s)"
-                                  % (list(into.shape), into.dtype, list(want), np.result_type(x.dtype, w.dtype)))
+                                  % (list(into.shape), into.dtype, list(want), dtype))
         return into
 
     def run(x, w, b=None, s=None):
@@ -203,7 +204,7 @@ def _conv_kernel(ctx, activation):
         wc = w if nchw else _to_nchw(w)
         strides, pads, dil, out_shape = geometry(xc, wc)
         if placed is not None:
-            into = placed_output(xc, wc, b, s, out_shape)
+            into = placed_output(xc, wc, s, out_shape)
             try:
                 conv_k.conv_nchw(xc, wc, b, strides, pads, dil, group, scratch=scratch, activation=activation,
                                  out=into[:, placed[1]:placed[1] + out_shape[1]])
