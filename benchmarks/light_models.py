@@ -63,7 +63,7 @@ def random_feeds(model, rng):
 # ------------------------------------------------------------------ whole models
 
 def prepare_model(name, rng):
-    """(time ours, time ORT, max abs diff) for one model: both prepared once."""
+    """(run ours, run ORT, max abs diff of their outputs) for one model, both prepared once."""
     import onnx
     from caffe2py.onnx import backend
     model = onnx.load(os.path.join(light_dir(), "light_%s.onnx" % name))
