@@ -432,6 +432,7 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
     entry = gemm_entry(dtype) if group == 1 and compiled_copies else None
     if entry is not None:
         table = np.array([taps_of_phase for *_, taps_of_phase in plan], np.int64)
+        phases_key = ("flat_phases", tuple(layout for _, _, _, layout, _ in plan))
         per = max(1, min(-(-oh // team_size()), _FLAT_BLOCK_BYTES // max(1, (c * taps + m) * wq * item)))
         blocks = team_size() * -(-oh // (team_size() * per))
         per = -(-oh // blocks)
@@ -446,9 +447,8 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
             b = bias_values(bias, dtype)
             for i in range(n):
                 img = x[i] if crop is None else x[i][crop]
-                phases = scratch.zeros(("flat_phases", tuple(layout for _, _, _, layout, _ in plan)),
-                                       (len(plan), c, rows, wq), dtype)
-                for k, (ph, src, dst, layout, _) in enumerate(plan):
+                phases = scratch.zeros(phases_key, (len(plan), c, rows, wq), dtype)
+                for k, (_, _, _, layout, _) in enumerate(plan):
                     _phase_copy(img, phases[k], *layout, team_blocks(c * layout[1], layout[3]))
                 work = scratch.empty("flat_work", (blocks, work_size), dtype)
                 with team():
