@@ -1071,3 +1071,43 @@ def test_openblas_core_reports_the_forced_kernel_family():
     env = dict(os.environ, OPENBLAS_CORETYPE="Haswell")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "Haswell"
+
+
+def test_derived_weights_made_once_per_array_and_again_after_edits():
+    from caffe2py.kernels.cpu.buffers import DerivedWeights
+    made = []
+    derived = DerivedWeights(lambda w: made.append(1) or w * 2)
+    w = rand(8, 4, 3, 3)
+    w[0, 0, 0, 0] = np.nan          # NaN weights still match themselves (no remake per call)
+    for _ in range(3):
+        out = derived(w)
+    assert len(made) == 1
+    w[0, 0, 0, 0] = 1.0              # a sampled value edited in place
+    np.testing.assert_array_equal(derived(w), w * 2)
+    assert len(made) == 2
+    other = w.copy()                 # equal values, another array
+    derived(other)
+    assert len(made) == 3 and out is not None
+
+
+def test_team_entered_on_two_threads_keeps_openblas_single_threaded_until_both_leave():
+    import threading
+    from caffe2py.kernels.cpu import gemm, jit
+    if gemm._GET_THREADS is None:
+        pytest.skip("NumPy's BLAS is not OpenBLAS")
+    gemm.set_blas_threads(2)
+    inside, leave = threading.Event(), threading.Event()
+
+    def other():
+        with jit.team():
+            with jit.team():
+                inside.set()
+                leave.wait(10)
+    t = threading.Thread(target=other)
+    with jit.team():
+        t.start()
+        assert inside.wait(10)
+    assert gemm.blas_threads() == 1      # the other thread is still inside
+    leave.set()
+    t.join(10)
+    assert gemm.blas_threads() == 2
