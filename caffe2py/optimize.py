@@ -9,6 +9,10 @@ external inputs and outputs (new constants are appended to external_input).
 
 Passes, each applied only when the rewrite cannot change results beyond float
 rounding:
+  * drop_inference_dropout: an ONNX Dropout that cannot be in training mode (no
+    training_mode input, or a constant false one) and whose mask nobody reads is
+    the identity: the op goes and its readers read its input (so a Conv before it
+    can fuse with what follows). Kept when its output is a net output.
   * fold_conv_affine: Conv followed by per-channel affine ops (inference
     BatchNormalization / SpatialBN, Mul or Add by a per-channel constant) folds
     them into the convolution's weights and bias. Needs constant weights and
@@ -51,6 +55,7 @@ def optimize(predict_net, blobs):
         predict_net, blobs = blobs, predict_net
     net = caffe2_pb2.NetDef()
     net.CopyFrom(predict_net)
+    drop_inference_dropout(net, blobs)
     fold_conv_affine(net, blobs)
     merge_affine_chains(net, blobs)
     fuse_conv_relu(net, blobs)
@@ -234,6 +239,47 @@ def _remove_ops(net, indices):
 
 
 # ----------------------------------------------------------------- passes
+
+def _identity_dropout(op, blobs, reads, protected):
+    """Whether this op is an ONNX inference Dropout whose removal nobody can see."""
+    if op.type != "Dropout" or _domain(op) != ONNX or not op.input or not op.output[0]:
+        return False
+    if op.op_version and op.op_version < 7 and _args(op).get("is_test", 0) == 0:
+        return False                       # opset 1-6 without is_test=1 is training mode
+    training = op.input[2] if len(op.input) > 2 else ""
+    if training:
+        value = _const(blobs, training)
+        if value is None or value.size != 1 or bool(value.reshape(-1)[0]):
+            return False
+    mask = op.output[1] if len(op.output) > 1 else ""
+    if mask and (reads.get(mask, 0) or mask in protected):
+        return False
+    return op.output[0] not in protected
+
+
+def drop_inference_dropout(net, blobs):
+    """Removes identity Dropouts (see the module docstring); returns how many."""
+    protected = set(net.external_output)
+    dropped = 0
+    i = 0
+    while i < len(net.op):
+        op = net.op[i]
+        reads = _readers(net)
+        top_reads = sum(list(o.input).count(op.output[0]) for o in net.op) if op.output else 0
+        # readers inside control-flow bodies would need renaming there too: left alone
+        if not _identity_dropout(op, blobs, reads, protected) or reads.get(op.output[0], 0) != top_reads \
+                or any(op.output[0] in later.output for later in net.op[i + 1:]):
+            i += 1
+            continue
+        source, result = op.input[0], op.output[0]
+        for later in net.op[i + 1:]:
+            for k, name in enumerate(later.input):
+                if name == result:
+                    later.input[k] = source
+        _remove_ops(net, [i])
+        dropped += 1
+    return dropped
+
 
 def fold_conv_affine(net, blobs):
     """Conv -> (BN | per-channel Mul | per-channel Add)* becomes one Conv with new weights."""

@@ -1111,3 +1111,41 @@ def test_team_entered_on_two_threads_keeps_openblas_single_threaded_until_both_l
     leave.set()
     t.join(10)
     assert gemm.blas_threads() == 2
+
+
+def test_optimize_drops_inference_dropout_and_fuses_across_it():
+    from caffe2py.optimize import optimize
+    consts = {"w": rand(4, 3, 3, 3), "b": rand(4), "off": np.array(False), "ratio": np.array(0.5, np.float32)}
+    x = rand(1, 3, 6, 6)
+    ops = [
+        _op("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        _op("Dropout", ["c"], ["d"], version=13),                     # identity: goes
+        _op("Relu", ["d"], ["r"]),
+        _op("Dropout", ["r", "ratio", "off"], ["e", "unused_mask"], version=13),  # constant false: goes
+        _op("Dropout", ["e"], ["y"], version=13),                     # a net output: stays
+    ]
+    net = _net(ops, ["x"] + list(consts), ["y"])
+    (ref,) = _run(net, consts, {"x": x})
+    opt = optimize(net, dict(consts))
+    assert [op.type for op in opt.op] == ["ConvRelu", "Dropout"]
+    assert list(opt.op[1].input) == [opt.op[0].output[0]]
+    (got,) = _run(opt, consts, {"x": x})
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, np.maximum(ref_conv(x, consts["w"], consts["b"], (1, 1), (1, 1, 1, 1),
+                                                        (1, 1), 1), 0), rtol=1e-4, atol=1e-4)
+
+
+def test_optimize_keeps_dropouts_that_may_train_or_whose_mask_is_read():
+    from caffe2py.optimize import optimize
+    consts = {"on": np.array(True), "ratio": np.array(0.5, np.float32)}
+    ops = [
+        _op("Dropout", ["x", "ratio", "on"], ["a"], version=13),      # training mode: stays
+        _op("Dropout", ["a", "ratio", "t"], ["b"], version=13),            # training_mode fed at run time: stays
+        _op("Dropout", ["b"], ["c", "mask"], version=13),             # its mask is read: stays
+        _op("Cast", ["mask"], ["m"], to=1),
+        _op("Dropout", ["c"], ["d"], version=6),                      # opset 6 without is_test: stays
+        _op("Add", ["d", "m"], ["y"]),
+    ]
+    net = _net(ops, ["x", "t"] + list(consts), ["y"])
+    opt = optimize(net, dict(consts))
+    assert [op.type for op in opt.op] == [op.type for op in ops]
