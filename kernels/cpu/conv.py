@@ -450,7 +450,7 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                 phases = scratch.zeros(phases_key, (len(plan), c, rows, wq), dtype)
                 for k, (_, _, _, layout, _) in enumerate(plan):
                     _phase_copy(img, phases[k], *layout, team_blocks(c * layout[1], layout[3]))
-                work = temp_buffer("flat_work", (blocks, work_size), dtype)
+                work = scratch.empty("flat_work", (blocks, work_size), dtype)
                 with team():
                     _flat_rows(entry.gemm, entry.ilp64, phases.reshape(len(plan), c, rows * wq), table,
                                w3[0], b, bias is not None, relu, out[i], kh, kw, wq, per, blocks, work)

@@ -22,7 +22,7 @@ the tap-stack path). Output rows are tiled so a tile's Z stays cache-sized.
 import numpy as np
 
 from .blas import gemm_entry
-from .buffers import DerivedWeights, temp_buffer
+from .buffers import DerivedWeights
 from .jit import call_gemm, compiled, prange, team, team_blocks, team_size
 from .layout import copy_planes
 from .team_gemm import gemm_into
@@ -154,13 +154,13 @@ def shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype):
             copy_planes(x[i], xp[interior])
             flat = xp.reshape(c, rows * wp)
             if entry is not None:
-                work = temp_buffer("shift_work", (blocks, work_size), dtype)
+                work = scratch.empty("shift_work", (blocks, work_size), dtype)
                 with team():
                     _shift_rows(entry.gemm, entry.ilp64, flat, wt, offsets, b, out[i], wp, relu, per, blocks, work)
                 continue
             for y0, y1 in tiles:
                 length = (y1 - y0) * wp + span
-                z = temp_buffer("shift_z", (taps * m, length), dtype)
+                z = scratch.empty("shift_z", (taps * m, length), dtype)
                 gemm_into(wt, flat[:, y0 * wp:y0 * wp + length], z)
                 _shift_add(z.reshape(taps, m, length), offsets, b, out[i], y0, y1, wp, relu,
                            team_blocks(m, taps * (y1 - y0) * wp))

@@ -115,7 +115,7 @@ def winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
             xp = scratch.zeros(("wg_pad", tile, pads[0], pads[1], (h, w_in)), buf_shape, dtype)
             copy_planes(x[i], xp[interior])
             if entry is not None:
-                work = temp_buffer("wg_work", (fused_chunks, fused_work), dtype)
+                work = scratch.empty("wg_work", (fused_chunks, fused_work), dtype)
                 with team():
                     _winograd_chunks(entry.gemm, entry.ilp64, xp, u, t_in, t_out, out[i], b, bias is not None, relu,
                                      tile, fused_rows, fused_chunks, work)
