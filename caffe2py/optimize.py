@@ -242,7 +242,7 @@ def _remove_ops(net, indices):
 
 def _identity_dropout(op, blobs, reads, protected):
     """Whether this op is an ONNX inference Dropout whose removal nobody can see."""
-    if op.type != "Dropout" or _domain(op) != ONNX or not op.input or not op.output[0]:
+    if op.type != "Dropout" or _domain(op) != ONNX or not op.input or not op.output or not op.output[0]:
         return False
     if op.op_version and op.op_version < 7 and _args(op).get("is_test", 0) == 0:
         return False                       # opset 1-6 without is_test=1 is training mode
@@ -264,11 +264,16 @@ def drop_inference_dropout(net, blobs):
     i = 0
     while i < len(net.op):
         op = net.op[i]
-        reads = _readers(net)
-        top_reads = sum(list(o.input).count(op.output[0]) for o in net.op) if op.output else 0
-        # readers inside control-flow bodies would need renaming there too: left alone
-        if not _identity_dropout(op, blobs, reads, protected) or reads.get(op.output[0], 0) != top_reads \
-                or any(op.output[0] in later.output for later in net.op[i + 1:]):
+        reads = _readers(net) if op.type == "Dropout" else {}
+        if not _identity_dropout(op, blobs, reads, protected):
+            i += 1
+            continue
+        # readers inside control-flow bodies would need renaming there too, and a
+        # later write of the input or output name (non-SSA nets) would change what
+        # the readers see: both left alone
+        top_reads = sum(list(o.input).count(op.output[0]) for o in net.op)
+        rewritten = any(op.output[0] in later.output or op.input[0] in later.output for later in net.op[i + 1:])
+        if reads.get(op.output[0], 0) != top_reads or rewritten:
             i += 1
             continue
         source, result = op.input[0], op.output[0]

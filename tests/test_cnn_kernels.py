@@ -1144,7 +1144,9 @@ def test_optimize_keeps_dropouts_that_may_train_or_whose_mask_is_read():
         _op("Dropout", ["b"], ["c", "mask"], version=13),             # its mask is read: stays
         _op("Cast", ["mask"], ["m"], to=1),
         _op("Dropout", ["c"], ["d"], version=6),                      # opset 6 without is_test: stays
-        _op("Add", ["d", "m"], ["y"]),
+        _op("Dropout", ["d"], ["e"], version=13),                     # its input is rewritten below: stays
+        _op("Relu", ["m"], ["d"]),
+        _op("Add", ["e", "d"], ["y"]),
     ]
     net = _net(ops, ["x", "t"] + list(consts), ["y"])
     opt = optimize(net, dict(consts))
