@@ -188,8 +188,8 @@ class team:
     def __enter__(self):
         # nested entries on one thread (a conv inside a net run, a GEMM inside a conv)
         # only count: ~1.5 us less per kernel call
-        nested = getattr(_sized, "depth", 0)
-        _sized.depth = nested + 1
+        nested = getattr(_this_thread, "depth", 0)
+        _this_thread.depth = nested + 1
         if nested:
             return self
         with _team_lock:
@@ -204,8 +204,8 @@ class team:
         return self
 
     def __exit__(self, *exc):
-        _sized.depth -= 1
-        if _sized.depth:
+        _this_thread.depth -= 1
+        if _this_thread.depth:
             return False
         with _team_lock:
             _blas_depth[0] -= 1
@@ -215,12 +215,12 @@ class team:
         return False
 
 
-_sized = threading.local()      # per thread: team() nesting depth, numba's thread count set
+_this_thread = threading.local()      # team() nesting depth, numba thread count last set
 
 
 def _use_team_size():
     # numba's thread count is per calling thread
-    if getattr(_sized, "size", None) != team_size():
+    if getattr(_this_thread, "size", None) != team_size():
         import numba
         numba.set_num_threads(team_size())
-        _sized.size = team_size()
+        _this_thread.size = team_size()
