@@ -505,6 +505,7 @@ POOL_CASES = [
     # strided in both dims: the compiled kernel (general kernel widths, row dilation)
     ((1, 2, 11, 12), (4, 5), (2, 3), (1, 2, 2, 1), (2, 1), True),
     ((2, 2, 13, 9), (5, 1), (3, 2), (2, 0, 1, 0), None, False),
+    ((1, 2, 13, 11), (3, 3), (2, 2), (1, 1, 0, 0), (2, 1), False),       # three rows, row dilation 2
     # stride 1 everywhere: the flat-shift path (windows crossing rows, planes and
     # images must all be dropped)
     ((2, 3, 6, 5), (3, 3), (1, 1), (1, 1, 1, 1), None, False),
@@ -562,6 +563,21 @@ def test_strided_pools_take_the_compiled_kernel_and_keep_nan():
         windows_with_nan = ref_pool(np.isnan(xn).astype(np.float64), kernel, strides, (1, 1, 1, 1), "max") > 0
         np.testing.assert_array_equal(np.isnan(y), windows_with_nan)
         assert np.isnan(y[0, 0, 0, 0]) and np.isnan(y[0, 1]).sum() >= 1
+
+
+@pytest.mark.parametrize("dy,dx", list(itertools.product(range(3), range(3))))
+def test_strided_max_pool_keeps_nan_from_every_cell_of_the_window(dy, dx):
+    # 3x3 stride-2 windows inside the map take the one-pass three-row path and the
+    # stride-2 column path: a NaN in any of the nine cells must reach the output.
+    x = rand(1, 2, 11, 13)
+    x[0, 1, 4 + dy, 6 + dx] = np.nan       # window (2, 3) of channel 1
+    y = pool_k.max_pool(x, (3, 3), (2, 2), (0, 0, 0, 0))
+    nan_windows = ref_pool(np.isnan(x).astype(np.float64), (3, 3), (2, 2), (0, 0, 0, 0), "max") > 0
+    np.testing.assert_array_equal(np.isnan(y), nan_windows)
+    assert np.isnan(y[0, 1, 2, 3])
+    finite = ~nan_windows
+    np.testing.assert_array_equal(y[finite], ref_pool(np.nan_to_num(x, nan=-np.inf), (3, 3), (2, 2),
+                                                      (0, 0, 0, 0), "max")[finite])
 
 
 def test_global_pool_and_int_max_pool():
