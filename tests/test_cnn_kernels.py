@@ -580,6 +580,19 @@ def test_strided_max_pool_keeps_nan_from_every_cell_of_the_window(dy, dx):
                                                       (0, 0, 0, 0), "max")[finite])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_global_average_pool_compiled_rows(dtype):
+    # above pool_k._COMPILED_MEAN_MIN values: the compiled float64-accumulating row means
+    x = (RNG.standard_normal((2, 300, 9, 9)) * 100 + 1e4).astype(dtype)
+    assert x.size >= pool_k._COMPILED_MEAN_MIN
+    x[1, 7, 3, 4] = np.nan
+    y = pool_k.global_pool(x, "avg")
+    assert y.shape == (2, 300, 1, 1) and y.dtype == dtype
+    ref = x.astype(np.float64).reshape(2, 300, -1).sum(axis=2) / 81.0
+    np.testing.assert_allclose(y[:, :, 0, 0], ref, rtol=1e-7 if dtype == np.float32 else 1e-13)
+    assert np.isnan(y[1, 7, 0, 0]) and np.isnan(y).sum() == 1
+
+
 def test_global_pool_and_int_max_pool():
     x = rand(2, 3, 5, 4)
     np.testing.assert_allclose(pool_k.global_pool(x, "max"), x.max(axis=(2, 3), keepdims=True))

@@ -367,6 +367,21 @@ def average_pool(x, kernel, strides, pads, count_include_pad=False, ceil_mode=Fa
     return sums.astype(x.dtype, copy=False)
 
 
+@compiled(parallel=True, fastmath=("contract", "reassoc"))
+def _row_means(rows, out, blocks):
+    """out[r] = mean of rows[r] (R, S), summed in float64 (reassociated, so vectorised);
+    rows in `blocks` blocks on the team."""
+    count = rows.shape[0]
+    size = rows.shape[1]
+    for t in prange(blocks):
+        for r in range(count * t // blocks, count * (t + 1) // blocks):
+            row = rows[r]
+            total = 0.0
+            for i in range(size):
+                total += np.float64(row[i])
+            out[r] = total / size
+
+
 def global_pool(x, kind):
     """(N, C, *S) -> (N, C, 1, ...): max or mean over all spatial dims."""
     n, c = x.shape[:2]
@@ -374,7 +389,19 @@ def global_pool(x, kind):
     if kind == "max":
         y = flat.max(axis=2)
     elif kind in ("avg", "average", "mean"):
-        y = flat.mean(axis=2, dtype=np.float64 if x.dtype == np.float64 else np.float32).astype(x.dtype, copy=False)
+        if x.dtype in (np.float32, np.float64) and flat.shape[2] and flat.size >= _COMPILED_MEAN_MIN:
+            # NumPy's mean over short rows pays a reduction set-up per row: 2 threads,
+            # alternating in one process, 1000 x 13 x 13 50 -> 14 us, 2048 x 7 x 7 59 -> 11 us
+            rows = np.ascontiguousarray(flat).reshape(n * c, -1)
+            y = np.empty(n * c, x.dtype)
+            _row_means(rows, y, team_blocks(n * c, rows.shape[1]))
+        else:
+            y = flat.mean(axis=2, dtype=np.float64 if x.dtype == np.float64 else np.float32).astype(x.dtype,
+                                                                                                 copy=False)
     else:
         raise ValueError("global pool kind must be 'max' or 'avg', got '%s'" % kind)
     return y.reshape((n, c) + (1,) * (x.ndim - 2))
+
+
+# Below this many values NumPy's mean is as fast as a compiled call.
+_COMPILED_MEAN_MIN = 4096
