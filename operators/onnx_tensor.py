@@ -2,6 +2,7 @@
 Transpose, Squeeze, Unsqueeze, Concat, Split, Gather, GatherElements, Slice,
 Pad, Tile, Expand, Where, Range, NonZero, TopK, CumSum, DepthToSpace,
 SpaceToDepth, OneHot. Attribute-vs-input changes across opsets follow the spec."""
+import math
 import numpy as np
 
 from caffe2py.kernels.cpu import layout as layout_k
@@ -92,8 +93,8 @@ def flatten(ctx):
         a = axis % x.ndim if axis < 0 else axis
         if a > x.ndim:
             raise ctx.input_error(0, "axis %d is out of range for rank %d" % (axis, x.ndim))
-        rows = int(np.prod(x.shape[:a], dtype=np.int64))
-        return x.reshape(rows, -1) if x.size else x.reshape(rows, int(np.prod(x.shape[a:])))
+        rows = math.prod(x.shape[:a])
+        return x.reshape(rows, -1) if x.size else x.reshape(rows, math.prod(x.shape[a:]))
     return run
 
 

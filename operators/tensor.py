@@ -1,5 +1,6 @@
 """Shape and layout ops: Copy, Alias, Reshape, Flatten, Transpose, ChannelShuffle, Concat,
 Split, Iter."""
+import math
 import numpy as np
 
 from caffe2py.kernels.cpu import layout as layout_k
@@ -155,7 +156,7 @@ def channel_shuffle(ctx):
                                   % (x.shape[axis] if x.ndim >= 2 else 0, list(x.shape), order, group))
         if order == "NCHW":
             return layout_k.channel_shuffle(x, group)
-        lead = int(np.prod(x.shape[:axis], dtype=np.int64))
+        lead = math.prod(x.shape[:axis])
         grid = x.reshape(lead, group, x.shape[axis] // group, -1)
         return np.ascontiguousarray(grid.transpose(0, 2, 1, 3)).reshape(x.shape)
     return run

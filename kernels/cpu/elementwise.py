@@ -7,6 +7,7 @@ Public:
         (per-channel bias / scale over (C, H*W)): picks NumPy's faster loop.
     sigmoid(x), softmax(x, axis), softmax_2d(x2), BINARY
 """
+import math
 import threading
 
 import numpy as np
@@ -111,5 +112,5 @@ def softmax_2d(x2):
 def softmax(x, axis):
     """Caffe2/ONNX-1 semantics: coerce to 2-D at axis, softmax over the second part."""
     axis = axis % x.ndim if x.ndim else 0
-    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    rows = math.prod(x.shape[:axis])
     return softmax_2d(x.reshape(rows, -1)).reshape(x.shape)

@@ -16,6 +16,7 @@ Public:
         (sum of x^2 over the channels c - (size-1)//2 .. c + size//2 that exist);
         ONNX and Caffe2 agree.
 """
+import math
 import numpy as np
 
 from .elementwise import relu as relu_into
@@ -52,7 +53,7 @@ def batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1, relu=False):
     if axis == 1 and x.dtype in (np.float32, np.float64):
         return channel_affine(x, mul, add, relu)
     shape = _channel_shape(x, axis, c)
-    with row_scalars(int(np.prod(x.shape[axis + 1:], dtype=np.int64))):
+    with row_scalars(math.prod(x.shape[axis + 1:])):
         y = np.multiply(x, mul.reshape(shape), dtype=dtype)
         y += add.reshape(shape)
     if relu:

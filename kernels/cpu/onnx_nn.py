@@ -2,6 +2,7 @@
 arithmetic, transposed convolution, Lp pooling, dilated average pooling, max
 pooling with indices, training-mode batch norm, layer/group/RMS norms,
 softmax along one axis."""
+import math
 import numpy as np
 
 from .conv import windows
@@ -103,7 +104,7 @@ def hardmax_axis(x, axis):
 
 
 def coerce_2d(x, axis):
-    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    rows = math.prod(x.shape[:axis])
     return x.reshape(rows, -1)
 
 

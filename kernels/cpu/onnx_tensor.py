@@ -1,5 +1,6 @@
 """Shape and data-movement compute with ONNX semantics: Pad modes, Slice with
 clamped starts/ends/steps, Reshape's 0/-1 rules, Split sizes."""
+import math
 import numpy as np
 
 
@@ -99,7 +100,7 @@ def scatter_elements(data, indices, updates, axis, reduction="none"):
 def gather_nd(data, indices, batch_dims=0):
     k = indices.shape[-1]
     batch = data.shape[:batch_dims]
-    nb = int(np.prod(batch, dtype=np.int64))
+    nb = math.prod(batch)
     d = data.reshape((nb,) + data.shape[batch_dims:])
     ind = indices.reshape((nb, -1, k))
     parts = [d[b][tuple(ind[b].T)] for b in range(nb)]

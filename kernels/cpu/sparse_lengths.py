@@ -19,6 +19,7 @@ Why it is shaped this way (see ../shared/reference/baselines.md §5):
   (NumPy releases the GIL, but every call hands it back and forth, which costs
   several microseconds when two threads contend, so calls per chunk are kept few).
 """
+import math
 import threading
 
 import numpy as np
@@ -43,7 +44,7 @@ class Layout:
     values_per_byte = 1
 
     def block_size(self, data):
-        return int(np.prod(data.shape[1:], dtype=np.int64))
+        return math.prod(data.shape[1:])
 
 
 FLOAT = Layout()
