@@ -1180,3 +1180,34 @@ def test_optimize_keeps_dropouts_that_may_train_or_whose_mask_is_read():
     net = _net(ops, ["x", "t"] + list(consts), ["y"])
     opt = optimize(net, dict(consts))
     assert [op.type for op in opt.op] == [op.type for op in ops]
+
+
+def test_team_work_regions_keep_their_addresses():
+    from caffe2py.kernels.cpu import buffers
+    import numba
+    block, stride = buffers.team_work(1000, np.float32)
+    assert block.size == numba.config.NUMBA_NUM_THREADS * stride and stride >= 1000
+    assert (stride * 4) % 4096 == 0                       # regions start on page boundaries
+    smaller, stride2 = buffers.team_work(10, np.float32)
+    assert smaller is block and stride2 == stride         # a smaller layer: the same regions
+    bigger, stride3 = buffers.team_work(stride + 1, np.float32)
+    assert stride3 > stride and bigger.size == numba.config.NUMBA_NUM_THREADS * stride3
+
+
+def test_layers_sharing_team_work_give_their_own_results():
+    # The fused flat (stride-2 stem), shift and Winograd paths all work in the same
+    # per-thread regions; interleaved layers of different sizes must not see each
+    # other's values.
+    layers = [((1, 3, 33, 31), (16, 3, 3, 3), (2, 2), (0, 0, 0, 0)),     # flat rows
+              ((1, 64, 12, 13), (16, 64, 3, 3), (1, 1), (1, 1, 1, 1)),   # shift (C >= 2M)
+              ((1, 16, 30, 29), (64, 16, 3, 3), (1, 1), (1, 1, 1, 1)),   # Winograd F(4x4)
+              ((1, 48, 13, 13), (96, 48, 3, 3), (1, 1), (1, 1, 1, 1))]   # Winograd F(2x2)
+    cases = []
+    for xs, ws, strides, pads in layers:
+        x, w, b = rand(*xs), rand(*ws), rand(ws[0])
+        # a stride-s conv is the stride-1 conv sampled every s rows and columns
+        ref = ref_conv2d_windows(x, w, b, pads)[:, :, ::strides[0], ::strides[1]]
+        cases.append((x, w, b, strides, pads, np.maximum(ref, 0)))
+    for x, w, b, strides, pads, ref in cases + cases[::-1] + cases:
+        y = conv_k.conv_nchw(x, w, b, strides, pads, (1, 1), 1, activation="relu")
+        np.testing.assert_allclose(y, ref, rtol=2e-4, atol=2e-4)

@@ -7,6 +7,10 @@ Public:
     temp_buffer(role, shape, dtype)
                                   a per-thread grow-only block for values that live only
                                   inside one kernel call
+    team_work(per_thread, dtype) -> (block, stride)
+                                  work space for compiled team kernels: region t of the
+                                  block belongs to team thread t, at the same address in
+                                  every layer
     DerivedWeights(make)          make(w) cached per weight array (transformed filters,
                                   re-laid-out weights), made again after in-place edits
 """
@@ -75,6 +79,35 @@ def temp_buffer(role, shape, dtype):
     if block is None or block.nbytes < nbytes:
         block = buffers[role] = np.empty(max(1, -(-nbytes // 8)), np.float64)
     return block.view(np.uint8)[:nbytes].view(dtype).reshape(shape)
+
+
+# Team threads' regions start on page boundaries, so no cache line or page is shared.
+_REGION_ALIGN = 4096
+
+
+def team_work(per_thread, dtype):
+    """(block, stride) for a parallel kernel whose threads each need `per_thread` values:
+    a 1-D block (of this Python thread, grow-only, shared by every layer) in which team
+    thread t (numba.get_thread_id()) uses block[t * stride:t * stride + per_thread].
+
+    Each region starts at the same address whatever the layer's size, so a thread keeps
+    finding its own region in its own cache from one layer to the next. (Per-block
+    slices of a shared buffer started where the previous layer's other thread had
+    written: squeezenet ran 1.6-6% slower with them than with op-owned buffers.) One
+    region per thread numba may start, so any thread id is in range; regions no thread
+    uses are never touched and take no memory."""
+    import numba
+    threads = numba.config.NUMBA_NUM_THREADS
+    dtype = np.dtype(dtype)
+    blocks = getattr(_thread_scratch, "team_work", None)
+    if blocks is None:
+        blocks = _thread_scratch.team_work = {}
+    found = blocks.get(dtype.str)
+    if found is None or found[1] < per_thread:
+        step = max(1, _REGION_ALIGN // dtype.itemsize)
+        stride = -(-max(1, per_thread) // step) * step
+        found = blocks[dtype.str] = (np.empty(threads * stride, dtype), stride)
+    return found
 
 
 class DerivedWeights:

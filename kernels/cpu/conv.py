@@ -41,10 +41,10 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .blas import gemm_entry
-from .buffers import Scratch, default_scratch, temp_buffer  # noqa: F401 - Scratch is public here
+from .buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import depthwise_plan
 from .epilogue import bias_values, finish_channels, finish_rows_into
-from .jit import call_gemm, compiled, prange, team, team_blocks, team_size
+from .jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
 from .shift_conv import shift_plan
 from .team_gemm import gemm_into
 from .winograd import winograd_plan, winograd_tile
@@ -340,13 +340,14 @@ def _stack_taps(flat, cols, first, a0, astep, na, b0, bstep, nb, start, amove, b
 
 
 @compiled(parallel=True)
-def _flat_rows(gemm, ilp64, flats, table, w2, bias, has_bias, relu, out, kh, kw, wq, per, blocks, work):
+def _flat_rows(gemm, ilp64, flats, table, w2, bias, has_bias, relu, out, kh, kw, wq, per, blocks, work, stride):
     """The flattened-row conv, group 1, in `blocks` blocks of `per` output rows, each
     on one team thread from start to end: stack the block's taps from the phase
     buffers flats (P, C, rows * wq) (table[p] = a0, astep, na, b0, bstep, nb, start,
     amove, bmove: which taps read phase p, and from where), one GEMM with w2 (M, C*kh*kw),
-    then the rows cropped to OW with bias and ReLU into out (M, OH, OW). Buffers are
-    `work` (blocks, ...), which the caller owns (see blas.py)."""
+    then the rows cropped to OW with bias and ReLU into out (M, OH, OW). Buffers are the
+    thread's region of `work`, from thread_id() * stride (buffers.team_work; the caller
+    owns it, see blas.py)."""
     c_count = flats.shape[1]
     m, oh, ow = out.shape
     k_all = c_count * kh * kw
@@ -356,7 +357,7 @@ def _flat_rows(gemm, ilp64, flats, table, w2, bias, has_bias, relu, out, kh, kw,
         if r1 <= r0:
             continue
         length = (r1 - r0) * wq
-        mine = work[blk]
+        mine = work[thread_id() * stride:thread_id() * stride + stride]   # this thread's region
         cols = mine[0:k_all * length].reshape(c_count, kh, kw, length)
         acc = mine[k_all * per * wq:k_all * per * wq + m * length].reshape(m, length)
         for ph in range(flats.shape[0]):
@@ -450,10 +451,10 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                 phases = scratch.zeros(phases_key, (len(plan), c, rows, wq), dtype)
                 for k, (_, _, _, layout, _) in enumerate(plan):
                     _phase_copy(img, phases[k], *layout, team_blocks(c * layout[1], layout[3]))
-                work = scratch.empty("flat_work", (blocks, work_size), dtype)
+                work, stride = team_work(work_size, dtype)
                 with team():
                     _flat_rows(entry.gemm, entry.ilp64, phases.reshape(len(plan), c, rows * wq), table,
-                               w3[0], b, bias is not None, relu, out[i], kh, kw, wq, per, blocks, work)
+                               w3[0], b, bias is not None, relu, out[i], kh, kw, wq, per, blocks, work, stride)
             return
         for i in range(n):
             img = x[i] if crop is None else x[i][crop]

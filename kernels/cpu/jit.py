@@ -72,6 +72,7 @@ class LazyGlobal:
 # numba recognises prange by identity, so the placeholder is swapped before compiling.
 prange = LazyGlobal("numba", "prange")
 call_gemm = LazyGlobal(".blas_calls", "call_gemm")
+thread_id = LazyGlobal("numba", "get_thread_id")      # this team thread's number, in a prange body
 call_gemv = LazyGlobal(".blas_calls", "call_gemv")
 
 

@@ -22,8 +22,8 @@ the tap-stack path). Output rows are tiled so a tile's Z stays cache-sized.
 import numpy as np
 
 from .blas import gemm_entry
-from .buffers import DerivedWeights
-from .jit import call_gemm, compiled, prange, team, team_blocks, team_size
+from .buffers import DerivedWeights, team_work
+from .jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
 from .layout import copy_planes
 from .team_gemm import gemm_into
 
@@ -85,11 +85,11 @@ def _shift_add(z, offsets, bias, out, y0, y1, wp, relu, blocks):
 
 
 @compiled(fastmath=("contract", "reassoc"), parallel=True)
-def _shift_rows(gemm, ilp64, flat, wt, offsets, bias, out, wp, relu, per, blocks, work):
+def _shift_rows(gemm, ilp64, flat, wt, offsets, bias, out, wp, relu, per, blocks, work, stride):
     """The whole shift conv in `blocks` blocks of `per` output rows, each on one team
     thread: Z = wt (taps*M, C) @ the block's flattened padded rows, then the shift-add
-    (+ bias, ReLU) of that Z into out (M, OH, OW). Buffers from `work` (caller-owned,
-    see blas.py)."""
+    (+ bias, ReLU) of that Z into out (M, OH, OW). Buffers from the thread's region of
+    `work`, from thread_id() * stride (buffers.team_work; caller-owned, see blas.py)."""
     c = flat.shape[0]
     tm = wt.shape[0]
     taps = offsets.shape[0]
@@ -103,7 +103,7 @@ def _shift_rows(gemm, ilp64, flat, wt, offsets, bias, out, wp, relu, per, blocks
             continue
         length = (y1 - y0) * wp
         zlen = length + span
-        mine = work[blk]
+        mine = work[thread_id() * stride:thread_id() * stride + stride]   # this thread's region
         z = mine[0:tm * zlen].reshape(taps, m, zlen)
         acc = mine[tm * (per * wp + span):tm * (per * wp + span) + length]
         call_gemm(gemm, ilp64, False, False, tm, zlen, c, 1.0, wt.ctypes.data, c, flat.ctypes.data + y0 * wp * item,
@@ -154,9 +154,10 @@ def shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype):
             copy_planes(x[i], xp[interior])
             flat = xp.reshape(c, rows * wp)
             if entry is not None:
-                work = scratch.empty("shift_work", (blocks, work_size), dtype)
+                work, stride = team_work(work_size, dtype)
                 with team():
-                    _shift_rows(entry.gemm, entry.ilp64, flat, wt, offsets, b, out[i], wp, relu, per, blocks, work)
+                    _shift_rows(entry.gemm, entry.ilp64, flat, wt, offsets, b, out[i], wp, relu, per, blocks, work,
+                                stride)
                 continue
             for y0, y1 in tiles:
                 length = (y1 - y0) * wp + span

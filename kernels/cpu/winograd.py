@@ -17,10 +17,10 @@ and ReLU. Matrices: Lavin & Gray, 2015.
 """
 import numpy as np
 
-from .buffers import DerivedWeights, temp_buffer
+from .buffers import DerivedWeights, team_work, temp_buffer
 from .blas import gemm_entry
 from .epilogue import bias_values
-from .jit import call_gemm, compiled, prange, team, team_blocks, team_size
+from .jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
 from .layout import copy_planes
 from .team_gemm import gemm_into
 
@@ -115,10 +115,10 @@ def winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
             xp = scratch.zeros(("wg_pad", tile, pads[0], pads[1], (h, w_in)), buf_shape, dtype)
             copy_planes(x[i], xp[interior])
             if entry is not None:
-                work = scratch.empty("wg_work", (fused_chunks, fused_work), dtype)
+                work, stride = team_work(fused_work, dtype)
                 with team():
                     _winograd_chunks(entry.gemm, entry.ilp64, xp, u, t_in, t_out, out[i], b, bias is not None, relu,
-                                     tile, fused_rows, fused_chunks, work)
+                                     tile, fused_rows, fused_chunks, work, stride)
                 continue
             for r0, r1 in chunks:
                 rows = r1 - r0
@@ -198,14 +198,15 @@ def _scatter_tiles(y, bias, has_bias, out, first_row, relu, blocks):
 
 @compiled(parallel=True)
 def _winograd_chunks(gemm, ilp64, xp, u, t_in, t_out, out, bias, has_bias, relu, tile, rows_per_chunk, chunks,
-                     work):
+                     work, stride):
     """The whole Winograd pipeline, chunk by chunk of tile rows, each chunk on one team
     thread from start to end: gather its tiles, transform them (a GEMM with
     kron(B^T, B^T)), the a^2 products with the transformed filters, the output
     transform (a GEMM with kron(A^T, A^T)), and scatter into out with bias and ReLU.
-    Single-threaded GEMMs on the chunk's own slice of `work` (chunks, 2 * a^2 * max(C, M)
-    * rows_per_chunk * tw + tile^2 * M * rows_per_chunk * tw): no join between the steps,
-    and a chunk's data stays in its thread's cache. xp (C, Hp, Wp) padded input;
+    Single-threaded GEMMs in the thread's own region of `work` (buffers.team_work: 2 *
+    a^2 * max(C, M) * rows_per_chunk * tw + tile^2 * M * rows_per_chunk * tw values from
+    thread_id() * stride): no join between the steps, and a chunk's data stays in its
+    thread's cache. xp (C, Hp, Wp) padded input;
     u (a^2, M, C); out (M, OH, OW). (The buffers come from the caller: an array made in
     here is freed after its last use as an array, which may come before the GEMM that
     reads its pointer; see blas.py.)"""
@@ -220,7 +221,7 @@ def _winograd_chunks(gemm, ilp64, xp, u, t_in, t_out, out, bias, has_bias, relu,
         if rows <= 0:
             continue
         cols = rows * tw
-        mine = work[chunk]
+        mine = work[thread_id() * stride:thread_id() * stride + stride]   # this thread's region
         big = a2 * max(c, m) * cols
         d = mine[0:a2 * c * cols].reshape(a2, c * cols)
         v = mine[big:big + a2 * c * cols].reshape(a2, c * cols)
