@@ -11,6 +11,12 @@ so running costs one call per op and nothing else. The function reads the
 blobs it needs from the workspace at the start and writes the net's outputs
 back only at the end: a net that fails part-way leaves the workspace exactly as
 it was. The line an exception comes from tells which op failed.
+
+A workspace net commits every blob it writes (Caffe2's semantics: any blob can
+be fetched afterwards). A plan compiled with `keep` (the ONNX backend's, which
+returns only the graph outputs) commits only those and drops each other blob
+right after the op that uses it last (`del v3`), so the memory is reused by the
+next ops while it is still in cache.
 """
 import time
 
@@ -89,12 +95,15 @@ def _local(slots, blob):
 class Plan:
     """A compiled net: steps plus the generated fast runner."""
 
-    def __init__(self, net_def, steps):
+    def __init__(self, net_def, steps, keep=None):
         self.net_def = net_def
         self.name = net_def.name
         self.steps = steps
+        # None: every blob the net writes goes to the workspace (Caffe2's semantics);
+        # else only these, and every other blob is dropped after its last use.
+        self.keep = None if keep is None else frozenset(keep)
         self.reads = []      # blobs read from the workspace before they are written
-        self.writes = []     # every blob the net writes, committed at the end
+        self.writes = []     # the blobs the run commits to the workspace at its end
         self._line_to_step = {}
         self._load_line_to_blob = {}
         self._runner = self._render()
@@ -103,7 +112,11 @@ class Plan:
         slots = {}
         loads, body, line_of = [], [], []
         written = []
-        for step in self.steps:
+        last_use = {}
+        for position, step in enumerate(self.steps):
+            for blob in step.inputs + step.outputs:
+                last_use[blob] = position
+        for position, step in enumerate(self.steps):
             args = []
             for blob in step.inputs:
                 if blob not in slots:
@@ -112,7 +125,7 @@ class Plan:
                 args.append(slots[blob])
             outs = [_local(slots, blob) for blob in step.outputs]
             for blob in step.outputs:
-                if blob not in written:
+                if blob not in written and (self.keep is None or blob in self.keep):
                     written.append(blob)
             call = "k%d(%s)" % (step.index, ", ".join(args))
             if len(outs) == 0:
@@ -122,6 +135,14 @@ class Plan:
             else:
                 body.append("%s = %s" % (", ".join(outs), call))
             line_of.append(step.index)
+            if self.keep is not None:
+                # Dropping a blob right after its last use hands its memory back while
+                # it is still in cache: the next op's output reuses it.
+                done = sorted({slots[b] for b in step.inputs + step.outputs
+                               if last_use[b] == position and b not in self.keep})
+                if done:
+                    body.append("del " + ", ".join(done))
+                    line_of.append(step.index)
         self.writes = written
         lines = ["def make(K):"]
         lines += ["    k%d = K[%d]" % (s.index, i) for i, s in enumerate(self.steps)]
@@ -244,11 +265,14 @@ class PlacementTracker:
             self.where[blob] = out
 
 
-def compile_net(net_def, known_blobs=(), input_types=None, blob_values=None):
+def compile_net(net_def, known_blobs=(), input_types=None, blob_values=None, keep=None):
     """NetDef -> Plan. known_blobs: names already in the workspace (a dict keys view
     of the blobs also gives their values, for the device placement check).
     input_types: optional {blob: TensorType} from shape inference, handed to kernels.
-    blob_values: optional {blob: value} for the device placement check."""
+    blob_values: optional {blob: value} for the device placement check.
+    keep: None (every blob the net writes is committed to the workspace, as Caffe2
+    does) or the names of the only blobs a run commits; the others are intermediate
+    and are released right after their last use."""
     check_net(net_def, known_blobs)
     keep_freed_memory()     # once per process: runs reuse heap memory instead of faulting it in
     if blob_values is None:
@@ -271,7 +295,7 @@ def compile_net(net_def, known_blobs=(), input_types=None, blob_values=None):
         except Exception as exc:  # noqa: BLE001 - factories validate args
             raise Caffe2Error("%s: %s: %s" % (ctx.label, type(exc).__name__, exc)) from exc
         steps.append(Step(index, op, kernel, engine, ctx))
-    return Plan(net_def, steps)
+    return Plan(net_def, steps, keep)
 
 
 # --------------------------------------------------------------------------- observers

@@ -235,3 +235,70 @@ def test_every_run_path_runs_ops_inside_the_cpu_team(mode):
     else:
         workspace.RunNet(net.Name())
     assert _TEAM_SEEN and all(_TEAM_SEEN)
+
+
+_ALIVE = {}       # blob name -> weakref to the array a _TestTrack op wrote
+
+
+@register_kernel("_TestTrack")
+def _track(ctx):
+    import weakref
+    name = ctx.outputs[0]
+
+    def run(*xs):
+        # which of the earlier outputs are still alive when this op runs
+        ctx_alive = {b: ref() is not None for b, ref in _ALIVE.items()}
+        y = sum(xs) + 1.0
+        _ALIVE[name] = weakref.ref(y)
+        _SEEN_ALIVE.append((name, ctx_alive))
+        return y
+    return run
+
+
+_SEEN_ALIVE = []
+
+
+def _chain_net():
+    # a -> b -> c -> d, and d also reads a (so a lives to the end)
+    net = caffe2_pb2.NetDef(name="chain")
+    for ins, out in ((["x"], "a"), (["a"], "b"), (["b"], "c"), (["c", "a"], "d")):
+        op = net.op.add()
+        op.type = "_TestTrack"
+        op.input.extend(ins)
+        op.output.append(out)
+    net.external_input.append("x")
+    net.external_output.append("d")
+    return net
+
+
+def test_a_plan_keeping_only_outputs_releases_intermediates_after_their_last_use():
+    from caffe2py.executor import compile_net
+    _ALIVE.clear()
+    _SEEN_ALIVE.clear()
+    blobs = {"x": np.ones(3)}
+    compile_net(_chain_net(), blobs.keys(), keep=["d"]).run(blobs)
+    assert set(blobs) == {"x", "d"}                        # only the kept blob is committed
+    np.testing.assert_array_equal(blobs["d"], np.full(3, 7.0))   # a=2, b=3, c=4, d=c+a+1
+    seen = dict(_SEEN_ALIVE)
+    assert seen["c"] == {"a": True, "b": True}             # b is c's input: alive while c runs
+    assert seen["d"] == {"a": True, "b": False, "c": True}  # b was dropped after c, a is read by d
+
+
+def test_a_plan_by_default_commits_every_blob_it_writes():
+    from caffe2py.executor import compile_net
+    _ALIVE.clear()
+    _SEEN_ALIVE.clear()
+    blobs = {"x": np.ones(3)}
+    compile_net(_chain_net(), blobs.keys()).run(blobs)
+    assert set(blobs) == {"x", "a", "b", "c", "d"}
+    assert dict(_SEEN_ALIVE)["d"] == {"a": True, "b": True, "c": True}
+
+
+def test_a_failing_plan_that_keeps_only_outputs_leaves_the_blobs_untouched():
+    from caffe2py.executor import compile_net
+    net = _chain_net()
+    net.op[3].input[1] = "missing"
+    blobs = {"x": np.ones(3)}
+    with pytest.raises(Exception, match="missing"):
+        compile_net(net, list(blobs) + ["missing"], keep=["d"]).run(blobs)
+    assert set(blobs) == {"x"}
