@@ -55,6 +55,14 @@ _TILE_BYTES = 2 << 20
 _FLAT_TILE_BYTES = 4 << 20
 # Blocks of the fused path (a tap stack and its product) are kept about this size.
 _FLAT_BLOCK_BYTES = 1 << 20
+# ... and this size when the products are short (C * kh * kw at most _SHORT_K, the
+# 3-channel stems): their GEMMs are memory-bound, so L2-sized blocks win. 2 threads,
+# a cache-cold input as inside a net, 1 MB -> 256-384 KB blocks: 3 -> 64 3x3/s2 at 224
+# 0.78-0.83 -> 0.71-0.73 ms, 3 -> 24 (ShuffleNet) 0.45-0.47 -> 0.38-0.41, 3 -> 64 7x7/s2
+# even (1.88-1.96); wider layers lose with smaller blocks (128 -> 128 3x3/s2 at 56:
+# 3.05 -> 3.23 ms at 384 KB).
+_SHORT_K_BLOCK_BYTES = 320 << 10
+_SHORT_K = 160
 # Depthwise tap stacks per channel tile (kept well inside L2).
 
 
@@ -434,7 +442,8 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
     if entry is not None:
         table = np.array([taps_of_phase for *_, taps_of_phase in plan], np.int64)
         phases_key = ("flat_phases", tuple(layout for _, _, _, layout, _ in plan))
-        per = max(1, min(-(-oh // team_size()), _FLAT_BLOCK_BYTES // max(1, (c * taps + m) * wq * item)))
+        budget = _SHORT_K_BLOCK_BYTES if c * taps <= _SHORT_K else _FLAT_BLOCK_BYTES
+        per = max(1, min(-(-oh // team_size()), budget // max(1, (c * taps + m) * wq * item)))
         blocks = team_size() * -(-oh // (team_size() * per))
         per = -(-oh // blocks)
         blocks = -(-oh // per)
