@@ -294,11 +294,19 @@ def test_a_plan_by_default_commits_every_blob_it_writes():
     assert dict(_SEEN_ALIVE)["d"] == {"a": True, "b": True, "c": True}
 
 
+@register_kernel("_TestFail")
+def _fail(ctx):
+    def run(*xs):
+        raise ValueError("refused")
+    return run
+
+
 def test_a_failing_plan_that_keeps_only_outputs_leaves_the_blobs_untouched():
+    # the last op fails after three ops ran and one intermediate was dropped
     from caffe2py.executor import compile_net
     net = _chain_net()
-    net.op[3].input[1] = "missing"
+    net.op[3].type = "_TestFail"
     blobs = {"x": np.ones(3)}
-    with pytest.raises(Exception, match="missing"):
-        compile_net(net, list(blobs) + ["missing"], keep=["d"]).run(blobs)
+    with pytest.raises(OperatorError, match="_TestFail #3 'd'.*refused"):
+        compile_net(net, blobs.keys(), keep=["d"]).run(blobs)
     assert set(blobs) == {"x"}

@@ -96,17 +96,16 @@ def team_work(per_thread, dtype):
     written: squeezenet ran 1.6-6% slower with them than with op-owned buffers.) One
     region per thread numba may start, so any thread id is in range; regions no thread
     uses are never touched and take no memory."""
-    import numba
-    threads = numba.config.NUMBA_NUM_THREADS
     dtype = np.dtype(dtype)
     blocks = getattr(_thread_scratch, "team_work", None)
     if blocks is None:
         blocks = _thread_scratch.team_work = {}
     found = blocks.get(dtype.str)
     if found is None or found[1] < per_thread:
+        import numba
         step = max(1, _REGION_ALIGN // dtype.itemsize)
         stride = -(-max(1, per_thread) // step) * step
-        found = blocks[dtype.str] = (np.empty(threads * stride, dtype), stride)
+        found = blocks[dtype.str] = (np.empty(numba.config.NUMBA_NUM_THREADS * stride, dtype), stride)
     return found
 
 

@@ -367,6 +367,10 @@ def average_pool(x, kernel, strides, pads, count_include_pad=False, ceil_mode=Fa
     return sums.astype(x.dtype, copy=False)
 
 
+# Below this many values NumPy's mean is as fast as a compiled call.
+_COMPILED_MEAN_MIN = 4096
+
+
 @compiled(parallel=True, fastmath=("contract", "reassoc"))
 def _row_means(rows, out, blocks):
     """out[r] = mean of rows[r] (R, S), summed in float64 (reassociated, so vectorised);
@@ -389,7 +393,7 @@ def global_pool(x, kind):
     if kind == "max":
         y = flat.max(axis=2)
     elif kind in ("avg", "average", "mean"):
-        if x.dtype in (np.float32, np.float64) and flat.shape[2] and flat.size >= _COMPILED_MEAN_MIN:
+        if x.dtype in (np.float32, np.float64) and flat.size >= _COMPILED_MEAN_MIN:
             # NumPy's mean over short rows pays a reduction set-up per row: 2 threads,
             # alternating in one process, 1000 x 13 x 13 50 -> 14 us, 2048 x 7 x 7 59 -> 11 us
             rows = np.ascontiguousarray(flat).reshape(n * c, -1)
@@ -402,6 +406,3 @@ def global_pool(x, kind):
         raise ValueError("global pool kind must be 'max' or 'avg', got '%s'" % kind)
     return y.reshape((n, c) + (1,) * (x.ndim - 2))
 
-
-# Below this many values NumPy's mean is as fast as a compiled call.
-_COMPILED_MEAN_MIN = 4096
