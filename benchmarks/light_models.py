@@ -137,7 +137,8 @@ def single_node_model(node, in_shapes, rng):
 def our_layer(node, weights):
     """A callable x -> y running our kernel for the node (ONNX attribute semantics)."""
     import onnx
-    from caffe2py.kernels.cpu import conv as conv_k, pool as pool_k
+    from caffe2py.kernels.cpu.cnn import conv as conv_k
+    from caffe2py.kernels.cpu.cnn import pool as pool_k
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     if node.op_type == "Conv":
         w = weights[0]
@@ -159,11 +160,11 @@ def our_layer(node, weights):
     if node.op_type == "GlobalAveragePool":
         return lambda x: pool_k.global_pool(x, "avg")
     if node.op_type == "LRN":
-        from caffe2py.kernels.cpu import norm as norm_k
+        from caffe2py.kernels.cpu.cnn import norm as norm_k
         return lambda x: norm_k.lrn(x, attrs["size"], attrs.get("alpha", 1e-4), attrs.get("beta", 0.75),
                                     attrs.get("bias", 1.0))
     if node.op_type == "Gemm":
-        from caffe2py.kernels.cpu import gemm as gemm_k
+        from caffe2py.kernels.cpu.tensor import gemm as gemm_k
         w, b = weights[0], weights[1] if len(weights) > 1 else None
         return lambda x: gemm_k.gemm(x, w, b, alpha=attrs.get("alpha", 1.0), beta=attrs.get("beta", 1.0),
                                      trans_a=attrs.get("transA", 0), trans_b=attrs.get("transB", 0))
@@ -207,8 +208,8 @@ def gemm_floor(name, runs):
     batched over groups), timed bare on caffe2py's team: a floor for any im2col/GEMM
     convolution on this BLAS, with no copies, no other op and no Python in between."""
     import onnx
-    from caffe2py.kernels.cpu.jit import team
-    from caffe2py.kernels.cpu.team_gemm import gemm_into
+    from caffe2py.kernels.cpu.runtime.jit import team
+    from caffe2py.kernels.cpu.tensor.team_gemm import gemm_into
     model = onnx.load(os.path.join(light_dir(), "light_%s.onnx" % name))
     total_ms = flops = 0.0
     dims = blob_dims(model)

@@ -93,6 +93,6 @@ def placement_text(placement):
 
 def cpu_run_context():
     """The context CPU plans run in: caffe2py's compiled kernels and GEMMs share one
-    thread team, with NumPy's OpenBLAS on one thread meanwhile (kernels/cpu/jit.py)."""
-    from .kernels.cpu.jit import team
+    thread team, with NumPy's OpenBLAS on one thread meanwhile (kernels/cpu/runtime/jit.py)."""
+    from .kernels.cpu.runtime.jit import team
     return team()

@@ -41,7 +41,7 @@ rounding:
 """
 import numpy as np
 
-from .kernels.cpu.norm import bn_affine
+from .kernels.cpu.cnn.norm import bn_affine
 from .proto import caffe2_pb2
 from .registry import normalize_domain
 

@@ -2,7 +2,7 @@
 and the activations Relu, Sigmoid, Tanh, Softmax."""
 import numpy as np
 
-from caffe2py.kernels.cpu import elementwise as K
+from caffe2py.kernels.cpu.tensor import elementwise as K
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 
 from ._common import elementwise_cost, legacy_broadcast_shape, same_as_input

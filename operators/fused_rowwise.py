@@ -1,8 +1,8 @@
 """Conversions between float/half tables and fused rowwise-quantised uint8 tables,
-plus FloatToHalf / HalfToFloat. Rounding rule: see kernels/cpu/fused_rowwise.py."""
+plus FloatToHalf / HalfToFloat. Rounding rule: see kernels/cpu/recsys/fused_rowwise.py."""
 import numpy as np
 
-from caffe2py.kernels.cpu import fused_rowwise as K
+from caffe2py.kernels.cpu.recsys import fused_rowwise as K
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Cost, OpSchema, TensorType, register_kernel, register_schema
 

@@ -4,10 +4,10 @@ Conv and pooling kernels own a Scratch so padding and im2col buffers are
 allocated at the first run and reused afterwards."""
 import numpy as np
 
-from caffe2py.kernels.cpu import conv as conv_k
-from caffe2py.kernels.cpu import gemm as gemm_k
-from caffe2py.kernels.cpu import norm as norm_k
-from caffe2py.kernels.cpu import pool as pool_k
+from caffe2py.kernels.cpu.cnn import conv as conv_k
+from caffe2py.kernels.cpu.tensor import gemm as gemm_k
+from caffe2py.kernels.cpu.cnn import norm as norm_k
+from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 
 from ._common import LEGACY_CAFFE_POOLING, conv_geometry, legacy_pads

@@ -3,7 +3,7 @@ GatherND, Trilu, EyeLike, Compress, ReverseSequence, Unique, CumProd, Einsum,
 Det."""
 import numpy as np
 
-from caffe2py.kernels.cpu import onnx_tensor as tk
+from caffe2py.kernels.cpu.onnx import tensor as tk
 
 from .onnx_base import axis_of, onnx_op
 
@@ -70,7 +70,7 @@ def trilu(ctx):
 
 @onnx_op("EyeLike", (9, None))
 def eye_like(ctx):
-    from caffe2py.kernels.cpu import onnx_math as om
+    from caffe2py.kernels.cpu.onnx import math as om
     k = ctx.int("k", 0)
     dtype = om.onnx_dtype(ctx.int("dtype")) if ctx.has("dtype") else None
     return lambda x: np.eye(x.shape[0], x.shape[1], k, dtype=dtype or x.dtype)

@@ -2,7 +2,7 @@
 (reduction none/sum/mean, class weights, ignore_index)."""
 import numpy as np
 
-from caffe2py.kernels.cpu import onnx_nn as nn_k
+from caffe2py.kernels.cpu.onnx import nn as nn_k
 
 from .onnx_base import onnx_op
 

@@ -3,8 +3,8 @@
 Sum/Max/Min/Mean, Clip, Cast, reductions and ArgMax/ArgMin."""
 import numpy as np
 
-from caffe2py.kernels.cpu import elementwise as ew
-from caffe2py.kernels.cpu import onnx_math as om
+from caffe2py.kernels.cpu.tensor import elementwise as ew
+from caffe2py.kernels.cpu.onnx import math as om
 
 from ._common import legacy_broadcast_shape
 from .onnx_base import axis_of, onnx_op

@@ -5,8 +5,8 @@ import re
 
 import numpy as np
 
-from caffe2py.kernels.cpu import onnx_math as om
-from caffe2py.kernels.cpu import onnx_misc as mk
+from caffe2py.kernels.cpu.onnx import math as om
+from caffe2py.kernels.cpu.onnx import misc as mk
 
 from .onnx_base import axis_of, onnx_op
 
@@ -138,7 +138,7 @@ def regex_full_match(ctx):
 
 @onnx_op("GridSample", (16, 19), (20, None))
 def grid_sample(ctx):
-    from caffe2py.kernels.cpu import onnx_grid
+    from caffe2py.kernels.cpu.onnx import grid as onnx_grid
     mode = ctx.string("mode", "bilinear" if ctx.op_version < 20 else "linear")
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
     padding = ctx.string("padding_mode", "zeros")
@@ -156,7 +156,7 @@ def grid_sample(ctx):
 
 @onnx_op("RoiAlign", (10, 15), (16, None))
 def roi_align(ctx):
-    from caffe2py.kernels.cpu import onnx_roi
+    from caffe2py.kernels.cpu.onnx import roi as onnx_roi
     mode = ctx.string("mode", "avg")
     out_h, out_w = ctx.int("output_height", 1), ctx.int("output_width", 1)
     ratio, scale = ctx.int("sampling_ratio", 0), ctx.float("spatial_scale", 1.0)

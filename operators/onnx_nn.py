@@ -3,11 +3,11 @@ MatMul, BatchNormalization, InstanceNormalization, LRN, Softmax/LogSoftmax/
 Hardmax (opset 1-12 coerce-to-2-D, 13+ one axis), Dropout."""
 import numpy as np
 
-from caffe2py.kernels.cpu import conv as conv_k
-from caffe2py.kernels.cpu import gemm as gemm_k
-from caffe2py.kernels.cpu import norm as norm_k
-from caffe2py.kernels.cpu import onnx_nn as nn_k
-from caffe2py.kernels.cpu import pool as pool_k
+from caffe2py.kernels.cpu.cnn import conv as conv_k
+from caffe2py.kernels.cpu.tensor import gemm as gemm_k
+from caffe2py.kernels.cpu.cnn import norm as norm_k
+from caffe2py.kernels.cpu.onnx import nn as nn_k
+from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.registry import Cost
 from caffe2py.tensors import numpy_dtype
 
@@ -341,7 +341,7 @@ def dropout(ctx):
 
 @onnx_op("DeformConv", (19, None))
 def deform_conv(ctx):
-    from caffe2py.kernels.cpu import onnx_deform
+    from caffe2py.kernels.cpu.onnx import deform as onnx_deform
     group, offset_group = ctx.int("group", 1), ctx.int("offset_group", 1)
 
     def run(x, w, offset, b=None, mask=None):

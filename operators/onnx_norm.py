@@ -3,9 +3,9 @@ GroupNormalization, RMSNormalization, LpNormalization,
 MeanVarianceNormalization, Gelu, Mish, Swish."""
 import numpy as np
 
-from caffe2py.kernels.cpu import elementwise as ew
-from caffe2py.kernels.cpu import onnx_math as om
-from caffe2py.kernels.cpu import onnx_nn as nn_k
+from caffe2py.kernels.cpu.tensor import elementwise as ew
+from caffe2py.kernels.cpu.onnx import math as om
+from caffe2py.kernels.cpu.onnx import nn as nn_k
 
 from .onnx_base import axis_of, onnx_op
 

@@ -2,10 +2,10 @@
 MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv (8-bit integer types)."""
 import numpy as np
 
-from caffe2py.kernels.cpu import conv as conv_k
-from caffe2py.kernels.cpu import onnx_math as om
-from caffe2py.kernels.cpu import onnx_nn as nn_k
-from caffe2py.kernels.cpu import onnx_quant as qk
+from caffe2py.kernels.cpu.cnn import conv as conv_k
+from caffe2py.kernels.cpu.onnx import math as om
+from caffe2py.kernels.cpu.onnx import nn as nn_k
+from caffe2py.kernels.cpu.onnx import quant as qk
 
 from .onnx_base import axis_of, onnx_op
 

@@ -3,7 +3,7 @@ They are never constant-folded (see caffe2py.onnx.convert NONDETERMINISTIC);
 a `seed` attribute makes a generator reproducible from plan time on."""
 import numpy as np
 
-from caffe2py.kernels.cpu import onnx_math as om
+from caffe2py.kernels.cpu.onnx import math as om
 
 from .onnx_base import onnx_op
 

@@ -1,9 +1,9 @@
 """ONNX Resize (10, 11, 13, 18, 19) and Upsample (7, 9): output size from
 scales or sizes (with axes and keep_aspect_ratio_policy from 18), compute in
-kernels/cpu/onnx_resize.py."""
+kernels/cpu/onnx/resize.py."""
 import numpy as np
 
-from caffe2py.kernels.cpu import onnx_resize as rk
+from caffe2py.kernels.cpu.onnx import resize as rk
 
 from .onnx_base import axis_of, onnx_op
 

@@ -2,7 +2,7 @@
 initial states, peepholes, clip, custom activations, layout 0/1)."""
 import numpy as np
 
-from caffe2py.kernels.cpu import onnx_rnn as rk
+from caffe2py.kernels.cpu.onnx import rnn as rk
 
 from .onnx_base import onnx_op
 

@@ -2,7 +2,7 @@
 StringNormalizer over object (str) arrays."""
 import numpy as np
 
-from caffe2py.kernels.cpu import onnx_math as om
+from caffe2py.kernels.cpu.onnx import math as om
 
 from .onnx_base import axis_of, onnx_op
 

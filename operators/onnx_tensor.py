@@ -5,8 +5,8 @@ SpaceToDepth, OneHot. Attribute-vs-input changes across opsets follow the spec."
 import math
 import numpy as np
 
-from caffe2py.kernels.cpu import layout as layout_k
-from caffe2py.kernels.cpu import onnx_tensor as tk
+from caffe2py.kernels.cpu.tensor import layout as layout_k
+from caffe2py.kernels.cpu.onnx import tensor as tk
 from caffe2py.tensors import tensor_to_numpy
 
 from .onnx_base import axis_of, onnx_op

@@ -2,8 +2,8 @@
 LengthsRangeFill, LengthsSum, LengthsMean, BatchMatMul."""
 import numpy as np
 
-from caffe2py.kernels.cpu import recsys as K
-from caffe2py.kernels.cpu.sparse_lengths import LookupInputError
+from caffe2py.kernels.cpu.recsys import recsys_ops as K
+from caffe2py.kernels.cpu.recsys.sparse_lengths import LookupInputError
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 

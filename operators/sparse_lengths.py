@@ -3,7 +3,7 @@ rowwise-quantised tables, lengths-based (Caffe2's ops) and offsets-based
 (`...Idx`, the EmbeddingLookupIdx semantics; a caffe2py extension)."""
 import numpy as np
 
-from caffe2py.kernels.cpu import sparse_lengths as K
+from caffe2py.kernels.cpu.recsys import sparse_lengths as K
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 

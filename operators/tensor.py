@@ -3,7 +3,7 @@ Split, Iter."""
 import math
 import numpy as np
 
-from caffe2py.kernels.cpu import layout as layout_k
+from caffe2py.kernels.cpu.tensor import layout as layout_k
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 

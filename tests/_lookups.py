@@ -1,5 +1,5 @@
 """Shared by the embedding-lookup tests (test_sparse_lengths*.py): float64 references
-written from the op definitions, independent of kernels/cpu/sparse_lengths.py, and a
+written from the op definitions, independent of kernels/cpu/recsys/sparse_lengths.py, and a
 one-op runner."""
 import numpy as np
 

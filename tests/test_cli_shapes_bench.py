@@ -228,13 +228,13 @@ def test_shapes_and_bench_take_onnx_models(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "P50 Latency" in out
     # The GEMM library's kernel family and thread count decide the numbers: say which.
-    from caffe2py.kernels.cpu import gemm
+    from caffe2py.kernels.cpu.runtime import blas as gemm
     blas_line = next(line for line in out.splitlines() if line.startswith("BLAS: "))
     core = gemm.openblas_core()
     if core is not None:
         assert "%s kernels" % core in blas_line
-    from caffe2py.kernels.cpu.blas import gemm_entry
-    from caffe2py.kernels.cpu.jit import team_size
+    from caffe2py.kernels.cpu.runtime.blas import gemm_entry
+    from caffe2py.kernels.cpu.runtime.jit import team_size
     if gemm_entry(np.float32) is not None:       # GEMMs on caffe2py's team
         assert "team of %d thread" % team_size() in blas_line
     else:                                         # OpenBLAS's own threads

@@ -10,11 +10,11 @@ import pytest
 from caffe2py import core, workspace
 from caffe2py.errors import Caffe2Error
 from caffe2py.executor import compile_net
-from caffe2py.kernels.cpu import conv as conv_k
-from caffe2py.kernels.cpu import gemm as gemm_k
-from caffe2py.kernels.cpu import norm as norm_k
-from caffe2py.kernels.cpu import pool as pool_k
-from caffe2py.kernels.cpu import winograd as winograd_k
+from caffe2py.kernels.cpu.cnn import conv as conv_k
+from caffe2py.kernels.cpu.tensor import gemm as gemm_k
+from caffe2py.kernels.cpu.cnn import norm as norm_k
+from caffe2py.kernels.cpu.cnn import pool as pool_k
+from caffe2py.kernels.cpu.cnn import winograd as winograd_k
 from caffe2py.proto import caffe2_pb2
 
 RNG = np.random.default_rng(20261122)
@@ -141,7 +141,7 @@ def test_depthwise_2d_phases_match_direct_loops(xs, ws, strides, pads, dil):
 def test_depthwise_compiled_kernel_paths(monkeypatch, dtype):
     """Float depthwise convs run the compiled kernel: the flat stride-1 loop and the
     row loop for strides, a channel multiplier, both split over two threads."""
-    from caffe2py.kernels.cpu import jit
+    from caffe2py.kernels.cpu.runtime import jit
     monkeypatch.setattr(jit, "TEAM_MIN_WORK", 1)       # several blocks even on small maps
     for xs, ws, strides, pads, dil in [((2, 6, 9, 8), (12, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
                                        ((1, 5, 12, 11), (5, 1, 3, 5), (2, 3), (1, 2, 0, 1), (2, 1))]:
@@ -267,7 +267,7 @@ def test_shift_add_path_matches_loop_reference(monkeypatch, xs, ws, pads, dil, d
     """Stride-1 convs with at least twice the input channels as outputs: tap-major GEMM
     plus shift-add, over several row tiles (fused per thread, or tile by tile);
     filters edited in place are noticed."""
-    from caffe2py.kernels.cpu import shift_conv
+    from caffe2py.kernels.cpu.cnn import shift_conv
     monkeypatch.setattr(shift_conv, "_Z_TILE_BYTES", 1)          # one output row per tile
     monkeypatch.setattr(shift_conv, "_FUSED", fused)
     conv_k._plan.cache_clear()
@@ -338,7 +338,8 @@ def test_shared_buffers_keep_each_padding_layout():
 def test_conv_on_the_team_matches_onnxruntime(monkeypatch, xs, ws, strides, pads, group, direct):
     """Every GEMM path split in blocks over the team (direct OpenBLAS calls), and the
     np.matmul fallback used when NumPy's BLAS is not OpenBLAS, give the same result."""
-    from caffe2py.kernels.cpu import blas, jit
+    from caffe2py.kernels.cpu.runtime import blas
+    from caffe2py.kernels.cpu.runtime import jit
     monkeypatch.setattr(jit, "TEAM_MIN_WORK", 1)
     if not direct:
         monkeypatch.setattr(blas, "_ENTRIES", {})
@@ -361,8 +362,9 @@ def test_conv_on_the_team_matches_onnxruntime(monkeypatch, xs, ws, strides, pads
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_team_gemm_blocks_views_transposes_and_the_output_pass(monkeypatch, dtype):
-    from caffe2py.kernels.cpu import jit, team_gemm
-    from caffe2py.kernels.cpu.team_gemm import gemm_into
+    from caffe2py.kernels.cpu.runtime import jit
+    from caffe2py.kernels.cpu.tensor import team_gemm
+    from caffe2py.kernels.cpu.tensor.team_gemm import gemm_into
     monkeypatch.setattr(jit, "TEAM_MIN_WORK", 1)
     monkeypatch.setattr(team_gemm, "_EPILOGUE_BLOCK_BYTES", 1024)    # several column blocks per thread
     f64 = np.float64
@@ -391,7 +393,8 @@ def test_parallel_kernels_from_two_threads_on_numbas_workqueue_layer(tmp_path):
     script = tmp_path / "two_threads.py"
     script.write_text(
         "import threading, numpy as np\n"
-        "from caffe2py.kernels.cpu import conv, jit\n"
+        "from caffe2py.kernels.cpu.cnn import conv\n"
+        "from caffe2py.kernels.cpu.runtime import jit\n"
         "jit.TEAM_MIN_WORK = 1\n"
         "x = np.random.rand(1, 8, 20, 20).astype(np.float32)\n"
         "w = np.random.rand(8, 1, 3, 3).astype(np.float32)\n"
@@ -415,7 +418,8 @@ def test_importing_caffe2py_and_its_cpu_kernels_does_not_import_numba():
     import subprocess
     import sys
     code = ("import sys, caffe2py, caffe2py.onnx.backend\n"
-            "from caffe2py.kernels.cpu import conv, gemm, pool, team_gemm, winograd, shift_conv, layout\n"
+            "from caffe2py.kernels.cpu.cnn import conv, pool, winograd, shift_conv\n"
+            "from caffe2py.kernels.cpu.tensor import gemm, team_gemm, layout\n"
             "print('numba' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -423,7 +427,8 @@ def test_importing_caffe2py_and_its_cpu_kernels_does_not_import_numba():
 
 
 def test_team_sets_openblas_to_one_thread_and_restores_it():
-    from caffe2py.kernels.cpu import gemm, jit
+    from caffe2py.kernels.cpu.runtime import blas as gemm
+    from caffe2py.kernels.cpu.runtime import jit
     if gemm._GET_THREADS is None:
         pytest.skip("NumPy's BLAS is not OpenBLAS")
     gemm.set_blas_threads(2)
@@ -1007,7 +1012,8 @@ def test_channel_shuffle_op_and_its_onnx_spelling():
     np.testing.assert_array_equal(run_op("ChannelShuffle", [x], group=3), want)
     nhwc = run_op("ChannelShuffle", [np.moveaxis(x, 1, -1).copy()], group=3, order="NHWC")
     np.testing.assert_array_equal(np.moveaxis(nhwc, -1, 1), want)
-    from caffe2py.kernels.cpu import jit, layout
+    from caffe2py.kernels.cpu.runtime import jit
+    from caffe2py.kernels.cpu.tensor import layout
     saved, jit.TEAM_MIN_WORK = jit.TEAM_MIN_WORK, 1          # channel planes split over the team
     try:
         np.testing.assert_array_equal(layout.channel_shuffle(x[:, :, ::2], 3), want[:, :, ::2])
@@ -1045,7 +1051,8 @@ def test_channel_shuffle_op_and_its_onnx_spelling():
 def test_concat_copies_on_the_team(monkeypatch):
     """Float concatenation (the ONNX and Caffe2 Concat ops) is compiled team copies: row
     blocks, column blocks of a single row, empty inputs, other dtypes through NumPy."""
-    from caffe2py.kernels.cpu import jit, layout
+    from caffe2py.kernels.cpu.runtime import jit
+    from caffe2py.kernels.cpu.tensor import layout
     monkeypatch.setattr(jit, "TEAM_MIN_WORK", 1)
     for shapes, axis in [([(1, 3, 4, 5), (1, 2, 4, 5)], 1), ([(2, 3, 4), (2, 3, 1), (2, 3, 2)], 2),
                          ([(5, 2), (1, 2)], 0), ([(2, 0, 3), (2, 2, 3)], 1)]:
@@ -1091,19 +1098,20 @@ def test_optimized_onnx_model_matches_onnxruntime():
 
 
 def test_openblas_core_reports_the_forced_kernel_family():
-    if gemm_k.openblas_core() is None:
+    from caffe2py.kernels.cpu.runtime.blas import openblas_core
+    if openblas_core() is None:
         pytest.skip("NumPy's OpenBLAS does not say its kernel family here")
     import os
     import subprocess
     import sys
-    code = "from caffe2py.kernels.cpu.gemm import openblas_core; print(openblas_core())"
+    code = "from caffe2py.kernels.cpu.runtime.blas import openblas_core; print(openblas_core())"
     env = dict(os.environ, OPENBLAS_CORETYPE="Haswell")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "Haswell"
 
 
 def test_derived_weights_made_once_per_array_and_again_after_edits():
-    from caffe2py.kernels.cpu.buffers import DerivedWeights
+    from caffe2py.kernels.cpu.runtime.buffers import DerivedWeights
     made = []
     derived = DerivedWeights(lambda w: made.append(1) or w * 2)
     w = rand(8, 4, 3, 3)
@@ -1121,7 +1129,8 @@ def test_derived_weights_made_once_per_array_and_again_after_edits():
 
 def test_team_entered_on_two_threads_keeps_openblas_single_threaded_until_both_leave():
     import threading
-    from caffe2py.kernels.cpu import gemm, jit
+    from caffe2py.kernels.cpu.runtime import blas as gemm
+    from caffe2py.kernels.cpu.runtime import jit
     if gemm._GET_THREADS is None:
         pytest.skip("NumPy's BLAS is not OpenBLAS")
     gemm.set_blas_threads(2)
@@ -1183,7 +1192,7 @@ def test_optimize_keeps_dropouts_that_may_train_or_whose_mask_is_read():
 
 
 def test_team_work_regions_keep_their_addresses():
-    from caffe2py.kernels.cpu import buffers
+    from caffe2py.kernels.cpu.runtime import buffers
     import numba
     block, stride = buffers.team_work(1000, np.float32)
     assert block.size == numba.config.NUMBA_NUM_THREADS * stride and stride >= 1000

@@ -211,7 +211,7 @@ register_schema(OpSchema("_TestTeamProbe", num_inputs=1, num_outputs=1))
 
 @register_kernel("_TestTeamProbe")
 def _team_probe(ctx):
-    from caffe2py.kernels.cpu.jit import in_team
+    from caffe2py.kernels.cpu.runtime.jit import in_team
 
     def run(x):
         _TEAM_SEEN.append(in_team())

@@ -116,7 +116,7 @@ def test_skewed_lengths_and_long_bags():
 
 
 def test_large_lookup_uses_threads_and_matches(monkeypatch):
-    from caffe2py.kernels.cpu import sparse_lengths as K
+    from caffe2py.kernels.cpu.recsys import sparse_lengths as K
     monkeypatch.setattr(K, "_PARALLEL_MIN_VALUES", 1 << 16)   # this size is below the default
     monkeypatch.setattr(K, "_CHUNK_BYTES", 1 << 16)           # several chunks per thread
     monkeypatch.setenv("CAFFE2PY_NUM_THREADS", "2")

@@ -1,4 +1,4 @@
-"""The code paths inside kernels/cpu/sparse_lengths.py that small op-level tests do not
+"""The code paths inside kernels/cpu/recsys/sparse_lengths.py that small op-level tests do not
 reach: the float16 bit-trick widening (every half bit pattern, inf/nan fallback,
 weights too large to carry 2**112), 4/2-bit spreading with odd widths, fused 8-bit
 rows whose scale/bias are not 4-byte aligned, uniform-length slices vs sorted and
@@ -8,7 +8,7 @@ tests/_lookups.py or from NumPy's own float16 cast."""
 import numpy as np
 import pytest
 
-from caffe2py.kernels.cpu import sparse_lengths as K
+from caffe2py.kernels.cpu.recsys import sparse_lengths as K
 
 from _lookups import ref_dequant8, ref_dequant_nbit, ref_lookup, run_op, unpack_bits
 

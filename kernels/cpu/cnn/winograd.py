@@ -17,12 +17,12 @@ and ReLU. Matrices: Lavin & Gray, 2015.
 """
 import numpy as np
 
-from .buffers import DerivedWeights, team_work, temp_buffer
-from .blas import gemm_entry
-from .epilogue import bias_values
-from .jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
-from .layout import copy_planes
-from .team_gemm import gemm_into
+from ..runtime.buffers import DerivedWeights, team_work, temp_buffer
+from ..runtime.blas import gemm_entry
+from ..tensor.epilogue import bias_values
+from ..runtime.jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
+from ..tensor.layout import copy_planes
+from ..tensor.team_gemm import gemm_into
 
 
 _WINOGRAD = {

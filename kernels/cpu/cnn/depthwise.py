@@ -19,7 +19,7 @@ in registers, with bias and ReLU on the way out (one thread: 272 channels at 14x
 """
 import numpy as np
 
-from .jit import compiled, prange, team_blocks
+from ..runtime.jit import compiled, prange, team_blocks
 
 
 @compiled(fastmath=("contract", "reassoc"), parallel=True)

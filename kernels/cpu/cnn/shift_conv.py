@@ -21,11 +21,11 @@ the tap-stack path). Output rows are tiled so a tile's Z stays cache-sized.
 """
 import numpy as np
 
-from .blas import gemm_entry
-from .buffers import DerivedWeights, team_work
-from .jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
-from .layout import copy_planes
-from .team_gemm import gemm_into
+from ..runtime.blas import gemm_entry
+from ..runtime.buffers import DerivedWeights, team_work
+from ..runtime.jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
+from ..tensor.layout import copy_planes
+from ..tensor.team_gemm import gemm_into
 
 # Z tiles are kept around this size so the shift-add reads them from cache.
 _Z_TILE_BYTES = 1 << 20

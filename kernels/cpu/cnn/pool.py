@@ -31,7 +31,7 @@ import functools
 import numpy as np
 
 from .conv import default_scratch, padded_image
-from .jit import compiled, prange, team_blocks
+from ..runtime.jit import compiled, prange, team_blocks
 
 
 def _ceil_extra_pads(spatial, kernel, strides, pads, dilations, ceil_mode):

@@ -19,7 +19,7 @@ map the previous conv just wrote, its 16 shuffles took 0.33-0.45 ms instead of
 import math
 import numpy as np
 
-from .jit import compiled, prange, team_blocks
+from ..runtime.jit import compiled, prange, team_blocks
 
 
 @compiled(parallel=True)

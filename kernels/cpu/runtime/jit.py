@@ -196,7 +196,7 @@ class team:
         with _team_lock:
             _blas_depth[0] += 1
             if _blas_depth[0] == 1:
-                from .gemm import blas_threads, set_blas_threads
+                from .blas import blas_threads, set_blas_threads
                 before = blas_threads()
                 _blas_depth[1] = before
                 if before != 1:
@@ -211,7 +211,7 @@ class team:
         with _team_lock:
             _blas_depth[0] -= 1
             if _blas_depth[0] == 0 and _blas_depth[1] not in (None, 1):
-                from .gemm import set_blas_threads
+                from .blas import set_blas_threads
                 set_blas_threads(_blas_depth[1])
         return False
 

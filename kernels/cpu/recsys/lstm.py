@@ -12,7 +12,7 @@ not computed at all; row blocks are split across threads (ufuncs release the GIL
 """
 import numpy as np
 
-from .threads import run_split
+from ..runtime.threads import run_split
 
 
 def _valid_rows(n, seq_lengths, t):

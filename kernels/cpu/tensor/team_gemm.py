@@ -17,9 +17,9 @@ epilogue.finish_channels.
 """
 import numpy as np
 
-from .blas import gemm_entry
+from ..runtime.blas import gemm_entry
 from .epilogue import bias_values, finish_channels
-from .jit import call_gemm, call_gemv, compiled, prange, team, team_size
+from ..runtime.jit import call_gemm, call_gemv, compiled, prange, team, team_size
 
 # Columns per block below which the output is split by rows instead (a GEMM on a
 # narrow column block packs the whole of `a` for little work).

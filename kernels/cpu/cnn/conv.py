@@ -40,13 +40,13 @@ import itertools
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .blas import gemm_entry
-from .buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
+from ..runtime.blas import gemm_entry
+from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import depthwise_plan
-from .epilogue import bias_values, finish_channels, finish_rows_into
-from .jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
+from ..tensor.epilogue import bias_values, finish_channels, finish_rows_into
+from ..runtime.jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
 from .shift_conv import shift_plan
-from .team_gemm import gemm_into
+from ..tensor.team_gemm import gemm_into
 from .winograd import winograd_plan, winograd_tile
 
 # im2col tiles are kept around this size so they stay in L2/L3 while the GEMM reads them.

@@ -22,7 +22,7 @@ once while it is in cache. ReLU keeps NaN and -0.0, as np.maximum(y, 0) does.
 """
 import numpy as np
 
-from .jit import compiled, prange, team_blocks
+from ..runtime.jit import compiled, prange, team_blocks
 
 _NO_BIAS = {np.dtype(t).char: np.zeros(1, t) for t in (np.float32, np.float64)}
 

@@ -24,7 +24,7 @@ import threading
 
 import numpy as np
 
-from .threads import num_threads, run_split
+from ..runtime.threads import num_threads, run_split
 
 
 class LookupInputError(ValueError):

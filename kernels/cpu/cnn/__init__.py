@@ -1,0 +1,1 @@
+"""Convolution, pooling and normalisation kernels of CNNs."""

@@ -1,0 +1,1 @@
+"""Recommendation kernels: SparseLengths lookups, fused rowwise-quantised tables, segment ops, LSTMUnit."""
