@@ -29,6 +29,11 @@ def main(argv=None):
     except Caffe2Error as exc:
         sys.stderr.write("caffe2py %s: error: %s\n" % (args.command, exc))
         return 1
+    except BrokenPipeError:
+        # the reader went away (`caffe2py ops | head`): stop quietly, as Unix tools do
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -1,37 +1,90 @@
 """Run legacy Caffe2 scripts on caffe2py.
 
-After `import caffe2py.compat`, `from caffe2.python import core, workspace, ...`
-and `from caffe2.proto import caffe2_pb2` resolve to caffe2py's modules.
+After `import caffe2py.compat`, `from caffe2.python import core, workspace, ...`,
+`import caffe2.python.X.Y` for any caffe2py module `caffe2py.X.Y`, and
+`from caffe2.proto import caffe2_pb2` resolve to caffe2py's modules (the same module
+objects, so state such as the current workspace is shared).
 `python -m caffe2py.compat script.py [args]` runs such a script unmodified.
 """
 import importlib
+import importlib.abc
+import importlib.util
 import runpy
 import sys
 import types
 
-_ALIASED = ("core", "workspace", "model_helper", "brew", "scope", "utils", "dyndep")
+# Caffe2 module paths whose caffe2py counterpart has another name.
+_RENAMED = {"caffe2.proto.caffe2_pb2": "caffe2py.proto.caffe2_pb2"}
+
+
+def _target(fullname):
+    """The caffe2py module that stands for Caffe2's `fullname`, or None."""
+    if fullname in _RENAMED:
+        return _RENAMED[fullname]
+    if fullname.startswith("caffe2.python."):
+        return "caffe2py." + fullname[len("caffe2.python."):]
+    return None
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def __init__(self, target):
+        self.target = target
+
+    def create_module(self, spec):
+        module = importlib.import_module(self.target)
+        self._own_spec = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        # importlib stamped the alias spec on the module; the module keeps its own
+        module.__spec__ = self._own_spec
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder):
+    """Finds `caffe2.python.*` as the caffe2py module of the same dotted name."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        name = _target(fullname)
+        if name is None:
+            return None
+        try:
+            found = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return None
+        if found is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, _AliasLoader(name),
+                                               is_package=found.submodule_search_locations is not None)
+
+
+def _package(name):
+    module = types.ModuleType(name)
+    module.__path__ = []
+    module.__caffe2py__ = True
+    return module
 
 
 def install():
-    """Register the `caffe2` package aliases in sys.modules (idempotent)."""
+    """Register the `caffe2` package aliases (idempotent)."""
     if "caffe2" in sys.modules and getattr(sys.modules["caffe2"], "__caffe2py__", False):
         return
-    root = types.ModuleType("caffe2")
-    root.__caffe2py__ = True
-    root.__path__ = []
-    python = types.ModuleType("caffe2.python")
-    python.__path__ = []
-    proto = types.ModuleType("caffe2.proto")
-    proto.__path__ = []
+    root, python, proto = _package("caffe2"), _package("caffe2.python"), _package("caffe2.proto")
     root.python, root.proto = python, proto
     sys.modules.update({"caffe2": root, "caffe2.python": python, "caffe2.proto": proto})
-    for name in _ALIASED:
-        module = importlib.import_module("caffe2py." + name)
-        setattr(python, name, module)
-        sys.modules["caffe2.python." + name] = module
-    from caffe2py.proto import caffe2_pb2
-    proto.caffe2_pb2 = caffe2_pb2
-    sys.modules["caffe2.proto.caffe2_pb2"] = caffe2_pb2
+    sys.meta_path.insert(0, _AliasFinder())
+    # `from caffe2.python import core` looks the name up on the package first
+    python.__getattr__ = _lazy_attribute("caffe2.python")
+    proto.__getattr__ = _lazy_attribute("caffe2.proto")
+
+
+def _lazy_attribute(package):
+    def __getattr__(name):
+        try:
+            return importlib.import_module(package + "." + name)
+        except ImportError:
+            raise AttributeError("module '%s' has no attribute '%s' (caffe2py has no such module)"
+                                 % (package, name)) from None
+    return __getattr__
 
 
 def main(argv=None):

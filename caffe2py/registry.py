@@ -387,5 +387,18 @@ def select_kernel(op_def, index=None):
                       % (label, device_name(device), op_def.type, version))
 
 
+_left_out = {}     # op type -> why caffe2py does not provide it (catalogue coverage)
+
+
+def leave_out(op_type, reason):
+    """Declare that a Caffe2 op is left out on purpose; `caffe2py ops --catalogue`
+    prints the reason. An op that is registered later is simply covered."""
+    _left_out[op_type] = reason
+
+
+def left_out_reasons():
+    return dict(_left_out)
+
+
 def all_schemas():
     return [s for entries in _schemas.values() for s in entries]

@@ -74,3 +74,33 @@ def test_ops_schema_prints_arguments_and_doc(capsys):
     assert "arg axis" in out and "default=1" in out and "shape inference: yes" in out
     assert main(["ops", "--schema", "Softmx"]) == 1
     assert "did you mean Softmax" in capsys.readouterr().err
+
+
+def test_ops_catalogue_counts_registered_left_out_and_missing(capsys):
+    from caffe2py import registry
+    from caffe2py.catalogue import catalogue_ops
+    names = catalogue_ops()
+    assert len(names) == 424 and len(set(names)) == 424 and "SparseLengthsSum" in names
+    missing_before = [n for n in names if not registry.has_op(n)]
+    assert missing_before, "every catalogue op is registered: pick another name for this test"
+    victim = missing_before[0]
+    registry.leave_out(victim, "test reason: out of scope")
+    try:
+        assert main(["ops", "--catalogue"]) == 0
+        out = capsys.readouterr().out
+        registered = sum(registry.has_op(n) for n in names)
+        assert out.splitlines()[0].startswith("Caffe2 operator catalogue: 424 forward ops; %d registered" % registered)
+        assert "%d not yet provided" % (len(missing_before) - 1) in out.splitlines()[0]
+        left = out.split("left out on purpose:")[1].split("not yet provided:")[0]
+        assert victim in left and "test reason: out of scope" in left
+        assert "  SparseLengthsSum\n" not in out       # registered ops are not listed
+    finally:
+        registry._left_out.pop(victim, None)
+
+
+def test_cli_output_into_a_closed_pipe_ends_quietly():
+    import subprocess
+    import sys
+    done = subprocess.run("%s -m caffe2py ops | head -1" % sys.executable, shell=True,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

@@ -37,3 +37,24 @@ def test_python_m_compat_runs_legacy_script(tmp_path):
                          capture_output=True, text=True, cwd=os.path.dirname(script))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[0.0, 4.0]"
+
+
+def test_any_caffe2py_module_resolves_under_caffe2_python():
+    """`caffe2.python.X.Y` is caffe2py's X.Y itself (shared state), its own spec kept;
+    a module caffe2py lacks is a plain ImportError."""
+    code = textwrap.dedent("""
+        import caffe2py.compat
+        import caffe2.python.onnx.backend as backend
+        from caffe2.python.onnx import backend as backend2
+        from caffe2.python import model_helper
+        import caffe2py.onnx.backend, caffe2py.model_helper
+        assert backend is caffe2py.onnx.backend and backend2 is backend
+        assert model_helper.__spec__.name == "caffe2py.model_helper"
+        try:
+            from caffe2.python import no_such_module
+        except ImportError:
+            print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

@@ -9,6 +9,29 @@ def add_arguments(parser):
     parser.add_argument("--domain", default=None, help="only this domain (caffe2 or ai.onnx)")
     parser.add_argument("--filter", default=None, help="only op types containing this text")
     parser.add_argument("--schema", default=None, metavar="OP", help="print one op's schema and docs")
+    parser.add_argument("--catalogue", action="store_true",
+                        help="coverage of Caffe2's operator catalogue: how many of its forward ops are "
+                             "registered, and which are not (with the reason when left out on purpose)")
+
+
+def print_catalogue(name_filter=None):
+    from caffe2py.catalogue import coverage
+    cov = coverage()
+    keep = (lambda n: name_filter.lower() in n.lower()) if name_filter else (lambda n: True)
+    print("Caffe2 operator catalogue: %d forward ops; %d registered (%.0f%%), %d left out on purpose, "
+          "%d not yet provided" % (cov.total, len(cov.registered), 100.0 * len(cov.registered) / cov.total,
+                                   len(cov.left_out), len(cov.missing)))
+    if cov.left_out:
+        print("\nleft out on purpose:")
+        for name, reason in sorted(cov.left_out.items()):
+            if keep(name):
+                print("  %-40s %s" % (name, reason))
+    if cov.missing:
+        print("\nnot yet provided:")
+        for name in cov.missing:
+            if keep(name):
+                print("  " + name)
+    return 0
 
 
 def print_schema(name, domain):
@@ -31,6 +54,8 @@ def print_schema(name, domain):
 def run(args):
     if args.schema:
         return print_schema(args.schema, args.domain)
+    if args.catalogue:
+        return print_catalogue(args.filter)
     rows = registry.kernel_coverage()
     if args.domain:
         rows = [r for r in rows if r[0] == args.domain]
