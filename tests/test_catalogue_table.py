@@ -40,3 +40,21 @@ def test_table_follows_the_registry():
     rendered = tool.render(text)
     assert rendered.startswith("intro\n" + tool.BEGIN + "\n") and rendered.endswith(tool.END + "\nafter\n")
     assert "old rows" not in rendered and "| Add | yes |" in rendered
+
+
+# issue 17 part A: the first half of ../shared/reference/caffe2_ops/tensor.txt
+ISSUE_17A_OPS = """Accumulate And Cast Ceil Cos Elu EQ Floor GE GT LE LT LeakyRelu Logit Max Min Mod Not Or Pow
+PRelu ReplaceNaN Scale Selu Sign Sin Softplus Softsign Sqr Swish ThresholdedRelu Where Xor StumpFunc
+ElementwiseLinear SquareRootDivide ExpandDims FlattenToVec Squeeze MergeDim PrependDim ResizeLike Size
+HasElements IsEmpty IsMemberOf Range Slice ScatterAssign UnsafeCoalesce CopyOnDeviceLike DiagonalFill""".split()
+
+
+def test_issue_17a_ops_are_registered_with_schema_and_cpu_kernel():
+    from caffe2py import registry
+    from caffe2py.catalogue import catalogue_ops
+    assert len(ISSUE_17A_OPS) == 52 and set(ISSUE_17A_OPS) <= set(catalogue_ops())
+    cpu = {row[1] for row in registry.kernel_coverage() if row[0] == "caffe2" and row[2] == "CPU"}
+    for name in ISSUE_17A_OPS:
+        schema = registry.schema_for(name)
+        assert schema is not None and schema.inference is not None, name
+        assert name in cpu, name

@@ -42,8 +42,9 @@ def scatter_assign(data, indices, slices):
     """A copy of data whose rows indices[k] are replaced by slices' k-th block (the
     last write of a repeated index wins)."""
     out = data.copy()
-    rows = out.reshape(data.shape[0], -1)
-    rows[indices.reshape(-1)] = slices.reshape(indices.size, -1)
+    block = math.prod(data.shape[1:])
+    rows = out.reshape(data.shape[0], block)
+    rows[indices.reshape(-1)] = slices.reshape(indices.size, block)
     return out
 
 
