@@ -53,14 +53,14 @@ def _expand(A, B):
 
 class TestComparisons(OpTest):
     @given(pair=numpy_pair(np.int32), op_type=st.sampled_from(sorted(COMPARE)),
-           dtype=st.sampled_from([np.int32, np.int64, np.float32, np.float64]), **hu.gcs)
+           dtype=st.sampled_from([np.int32, np.int64, np.float32, np.float64]), **hu.gcs_cpu_only)
     @settings(max_examples=25)
     def test_numpy_broadcasting(self, pair, op_type, dtype, gc, dc):
         A, B = (x.astype(dtype) for x in pair)
         op = core.CreateOperator(op_type, ["A", "B"], ["C"])
         self.assertReferenceChecks(gc, op, [A, B], lambda A, B: (COMPARE[op_type](*_expand(A, B)),))
 
-    @given(pair=legacy_pair(), op_type=st.sampled_from(sorted(COMPARE)), **hu.gcs)
+    @given(pair=legacy_pair(), op_type=st.sampled_from(sorted(COMPARE)), **hu.gcs_cpu_only)
     @settings(max_examples=25)
     def test_legacy_broadcast(self, pair, op_type, gc, dc):
         A, B, axis = pair
@@ -137,7 +137,7 @@ class TestBroadcastErrors(OpTest):
 
 
 class TestLogic(OpTest):
-    @given(pair=numpy_pair(np.bool_), op_type=st.sampled_from(sorted(LOGIC)), inplace=st.booleans(), **hu.gcs)
+    @given(pair=numpy_pair(np.bool_), op_type=st.sampled_from(sorted(LOGIC)), inplace=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=25)
     def test_numpy_broadcasting(self, pair, op_type, inplace, gc, dc):
         A, B = pair
@@ -146,7 +146,7 @@ class TestLogic(OpTest):
         op = core.CreateOperator(op_type, ["A", "B"], ["A" if inplace else "C"])
         self.assertReferenceChecks(gc, op, [A, B], lambda A, B: (LOGIC[op_type](*_expand(A, B)),))
 
-    @given(pair=legacy_pair(dtype=np.bool_), op_type=st.sampled_from(sorted(LOGIC)), **hu.gcs)
+    @given(pair=legacy_pair(dtype=np.bool_), op_type=st.sampled_from(sorted(LOGIC)), **hu.gcs_cpu_only)
     @settings(max_examples=15)
     def test_legacy_broadcast(self, pair, op_type, gc, dc):
         A, B, axis = pair
@@ -157,7 +157,7 @@ class TestLogic(OpTest):
             return (LOGIC[op_type](A, view),)
         self.assertReferenceChecks(gc, op, [A, B], ref)
 
-    @given(X=hu.tensor(dtype=np.bool_), inplace=st.booleans(), **hu.gcs)
+    @given(X=hu.tensor(dtype=np.bool_), inplace=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=10)
     def test_not(self, X, inplace, gc, dc):
         op = core.CreateOperator("Not", ["X"], ["X" if inplace else "Y"])
@@ -167,7 +167,7 @@ class TestLogic(OpTest):
 
 class TestWhere(OpTest):
     @given(X=hu.tensor(), data=st.data(), dtype=st.sampled_from([np.float32, np.float64, np.int32, np.int64, np.bool_]),
-           **hu.gcs)
+           **hu.gcs_cpu_only)
     @settings(max_examples=20)
     def test_elementwise(self, X, data, dtype, gc, dc):
         X = (X * 10).astype(dtype)
@@ -183,7 +183,7 @@ class TestWhere(OpTest):
             return (out,)
         self.assertReferenceChecks(gc, op, [C, X, Y], ref)
 
-    @given(X=hu.tensor(min_dim=1), data=st.data(), **hu.gcs)
+    @given(X=hu.tensor(min_dim=1), data=st.data(), **hu.gcs_cpu_only)
     @settings(max_examples=15)
     def test_broadcast_on_rows(self, X, data, gc, dc):
         Y = X + 5
@@ -208,7 +208,7 @@ class TestWhere(OpTest):
 
 class TestIsMemberOf(OpTest):
     @given(X=hu.tensor(dtype=np.int64, elements=st.integers(-5, 5)), values=st.lists(st.integers(-5, 5), max_size=5),
-           itype=st.sampled_from([np.int32, np.int64]), with_dtype=st.booleans(), **hu.gcs)
+           itype=st.sampled_from([np.int32, np.int64]), with_dtype=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=20)
     def test_integers(self, X, values, itype, with_dtype, gc, dc):
         X = X.astype(itype)

@@ -60,7 +60,7 @@ class TestUnaryOps(OpTest):
         self.assertReferenceChecks(gc, op, [X], lambda X: (fn(X, **args).astype(X.dtype),), threshold=1e-5)
 
     @given(X=floats_tensor(), op_type=st.sampled_from(sorted(UNARY)), inplace=st.booleans(),
-           defaults=st.booleans(), **hu.gcs)
+           defaults=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=25)
     def test_float32(self, X, op_type, inplace, defaults, gc, dc):
         self._check(op_type, X, {} if defaults else UNARY[op_type][1], inplace, gc)
@@ -98,7 +98,7 @@ class TestUnaryOps(OpTest):
 
 
 class TestLogitReplaceNaNStump(OpTest):
-    @given(X=floats_tensor(-0.1, 1.1), eps=st.sampled_from([1e-6, 1e-3, 0.1]), inplace=st.booleans(), **hu.gcs)
+    @given(X=floats_tensor(-0.1, 1.1), eps=st.sampled_from([1e-6, 1e-3, 0.1]), inplace=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=15)
     def test_logit(self, X, eps, inplace, gc, dc):
         op = core.CreateOperator("Logit", ["X"], ["X" if inplace else "Y"], eps=eps)
@@ -108,7 +108,7 @@ class TestLogitReplaceNaNStump(OpTest):
             return (np.log(p / (1 - p)).astype(np.float32),)
         self.assertReferenceChecks(gc, op, [X], ref, threshold=1e-3)
 
-    @given(X=floats_tensor(), value=st.floats(-5, 5, width=32), **hu.gcs)
+    @given(X=floats_tensor(), value=st.floats(-5, 5, width=32), **hu.gcs_cpu_only)
     @settings(max_examples=15)
     def test_replace_nan(self, X, value, gc, dc):
         X = X.copy()
@@ -116,7 +116,7 @@ class TestLogitReplaceNaNStump(OpTest):
         op = core.CreateOperator("ReplaceNaN", ["X"], ["Y"], value=value)
         self.assertReferenceChecks(gc, op, [X], lambda X: (np.where(X != X, np.float32(value), X),))
 
-    @given(X=floats_tensor(), t=st.floats(-1, 1), lo=st.floats(-5, 5), hi=st.floats(-5, 5), **hu.gcs)
+    @given(X=floats_tensor(), t=st.floats(-1, 1), lo=st.floats(-5, 5), hi=st.floats(-5, 5), **hu.gcs_cpu_only)
     @settings(max_examples=15)
     def test_stump_func(self, X, t, lo, hi, gc, dc):
         op = core.CreateOperator("StumpFunc", ["X"], ["Y"], threshold=t, low_value=lo, high_value=hi)
@@ -133,7 +133,7 @@ def _c_mod(a, d, follow):
 class TestMod(OpTest):
     @given(X=hu.tensor(dtype=np.int64, elements=st.integers(-1000, 1000)),
            divisor=st.integers(-9, 9).filter(bool), follow=st.booleans(), itype=st.sampled_from([np.int32, np.int64]),
-           inplace=st.booleans(), **hu.gcs)
+           inplace=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=20)
     def test_mod(self, X, divisor, follow, itype, inplace, gc, dc):
         X = X.astype(itype)
@@ -153,7 +153,7 @@ class TestMod(OpTest):
 
 class TestPReluLinearDivide(OpTest):
     @given(X=floats_tensor(min_dim=2, max_dim=4), order=st.sampled_from(["NCHW", "NHWC"]), shared=st.booleans(),
-           inplace=st.booleans(), **hu.gcs)
+           inplace=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=20)
     def test_prelu(self, X, order, shared, inplace, gc, dc):
         C = X.shape[1] if order == "NCHW" else X.shape[-1]
@@ -174,7 +174,7 @@ class TestPReluLinearDivide(OpTest):
         self.assertRunOpRaises(hu.cpu_do, op, [np.ones((2, 3, 4), np.float32), np.ones(4, np.float32)],
                                exception=Caffe2Error, regexp="Slope has 4 values; it must hold 1 or one per channel")
 
-    @given(X=floats_tensor(min_dim=1, max_dim=4), data=st.data(), **hu.gcs)
+    @given(X=floats_tensor(min_dim=1, max_dim=4), data=st.data(), **hu.gcs_cpu_only)
     @settings(max_examples=20)
     def test_elementwise_linear(self, X, data, gc, dc):
         axis = data.draw(st.integers(0, X.ndim))
@@ -197,7 +197,7 @@ class TestPReluLinearDivide(OpTest):
         self.assertRunOpRaises(hu.cpu_do, op, [X, np.ones(2, np.float32), np.ones(3, np.float32)],
                                exception=Caffe2Error, regexp="blob 'w': must be 1-D with D = 3")
 
-    @given(X=floats_tensor(min_dim=1, max_dim=3), data=st.data(), inplace=st.booleans(), **hu.gcs)
+    @given(X=floats_tensor(min_dim=1, max_dim=3), data=st.data(), inplace=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=20)
     def test_square_root_divide(self, X, data, inplace, gc, dc):
         stype = data.draw(st.sampled_from([np.int32, np.int64, np.float32]))
@@ -222,7 +222,7 @@ class TestPReluLinearDivide(OpTest):
 
 
 class TestPow(OpTest):
-    @given(X=floats_tensor(0.1, 3.0), exponent=st.sampled_from([-1.0, -0.5, 0.5, 2.0, 3.0, 1.7]), **hu.gcs)
+    @given(X=floats_tensor(0.1, 3.0), exponent=st.sampled_from([-1.0, -0.5, 0.5, 2.0, 3.0, 1.7]), **hu.gcs_cpu_only)
     @settings(max_examples=15)
     def test_exponent_argument(self, X, exponent, gc, dc):
         op = core.CreateOperator("Pow", ["X"], ["Y"], exponent=exponent)
@@ -230,7 +230,7 @@ class TestPow(OpTest):
                                    threshold=1e-5)
 
     @given(inputs=hu.tensors(n=2, elements=st.floats(float(np.float32(0.1)), 2.0, width=32)), inplace=st.sampled_from([None, 0, 1]),
-           **hu.gcs)
+           **hu.gcs_cpu_only)
     @settings(max_examples=15)
     def test_two_inputs_of_one_shape(self, inputs, inplace, gc, dc):
         out = "Y" if inplace is None else ["X", "E"][inplace]
@@ -238,7 +238,7 @@ class TestPow(OpTest):
         self.assertReferenceChecks(gc, op, inputs, lambda X, E: ((X.astype(np.float64) ** E).astype(np.float32),),
                                    threshold=1e-5)
 
-    @given(pair=legacy_pair(lo=0.1, hi=2.0), **hu.gcs)
+    @given(pair=legacy_pair(lo=0.1, hi=2.0), **hu.gcs_cpu_only)
     @settings(max_examples=20)
     def test_legacy_broadcast(self, pair, gc, dc):
         A, B, axis = pair
@@ -266,7 +266,7 @@ class TestPow(OpTest):
 
 
 class TestMaxMin(OpTest):
-    @given(inputs=hu.ntensors(1, 4), op_type=st.sampled_from(["Max", "Min"]), inplace=st.booleans(), **hu.gcs)
+    @given(inputs=hu.ntensors(1, 4), op_type=st.sampled_from(["Max", "Min"]), inplace=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=20)
     def test_variadic(self, inputs, op_type, inplace, gc, dc):
         names = ["X%d" % i for i in range(len(inputs))]
@@ -284,7 +284,7 @@ class TestMaxMin(OpTest):
 
 
 class TestAccumulate(OpTest):
-    @given(X=floats_tensor(), **hu.gcs)
+    @given(X=floats_tensor(), **hu.gcs_cpu_only)
     @settings(max_examples=10)
     def test_first_call_copies_the_input(self, X, gc, dc):
         op = core.CreateOperator("Accumulate", ["X"], ["acc"], gamma=0.3)
@@ -326,7 +326,7 @@ _CAST = {DT.FLOAT: np.float32, DT.DOUBLE: np.float64, DT.FLOAT16: np.float16, DT
 
 
 class TestCast(OpTest):
-    @given(X=floats_tensor(-100, 100), to=st.sampled_from(sorted(_CAST)), by_name=st.booleans(), **hu.gcs)
+    @given(X=floats_tensor(-100, 100), to=st.sampled_from(sorted(_CAST)), by_name=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=25)
     def test_float_to_every_type(self, X, to, by_name, gc, dc):
         if np.dtype(_CAST[to]).kind == "u":

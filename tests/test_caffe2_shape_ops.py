@@ -28,7 +28,7 @@ class OpTest(hu.HypothesisTestCase):
 
 
 class TestExpandSqueeze(OpTest):
-    @given(X=hu.tensor(min_dim=0, max_dim=3), data=st.data(), inplace=st.booleans(), **hu.gcs)
+    @given(X=hu.tensor(min_dim=0, max_dim=3), data=st.data(), inplace=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=20)
     def test_expand_dims(self, X, data, inplace, gc, dc):
         n_new = data.draw(st.integers(1, 3))
@@ -43,7 +43,7 @@ class TestExpandSqueeze(OpTest):
             return (X.reshape(shape),)
         self.assertReferenceChecks(gc, op, [X], ref)
 
-    @given(X=hu.tensor(min_dim=1, max_dim=3), data=st.data(), inplace=st.booleans(), **hu.gcs)
+    @given(X=hu.tensor(min_dim=1, max_dim=3), data=st.data(), inplace=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=20)
     def test_squeeze(self, X, data, inplace, gc, dc):
         shape = list(X.shape)
@@ -69,26 +69,26 @@ class TestExpandSqueeze(OpTest):
 
 
 class TestReshapes(OpTest):
-    @given(X=hu.tensor(min_dim=1), **hu.gcs)
+    @given(X=hu.tensor(min_dim=1), **hu.gcs_cpu_only)
     @settings(max_examples=10)
     def test_flatten_to_vec(self, X, gc, dc):
         op = core.CreateOperator("FlattenToVec", ["X"], ["Y"])
         self.assertReferenceChecks(gc, op, [X], lambda X: (np.array([v for v in X.flat], dtype=X.dtype),))
 
-    @given(X=hu.tensor(min_dim=2), inplace=st.booleans(), **hu.gcs)
+    @given(X=hu.tensor(min_dim=2), inplace=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=10)
     def test_merge_dim(self, X, inplace, gc, dc):
         op = core.CreateOperator("MergeDim", ["X"], ["X" if inplace else "Y"])
         self.assertReferenceChecks(gc, op, [X], lambda X: (X.reshape((X.shape[0] * X.shape[1],) + X.shape[2:]),))
 
-    @given(X=hu.tensor(min_dim=1), data=st.data(), inplace=st.booleans(), **hu.gcs)
+    @given(X=hu.tensor(min_dim=1), data=st.data(), inplace=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=15)
     def test_prepend_dim(self, X, data, inplace, gc, dc):
         size = data.draw(st.sampled_from([d for d in range(1, X.shape[0] + 1) if X.shape[0] % d == 0]))
         op = core.CreateOperator("PrependDim", ["X"], ["X" if inplace else "Y"], dim_size=size)
         self.assertReferenceChecks(gc, op, [X], lambda X: (X.reshape((size, X.shape[0] // size) + X.shape[1:]),))
 
-    @given(X=hu.tensor(), data=st.data(), **hu.gcs)
+    @given(X=hu.tensor(), data=st.data(), **hu.gcs_cpu_only)
     @settings(max_examples=15)
     def test_resize_like(self, X, data, gc, dc):
         like = np.zeros(data.draw(st.permutations(X.shape)), dtype=np.int32)
@@ -107,7 +107,7 @@ class TestReshapes(OpTest):
 
 
 class TestSizeAndEmptiness(OpTest):
-    @given(X=hu.tensor(min_dim=0, max_dim=3, min_value=0, max_value=3), **hu.gcs)
+    @given(X=hu.tensor(min_dim=0, max_dim=3, min_value=0, max_value=3), **hu.gcs_cpu_only)
     @settings(max_examples=15)
     def test_size_has_elements_is_empty(self, X, gc, dc):
         count = math.prod(X.shape)
@@ -126,7 +126,7 @@ class TestSizeAndEmptiness(OpTest):
 
 class TestRange(OpTest):
     @given(start=st.integers(-20, 20), stop=st.integers(-20, 20), step=st.integers(-5, 5).filter(bool),
-           dtype=st.sampled_from([np.int32, np.int64]), n=st.sampled_from([1, 2, 3]), **hu.gcs)
+           dtype=st.sampled_from([np.int32, np.int64]), n=st.sampled_from([1, 2, 3]), **hu.gcs_cpu_only)
     @settings(max_examples=25)
     def test_integers(self, start, stop, step, dtype, n, gc, dc):
         if n == 1:
@@ -164,7 +164,7 @@ class TestRange(OpTest):
 
 class TestSlice(OpTest):
     @given(X=hu.tensor(min_dim=1, max_dim=3), data=st.data(), as_inputs=st.booleans(),
-           itype=st.sampled_from([np.int32, np.int64]), **hu.gcs)
+           itype=st.sampled_from([np.int32, np.int64]), **hu.gcs_cpu_only)
     @settings(max_examples=25)
     def test_slice(self, X, data, as_inputs, itype, gc, dc):
         k = data.draw(st.integers(1, X.ndim))
@@ -210,7 +210,7 @@ class TestSlice(OpTest):
 
 class TestScatterAssign(OpTest):
     @given(data=hu.tensor(min_dim=1, max_dim=3), draw=st.data(), itype=st.sampled_from([np.int32, np.int64]),
-           dtype=st.sampled_from([np.float32, np.float16, np.int32, np.int64, np.uint8]), **hu.gcs)
+           dtype=st.sampled_from([np.float32, np.float16, np.int32, np.int64, np.uint8]), **hu.gcs_cpu_only)
     @settings(max_examples=20)
     def test_scatter_assign(self, data, draw, itype, dtype, gc, dc):
         data = (data * 10).astype(dtype)
@@ -246,7 +246,7 @@ class TestScatterAssign(OpTest):
 
 
 class TestCoalesceAndCopies(OpTest):
-    @given(inputs=st.lists(hu.tensor(max_dim=3), min_size=1, max_size=4), inplace=st.booleans(), **hu.gcs)
+    @given(inputs=st.lists(hu.tensor(max_dim=3), min_size=1, max_size=4), inplace=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=15)
     def test_unsafe_coalesce(self, inputs, inplace, gc, dc):
         names = ["X%d" % i for i in range(len(inputs))]
@@ -264,7 +264,7 @@ class TestCoalesceAndCopies(OpTest):
         self._raises(core.CreateOperator("UnsafeCoalesce", ["A"], ["B", "C"]), [np.ones(2, np.int32)],
                      "UnsafeCoalesce does not support dtype int32")
 
-    @given(X=hu.tensor(), **hu.gcs)
+    @given(X=hu.tensor(), **hu.gcs_cpu_only)
     @settings(max_examples=5)
     def test_copy_on_device_like(self, X, gc, dc):
         op = core.CreateOperator("CopyOnDeviceLike", ["X", "dst"], ["Y"])
@@ -273,7 +273,7 @@ class TestCoalesceAndCopies(OpTest):
 
 class TestDiagonalFill(OpTest):
     @given(rows=st.integers(1, 6), cols=st.integers(1, 6), value=st.floats(-3, 3), dtype=st.sampled_from(
-        [DT.FLOAT, DT.DOUBLE, DT.INT32, DT.INT64, DT.BOOL]), **hu.gcs)
+        [DT.FLOAT, DT.DOUBLE, DT.INT32, DT.INT64, DT.BOOL]), **hu.gcs_cpu_only)
     @settings(max_examples=20)
     def test_2d_from_shape(self, rows, cols, value, dtype, gc, dc):
         np_type = {DT.FLOAT: np.float32, DT.DOUBLE: np.float64, DT.INT32: np.int32, DT.INT64: np.int64,

@@ -52,7 +52,7 @@ register_kernel("TestAddDeviceId")(lambda ctx: lambda x: x + np.float32(ctx.devi
 
 class TestCustomOp(serial.SerializedTestCase):
     @serial.given(X=hu.tensor(), scale=st.floats(0.5, 2.0), shift=st.floats(-1.0, 1.0),
-                  inplace=st.booleans(), **hu.gcs)
+                  inplace=st.booleans(), **hu.gcs_cpu_only)    # the op has a CPU kernel only
     @settings(max_examples=15)
     def test_scale_shift(self, X, scale, shift, inplace, gc, dc):
         op = core.CreateOperator("TestScaleShift", ["X"], ["X" if inplace else "Y"], scale=scale, shift=shift)
