@@ -98,7 +98,7 @@ def _member_values(ctx, dtype):
     """The `value` argument as a set of dtype's values (a named error when they
     are of another kind or out of range)."""
     raw = ctx.arg("value")
-    raw = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+    raw = [] if raw is None else list(raw) if isinstance(raw, (list, tuple)) else [raw]
     if dtype == np.object_:
         if not all(isinstance(v, str) for v in raw):
             raise ctx.error("argument value must hold strings to test a string tensor, got %r" % raw)
@@ -116,7 +116,7 @@ def _member_values(ctx, dtype):
 
 register_schema(OpSchema(
     "IsMemberOf", num_inputs=1, num_outputs=1, inputs=("X",), outputs=("Y",),
-    args=(Arg("value", "any", None, required=True, doc="the set of values (ints or strings)"),
+    args=(Arg("value", "any", None, doc="the set of values (ints or strings); none: all False"),
           Arg("dtype", "int", None, doc="the values' TensorProto.DataType (default: X's type)")),
     inference=lambda ctx, ins: [TensorType(ins[0].dims, DT.BOOL)], cost=elementwise_cost,
     doc="Y[i] is True when X[i] is one of `value`. X is int32, int64, bool or strings."))

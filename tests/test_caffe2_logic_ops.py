@@ -223,6 +223,8 @@ class TestIsMemberOf(OpTest):
         self.assertReferenceChecks(hu.cpu_do, op, [X], lambda X: (np.array([[True, False], [True, True]]),))
         op = core.CreateOperator("IsMemberOf", ["X"], ["Y"], value=[1], dtype=DT.BOOL)
         self.assertReferenceChecks(hu.cpu_do, op, [np.array([True, False])], lambda X: (np.array([True, False]),))
+        op = core.CreateOperator("IsMemberOf", ["X"], ["Y"])        # no values: nothing is a member
+        self.assertReferenceChecks(hu.cpu_do, op, [np.array([1, 2], np.int64)], lambda X: (np.array([False, False]),))
 
     def test_errors(self):
         X = np.arange(3, dtype=np.int32)
