@@ -21,7 +21,6 @@ from _caffe2_op_helpers import floats_tensor, legacy_pair, legacy_view as _legac
 DT = caffe2_pb2.TensorProto
 
 
-float_dtypes = st.sampled_from([np.float32, np.float64])
 
 
 class OpTest(hu.HypothesisTestCase):
