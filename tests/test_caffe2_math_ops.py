@@ -21,8 +21,6 @@ from _caffe2_op_helpers import floats_tensor, legacy_pair, legacy_view as _legac
 DT = caffe2_pb2.TensorProto
 
 
-
-
 class OpTest(hu.HypothesisTestCase):
     assert_shape_inference = True       # inferred output shapes and types must match the computed ones
     check_output_dtypes = True
