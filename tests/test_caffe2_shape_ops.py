@@ -282,7 +282,8 @@ class TestDiagonalFill(OpTest):
 
         def ref():
             out = np.zeros((rows, cols), np_type)
-            np.fill_diagonal(out, np_type(value), wrap=True)      # Caffe2 walks the flat array with stride cols + 1
+            # Caffe2 walks the flat array with stride cols + 1; `value` travels as a float32 argument
+            np.fill_diagonal(out, np_type(np.float32(value)), wrap=True)
             return (out,)
         self.assertReferenceChecks(gc, op, [], ref)
 
