@@ -46,6 +46,27 @@ def IsOperatorWithEngine(op_type, engine):
     return "%s_ENGINE_%s" % (op_type, engine) in registry.registered_operator_keys()
 
 
+def InferOpBlobDevices(op):
+    """(input device options, output device options) of op's blobs: the op's own
+    device unless its schema reads or writes another (the copy ops)."""
+    own = op.device_option if op.HasField("device_option") else caffe2_pb2.DeviceOption()
+    schema = registry.schema_for(op.type, op.domain)
+
+    def on(device_type):
+        if device_type is None or device_type == own.device_type:
+            return own
+        return caffe2_pb2.DeviceOption(device_type=device_type)
+    inputs_device = schema.inputs_device if schema is not None else None
+    outputs_device = schema.outputs_device if schema is not None else None
+    return [on(inputs_device)] * len(op.input), [on(outputs_device)] * len(op.output)
+
+
+def InferOpBlobDevicesAsDict(op):
+    """InferOpBlobDevices as two {blob name: DeviceOption} dicts."""
+    ins, outs = InferOpBlobDevices(op)
+    return dict(zip(op.input, ins)), dict(zip(op.output, outs))
+
+
 def ScopedName(name):
     return scope.CurrentNameScope() + name
 

@@ -33,15 +33,18 @@ _plan_counter = [0]
 
 
 class Step:
-    """One compiled op: its def, kernel callable and blob names."""
-    __slots__ = ("index", "op_def", "kernel", "inputs", "outputs", "engine", "context")
+    """One compiled op: its def, kernel callable and blob names. `inputs` are the
+    blobs the kernel receives; with reads_outputs they end with the op's outputs,
+    whose current values may be absent (`optional`: passed as None)."""
+    __slots__ = ("index", "op_def", "kernel", "inputs", "outputs", "engine", "context", "optional")
 
-    def __init__(self, index, op_def, kernel, engine, context):
+    def __init__(self, index, op_def, kernel, engine, context, reads_outputs=False):
         self.index = index
         self.op_def = op_def
         self.kernel = kernel
-        self.inputs = tuple(op_def.input)
         self.outputs = tuple(op_def.output)
+        self.inputs = tuple(op_def.input) + (self.outputs if reads_outputs else ())
+        self.optional = frozenset(self.outputs) - set(op_def.input) if reads_outputs else frozenset()
         self.engine = engine
         self.context = context
 
@@ -120,8 +123,10 @@ class Plan:
             args = []
             for blob in step.inputs:
                 if blob not in slots:
-                    loads.append((blob, _local(slots, blob)))
-                    self.reads.append(blob)
+                    optional = blob in step.optional
+                    loads.append((blob, _local(slots, blob), optional))
+                    if not optional:
+                        self.reads.append(blob)
                 args.append(slots[blob])
             outs = [_local(slots, blob) for blob in step.outputs]
             for blob in step.outputs:
@@ -147,9 +152,9 @@ class Plan:
         lines = ["def make(K):"]
         lines += ["    k%d = K[%d]" % (s.index, i) for i, s in enumerate(self.steps)]
         lines.append("    def run(B):")
-        for blob, local in loads:
+        for blob, local, optional in loads:
             self._load_line_to_blob[len(lines) + 1] = blob
-            lines.append("        %s = B[%r]" % (local, blob))
+            lines.append("        %s = B%s" % (local, ".get(%r)" % blob if optional else "[%r]" % blob))
         for text, index in zip(body, line_of):
             self._line_to_step[len(lines) + 1] = index
             lines.append("        " + text)
@@ -200,7 +205,8 @@ class Plan:
         """Run one step reading from env (this run's writes) then blobs; used by the
         instrumented paths (observers, per-op benchmark)."""
         try:
-            args = [env[b] if b in env else blobs[b] for b in step.inputs]
+            args = [env[b] if b in env else blobs.get(b) if b in step.optional else blobs[b]
+                    for b in step.inputs]
         except KeyError as exc:
             raise self.step_error(step, Caffe2Error("input blob '%s' does not exist in the workspace"
                                                     % exc.args[0])) from None
@@ -294,7 +300,8 @@ def compile_net(net_def, known_blobs=(), input_types=None, blob_values=None, kee
             raise
         except Exception as exc:  # noqa: BLE001 - factories validate args
             raise Caffe2Error("%s: %s: %s" % (ctx.label, type(exc).__name__, exc)) from exc
-        steps.append(Step(index, op, kernel, engine, ctx))
+        steps.append(Step(index, op, kernel, engine, ctx,
+                          reads_outputs=schema is not None and schema.reads_outputs))
     return Plan(net_def, steps, keep)
 
 

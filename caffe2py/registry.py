@@ -122,6 +122,13 @@ class OpSchema:
     # their outputs to a device other than the op's own (outputs_device: a device type).
     inputs_can_cross_devices: bool = False
     outputs_device: Optional[int] = None
+    # The device type an op reads its inputs from when not its own (CopyCPUToGPU: CPU);
+    # core.InferOpBlobDevices reports it so tests feed inputs where the op expects them.
+    inputs_device: Optional[int] = None
+    # The kernel also receives each output's current workspace value (None when the
+    # blob does not exist yet) after its inputs: ops that update their output
+    # (Accumulate: Y = gamma * Y + X) without naming it as an input.
+    reads_outputs: bool = False
     arg_by_name: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
