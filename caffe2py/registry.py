@@ -192,6 +192,15 @@ class OpContext:
         self.input_types = input_types
         self.label = describe_op(index, op_def)
         self._args = ArgumentHelper(op_def)
+        self.wants_workspace = False
+
+    def use_workspace(self):
+        """The kernel will be called as run(blobs, *inputs): `blobs` is the mutable
+        mapping of every blob the op sees at its point of the run (the workspace
+        with this run's earlier writes on top; see blob_scopes.py). Writes to it
+        become visible to the ops after this one and reach the workspace when the
+        run succeeds. For ops that run subnets or act on the workspace itself."""
+        self.wants_workspace = True
 
     def _default(self, name, default):
         if default is not None or self.schema is None:
