@@ -22,19 +22,23 @@ BOOL = caffe2_pb2.TensorProto.BOOL
 
 def compile_subnet(ctx, arg_name, required=False):
     """The Plan of the NetDef in argument arg_name (None when absent and optional)."""
-    from caffe2py.executor import compile_net
     if not ctx.has(arg_name) or ctx.net(arg_name) is None:
         if required:
             raise ctx.error("argument '%s' (a NetDef) must be given" % arg_name)
         return None
-    net_def = ctx.net(arg_name)
+    return build_subnet(ctx, ctx.net(arg_name), arg_name)
+
+
+def build_subnet(ctx, net_def, what):
+    """Compile a subnet of the op `ctx` describes; errors name the op and `what`."""
+    from caffe2py.executor import compile_net
     # Which blobs exist is known only when the subnet runs: the existence check is
     # left to the run (a missing blob is then named with the op reading it).
     reads = {b for op in net_def.op for b in op.input}
     try:
         return compile_net(net_def, known_blobs=reads)
     except Exception as exc:  # noqa: BLE001 - say which subnet of which op
-        raise ctx.error("cannot build subnet '%s' (%s): %s" % (arg_name, net_def.name or "unnamed", exc)) from exc
+        raise ctx.error("cannot build subnet '%s' (%s): %s" % (what, net_def.name or "unnamed", exc)) from exc
 
 
 def _scalar_condition(ctx, value, index, what, kinds="b"):
