@@ -245,3 +245,12 @@ class WorkspaceStack:
 
     def __repr__(self):
         return "WorkspaceStack(depth=%d, kept=%d)" % (self.top + 1, len(self.workspaces))
+
+
+def local_names(view):
+    """The blobs a view holds itself (Caffe2's LocalBlobs): a child workspace's own
+    blobs, not those it sees in a parent; a run's overlay adds its writes."""
+    if isinstance(view, BlobOverlay):
+        return (local_names(view.base) | set(view.writes)) - view.removed
+    local = getattr(view, "local", None)
+    return set(local) if local is not None else set(view)

@@ -345,6 +345,25 @@ class Net:
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(registry.op_types()))
 
+    def Python(self, f, grad_f=None, python_func_type=None, pass_workspace=False,
+               grad_output_indices=None, grad_input_indices=None):
+        """Caffe2's Net.Python: returns a builder of `Python` ops running f(inputs,
+        outputs[, workspace]) on TensorCPU-like wrappers. f and grad_f are callables
+        (registered under a token in this process) or (func, args, kwargs) builder
+        tuples (pickled into the op). See operators/python_ops.py."""
+        from . import python_op_registry as P
+        f_builder, grad_builder = P.pickle_builder(f), P.pickle_builder(grad_f)
+        if grad_f and bool(f_builder) != bool(grad_builder):
+            raise Caffe2Error("A tuple has to be passed to both f and grad_f or neither.")
+        if f_builder:
+            core_kwargs = {"pickled_builder": f_builder, "pickled_grad_builder": grad_builder,
+                           "pass_workspace": pass_workspace}
+        else:
+            core_kwargs = {"token": P.register(f, grad_f, python_func_type, pass_workspace=pass_workspace)}
+        return lambda *args, **kwargs: self._CreateAndAddToSelf(
+            "Python", *args, grad_output_indices=list(grad_output_indices or []),
+            grad_input_indices=list(grad_input_indices or []), **dict(kwargs, **core_kwargs))
+
     def Const(self, array, blob_out=None, dtype=None):
         array = np.asarray(array, dtype=dtype)
         fills = {np.dtype(np.float32): "GivenTensorFill", np.dtype(np.float64): "GivenTensorDoubleFill",
@@ -573,3 +592,8 @@ def get_undefined_blobs(ssa):
 def get_output_producers(ssa):
     """{(blob, version): index of the op that wrote that version}."""
     return {out: i for i, (_, outputs) in enumerate(ssa) for out in outputs}
+
+
+def _RegisterPythonImpl(f, grad_f=None, python_func_type=None, pass_workspace=False):
+    from .python_op_registry import register
+    return register(f, grad_f, python_func_type, pass_workspace)
