@@ -35,7 +35,7 @@ _plan_counter = [0]
 
 class Step:
     """One compiled op: its def, kernel callable and blob names."""
-    __slots__ = ("index", "op_def", "kernel", "inputs", "outputs", "engine", "context")
+    __slots__ = ("index", "op_def", "kernel", "inputs", "outputs", "engine", "context", "takes_blobs")
 
     def __init__(self, index, op_def, kernel, engine, context):
         self.index = index
@@ -45,6 +45,9 @@ class Step:
         self.outputs = tuple(op_def.output)
         self.engine = engine
         self.context = context
+        # registry.takes_blobs kernels get the run's blob dict first (ops such as
+        # Load(load_all) that touch blobs they do not name as outputs)
+        self.takes_blobs = bool(getattr(kernel, "takes_blobs", False))
 
 
 def normalized_ops(net_def):
@@ -86,11 +89,10 @@ def check_net(net_def, known_blobs):
                           "by the net; the first one is '%s'" % (name, missing[0]))
 
 
-def _local(slots, blob):
-    slot = slots.get(blob)
-    if slot is None:
-        slot = slots[blob] = "v%d" % len(slots)
-    return slot
+def _wants_workspace(step):
+    """Whether the kernel is called with the run's blob view first: its factory
+    called ctx.use_workspace(), or the callable is marked registry.takes_blobs."""
+    return step.takes_blobs or (step.context is not None and step.context.wants_workspace)
 
 
 class Plan:
@@ -115,8 +117,7 @@ class Plan:
         dirty = []           # blobs whose local value the workspace view has not seen yet
         last_use = {}
         counter = [0]
-        self.uses_workspace = any(s.context is not None and s.context.wants_workspace
-                                  for s in self.steps)
+        self.uses_workspace = any(_wants_workspace(s) for s in self.steps)
 
         def new_local(blob):
             slots[blob] = "v%d" % counter[0]
@@ -140,7 +141,7 @@ class Plan:
                     else:   # a workspace op may have changed it: read it where it is used
                         body.append(("%s = B[%r]" % (local, blob), ("load", blob, step.index)))
                 args.append(slots[blob])
-            wants_workspace = step.context is not None and step.context.wants_workspace
+            wants_workspace = _wants_workspace(step)
             if wants_workspace:
                 # The op sees the workspace view: hand it every value written so far,
                 # and afterwards read everything again from the view.
@@ -242,7 +243,7 @@ class Plan:
         except KeyError as exc:
             raise self.step_error(step, Caffe2Error("input blob '%s' does not exist in the workspace"
                                                     % exc.args[0])) from None
-        if step.context is not None and step.context.wants_workspace:
+        if _wants_workspace(step):
             args.insert(0, env if isinstance(env, BlobOverlay) else BlobOverlay(blobs, env))
         try:
             result = step.kernel(*args)

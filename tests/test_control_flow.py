@@ -461,3 +461,19 @@ def test_conditional_errors(cond, f, message):
     workspace.FeedBlob("f", f)
     with pytest.raises(Caffe2Error, match=message):
         workspace.RunOperatorOnce(core.CreateOperator("Conditional", ["c", "t", "f"], ["o"]))
+
+
+def test_takes_blobs_kernels_get_the_runs_view_too():
+    from caffe2py import registry
+    register_schema(OpSchema("_CFTestTakesBlobs", num_inputs=0, num_outputs=1))
+
+    @register_kernel("_CFTestTakesBlobs")
+    def _factory(ctx):
+        return registry.takes_blobs(lambda blobs: blobs["written_before"] * 2)
+
+    workspace.FeedBlob("x", f32(1, 2))
+    net = core.Net("tb")
+    net.Add(["x", "x"], "written_before")
+    net._CFTestTakesBlobs([], "y")
+    workspace.RunNetOnce(net)
+    np.testing.assert_array_equal(workspace.FetchBlob("y"), f32(4, 8))
