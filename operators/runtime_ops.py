@@ -11,7 +11,7 @@ from caffe2py import runtime_objects as R
 from caffe2py.blob_scopes import local_names
 from caffe2py.kernels.cpu.tensor import strings as S
 from caffe2py.proto import caffe2_pb2
-from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.registry import Arg, OpSchema, TensorType, leave_out, register_kernel, register_schema
 
 DT = caffe2_pb2.TensorProto
 _SCALAR = ()
@@ -681,3 +681,11 @@ def reservoir_sampling(ctx):
                 result += (pos_map, np.array(pos_to_obj, np.int64).reshape(-1))
             return result
     return run
+
+
+# --------------------------------------------------------------------------- left out
+
+_STYLIZER = ("image packing of Caffe2's mobile style-transfer demo (packed int8 BGRA <-> NCHW float "
+             "with noise), built for its NEON/OpenGL path; not a general-purpose op")
+leave_out("BRGNCHWCToPackedInt8BGRAStylizerDeprocess", _STYLIZER)
+leave_out("PackedInt8BGRANHWCToNCHWCStylizerPreprocess", _STYLIZER)
