@@ -342,3 +342,12 @@ def conditional(ctx):
             raise ctx.input_error(2, "type %s differs from DataT's %s" % (data_f.dtype, data_t.dtype))
         return S.select_rows(cond, data_t, data_f)
     return run
+
+
+try:
+    from caffe2py.gradients import no_gradient
+except ImportError:          # a build without the gradient registry
+    no_gradient = None
+
+if no_gradient is not None:
+    no_gradient("Conditional", "HasScope", "CreateScope")

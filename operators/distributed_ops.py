@@ -390,3 +390,12 @@ def store_wait(ctx):
         except Caffe2Error as exc:
             raise ctx.error(str(exc)) from None
     return run
+
+
+try:
+    from caffe2py.gradients import should_not_do_gradient
+except ImportError:          # a build without the gradient registry
+    should_not_do_gradient = None
+
+if should_not_do_gradient is not None:
+    should_not_do_gradient(*_COMM, "FileStoreHandlerCreate", "StoreSet", "StoreGet", "StoreAdd", "StoreWait")

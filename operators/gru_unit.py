@@ -79,3 +79,16 @@ def gru_unit_gradient(ctx):
                                   % (list(np.shape(dh)), list(h_prev.shape)))
         return K.gru_unit_gradient(h_prev, gates, seq, t, dh, drop)
     return run
+
+
+try:
+    from caffe2py.gradients import register_gradient
+except ImportError:          # a build without the gradient registry
+    register_gradient = None
+
+if register_gradient is not None:
+    @register_gradient("GRUUnit")
+    def _gru_unit_gradient(g):
+        # Caffe2's GetGRUUnitGradient: the forward's inputs, its output and the output's gradient
+        ins = [g.input_value(i) for i in range(len(g.def_.input))] + [g.O(0), g.GO(0)]
+        return [g.op("GRUUnitGradient", ins, [g.GI(0), g.GI(1)])]

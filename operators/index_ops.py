@@ -153,3 +153,13 @@ def index_hash(ctx):
             raise ctx.error("modulo %d is larger than the numeric limit of the %s indices" % (modulo, ids.dtype))
         return K.index_hash(ids, seed, modulo)
     return run
+
+
+try:
+    from caffe2py.gradients import no_gradient, should_not_do_gradient
+except ImportError:          # a build without the gradient registry
+    no_gradient = None
+
+if no_gradient is not None:
+    no_gradient("IndexGet", "IntIndexCreate", "LongIndexCreate", "StringIndexCreate", "IndexHash")
+    should_not_do_gradient("IndexFreeze", "IndexLoad", "IndexStore", "IndexSize")

@@ -237,3 +237,17 @@ def gradient_defs(op_def):
         grad.device_option.CopyFrom(op_def.device_option)
     grad.is_gradient_op = True
     return [grad]
+
+
+try:
+    from caffe2py.gradients import register_gradient
+except ImportError:          # a build without the gradient registry
+    register_gradient = None
+
+if register_gradient is not None:
+    @register_gradient("Python", "PythonDLPack")
+    def _python_gradient(g):
+        out_idx = [int(i) for i in (g.arg("grad_output_indices", []) or [])] or list(range(len(g.def_.output)))
+        in_idx = [int(i) for i in (g.arg("grad_input_indices", []) or [])] or list(range(len(g.def_.input)))
+        ins = list(g.def_.input) + list(g.def_.output) + [g.GO(i) for i in out_idx]
+        return [g.op(g.def_.type + "Gradient", ins, [g.GI(i) for i in in_idx])]

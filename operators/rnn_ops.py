@@ -281,3 +281,157 @@ def recurrent_network_blob_fetcher(ctx):
         out[:] = names
         return out
     return run
+
+
+# --------------------------------------------------------------------------- RecurrentNetworkGradient
+
+register_schema(OpSchema(
+    "RecurrentNetworkGradient", num_inputs=(1, None), num_outputs=(1, None),
+    args=(Arg("backward_step_net", "net", doc="the gradient of the step net (NetDef or its text)"),
+          Arg("backward_link_internal", "strings", [], doc="gradient blobs of the step net linked to ..."),
+          Arg("backward_link_external", "strings", [], doc="... windows of these gradient tensors"),
+          Arg("backward_link_offset", "ints", [], doc="window start relative to the timestep"),
+          Arg("param", "ints", [], doc="forward inputs that are parameters"),
+          Arg("param_grads", "strings", [], doc="names the backward step net gives the parameter gradients"),
+          Arg("outputs_with_grads", "ints", [0], doc="forward outputs whose gradients are inputs")),
+    doc="Gradient of RecurrentNetwork: runs the backward step net for t = T-1 .. 0 in the forward "
+        "pass's step workspaces. Inputs: the gradients of the outputs_with_grads outputs, then every "
+        "forward input and output; outputs: the gradients of the input sequence, the parameters and "
+        "the initial recurrent states."))
+
+
+def _renamed(net_def, old, new):
+    for op in net_def.op:
+        op.input[:] = [new if b == old else b for b in op.input]
+        op.output[:] = [new if b == old else b for b in op.output]
+
+
+@register_kernel("RecurrentNetworkGradient")
+def recurrent_network_gradient(ctx):
+    ctx.use_workspace()
+    step_def = net_argument(ctx, "backward_step_net")
+    if step_def is None:
+        raise ctx.error("argument 'backward_step_net' (a NetDef or its text form) must be given")
+    timestep = ctx.string("timestep")
+    grad_inputs = ctx.ints("outputs_with_grads", [0])
+    n_go = len(grad_inputs)
+    links = (read_links(ctx, "link_internal", "link_external", "link_offset", "link_window")
+             + read_links(ctx, "backward_link_internal", "backward_link_external", "backward_link_offset"))
+    states = ctx.strings("recurrent_states", [])
+    state_inputs = ctx.ints("initial_recurrent_state_ids", [])
+    params = ctx.ints("param", [])
+    param_grads = ctx.strings("param_grads", [])
+    if param_grads and len(param_grads) != len(params):
+        raise ctx.error("param/param_grads mismatch: %d vs %d" % (len(params), len(param_grads)))
+    if len(states) != len(state_inputs):
+        raise ctx.error("recurrent_states/initial_recurrent_state_ids mismatch")
+    if ctx.n_outputs != 1 + len(params) + len(state_inputs):
+        raise ctx.error("needs %d outputs (input, %d parameters, %d initial states), has %d"
+                        % (1 + len(params) + len(state_inputs), len(params), len(state_inputs), ctx.n_outputs))
+    aliases = read_aliases(ctx)
+    # The gradients of the state sequences: `x_all` (offset 1) feeds every step, `x_last`
+    # (offset -1) the last one.
+    per_step, last_step = {}, {}
+    for j, (src, _dst, offset) in enumerate(aliases):
+        if j in grad_inputs:
+            if offset not in (1, -1):
+                raise ctx.error("alias %d has offset %d; gradients need 1 or -1" % (j, offset))
+            (per_step if offset == 1 else last_step)[src] = grad_inputs.index(j)
+
+    step_def = caffe2_pb2.NetDef.FromString(step_def.SerializeToString())
+    step_def.external_input.append(timestep)
+    for link in links:
+        step_def.external_input.extend([link.internal, link.external])
+    # Each step's parameter gradients are written under a private name and summed here.
+    accumulate = []
+    for i, k in enumerate(params):
+        out_name = ctx.outputs[1 + i]
+        step_name = param_grads[i] if param_grads else out_name
+        tmp = step_name + "_tmpstep"
+        _renamed(step_def, step_name, tmp)
+        accumulate.append((out_name, tmp, n_go + k))
+    step_plan = build_subnet(ctx, step_def, "backward_step_net")
+    input_grad_name = ctx.outputs[0]
+    scratch_index = ctx.n_inputs - 1
+
+    def run(blobs, *inputs):
+        seq = inputs[n_go]
+        if not isinstance(seq, np.ndarray) or seq.ndim < 2:
+            raise ctx.input_error(n_go, "the input sequence must be [T, N, ...]")
+        seq_len = seq.shape[0]
+        scratch = inputs[scratch_index]
+        if not isinstance(scratch, ScratchWorkspaces):
+            raise ctx.input_error(scratch_index, "expected the scratch-workspaces blob of the forward op")
+        if len(scratch.step_workspaces) < seq_len:
+            raise ctx.error("the forward pass kept %d step workspaces for %d steps (was it built with a "
+                            "backward_step_net?)" % (len(scratch.step_workspaces), seq_len))
+        scratch.shared.rebind(blobs)
+        owned = set()
+        sums = {}
+        for out_name, tmp, k in accumulate:
+            sums[out_name] = np.zeros_like(inputs[k])
+        grads = {}
+        for name in states:
+            forward = blobs.get(name)
+            if not isinstance(forward, np.ndarray) or forward.ndim != 3:
+                raise ctx.error("recurrent state '%s' of the forward pass is missing or not 3-D" % name)
+            g = np.zeros_like(forward)
+            if name in last_step:
+                g[-1] += np.asarray(inputs[last_step[name]]).reshape(g.shape[1:])
+            grads[name] = blobs[name + "_grad"] = g
+            owned.add(id(g))
+        input_grad = np.zeros_like(seq)
+        blobs[input_grad_name] = input_grad
+        owned.add(id(input_grad))
+        linked = LinkedSteps(ctx, links, owned)
+        for t in range(seq_len - 1, -1, -1):
+            ws = scratch.step_workspaces[t]
+            for name, k in per_step.items():
+                grads[name][t + 1] += inputs[k][t]
+            views = linked.bind(ws, t)
+            try:
+                step_plan.run(ws)
+            except Caffe2Error as exc:
+                raise ctx.error("backward timestep %d: %s" % (t, exc)) from exc
+            linked.write_back(ws, t, views, blobs)
+            for out_name, tmp, _ in accumulate:
+                value = ws.get(tmp)
+                if value is not None:
+                    sums[out_name] += np.asarray(value).reshape(sums[out_name].shape)
+        outputs = [blobs[input_grad_name]] + [sums[out_name] for out_name, _, _ in accumulate]
+        for name, k in zip(states, state_inputs):
+            init = np.asarray(inputs[n_go + k])
+            g = blobs[name + "_grad"]
+            length = init.shape[0] if init.ndim == 3 else 1
+            if init.ndim >= 2:
+                outputs.append(np.ascontiguousarray(g[:length].reshape(init.shape)))
+            else:
+                outputs.append(g[0].sum(axis=0).astype(init.dtype))
+        return tuple(outputs) if len(outputs) > 1 else outputs[0]
+    return run
+
+
+# --------------------------------------------------------------------------- gradient makers
+
+try:
+    from caffe2py.gradients import register_gradient, should_not_do_gradient
+except ImportError:          # a build without the gradient registry: forward only
+    register_gradient = should_not_do_gradient = None
+
+if register_gradient is not None:
+    @register_gradient("RecurrentNetwork")
+    def _recurrent_network_gradient(g):
+        """Caffe2's GetRecurrentNetworkGradient: the gradients of outputs_with_grads,
+        every forward input and output in; the gradients of the input sequence, the
+        parameters and the initial states out."""
+        helper_ints = lambda name, default: [int(v) for v in (g.arg(name, default) or [])]  # noqa: E731
+        params = helper_ints("param", [])
+        recurrent = helper_ints("initial_recurrent_state_ids", [])
+        with_grads = helper_ints("outputs_with_grads", [0])
+        if not with_grads:
+            raise Caffe2Error("%s: outputs_with_grads is empty" % g.label)
+        inputs = [g.GO(i) for i in with_grads] + list(g.def_.input) + list(g.def_.output)
+        outputs = [g.GI(0)] + [g.GI(i) for i in params] + [g.GI(i) for i in recurrent]
+        return [g.op("RecurrentNetworkGradient", inputs, outputs)]
+
+    should_not_do_gradient("RecurrentNetworkBlobFetcher")

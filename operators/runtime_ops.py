@@ -689,3 +689,23 @@ _STYLIZER = ("image packing of Caffe2's mobile style-transfer demo (packed int8 
              "with noise), built for its NEON/OpenGL path; not a general-purpose op")
 leave_out("BRGNCHWCToPackedInt8BGRAStylizerDeprocess", _STYLIZER)
 leave_out("PackedInt8BGRANHWCToNCHWCStylizerPreprocess", _STYLIZER)
+
+
+try:
+    from caffe2py.gradients import no_gradient, register_gradient, should_not_do_gradient
+except ImportError:          # a build without the gradient registry
+    register_gradient = None
+
+if register_gradient is not None:
+    @register_gradient("NanCheck")
+    def _nan_check_gradient(g):
+        return [g.op("NanCheck", [g.GO(0)], [g.GI(0)])]
+
+    should_not_do_gradient(
+        "CreateCounter", "ResetCounter", "CountDown", "CountUp", "RetrieveCount", "CheckCounterDone",
+        "CreateMutex", "AtomicFetchAdd", "AtomicFetchAdd64", "CreateAtomicBool", "ConditionalSetAtomicBool",
+        "CheckAtomicBool", "Summarize", "StringPrefix", "StringSuffix", "StringStartsWith",
+        "StringEndsWith", "StringJoin", "LastNWindowCollector", "ReservoirSampling", "FeedBlob")
+    no_gradient("Print", "Assert", "GetAllBlobNames", "TimerBegin", "TimerEnd", "TimerGet", "TimerGetAndEnd",
+                "WallClockTime", "StatRegistryCreate", "StatRegistryUpdate", "StatRegistryExport",
+                "CpuUtilizationReport", "Free", "CreateMap", "KeyValueToMap", "MapToKeyValue", "AtomicAppend")
