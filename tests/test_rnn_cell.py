@@ -101,8 +101,8 @@ def test_lstm_matches_torch_on_variable_length_sequences(forward_only, caplog):
     # A second run of the same net gives the same result (state tensors are remade).
     workspace.RunNet(model.net.Name())
     _assert_valid_steps_close(workspace.FetchBlob(hidden_all), y)
-    if not forward_only:
-        assert "forward-only" in caplog.text
+    if not forward_only and getattr(core, "GradientRegistry", None) is None:
+        assert "forward-only" in caplog.text       # no gradient registry: said, not silent
 
 
 def test_stacked_lstm_matches_torch_two_layers():
