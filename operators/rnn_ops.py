@@ -113,18 +113,25 @@ def initial_states(ctx, state_input, seq_len, batch, index):
 
 
 class LinkedSteps:
-    """Applies links around one run of a step net (see the module docstring)."""
+    """Applies links around one run of a step net (see the module docstring). The
+    external tensors are looked up once per op run (`resolve`), not once per step."""
 
     def __init__(self, ctx, links, owned):
         self.ctx, self.links, self.owned = ctx, links, owned
+        self.externals = {}
+
+    def resolve(self, scope):
+        for link in self.links:
+            if link.external not in self.externals:
+                try:
+                    self.externals[link.external] = scope[link.external]
+                except KeyError:
+                    raise self.ctx.error("linked blob '%s' does not exist" % link.external) from None
 
     def bind(self, ws, t):
         views = []
         for link in self.links:
-            try:
-                external = ws[link.external]
-            except KeyError:
-                raise self.ctx.error("linked blob '%s' does not exist" % link.external) from None
+            external = self.externals[link.external]
             start, stop = t + link.offset, t + link.offset + link.window
             if not isinstance(external, np.ndarray) or external.ndim < 1 or stop > external.shape[0]:
                 raise self.ctx.error("link '%s' -> '%s' needs steps [%d, %d) at timestep %d, but '%s' has shape %s"
@@ -145,10 +152,10 @@ class LinkedSteps:
                 raise self.ctx.error("timestep %d: the step net wrote '%s' with shape %s, but its link to '%s' "
                                      "holds %s" % (t, link.internal, list(value.shape), link.external,
                                                    list(view.shape)))
-            external = ws[link.external]
+            external = self.externals[link.external]
             if id(external) not in self.owned:
                 external = external.copy()           # never write into an array the op did not make
-                parent[link.external] = external
+                parent[link.external] = self.externals[link.external] = external
                 self.owned.add(id(external))
             start = t + link.offset
             external[start:start + link.window] = value.reshape(view.shape)
@@ -228,6 +235,7 @@ def recurrent_network(ctx):
         while len(step_wss) < wanted:
             step_wss.append(SharedBlobs(shared))
         linked = LinkedSteps(ctx, links, owned)
+        linked.resolve(shared)
         for t in range(seq_len):
             ws = step_wss[t if cycle is None else t % cycle]
             ws[timestep] = np.array([t], np.int32)
@@ -384,6 +392,7 @@ def recurrent_network_gradient(ctx):
         blobs[input_grad_name] = input_grad
         owned.add(id(input_grad))
         linked = LinkedSteps(ctx, links, owned)
+        linked.resolve(scratch.shared)
         for t in range(seq_len - 1, -1, -1):
             ws = scratch.step_workspaces[t]
             for name, k in per_step.items():
