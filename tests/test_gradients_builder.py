@@ -293,3 +293,21 @@ def test_mlp_trained_by_hand_written_sgd_lowers_its_loss():
     assert losses[-1] < 0.5 * losses[0], losses
     prob = workspace.FetchBlob("sgd_prob")
     assert (prob.argmax(axis=1) == labels).mean() > 0.8
+
+
+def test_brew_spatial_bn_in_training_mode():
+    model = model_helper.ModelHelper(name="bn_train")
+    bn = brew.spatial_bn(model, "data", "bn", dim_in=3, is_test=False, momentum=0.5)
+    loss = model.net.AveragedLoss(model.net.Relu(bn, "bn_relu"), "bn_loss")
+    model.AddGradientOperators([loss])
+    op = model.net.Proto().op[0]
+    assert list(op.output) == ["bn", "bn_rm", "bn_riv", "bn_sm", "bn_siv"]
+    assert {str(p) for p in model.param_to_grad} == {"bn_s", "bn_b"}
+    workspace.ResetWorkspace()
+    workspace.RunNetOnce(model.param_init_net)
+    x = f32(4, 3, 2, 2) + 3.0
+    workspace.FeedBlob("data", x)
+    workspace.RunNetOnce(model.net)
+    np.testing.assert_allclose(workspace.FetchBlob("bn_rm"), 0.5 * x.mean(axis=(0, 2, 3)), rtol=1e-5)
+    np.testing.assert_allclose(workspace.FetchBlob("bn").mean(axis=(0, 2, 3)), 0, atol=1e-5)
+    assert workspace.FetchBlob("bn_s_grad").shape == (3,)
