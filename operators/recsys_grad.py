@@ -13,7 +13,8 @@
     (without the INDICES input) run too.
   LengthsSum / LengthsMean -> dense gradients (Lengths{Sum,Mean}Gradient).
   The fused 8/4/2-bit lookups have no gradient (Caffe2's NO_GRADIENT: quantised
-  tables are not trained), nor do the offsets-based ...Idx forms.
+  tables are not trained). The float offsets-based ...Idx forms and
+  PositionalWeightedSum have no gradient maker: a gradient through them is an error.
 """
 import numpy as np
 
@@ -168,7 +169,7 @@ def _slws_maker(g):
                  [weights, g.GO(0), lengths, indices], [values])]
 
 
-no_gradient(*[spec.name for spec in SPECS if spec.fused or spec.offsets])
+no_gradient(*[spec.name for spec in SPECS if spec.fused])
 no_gradient("SparseLengthsSumSparseLookup")
 
 

@@ -311,3 +311,11 @@ def test_brew_spatial_bn_in_training_mode():
     np.testing.assert_allclose(workspace.FetchBlob("bn_rm"), 0.5 * x.mean(axis=(0, 2, 3)), rtol=1e-5)
     np.testing.assert_allclose(workspace.FetchBlob("bn").mean(axis=(0, 2, 3)), 0, atol=1e-5)
     assert workspace.FetchBlob("bn_s_grad").shape == (3,)
+
+
+def test_docs_list_every_gradient():
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    section = doc[doc.index("## Gradients"):]
+    missing = [t for t in gradients.registered_gradient_types() if t not in section]
+    assert not missing, "docs/training.md does not list the gradients of %s" % missing
