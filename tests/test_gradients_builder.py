@@ -319,3 +319,17 @@ def test_docs_list_every_gradient():
     section = doc[doc.index("## Gradients"):]
     missing = [t for t in gradients.registered_gradient_types() if t not in section]
     assert not missing, "docs/training.md does not list the gradients of %s" % missing
+
+
+def test_in_place_add_and_sum():
+    net = core.Net("inplace_add")
+    net.Add(["a", "b"], "a")
+    net.Sum(["c", "a"], "c")
+    net.Relu("c", "y")
+    grad_map = net.AddGradientOperators({"y": "dy"})
+    a, b, c, dy = f32(2, 3), f32(3), f32(2, 3), f32(2, 3)
+    run(net, a=a, b=b, c=c, dy=dy)
+    mask = (a + b + c) > 0
+    np.testing.assert_allclose(workspace.FetchBlob(grad_map["a"]), dy * mask, rtol=1e-6)
+    np.testing.assert_allclose(workspace.FetchBlob(grad_map["b"]), (dy * mask).sum(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(workspace.FetchBlob(grad_map["c"]), dy * mask, rtol=1e-6)
