@@ -333,3 +333,29 @@ def test_in_place_add_and_sum():
     np.testing.assert_allclose(workspace.FetchBlob(grad_map["a"]), dy * mask, rtol=1e-6)
     np.testing.assert_allclose(workspace.FetchBlob(grad_map["b"]), (dy * mask).sum(axis=0), rtol=1e-5)
     np.testing.assert_allclose(workspace.FetchBlob(grad_map["c"]), dy * mask, rtol=1e-6)
+
+
+def test_mnist_tutorial_loss_chain():
+    model = model_helper.ModelHelper(name="tutorial_chain")
+    data = model.Scale("data", "data", scale=1.0 / 256)
+    data = model.StopGradient(data, data)
+    fc = brew.fc(model, data, "tc_fc", dim_in=6, dim_out=4)
+    softmax = brew.softmax(model, fc, "tc_softmax")
+    xent = model.LabelCrossEntropy([softmax, "label"], "tc_xent")
+    loss = model.AveragedLoss(xent, "tc_loss")
+    model.Accuracy([softmax, "label"], "tc_accuracy")
+    model.AddGradientOperators([loss])
+    assert "data" not in model.grad_map and set(model.param_to_grad) == set(model.params)
+    x, labels = (f32(5, 6) * 256).astype(np.float32), RNG.integers(0, 4, 5).astype(np.int32)
+    workspace.ResetWorkspace()
+    workspace.RunNetOnce(model.param_init_net)
+    run_blobs = {"data": x, "label": labels}
+    for name, value in run_blobs.items():
+        workspace.FeedBlob(name, value)
+    workspace.RunNetOnce(model.net)
+    w, b = workspace.FetchBlob("tc_fc_w"), workspace.FetchBlob("tc_fc_b")
+    logits = (x / 256) @ w.T + b
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    dlogits = (p - np.eye(4)[labels]) / 5
+    np.testing.assert_allclose(workspace.FetchBlob("tc_fc_w_grad"), dlogits.T @ (x / 256), rtol=1e-4, atol=1e-6)
