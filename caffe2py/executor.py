@@ -34,7 +34,7 @@ _plan_counter = [0]
 
 class Step:
     """One compiled op: its def, kernel callable and blob names."""
-    __slots__ = ("index", "op_def", "kernel", "inputs", "outputs", "engine", "context")
+    __slots__ = ("index", "op_def", "kernel", "inputs", "outputs", "engine", "context", "takes_blobs")
 
     def __init__(self, index, op_def, kernel, engine, context):
         self.index = index
@@ -44,6 +44,9 @@ class Step:
         self.outputs = tuple(op_def.output)
         self.engine = engine
         self.context = context
+        # registry.takes_blobs kernels get the run's blob dict first (ops such as
+        # Load(load_all) that touch blobs they do not name as outputs)
+        self.takes_blobs = bool(getattr(kernel, "takes_blobs", False))
 
 
 def normalized_ops(net_def):
@@ -127,7 +130,7 @@ class Plan:
             for blob in step.outputs:
                 if blob not in written and (self.keep is None or blob in self.keep):
                     written.append(blob)
-            call = "k%d(%s)" % (step.index, ", ".join(args))
+            call = "k%d(%s)" % (step.index, ", ".join((["B"] if step.takes_blobs else []) + args))
             if len(outs) == 0:
                 body.append(call)
             elif len(outs) == 1:
@@ -205,7 +208,7 @@ class Plan:
             raise self.step_error(step, Caffe2Error("input blob '%s' does not exist in the workspace"
                                                     % exc.args[0])) from None
         try:
-            result = step.kernel(*args)
+            result = step.kernel(*([blobs] if step.takes_blobs else []), *args)
         except Exception as exc:  # noqa: BLE001
             raise self.step_error(step, exc) from exc
         n = len(step.outputs)

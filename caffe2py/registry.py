@@ -387,6 +387,14 @@ def select_kernel(op_def, index=None):
                       % (label, device_name(device), op_def.type, version))
 
 
+def takes_blobs(run):
+    """Mark a kernel callable that needs the blob dict of the run: the executor then
+    calls run(blobs, *inputs). Blobs it writes there are committed at once, not at the
+    end of the net (for ops like Load with load_all that create blobs no output names)."""
+    run.takes_blobs = True
+    return run
+
+
 _left_out = {}     # op type -> why caffe2py does not provide it (catalogue coverage)
 
 
