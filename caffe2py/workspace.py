@@ -161,10 +161,16 @@ class Workspace:
             iterations = None  # run until the stop blob says so
         it = 0
         while iterations is None or it < iterations:
-            for sub in step.substep:
-                self._run_step(sub)
+            if step.concurrent_substeps and len(step.substep) > 1:
+                from .concurrent_steps import run_substeps_concurrently
+                run_substeps_concurrently(self._run_step, step.substep)
                 if self._should_stop(step):
                     return
+            else:
+                for sub in step.substep:
+                    self._run_step(sub)
+                    if self._should_stop(step):
+                        return
             for net_name in step.network:
                 self.run_net(net_name)
                 if self._should_stop(step):

@@ -392,3 +392,15 @@ def test_minidb_rejects_empty_keys_and_values(tmp_path):
     with pytest.raises(DBError, match="non-empty"):
         minidb.write_records(str(tmp_path / "e"), [(b"k", b"")])
     assert not (tmp_path / "e").exists()
+
+
+def test_string_blobs_keep_trailing_nul_bytes(tmp_path):
+    """A serialized protobuf may end in a NUL byte: FeedBlob and Save/Load keep it."""
+    data = b"\x08\x00\x10\x00"
+    workspace.FeedBlob("proto", data)
+    workspace.FeedBlob("list", [b"a\x00", b"\x00"])
+    save(tmp_path / "n.minidb", ["proto", "list"])
+    workspace.ResetWorkspace()
+    load(tmp_path / "n.minidb", ["proto", "list"])
+    assert workspace.FetchBlob("proto") == data
+    assert workspace.FetchBlob("list").tolist() == [b"a\x00", b"\x00"]

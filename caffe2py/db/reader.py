@@ -35,6 +35,9 @@ class DBReader:
             if not self._cursor.valid():
                 raise DBError("db '%s' (%s) has no records to read" % (self.source, self.db_type))
             key, value = self._cursor.key(), self._cursor.value()
+            if getattr(self._cursor, "streaming", False):
+                self._cursor.next()     # a stream (queue db) does not start over
+                return key, value
             for _ in range(self.num_shards):
                 self._cursor.next()
                 if not self._cursor.valid():
