@@ -302,7 +302,8 @@ class Net:
             outputs = [self.NextName(prefix=op_type)]
         elif isinstance(outputs, int):
             outputs = [self.NextName(prefix=op_type, output_id=i) for i in range(outputs)]
-        op = CreateOperator(op_type, inputs, outputs, **kwargs)
+        # inputs are scoped names now: as BlobReferences CreateOperator keeps them as they are
+        op = CreateOperator(op_type, [BlobReference(n) for n in inputs], outputs, **kwargs)
         self._net.op.add().CopyFrom(op)
         self._op_outputs.update(op.output)
         refs = tuple(BlobReference(o, self) for o in op.output)
