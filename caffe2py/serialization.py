@@ -137,6 +137,76 @@ def tensor_chunk(array, name, begin, end, device_option=None, float_format=0):
     return t
 
 
+# ----------------------------------------------------------------- fast writer
+#
+# protobuf's Python API appends repeated numbers one by one (about 0.6 s per million
+# floats); the packed fields are written here straight from the array's bytes instead.
+# Fields go out in field-number order, as protobuf writes them, so the bytes are the
+# same as tensor_chunk(...).SerializeToString().
+
+_PACKED_FIELD = {DT.FLOAT: 3, DT.INT32: 4, DT.FLOAT16: 4, DT.BOOL: 4, DT.UINT8: 4, DT.INT8: 4,
+                 DT.UINT16: 4, DT.INT16: 4, DT.DOUBLE: 9, DT.INT64: 10}
+
+
+def _varint_bytes(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _varints(values):
+    """Protobuf varints of integer values (negatives as 64-bit two's complement)."""
+    from .kernels.cpu.io import varint
+    return varint.encode(values)
+
+
+def _packed(field, payload):
+    return _varint_bytes(field << 3 | 2) + _varint_bytes(len(payload)) + payload
+
+
+def _chunk_record(array, name, begin, end, device_option, float_format):
+    """Serialized BlobProto of one chunk, as serialize_blob writes it."""
+    data_type = data_type_of(array.dtype)
+    field = _PACKED_FIELD.get(data_type)
+    if field is None or (data_type == DT.FLOAT and float_format == caffe2_pb2.BlobSerializationOptions.FLOAT_BFLOAT16):
+        proto = caffe2_pb2.BlobProto(name=name, type=TENSOR_BLOB_TYPE)
+        proto.tensor.CopyFrom(tensor_chunk(array, name, begin, end, device_option, float_format))
+        return proto.SerializeToString()
+    flat = array.reshape(-1)[begin:end]
+    if data_type == DT.FLOAT:
+        payload = flat.astype("<f4").tobytes()
+    elif data_type == DT.DOUBLE:
+        payload = flat.astype("<f8").tobytes()
+    elif data_type == DT.FLOAT16:
+        payload = _varints(flat.view(np.uint16))
+    else:
+        payload = _varints(flat)
+    head = caffe2_pb2.TensorProto(dims=array.shape, data_type=data_type)
+    parts = [(1, head.SerializeToString()), (7, caffe2_pb2.TensorProto(name=name).SerializeToString())]
+    detail = caffe2_pb2.TensorProto()
+    if device_option is None:
+        detail.device_detail.device_type = CPU
+    else:
+        detail.device_detail.CopyFrom(device_option)
+    parts.append((8, detail.SerializeToString()))
+    seg = caffe2_pb2.TensorProto()
+    seg.segment.begin, seg.segment.end = begin, end
+    parts.append((11, seg.SerializeToString()))
+    if data_type == DT.FLOAT:
+        fmt = caffe2_pb2.TensorProto()
+        fmt.data_format = DT.FMT_PROTOBUF
+        parts.append((15, fmt.SerializeToString()))
+    if payload:
+        parts.append((field, _packed(field, payload)))
+    tensor = b"".join(data for _, data in sorted(parts, key=lambda p: p[0]))
+    return (caffe2_pb2.BlobProto(name=name, type=TENSOR_BLOB_TYPE).SerializeToString()
+            + _packed(3, tensor))
+
+
 def _chunk_length(option_chunk_size, numel):
     if option_chunk_size == OPTION_NO_CHUNKING:
         return numel + 1            # one chunk, empty tensors included
@@ -168,9 +238,8 @@ def serialize_blob(value, name, chunk_size=OPTION_DEFAULT_CHUNK, float_format=0)
     records = []
     for begin in range(0, max(numel, 1), step):
         end = min(begin + step, numel)
-        proto = caffe2_pb2.BlobProto(name=name, type=TENSOR_BLOB_TYPE)
-        proto.tensor.CopyFrom(tensor_chunk(array, name, begin, end, option, float_format))
-        records.append(("%s%s%d" % (name, CHUNK_ID_SEPARATOR, begin // step), proto.SerializeToString()))
+        records.append(("%s%s%d" % (name, CHUNK_ID_SEPARATOR, begin // step),
+                        _chunk_record(array, name, begin, end, option, float_format)))
     return records
 
 

@@ -404,3 +404,22 @@ def test_string_blobs_keep_trailing_nul_bytes(tmp_path):
     load(tmp_path / "n.minidb", ["proto", "list"])
     assert workspace.FetchBlob("proto") == data
     assert workspace.FetchBlob("list").tolist() == [b"a\x00", b"\x00"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.bool_, np.uint8, np.int8,
+                                   np.uint16, np.int16, np.float16])
+def test_fast_record_writer_matches_protobufs_serializer(dtype):
+    """Save writes packed fields from the array bytes; the result is byte for byte what
+    protobuf's own serializer makes of the same TensorProto (negative varints included)."""
+    from caffe2py import serialization as S
+    rng = np.random.default_rng(5)
+    info = np.iinfo(dtype) if np.issubdtype(dtype, np.integer) else None
+    for shape in [(0,), (), (3, 4), (257,)]:
+        if info is not None:
+            a = rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)
+        else:
+            a = (rng.standard_normal(shape) * 1000).astype(dtype)
+        for begin, end in [(0, a.size), (a.size // 3, a.size)]:
+            proto = caffe2_pb2.BlobProto(name="t", type="Tensor")
+            proto.tensor.CopyFrom(S.tensor_chunk(a, "t", begin, end))
+            assert S._chunk_record(a, "t", begin, end, None, 0) == proto.SerializeToString()
