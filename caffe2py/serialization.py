@@ -18,13 +18,15 @@ types, records without segments, the legacy BYTE type) and checks sizes before
 copying. BlobAssembler puts chunked tensors back together with Caffe2's Load
 checks (no chunk twice, no chunk past the end, every element present).
 """
+import math
+
 import numpy as np
 
-from . import devices
+from . import devices, tensor_records
 from .errors import Caffe2Error, ProtoError
 from .proto import caffe2_pb2
 from .registry import CPU
-from .tensors import data_type_name, data_type_of, numpy_dtype
+from .tensors import data_type_name, data_type_of
 
 DT = caffe2_pb2.TensorProto
 CHUNK_ID_SEPARATOR = "#%"
@@ -137,76 +139,6 @@ def tensor_chunk(array, name, begin, end, device_option=None, float_format=0):
     return t
 
 
-# ----------------------------------------------------------------- fast writer
-#
-# protobuf's Python API appends repeated numbers one by one (about 0.6 s per million
-# floats); the packed fields are written here straight from the array's bytes instead.
-# Fields go out in field-number order, as protobuf writes them, so the bytes are the
-# same as tensor_chunk(...).SerializeToString().
-
-_PACKED_FIELD = {DT.FLOAT: 3, DT.INT32: 4, DT.FLOAT16: 4, DT.BOOL: 4, DT.UINT8: 4, DT.INT8: 4,
-                 DT.UINT16: 4, DT.INT16: 4, DT.DOUBLE: 9, DT.INT64: 10}
-
-
-def _varint_bytes(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _varints(values):
-    """Protobuf varints of integer values (negatives as 64-bit two's complement)."""
-    from .kernels.cpu.io import varint
-    return varint.encode(values)
-
-
-def _packed(field, payload):
-    return _varint_bytes(field << 3 | 2) + _varint_bytes(len(payload)) + payload
-
-
-def _chunk_record(array, name, begin, end, device_option, float_format):
-    """Serialized BlobProto of one chunk, as serialize_blob writes it."""
-    data_type = data_type_of(array.dtype)
-    field = _PACKED_FIELD.get(data_type)
-    if field is None or (data_type == DT.FLOAT and float_format == caffe2_pb2.BlobSerializationOptions.FLOAT_BFLOAT16):
-        proto = caffe2_pb2.BlobProto(name=name, type=TENSOR_BLOB_TYPE)
-        proto.tensor.CopyFrom(tensor_chunk(array, name, begin, end, device_option, float_format))
-        return proto.SerializeToString()
-    flat = array.reshape(-1)[begin:end]
-    if data_type == DT.FLOAT:
-        payload = flat.astype("<f4").tobytes()
-    elif data_type == DT.DOUBLE:
-        payload = flat.astype("<f8").tobytes()
-    elif data_type == DT.FLOAT16:
-        payload = _varints(flat.view(np.uint16))
-    else:
-        payload = _varints(flat)
-    head = caffe2_pb2.TensorProto(dims=array.shape, data_type=data_type)
-    parts = [(1, head.SerializeToString()), (7, caffe2_pb2.TensorProto(name=name).SerializeToString())]
-    detail = caffe2_pb2.TensorProto()
-    if device_option is None:
-        detail.device_detail.device_type = CPU
-    else:
-        detail.device_detail.CopyFrom(device_option)
-    parts.append((8, detail.SerializeToString()))
-    seg = caffe2_pb2.TensorProto()
-    seg.segment.begin, seg.segment.end = begin, end
-    parts.append((11, seg.SerializeToString()))
-    if data_type == DT.FLOAT:
-        fmt = caffe2_pb2.TensorProto()
-        fmt.data_format = DT.FMT_PROTOBUF
-        parts.append((15, fmt.SerializeToString()))
-    if payload:
-        parts.append((field, _packed(field, payload)))
-    tensor = b"".join(data for _, data in sorted(parts, key=lambda p: p[0]))
-    return (caffe2_pb2.BlobProto(name=name, type=TENSOR_BLOB_TYPE).SerializeToString()
-            + _packed(3, tensor))
-
-
 def _chunk_length(option_chunk_size, numel):
     if option_chunk_size == OPTION_NO_CHUNKING:
         return numel + 1            # one chunk, empty tensors included
@@ -219,7 +151,7 @@ def _chunk_length(option_chunk_size, numel):
 
 
 def serialize_blob(value, name, chunk_size=OPTION_DEFAULT_CHUNK, float_format=0):
-    """[(db key, serialized BlobProto)] for one blob. chunk_size uses
+    """[(db key, serialized BlobProto: bytes or a Record)] for one blob. chunk_size uses
     BlobSerializationOptions' meaning: 0 default size, -1 one chunk, n > 0 elements."""
     if _is_string_scalar(value):
         s = value.item() if isinstance(value, np.ndarray) else value
@@ -238,15 +170,21 @@ def serialize_blob(value, name, chunk_size=OPTION_DEFAULT_CHUNK, float_format=0)
     records = []
     for begin in range(0, max(numel, 1), step):
         end = min(begin + step, numel)
-        records.append(("%s%s%d" % (name, CHUNK_ID_SEPARATOR, begin // step),
-                        _chunk_record(array, name, begin, end, option, float_format)))
+        record = None
+        if float_format != caffe2_pb2.BlobSerializationOptions.FLOAT_BFLOAT16:
+            record = tensor_records.chunk_record(array, name, begin, end, option)
+        if record is None:      # types without a packed field (strings), bfloat16
+            proto = caffe2_pb2.BlobProto(name=name, type=TENSOR_BLOB_TYPE)
+            proto.tensor.CopyFrom(tensor_chunk(array, name, begin, end, option, float_format))
+            record = proto.SerializeToString()
+        records.append(("%s%s%d" % (name, CHUNK_ID_SEPARATOR, begin // step), record))
     return records
 
 
 def serialize_blob_proto(value, name):
     """One unchunked BlobProto (workspace.SerializeBlob)."""
     (_, data), = serialize_blob(value, name, chunk_size=OPTION_NO_CHUNKING)
-    return caffe2_pb2.BlobProto.FromString(data)
+    return caffe2_pb2.BlobProto.FromString(bytes(data))
 
 
 # ----------------------------------------------------------------- reading
@@ -332,43 +270,49 @@ def chunk_values(t, name):
     return dims, dtype, begin, end, flat
 
 
-def _tensor_dtype(t):
-    return np.dtype(np.uint8) if t.data_type == DT.BYTE else numpy_dtype(t.data_type)
-
-
 class _TensorState:
     """One tensor being put back together from its chunks."""
 
-    def __init__(self, name, t, dims, dtype):
+    def __init__(self, name, data_type, device, dims, dtype):
         self.name, self.dims, self.dtype = name, dims, dtype
-        self.data_type = t.data_type
+        self.data_type = data_type
         self.device = caffe2_pb2.DeviceOption()
-        self.device.CopyFrom(t.device_detail)
-        self.total = int(np.prod(dims, dtype=np.int64)) if dims else 1
-        self.flat = np.empty(self.total, dtype=dtype)
+        self.device.CopyFrom(device)
+        self.total = math.prod(dims)
+        self.pieces = []        # (begin, end, values); put together by value()
         self.segments = []
+        self._current = 0
 
-    def add(self, t, dims, begin, end, flat):
-        if dims != self.dims or t.data_type != self.data_type:
+    def add(self, data_type, dims, begin, end, flat):
+        if dims != self.dims or data_type != self.data_type:
             raise SerializationError("blob '%s': chunk [%d, %d) is %s %s but an earlier chunk was %s %s"
-                                     % (self.name, begin, end, data_type_name(t.data_type), list(dims),
+                                     % (self.name, begin, end, data_type_name(data_type), list(dims),
                                         data_type_name(self.data_type), list(self.dims)))
         for b, e in self.segments:
             if begin < e and b < end or (begin == end == b == e):
                 raise SerializationError("blob '%s': chunk [%d, %d) overlaps chunk [%d, %d) read before"
                                          % (self.name, begin, end, b, e))
         self.segments.append((begin, end))
-        self.flat[begin:end] = flat
+        self.pieces.append((begin, end, flat))
+        self._current += end - begin
 
     @property
     def current(self):
-        return sum(e - b for b, e in self.segments)
+        return self._current
+
 
     def complete(self):
         return self.current == self.total
 
     def value(self):
-        return self.flat.reshape(self.dims)
+        if len(self.pieces) == 1:          # one record held the whole tensor
+            flat = self.pieces[0][2]
+            # views of a record's bytes are copied once; arrays protobuf made are used as they are
+            return (flat if flat.flags.writeable else np.array(flat)).reshape(self.dims)
+        flat = np.empty(self.total, dtype=self.dtype)
+        for begin, end, values in self.pieces:
+            flat[begin:end] = values
+        return flat.reshape(self.dims)
 
 
 class BlobAssembler:
@@ -379,6 +323,7 @@ class BlobAssembler:
         self._tensors = {}
         self._others = {}
         self._order = []
+        self.complete_count = 0     # blobs read in full so far
 
     def __contains__(self, name):
         return name in self._tensors or name in self._others
@@ -393,23 +338,43 @@ class BlobAssembler:
                 raise SerializationError("blob '%s' appears twice in the db" % name)
             self._others[name] = deserialize_blob(blob_proto, name)
             self._order.append(name)
+            self.complete_count += 1
             return
-        if name in self._others:
-            raise SerializationError("blob '%s' appears twice in the db" % name)
         t = blob_proto.tensor
         dims, dtype, begin, end, flat = chunk_values(t, name)
+        self._add_chunk(name, t.data_type, t.device_detail, dims, dtype, begin, end, flat, t.HasField("segment"))
+
+    def add_record(self, name, data):
+        """Add one serialized record; float and double tensor chunks skip protobuf's parser."""
+        fast = tensor_records.parse_chunk(data)
+        if fast is None:
+            return self.add(name, parse_blob_proto(data, name))
+        dims, data_type, device, segment, flat, _ = fast
+        dims = tuple(dims)
+        if any(d < 0 for d in dims):
+            raise SerializationError("blob '%s': negative dimension in %s" % (name, list(dims)))
+        numel = math.prod(dims)
+        begin, end = (int(segment.begin), int(segment.end)) if segment is not None else (0, numel)
+        if not 0 <= begin <= end <= numel:
+            raise SerializationError("blob '%s': invalid chunk [%d, %d) of a tensor with %d elements"
+                                     % (name, begin, end, numel))
+        _check_len(name, "the packed values", flat.size, end - begin)
+        self._add_chunk(name, data_type, device, dims, flat.dtype, begin, end, flat, segment is not None)
+
+    def _add_chunk(self, name, data_type, device, dims, dtype, begin, end, flat, has_segment):
+        if name in self._others:
+            raise SerializationError("blob '%s' appears twice in the db" % name)
         state = self._tensors.get(name)
         if state is None:
-            state = self._tensors[name] = _TensorState(name, t, dims, dtype)
+            state = self._tensors[name] = _TensorState(name, data_type, device, dims, dtype)
             self._order.append(name)
         elif state.complete():
             raise SerializationError("blob '%s': found an extra part for an already complete tensor" % name)
-        elif not t.HasField("segment"):
+        elif not has_segment:
             raise SerializationError("blob '%s': a partial tensor chunk must have a segment" % name)
-        state.add(t, dims, begin, end, flat)
-
-    def complete_names(self):
-        return [n for n in self._order if n in self._others or self._tensors[n].complete()]
+        state.add(data_type, dims, begin, end, flat)
+        if state.complete():
+            self.complete_count += 1
 
     def validate(self):
         for name, state in self._tensors.items():

@@ -18,7 +18,7 @@ from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import (CPU, UNKNOWN, Arg, OpSchema, TensorType, register_kernel,
                                register_schema, takes_blobs)
 from caffe2py.serialization import (OPTION_DEFAULT_CHUNK, OPTION_NO_CHUNKING, BlobAssembler,
-                                    blob_name_from_db_key, parse_blob_proto, serialize_blob)
+                                    blob_name_from_db_key, serialize_blob)
 
 DEFAULT_DB_TYPE = "minidb"     # Caffe2 requires db_type; its Python helpers default to minidb
 _PATH_ARGS = (
@@ -319,8 +319,8 @@ def _read_records(ctx, spec, cursors, assembler):
             if spec.load_all or name in spec.wanted:
                 if key_db.setdefault(name, db_index) != db_index:
                     raise ctx.error("duplicate key %s is found in db %d and db %d" % (name, key_db[name], db_index))
-                assembler.add(name, parse_blob_proto(cursor.value(), name))
-                if not spec.load_all and len(assembler.complete_names()) == len(spec.wanted):
+                assembler.add_record(name, cursor.value())
+                if not spec.load_all and assembler.complete_count == len(spec.wanted):
                     return      # every output is loaded: leave the rest of the db (and cursor) alone
             cursor.next()
 

@@ -412,6 +412,7 @@ def test_fast_record_writer_matches_protobufs_serializer(dtype):
     """Save writes packed fields from the array bytes; the result is byte for byte what
     protobuf's own serializer makes of the same TensorProto (negative varints included)."""
     from caffe2py import serialization as S
+    from caffe2py import tensor_records
     rng = np.random.default_rng(5)
     info = np.iinfo(dtype) if np.issubdtype(dtype, np.integer) else None
     for shape in [(0,), (), (3, 4), (257,)]:
@@ -422,4 +423,4 @@ def test_fast_record_writer_matches_protobufs_serializer(dtype):
         for begin, end in [(0, a.size), (a.size // 3, a.size)]:
             proto = caffe2_pb2.BlobProto(name="t", type="Tensor")
             proto.tensor.CopyFrom(S.tensor_chunk(a, "t", begin, end))
-            assert S._chunk_record(a, "t", begin, end, None, 0) == proto.SerializeToString()
+            assert tensor_records.chunk_record(a, "t", begin, end) == proto.SerializeToString()

@@ -87,15 +87,21 @@ class MiniDBTransaction(Transaction):
         self._db = db
 
     def put(self, key, value):
+        """value: bytes, or an object with .pieces (byte buffers written in turn)."""
         key = key.encode() if isinstance(key, str) else bytes(key)
-        value = bytes(value)
-        if not key or not value:
+        pieces = getattr(value, "pieces", None) or [bytes(value)]
+        size = sum(len(p) for p in pieces)
+        if not key or not size:
             raise DBError("minidb '%s': keys and values must be non-empty (key %r has %d value bytes)"
-                          % (self._db.source, key[:64], len(value)))
+                          % (self._db.source, key[:64], size))
+        if size >= 1 << 31 or len(key) >= 1 << 31:
+            raise DBError("minidb '%s': record %r is %d bytes; minidb lengths are 32-bit (use a smaller "
+                          "chunk_size)" % (self._db.source, key[:64], size))
         with self._db._lock:
-            self._db._file.write(_HEADER.pack(len(key), len(value)))
+            self._db._file.write(_HEADER.pack(len(key), size))
             self._db._file.write(key)
-            self._db._file.write(value)
+            for piece in pieces:
+                self._db._file.write(piece)
 
     def commit(self):
         with self._db._lock:
