@@ -7,7 +7,7 @@ from caffe2py import db as dbs
 from caffe2py.kernels.cpu.io import text as T
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, OpSchema, leave_out, register_kernel, register_schema
-from caffe2py.serialization import SerializationError, chunk_values
+from caffe2py.serialization import SerializationError, chunk_values, register_deserializer, register_serializer
 
 DT = caffe2_pb2.TensorProto
 
@@ -171,3 +171,32 @@ def text_file_reader_read(ctx):
 leave_out("ImageInput", "decodes JPEG/PNG records with OpenCV and applies Caffe2's crop, scale, "
           "colour and mirror augmentations on its own thread pool; caffe2py has no image codec "
           "dependency, and a partial ImageInput without decoding would not read Caffe2's image dbs")
+
+
+# ----------------------------------------------------------------- DBReader (de)serialization
+
+def _serialize_reader(reader, name):
+    proto = caffe2_pb2.DBReaderProto(name=name, source=reader.source, db_type=reader.db_type)
+    cursor = reader.cursor()
+    with reader.lock:
+        if cursor.supports_seek() and cursor.valid():
+            proto.key = cursor.key()
+    return caffe2_pb2.BlobProto(name=name, type="DBReader", content=proto.SerializeToString())
+
+
+def _deserialize_reader(blob_proto):
+    try:
+        proto = caffe2_pb2.DBReaderProto.FromString(blob_proto.content)
+    except Exception:  # noqa: BLE001
+        raise SerializationError("blob '%s': cannot parse its content as a DBReaderProto" % blob_proto.name) from None
+    reader = dbs.DBReader(proto.db_type, proto.source)
+    if proto.HasField("key"):
+        if not reader.cursor().supports_seek():
+            raise SerializationError("blob '%s': the reader was saved at a key but db type '%s' cannot seek"
+                                     % (blob_proto.name, proto.db_type))
+        reader.cursor().seek(proto.key)
+    return reader
+
+
+register_serializer(dbs.DBReader, _serialize_reader)
+register_deserializer("DBReader", _deserialize_reader)

@@ -166,3 +166,24 @@ def test_text_file_reader_errors(tmp_path):
 
 def test_image_input_is_left_out_with_a_reason():
     assert "OpenCV" in left_out_reasons()["ImageInput"]
+
+
+@pytest.mark.parametrize("db_type,module", [("minidb", None), ("leveldb", "plyvel")])
+def test_db_reader_saves_and_loads(tmp_path, db_type, module):
+    """A DBReader blob saves as Caffe2's DBReaderProto; seekable dbs resume at its key."""
+    if module:
+        binding = pytest.importorskip(module)
+        db = binding.DB(str(tmp_path / "src"), create_if_missing=True)
+        for k in range(4):
+            db.put(b"%03d" % k, tensor_protos(np.zeros((1, 1), np.float32), k))
+        db.close()
+    else:
+        image_db(tmp_path / "src", n=4)
+    run("CreateDB", [], ["reader"], db=str(tmp_path / "src"), db_type=db_type)
+    run("TensorProtosDBInput", ["reader"], ["img", "lab"], batch_size=2)     # now at record 2
+    run("Save", ["reader"], [], db=str(tmp_path / "ckpt"), db_type="minidb", absolute_path=1)
+    workspace.ResetWorkspace()
+    run("Load", [], ["reader"], db=str(tmp_path / "ckpt"), db_type="minidb", absolute_path=1)
+    run("TensorProtosDBInput", ["reader"], ["img", "lab"])
+    expected = 2 if db_type == "leveldb" else (-7)        # minidb cannot seek: starts over
+    assert int(workspace.FetchBlob("lab")) == expected
