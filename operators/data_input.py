@@ -66,7 +66,8 @@ def _record_tensors(ctx, key, value):
     except Exception:  # noqa: BLE001
         raise ctx.error("record %r is not a serialized TensorProtos" % key[:64]) from None
     if len(protos.protos) != ctx.n_outputs:
-        raise ctx.error("record %r holds %d tensors; the op has %d outputs" % (key[:64], len(protos.protos), ctx.n_outputs))
+        raise ctx.error("record %r holds %d tensors; the op has %d outputs"
+                        % (key[:64], len(protos.protos), ctx.n_outputs))
     out = []
     for i, t in enumerate(protos.protos):
         try:

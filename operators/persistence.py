@@ -182,7 +182,8 @@ for _name in ("Checkpoint", "Snapshot"):
             Arg("strip_prefix", "string", ""), Arg("blob_name_overrides", "strings", None),
             Arg("chunk_size", "int", None), Arg("options", "string", "")),
         doc="Save every `every` iterations: input 0 is the int64 iteration counter (saved too), "
-            "`db` a printf pattern of it (\"ckpt_%05d\")." + (" Old name of Checkpoint." if _name == "Snapshot" else "")))
+            "`db` a printf pattern of it (\"ckpt_%05d\")."
+            + (" Old name of Checkpoint." if _name == "Snapshot" else "")))
 
 
 def _format_db(pattern, iteration):

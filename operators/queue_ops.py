@@ -255,7 +255,8 @@ def create_blobs_queue_db(ctx):
         queue = _queue(ctx, queue)
         for index in (key_index, value_index):
             if index >= queue.num_blobs:
-                raise ctx.error("blob index %d but queue '%s' records hold %d blobs" % (index, queue.name, queue.num_blobs))
+                raise ctx.error("blob index %d but queue '%s' records hold %d blobs"
+                                % (index, queue.name, queue.num_blobs))
         return dbs.DBReader(db=QueueDB(queue, key_index, value_index, timeout))
     return run
 
@@ -321,7 +322,8 @@ def dequeue_rebatching_queue(ctx):
     def run(queue):
         queue = _queue(ctx, queue, cls=RebatchingQueue)
         if ctx.n_outputs != queue.num_blobs:
-            raise ctx.error("the queue's elements hold %d tensors; the op has %d outputs" % (queue.num_blobs, ctx.n_outputs))
+            raise ctx.error("the queue's elements hold %d tensors; the op has %d outputs"
+                            % (queue.num_blobs, ctx.n_outputs))
         try:
             batch = queue.dequeue(n)
         except Caffe2Error as exc:

@@ -25,7 +25,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
     straight.mkdir()
     broken.mkdir()
     reference = _train(straight)
-    victim = _train(broken, "--slow", "0.05")
+    victim = _train(broken, "--slow", "0.1")
     # kill once a few checkpoints exist, wherever the loop is (possibly inside a Save)
     deadline = time.time() + 120
     while len(glob.glob(str(broken / "ckpt_*.minidb"))) < 3:

@@ -274,10 +274,10 @@ def test_malformed_records_load_nothing(tmp_path):
         "missing chunk": [("x#%0", W.float_chunk("x", x, 0, 3))],
         "repeated chunk": [("x#%0", W.float_chunk("x", x, 0, 3)), ("x#%0", W.float_chunk("x", x, 0, 3)),
                            ("x#%1", W.float_chunk("x", x, 3, 6))],
-        "chunk past the end": [("x#%0", W.blob("x", "Tensor", W.tensor([6], W.FLOAT, (3, W.f_packed_floats(3, [1.0] * 4)),
-                                                                     "x", segment=(4, 8))))],
-        "values do not fill the segment": [("x#%0", W.blob("x", "Tensor", W.tensor([6], W.FLOAT,
-                                                                                 (3, W.f_packed_floats(3, [1.0])), "x")))],
+        "chunk past the end": [("x#%0", W.blob("x", "Tensor", W.tensor(
+            [6], W.FLOAT, (3, W.f_packed_floats(3, [1.0] * 4)), "x", segment=(4, 8))))],
+        "values do not fill the segment": [("x#%0", W.blob("x", "Tensor", W.tensor(
+            [6], W.FLOAT, (3, W.f_packed_floats(3, [1.0])), "x")))],
         "unknown blob type": [("x", W.blob("x", "SomethingElse", content=b"?"))],
     }
     for case, records in cases.items():

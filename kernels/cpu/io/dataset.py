@@ -62,7 +62,8 @@ class TreeIterator:
     def limits(self, arrays):
         """Per domain, the smallest first dimension of its fields (its size)."""
         if len(arrays) != len(self.fields):
-            raise DatasetError("expected %d fields (%s), got %d" % (len(self.fields), ", ".join(self.fields), len(arrays)))
+            raise DatasetError("expected %d fields (%s), got %d"
+                               % (len(self.fields), ", ".join(self.fields), len(arrays)))
         limits = [None] * self.num_offset_fields
         for i, a in enumerate(arrays):
             if np.ndim(a) == 0:
@@ -78,7 +79,8 @@ class TreeIterator:
         for lid in self.length_field_ids:
             a = np.asarray(arrays[lid])
             if a.size and not np.issubdtype(a.dtype, np.integer):
-                raise DatasetError("lengths field %d (%s) must hold integers, got %s" % (lid, self.fields[lid], a.dtype))
+                raise DatasetError("lengths field %d (%s) must hold integers, got %s"
+                                   % (lid, self.fields[lid], a.dtype))
             a = a.reshape(-1).astype(np.int64)
             if a.size and a.min() < 0:
                 raise DatasetError("lengths field %d (%s) has a negative length" % (lid, self.fields[lid]))
