@@ -104,7 +104,12 @@ def _given_values(ctx, dtype):
         out[:] = values
         return out
     if ctx.type == "GivenTensorByteStringToUInt8Fill":
-        return np.frombuffer(ctx.op_def.arg[[a.name for a in ctx.op_def.arg].index("values")].s, dtype=np.uint8)
+        # Caffe2 reads `values` as a repeated string holding one byte string
+        arg = next((a for a in ctx.op_def.arg if a.name == "values"), None)
+        if arg is not None and len(arg.strings) > 1:
+            raise ctx.error("`values` must hold one byte string, got %d" % len(arg.strings))
+        data = b"" if arg is None else (arg.strings[0] if len(arg.strings) else arg.s)
+        return np.frombuffer(data, dtype=np.uint8)
     arg = next((a for a in ctx.op_def.arg if a.name == "values"), None)
     if arg is None:
         return np.zeros(0, dtype=dtype)
