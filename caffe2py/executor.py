@@ -23,6 +23,7 @@ import time
 from .devices import cpu_run_context
 from .errors import Caffe2Error, OperatorError, describe_op
 from .host_memory import keep_freed_memory
+from .inplace import undo_on_failure
 from .proto import caffe2_pb2
 from .registry import OpContext, select_kernel
 
@@ -167,7 +168,7 @@ class Plan:
         """Run once against the dict of blobs; on failure raise OperatorError and
         leave blobs untouched."""
         try:
-            with cpu_run_context():
+            with cpu_run_context(), undo_on_failure():   # undoes optimizer ops' in-place writes
                 self._runner(blobs)
         except Exception as exc:  # noqa: BLE001 - re-raised with the op named
             raise self._explain(exc) from exc
@@ -220,7 +221,7 @@ class Plan:
         env = {}
         for obs in observers:
             obs.net_start(self)
-        with cpu_run_context():          # as run() does, so op times match plain runs
+        with cpu_run_context(), undo_on_failure():   # as run() does, so op times match plain runs
             for step in self.steps:
                 for obs in observers:
                     obs.op_start(step)
