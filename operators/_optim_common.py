@@ -37,14 +37,6 @@ def same_size(ctx, index, value, size, what):
         raise ctx.input_error(index, "has %d elements but %s has %d" % (value.size, what, size))
 
 
-def distinct_inputs(ctx, *positions):
-    """Tables an op updates in place must be different blobs."""
-    names = [ctx.inputs[p] for p in positions if p < ctx.n_inputs]
-    for i, name in enumerate(names):
-        if name in names[:i]:
-            raise ctx.error("blob '%s' is given as two of the tables this op updates in place" % name)
-
-
 def table_rows(ctx, index, table):
     """(rows, block) of a table updated by rows: rows = shape[0], block = the rest."""
     if table.ndim == 0:

@@ -8,7 +8,7 @@ from caffe2py.kernels.cpu.optim import dense as D
 from caffe2py.kernels.cpu.optim import sparse as S
 from caffe2py.registry import UNKNOWN, Arg, OpSchema, TensorType, register_kernel, register_schema
 
-from ._optim_common import (as_rows, distinct_inputs, float32, like_inputs, same_size, scalar,
+from ._optim_common import (as_rows, float32, like_inputs, same_size, scalar,
                             sparse_slices)
 
 F32 = np.float32
@@ -73,7 +73,6 @@ register_schema(OpSchema(
 
 def _sparse_factory(kernel, rowwise):
     def factory(ctx):
-        distinct_inputs(ctx, 0, 1)
         epsilon, wd = F32(ctx.float("epsilon")), F32(ctx.float("weight_decay"))
 
         def run(param, moment, indices, grad, lr):

@@ -7,7 +7,7 @@ from caffe2py.kernels.cpu.optim import dense as D
 from caffe2py.kernels.cpu.optim import sparse as S
 from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
 
-from ._optim_common import (as_rows, distinct_inputs, float32, iteration, like_inputs, same_size,
+from ._optim_common import (as_rows, float32, iteration, like_inputs, same_size,
                             scalar, sparse_slices)
 
 F32 = np.float32
@@ -73,7 +73,6 @@ def _sparse_factory(kernel, rowwise):
     def factory(ctx):
         if ctx.bool("enableRAdam"):
             raise ctx.error("enableRAdam=1 (Rectified Adam) is not supported by caffe2py")
-        distinct_inputs(ctx, 0, 1, 2)
         beta1, beta2, epsilon = _hyper(ctx)
         want_grad = ctx.n_outputs == 4
 

@@ -11,7 +11,7 @@ from caffe2py.kernels.cpu.optim import dense as D
 from caffe2py.kernels.cpu.optim import sparse as S
 from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
 
-from ._optim_common import (as_rows, distinct_inputs, float32, like_inputs, same_size, scalar,
+from ._optim_common import (as_rows, float32, like_inputs, same_size, scalar,
                             sparse_slices)
 
 F32 = np.float32
@@ -148,7 +148,6 @@ register_schema(OpSchema(
 
 @register_kernel("SparseMomentumSGDUpdate")
 def sparse_momentum_sgd_update(ctx):
-    distinct_inputs(ctx, 1, 3)
     momentum, nesterov = F32(ctx.float("momentum")), ctx.bool("nesterov")
 
     def run(grad, moment, lr, param, indices):
