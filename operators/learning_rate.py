@@ -43,8 +43,9 @@ register_schema(OpSchema(
                   "compositeCyclical, compositeCosine"),
           Arg("sub_policy_num_iters", "ints", None, doc="composite: iterations of each sub-policy"))
     + tuple(Arg(name, kind, default) for name, (kind, default) in _DEFAULTS.items()),
-    inference=lambda ctx, ins: [TensorType((), FLOAT)],
-    doc="lr = base_lr * policy(iter) for the int64 iteration counter, a float32 scalar. Policies "
+    inference=lambda ctx, ins: [TensorType((1,), FLOAT)],
+    doc="lr = base_lr * policy(iter) for the int64 iteration counter, float32 of shape [1] (the "
+        "shape Caffe2's shape inference gives it; late Caffe2 kernels wrote a 0-d scalar). Policies "
         "(multiplier at iteration t): fixed 1; step gamma^floor(t/stepsize); multistep "
         "gamma^#(stepsizes <= t); exp gamma^t; inv (1 + gamma t)^-power; poly (1 - t/max_iter)^power; "
         "linearWarmup start_multiplier + (1 - start_multiplier) t/num_iter until num_iter, then 1; "
@@ -181,5 +182,5 @@ def learning_rate(ctx):
     multiplier = _policy(ctx, policy, "", base_lr)
 
     def run(it):
-        return np.array(base_lr * multiplier(iteration(ctx, 0, it)), dtype=np.float32)
+        return np.array([base_lr * multiplier(iteration(ctx, 0, it))], dtype=np.float32)
     return run

@@ -21,13 +21,13 @@ def lr_at(iteration, **kwargs):
 def check(formula, base_lr=-0.1, **kwargs):
     for it in ITERS:
         got = lr_at(it, base_lr=base_lr, **kwargs)
-        np.testing.assert_allclose(float(got), base_lr * formula(it), rtol=2e-6, atol=1e-12,
+        np.testing.assert_allclose(float(got[0]), base_lr * formula(it), rtol=2e-6, atol=1e-12,
                                    err_msg="%s at iteration %d" % (kwargs, it))
 
 
-def test_output_is_a_float32_scalar():
+def test_output_is_one_float32():
     out = lr_at(3, base_lr=-0.5, policy="fixed")
-    assert out.dtype == np.float32 and out.shape == () and float(out) == -0.5
+    assert out.dtype == np.float32 and out.shape == (1,) and out[0] == -0.5
 
 
 def test_fixed():
@@ -162,7 +162,7 @@ def test_learning_rate_follows_the_counter_in_a_net():
     seen = []
     for _ in range(6):
         workspace.RunNet(net.Name())
-        seen.append(float(workspace.FetchBlob("lr")))
+        seen.append(float(workspace.FetchBlob("lr")[0]))
     assert seen == [-1.0, -0.5, -0.5, -0.25, -0.25, -0.125]
 
 
