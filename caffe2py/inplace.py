@@ -11,10 +11,11 @@ of the table per step would cost far more than the update. So those kernels
     the executor's own calling pattern, measured once), else a private writable copy
     (a shared constant, an aliased or viewed table, a read-only array): then the
     update is the op's output like any other, and nobody else sees it;
-  * `remember(restore)` how to undo a write (the touched rows' old values) before
-    making it, so that a net failing after them still leaves the workspace exactly
-    as it was (the executor's promise): `Plan.run` runs every net inside
-    `undo_on_failure()`, which calls the restores, newest first, when the run raises.
+  * `remember(restore)` how to undo their writes (the touched rows' old values,
+    which the kernels copy aside as they update: `row_buffer` / `remember_rows`), so
+    that a net failing after them still leaves the workspace exactly as it was (the
+    executor's promise): `Plan.run` runs every net inside `undo_on_failure()`, which
+    calls the restores, newest first, when the run raises.
 
 Call `claim` from the kernel callable on its own argument: any other name for the
 array (a local alias, a list holding it) counts as another holder and costs a copy.
@@ -85,12 +86,24 @@ def remember(restore):
         stack[-1].append(restore)
 
 
-def restore_rows(array, rows):
-    """Remember the current values of `array[rows]` (rows validated by the caller;
-    duplicates are fine: every copy holds the same old value)."""
-    if recording():
-        saved = array.take(rows, axis=0)
-        remember(lambda: array.__setitem__(rows, saved))
+def row_buffer(array, rows):
+    """A buffer for the old values of array[rows] that a row-update kernel fills as it
+    goes (saved[i] = the row before update i), or None outside a net run."""
+    if not recording():
+        return None
+    return np.empty((rows.shape[0],) + array.shape[1:], array.dtype)
+
+
+def remember_rows(array, rows, saved):
+    """After a kernel filled `saved` (row_buffer): undo restores each row from its
+    first occurrence in `rows`, the value it had before the op."""
+    if saved is None:
+        return
+
+    def restore():
+        _, first = np.unique(rows, return_index=True)
+        array[rows[first]] = saved[first]
+    remember(restore)
 
 
 def restore_all(array):

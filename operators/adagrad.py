@@ -87,9 +87,11 @@ def _sparse_factory(kernel, rowwise):
             moment = inplace.claim(moment)
             p2 = as_rows(param, rows, block)
             m2 = moment.reshape(rows) if rowwise else as_rows(moment, rows, block)
-            inplace.restore_rows(p2, flat)
-            inplace.restore_rows(m2, flat)
-            kernel(p2, m2, flat, np.ascontiguousarray(grad).reshape(flat.size, block), rate, epsilon, wd)
+            saved = inplace.row_buffer(p2, flat), inplace.row_buffer(m2, flat)
+            kernel(p2, m2, flat, np.ascontiguousarray(grad).reshape(flat.size, block), rate, epsilon, wd,
+                   None if saved[0] is None else saved)
+            for table, rows_saved in zip((p2, m2), saved):
+                inplace.remember_rows(table, flat, rows_saved)
             return param, moment
         return run
     return factory

@@ -92,11 +92,12 @@ def _sparse_factory(kernel, rowwise):
             m2 = inplace.claim(m2)
             p2, a2 = as_rows(param, rows, block), as_rows(m1, rows, block)
             b2 = m2.reshape(rows) if rowwise else as_rows(m2, rows, block)
-            for table in (p2, a2, b2):
-                inplace.restore_rows(table, flat)
+            saved = tuple(inplace.row_buffer(table, flat) for table in (p2, a2, b2))
             grad_out = np.empty((flat.size, block), F32) if want_grad else None
             kernel(p2, a2, b2, flat, np.ascontiguousarray(grad).reshape(flat.size, block), rate,
-                   correction, beta1, beta2, epsilon, grad_out)
+                   correction, beta1, beta2, epsilon, grad_out, None if saved[0] is None else saved)
+            for table, rows_saved in zip((p2, a2, b2), saved):
+                inplace.remember_rows(table, flat, rows_saved)
             if want_grad:
                 return param, m1, m2, grad_out.reshape(grad.shape)
             return param, m1, m2

@@ -80,8 +80,9 @@ def scatter_weighted_sum(ctx):
         w0 = F32(scalar(ctx, 1, weight0, "Weight_0 must hold one value"))
         table = inplace.claim(table)
         rows2d = as_rows(table, rows, block)
-        inplace.restore_rows(rows2d, flat)
-        S.scatter_weighted_sum(rows2d, flat, w0, slices)
+        saved = inplace.row_buffer(rows2d, flat)
+        S.scatter_weighted_sum(rows2d, flat, w0, slices, saved)
+        inplace.remember_rows(rows2d, flat, saved)
         return table
     return run
 
@@ -158,9 +159,10 @@ def sparse_momentum_sgd_update(ctx):
         param = inplace.claim(param)
         moment = inplace.claim(moment)
         p2, m2 = as_rows(param, rows, block), as_rows(moment, rows, block)
-        inplace.restore_rows(p2, flat)
-        inplace.restore_rows(m2, flat)
+        saved = inplace.row_buffer(p2, flat), inplace.row_buffer(m2, flat)
         steps = S.sparse_momentum_sgd(p2, m2, flat, np.ascontiguousarray(grad).reshape(flat.size, block),
-                                      rate, momentum, nesterov)
+                                      rate, momentum, nesterov, None if saved[0] is None else saved)
+        for table, rows_saved in zip((p2, m2), saved):
+            inplace.remember_rows(table, flat, rows_saved)
         return steps.reshape(grad.shape), moment, param
     return run

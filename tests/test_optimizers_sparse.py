@@ -268,19 +268,23 @@ def test_update_writes_the_workspace_table_in_place():
     assert current_workspace().blobs["p"] is table()      # no copy per step
 
 
-def test_a_net_failing_after_the_update_leaves_every_table_as_it_was():
-    blobs = _sparse_blobs(np.array([0, 3, 3, 5], np.int64))
+@pytest.mark.parametrize("op", sorted(SPARSE_CASES))
+def test_a_net_failing_after_the_update_leaves_every_table_as_it_was(op):
+    blobs = _sparse_blobs(np.array([0, 3, 3, 5, 3], np.int64))
     feed(**blobs)
-    net = core.Net("update_then_fail")
-    net.SparseAdagrad(["p", "h", "idx", "g", "lr"], ["p", "h"])
-    net.ScatterWeightedSum(["h2", "one", "idx", "g", "lr"], "h2")
-    net.Reshape("g", "bad", shape=[5])
+    inputs, outputs = SPARSE_CASES[op]
+    workspace.FeedBlob("x", blobs["h"] + 1)
+    net = core.Net("update_then_fail_" + op)
+    getattr(net, op)(inputs, outputs)
+    net.ScatterWeightedSum(["x", "lr", "idx", "g", "lr"], "x")      # a second in-place update
+    net.Reshape("g", "bad", shape=[7])
     workspace.CreateNet(net)
     for _ in range(2):
         with pytest.raises(Caffe2Error, match="Reshape #2"):
             workspace.RunNet(net.Name())
-        for name in ("p", "h", "h2"):
+        for name in ("p", "h", "h2", "hr"):
             assert np.array_equal(workspace.FetchBlob(name), blobs[name]), name
+        assert np.array_equal(workspace.FetchBlob("x"), blobs["h"] + 1)
 
 
 def test_a_shared_table_is_copied_not_written_through():
