@@ -117,7 +117,8 @@ def cosine(min_lr, max_lr, period, t_mult, lr_shrink):
 
 
 def constant_then_linear_warmup(start_multiplier, constant_num_iter, linear_num_iter):
-    const, linear = constant_warmup(start_multiplier, constant_num_iter), linear_warmup(start_multiplier, linear_num_iter)
+    const = constant_warmup(start_multiplier, constant_num_iter)
+    linear = linear_warmup(start_multiplier, linear_num_iter)
 
     def f(it):
         if it < constant_num_iter:
