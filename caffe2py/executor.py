@@ -201,7 +201,9 @@ class Plan:
         """Run one step reading from env (this run's writes) then blobs; used by the
         instrumented paths (observers, per-op benchmark)."""
         try:
-            args = [env[b] if b in env else blobs[b] for b in step.inputs]
+            # a tuple, passed on as is: one holder per input, as in the generated runner
+            # (inplace.claim counts the holders of a table it may update in place)
+            args = tuple(env[b] if b in env else blobs[b] for b in step.inputs)
         except KeyError as exc:
             raise self.step_error(step, Caffe2Error("input blob '%s' does not exist in the workspace"
                                                     % exc.args[0])) from None

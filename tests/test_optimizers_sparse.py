@@ -287,6 +287,28 @@ def test_a_net_failing_after_the_update_leaves_every_table_as_it_was(op):
         assert np.array_equal(workspace.FetchBlob("x"), blobs["h"] + 1)
 
 
+def test_observed_runs_update_in_place_and_undo_too():
+    blobs = _sparse_blobs(np.array([0, 3, 3], np.int64))
+    feed(**blobs)
+    net = core.Net("observed")
+    net.SparseAdagrad(["p", "h", "idx", "g", "lr"], ["p", "h"])
+    workspace.CreateNet(net)
+    current_workspace().get_net(net.Name()).add_observer("TimeObserver")
+    workspace.RunNet(net.Name())
+    table = weakref.ref(current_workspace().blobs["p"])
+    workspace.RunNet(net.Name(), num_iter=2)
+    assert current_workspace().blobs["p"] is table()
+    updated = workspace.FetchBlob("p")
+    failing = core.Net("observed_fail")
+    failing.SparseAdagrad(["p", "h", "idx", "g", "lr"], ["p", "h"])
+    failing.Reshape("g", "bad", shape=[7])
+    workspace.CreateNet(failing)
+    current_workspace().get_net(failing.Name()).add_observer("TimeObserver")
+    with pytest.raises(Caffe2Error, match="Reshape #1"):
+        workspace.RunNet(failing.Name())
+    assert np.array_equal(workspace.FetchBlob("p"), updated)
+
+
 def test_a_shared_table_is_copied_not_written_through():
     blobs = _sparse_blobs(np.array([1, 2], np.int64))
     feed(**blobs)
