@@ -68,6 +68,8 @@ def scatter_weighted_sum(ctx):
     pairs = (ctx.n_inputs - 3) // 2
 
     def run(table, weight0, indices, *rest):
+        if isinstance(table, np.ndarray) and table.size == 0:
+            raise ctx.input_error(0, "X_0 must not be empty")
         rows = block = flat = None
         slices = []
         for k in range(pairs):
@@ -75,8 +77,6 @@ def scatter_weighted_sum(ctx):
             rows, block, flat = sparse_slices(ctx, 0, 2, 3 + 2 * k, table, indices, x)
             w = F32(scalar(ctx, 4 + 2 * k, rest[2 * k + 1], "Weight_%d must hold one value" % (k + 1)))
             slices.append((np.ascontiguousarray(x).reshape(flat.size, block), w))
-        if table.size == 0:
-            raise ctx.input_error(0, "X_0 must not be empty")
         w0 = F32(scalar(ctx, 1, weight0, "Weight_0 must hold one value"))
         table = inplace.claim(table)
         rows2d = as_rows(table, rows, block)

@@ -257,15 +257,20 @@ def test_tables_must_be_updated_in_place_and_be_distinct():
 
 # ----------------------------------------------------------------- the in-place contract
 
-def test_update_writes_the_workspace_table_in_place():
+@pytest.mark.parametrize("op", sorted(SPARSE_CASES))
+def test_update_writes_the_workspace_tables_in_place(op):
     feed(**_sparse_blobs(np.array([0, 3], np.int64)))
-    net = core.Net("in_place")
-    net.SparseAdagrad(["p", "h", "idx", "g", "lr"], ["p", "h"])
+    inputs, outputs = SPARSE_CASES[op]
+    net = core.Net("in_place_" + op)
+    getattr(net, op)(inputs, outputs)
     workspace.CreateNet(net)
     workspace.RunNet(net.Name())
-    table = weakref.ref(current_workspace().blobs["p"])   # a strong reference would force a copy
+    tables = [o for o in outputs if o != "g"]
+    # weak references: a strong one would be a second holder and force a copy
+    refs = {name: weakref.ref(current_workspace().blobs[name]) for name in tables}
     workspace.RunNet(net.Name(), num_iter=3)
-    assert current_workspace().blobs["p"] is table()      # no copy per step
+    for name in tables:
+        assert current_workspace().blobs[name] is refs[name](), name      # no copy per step
 
 
 @pytest.mark.parametrize("op", sorted(SPARSE_CASES))
