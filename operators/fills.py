@@ -1,7 +1,7 @@
 """Fill ops (caffe2/operators/filler_op, given_tensor_fill_op): ConstantFill,
 GivenTensor*Fill, and the initialisers brew and the optimizers use: XavierFill,
-MSRAFill, GaussianFill, UniformFill, UniformIntFill, RangeFill, DiagonalFill,
-Float16ConstantFill, Float16UniformFill.
+MSRAFill, GaussianFill, UniformFill, UniformIntFill, RangeFill, Float16ConstantFill,
+Float16UniformFill. (DiagonalFill lives with Caffe2's shape utilities.)
 
 Shapes follow Caffe2's FillerOp: with no input the `shape` argument; with one input
 its shape plus `extra_shape`, or (input_as_shape=1) the input's values. Fan rules:
@@ -86,7 +86,7 @@ def _shaped_kernel(ctx, fill):
 
 # ----------------------------------------------------------------- ConstantFill
 
-_NUMPY_DTYPES = {DT.FLOAT: np.float32, DT.DOUBLE: np.float64, DT.INT32: np.int32,
+_CONSTANT_DTYPES = {DT.FLOAT: np.float32, DT.DOUBLE: np.float64, DT.INT32: np.int32,
                  DT.INT64: np.int64, DT.BOOL: np.bool_, DT.UINT8: np.uint8,
                  DT.FLOAT16: np.float16, DT.INT8: np.int8, DT.INT16: np.int16,
                  DT.UINT16: np.uint16, DT.STRING: object}
@@ -126,7 +126,7 @@ def constant_fill(ctx):
         raise ctx.error("argument 'value' is of unexpected type (give dtype=STRING for a string value)")
     if code == DT.UNDEFINED:
         raise ctx.error("ConstantFill op cannot have undefined 'dtype' argument")
-    dtype = _NUMPY_DTYPES.get(code)
+    dtype = _CONSTANT_DTYPES.get(code)
     if dtype is None:
         raise ctx.error("unexpected 'dtype' argument value: %d" % code)
     value = ctx.arg("value", "" if dtype is object else 0)
@@ -151,7 +151,7 @@ def _given_dtype(ctx, dtype, code):
     """GivenTensorFill reads its values as `dtype` when that argument is given."""
     if ctx.type == "GivenTensorFill" and ctx.has("dtype"):
         code = ctx.int("dtype")
-        dtype = _NUMPY_DTYPES.get(code)
+        dtype = _CONSTANT_DTYPES.get(code)
         if dtype is None or code in (DT.FLOAT16, DT.UNDEFINED):
             raise ctx.error("unsupported dtype %d for GivenTensorFill" % code)
     return dtype, code
@@ -309,7 +309,7 @@ register_kernel("Float16UniformFill")(_uniform_factory(lambda rng, lo, hi, s: rn
                                                        np.float16, lambda ctx, n: ctx.float(n)))
 
 
-# ----------------------------------------------------------------- RangeFill, DiagonalFill, Float16ConstantFill
+# ----------------------------------------------------------------- RangeFill, Float16ConstantFill
 
 _random_schema("RangeFill", (), "Fill with 0, 1, 2, ... in row-major order (float32).")
 
@@ -319,34 +319,6 @@ def range_fill(ctx):
     check_fill_args(ctx)
     return _shaped_kernel(ctx, lambda shape, inputs: np.arange(int(np.prod(shape, dtype=np.int64)),
                                                                dtype=np.float32).reshape(shape))
-
-
-register_schema(OpSchema(
-    "DiagonalFill", num_inputs=(0, 1), num_outputs=1, allow_inplace={(0, 0)},
-    args=_FILL_ARGS + (Arg("value", "any", 0.0), Arg("dtype", "int", None)),
-    inference=_fill_inference(lambda ctx: constant_dtype(ctx)),
-    doc="Zeros with `value` on the main diagonal (output of >= 2 dims; beyond 2 all dims equal)."))
-
-
-@register_kernel("DiagonalFill")
-def diagonal_fill(ctx):
-    check_fill_args(ctx)
-    code = constant_dtype(ctx)
-    dtype = _NUMPY_DTYPES.get(code)
-    if dtype is None or dtype is object or code == DT.FLOAT16:
-        raise ctx.error("unexpected 'dtype' argument value: %s" % code)
-    value = ctx.arg("value", 0)
-
-    def fill(shape, inputs):
-        if len(shape) < 2:
-            raise ctx.error("output shape must be >= 2-D, got %s" % list(shape), blob=ctx.outputs[0])
-        if len(shape) > 2 and len(set(shape)) != 1:
-            raise ctx.error("all dimensions must be of equal length, got %s" % list(shape), blob=ctx.outputs[0])
-        out = np.zeros(shape, dtype)
-        for i in range(min(shape)):
-            out[(i,) * len(shape)] = value
-        return out
-    return _shaped_kernel(ctx, fill)
 
 
 register_schema(OpSchema(

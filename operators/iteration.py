@@ -1,38 +1,47 @@
-"""CreateMutex and AtomicIter: the shared iteration counter Caffe2's optimizers step
-(utils.BuildUniqueMutexIter puts both in the init/train nets). Iter, the unguarded
-counter, lives in tensor.py."""
+"""AtomicIter (and CreateMutex where the runtime-object ops do not provide it): the
+shared iteration counter Caffe2's optimizers step (utils.BuildUniqueMutexIter puts
+both in the init/train nets). Iter, the unguarded counter, lives in tensor.py."""
 import threading
 
 import numpy as np
 
 from caffe2py import inplace
-from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import OpSchema, TensorType, register_kernel, register_schema
 
-INT64 = caffe2_pb2.TensorProto.INT64
 _INT64_MAX = np.iinfo(np.int64).max
 
 
-class Mutex:
-    """The value of a CreateMutex blob (Caffe2 stores a std::mutex)."""
-    __slots__ = ("lock",)
+try:
+    # Where caffe2py has its runtime-object ops (CreateMutex and the atomics, another
+    # family), their mutex type and CreateMutex are the ones; AtomicIter takes that.
+    from caffe2py.runtime_objects import Mutex
+    _OWN_CREATE_MUTEX = False
+except ImportError:
+    _OWN_CREATE_MUTEX = True
 
-    def __init__(self):
-        self.lock = threading.Lock()
+    class Mutex:
+        """The value of a CreateMutex blob (Caffe2 stores a std::mutex); `with mutex:` locks it."""
 
-    def __repr__(self):
-        return "<caffe2py Mutex>"
+        def __init__(self):
+            self._lock = threading.Lock()
+
+        def __enter__(self):
+            self._lock.acquire()
+            return self
+
+        def __exit__(self, *exc):
+            self._lock.release()
+
+        def __repr__(self):
+            return "Mutex()"
 
 
-register_schema(OpSchema(
-    "CreateMutex", num_inputs=0, num_outputs=1, outputs=("mutex_ptr",),
-    inference=lambda ctx, ins: [TensorType(None, None)],
-    doc="Creates a mutex blob, for AtomicIter (and atomic updates shared by several nets)."))
-
-
-@register_kernel("CreateMutex")
-def create_mutex(ctx):
-    return Mutex
+if _OWN_CREATE_MUTEX:
+    register_schema(OpSchema(
+        "CreateMutex", num_inputs=0, num_outputs=1, outputs=("mutex_ptr",),
+        inference=lambda ctx, ins: [TensorType(None, None)],
+        doc="Creates a mutex blob, for AtomicIter (and atomic updates shared by several nets)."))
+    register_kernel("CreateMutex")(lambda ctx: Mutex)
 
 
 register_schema(OpSchema(
@@ -52,7 +61,7 @@ def atomic_iter(ctx):
             raise ctx.input_error(1, "the counter must be one int64 value, got %s %s"
                                   % (getattr(counter, "dtype", type(counter).__name__), list(np.shape(counter))))
         counter = inplace.claim(counter)
-        with mutex.lock:
+        with mutex:
             flat = counter.reshape(-1)
             if flat[0] == _INT64_MAX:
                 raise ctx.input_error(1, "maximum iterations reached (%d)" % _INT64_MAX)
