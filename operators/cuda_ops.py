@@ -49,10 +49,7 @@ class _Runtime:
 
     def zero(self, array):
         """Fill with zero bytes on the op's stream."""
-        if array.nbytes:
-            import pycuda.driver as drv  # noqa: PLC0415
-            drv.memset_d8_async(array.gpudata, 0, array.nbytes, self.stream)
-        return array
+        return self.allocator.memset(array, 0, self.device_id)
 
     def status(self):
         if self._status is None:
@@ -679,9 +676,5 @@ def copy_on_device(ctx):
 
     def run(x):
         rt.expect(0, x)
-        import pycuda.driver as drv  # noqa: PLC0415
-        out = rt.empty(x.shape, x.dtype)
-        if x.nbytes:
-            drv.memcpy_dtod_async(out.gpudata, x.gpudata, x.nbytes, rt.stream)
-        return out
+        return rt.allocator.copy(rt.empty(x.shape, x.dtype), x, rt.device_id)
     return run

@@ -1,18 +1,15 @@
 """The CUDA DeviceAdapter: FeedBlob with a CUDA device_option puts a pooled
-PyCUDA device array in the workspace; FetchBlob copies it back."""
+device array (PyCUDA's, or the emulator's) in the workspace; FetchBlob copies it back."""
 from ..devices import DeviceAdapter
 from ..registry import CUDA
-from . import allocator, context
+from . import allocator, backend, context
 
 DEVICE_ATTR = "_caffe2py_device_id"
 
 
 def is_device_array(value):
-    try:
-        from pycuda.gpuarray import GPUArray  # noqa: PLC0415
-    except ImportError:
-        return False
-    return isinstance(value, GPUArray)
+    array_type = backend.device_array_type()
+    return array_type is not None and isinstance(value, array_type)
 
 
 def device_id_of(value):
