@@ -19,10 +19,23 @@ def pytest_collection_modifyitems(config, items):
     marked = [item for item in items if item.get_closest_marker("cuda") is not None]
     if not marked:
         return
-    from caffe2py.cuda import context
+    from caffe2py.cuda import backend, context
     ok, reason, _count = context.probe()
     if ok:
+        if backend.is_emulator():
+            _prebuild_emulator_libraries()
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU with PyCUDA, or the CPU emulator (g++ 12+): %s" % reason)
     for item in marked:
         item.add_marker(skip)
+
+
+def _prebuild_emulator_libraries():
+    """Compile every CUDA source the tests use for the emulator at once (in parallel;
+    cached on disk afterwards), not one by one as tests first need them."""
+    import glob
+    from caffe2py.cuda.emulator import build
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sources = sorted(glob.glob(os.path.join(root, "kernels", "cuda", "*.cu")) +
+                     glob.glob(os.path.join(root, "tests", "cuda_kernels", "*.cu")))
+    build.prebuild(sources)

@@ -236,8 +236,8 @@ def test_op_outputs_live_on_the_op_device():
         tracker.check_and_record(other, schema_for("Relu"), "op4")
 
 
-@pytest.mark.skipif(context.available(), reason="a GPU is present")
-def test_cuda_op_without_gpu_is_a_clear_error(fake_cuda):
+def test_cuda_op_without_gpu_is_a_clear_error(fake_cuda, monkeypatch):
+    monkeypatch.setattr(context, "probe", lambda: (False, "no CUDA device was found", 0))
     ws = fake_cuda
     ws.feed_blob("x", np.ones(3, np.float32), CUDA0)
     with pytest.raises(Caffe2Error, match="CUDA is not available"):

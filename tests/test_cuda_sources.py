@@ -148,19 +148,42 @@ def _recorded_formats(monkeypatch):
     return formats
 
 
+def _emulator_kernels(path):
+    """{kernel: [(offset, size, align, kind)]} of the emulator's build of a source, or
+    None when the emulator cannot build here."""
+    from caffe2py.cuda import emulator
+    if not emulator.available()[0]:
+        return None
+    return {name: k.layout for name, k in emulator.module_from_file(path).library.kernels.items()}
+
+
 @needs_nvcc
 def test_kernel_parameters_match_host_argument_formats(monkeypatch):
+    """PTX parameter lists against the host's argument formats, and the emulator's
+    build of each source against the PTX: the same kernels with the same layout."""
     formats = _recorded_formats(monkeypatch)
     kernel_dir = os.path.join(ROOT, "kernels", "cuda")
     checked = 0
     for fname in sorted(os.listdir(kernel_dir)):
         if not fname.endswith(".cu"):
             continue
-        for name, params in _ptx_entries(os.path.join(kernel_dir, fname)).items():
+        entries = _ptx_entries(os.path.join(kernel_dir, fname))
+        for name, params in entries.items():
             family = _family(name)
             assert family in formats, "no host-side launch of %s (%s) was exercised" % (name, fname)
             assert _matches(params, formats[family]), "%s: PTX params %s vs format %s" % (name, params, formats[family])
             checked += 1
+        emulated = _emulator_kernels(os.path.join(kernel_dir, fname))
+        if emulated is not None:
+            assert set(emulated) == set(entries), fname
+            for name, params in entries.items():
+                off = 0
+                for (kind, align, size), (e_off, e_size, e_align, e_kind) in zip(params, emulated[name]):
+                    off = (off + align - 1) // align * align
+                    assert (off, size, align) == (e_off, e_size, e_align), (name, params, emulated[name])
+                    assert (kind == "f32") == (e_kind == "f"), (name, kind, e_kind)
+                    off += size
+                assert len(params) == len(emulated[name]), name
     assert checked >= 40
 
 

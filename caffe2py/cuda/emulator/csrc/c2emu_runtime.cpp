@@ -305,6 +305,11 @@ inline void check_access(uintptr_t a, size_t n, int is_write) {
              (size_t)(a - g->beg), g->size);
     }
     if (a < 65536) fail(C2EMU_ERR_NULL, a, n, is_write);
+    const uintptr_t near = 1 << 20;  // an index past a __shared__ array lands close to the block's shared memory
+    if (d->shared_len && a + near >= d->shared_lo && a < d->shared_lo + d->shared_len + near)
+        fail(C2EMU_ERR_SHARED, a, n, is_write, "%lld bytes from the block's %zu bytes of __shared__ variables",
+             a < d->shared_lo ? -(long long)(d->shared_lo - a) : (long long)(a - d->shared_lo - d->shared_len),
+             d->shared_len);
     fail(C2EMU_ERR_WILD, a, n, is_write);
 }
 
@@ -376,120 +381,184 @@ void warp_error(const Fiber* f, const char* fmt, ...) {
     va_end(ap);
 }
 
-// Completes every warp collective whose named lanes have all arrived. Returns true
-// when some lanes may run again; sets rt.error on misuse.
-bool complete_warp_ops() {
+// ----------------------------------------------------------------------------- run queue
+
+struct Rng {
+    unsigned long long s;
+    unsigned long long next() {
+        s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
+        return s * 2685821657736338717ULL;
+    }
+};
+
+// The threads that may run. Forward order always runs the lowest-numbered one next,
+// reversed the highest, shuffled a random one; a thread runs until it blocks, and a
+// warp whose collective completes may go on at once, ahead of other warps.
+struct RunQueue {
+    int order;
+    Rng* rng;
+    unsigned long long bits[C2EMU_MAX_THREADS / 64] = {};
+    std::vector<unsigned> items;  // shuffled order only
+
+    void push(unsigned i) {
+        if (order == C2EMU_ORDER_SHUFFLE) items.push_back(i);
+        else bits[i / 64] |= 1ULL << (i % 64);
+    }
+    bool pop(unsigned& out) {
+        if (order == C2EMU_ORDER_SHUFFLE) {
+            if (items.empty()) return false;
+            size_t k = rng->next() % items.size();
+            out = items[k];
+            items[k] = items.back();
+            items.pop_back();
+            return true;
+        }
+        const int words = C2EMU_MAX_THREADS / 64;
+        if (order == C2EMU_ORDER_FORWARD) {
+            for (int w = 0; w < words; ++w)
+                if (bits[w]) {
+                    int b = __builtin_ctzll(bits[w]);
+                    bits[w] &= bits[w] - 1;
+                    out = (unsigned)(w * 64 + b);
+                    return true;
+                }
+        } else {
+            for (int w = words - 1; w >= 0; --w)
+                if (bits[w]) {
+                    int b = 63 - __builtin_clzll(bits[w]);
+                    bits[w] &= ~(1ULL << b);
+                    out = (unsigned)(w * 64 + b);
+                    return true;
+                }
+        }
+        return false;
+    }
+};
+
+// Completes the collectives of warp `w` whose named lanes have all arrived, making
+// their lanes runnable. With `report`, misuse (a mask without the calling lane, lanes
+// that exited or do not exist, lanes meeting at different operations) is an error;
+// without it such groups are only left waiting. Returns true when some lane may run.
+bool complete_warp(unsigned w, bool report, RunQueue& q) {
     bool progress = false;
-    unsigned n = rt.n_threads;
-    for (unsigned base = 0; base < n; base += 32) {
-        unsigned lanes = std::min(32u, n - base);
-        unsigned done = 0;  // lanes handled in this pass
-        for (unsigned l = 0; l < lanes; ++l) {
-            Fiber* f = &rt.fibers[base + l];
-            if (f->state != AT_WARP_OP || (done >> l & 1)) continue;
-            const c2emu_warp_op* op = f->op;
-            unsigned mask = op->mask;
-            const char* name = warp_op_name(op->kind);
-            if (!(mask >> l & 1)) {
-                warp_error(f, "%s with mask 0x%08x, which does not name the calling lane %u", name, mask, l);
-                return false;
-            }
-            if (lanes < 32 && (mask >> lanes)) {
+    const unsigned base = w * 32, lanes = std::min(32u, rt.n_threads - base);
+    unsigned done = 0;  // lanes handled in this pass
+    for (unsigned l = 0; l < lanes; ++l) {
+        Fiber* f = &rt.fibers[base + l];
+        if (f->state != AT_WARP_OP || (done >> l & 1)) continue;
+        const c2emu_warp_op* op = f->op;
+        unsigned mask = op->mask;
+        const char* name = warp_op_name(op->kind);
+        if (!(mask >> l & 1)) {
+            if (report) warp_error(f, "%s with mask 0x%08x, which does not name the calling lane %u", name, mask, l);
+            if (report) return false;
+            continue;
+        }
+        if (lanes < 32 && (mask >> lanes)) {
+            if (report) {
                 warp_error(f, "%s with mask 0x%08x names lanes %u..31, which do not exist (the block's "
                            "last warp has %u threads)", name, mask, lanes, lanes);
                 return false;
             }
-            bool blocked = false;
-            for (unsigned k = 0; k < lanes; ++k) {
-                if (!(mask >> k & 1)) continue;
-                const Fiber* g = &rt.fibers[base + k];
-                if (g->state == EXITED) {
-                    warp_error(f, "%s with mask 0x%08x: lane %u has exited and never joins", name, mask, k);
-                    return false;
-                }
-                if (g->state != AT_WARP_OP) { blocked = true; continue; }
+            continue;
+        }
+        bool blocked = false, bad = false;
+        for (unsigned k = 0; k < lanes && !bad; ++k) {
+            if (!(mask >> k & 1)) continue;
+            const Fiber* g = &rt.fibers[base + k];
+            if (g->state == EXITED) {
+                if (report) warp_error(f, "%s with mask 0x%08x: lane %u has exited and never joins", name, mask, k);
+                bad = true;
+            } else if (g->state != AT_WARP_OP) {
+                blocked = true;
+            } else {
                 const c2emu_warp_op* o = g->op;
                 if (o->mask != mask || o->kind != op->kind || o->width != op->width) {
-                    warp_error(f, "lanes %u and %u of a warp meet at different warp operations: %s mask 0x%08x "
-                               "width %d vs %s mask 0x%08x width %d", l, k, name, mask, op->width,
-                               warp_op_name(o->kind), o->mask, o->width);
+                    if (report)
+                        warp_error(f, "lanes %u and %u of a warp meet at different warp operations: %s mask 0x%08x "
+                                   "width %d vs %s mask 0x%08x width %d", l, k, name, mask, op->width,
+                                   warp_op_name(o->kind), o->mask, o->width);
+                    bad = true;
+                }
+            }
+        }
+        if (bad) {
+            if (report) return false;
+            continue;
+        }
+        if (blocked) continue;
+        int width = op->width;
+        bool is_shfl = op->kind >= C2EMU_SHFL_IDX && op->kind <= C2EMU_SHFL_XOR;
+        if (is_shfl && (width < 1 || width > 32 || (width & (width - 1)))) {
+            warp_error(f, "%s with width %d (a power of two from 1 to 32 is required)", name, width);
+            return false;
+        }
+        unsigned long long vals[32];
+        int preds[32];
+        for (unsigned k = 0; k < lanes; ++k) {
+            if (!(mask >> k & 1)) continue;
+            vals[k] = rt.fibers[base + k].op->value;
+            preds[k] = rt.fibers[base + k].op->pred;
+        }
+        const unsigned lead = __builtin_ctz(mask);
+        unsigned ballot = 0, ones = 0;
+        bool uni = true, all_equal = true;
+        unsigned long long red = vals[lead];
+        for (unsigned k = 0; k < lanes; ++k) {
+            if (!(mask >> k & 1)) continue;
+            if (preds[k]) { ballot |= 1u << k; ++ones; }
+            if (k == lead) continue;
+            if ((preds[k] != 0) != (preds[lead] != 0)) uni = false;
+            if (vals[k] != vals[lead]) all_equal = false;
+            red = reduce_value(op->kind, red, vals[k]);
+        }
+        for (unsigned k = 0; k < lanes; ++k) {
+            if (!(mask >> k & 1)) continue;
+            c2emu_warp_op* o = rt.fibers[base + k].op;
+            if (is_shfl) {
+                unsigned j = shfl_source(o->kind, k, o->arg, width);
+                if (!(mask >> j & 1)) {
+                    warp_error(&rt.fibers[base + k], "%s with mask 0x%08x: lane %u reads lane %u, which is not in the "
+                               "mask (its value is undefined on a GPU)", name, mask, k, j);
                     return false;
                 }
+                o->result = vals[j];
             }
-            if (blocked) continue;
-            int width = op->width;
-            bool is_shfl = op->kind >= C2EMU_SHFL_IDX && op->kind <= C2EMU_SHFL_XOR;
-            if (is_shfl && (width < 1 || width > 32 || (width & (width - 1)))) {
-                warp_error(f, "%s with width %d (a power of two from 1 to 32 is required)", name, width);
-                return false;
-            }
-            // gather the group's operands
-            unsigned long long vals[32];
-            int preds[32];
-            for (unsigned k = 0; k < lanes; ++k) {
-                if (!(mask >> k & 1)) continue;
-                vals[k] = rt.fibers[base + k].op->value;
-                preds[k] = rt.fibers[base + k].op->pred;
-            }
-            unsigned ballot = 0, ones = 0;
-            bool uni = true, all_equal = true;
-            unsigned long long red = 0;
-            bool first = true;
-            for (unsigned k = 0; k < lanes; ++k) {
-                if (!(mask >> k & 1)) continue;
-                if (preds[k]) { ballot |= 1u << k; ++ones; }
-                if (!first) {
-                    if ((preds[k] != 0) != (preds[__builtin_ctz(mask)] != 0)) uni = false;
-                    if (vals[k] != vals[__builtin_ctz(mask)]) all_equal = false;
-                    red = reduce_value(op->kind, red, vals[k]);
-                } else {
-                    red = vals[k];
-                    first = false;
-                }
-            }
-            for (unsigned k = 0; k < lanes; ++k) {
-                if (!(mask >> k & 1)) continue;
-                Fiber* g = &rt.fibers[base + k];
-                c2emu_warp_op* o = g->op;
-                switch (o->kind) {
-                    case C2EMU_SHFL_IDX: case C2EMU_SHFL_UP: case C2EMU_SHFL_DOWN: case C2EMU_SHFL_XOR: {
-                        unsigned j = shfl_source(o->kind, k, o->arg, width);
-                        if (!(mask >> j & 1)) {
-                            warp_error(g, "%s with mask 0x%08x: lane %u reads lane %u, which is not in the mask "
-                                       "(its value is undefined on a GPU)", name, mask, k, j);
-                            return false;
-                        }
-                        o->result = vals[j];
-                        break;
-                    }
-                    case C2EMU_VOTE_ALL: o->result = ones == (unsigned)__builtin_popcount(mask); break;
-                    case C2EMU_VOTE_ANY: o->result = ones != 0; break;
-                    case C2EMU_VOTE_UNI: o->result = uni; break;
-                    case C2EMU_BALLOT: o->result = ballot; break;
-                    case C2EMU_SYNCWARP: o->result = 0; break;
-                    case C2EMU_MATCH_ANY: {
-                        unsigned m = 0;
-                        for (unsigned q = 0; q < lanes; ++q)
-                            if ((mask >> q & 1) && vals[q] == vals[k]) m |= 1u << q;
-                        o->result = m;
-                        break;
-                    }
-                    case C2EMU_MATCH_ALL:
-                        o->result = all_equal ? mask : 0;
-                        o->result_pred = all_equal;
-                        break;
-                    default: o->result = red; break;
-                }
-                g->state = RUNNABLE;
-                done |= 1u << k;
-            }
-            progress = true;
         }
+        for (unsigned k = 0; k < lanes; ++k) {
+            if (!(mask >> k & 1)) continue;
+            Fiber* g = &rt.fibers[base + k];
+            c2emu_warp_op* o = g->op;
+            switch (o->kind) {
+                case C2EMU_SHFL_IDX: case C2EMU_SHFL_UP: case C2EMU_SHFL_DOWN: case C2EMU_SHFL_XOR: break;
+                case C2EMU_VOTE_ALL: o->result = ones == (unsigned)__builtin_popcount(mask); break;
+                case C2EMU_VOTE_ANY: o->result = ones != 0; break;
+                case C2EMU_VOTE_UNI: o->result = uni; break;
+                case C2EMU_BALLOT: o->result = ballot; break;
+                case C2EMU_SYNCWARP: o->result = 0; break;
+                case C2EMU_MATCH_ANY: {
+                    unsigned m = 0;
+                    for (unsigned q2 = 0; q2 < lanes; ++q2)
+                        if ((mask >> q2 & 1) && vals[q2] == vals[k]) m |= 1u << q2;
+                    o->result = m;
+                    break;
+                }
+                case C2EMU_MATCH_ALL:
+                    o->result = all_equal ? mask : 0;
+                    o->result_pred = all_equal;
+                    break;
+                default: o->result = red; break;
+            }
+            g->state = RUNNABLE;
+            q.push(base + k);
+            done |= 1u << k;
+        }
+        progress = true;
     }
     return progress;
 }
 
-bool complete_barrier() {
+bool complete_barrier(RunQueue& q) {
     int kind = 0, count = 0, any_arrived = 0;
     for (unsigned i = 0; i < rt.n_threads; ++i) {
         const Fiber* f = &rt.fibers[i];
@@ -511,6 +580,7 @@ bool complete_barrier() {
         if (f->state == AT_BARRIER) {
             f->bar_result = result;
             f->state = RUNNABLE;
+            q.push(i);
         }
     }
     return true;
@@ -545,14 +615,6 @@ void report_deadlock() {
 
 // ----------------------------------------------------------------------------- scheduling
 
-struct Rng {
-    unsigned long long s;
-    unsigned long long next() {
-        s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
-        return s * 2685821657736338717ULL;
-    }
-};
-
 void order_ids(std::vector<unsigned>& ids, int order, Rng& rng) {
     if (order == C2EMU_ORDER_REVERSE) std::reverse(ids.begin(), ids.end());
     else if (order == C2EMU_ORDER_SHUFFLE)
@@ -576,30 +638,34 @@ void poison_shared() {
 bool run_block(c2emu_uint3 bid, Rng& rng) {
     c2emu_current.block_idx = bid;
     const unsigned bx = rt.launch->block[0], by = rt.launch->block[1];
+    RunQueue q{rt.launch->order, &rng};
     for (unsigned i = 0; i < rt.n_threads; ++i) {
         Fiber* f = &rt.fibers[i];
         f->linear = i;
         f->tid = c2emu_uint3{i % bx, (i / bx) % by, i / (bx * by)};
         start_fiber(f);
+        q.push(i);
     }
     poison_shared();
-    std::vector<unsigned> ids;
-    ids.reserve(rt.n_threads);
+    unsigned exited = 0;
     for (;;) {
-        ids.clear();
-        for (unsigned i = 0; i < rt.n_threads; ++i)
-            if (rt.fibers[i].state == RUNNABLE) ids.push_back(i);
-        order_ids(ids, rt.launch->order, rng);
-        for (unsigned i : ids) {
-            resume(&rt.fibers[i]);
+        unsigned i;
+        while (q.pop(i)) {
+            Fiber* f = &rt.fibers[i];
+            resume(f);
+            if (rt.error.kind != C2EMU_OK) return false;
+            if (f->state == EXITED) ++exited;
+            else if (f->state == AT_WARP_OP) complete_warp(i / 32, false, q);
+        }
+        if (exited == rt.n_threads) return true;
+        // Every thread waits: collectives that can complete now, with misuse reported.
+        bool progress = false;
+        for (unsigned w = 0; w * 32 < rt.n_threads; ++w) {
+            progress |= complete_warp(w, true, q);
             if (rt.error.kind != C2EMU_OK) return false;
         }
-        bool any_alive = false;
-        for (unsigned i = 0; i < rt.n_threads && !any_alive; ++i) any_alive = rt.fibers[i].state != EXITED;
-        if (!any_alive) return true;
-        if (complete_warp_ops()) continue;
-        if (rt.error.kind != C2EMU_OK) return false;
-        if (complete_barrier()) continue;
+        if (progress) continue;
+        if (complete_barrier(q)) continue;
         if (rt.error.kind != C2EMU_OK) return false;
         report_deadlock();
         return false;
@@ -776,6 +842,8 @@ EXPORT void c2emu_mark_freed(uintptr_t base, size_t capacity) { shadow_set(base,
 
 // A block of `capacity` bytes (a multiple of 256), followed by a 256-byte gap that is
 // never handed out; 0 when the arena is full.
+static void shadow_set(uintptr_t base, size_t len, uint8_t v);
+
 EXPORT uintptr_t c2emu_alloc(size_t capacity) {
     auto it = rt.free_blocks.find(capacity);
     if (it != rt.free_blocks.end()) {
@@ -786,6 +854,7 @@ EXPORT uintptr_t c2emu_alloc(size_t capacity) {
     if (rt.bump + capacity + 256 > rt.arena_len) return 0;
     uintptr_t base = rt.arena_lo + rt.bump;
     rt.bump += capacity + 256;
+    shadow_set(base + capacity, 256, kRedzone);  // the gap: past this block, before the next
     return base;
 }
 

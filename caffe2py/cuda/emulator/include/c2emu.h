@@ -38,7 +38,10 @@
 #define __shared__ C2EMU_SHARED_MARK
 #else
 #define __global__
-#define __shared__ thread_local
+// `used`: GCC would otherwise fold reads of a never-written static to zero (C++
+// zero-initialisation); shared memory is uninitialised, and the emulator fills it with
+// 0xFF bytes at the start of every block.
+#define __shared__ thread_local __attribute__((used))
 #endif
 #define __device__
 #define __host__
