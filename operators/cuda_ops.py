@@ -101,7 +101,8 @@ def _padded(values, n=6, fill=0):
 
 # --------------------------------------------------------------------------- SparseLengths*
 
-_LAYOUTS = {"float": "", "fused8": "Fused8BitRowwise", "fused4": "Fused4BitRowwise"}
+_LAYOUTS = {"float": "", "fused8": "Fused8BitRowwise", "fused4": "Fused4BitRowwise", "fused2": "Fused2BitRowwise"}
+_FUSED_VALUES_PER_BYTE = {"fused8": 1, "fused4": 2, "fused2": 4}
 _SLS_FORMAT = "PqqPqPqqPiiPP"
 
 
@@ -134,8 +135,8 @@ def _register_sls(reduction, layout, offsets):
                 if data.shape[1] <= extra:
                     raise ctx.input_error(0, "DATA must have more than %d columns" % extra)
                 kind = layout
-                dim = data.shape[1] - 8 if layout == "fused8" else (data.shape[1] - 4) * 2
-                vec = 4 if layout == "fused8" else 8
+                dim = (data.shape[1] - extra) * _FUSED_VALUES_PER_BYTE[layout]
+                vec = 4 * _FUSED_VALUES_PER_BYTE[layout]
                 out_tail = (dim,)
             rt.expect(i_idx, indices, (np.int32, np.int64), "INDICES")
             if indices.ndim != 1:

@@ -51,7 +51,7 @@ def test_without_nvcc_the_check_passes_with_a_message(tmp_path):
 
 _SIZES = {"P": 8, "q": 8, "i": 4, "f": 4}
 _TYPE_TOKENS = {"f32", "f16", "i32", "i64", "o32", "o64", "u8", "u16", "u32", "u64", "v1", "v2", "v4",
-                "fused8", "fused4"}
+                "fused8", "fused4", "fused2"}
 
 
 def _ptx_entries(path):
@@ -133,14 +133,17 @@ def _recorded_formats(monkeypatch):
         ("Softmax", [np.zeros((2, 3), f32)]), ("Concat", [np.zeros((2, 3), f32)] * 2),
         ("Transpose", [np.zeros((2, 3), f32)]), ("Gather", [np.zeros((3, 2), f32), np.zeros(2, np.int32)]),
         ("FC", [np.zeros((2, 3), f32), np.zeros((4, 3), f32), np.zeros(4, f32)]),
+        ("Conv", [np.zeros((1, 2, 5, 5), f32), np.zeros((3, 2, 3, 3), f32), np.zeros(3, f32)]),
+        ("MaxPool", [np.zeros((1, 2, 4, 4), f32)]), ("AveragePool", [np.zeros((1, 2, 4, 4), f32)]),
     ]
     from caffe2py.cuda import cublas
     monkeypatch.setattr(cublas, "sgemm_batched", lambda *a, **k: None)
     formats = {}
     for op_type, inputs in cases:
         outs = {"LSTMUnit": 2, "LSTMUnitGradient": 3}.get(op_type, 1)
+        args = {"kernel": 2} if op_type.endswith("Pool") else {}
         op = core.CreateOperator(op_type, ["x%d" % i for i in range(len(inputs))], ["y%d" % i for i in range(outs)],
-                                 device_option=cuda0)
+                                 device_option=cuda0, **args)
         _, rt = run_fake(monkeypatch, op, *inputs)
         for _, function, fmt, _, _ in rt.launches:
             formats[_family(function)] = fmt

@@ -292,6 +292,12 @@ inline float max(float a, float b) { return fmaxf(a, b); }
 inline double min(double a, double b) { return fmin(a, b); }
 inline double max(double a, double b) { return fmax(a, b); }
 
+// CUDA's classification functions, unqualified in device code.
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+using std::signbit;
+
 // ------------------------------------------------------------------ float intrinsics
 // Round-to-nearest forms only; the sources are compiled with -ffp-contract=off, so a
 // product followed by a sum rounds twice, as __fmul_rn / __fadd_rn promise.
