@@ -14,9 +14,14 @@ def pytest_configure(config):
         backend.select("emulator")
 
 
+_NO_DEVICE = "needs a CUDA GPU with PyCUDA, or the CPU emulator"
+_cuda_outcomes = {"ids": set(), "passed": 0, "failed": 0, "no_device": 0, "other_skips": []}
+
+
 def pytest_collection_modifyitems(config, items):
     """Skip tests marked `cuda` unless a GPU (or the emulator) is usable."""
     marked = [item for item in items if item.get_closest_marker("cuda") is not None]
+    _cuda_outcomes["ids"] = {item.nodeid for item in marked}
     if not marked:
         return
     from caffe2py.cuda import backend, context
@@ -25,7 +30,7 @@ def pytest_collection_modifyitems(config, items):
         if backend.is_emulator():
             _prebuild_emulator_libraries()
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU with PyCUDA, or the CPU emulator (g++ 12+): %s" % reason)
+    skip = pytest.mark.skip(reason="%s (g++ 12+): %s" % (_NO_DEVICE, reason))
     for item in marked:
         item.add_marker(skip)
 
@@ -39,3 +44,35 @@ def _prebuild_emulator_libraries():
     sources = sorted(glob.glob(os.path.join(root, "kernels", "cuda", "*.cu")) +
                      glob.glob(os.path.join(root, "tests", "cuda_kernels", "*.cu")))
     build.prebuild(sources)
+
+
+def pytest_runtest_logreport(report):
+    if report.nodeid not in _cuda_outcomes["ids"]:
+        return
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if _NO_DEVICE in reason:
+            _cuda_outcomes["no_device"] += 1
+        else:
+            _cuda_outcomes["other_skips"].append(reason)
+    elif report.failed:
+        _cuda_outcomes["failed"] += 1
+    elif report.when == "call":
+        _cuda_outcomes["passed"] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line CI checks: how many CUDA tests ran, on what, and that none was skipped
+    for want of a device (tests that need files absent from this checkout are listed)."""
+    out = _cuda_outcomes
+    if not out["ids"]:
+        return
+    from caffe2py.cuda import backend, context
+    ok, _, _ = context.probe()
+    where = ("the CPU emulator" if backend.is_emulator() else context.device_name(0)) if ok else "no device"
+    others = ""
+    if out["other_skips"]:
+        others = "; %d skipped for other reasons: %s" % (len(out["other_skips"]), "; ".join(sorted(set(
+            r.replace("Skipped: ", "") for r in out["other_skips"]))))
+    terminalreporter.write_line("CUDA tests on %s: %d passed, %d failed, %d skipped for want of a device%s"
+                                % (where, out["passed"], out["failed"], out["no_device"], others))

@@ -15,7 +15,8 @@ import pytest
 from caffe2py.cuda import emulator
 
 pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not emulator.available()[0], reason="the CUDA emulator needs Linux and g++ 12+")]
+              pytest.mark.skipif(not emulator.available()[0], reason="needs a CUDA GPU with PyCUDA, or the CPU emulator "
+                                 "(these tests: the emulator itself, on Linux with g++ 12+)")]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEMANTICS = os.path.join(HERE, "cuda_kernels", "semantics.cu")
