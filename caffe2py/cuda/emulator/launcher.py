@@ -10,6 +10,7 @@ Settings (environment, read once; `configure` overrides them):
                              every order error prints it)
   CAFFE2PY_CUDA_EMU_TIMEOUT  seconds a launch may run (default 300)
 """
+import functools
 import os
 import struct
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ def restore(saved):
 _INT_CHARS = {1: "bBc?", 2: "hH", 4: "iI", 8: "qQlLnN"}
 
 
+@functools.lru_cache(maxsize=512)
 def format_items(fmt):
     """[(offset, size, char)] of a struct format packed with native alignment (what
     PyCUDA's prepared calls do), and its total size."""

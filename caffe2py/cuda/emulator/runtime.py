@@ -28,7 +28,6 @@ class Param(ctypes.Structure):
                 ("kind", ctypes.c_char)]
 
 
-CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 DESCRIBE = ctypes.CFUNCTYPE(None, ctypes.POINTER(Param))
 
 
