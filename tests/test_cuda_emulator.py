@@ -251,6 +251,18 @@ def test_a_correct_reduction_agrees_in_every_order(sem):
     np.testing.assert_allclose(out.get(), np.full(3, x.astype(np.float64).sum()), rtol=1e-5)
 
 
+def test_device_variables_see_each_launch_once(sem):
+    """Each launch runs three times (one per thread order) from the same state: a
+    __device__ counter still advances once per launch."""
+    out = sem.empty(1, np.uint64)
+    sem.launch("read_count", "P", (1, 1, 1), (1, 1, 1), out)
+    start = int(out.get()[0])
+    for _ in range(2):
+        sem.launch("count_threads", "P", (3, 1, 1), (64, 1, 1), sem.empty(1, np.uint64))
+    sem.launch("read_count", "P", (1, 1, 1), (1, 1, 1), out)
+    assert int(out.get()[0]) - start == 2 * 3 * 64
+
+
 def test_unwritten_memory_reads_as_nan(sem):
     """Fresh shared memory and fresh (or reused) device buffers are 0xFF bytes."""
     out = sem.empty(64, np.float32)
@@ -313,6 +325,11 @@ def test_scratch_reused_without_a_barrier_is_caught(bad):
 def test_blocks_writing_the_same_output_are_caught(bad):
     _raises("order", r"blocks_race.*different results", bad.launch, "blocks_race", "P", (8, 1, 1), (32, 1, 1),
             bad.empty(1, np.float32))
+
+
+def test_a_race_on_a_device_variable_is_caught(bad):
+    _raises("order", r"blocks_race_on_a_device_variable \(broken.cu\) leaves __device__ variable 'last_block' "
+            r"different", bad.launch, "blocks_race_on_a_device_variable", "", (4, 1, 1), (32, 1, 1))
 
 
 def test_warp_collective_misuse(bad):

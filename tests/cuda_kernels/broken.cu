@@ -135,3 +135,9 @@ extern "C" __global__ void overflows_stack(int* out) {
 extern "C" __global__ void takes_int(float* out, int n) {
     if (threadIdx.x < n) out[threadIdx.x] = 0.0f;
 }
+
+// The last block to run leaves its number in a __device__ variable.
+__device__ int last_block;
+extern "C" __global__ void blocks_race_on_a_device_variable() {
+    if (threadIdx.x == 0) last_block = blockIdx.x;
+}

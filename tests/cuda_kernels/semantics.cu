@@ -152,3 +152,12 @@ extern "C" __global__ void accumulates_into_output(float* out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] += 1.0f;
 }
+
+// A __device__ counter every thread adds to: each launch adds exactly its thread count.
+__device__ unsigned long long launches_counted;
+extern "C" __global__ void count_threads(unsigned long long* out) {
+    atomicAdd(&launches_counted, 1ull);
+    __syncthreads();
+    if (threadIdx.x == 0 && blockIdx.x == gridDim.x - 1) out[0] = 0;   // out's value is not the point
+}
+extern "C" __global__ void read_count(unsigned long long* out) { out[0] = launches_counted; }

@@ -195,23 +195,38 @@ def run(kernel, fmt, per_param, grid, block, args, shared_size=0):
     block = tuple(int(b) for b in block) + (1,) * (3 - len(block))
     blocks = launch.blocks() if len(cfg.orders) > 1 else []
     before = [memory.host_view(b.base, b.nbytes).copy() for b in blocks]
+    # __device__ variables too: each order starts from the same state, and must end in it
+    variables = runtime.device_variables() if len(cfg.orders) > 1 else []
+    vars_before = [memory.host_view(a, n).copy() for _, a, n in variables]
     first = None
     for n, order in enumerate(cfg.orders):
         if n:
             for b, saved in zip(blocks, before):
                 memory.host_view(b.base, b.nbytes)[:] = saved
+            for (_, address, size), saved in zip(variables, vars_before):
+                view = memory.host_view(address, size)
+                if not np.array_equal(view, saved):  # only written ones: others may be read-only
+                    view[:] = saved
         err = runtime.launch(kernel, launch.params, grid, block, shared_size, order, cfg.seed, cfg.timeout_s)
         if err.kind != runtime.OK:
             raise _error(launch, err, order, cfg, grid, block)
         if len(cfg.orders) == 1:
             return
         after = [memory.host_view(b.base, b.nbytes).copy() for b in blocks]
+        vars_after = [memory.host_view(a, size).copy() for _, a, size in variables]
         if first is None:
-            first = (order, after)
+            first = (order, after, vars_after)
             continue
         for b, a, f in zip(blocks, after, first[1]):
             if not np.array_equal(a, f):
                 raise _order_error(launch, b, f, a, first[0], order, cfg)
+        for (name, _, _), a, f in zip(variables, vars_after, first[2]):
+            if not np.array_equal(a, f):
+                raise EmulatorError("CUDA emulator: kernel %s (%s) leaves __device__ variable '%s' different when the "
+                                    "threads run in %s and in %s order (seed %d): a race on it?"
+                                    % (kernel.name, os.path.basename(kernel.library.source), name,
+                                       runtime.ORDER_NAMES[first[0]], runtime.ORDER_NAMES[order], cfg.seed),
+                                    "order", kernel.name, name)
 
 
 # ----------------------------------------------------------------------------- messages

@@ -110,6 +110,9 @@ def _declare(lib):
     lib.c2emu_module_tls.restype = ctypes.c_int
     lib.c2emu_launch.argtypes = [ctypes.POINTER(LaunchDesc), ctypes.POINTER(Error)]
     lib.c2emu_launch.restype = ctypes.c_int
+    lib.c2emu_global_count.restype = sz
+    lib.c2emu_global_at.argtypes = [sz, ctypes.POINTER(sz), ctypes.POINTER(sz)]
+    lib.c2emu_global_at.restype = ctypes.c_char_p
 
 
 class KernelLibrary:
@@ -147,6 +150,25 @@ class KernelLibrary:
         if library().c2emu_module_tls(self.touch, ctypes.byref(lo), ctypes.byref(length)) != 0:
             raise Caffe2Error("CUDA emulator: cannot find the shared memory of %s" % self.path)
         return lo.value, length.value, self.lib.c2emu_dynamic_shared() or 0
+
+
+_variables = {}
+
+
+def device_variables():
+    """[(name, address, size)] of the kernel libraries' own globals (__device__ and
+    __constant__ variables), without compiler-made constants (".LC...") and the
+    emulator's tables; recomputed when a library is loaded."""
+    lib = library()
+    count = lib.c2emu_global_count()
+    if _variables.get("count") != count:
+        out, beg, size = [], ctypes.c_size_t(), ctypes.c_size_t()
+        for i in range(count):
+            name = (lib.c2emu_global_at(i, ctypes.byref(beg), ctypes.byref(size)) or b"?").decode(errors="replace")
+            if not name.startswith(("*.", "c2emu_")):
+                out.append((name, beg.value, size.value))
+        _variables.update(count=count, list=out)
+    return _variables["list"]
 
 
 class KernelInfo:

@@ -783,11 +783,16 @@ EXPORT void __asan_handle_no_return(void) {}
 EXPORT void __asan_before_dynamic_init(const char*) {}
 EXPORT void __asan_after_dynamic_init(void) {}
 
-struct asan_global {  // GCC's layout; only the first four fields are read
+struct asan_global {  // GCC's __asan_global (all eight fields: it is read as an array)
     uintptr_t beg;
     size_t size, size_with_redzone;
     const char* name;
+    const char* module_name;
+    size_t has_dynamic_init;
+    const void* location;
+    size_t odr_indicator;
 };
+static_assert(sizeof(asan_global) == 64, "GCC's __asan_global is 8 words");
 
 EXPORT void __asan_register_globals(asan_global* g, size_t n) {
     for (size_t i = 0; i < n; ++i) rt.globals.push_back(Global{g[i].beg, g[i].size, g[i].size_with_redzone, g[i].name});
@@ -804,6 +809,16 @@ EXPORT void __asan_unregister_globals(asan_global* g, size_t n) {
 // ----------------------------------------------------------------------------- host-side API
 
 EXPORT int c2emu_abi_version(void) { return C2EMU_ABI_VERSION; }
+
+// The registered globals of the kernel libraries (__device__ / __constant__ variables,
+// literals): the host snapshots them around the order runs of a launch.
+EXPORT size_t c2emu_global_count(void) { return rt.globals.size(); }
+
+EXPORT const char* c2emu_global_at(size_t i, uintptr_t* beg, size_t* size) {
+    *beg = rt.globals[i].beg;
+    *size = rt.globals[i].size;
+    return rt.globals[i].name;
+}
 
 EXPORT int c2emu_arena_init(size_t bytes) {
     if (rt.arena_lo) return bytes <= rt.arena_len ? 0 : -1;
