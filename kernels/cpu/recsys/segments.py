@@ -1,0 +1,255 @@
+"""Segment reductions: Caffe2's SortedSegment*, UnsortedSegment*, SparseSortedSegment*,
+SparseUnsortedSegment*, SortedSegmentRange*, Lengths{Max,WeightedSum} and
+ReduceFrontWeightedSum.
+
+A reduction combines rows of DATA (viewed as (rows, D)) into K output rows. Which
+entries go to which output row comes in one of three forms:
+    lengths         consecutive runs (Lengths*)
+    sorted ids      consecutive runs given by non-decreasing ids without gaps
+    unsorted ids    any order
+Sparse variants first map each entry to a DATA row through INDICES; weighted ones
+multiply each entry by SCALARS[entry].
+
+Lengths and sorted ids become CSR offsets (segment k holds entries offsets[k] ..
+offsets[k+1]) and `_reduce_runs` works segment by segment on the team (each block of
+segments writes only its own output rows). Unsorted ids are scattered in entry order
+by `_scatter_rows`, split over the team by column blocks (no two threads ever write
+the same value). Both add rows in entry order, as Caffe2's reducers do, so float32
+results round the way Caffe2's do.
+
+Every index, id and length is checked here, before the compiled loops run (they have
+no bounds checks); errors are LookupInputError(role, message) with Caffe2's texts.
+"""
+import math
+
+import numpy as np
+
+from ..runtime.jit import compiled, prange, team_blocks
+from .sparse_lengths import LookupInputError
+
+# reduction modes of the compiled kernels
+SUM, MEAN, MAX, RANGE_MAX, RANGE_MEAN, LOG_SUM_EXP, LOG_MEAN_EXP = range(7)
+_NONE_INT = np.empty(0, np.int64)
+
+REDUCERS = {"Sum": SUM, "Mean": MEAN, "Max": MAX, "WeightedSum": SUM}
+RANGE_REDUCERS = {"Sum": SUM, "Mean": RANGE_MEAN, "Max": RANGE_MAX,
+                  "LogSumExp": LOG_SUM_EXP, "LogMeanExp": LOG_MEAN_EXP}
+
+
+# --------------------------------------------------------------------------- compiled
+
+@compiled(parallel=True)
+def _reduce_runs(data, offsets, src, weights, mode, lowest, out, bounds):
+    """out[k] = reduction of the entries offsets[k] .. offsets[k+1] (segments
+    bounds[t] .. bounds[t+1] on team block t). Entry e reads DATA row src[e] (e when
+    src is empty) times weights[e] (1 when weights is empty). `lowest` is the
+    dtype's lowest finite value (Caffe2's start for range max and log-sum-exp). The
+    caller checked that offsets are non-decreasing within [0, entries] and every
+    src value is a row. Arithmetic stays in DATA's dtype, as Caffe2's does."""
+    d = data.shape[1]
+    use_src = src.size > 0
+    use_w = weights.size > 0
+    for t in prange(bounds.size - 1):
+        tmp = np.empty(d, out.dtype)
+        num = np.empty(3, out.dtype)          # [1, n, 1/n] in the data's dtype
+        num[0] = 1
+        for k in range(bounds[t], bounds[t + 1]):
+            acc = out[k]
+            a, b = offsets[k], offsets[k + 1]
+            num[1] = b - a
+            num[2] = 1.0 / max(b - a, 1)
+            n, inv = num[1], num[2]
+            if mode == RANGE_MAX or mode == LOG_SUM_EXP or mode == LOG_MEAN_EXP:
+                for i in range(d):
+                    acc[i] = lowest
+            else:
+                for i in range(d):
+                    acc[i] = 0
+            for e in range(a, b):
+                row = data[src[e]] if use_src else data[e]
+                if mode == MAX:
+                    if e == a:
+                        for i in range(d):
+                            acc[i] = row[i]
+                    else:
+                        for i in range(d):
+                            if row[i] > acc[i]:
+                                acc[i] = row[i]
+                elif mode == RANGE_MAX or mode == LOG_SUM_EXP or mode == LOG_MEAN_EXP:
+                    for i in range(d):
+                        if acc[i] < row[i]:
+                            acc[i] = row[i]
+                elif mode == RANGE_MEAN:
+                    for i in range(d):
+                        acc[i] += row[i] / n
+                else:
+                    w = weights[e] if use_w else num[0]
+                    for i in range(d):
+                        acc[i] += w * row[i]
+            if mode == MEAN and b > a:
+                for i in range(d):
+                    acc[i] *= inv
+            elif mode == LOG_SUM_EXP or mode == LOG_MEAN_EXP:
+                for i in range(d):
+                    tmp[i] = 0
+                for e in range(a, b):
+                    row = data[e]
+                    for i in range(d):
+                        tmp[i] += np.exp(row[i] - acc[i])
+                if mode == LOG_MEAN_EXP:
+                    for i in range(d):
+                        tmp[i] /= n
+                for i in range(d):
+                    acc[i] = np.log(tmp[i]) + acc[i]
+
+
+@compiled(parallel=True)
+def _scatter_rows(data, src, seg, weights, out, blocks):
+    """out[seg[e]] += weights[e] * DATA[src[e]] for every entry e in order (src empty:
+    row e; weights empty: 1), the columns split into `blocks` blocks on the team. The
+    caller zeroed out and checked every seg value (< out rows) and src value."""
+    d = data.shape[1]
+    use_src = src.size > 0
+    use_w = weights.size > 0
+    one = np.ones(1, out.dtype)
+    for t in prange(blocks):
+        lo, hi = d * t // blocks, d * (t + 1) // blocks
+        for e in range(seg.size):
+            row = data[src[e]] if use_src else data[e]
+            dst = out[seg[e]]
+            w = weights[e] if use_w else one[0]
+            for i in range(lo, hi):
+                dst[i] += w * row[i]
+
+
+# --------------------------------------------------------------------------- checks
+
+def as_rows(data):
+    """DATA as a C-contiguous (rows, D) view (a copy only when DATA is strided)."""
+    n = data.shape[0]
+    d = math.prod(data.shape[1:])
+    return np.ascontiguousarray(data).reshape(n, d)
+
+
+def int_vector(a):
+    return np.asarray(a).reshape(-1).astype(np.int64, copy=False)
+
+
+def offsets_from_lengths(lengths, entries, role="lengths"):
+    """CSR offsets of LENGTHS, which must be non-negative and sum to `entries`."""
+    lengths = int_vector(lengths)
+    if lengths.size and lengths.min() < 0:
+        k = int(np.flatnonzero(lengths < 0)[0])
+        raise LookupInputError(role, "LENGTHS must be non-negative, lengths[%d] = %d" % (k, lengths[k]))
+    offsets = np.zeros(lengths.size + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    if total > entries:
+        k = int(np.searchsorted(offsets, entries, side="right")) - 1
+        raise LookupInputError(role, "When calculating the %dth output with length=%d, the index is out of "
+                                     "bounds: %d vs. valid range 0 to %d" % (k, lengths[k], entries, entries))
+    if total != entries:
+        raise LookupInputError(role, "%d != %d" % (total, entries))
+    return offsets
+
+
+def offsets_from_sorted_ids(ids):
+    """CSR offsets of sorted segment ids that start at 0 and have no gaps."""
+    ids = int_vector(ids)
+    if ids.size == 0:
+        return np.zeros(1, np.int64)
+    steps = np.diff(ids)
+    if ids[0] != 0 or (steps.size and (steps.min() < 0 or steps.max() > 1)):
+        raise LookupInputError("segment_ids", "Indices must be sorted and not have gaps")
+    starts = np.flatnonzero(steps) + 1
+    return np.concatenate(([0], starts, [ids.size])).astype(np.int64)
+
+
+def check_segment_ids(ids, k):
+    """Every id in [0, k)."""
+    if ids.size == 0:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= k:
+        bad = int(ids[(ids < 0) | (ids >= k)][0])
+        raise LookupInputError("segment_ids", "Segment id out of range: %d, range 0 to %d" % (bad, k))
+
+
+def check_rows(indices, n_rows):
+    """Every index a row of DATA (Caffe2's segment-op message)."""
+    if indices.size == 0:
+        return
+    if int(indices.min()) < 0 or int(indices.max()) >= n_rows:
+        bad = int(indices[(indices < 0) | (indices >= n_rows)][0])
+        raise LookupInputError("indices", "Index out of bounds: %d, range 0 to %d" % (bad, n_rows))
+
+
+def _blocks_by_entries(offsets, d):
+    """Segment boundaries of team blocks with about equal entries each."""
+    k = offsets.size - 1
+    blocks = team_blocks(k, max(1, (int(offsets[-1]) * d) // max(k, 1)))
+    if blocks <= 1:
+        return np.array([0, k], np.int64)
+    targets = (np.arange(blocks + 1, dtype=np.int64) * int(offsets[-1])) // blocks
+    bounds = np.searchsorted(offsets[:-1], targets, side="left").astype(np.int64)
+    bounds[0], bounds[-1] = 0, k
+    return np.maximum.accumulate(bounds)
+
+
+# --------------------------------------------------------------------------- reductions
+
+def reduce_runs(data, offsets, mode, indices=None, weights=None):
+    """Reduce DATA rows (or DATA[indices] rows) over CSR offsets; shape
+    [K] + DATA.shape[1:]. Indices and weights must already be checked."""
+    rows = as_rows(data)
+    k = offsets.size - 1
+    out = np.empty((k, rows.shape[1]), rows.dtype)
+    src = _NONE_INT if indices is None else int_vector(indices)
+    w = np.empty(0, rows.dtype) if weights is None else np.ascontiguousarray(weights, rows.dtype).reshape(-1)
+    if k:
+        lowest = np.finfo(rows.dtype).min
+        _reduce_runs(rows, offsets, src, w, mode, lowest, out, _blocks_by_entries(offsets, rows.shape[1]))
+    return out.reshape((k,) + data.shape[1:])
+
+
+def scatter_reduce(data, segment_ids, k, mean=False, indices=None, weights=None):
+    """Unsorted segment sum / mean / weighted sum into k rows; ids must be checked."""
+    rows = as_rows(data)
+    d = rows.shape[1]
+    seg = int_vector(segment_ids)
+    out = np.zeros((k, d), rows.dtype)
+    src = _NONE_INT if indices is None else int_vector(indices)
+    w = np.empty(0, rows.dtype) if weights is None else np.ascontiguousarray(weights, rows.dtype).reshape(-1)
+    if seg.size and d:
+        _scatter_rows(rows, src, seg, w, out, team_blocks(d, seg.size))
+    if mean:
+        counts = np.bincount(seg, minlength=k)[:k]
+        nonempty = counts > 0
+        out[nonempty] *= (1.0 / counts[nonempty]).astype(rows.dtype)[:, None]
+    return out.reshape((k,) + data.shape[1:])
+
+
+def reduce_front_weighted_sum(data, scalars, num_reduce_dim=1):
+    """sum over the first num_reduce_dim dims of DATA of scalars * slice."""
+    lead = math.prod(data.shape[:num_reduce_dim])
+    rows = as_rows(data.reshape((lead,) + data.shape[num_reduce_dim:]))
+    offsets = np.array([0, lead], np.int64)
+    out = reduce_runs(rows, offsets, SUM, weights=np.asarray(scalars).reshape(-1))
+    return out.reshape(data.shape[num_reduce_dim:])
+
+
+def lengths_top_k(values, offsets, k):
+    """Per segment the k largest values (ties: lower position first), padded with 0
+    and index -1: (values (S, k), positions in the segment (S, k) int32)."""
+    s = offsets.size - 1
+    counts = np.diff(offsets)
+    seg = np.repeat(np.arange(s, dtype=np.int64), counts)
+    pos = np.arange(values.size, dtype=np.int64) - offsets[seg]
+    order = np.lexsort((pos, -values, seg))          # by segment, value descending, position
+    rank = np.arange(values.size, dtype=np.int64) - offsets[seg[order]]
+    keep = order[rank < k]
+    out_v = np.zeros((s, k), values.dtype)
+    out_i = np.full((s, k), -1, np.int32)
+    out_v[seg[keep], rank[rank < k]] = values[keep]
+    out_i[seg[keep], rank[rank < k]] = pos[keep]
+    return out_v, out_i
