@@ -8,35 +8,12 @@ DATA is float32 (the only type Caffe2 registers for these ops)."""
 import numpy as np
 
 from caffe2py.kernels.cpu.recsys import segments as K
-from caffe2py.kernels.cpu.recsys.sparse_lengths import LookupInputError
 from caffe2py.proto import caffe2_pb2
-from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+
+from ._checks import call, check_float_data, check_int_vector
 
 DT = caffe2_pb2.TensorProto
-_NAMES = {np.dtype(np.float64): "double", np.dtype(np.float16): "at::Half", np.dtype(np.int32): "int",
-          np.dtype(np.int64): "long", np.dtype(np.uint8): "unsigned char", np.dtype(np.bool_): "bool"}
-
-
-def call(ctx, roles, fn, *args, **kwargs):
-    """Run a kernel; its LookupInputError becomes a Caffe2Error naming the blob."""
-    try:
-        return fn(*args, **kwargs)
-    except LookupInputError as exc:
-        raise ctx.input_error(roles.get(exc.input, 0), str(exc)) from None
-
-
-def check_float_data(ctx, index, data):
-    if data.dtype != np.float32:
-        raise ctx.input_error(index, "Unsupported input type: %s." % _NAMES.get(data.dtype, str(data.dtype)))
-    if data.ndim < 1:
-        raise ctx.input_error(index, "DATA must be at least 1-D")
-
-
-def check_int_vector(ctx, index, a, what):
-    if a.ndim != 1:
-        raise ctx.input_error(index, "%s must be a vector" % what)
-    if a.dtype.kind not in "iu":
-        raise ctx.input_error(index, "%s must be int32 or int64, got %s" % (what, a.dtype))
 
 
 def _cost(ctx, ins):
