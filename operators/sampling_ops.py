@@ -1,0 +1,183 @@
+"""Caffe2's integer fills and samplers: UniformIntFill, UniqueUniformFill, RangeFill,
+WeightedSample, WeightedMultiSampling. Random ops draw from a generator seeded by
+the op's device_option.random_seed (fresh entropy when unset), made once per plan."""
+import numpy as np
+
+from caffe2py.kernels.cpu.recsys import selection as K
+from caffe2py.proto import caffe2_pb2
+from caffe2py.registry import Arg, OpSchema, TensorType, leave_out, register_kernel, register_schema
+
+from ._checks import call, check_rank, scalar_of
+from .fills import _FILL_ARGS, _fill_inference, _rng, _shape
+
+DT = caffe2_pb2.TensorProto
+
+
+def _check_filler(ctx):
+    """Caffe2's FillerOp argument rules."""
+    if ctx.n_inputs:
+        if ctx.ints("shape"):
+            raise ctx.error("Cannot set the shape argument and pass in an input at the same time")
+    else:
+        if ctx.ints("extra_shape"):
+            raise ctx.error("Cannot set extra_shape when there is no input")
+        if ctx.bool("input_as_shape"):
+            raise ctx.error("An input must be given if input_as_shape is true")
+
+
+def _fill_shape(ctx, shape_input):
+    if shape_input is not None and ctx.bool("input_as_shape"):
+        if np.ndim(shape_input) != 1 or np.size(shape_input) == 0:
+            raise ctx.input_error(0, "When input_as_shape is true, the input must be a 1D tensor of data type "
+                                     "int64_t")
+    shape = _shape(ctx, () if shape_input is None else (shape_input,))
+    if any(d < 0 for d in shape):
+        raise ctx.error("negative dimension in shape %s" % list(shape))
+    return shape
+
+
+# --------------------------------------------------------------------------- UniformIntFill / RangeFill
+
+register_schema(OpSchema(
+    "UniformIntFill", num_inputs={0, 1, 3}, num_outputs=1, allow_inplace={(0, 0)},
+    inputs=("shape", "min", "max"), outputs=("output",),
+    args=_FILL_ARGS + (Arg("min", "int", 0, doc="smallest value"), Arg("max", "int", 1, doc="largest value")),
+    inference=_fill_inference(lambda ctx: DT.INT32),
+    doc="Uniform int32 samples in [min, max] (both inclusive). With three inputs min and max are scalar "
+        "tensors; min > max then gives an output with first dimension 0."))
+
+
+@register_kernel("UniformIntFill")
+def uniform_int_fill(ctx):
+    _check_filler(ctx)
+    lo, hi = ctx.int("min"), ctx.int("max")
+    if ctx.n_inputs == 3:
+        if ctx.has("min") or ctx.has("max"):
+            raise ctx.error("Cannot set both min/max args and min/max input blobs")
+    elif lo >= hi:
+        raise ctx.error("Max value should be bigger than min value.")
+    rng = _rng(ctx)
+
+    def run(shape_input=None, low=None, high=None):
+        shape = _fill_shape(ctx, shape_input)
+        a, b = lo, hi
+        if low is not None:
+            a = int(scalar_of(ctx, 1, low, "min blob"))
+            b = int(scalar_of(ctx, 2, high, "max blob"))
+            if a > b:
+                return np.zeros((0,) + tuple(shape[1:]), np.int32)
+        return rng.integers(a, b, size=shape, endpoint=True).astype(np.int32)
+    return run
+
+
+register_schema(OpSchema(
+    "RangeFill", num_inputs=(0, 1), num_outputs=1, allow_inplace={(0, 0)}, args=_FILL_ARGS,
+    inference=_fill_inference(lambda ctx: DT.FLOAT),
+    doc="Fills the output with 0, 1, 2, ... (float) in row-major order (for checking reshapes)."))
+
+
+@register_kernel("RangeFill")
+def range_fill(ctx):
+    _check_filler(ctx)
+
+    def run(shape_input=None):
+        shape = _fill_shape(ctx, shape_input)
+        return np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.float32).reshape(shape)
+    return run
+
+
+# --------------------------------------------------------------------------- UniqueUniformFill
+
+register_schema(OpSchema(
+    "UniqueUniformFill", num_inputs=(0, 2), num_outputs=1, allow_inplace={(0, 0)},
+    inputs=("shape", "avoid"), outputs=("output",),
+    args=_FILL_ARGS + (Arg("min", "int", None, required=True, doc="smallest value"),
+                       Arg("max", "int", None, required=True, doc="largest value"),
+                       Arg("dtype", "int", DT.INT32, doc="INT32 or INT64")),
+    inference=_fill_inference(lambda ctx: ctx.int("dtype", DT.INT32)),
+    doc="Distinct uniform samples from [min, max] (inclusive), none of them in the optional second input."))
+
+
+@register_kernel("UniqueUniformFill")
+def unique_uniform_fill(ctx):
+    _check_filler(ctx)
+    dtype = {DT.INT32: np.int32, DT.INT64: np.int64}.get(ctx.int("dtype"))
+    if dtype is None:
+        raise ctx.error("Unexpected 'dtype' argument value: %d (INT32 or INT64)" % ctx.int("dtype"))
+    lo, hi = ctx.int("min"), ctx.int("max")
+    if lo >= hi:
+        raise ctx.error("Max value should be bigger than min value.")
+    rng = _rng(ctx)
+
+    def run(shape_input=None, avoid=None):
+        shape = _fill_shape(ctx, shape_input)
+        count = int(np.prod(shape, dtype=np.int64))
+        avoid = np.zeros(0, np.int64) if avoid is None else avoid
+        return call(ctx, {"avoid": 1}, K.unique_uniform, count, lo, hi, avoid, rng, dtype).reshape(shape)
+    return run
+
+
+# --------------------------------------------------------------------------- weighted sampling
+
+register_schema(OpSchema(
+    "WeightedSample", num_inputs=(1, 2), num_outputs=(1, 2), inputs=("sampling_weights", "sampling_values"),
+    outputs=("sampled_indexes", "sampled_values"), inputs_outputs_check=lambda i, o: i == o,
+    inference=lambda ctx, ins: [TensorType((ins[0].dims[0],), DT.INT32), TensorType((ins[0].dims[0],), DT.FLOAT)],
+    doc="Per row of sampling_weights [B, D] (non-negative) an index drawn with probability proportional to "
+        "its weight (int32 [B]); with sampling_values [B, D], also the value at that index."))
+
+
+@register_kernel("WeightedSample")
+def weighted_sample(ctx):
+    rng = _rng(ctx)
+
+    def run(weights, values=None):
+        check_rank(ctx, 0, weights, 2, "sampling_weights")
+        if weights.dtype != np.float32:
+            raise ctx.input_error(0, "sampling_weights must be float32, got %s" % weights.dtype)
+        if values is not None and values.shape != weights.shape:
+            raise ctx.input_error(1, "The sampling weights tensor and the sampling values tensor must have the "
+                                     "same dimensions.")
+        if weights.size == 0:
+            empty = np.zeros(0, np.int32)
+            return (empty, np.zeros(0, np.float32)) if values is not None else empty
+        if (weights < 0).any():
+            raise ctx.input_error(0, "All weights must be non-negative numbers.")
+        idx, picked = K.weighted_sample(weights, values, rng)
+        return (idx, picked) if values is not None else idx
+    return run
+
+
+register_schema(OpSchema(
+    "WeightedMultiSampling", num_inputs=(1, 2), num_outputs=1, inputs=("sampling_cdf", "shape_tensor"),
+    outputs=("sampled_indexes",), args=(Arg("num_samples", "int", 0, doc="samples to draw (without input 1)"),),
+    inference=lambda ctx, ins: [TensorType(tuple(ins[1].dims) if len(ins) > 1 else (ctx.int("num_samples"),),
+                                           DT.INT32)],
+    doc="Indices (int32) drawn from the cumulative distribution sampling_cdf (sorted, its last value the "
+        "total); num_samples of them, or as many as input 1 has values, shaped like it."))
+
+
+@register_kernel("WeightedMultiSampling")
+def weighted_multi_sampling(ctx):
+    if ctx.n_inputs == 2 and ctx.has("num_samples"):
+        raise ctx.error("New shape is specified by the input blob, do not pass in the argument `num_samples`.")
+    count_arg = ctx.int("num_samples")
+    if count_arg < 0:
+        raise ctx.error("num_samples must be >= 0, got %d" % count_arg)
+    rng = _rng(ctx)
+
+    def run(cdf, shape_tensor=None):
+        if cdf.ndim != 1:
+            raise ctx.input_error(0, "Input should be 1-D vector")
+        shape = (count_arg,) if shape_tensor is None else shape_tensor.shape
+        if cdf.size == 0:
+            return np.zeros(0, np.int32)
+        if cdf[0] < 0 or (np.diff(cdf) < 0).any():
+            raise ctx.input_error(0, "sampling_cdf must be non-negative and sorted")
+        count = int(np.prod(shape, dtype=np.int64))
+        return K.weighted_multi_sampling(cdf.astype(np.float32), count, rng).reshape(shape)
+    return run
+
+
+leave_out("SortAndShuffle", "reads a TreeCursor blob made by CreateTreeCursor, part of the dataset "
+                            "reader ops (runtime_io_control), not registered yet")
