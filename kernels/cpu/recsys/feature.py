@@ -12,10 +12,15 @@ from .sparse_lengths import LookupInputError
 _BOX_COX_EPS = 1e-6
 
 
+def as_matrix(a):
+    """a viewed as (a.shape[0], everything else); works for 0 rows too."""
+    return a.reshape(a.shape[0], int(np.prod(a.shape[1:], dtype=np.int64)))
+
+
 def box_cox(data, lambda1, lambda2):
     """Per column j: ln(max(x + l2, eps)) if l1 == 0, else (max(x + l2, eps)^l1 - 1) / l1."""
     n = data.shape[0]
-    x = data.reshape(n, -1)
+    x = as_matrix(data)
     l1 = np.asarray(lambda1, data.dtype).reshape(-1)
     l2 = np.asarray(lambda2, data.dtype).reshape(-1)
     eps = data.dtype.type(_BOX_COX_EPS)
@@ -42,7 +47,7 @@ def _check_lengths(lens, width, role="lengths", positive=False):
 def batch_one_hot(data, lens, vals):
     """Column j of DATA [N, D] against its lens[j] values: 1 where equal (DATA's dtype)."""
     n = data.shape[0]
-    x = data.reshape(n, -1)
+    x = as_matrix(data)
     lens = _check_lengths(lens, x.shape[1])
     vals = np.asarray(vals).reshape(-1)
     if vals.size != int(lens.sum()):
@@ -55,7 +60,7 @@ def batch_bucket_one_hot(data, lens, boundaries):
     """Column j bucketised by its lens[j] sorted boundaries (right-inclusive buckets
     (-inf, b1], (b1, b2], ..., (bk, inf)), one-hot over lens[j] + 1 columns (float32)."""
     n = data.shape[0]
-    x = data.reshape(n, -1)
+    x = as_matrix(data)
     lens = _check_lengths(lens, x.shape[1], positive=True)
     b = np.asarray(boundaries).reshape(-1)
     if b.size != int(lens.sum()):
@@ -141,7 +146,7 @@ def piecewise_linear(x, bounds, slopes, intercepts, pieces):
     """y = slope * x + intercept of the piece (bounds[i], bounds[i+1]] holding x, x
     clamped to [bounds[0], bounds[-1]]; one group of `pieces` pieces per column of x."""
     n = x.shape[0]
-    cols = x.reshape(n, -1)
+    cols = as_matrix(x)
     out = np.empty_like(cols)
     for j in range(cols.shape[1]):
         b = bounds[j * (pieces + 1):(j + 1) * (pieces + 1)]
@@ -160,7 +165,7 @@ def ngram_from_categorical(floats, col_ids, limits, vals):
     """Caffe2 NGramFromCategorical: sum over the chosen columns k of m_k * prod(limits
     before k), m_k the position of round(x) in that column's `vals` block (0 when absent)."""
     n = floats.shape[0]
-    x = floats.reshape(n, -1)
+    x = as_matrix(floats)
     out = np.zeros(n, np.int64)
     base, start = 1, 0
     for col, limit in zip(col_ids, limits):

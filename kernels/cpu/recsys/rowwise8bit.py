@@ -21,7 +21,7 @@ _EQUALITY_THRESHOLD = np.float32(1e-10)
 def quantize(x):
     """float32 (N, ...) -> (uint8 codes of x's shape, scale_bias (N, 2) float32)."""
     n = x.shape[0]
-    rows = np.ascontiguousarray(x, np.float32).reshape(n, -1) if n else np.zeros((0, 0), np.float32)
+    rows = np.ascontiguousarray(x, np.float32).reshape(n, math.prod(x.shape[1:]))
     scale_bias = np.empty((n, 2), np.float32)
     if rows.size == 0:
         scale_bias[:, 0] = 1.0
@@ -41,7 +41,7 @@ def quantize(x):
 
 def dequantize(codes, scale_bias):
     n = codes.shape[0]
-    rows = codes.reshape(n, -1).astype(np.float32)
+    rows = codes.reshape(n, math.prod(codes.shape[1:])).astype(np.float32)
     return (rows * scale_bias[:, :1] + scale_bias[:, 1:]).reshape(codes.shape)
 
 

@@ -66,7 +66,7 @@ def flexible_top_k(x, k):
     """Top k[i] values of each row of x viewed as (rows, r), largest first, ties by
     lower column; returns the flat values and the flat column indices (int64)."""
     r = x.shape[-1]
-    rows = x.reshape(-1, r)
+    rows = x.reshape(int(np.prod(x.shape[:-1], dtype=np.int64)), r)
     kk = np.asarray(k).reshape(-1).astype(np.int64)
     if kk.size != rows.shape[0]:
         raise LookupInputError("k", "first n-1 dims of input data and K does not match.")
