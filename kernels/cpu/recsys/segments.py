@@ -38,69 +38,75 @@ RANGE_REDUCERS = {"Sum": SUM, "Mean": RANGE_MEAN, "Max": RANGE_MAX,
 
 # --------------------------------------------------------------------------- compiled
 
-@compiled(parallel=True)
-def _reduce_runs(data, offsets, src, weights, mode, lowest, out, bounds):
-    """out[k] = reduction of the entries offsets[k] .. offsets[k+1] (segments
-    bounds[t] .. bounds[t+1] on team block t). Entry e reads DATA row src[e] (e when
-    src is empty) times weights[e] (1 when weights is empty). `lowest` is the
-    dtype's lowest finite value (Caffe2's start for range max and log-sum-exp). The
-    caller checked that offsets are non-decreasing within [0, entries] and every
-    src value is a row. Arithmetic stays in DATA's dtype, as Caffe2's does."""
+@compiled
+def _reduce_segments(data, offsets, src, weights, mode, lowest, out, first, last):
+    """out[k] for segments first .. last-1: the reduction of the entries offsets[k] ..
+    offsets[k+1]. Entry e reads DATA row src[e] (e when src is empty) times
+    weights[e] (1 when weights is empty). `lowest` is the dtype's lowest finite value
+    (Caffe2's start for range max and log-sum-exp). The caller checked that offsets
+    are non-decreasing within [0, entries] and every src value is a row. Arithmetic
+    stays in DATA's dtype, as Caffe2's does."""
     d = data.shape[1]
     use_src = src.size > 0
     use_w = weights.size > 0
-    for t in prange(bounds.size - 1):
-        tmp = np.empty(d, out.dtype)
-        num = np.empty(3, out.dtype)          # [1, n, 1/n] in the data's dtype
-        num[0] = 1
-        for k in range(bounds[t], bounds[t + 1]):
-            acc = out[k]
-            a, b = offsets[k], offsets[k + 1]
-            num[1] = b - a
-            num[2] = 1.0 / max(b - a, 1)
-            n, inv = num[1], num[2]
-            if mode == RANGE_MAX or mode == LOG_SUM_EXP or mode == LOG_MEAN_EXP:
-                for i in range(d):
-                    acc[i] = lowest
-            else:
-                for i in range(d):
-                    acc[i] = 0
-            for e in range(a, b):
-                row = data[src[e]] if use_src else data[e]
-                if mode == MAX:
-                    if e == a:
-                        for i in range(d):
-                            acc[i] = row[i]
-                    else:
-                        for i in range(d):
-                            if row[i] > acc[i]:
-                                acc[i] = row[i]
-                elif mode == RANGE_MAX or mode == LOG_SUM_EXP or mode == LOG_MEAN_EXP:
+    tmp = np.empty(d, out.dtype)
+    num = np.empty(3, out.dtype)          # [1, n, 1/n] in the data's dtype
+    num[0] = 1
+    for k in range(first, last):
+        acc = out[k]
+        a, b = offsets[k], offsets[k + 1]
+        num[1] = b - a
+        num[2] = 1.0 / max(b - a, 1)
+        n, inv = num[1], num[2]
+        if mode == RANGE_MAX or mode == LOG_SUM_EXP or mode == LOG_MEAN_EXP:
+            for i in range(d):
+                acc[i] = lowest
+        else:
+            for i in range(d):
+                acc[i] = 0
+        for e in range(a, b):
+            row = data[src[e]] if use_src else data[e]
+            if mode == MAX:
+                if e == a:
                     for i in range(d):
-                        if acc[i] < row[i]:
-                            acc[i] = row[i]
-                elif mode == RANGE_MEAN:
-                    for i in range(d):
-                        acc[i] += row[i] / n
+                        acc[i] = row[i]
                 else:
-                    w = weights[e] if use_w else num[0]
                     for i in range(d):
-                        acc[i] += w * row[i]
-            if mode == MEAN and b > a:
+                        if row[i] > acc[i]:
+                            acc[i] = row[i]
+            elif mode == RANGE_MAX or mode == LOG_SUM_EXP or mode == LOG_MEAN_EXP:
                 for i in range(d):
-                    acc[i] *= inv
-            elif mode == LOG_SUM_EXP or mode == LOG_MEAN_EXP:
+                    if acc[i] < row[i]:
+                        acc[i] = row[i]
+            elif mode == RANGE_MEAN:
                 for i in range(d):
-                    tmp[i] = 0
-                for e in range(a, b):
-                    row = data[e]
-                    for i in range(d):
-                        tmp[i] += np.exp(row[i] - acc[i])
-                if mode == LOG_MEAN_EXP:
-                    for i in range(d):
-                        tmp[i] /= n
+                    acc[i] += row[i] / n
+            else:
+                w = weights[e] if use_w else num[0]
                 for i in range(d):
-                    acc[i] = np.log(tmp[i]) + acc[i]
+                    acc[i] += w * row[i]
+        if mode == MEAN and b > a:
+            for i in range(d):
+                acc[i] *= inv
+        elif mode == LOG_SUM_EXP or mode == LOG_MEAN_EXP:
+            for i in range(d):
+                tmp[i] = 0
+            for e in range(a, b):
+                row = data[e]
+                for i in range(d):
+                    tmp[i] += np.exp(row[i] - acc[i])
+            if mode == LOG_MEAN_EXP:
+                for i in range(d):
+                    tmp[i] /= n
+            for i in range(d):
+                acc[i] = np.log(tmp[i]) + acc[i]
+
+
+@compiled(parallel=True)
+def _reduce_runs(data, offsets, src, weights, mode, lowest, out, bounds):
+    """_reduce_segments over the segment blocks bounds[t] .. bounds[t+1] on the team."""
+    for t in prange(bounds.size - 1):
+        _reduce_segments(data, offsets, src, weights, mode, lowest, out, bounds[t], bounds[t + 1])
 
 
 @compiled(parallel=True)
