@@ -248,3 +248,26 @@ def test_shape_inference_of_lengths_and_segment_ops():
         [net], {"D": [10, 4], "W": [10], "L": [3], "IDS": [10], "D3": [2, 3, 5], "S": [2, 3], "X": [10]})
     assert shapes["lws"] == [3, 4] and shapes["uss"] == [7, 4] and shapes["rf"] == [5]
     assert shapes["v"] == [3, 3] and shapes["i"] == [3, 3]
+
+
+def test_large_inputs_take_the_parallel_kernels():
+    """Sizes past the team threshold (32k values), so the compiled loops run split over
+    the team: wide and narrow unsorted scatters, sorted runs, weighted sparse runs."""
+    rng = np.random.default_rng(7)
+    for rows, d, k in ((6000, 64, 500), (60000, 1, 300), (60000, 3, 5000)):
+        data = rng.standard_normal((rows, d)).astype(np.float32)
+        ids = rng.integers(0, k, size=rows)
+        want = np.zeros((k, d))
+        np.add.at(want, ids, data.astype(np.float64))
+        (got,) = run(core.CreateOperator("UnsortedSegmentSum", ["D", "I"], ["O"], num_segments=k), [data, ids])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    data = rng.standard_normal((5000, 16)).astype(np.float32)
+    idx = rng.integers(0, 5000, size=30000)
+    ids = np.sort(rng.integers(0, 3000, size=30000))
+    ids = np.unique(ids, return_inverse=True)[1]                    # sorted, no gaps
+    w = rng.standard_normal(30000).astype(np.float32)
+    want = np.zeros((ids.max() + 1, 16))
+    np.add.at(want, ids, data[idx].astype(np.float64) * w[:, None])
+    (got,) = run(core.CreateOperator("SparseSortedSegmentWeightedSum", ["D", "W", "X", "I"], ["O"]),
+                 [data, w, idx, ids])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -271,3 +271,28 @@ def test_gather_fused_8bit_rowwise(seed):
                             lambda f, i: codes[i] * scale_bias[i, :1].astype(np.float64) + scale_bias[i, 1:])
     with pytest.raises(Caffe2Error, match="INDICES element is out of DATA bounds, id=%d data_dim=%d" % (n, n)):
         run(core.CreateOperator("GatherFused8BitRowwise", ["D", "I"], ["O"]), [fused, np.array([n])])
+
+
+def test_large_gathers_take_the_parallel_kernels():
+    """Past the team threshold: GatherRanges' run copy and the 8-bit lookup run split
+    over the team."""
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 1 << 40, size=200000)
+    starts = rng.integers(0, 199950, size=(3000, 4))
+    lens = rng.integers(0, 40, size=(3000, 4))
+    out, lengths = run(core.CreateOperator("GatherRanges", ["D", "R"], ["O", "L"]),
+                       [data, np.stack([starts, lens], axis=2)])
+    want = np.concatenate([data[s:s + n] for s, n in zip(starts.reshape(-1), lens.reshape(-1))])
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(lengths, lens.sum(axis=1))
+    table = rng.standard_normal((1000, 32)).astype(np.float32)
+    q, sb = _quantize_ref(table)
+    seg_lengths = rng.integers(0, 30, size=2000).astype(np.int32)
+    idx = rng.integers(0, 1000, size=int(seg_lengths.sum()))
+    (got,) = run(core.CreateOperator("SparseLengthsSum8BitsRowwise", ["D", "I", "L", "SB"], ["O"]),
+                 [q, idx, seg_lengths, sb])
+    rows = q.astype(np.float64) * sb[:, :1] + sb[:, 1:]
+    seg = np.repeat(np.arange(seg_lengths.size), seg_lengths)
+    want = np.zeros((seg_lengths.size, 32))
+    np.add.at(want, seg, rows[idx])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)

@@ -17,17 +17,23 @@ from .sparse_lengths import LookupInputError
 _WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
+@compiled
+def _copy_run_range(src, starts, lens, dst, to, first, last):
+    """dst[to[r]:to[r] + lens[r]] = src[starts[r]:starts[r] + lens[r]] for runs
+    first .. last-1."""
+    for r in range(first, last):
+        n = lens[r]
+        a = src[starts[r]:starts[r] + n]
+        b = dst[to[r]:to[r] + n]
+        for i in range(n):
+            b[i] = a[i]
+
+
 @compiled(parallel=True)
 def _copy_runs(src, starts, lens, dst, to, bounds):
-    """dst[to[r]:to[r] + lens[r]] = src[starts[r]:starts[r] + lens[r]] for runs
-    bounds[t] .. bounds[t+1] on team block t."""
+    """_copy_run_range for the runs bounds[t] .. bounds[t+1] on team block t."""
     for t in prange(bounds.size - 1):
-        for r in range(bounds[t], bounds[t + 1]):
-            n = lens[r]
-            a = src[starts[r]:starts[r] + n]
-            b = dst[to[r]:to[r] + n]
-            for i in range(n):
-                b[i] = a[i]
+        _copy_run_range(src, starts, lens, dst, to, bounds[t], bounds[t + 1])
 
 
 def _words(a):
@@ -64,7 +70,11 @@ def copy_runs(src, starts, lens, dst, to):
         inner = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
         dst.reshape(-1)[to[run] + inner] = src.reshape(-1)[starts[run] + inner]
         return dst
-    _copy_runs(s, starts, lens, d, to, _run_bounds(lens))
+    bounds = _run_bounds(lens)
+    if bounds.size == 2:               # one block: no parallel region (its start and join cost more)
+        _copy_run_range(s, starts, lens, d, to, 0, lens.size)
+    else:
+        _copy_runs(s, starts, lens, d, to, bounds)
     return dst
 
 

@@ -45,31 +45,38 @@ def dequantize(codes, scale_bias):
     return (rows * scale_bias[:, :1] + scale_bias[:, 1:]).reshape(codes.shape)
 
 
-@compiled(parallel=True)
-def _lengths_rowwise8(data, scale_bias, src, weights, offsets, mean, out, bounds):
-    """out[k] = sum over entries e of segment k of w_e * (scale * q + bias) of row
-    src[e] (w_e = weights[e], 1 when weights is empty), divided by the segment's
-    length when `mean`. The caller checked src and offsets."""
+@compiled
+def _lookup_segments(data, scale_bias, src, weights, offsets, mean, out, first, last):
+    """out[k] for segments first .. last-1: the sum over the entries e of segment k of
+    w_e * (scale * q + bias) of row src[e] (w_e = weights[e], 1 when weights is
+    empty), divided by the segment's length when `mean`. The caller checked src and
+    offsets."""
     d = data.shape[1]
     use_w = weights.size > 0
-    for t in prange(bounds.size - 1):
-        for k in range(bounds[t], bounds[t + 1]):
-            acc = out[k]
+    for k in range(first, last):
+        acc = out[k]
+        for i in range(d):
+            acc[i] = 0
+        a, b = offsets[k], offsets[k + 1]
+        for e in range(a, b):
+            r = src[e]
+            w = weights[e] if use_w else np.float32(1)
+            s = w * scale_bias[r, 0]
+            c = w * scale_bias[r, 1]
+            row = data[r]
             for i in range(d):
-                acc[i] = 0
-            a, b = offsets[k], offsets[k + 1]
-            for e in range(a, b):
-                r = src[e]
-                w = weights[e] if use_w else np.float32(1)
-                s = w * scale_bias[r, 0]
-                c = w * scale_bias[r, 1]
-                row = data[r]
-                for i in range(d):
-                    acc[i] += s * row[i] + c
-            if mean and b > a:
-                inv = np.float32(1.0) / np.float32(b - a)
-                for i in range(d):
-                    acc[i] *= inv
+                acc[i] += s * row[i] + c
+        if mean and b > a:
+            inv = np.float32(1.0) / np.float32(b - a)
+            for i in range(d):
+                acc[i] *= inv
+
+
+@compiled(parallel=True)
+def _lengths_rowwise8(data, scale_bias, src, weights, offsets, mean, out, bounds):
+    """_lookup_segments for the segments bounds[t] .. bounds[t+1] on team block t."""
+    for t in prange(bounds.size - 1):
+        _lookup_segments(data, scale_bias, src, weights, offsets, mean, out, bounds[t], bounds[t + 1])
 
 
 def sparse_lengths_rowwise8(data, indices, lengths, scale_bias, weights=None, mean=False):
@@ -84,9 +91,12 @@ def sparse_lengths_rowwise8(data, indices, lengths, scale_bias, weights=None, me
     w = np.empty(0, np.float32) if weights is None else np.ascontiguousarray(weights, np.float32).reshape(-1)
     if k:
         blocks = team_blocks(k, max(1, idx.size * rows.shape[1] // k))
-        bounds = (np.arange(blocks + 1, dtype=np.int64) * k) // blocks
-        _lengths_rowwise8(rows, np.ascontiguousarray(scale_bias, np.float32), idx, w, offsets, bool(mean),
-                          out, bounds)
+        sb = np.ascontiguousarray(scale_bias, np.float32)
+        if blocks == 1:                # no parallel region (its start and join cost more)
+            _lookup_segments(rows, sb, idx, w, offsets, bool(mean), out, 0, k)
+        else:
+            bounds = (np.arange(blocks + 1, dtype=np.int64) * k) // blocks
+            _lengths_rowwise8(rows, sb, idx, w, offsets, bool(mean), out, bounds)
     return out.reshape((k,) + data.shape[1:])
 
 

@@ -12,10 +12,13 @@ multiply each entry by SCALARS[entry].
 
 Lengths and sorted ids become CSR offsets (segment k holds entries offsets[k] ..
 offsets[k+1]) and `_reduce_runs` works segment by segment on the team (each block of
-segments writes only its own output rows). Unsorted ids are scattered in entry order
-by `_scatter_rows`, split over the team by column blocks (no two threads ever write
-the same value). Both add rows in entry order, as Caffe2's reducers do, so float32
-results round the way Caffe2's do.
+segments writes only its own output rows). Unsorted ids are scattered in entry order:
+rows of 32+ values with the columns split over the team (`_scatter_wide`, no two
+threads write the same value), shorter rows with the entries split over the team into
+per-thread partial outputs added up in thread order (`_scatter_narrow`). Segments
+and wide scatters add rows in entry order, as Caffe2's reducers do, so float32
+results round the way Caffe2's do; narrow scatters on several threads differ in the
+last bits (partial sums).
 
 Every index, id and length is checked here, before the compiled loops run (they have
 no bounds checks); errors are LookupInputError(role, message) with Caffe2's texts.
@@ -30,6 +33,10 @@ from .sparse_lengths import LookupInputError
 # reduction modes of the compiled kernels
 SUM, MEAN, MAX, RANGE_MAX, RANGE_MEAN, LOG_SUM_EXP, LOG_MEAN_EXP = range(7)
 _NONE_INT = np.empty(0, np.int64)
+
+# rows at least this long are scattered with the columns split over the team (every
+# thread walks all entries); shorter rows split the entries and sum per-thread partials
+_WIDE_ROW = 32
 
 REDUCERS = {"Sum": SUM, "Mean": MEAN, "Max": MAX, "WeightedSum": SUM}
 RANGE_REDUCERS = {"Sum": SUM, "Mean": RANGE_MEAN, "Max": RANGE_MAX,
@@ -109,23 +116,66 @@ def _reduce_runs(data, offsets, src, weights, mode, lowest, out, bounds):
         _reduce_segments(data, offsets, src, weights, mode, lowest, out, bounds[t], bounds[t + 1])
 
 
-@compiled(parallel=True)
-def _scatter_rows(data, src, seg, weights, out, blocks):
-    """out[seg[e]] += weights[e] * DATA[src[e]] for every entry e in order (src empty:
-    row e; weights empty: 1), the columns split into `blocks` blocks on the team. The
-    caller zeroed out and checked every seg value (< out rows) and src value."""
-    d = data.shape[1]
+@compiled
+def _scatter_columns(data, src, seg, weights, out, lo, hi):
+    """out[seg[e], lo:hi] += weights[e] * DATA[src[e], lo:hi] for every entry e in
+    order (src empty: row e; weights empty: 1)."""
     use_src = src.size > 0
     use_w = weights.size > 0
     one = np.ones(1, out.dtype)
+    for e in range(seg.size):
+        row = data[src[e] if use_src else e, lo:hi]
+        dst = out[seg[e], lo:hi]
+        w = weights[e] if use_w else one[0]
+        for i in range(hi - lo):
+            dst[i] += w * row[i]
+
+
+@compiled(parallel=True)
+def _scatter_wide(data, src, seg, weights, out, blocks):
+    """_scatter_columns with the columns split into `blocks` blocks on the team (no two
+    threads touch the same value). The caller zeroed out and checked every seg value
+    (< out rows) and src value."""
+    d = data.shape[1]
     for t in prange(blocks):
-        lo, hi = d * t // blocks, d * (t + 1) // blocks
-        for e in range(seg.size):
-            row = data[src[e]] if use_src else data[e]
-            dst = out[seg[e]]
-            w = weights[e] if use_w else one[0]
-            for i in range(lo, hi):
-                dst[i] += w * row[i]
+        _scatter_columns(data, src, seg, weights, out, d * t // blocks, d * (t + 1) // blocks)
+
+
+@compiled
+def _scatter_entries(data, src, seg, weights, acc, lo, hi):
+    """acc[seg[e]] += weights[e] * DATA[src[e]] for entries lo .. hi-1, in order."""
+    d = data.shape[1]
+    if src.size > 0:
+        if weights.size > 0:
+            for e in range(lo, hi):
+                r, s, w = src[e], seg[e], weights[e]
+                for i in range(d):
+                    acc[s, i] += w * data[r, i]
+        else:
+            for e in range(lo, hi):
+                r, s = src[e], seg[e]
+                for i in range(d):
+                    acc[s, i] += data[r, i]
+    elif weights.size > 0:
+        for e in range(lo, hi):
+            s, w = seg[e], weights[e]
+            for i in range(d):
+                acc[s, i] += w * data[e, i]
+    else:
+        for e in range(lo, hi):
+            s = seg[e]
+            for i in range(d):
+                acc[s, i] += data[e, i]
+
+
+@compiled(parallel=True)
+def _scatter_narrow(data, src, seg, weights, partial):
+    """The same sum for short rows: the entries split into partial.shape[0] blocks on
+    the team, block t adding into its own zeroed partial[t] (K, D), entries in order."""
+    blocks = partial.shape[0]
+    n = seg.size
+    for t in prange(blocks):
+        _scatter_entries(data, src, seg, weights, partial[t], n * t // blocks, n * (t + 1) // blocks)
 
 
 # --------------------------------------------------------------------------- checks
@@ -214,7 +264,11 @@ def reduce_runs(data, offsets, mode, indices=None, weights=None):
     w = np.empty(0, rows.dtype) if weights is None else np.ascontiguousarray(weights, rows.dtype).reshape(-1)
     if k:
         lowest = np.finfo(rows.dtype).min
-        _reduce_runs(rows, offsets, src, w, mode, lowest, out, _blocks_by_entries(offsets, rows.shape[1]))
+        bounds = _blocks_by_entries(offsets, rows.shape[1])
+        if bounds.size == 2:           # one block: no parallel region (its start and join cost more)
+            _reduce_segments(rows, offsets, src, w, mode, lowest, out, 0, k)
+        else:
+            _reduce_runs(rows, offsets, src, w, mode, lowest, out, bounds)
     return out.reshape((k,) + data.shape[1:])
 
 
@@ -226,8 +280,20 @@ def scatter_reduce(data, segment_ids, k, mean=False, indices=None, weights=None)
     out = np.zeros((k, d), rows.dtype)
     src = _NONE_INT if indices is None else int_vector(indices)
     w = np.empty(0, rows.dtype) if weights is None else np.ascontiguousarray(weights, rows.dtype).reshape(-1)
-    if seg.size and d:
-        _scatter_rows(rows, src, seg, w, out, team_blocks(d, seg.size))
+    if not seg.size or not d:
+        pass
+    elif d >= _WIDE_ROW and team_blocks(d, seg.size) > 1:
+        _scatter_wide(rows, src, seg, w, out, team_blocks(d, seg.size))
+    else:
+        blocks = team_blocks(seg.size, d) if d < _WIDE_ROW else 1
+        if blocks > 1 and k * blocks > seg.size:       # per-thread partials would cost more than they save
+            blocks = 1
+        if blocks == 1:
+            _scatter_entries(rows, src, seg, w, out, 0, seg.size)
+        else:
+            partial = np.zeros((blocks, k, d), rows.dtype)
+            _scatter_narrow(rows, src, seg, w, partial)
+            np.sum(partial, axis=0, out=out)
     if mean:
         counts = np.bincount(seg, minlength=k)[:k]
         nonempty = counts > 0
