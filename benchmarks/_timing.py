@@ -1,7 +1,12 @@
 """Timing helpers shared by the benchmark scripts (run as `python benchmarks/x.py`,
 so this module is importable as `_timing`)."""
+import os
 import statistics
 import time
+
+# Benchmarks time machine code: kernels compile on their first call (during warmup)
+# instead of running NumPy twins while a background worker compiles them.
+os.environ.setdefault("CAFFE2PY_JIT", "inline")
 
 
 def median_ms(fn, repeat, warmup=2):

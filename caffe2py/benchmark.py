@@ -3,7 +3,7 @@ list it returns, [ms per iteration, then ms per op]."""
 import sys
 import time
 
-from .devices import cpu_run_context
+from .devices import cpu_run_context, wait_for_compiled_kernels
 from .registry import Cost, OpContext
 from .schema_inference import type_of_value
 
@@ -55,19 +55,25 @@ def _type_table(out, title, unit, per_type, total_scale=1.0):
     out.write("%15.6g %s in Total\n" % (total * total_scale, unit))
 
 
-def benchmark_net(net, warmup_runs, main_runs, run_individual, out=None):
-    """Print Caffe2's benchmark text for a Net and return [ms/iter, per-op ms...]."""
+def benchmark_net(net, warmup_runs, main_runs, run_individual, out=None, latencies=None):
+    """Print Caffe2's benchmark text for a Net and return [ms/iter, per-op ms...].
+    latencies: a list that receives the seconds of each main run (the runs the
+    ms/iter figure averages), for percentile reports from the same runs."""
     out = out or sys.stdout
     plan = net.plan
     blobs = net.workspace.blobs
     out.write("Starting benchmark.\nRunning warmup runs.\n")
     for _ in range(warmup_runs):
         net.run()
+    # kernels the warmup handed to background compilers: time machine code, not twins
+    wait_for_compiled_kernels()
     out.write("Main runs.\n")
-    t0 = time.perf_counter()
+    runs = [] if latencies is None else latencies
     for _ in range(main_runs):
+        t0 = time.perf_counter()
         net.run()
-    elapsed = time.perf_counter() - t0
+        runs.append(time.perf_counter() - t0)
+    elapsed = sum(runs[-main_runs:]) if main_runs else 0.0
     ms_per_iter = elapsed * 1e3 / max(main_runs, 1)
     out.write("Main run finished. Milliseconds per iter: %.6g. Iters per second: %.6g\n"
               % (ms_per_iter, 1e3 / ms_per_iter if ms_per_iter > 0 else float("inf")))

@@ -6,12 +6,21 @@ from .commands import discover
 from .errors import Caffe2Error
 
 
+def _common_options():
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="no notes on stderr (such as the one-time kernel compile notice)")
+    return common
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="caffe2py", description="Run and inspect Caffe2-style nets.")
+    common = _common_options()
+    parser = argparse.ArgumentParser(prog="caffe2py", description="Run and inspect Caffe2-style nets.",
+                                     parents=[common])
     sub = parser.add_subparsers(dest="command")
     handlers = {}
     for module in discover():
-        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP, parents=[common])
         module.add_arguments(p)
         handlers[module.NAME] = module.run
     return parser, handlers
@@ -21,9 +30,12 @@ def main(argv=None):
     import caffe2py  # noqa: F401  (registers ops)
     argv = sys.argv[1:] if argv is None else list(argv)
     parser, handlers = build_parser()
-    if not argv:
-        argv = ["run"]  # the main job on its built-in default
     args = parser.parse_args(argv)
+    if args.command is None:     # no subcommand: the main job on its built-in default
+        args = parser.parse_args(argv + ["run"])
+    if getattr(args, "quiet", False):
+        import os
+        os.environ["CAFFE2PY_QUIET"] = "1"      # read by the kernel runtime's notices
     try:
         return handlers[args.command](args)
     except Caffe2Error as exc:

@@ -96,3 +96,11 @@ def cpu_run_context():
     thread team, with NumPy's OpenBLAS on one thread meanwhile (kernels/cpu/runtime/jit.py)."""
     from .kernels.cpu.runtime.jit import team
     return team()
+
+
+def wait_for_compiled_kernels(timeout=None):
+    """Block until the CPU kernels that earlier runs handed to background compilers run
+    machine code (benchmarks call this after their warmup runs, so they time compiled
+    kernels, not NumPy twins). True when all are ready."""
+    from .kernels.cpu.runtime.jit import wait_for_kernels
+    return wait_for_kernels(timeout)

@@ -255,10 +255,12 @@ class BoundShapeInferencer:
     """infer(net, shape_hints, workspace) -> {blob: ShapeInfo}; also keeps
     `unknown` ({blob: reason}) and `producer` ({blob: op label}) for reports."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, log_warnings=True):
         if not isinstance(spec, BoundShapeSpec):
             raise Caffe2Error("BoundShapeInferencer needs a BoundShapeSpec, got %r" % (spec,))
         self.spec = spec
+        # reports that print `warnings` themselves turn the log lines off
+        self.log_warnings = log_warnings
         self.shape_info = {}
         self.unknown = {}
         self.producer = {}
@@ -590,7 +592,8 @@ class BoundShapeInferencer:
         if msg not in self._logged:
             self._logged.add(msg)
             self.warnings.append(msg)
-            log.warning(msg)
+            if self.log_warnings:
+                log.warning(msg)
 
     def _infer_common(self, op, index, all_constant=False):
         ins = []
@@ -600,7 +603,9 @@ class BoundShapeInferencer:
                 msg = "Cannot find shape info for %s. Skipping %s" % (blob, op.type)
                 if msg not in self._logged:   # once per infer(), not once per pass
                     self._logged.add(msg)
-                    log.warning(msg)
+                    # debug, not warning: `unknown` carries it, and a net without hints
+                    # would print one line per op
+                    log.debug(msg)
                 self._skip(op, index, "input '%s' has no shape" % blob)
                 return
             ins.append(info.as_tensor_type())

@@ -131,6 +131,8 @@ class ShapeReport:
             lines += ["  %s: %s" % (u["name"], u["reason"]) for u in unknown]
         else:
             lines.append("unknown blobs: none")
+        if self.warnings:
+            lines += ["", "warnings (%d):" % len(self.warnings)] + ["  " + w for w in self.warnings]
         m = self.memory
         n_params = sum(1 for r in rows if r["kind"] == "parameter")
         lines += ["", "totals:",
@@ -159,7 +161,7 @@ def build_report(predict_net, spec, init_net=None, hints=None, workspace_blobs=N
     all_hints = dict(params)
     all_hints.update(input_hints_at_bound(inputs or {}, spec))
     all_hints.update(hints)
-    inferencer = BoundShapeInferencer(spec)
+    inferencer = BoundShapeInferencer(spec, log_warnings=False)     # the report lists them
     shapes = inferencer.infer(net_def, all_hints)
     return ShapeReport(net_def, spec, shapes, inferencer.unknown, inferencer.producer,
                        [n for n in params if n not in hints], inferencer.warnings)

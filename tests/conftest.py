@@ -1,5 +1,12 @@
 """Shared pytest hooks."""
+import os
+
 import pytest
+
+# Tests check the compiled kernels themselves: compile on first call and wait, rather
+# than run NumPy twins while a background worker compiles (the default for users;
+# tests/test_jit_modes.py covers that mode and the twins).
+os.environ.setdefault("CAFFE2PY_JIT", "inline")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -104,3 +104,51 @@ def test_cli_output_into_a_closed_pipe_ends_quietly():
     done = subprocess.run("%s -m caffe2py ops | head -1" % sys.executable, shell=True,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
+
+
+MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.pardir, "shared", "models")
+
+
+def _mnist_args():
+    init = os.path.join(MODELS, "caffe2_mnist_init_net.pb")
+    if not os.path.exists(init):
+        pytest.skip("../shared/models is not here")
+    return ["--init-net", init, "--predict-net", os.path.join(MODELS, "caffe2_mnist_predict_net.pb")]
+
+
+def test_run_names_the_missing_input_and_a_wrong_input_name(tmp_path, capsys):
+    np.save(tmp_path / "img.npy", np.zeros((1, 1, 28, 28), np.float32))
+    assert main(["run"] + _mnist_args()) == 1
+    err = capsys.readouterr().err
+    assert "needs a value for '1'" in err and "--input NAME=FILE" in err
+    assert main(["run"] + _mnist_args() + ["--input", "data=%s" % (tmp_path / "img.npy")]) == 1
+    err = capsys.readouterr().err
+    assert "--input 'data': not an input of net 'torch-jit-export_predict'" in err
+    assert "inputs without a value from the init net are: 1" in err
+    assert "does not exist" not in err
+
+
+def test_run_casts_a_float64_input_of_a_float32_net_with_a_note(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    image = rng.random((1, 1, 28, 28))
+    np.save(tmp_path / "img64.npy", image)
+    np.save(tmp_path / "img32.npy", image.astype(np.float32))
+    assert main(["run"] + _mnist_args() + ["--input", "1=%s" % (tmp_path / "img64.npy")]) == 0
+    cast = capsys.readouterr()
+    assert "input '1' is float64 and the net's parameters are float32: cast to float32" in cast.err
+    assert "26: shape [1, 10] dtype float32" in cast.out
+    assert main(["run"] + _mnist_args() + ["--input", "1=%s" % (tmp_path / "img32.npy")]) == 0
+    plain = capsys.readouterr()
+    notes = [line for line in plain.err.splitlines() if not line.startswith("caffe2py: compiling")]
+    assert notes == [] and plain.out.splitlines()[-2:] == cast.out.splitlines()[-2:]
+
+
+def test_run_keeps_float64_when_the_net_has_no_float32_parameters(tmp_path, capsys):
+    net = core.Net("f64")
+    net.Relu("x", "y")
+    net.Proto().external_output.append("y")
+    (tmp_path / "p.pb").write_bytes(net.Proto().SerializeToString())
+    np.save(tmp_path / "x.npy", np.array([-1.0, 2.0]))
+    assert main(["run", "--predict-net", str(tmp_path / "p.pb"), "--input", "x=%s" % (tmp_path / "x.npy")]) == 0
+    captured = capsys.readouterr()
+    assert "y: shape [2] dtype float64" in captured.out and captured.err == ""

@@ -266,3 +266,45 @@ def test_bench_optimize_applies_the_prepare_time_rewrites(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "optimized: 3 ops -> 1" in out
     assert re.search(r"Operator #0 \(\S+, ConvRelu\)", out)
+
+
+def test_shapes_without_hints_keeps_stderr_clean_and_reports_unknown_blobs(tmp_path):
+    """Ops skipped for want of an input shape go to the report's unknown section (text
+    and json), not one stderr line per op."""
+    import json
+    import subprocess
+    import sys
+    from caffe2py.core import CreateOperator
+    from caffe2py.proto import caffe2_pb2
+    net = caffe2_pb2.NetDef(name="chain")
+    net.op.extend([CreateOperator("Relu", ["x"], ["y"]), CreateOperator("NoSuchOpAnywhere", ["y"], ["z"]),
+                   CreateOperator("Relu", ["z"], ["w"])])
+    net.external_input.append("x")
+    path = tmp_path / "net.pb"
+    path.write_bytes(net.SerializeToString())
+    def shapes(*extra):
+        done = subprocess.run([sys.executable, "-m", "caffe2py", "shapes", "--predict-net", str(path)] + list(extra),
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
+        return done.stdout
+    report = json.loads(shapes("--format", "json"))
+    assert {u["name"] for u in report["unknown"]} == {"x", "y", "z", "w"}
+    assert "unknown blobs (4):" in shapes()
+    report = json.loads(shapes("--format", "json", "--hint", "x,4,3"))
+    assert {u["name"] for u in report["unknown"]} == {"z", "w"}
+    assert any("NoSuchOpAnywhere" in w for w in report["warnings"])
+    assert "warnings (1):" in shapes("--hint", "x,4,3")
+
+
+def test_bench_ms_per_iter_and_average_latency_come_from_the_same_runs(capsys):
+    """Caffe2's "Milliseconds per iter" and perf_test's "Average inference time cost" are
+    both the mean of the same main runs (they once came from two different sets)."""
+    import re
+    assert main(["bench", "--iters", "5", "--warmup", "0"]) == 0
+    out = capsys.readouterr().out
+    per_iter = float(re.search(r"Milliseconds per iter: ([0-9.e+-]+?)\.? ", out).group(1))
+    average = float(re.search(r"Average inference time cost: ([0-9.e+-]+) ms", out).group(1))
+    assert per_iter == pytest.approx(average, rel=1e-4)
+    assert "Total inference requests: 5" in out
+    assert "1 warmup, 5 main runs" in out          # at least one warmup: kernels compile before timing

@@ -69,10 +69,59 @@ def load(args):
     return init_net, read_net(args.predict_net), parse_inputs(args.input), None
 
 
+def net_inputs(predict_net):
+    """The blobs a net reads from outside: its external inputs, or, when it declares
+    none, what its ops read before any op writes them."""
+    if len(predict_net.external_input):
+        return list(predict_net.external_input)
+    written, reads = set(), []
+    for op in predict_net.op:
+        reads += [b for b in op.input if b not in written and b not in reads]
+        written.update(op.output)
+    return reads
+
+
+def check_inputs(predict_net, ws, inputs, require_all=True):
+    """Every --input names an input of the net, and (require_all) every input has a
+    value, from the init net or --input: the error lists what the net reads."""
+    expected = net_inputs(predict_net)
+    name = predict_net.name or "predict"
+    unused = [n for n in inputs if n not in expected]
+    if unused:
+        raise Caffe2Error("--input %s: not an input of net '%s'; its inputs without a value from the init net "
+                          "are: %s" % (", ".join("'%s'" % n for n in unused), name,
+                                       ", ".join(b for b in expected if not ws.has_blob(b)) or "none"))
+    missing = [b for b in expected if not ws.has_blob(b) and b not in inputs]
+    if missing and require_all:
+        raise Caffe2Error("net '%s' needs a value for %s: give --input NAME=FILE for each (the net's inputs "
+                          "without a value from the init net: %s)"
+                          % (name, ", ".join("'%s'" % b for b in missing),
+                             ", ".join(b for b in expected if not ws.has_blob(b))))
+
+
+def match_parameter_precision(ws, inputs, err=None):
+    """float64 inputs of a float32 net (its initialised parameters are float32, none is
+    float64) are cast to float32 with a note: Caffe2's float kernels would refuse
+    doubles, and a silent float64 run computes and returns the wrong precision."""
+    floats = {v.dtype for v in ws.blobs.values() if isinstance(v, np.ndarray) and v.dtype.kind == "f"}
+    if np.dtype(np.float32) not in floats or np.dtype(np.float64) in floats:
+        return inputs
+    cast = dict(inputs)
+    err = err or sys.stderr
+    for name, value in inputs.items():
+        if isinstance(value, np.ndarray) and value.dtype == np.float64:
+            cast[name] = value.astype(np.float32)
+            err.write("caffe2py: input '%s' is float64 and the net's parameters are float32: cast to float32 "
+                      "(save the .npy as float32 to skip this)\n" % name)
+    return cast
+
+
 def prepare_workspace(init_net, predict_net, inputs):
     ws = Workspace("cli")
     if init_net is not None and len(init_net.op):   # an empty net has nothing to run
         ws.run_net_once(init_net)
+    check_inputs(predict_net, ws, inputs)
+    inputs = match_parameter_precision(ws, inputs)
     for name, value in inputs.items():
         ws.feed_blob(name, value)
     if not predict_net.name:

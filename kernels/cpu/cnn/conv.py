@@ -43,7 +43,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..runtime.blas import gemm_entry
 from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import depthwise_plan
-from ..tensor.epilogue import bias_values, finish_channels, finish_rows_into
+from ..tensor.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
 from ..runtime.jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
 from .shift_conv import shift_plan
 from ..tensor.team_gemm import gemm_into
@@ -322,6 +322,12 @@ def _phase_copy(img, buf, i0, sh, j0, sw, q0, ni, r0, nj, blocks):
                     dst[j] = src[j0 + j * sw]
 
 
+@_phase_copy.numpy_twin
+def _phase_copy_numpy(img, buf, i0, sh, j0, sw, q0, ni, r0, nj, blocks):
+    if ni > 0 and nj > 0:
+        buf[:, q0:q0 + ni, r0:r0 + nj] = img[:, i0:i0 + (ni - 1) * sh + 1:sh, j0:j0 + (nj - 1) * sw + 1:sw]
+
+
 @compiled
 def _stack_channel_taps(row, taps, first, a0, astep, na, b0, bstep, nb, start, amove, bmove):
     """taps[a0 + ia * astep, b0 + ib * bstep, :] = the `length` values of row (one
@@ -345,6 +351,20 @@ def _stack_taps(flat, cols, first, a0, astep, na, b0, bstep, nb, start, amove, b
     for t in prange(blocks):
         for c in range(c_count * t // blocks, c_count * (t + 1) // blocks):
             _stack_channel_taps(flat[c], cols[c], first, a0, astep, na, b0, bstep, nb, start, amove, bmove)
+
+
+def _phase_taps_view(flat, at, na, nb, amove, bmove, length):
+    """(C, na, nb, length) read-only view: [c, ia, ib] = flat[c, at + ia * amove + ib * bmove:][:length]."""
+    step = flat.strides[1]
+    return np.lib.stride_tricks.as_strided(flat[:, at:], (flat.shape[0], na, nb, length),
+                                           (flat.strides[0], amove * step, bmove * step, step), writeable=False)
+
+
+@_stack_taps.numpy_twin
+def _stack_taps_numpy(flat, cols, first, a0, astep, na, b0, bstep, nb, start, amove, bmove, blocks):
+    length = cols.shape[3]
+    cols[:, a0:a0 + (na - 1) * astep + 1:astep, b0:b0 + (nb - 1) * bstep + 1:bstep] = \
+        _phase_taps_view(flat, first + start, na, nb, amove, bmove, length)
 
 
 @compiled(parallel=True)
@@ -383,6 +403,21 @@ def _flat_rows(gemm, ilp64, flats, table, w2, bias, has_bias, relu, out, kh, kw,
                 for k in range(ow):
                     v = src[k] + bo
                     dst[k] = 0.0 if relu and v < 0 else v
+
+
+@_flat_rows.numpy_twin
+def _flat_rows_numpy(gemm, ilp64, flats, table, w2, bias, has_bias, relu, out, kh, kw, wq, per, blocks, work, stride):
+    """All output rows at once: every phase's taps stacked, one product, the crop."""
+    c_count = flats.shape[1]
+    m, oh, ow = out.shape
+    length = oh * wq
+    cols = np.empty((c_count, kh, kw, length), out.dtype)
+    for ph in range(flats.shape[0]):
+        a0, astep, na, b0, bstep, nb, start, amove, bmove = (int(v) for v in table[ph])
+        cols[:, a0:a0 + (na - 1) * astep + 1:astep, b0:b0 + (nb - 1) * bstep + 1:bstep] = \
+            _phase_taps_view(flats[ph], start, na, nb, amove, bmove, length)
+    acc = w2 @ cols.reshape(c_count * kh * kw, length)
+    _crop_rows_numpy(acc, bias, has_bias, out, wq, 0, relu, 1)
 
 
 def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype):

@@ -115,6 +115,25 @@ def _depthwise(x, w, bias, out, kh, kw, sh, sw, dh, dw, pt, pl, relu, blocks):
                         dst[i] = 0.0 if relu and v < 0 else v
 
 
+@_depthwise.numpy_twin
+def _depthwise_numpy(x, w, bias, out, kh, kw, sh, sw, dh, dw, pt, pl, relu, blocks):
+    c_in, h, wd = x.shape
+    m, oh, ow = out.shape
+    rows = max(pt + h, (oh - 1) * sh + (kh - 1) * dh + 1)
+    width = max(pl + wd, (ow - 1) * sw + (kw - 1) * dw + 1)
+    grid = np.zeros((c_in, rows, width), x.dtype)
+    grid[:, pt:pt + h, pl:pl + wd] = x
+    planes = grid[np.arange(m) // (m // c_in)]          # the input channel of every output
+    acc = np.repeat(bias.reshape(m, 1, 1), oh, axis=1).repeat(ow, axis=2)
+    for ky in range(kh):
+        for kx in range(kw):
+            cells = planes[:, ky * dh:ky * dh + (oh - 1) * sh + 1:sh, kx * dw:kx * dw + (ow - 1) * sw + 1:sw]
+            acc += w[:, ky * kw + kx].reshape(m, 1, 1) * cells
+    if relu:
+        np.maximum(acc, acc.dtype.type(0), out=acc)
+    out[...] = acc
+
+
 def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     """The compiled depthwise path for this geometry, or None (see the module docstring)."""
     dtype = np.dtype(dtype)

@@ -250,6 +250,36 @@ def _strided_pool2d(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, blocks):
                             dst[ox] = acc * scale[ox]
 
 
+def _padded_planes(x, top, left, rows, width, fill):
+    """x (P, H, W) in a (P, rows, width) grid filled with `fill`, x at (top, left)."""
+    grid = np.full((x.shape[0], rows, width), fill, x.dtype)
+    grid[:, top:top + x.shape[1], left:left + x.shape[2]] = x
+    return grid
+
+
+def _window_cells(grid, oh, ow, sh, sw, dy, dx):
+    """grid[:, oy * sh + dy, ox * sw + dx] for every output (oy, ox)."""
+    return grid[:, dy:dy + (oh - 1) * sh + 1:sh, dx:dx + (ow - 1) * sw + 1:sw]
+
+
+@_strided_pool2d.numpy_twin
+def _strided_pool2d_numpy(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, blocks):
+    oh, ow = out.shape[1], out.shape[2]
+    fill = -np.inf if is_max else 0.0
+    rows = max(pt + x.shape[1], (oh - 1) * sh + (kh - 1) * dh + 1)
+    width = max(pl + x.shape[2], (ow - 1) * sw + kw)
+    grid = _padded_planes(x, pt, pl, rows, width, fill)
+    combine = np.maximum if is_max else np.add
+    # rows of each window first, then its columns: the kernel's order of operations
+    vertical = grid[:, 0:(oh - 1) * sh + 1:sh].copy()
+    for ky in range(1, kh):
+        combine(vertical, grid[:, ky * dh:ky * dh + (oh - 1) * sh + 1:sh], out=vertical)
+    acc = _window_cells(vertical, oh, ow, 1, sw, 0, 0).copy()
+    for kx in range(1, kw):
+        combine(acc, _window_cells(vertical, oh, ow, 1, sw, 0, kx), out=acc)
+    out[...] = acc if is_max else acc * inv
+
+
 @compiled(parallel=True)
 def _stride1_pool2d(x, out, inv, kh, kw, dh, dw, pt, pl, is_max, blocks):
     """All planes (in `blocks` blocks on the team) of a stride-1 2-D pool: each plane is copied into a padded grid
@@ -292,6 +322,22 @@ def _stride1_pool2d(x, out, inv, kh, kw, dh, dw, pt, pl, is_max, blocks):
                     scale = inv[oy]
                     for i in range(ow):
                         dst[i] = src[i] * scale[i]
+
+
+@_stride1_pool2d.numpy_twin
+def _stride1_pool2d_numpy(x, out, inv, kh, kw, dh, dw, pt, pl, is_max, blocks):
+    oh, ow = out.shape[1], out.shape[2]
+    fill = -np.inf if is_max else 0.0
+    rows = max(pt + x.shape[1], oh + (kh - 1) * dh)
+    width = max(pl + x.shape[2], ow + (kw - 1) * dw)
+    grid = _padded_planes(x, pt, pl, rows, width, fill)
+    combine = np.maximum if is_max else np.add
+    acc = _window_cells(grid, oh, ow, 1, 1, 0, 0).copy()
+    for ky in range(kh):
+        for kx in range(kw):
+            if ky or kx:
+                combine(acc, _window_cells(grid, oh, ow, 1, 1, ky * dh, kx * dw), out=acc)
+    out[...] = acc if is_max else acc * inv
 
 
 def _compiled_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad=False):
@@ -384,6 +430,11 @@ def _row_means(rows, out, blocks):
             for i in range(size):
                 total += np.float64(row[i])
             out[r] = total / size
+
+
+@_row_means.numpy_twin
+def _row_means_numpy(rows, out, blocks):
+    out[...] = rows.sum(axis=1, dtype=np.float64) / rows.shape[1]
 
 
 def global_pool(x, kind):

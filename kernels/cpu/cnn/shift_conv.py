@@ -84,6 +84,19 @@ def _shift_add(z, offsets, bias, out, y0, y1, wp, relu, blocks):
             _shift_add_channel(z, o, offsets, bias[o], acc, out[o, y0:y1], wp, relu)
 
 
+@_shift_add.numpy_twin
+def _shift_add_numpy(z, offsets, bias, out, y0, y1, wp, relu, blocks):
+    taps, m = z.shape[0], z.shape[1]
+    length = (y1 - y0) * wp
+    acc = np.repeat(bias[:m].reshape(m, 1), length, axis=1).astype(z.dtype)
+    for t in range(taps):
+        acc += z[t, :, offsets[t]:offsets[t] + length]
+    vals = acc.reshape(m, y1 - y0, wp)[:, :, :out.shape[2]]
+    if relu:
+        np.maximum(vals, vals.dtype.type(0), out=vals)
+    out[:, y0:y1] = vals
+
+
 @compiled(fastmath=("contract", "reassoc"), parallel=True)
 def _shift_rows(gemm, ilp64, flat, wt, offsets, bias, out, wp, relu, per, blocks, work, stride):
     """The whole shift conv in `blocks` blocks of `per` output rows, each on one team
@@ -110,6 +123,15 @@ def _shift_rows(gemm, ilp64, flat, wt, offsets, bias, out, wp, relu, per, blocks
                   flat.shape[1], 0.0, z.ctypes.data, zlen, out)
         for o in range(m):
             _shift_add_channel(z, o, offsets, bias[o], acc, out[o, y0:y1], wp, relu)
+
+
+@_shift_rows.numpy_twin
+def _shift_rows_numpy(gemm, ilp64, flat, wt, offsets, bias, out, wp, relu, per, blocks, work, stride):
+    taps = offsets.shape[0]
+    m, oh = out.shape[0], out.shape[1]
+    zlen = oh * wp + int(offsets[taps - 1])
+    z = (wt @ flat[:, :zlen]).reshape(taps, m, zlen)
+    _shift_add_numpy(z, offsets, bias, out, 0, oh, wp, relu, 1)
 
 
 def shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype):

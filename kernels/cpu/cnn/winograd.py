@@ -186,6 +186,19 @@ def _gather_tiles(xp, d, first_row, tile, blocks):
             _gather_channel(xp, d, c, first_row, tile)
 
 
+def _tiles_view(xp, first_row, tile, a, rows, tw):
+    """(a, a, C, rows, tw) read-only view: [p, q, c, ty, tx] = xp[c, (first_row + ty) * tile + p, tx * tile + q]."""
+    sc, sy, sx = xp.strides
+    return np.lib.stride_tricks.as_strided(xp[:, first_row * tile:], (a, a, xp.shape[0], rows, tw),
+                                           (sy, sx, sc, tile * sy, tile * sx), writeable=False)
+
+
+@_gather_tiles.numpy_twin
+def _gather_tiles_numpy(xp, d, first_row, tile, blocks):
+    a, rows, tw = d.shape[0], d.shape[3], d.shape[4]
+    d[...] = _tiles_view(xp, first_row, tile, a, rows, tw)
+
+
 @compiled(parallel=True)
 def _scatter_tiles(y, bias, has_bias, out, first_row, relu, blocks):
     """_scatter_channel for every output channel (bias[o] added when has_bias),
@@ -194,6 +207,18 @@ def _scatter_tiles(y, bias, has_bias, out, first_row, relu, blocks):
     for t in prange(blocks):
         for o in range(m * t // blocks, m * (t + 1) // blocks):
             _scatter_channel(y, o, bias[o] if has_bias else bias[0] * 0, out, first_row, relu)
+
+
+@_scatter_tiles.numpy_twin
+def _scatter_tiles_numpy(y, bias, has_bias, out, first_row, relu, blocks):
+    tile, _, m, rows, tw = y.shape
+    maps = y.transpose(2, 3, 0, 4, 1).reshape(m, rows * tile, tw * tile)    # [o, ty*tile + p, tx*tile + q]
+    if has_bias:
+        maps = maps + bias[:m].reshape(m, 1, 1)
+    nr = min(rows * tile, out.shape[1] - first_row)
+    nc = min(tw * tile, out.shape[2])
+    vals = maps[:, :nr, :nc]
+    out[:, first_row:first_row + nr, :nc] = np.maximum(vals, vals.dtype.type(0)) if relu else vals
 
 
 @compiled(parallel=True)
@@ -240,3 +265,18 @@ def _winograd_chunks(gemm, ilp64, xp, u, t_in, t_out, out, bias, has_bias, relu,
         y5 = y.reshape(tile, tile, m, rows, tw)
         for o in range(m):
             _scatter_channel(y5, o, bias[o] if has_bias else bias[0] * 0, out, r0 * tile, relu)
+
+
+@_winograd_chunks.numpy_twin
+def _winograd_chunks_numpy(gemm, ilp64, xp, u, t_in, t_out, out, bias, has_bias, relu, tile, rows_per_chunk, chunks,
+                           work, stride):
+    """All tiles at once: gather, input transform, the a^2 products, output transform, scatter."""
+    a2, m, c = u.shape
+    a = tile + 2
+    th, tw = -(-out.shape[1] // tile), -(-out.shape[2] // tile)
+    cols = th * tw
+    d = np.ascontiguousarray(_tiles_view(xp, 0, tile, a, th, tw)).reshape(a2, c * cols)
+    v = (t_in @ d).reshape(a2, c, cols)
+    prod = np.matmul(u, v)                                   # (a^2, M, cols)
+    y = (t_out @ prod.reshape(a2, m * cols)).reshape(tile, tile, m, th, tw)
+    _scatter_tiles_numpy(y, bias, has_bias, out, 0, relu, 1)

@@ -77,7 +77,8 @@ call_gemv = LazyGlobal(".blas_calls", "call_gemv")
 
 
 class CompiledKernel:
-    """A Python function that numba compiles on its first call."""
+    """A Python function that numba compiles on its first call (see the module
+    docstring), with an optional NumPy twin that stands in until it is compiled."""
 
     def __init__(self, fn, fastmath=_DEFAULT_FASTMATH, parallel=False, inline=False):
         self.py_func = fn
@@ -89,7 +90,17 @@ class CompiledKernel:
         if inline:
             self._options["inline"] = "always"
         self._dispatcher = None
-        self._serialized = None      # parallel launches must take _launch_lock (known after the first call)
+        self._run = None             # what a call runs once machine code is loaded
+        self.twin = None             # NumPy function with the kernel's arguments and effect
+        self._waiting = None         # (signature, next time to look in the cache) while a worker compiles
+        _all_kernels.append(self)
+
+    def numpy_twin(self, fn):
+        """Decorator: `fn` computes what this kernel computes, with NumPy, from the same
+        arguments. Calls run it while the kernel compiles in the background (and in
+        CAFFE2PY_JIT=numpy mode); tests check the two agree."""
+        self.twin = fn
+        return fn
 
     @property
     def dispatcher(self):
@@ -98,6 +109,8 @@ class CompiledKernel:
             with _lock:
                 if self._dispatcher is None:
                     import numba
+                    from .cache import install_locator
+                    install_locator()
                     namespace = self.py_func.__globals__
                     for name in self.py_func.__code__.co_names:
                         if isinstance(namespace.get(name), LazyGlobal):
@@ -110,13 +123,148 @@ class CompiledKernel:
         return self._dispatcher
 
     def __call__(self, *args):
-        dispatcher = self._dispatcher or self.dispatcher
-        if self._serialized is None:
-            self._serialized = bool(self._options.get("parallel")) and _serial_launches()
-        if self._serialized:
-            with _launch_lock:
-                return dispatcher(*args)
-        return dispatcher(*args)
+        run = self._run
+        if run is not None:
+            return run(*args)
+        return self._first_calls(*args)
+
+    def _use_machine_code(self):
+        dispatcher = self.dispatcher
+        if self._options.get("parallel") and _serial_launches():
+            def run(*args):
+                with _launch_lock:
+                    return dispatcher(*args)
+            self._run = run
+        else:
+            self._run = dispatcher
+
+    def _first_calls(self, *args):
+        """Calls until machine code is loaded: from the disk cache when it is there;
+        otherwise compiled here (inline mode, or no twin), or by a background worker
+        while the twin computes (background mode), or never (numpy mode)."""
+        mode = jit_mode()
+        if self.twin is not None and mode == "numpy":
+            return self.twin(*args)
+        if self.twin is None or mode == "inline":
+            if not self._in_cache(args):
+                _announce_inline_compile(self)
+            self._use_machine_code()
+            return self._run(*args)
+        # background mode
+        if self._waiting is None:
+            sig = self._signature(args)
+            if self._load_cached(sig):
+                self._use_machine_code()
+                return self._run(*args)
+            from . import background
+            background.submit(self, sig)
+            background.start_workers()
+            _queued.append(self)
+            _unannounced.append(self)
+            self._waiting = [sig, 0.0]
+        else:
+            import time
+            sig, next_look = self._waiting
+            now = time.monotonic()
+            if now >= next_look:
+                self._waiting[1] = now + _LOOK_INTERVAL
+                if self._load_cached(sig):
+                    self._waiting = None
+                    self._use_machine_code()
+                    return self._run(*args)
+                if self._background_failed(sig):
+                    self._waiting = None
+                    _announce_inline_compile(self)
+                    self._use_machine_code()    # compile here: the error surfaces, or it works
+                    return self._run(*args)
+        return self.twin(*args)
+
+    def _background_failed(self, sig):
+        from . import background
+        state = background.job_state(self, sig)
+        return state is not None and state.startswith("failed")
+
+    def _signature(self, args):
+        dispatcher = self.dispatcher
+        return tuple(dispatcher.typeof_pyval(a) for a in args)
+
+    def _in_cache(self, args):
+        try:
+            return self._load_cached(self._signature(args))
+        except Exception:            # noqa: BLE001 - numba internals moved: just compile
+            return False
+
+    def _load_cached(self, sig):
+        """Load machine code for `sig` from the disk cache into the dispatcher, as
+        numba's Dispatcher.compile does before compiling. True when it is there."""
+        from numba.core.compiler_lock import global_compiler_lock
+        dispatcher = self.dispatcher
+        with global_compiler_lock:
+            if tuple(sig) in dispatcher.overloads:
+                return True
+            cres = dispatcher._cache.load_overload(sig, dispatcher.targetctx)
+            if cres is None:
+                return False
+            if not cres.objectmode:
+                dispatcher.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+            dispatcher.add_overload(cres)
+            return True
+
+    def ready(self):
+        """Whether calls run machine code now."""
+        return self._run is not None
+
+
+_LOOK_INTERVAL = 0.1            # seconds between looks in the cache while a worker compiles
+_all_kernels = []
+_queued = []                    # kernels handed to background workers by this process
+_unannounced = []               # ... not yet reported on stderr
+_MODES = ("background", "inline", "numpy")
+_mode = []
+
+
+def jit_mode():
+    """How kernels get their machine code: CAFFE2PY_JIT = background (default: a
+    kernel not in the disk cache runs its NumPy twin while a background process
+    compiles it), inline (compile on the first call and wait), numpy (twins only,
+    never compile; kernels without a twin still compile)."""
+    if not _mode:
+        import os
+        mode = os.environ.get("CAFFE2PY_JIT", "background").strip().lower() or "background"
+        if mode not in _MODES:
+            raise ValueError("CAFFE2PY_JIT must be one of %s, got '%s'" % (", ".join(_MODES), mode))
+        _mode.append(mode)
+    return _mode[0]
+
+
+def set_jit_mode(mode):
+    """Switch modes in this process (tests, benchmarks). Kernels go back to their first
+    calls, so switching to numpy makes every kernel with a twin run it."""
+    if mode not in _MODES:
+        raise ValueError("mode must be one of %s" % (_MODES,))
+    _mode[:] = [mode]
+    for kernel in _all_kernels:
+        kernel._run = None
+        kernel._waiting = None
+
+
+def _announce_background():
+    from .progress import announce_background
+    kernels = list(_unannounced)
+    del _unannounced[:]
+    announce_background(kernels)
+
+
+def wait_for_kernels(timeout=None):
+    """Block until every kernel this process handed to background workers runs
+    machine code (a progress bar on a terminal). Benchmarks call this before timing."""
+    from .progress import wait_for
+    return wait_for(_queued, timeout)
+
+
+def _announce_inline_compile(kernel):
+    from .progress import announce_inline
+    announce_inline(kernel)
 
 
 _launch_lock = threading.Lock()
@@ -129,18 +277,10 @@ def _serial_launches():
     aborts the process on concurrent launches; its OpenMP and TBB layers do not."""
     if not _layer:
         import numba
-        import numpy as np
-        _probe.dispatcher(np.zeros(2))        # starts numba's threading layer
+        from numba.np.ufunc import parallel
+        parallel._launch_threads()            # starts numba's threading layer (no compile)
         _layer.append(numba.threading_layer())
     return _layer[0] == "workqueue"
-
-
-def _probe_fn(a):
-    for i in prange(a.size):
-        a[i] = i
-
-
-_probe = CompiledKernel(_probe_fn, parallel=True)
 
 
 def compiled(fn=None, *, fastmath=_DEFAULT_FASTMATH, parallel=False, inline=False):
@@ -208,6 +348,8 @@ class team:
         _this_thread.depth -= 1
         if _this_thread.depth:
             return False
+        if _unannounced:
+            _announce_background()
         with _team_lock:
             _blas_depth[0] -= 1
             if _blas_depth[0] == 0 and _blas_depth[1] not in (None, 1):

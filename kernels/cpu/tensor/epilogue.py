@@ -66,6 +66,21 @@ def _finish_rows(y, bias, residual, has_bias, has_residual, relu, blocks):
                     row[i] = 0.0 if v < 0 else v
 
 
+def _per_row(values, rows):
+    """values[r % len(values)] for r < rows, as a column."""
+    return np.resize(values, rows)[:, None]
+
+
+@_finish_rows.numpy_twin
+def _finish_rows_numpy(y, bias, residual, has_bias, has_residual, relu, blocks):
+    if has_bias:
+        y += _per_row(bias, y.shape[0])
+    if has_residual:
+        y += residual
+    if relu:
+        np.maximum(y, y.dtype.type(0), out=y)
+
+
 def finish_channels(y, bias=None, residual=None, relu=False):
     """See the module docstring. Other dtypes or layouts go through NumPy."""
     if bias is None and residual is None and not relu:
@@ -109,6 +124,18 @@ def _crop_rows(acc, bias, has_bias, out, row_length, first_row, relu, blocks):
                         dst[i] = src[i] + b
 
 
+@_crop_rows.numpy_twin
+def _crop_rows_numpy(acc, bias, has_bias, out, row_length, first_row, relu, blocks):
+    m = acc.shape[0]
+    rows = acc.shape[1] // row_length
+    ow = out.shape[2]
+    vals = acc[:, :rows * row_length].reshape(m, rows, row_length)[:, :, :ow]
+    vals = vals + (bias[:m].reshape(m, 1, 1) if has_bias else acc.dtype.type(0))
+    if relu:
+        np.maximum(vals, vals.dtype.type(0), out=vals)
+    out[:m, first_row:first_row + rows] = vals
+
+
 def finish_rows_into(acc, row_length, bias, out, first_row, relu):
     """See the module docstring (one pass: bias, ReLU and the crop of the padded rows)."""
     if acc.dtype not in (np.float32, np.float64) or out.dtype != acc.dtype:
@@ -139,6 +166,14 @@ def _affine_rows(x, mul, add, y, relu, blocks):
             else:
                 for i in range(length):
                     dst[i] = src[i] * a + b
+
+
+@_affine_rows.numpy_twin
+def _affine_rows_numpy(x, mul, add, y, relu, blocks):
+    np.multiply(x, _per_row(mul, x.shape[0]), out=y)
+    y += _per_row(add, x.shape[0])
+    if relu:
+        np.maximum(y, y.dtype.type(0), out=y)
 
 
 def channel_affine(x, mul, add, relu=False):

@@ -37,6 +37,12 @@ def _shuffle_planes(x, y, group, blocks):
                 dst[k] = src[k]
 
 
+@_shuffle_planes.numpy_twin
+def _shuffle_planes_numpy(x, y, group, blocks):
+    n, c, plane = x.shape
+    y[...] = x.reshape(n, group, c // group, plane).transpose(0, 2, 1, 3).reshape(n, c, plane)
+
+
 def channel_shuffle(x, group):
     """See the module docstring; the caller checked that the channels split into groups."""
     n, c = x.shape[:2]
@@ -64,6 +70,11 @@ def _copy_into(src, dst, blocks):
                 a, b = src[r, lo:hi], dst[r, lo:hi]
                 for k in range(hi - lo):
                     b[k] = a[k]
+
+
+@_copy_into.numpy_twin
+def _copy_into_numpy(src, dst, blocks):
+    dst[...] = src
 
 
 def concat(xs, axis):
@@ -97,6 +108,11 @@ def _copy_rows3(src, dst, blocks):
             b = dst[job // rows, job % rows]
             for k in range(width):
                 b[k] = a[k]
+
+
+@_copy_rows3.numpy_twin
+def _copy_rows3_numpy(src, dst, blocks):
+    dst[...] = src
 
 
 def copy_planes(src, dst):

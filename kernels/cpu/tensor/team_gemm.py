@@ -81,6 +81,20 @@ def _gemm_blocks(address, gemv, ilp64, a, b, out, ta, lda, gsa, tb, ldb, gsb, k,
                     row[i] = 0.0 if x < 0 else x
 
 
+@_gemm_blocks.numpy_twin
+def _gemm_blocks_numpy(address, gemv, ilp64, a, b, out, ta, lda, gsa, tb, ldb, gsb, k, bias, has_bias, res, has_res,
+                       relu, groups, grid_m, grid_n):
+    """_gemm_blocks with NumPy: a (G, M, K) and b (G, K, N) are the operands themselves
+    (gemm_into passes them so), the BLAS layout arguments are not needed."""
+    np.matmul(a, b, out=out)
+    if has_bias:
+        out += bias[:out.shape[0] * out.shape[1]].reshape(out.shape[0], out.shape[1], 1)
+    if has_res:
+        out += res
+    if relu:
+        np.maximum(out, out.dtype.type(0), out=out)
+
+
 def _grid(m, n, groups, item, epilogue):
     """(rows, columns) blocks per group so that every team thread gets one block; with
     an output pass, wide outputs in more column blocks (a multiple of the team), each

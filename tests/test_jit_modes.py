@@ -1,0 +1,227 @@
+"""How kernels get machine code (kernels/cpu/runtime/jit.py): the NumPy twins agree with
+the compiled kernels on every path that has one, the background mode answers first calls
+with twins while a detached worker compiles into the user cache, and the cache lives
+outside the install tree."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from caffe2py.kernels.cpu.cnn import conv as conv_k
+from caffe2py.kernels.cpu.cnn import pool as pool_k
+from caffe2py.kernels.cpu.runtime import jit
+from caffe2py.kernels.cpu.tensor import epilogue, layout
+from caffe2py.kernels.cpu.tensor.team_gemm import gemm_into
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# (x shape, w shape, strides, pads, dilations, group): one geometry per conv path
+CONVS = [
+    ((2, 6, 7, 7), (5, 6, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),          # pointwise GEMM
+    ((1, 16, 9, 9), (4, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),        # shift-add, fused rows
+    ((1, 128, 6, 6), (64, 128, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),     # shift-add, tiles
+    ((1, 32, 12, 12), (32, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),     # Winograd, fused chunks
+    ((1, 32, 30, 30), (40, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),     # Winograd F(4x4)
+    ((1, 256, 6, 6), (256, 256, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),    # Winograd, gather/scatter
+    ((2, 8, 11, 11), (8, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 8),        # depthwise strided 3x3
+    ((1, 8, 10, 10), (16, 1, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 8),       # depthwise, multiplier 2
+    ((1, 6, 9, 9), (12, 1, 3, 3), (2, 1), (0, 1, 2, 1), (1, 2), 6),         # depthwise strided, dilated
+    ((2, 3, 15, 15), (8, 3, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),        # flattened rows, fused
+    ((1, 8, 9, 9), (8, 4, 3, 3), (1, 1), (1, 0, 1, 0), (1, 1), 2),          # flattened rows, grouped
+    ((1, 4, 5, 6, 7), (3, 4, 2, 3, 2), (1, 2, 1), (0, 1, 0, 1, 0, 1), (1, 1, 2), 1),   # N-d im2col
+]
+
+
+def _rand(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _everything():
+    """Results of every kernel family with a twin, each on several paths."""
+    rng = np.random.default_rng(7)
+    out = []
+    for x_shape, w_shape, strides, pads, dilations, group in CONVS:
+        x, w, b = _rand(rng, *x_shape), _rand(rng, *w_shape), _rand(rng, w_shape[0])
+        out.append(conv_k.conv_nchw(x, w, b, strides, pads, dilations, group, activation="relu"))
+        out.append(conv_k.conv_nchw(x, w, None, strides, pads, dilations, group))
+    x = _rand(rng, 2, 3, 17, 16)
+    x[0, 1, 4, 5] = np.nan
+    for kernel, strides, pads in (((3, 3), (2, 2), (1, 1, 1, 1)), ((2, 2), (2, 2), (0, 0, 0, 0)),
+                                  ((5, 4), (3, 2), (2, 1, 2, 1)), ((3, 3), (1, 1), (1, 1, 1, 1))):
+        out.append(pool_k.max_pool(x, kernel, strides, pads))
+        out.append(pool_k.average_pool(x, kernel, strides, pads, count_include_pad=False))
+    out.append(pool_k.global_pool(_rand(rng, 4, 64, 9, 9), "avg"))
+    y = _rand(rng, 2, 6, 5, 5)
+    out.append(layout.concat([y, _rand(rng, 2, 3, 5, 5)], 1))
+    out.append(layout.channel_shuffle(y, 3))
+    out.append(epilogue.channel_affine(y, _rand(rng, 6), _rand(rng, 6), relu=True))
+    out.append(epilogue.finish_channels(y.copy(), _rand(rng, 6), _rand(rng, 2, 6, 5, 5), relu=True))
+    a, bm = _rand(rng, 3, 40, 30), _rand(rng, 3, 30, 20)
+    out.append(gemm_into(a, bm, np.empty((3, 40, 20), np.float32), _rand(rng, 120), _rand(rng, 3, 40, 20), True))
+    out.append(gemm_into(a[0, :1], bm[0], np.empty((1, 20), np.float32)))      # one row: GEMV
+    return out
+
+
+@pytest.fixture
+def restore_mode():
+    before = jit.jit_mode()
+    yield
+    jit.set_jit_mode(before)
+
+
+def test_numpy_twins_agree_with_the_compiled_kernels_on_every_path(restore_mode):
+    jit.set_jit_mode("inline")
+    compiled = _everything()
+    twins = [k for k in jit._all_kernels if k.twin is not None]
+    used = {}
+
+    def spy(kernel, twin):
+        def call(*args):
+            used[kernel.__name__] = used.get(kernel.__name__, 0) + 1
+            return twin(*args)
+        return call
+    originals = {k: k.twin for k in twins}
+    try:
+        for k in twins:
+            k.twin = spy(k, originals[k])
+        jit.set_jit_mode("numpy")
+        from_twins = _everything()
+    finally:
+        for k, twin in originals.items():
+            k.twin = twin
+    assert len(compiled) == len(from_twins)
+    for i, (c, t) in enumerate(zip(compiled, from_twins)):
+        assert c.shape == t.shape and c.dtype == t.dtype, i
+        # different summation orders (Winograd's transforms most of all): float32 rounding
+        scale = max(1.0, float(np.nanmax(np.abs(c)))) if c.size else 1.0
+        np.testing.assert_allclose(t, c, rtol=1e-4, atol=2e-5 * scale, err_msg="result %d" % i)
+    assert sorted(used) == sorted(k.__name__ for k in twins), "twins this test does not reach"
+
+
+def _run(code, env, timeout=300):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=str(ROOT))
+
+
+SCRIPT = """
+    import numpy as np
+    from caffe2py.kernels.cpu.tensor import layout
+    from caffe2py.kernels.cpu.runtime import jit
+    a = np.arange(12, dtype=np.float32).reshape(2, 6)
+    b = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with jit.team():
+        y = layout.concat([a, b], 1)
+    assert np.array_equal(y, np.concatenate([a, b], 1))
+    print("ready" if layout._copy_into.ready() else "twin")
+    if WAIT:
+        assert jit.wait_for_kernels(timeout=240)
+        print("ready" if layout._copy_into.ready() else "twin")
+        assert np.array_equal(layout.concat([a, b], 1), np.concatenate([a, b], 1))
+"""
+
+
+def test_background_mode_answers_with_the_twin_and_compiles_into_the_user_cache(tmp_path):
+    cache = tmp_path / "cache"
+    env = dict(os.environ, CAFFE2PY_JIT="background", CAFFE2PY_CACHE=str(cache))
+    env.pop("CAFFE2PY_QUIET", None)
+    first = _run(SCRIPT.replace("WAIT", "True"), env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split() == ["twin", "ready"]    # first call on NumPy, machine code after the wait
+    compiled = [n for n in os.listdir(cache / "numba") if n.startswith("caffe2py.kernels.cpu.tensor.layout-")]
+    assert compiled and any(f.endswith(".nbi") for f in os.listdir(cache / "numba" / compiled[0]))
+    again = _run(SCRIPT.replace("WAIT", "False"), env)  # a new process loads it from the cache
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split() == ["ready"]
+    assert "compiling" not in again.stderr
+
+
+def test_background_notice_once_on_stderr_and_silent_when_quiet(tmp_path):
+    env = dict(os.environ, CAFFE2PY_JIT="background", CAFFE2PY_CACHE=str(tmp_path / "cache"))
+    env.pop("CAFFE2PY_QUIET", None)
+    code = """
+        import json, os
+        from caffe2py.kernels.cpu.runtime import background
+        os.makedirs(os.path.dirname(background._stats_path()), exist_ok=True)
+        json.dump({"caffe2py.kernels.cpu.cnn.pool._strided_pool2d": 5.0}, open(background._stats_path(), "w"))
+        import numpy as np
+        from caffe2py.kernels.cpu.cnn import pool
+        from caffe2py.kernels.cpu.runtime import jit
+        x = np.ones((1, 2, 8, 8), np.float32)
+        for _ in range(3):
+            with jit.team():
+                y = pool.max_pool(x, (2, 2), (2, 2), (0, 0, 0, 0))
+        print(y.shape)
+    """
+    loud = _run(code, env)
+    assert loud.returncode == 0, loud.stderr
+    notices = [line for line in loud.stderr.splitlines() if line.startswith("caffe2py: compiling")]
+    assert len(notices) == 1 and "in the background" in notices[0] and "~5 s" in notices[0]
+    quiet = _run(code, dict(env, CAFFE2PY_QUIET="1", CAFFE2PY_CACHE=str(tmp_path / "cache2")))
+    assert quiet.returncode == 0 and "compiling" not in quiet.stderr
+
+
+def _numba_files_in_tree():
+    return {os.path.join(d, f) for d, _, files in os.walk(os.path.join(ROOT, "kernels"))
+            for f in files if f.endswith((".nbi", ".nbc"))}
+
+
+def test_inline_mode_compiles_into_the_user_cache_not_the_package(tmp_path):
+    before = _numba_files_in_tree()
+    env = dict(os.environ, CAFFE2PY_JIT="inline", CAFFE2PY_CACHE=str(tmp_path / "cache"))
+    done = _run(SCRIPT.replace("WAIT", "False"), env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ready"]
+    assert os.listdir(tmp_path / "cache" / "numba")
+    assert _numba_files_in_tree() - before == set()
+
+
+def test_bad_jit_mode_is_refused(restore_mode):
+    with pytest.raises(ValueError, match="mode must be one of"):
+        jit.set_jit_mode("eager")
+
+
+def test_cache_command_reports_and_clears(tmp_path, capsys, monkeypatch):
+    from caffe2py.cli import main
+    monkeypatch.setenv("CAFFE2PY_CACHE", str(tmp_path / "c"))
+    os.makedirs(tmp_path / "c" / "numba" / "caffe2py.kernels.cpu.x-0123", exist_ok=True)
+    (tmp_path / "c" / "numba" / "caffe2py.kernels.cpu.x-0123" / "k.nbc").write_bytes(b"x" * 1000)
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out
+    assert str(tmp_path / "c") in out and "compiled kernel modules: 1" in out and "1 files" in out
+    assert main(["cache", "clear"]) == 0
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.slow
+def test_install_run_uninstall_leaves_nothing_in_site_packages(tmp_path):
+    """A regular install compiles its kernels into the user cache; after uninstalling,
+    site-packages holds nothing of caffe2py (pip would leave cache files behind)."""
+    import site
+    import sysconfig
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    py = str(venv / "bin" / "python")
+    purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    # the running interpreter's packages (numpy, numba, pip, setuptools) without its caffe2py
+    parents = [p for p in site.getsitepackages() + [sysconfig.get_paths()["purelib"]] if os.path.isdir(p)]
+    with open(os.path.join(purelib, "_parent.pth"), "w") as fh:
+        fh.write("\n".join(dict.fromkeys(parents)) + "\n")
+    env = dict(os.environ, CAFFE2PY_CACHE=str(tmp_path / "cache"), CAFFE2PY_JIT="inline", PIP_NO_INPUT="1")
+    install = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", ROOT],
+                             capture_output=True, text=True, env=env, timeout=600, cwd=str(tmp_path))
+    assert install.returncode == 0, install.stderr
+    code = textwrap.dedent(SCRIPT.replace("WAIT", "False")) + "import caffe2py; print(caffe2py.__file__)\n"
+    ran = subprocess.run([py, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=600, cwd=str(tmp_path))
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split()[-1].startswith(purelib)
+    uninstall = subprocess.run([py, "-m", "pip", "uninstall", "-y", "caffe2py"], capture_output=True,
+                               text=True, env=env, timeout=300, cwd=str(tmp_path))
+    assert uninstall.returncode == 0, uninstall.stderr
+    left = [n for n in os.listdir(purelib) if n.lower().startswith("caffe2py")]
+    assert left == []
+    assert os.listdir(tmp_path / "cache" / "numba")
