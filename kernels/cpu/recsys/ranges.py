@@ -29,11 +29,29 @@ def _copy_run_range(src, starts, lens, dst, to, first, last):
             b[i] = a[i]
 
 
+@_copy_run_range.numpy_twin
+def _copy_run_range_numpy(src, starts, lens, dst, to, first, last):
+    lens = lens[first:last]
+    run = np.repeat(np.arange(first, last), lens)
+    inner = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+    dst[to[run] + inner] = src[starts[run] + inner]
+
+
+# the CompiledKernel, for Python callers: compiling a parallel caller rebinds _copy_run_range to numba's
+# dispatcher (no twin, no background compile behind that name)
+COPY_RUN_RANGE = _copy_run_range
+
+
 @compiled(parallel=True)
 def _copy_runs(src, starts, lens, dst, to, bounds):
     """_copy_run_range for the runs bounds[t] .. bounds[t+1] on team block t."""
     for t in prange(bounds.size - 1):
         _copy_run_range(src, starts, lens, dst, to, bounds[t], bounds[t + 1])
+
+
+@_copy_runs.numpy_twin
+def _copy_runs_numpy(src, starts, lens, dst, to, bounds):
+    _copy_run_range_numpy(src, starts, lens, dst, to, int(bounds[0]), int(bounds[-1]))
 
 
 def _words(a):
@@ -72,7 +90,7 @@ def copy_runs(src, starts, lens, dst, to):
         return dst
     bounds = _run_bounds(lens)
     if bounds.size == 2:               # one block: no parallel region (its start and join cost more)
-        _copy_run_range(s, starts, lens, d, to, 0, lens.size)
+        COPY_RUN_RANGE(s, starts, lens, d, to, 0, lens.size)
     else:
         _copy_runs(s, starts, lens, d, to, bounds)
     return dst

@@ -72,11 +72,39 @@ def _lookup_segments(data, scale_bias, src, weights, offsets, mean, out, first, 
                 acc[i] *= inv
 
 
+@_lookup_segments.numpy_twin
+def _lookup_segments_numpy(data, scale_bias, src, weights, offsets, mean, out, first, last):
+    if last <= first:
+        return
+    a, b = int(offsets[first]), int(offsets[last])
+    r = src[a:b]
+    w = weights[a:b] if weights.size else np.ones(b - a, np.float32)
+    rows = data[r].astype(np.float32) * (w * scale_bias[r, 0])[:, None] + (w * scale_bias[r, 1])[:, None]
+    counts = np.diff(offsets[first:last + 1])
+    seg = np.repeat(np.arange(last - first), counts)
+    res = np.zeros((last - first, data.shape[1]), np.float32)
+    np.add.at(res, seg, rows)
+    if mean:
+        nz = counts > 0
+        res[nz] *= (np.float32(1) / counts[nz].astype(np.float32))[:, None]
+    out[first:last] = res
+
+
+# the CompiledKernel, for Python callers: compiling a parallel caller rebinds _lookup_segments to numba's
+# dispatcher (no twin, no background compile behind that name)
+LOOKUP_SEGMENTS = _lookup_segments
+
+
 @compiled(parallel=True)
 def _lengths_rowwise8(data, scale_bias, src, weights, offsets, mean, out, bounds):
     """_lookup_segments for the segments bounds[t] .. bounds[t+1] on team block t."""
     for t in prange(bounds.size - 1):
         _lookup_segments(data, scale_bias, src, weights, offsets, mean, out, bounds[t], bounds[t + 1])
+
+
+@_lengths_rowwise8.numpy_twin
+def _lengths_rowwise8_numpy(data, scale_bias, src, weights, offsets, mean, out, bounds):
+    _lookup_segments_numpy(data, scale_bias, src, weights, offsets, mean, out, int(bounds[0]), int(bounds[-1]))
 
 
 def sparse_lengths_rowwise8(data, indices, lengths, scale_bias, weights=None, mean=False):
@@ -93,7 +121,7 @@ def sparse_lengths_rowwise8(data, indices, lengths, scale_bias, weights=None, me
         blocks = team_blocks(k, max(1, idx.size * rows.shape[1] // k))
         sb = np.ascontiguousarray(scale_bias, np.float32)
         if blocks == 1:                # no parallel region (its start and join cost more)
-            _lookup_segments(rows, sb, idx, w, offsets, bool(mean), out, 0, k)
+            LOOKUP_SEGMENTS(rows, sb, idx, w, offsets, bool(mean), out, 0, k)
         else:
             bounds = (np.arange(blocks + 1, dtype=np.int64) * k) // blocks
             _lengths_rowwise8(rows, sb, idx, w, offsets, bool(mean), out, bounds)

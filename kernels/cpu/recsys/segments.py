@@ -95,7 +95,7 @@ def _reduce_segments(data, offsets, src, weights, mode, lowest, out, first, last
         if mode == MEAN and b > a:
             for i in range(d):
                 acc[i] *= inv
-        elif mode == LOG_SUM_EXP or mode == LOG_MEAN_EXP:
+        elif (mode == LOG_SUM_EXP or mode == LOG_MEAN_EXP) and b > a:
             for i in range(d):
                 tmp[i] = 0
             for e in range(a, b):
@@ -109,11 +109,57 @@ def _reduce_segments(data, offsets, src, weights, mode, lowest, out, first, last
                 acc[i] = np.log(tmp[i]) + acc[i]
 
 
+@_reduce_segments.numpy_twin
+def _reduce_segments_numpy(data, offsets, src, weights, mode, lowest, out, first, last):
+    if last <= first:
+        return
+    off = offsets[first:last + 1]
+    a, b = int(off[0]), int(off[-1])
+    dtype = out.dtype.type
+    rows = data[src[a:b]] if src.size else data[a:b]
+    if mode in (SUM, MEAN) and weights.size:
+        rows = rows * weights[a:b, None]
+    counts = np.diff(off)
+    res = np.full((last - first, data.shape[1]),
+                  lowest if mode in (RANGE_MAX, LOG_SUM_EXP, LOG_MEAN_EXP) else 0, out.dtype)
+    nz = counts > 0
+    starts = (off[:-1] - a)[nz]
+    if starts.size:
+        per_row = np.repeat(counts[nz], counts[nz]).astype(out.dtype)[:, None]
+        if mode in (SUM, MEAN):
+            r = np.add.reduceat(rows, starts, axis=0)
+            if mode == MEAN:
+                r *= (dtype(1) / counts[nz].astype(out.dtype))[:, None]
+        elif mode == RANGE_MEAN:
+            r = np.add.reduceat(rows / per_row, starts, axis=0)
+        else:
+            r = np.maximum.reduceat(rows, starts, axis=0)
+            if mode != MAX:
+                r = np.maximum(r, lowest)
+            if mode in (LOG_SUM_EXP, LOG_MEAN_EXP):
+                t = np.add.reduceat(np.exp(rows - np.repeat(r, counts[nz], axis=0)), starts, axis=0)
+                if mode == LOG_MEAN_EXP:
+                    t /= counts[nz].astype(out.dtype)[:, None]
+                r = np.log(t) + r
+        res[nz] = r
+    out[first:last] = res
+
+
+# the CompiledKernel, for Python callers: compiling a parallel caller rebinds _reduce_segments to numba's
+# dispatcher (no twin, no background compile behind that name)
+REDUCE_SEGMENTS = _reduce_segments
+
+
 @compiled(parallel=True)
 def _reduce_runs(data, offsets, src, weights, mode, lowest, out, bounds):
     """_reduce_segments over the segment blocks bounds[t] .. bounds[t+1] on the team."""
     for t in prange(bounds.size - 1):
         _reduce_segments(data, offsets, src, weights, mode, lowest, out, bounds[t], bounds[t + 1])
+
+
+@_reduce_runs.numpy_twin
+def _reduce_runs_numpy(data, offsets, src, weights, mode, lowest, out, bounds):
+    _reduce_segments_numpy(data, offsets, src, weights, mode, lowest, out, int(bounds[0]), int(bounds[-1]))
 
 
 @compiled
@@ -131,6 +177,19 @@ def _scatter_columns(data, src, seg, weights, out, lo, hi):
             dst[i] += w * row[i]
 
 
+@_scatter_columns.numpy_twin
+def _scatter_columns_numpy(data, src, seg, weights, out, lo, hi):
+    rows = (data[src] if src.size else data)[:, lo:hi]
+    if weights.size:
+        rows = rows * weights[:, None]
+    np.add.at(out[:, lo:hi], seg, rows)          # a view: adds into out
+
+
+# the CompiledKernel, for Python callers: compiling a parallel caller rebinds _scatter_columns to numba's
+# dispatcher (no twin, no background compile behind that name)
+SCATTER_COLUMNS = _scatter_columns
+
+
 @compiled(parallel=True)
 def _scatter_wide(data, src, seg, weights, out, blocks):
     """_scatter_columns with the columns split into `blocks` blocks on the team (no two
@@ -139,6 +198,11 @@ def _scatter_wide(data, src, seg, weights, out, blocks):
     d = data.shape[1]
     for t in prange(blocks):
         _scatter_columns(data, src, seg, weights, out, d * t // blocks, d * (t + 1) // blocks)
+
+
+@_scatter_wide.numpy_twin
+def _scatter_wide_numpy(data, src, seg, weights, out, blocks):
+    _scatter_columns_numpy(data, src, seg, weights, out, 0, data.shape[1])
 
 
 @compiled
@@ -174,6 +238,19 @@ def _scatter_entries(data, src, seg, weights, acc, lo, hi):
                 acc[s, i] += data[e, i]
 
 
+@_scatter_entries.numpy_twin
+def _scatter_entries_numpy(data, src, seg, weights, acc, lo, hi):
+    rows = data[src[lo:hi]] if src.size else data[lo:hi]
+    if weights.size:
+        rows = rows * weights[lo:hi, None]
+    np.add.at(acc, seg[lo:hi], rows)
+
+
+# the CompiledKernel, for Python callers: compiling a parallel caller rebinds _scatter_entries to numba's
+# dispatcher (no twin, no background compile behind that name)
+SCATTER_ENTRIES = _scatter_entries
+
+
 @compiled(parallel=True)
 def _scatter_narrow(data, src, seg, weights, partial):
     """The same sum for short rows: the entries split into partial.shape[0] blocks on
@@ -182,6 +259,13 @@ def _scatter_narrow(data, src, seg, weights, partial):
     n = seg.size
     for t in prange(blocks):
         _scatter_entries(data, src, seg, weights, partial[t], n * t // blocks, n * (t + 1) // blocks)
+
+
+@_scatter_narrow.numpy_twin
+def _scatter_narrow_numpy(data, src, seg, weights, partial):
+    blocks, n = partial.shape[0], seg.size
+    for t in range(blocks):
+        _scatter_entries_numpy(data, src, seg, weights, partial[t], n * t // blocks, n * (t + 1) // blocks)
 
 
 # --------------------------------------------------------------------------- checks
@@ -272,7 +356,7 @@ def reduce_runs(data, offsets, mode, indices=None, weights=None):
         lowest = np.finfo(rows.dtype).min
         bounds = _blocks_by_entries(offsets, rows.shape[1])
         if bounds.size == 2:           # one block: no parallel region (its start and join cost more)
-            _reduce_segments(rows, offsets, src, w, mode, lowest, out, 0, k)
+            REDUCE_SEGMENTS(rows, offsets, src, w, mode, lowest, out, 0, k)
         else:
             _reduce_runs(rows, offsets, src, w, mode, lowest, out, bounds)
     return out.reshape((k,) + data.shape[1:])
@@ -295,7 +379,7 @@ def scatter_reduce(data, segment_ids, k, mean=False, indices=None, weights=None)
         if blocks > 1 and k * blocks > seg.size:       # per-thread partials would cost more than they save
             blocks = 1
         if blocks == 1:
-            _scatter_entries(rows, src, seg, w, out, 0, seg.size)
+            SCATTER_ENTRIES(rows, src, seg, w, out, 0, seg.size)
         else:
             partial = np.zeros((blocks, k, d), rows.dtype)
             _scatter_narrow(rows, src, seg, w, partial)
