@@ -66,7 +66,7 @@ def _check_inputs(ctx, layout, data, scalars, indices, key, key_name):
             raise ctx.input_error(layout.scalars, "SCALARS must be float32, got %s" % scalars.dtype)
 
 
-def _segment_infer(layout, num_segments_arg):
+def _segment_infer(num_segments_arg):
     def infer(ctx, ins):
         data = ins[0]
         k = ctx.int("num_segments", -1) if num_segments_arg else -1
@@ -99,7 +99,7 @@ def _register_segment(basename, reducer, sorted_ids, sparse):
     order = "sorted, contiguous ids 0..K-1 without gaps" if sorted_ids else "ids in any order"
     register_schema(OpSchema(
         name, num_inputs=len(layout.names), num_outputs=1, args=args, inputs=layout.names,
-        outputs=("OUTPUT",), inference=_segment_infer(layout, not sorted_ids), cost=_cost,
+        outputs=("OUTPUT",), inference=_segment_infer(not sorted_ids), cost=_cost,
         doc="%s Segments: %s.%s Output: [K] + DATA.shape[1:]. %s" % (
             "Gathers DATA[INDICES] first (Gather fused with the reduction)." if sparse else "",
             order, "" if sorted_ids else " K = num_segments, else max id + 1.", _DOCS[reducer])))
@@ -139,7 +139,7 @@ def _register_range(reducer):
     layout = _Layout(False, False)
     register_schema(OpSchema(
         name, num_inputs=2, num_outputs=1, inputs=layout.names, outputs=("OUTPUT",),
-        inference=_segment_infer(layout, False), cost=_cost,
+        inference=_segment_infer(False), cost=_cost,
         doc="Applies %s to each run of equal SEGMENT_IDS (sorted, 0..K-1 without gaps); output "
             "[K] + DATA.shape[1:]. %s" % (reducer, _DOCS[reducer])))
 

@@ -19,7 +19,6 @@ def as_matrix(a):
 
 def box_cox(data, lambda1, lambda2):
     """Per column j: ln(max(x + l2, eps)) if l1 == 0, else (max(x + l2, eps)^l1 - 1) / l1."""
-    n = data.shape[0]
     x = as_matrix(data)
     l1 = np.asarray(lambda1, data.dtype).reshape(-1)
     l2 = np.asarray(lambda2, data.dtype).reshape(-1)
@@ -46,7 +45,6 @@ def _check_lengths(lens, width, role="lengths", positive=False):
 
 def batch_one_hot(data, lens, vals):
     """Column j of DATA [N, D] against its lens[j] values: 1 where equal (DATA's dtype)."""
-    n = data.shape[0]
     x = as_matrix(data)
     lens = _check_lengths(lens, x.shape[1])
     vals = np.asarray(vals).reshape(-1)
@@ -145,7 +143,6 @@ def percentile(values, value_pct, lengths):
 def piecewise_linear(x, bounds, slopes, intercepts, pieces):
     """y = slope * x + intercept of the piece (bounds[i], bounds[i+1]] holding x, x
     clamped to [bounds[0], bounds[-1]]; one group of `pieces` pieces per column of x."""
-    n = x.shape[0]
     cols = as_matrix(x)
     out = np.empty_like(cols)
     for j in range(cols.shape[1]):
