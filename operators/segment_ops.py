@@ -119,8 +119,9 @@ def _register_segment(basename, reducer, sorted_ids, sparse):
             if sorted_ids:
                 offsets = call(ctx, layout.roles, K.offsets_from_sorted_ids, ids)
                 return K.reduce_runs(data, offsets, mode, indices, scalars)
-            k = num_segments if num_segments >= 0 else (int(ids.max()) + 1 if ids.size else 0)
-            call(ctx, layout.roles, K.check_segment_ids, ids, k)
+            bounds = K.id_range(ids)
+            k = num_segments if num_segments >= 0 else bounds[1] + 1
+            call(ctx, layout.roles, K.check_segment_ids, ids, k, bounds)
             return K.scatter_reduce(data, ids, k, mean=reducer == "Mean", indices=indices, weights=scalars)
         return run
 

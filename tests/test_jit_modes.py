@@ -92,7 +92,7 @@ def _recsys_kernel_results(rng):
     seg._scatter_narrow(data, idx, ids, w, partial)
     flat = np.zeros((5, 1), np.float32)
     seg.SCATTER_ENTRIES(data[:, :1].copy(), none, ids, np.empty(0, np.float32), flat, 0, 12)
-    out += [wide, partial, flat]
+    out += [wide, partial, flat, np.array(seg._min_max(rng.integers(-9, 9, 11)), np.float64)]
     src = np.arange(20, dtype=np.uint64)
     starts, lens, to = np.array([3, 0, 9, 15]), np.array([2, 0, 4, 5]), np.array([0, 2, 2, 6])
     for fn, extra in ((ranges.COPY_RUN_RANGE, (0, 4)), (ranges._copy_runs, (np.array([0, 2, 4]),))):

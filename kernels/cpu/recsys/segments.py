@@ -210,11 +210,24 @@ def _scatter_entries(data, src, seg, weights, acc, lo, hi):
     """acc[seg[e]] += weights[e] * DATA[src[e]] for entries lo .. hi-1, in order."""
     d = data.shape[1]
     if d == 1 and src.size == 0 and weights.size == 0:
-        # one value per row (the common 1-D case): flat views, no inner loop (1.5x)
+        # one value per row (the common 1-D case): flat views, four entries at a time
+        # with their ids and values loaded before the four adds (the compiler cannot
+        # know the adds do not write the ids, so one at a time every load waited for
+        # the previous store: 15.7 -> 5.7 ms for 2M values, torch's scatter_reduce 12)
         x = data.reshape(data.shape[0])
         a = acc.reshape(acc.shape[0])
-        for e in range(lo, hi):
+        e = lo
+        while e + 4 <= hi:
+            s0, s1, s2, s3 = seg[e], seg[e + 1], seg[e + 2], seg[e + 3]
+            v0, v1, v2, v3 = x[e], x[e + 1], x[e + 2], x[e + 3]
+            a[s0] += v0
+            a[s1] += v1
+            a[s2] += v2
+            a[s3] += v3
+            e += 4
+        while e < hi:
             a[seg[e]] += x[e]
+            e += 1
     elif src.size > 0:
         if weights.size > 0:
             for e in range(lo, hi):
@@ -311,21 +324,41 @@ def offsets_from_sorted_ids(ids):
     return np.concatenate(([0], starts, [ids.size])).astype(np.int64)
 
 
-def check_segment_ids(ids, k):
-    """Every id in [0, k)."""
+@compiled
+def _min_max(a):
+    """(min, max) of a non-empty int64 vector in one pass (NumPy's min and max are two)."""
+    lo = hi = a[0]
+    for i in range(a.size):          # min/max, not branches: the loop vectorises
+        lo = min(lo, a[i])
+        hi = max(hi, a[i])
+    return lo, hi
+
+
+@_min_max.numpy_twin
+def _min_max_numpy(a):
+    return a.min(), a.max()
+
+
+def id_range(ids):
+    """(min, max) of an int vector as Python ints; (0, -1) when it is empty."""
     if ids.size == 0:
-        return
-    lo, hi = int(ids.min()), int(ids.max())
-    if lo < 0 or hi >= k:
+        return 0, -1
+    lo, hi = _min_max(int_vector(ids))
+    return int(lo), int(hi)
+
+
+def check_segment_ids(ids, k, bounds=None):
+    """Every id in [0, k); bounds: id_range(ids) when the caller has it."""
+    lo, hi = id_range(ids) if bounds is None else bounds
+    if ids.size and (lo < 0 or hi >= k):
         bad = int(ids[(ids < 0) | (ids >= k)][0])
         raise LookupInputError("segment_ids", "Segment id out of range: %d, range 0 to %d" % (bad, k))
 
 
 def check_rows(indices, n_rows):
     """Every index a row of DATA (Caffe2's segment-op message)."""
-    if indices.size == 0:
-        return
-    if int(indices.min()) < 0 or int(indices.max()) >= n_rows:
+    lo, hi = id_range(indices)
+    if indices.size and (lo < 0 or hi >= n_rows):
         bad = int(indices[(indices < 0) | (indices >= n_rows)][0])
         raise LookupInputError("indices", "Index out of bounds: %d, range 0 to %d" % (bad, n_rows))
 
