@@ -628,13 +628,14 @@ def batch_matmul(ctx):
 
 # --------------------------------------------------------------------------- copies
 
-def _copy_schema(name, outputs_device, doc):
+def _copy_schema(name, outputs_device, doc, inputs_device=None):
     if schema_for(name) is None:
         register_schema(OpSchema(name, num_inputs=1, num_outputs=1, inference=same_as_input(0),
-                                 inputs_can_cross_devices=True, outputs_device=outputs_device, doc=doc))
+                                 inputs_can_cross_devices=True, outputs_device=outputs_device,
+                                 inputs_device=inputs_device, doc=doc))
 
 
-_copy_schema("CopyCPUToGPU", None, "Copy a CPU tensor to the op's CUDA device.")
+_copy_schema("CopyCPUToGPU", None, "Copy a CPU tensor to the op's CUDA device.", inputs_device=CPU)
 _copy_schema("CopyGPUToCPU", CPU, "Copy a CUDA tensor to the host (the output lives on the CPU).")
 _copy_schema("EnsureCPUOutput", CPU, "The input as a CPU tensor: copied from the GPU when it lives there.")
 
