@@ -13,162 +13,9 @@ from caffe2py import core, workspace
 from caffe2py.errors import Caffe2Error
 from caffe2py.proto import caffe2_pb2
 
-from _reference import SETTINGS, assert_reference_checks, run
+from _reference import SETTINGS, ReferenceTestCase, run
 
 seed_st = st.integers(0, 2 ** 31 - 1)
-
-
-@SETTINGS
-@given(seed_st, st.sampled_from([np.int32, np.int64]))
-def test_unique_find_and_duplicates(seed, dtype):
-    rng = np.random.default_rng(seed)
-    x = rng.integers(-3, 6, size=rng.integers(0, 12)).astype(dtype)
-
-    def unique_ref(v):
-        u = np.array(sorted(set(v.tolist())), dtype)
-        return u, np.array([list(u).index(e) for e in v], np.int32)
-    assert_reference_checks(core.CreateOperator("Unique", ["X"], ["U", "R"]), [x], unique_ref)
-
-    needles = rng.integers(-4, 7, size=rng.integers(0, 20)).astype(dtype)   # >= 16 and fewer: both of Caffe2's paths
-
-    def find_ref(index, q):
-        last = {int(v): p for p, v in enumerate(index)}
-        return np.array([last.get(int(v), -7) for v in q], dtype)
-    assert_reference_checks(core.CreateOperator("Find", ["I", "Q"], ["O"], missing_value=-7), [x, needles], find_ref)
-
-    def dup_ref(v):
-        seen, out = set(), []
-        for p, e in enumerate(v.tolist()):
-            if e in seen:
-                out.append(p)
-            seen.add(e)
-        return np.array(out, np.int64)
-    assert_reference_checks(core.CreateOperator("FindDuplicateElements", ["X"], ["O"]), [x], dup_ref)
-
-
-def test_find_duplicate_elements_floats_and_strings():
-    (out,) = run(core.CreateOperator("FindDuplicateElements", ["X"], ["O"]),
-                 [np.array([1.5, np.nan, 1.5, np.nan, 2.0], np.float32)])
-    np.testing.assert_array_equal(out, [2])                      # NaN never equals an earlier NaN
-    (out,) = run(core.CreateOperator("FindDuplicateElements", ["X"], ["O"]), [np.array(["a", "b", "a"], object)])
-    np.testing.assert_array_equal(out, [2])
-
-
-@SETTINGS
-@given(seed_st)
-def test_boolean_mask_ops(seed):
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(0, 4, size=rng.integers(0, 5)).astype(np.int32)
-    data = rng.standard_normal((int(lengths.sum()), 2)).astype(np.float32)
-    mask = rng.random(data.shape[0]) < 0.5
-    assert_reference_checks(core.CreateOperator("BooleanMask", ["D", "M"], ["O", "I"]), [data, mask],
-                            lambda d, m: (d[[p for p in range(len(m)) if m[p]]].reshape(-1, 2),
-                                          np.array([p for p in range(len(m)) if m[p]], np.int64)))
-
-    def lengths_ref(lens, m):
-        out, pos = [], 0
-        for n in lens:
-            out.append(int(m[pos:pos + n].sum()))
-            pos += n
-        return np.array(out, np.int32)
-    assert_reference_checks(core.CreateOperator("BooleanMaskLengths", ["L", "M"], ["O"]), [lengths, mask],
-                            lengths_ref)
-
-    # BooleanUnmask inverts a split of one vector by disjoint masks
-    values = rng.standard_normal(data.shape[0]).astype(np.float32)
-    owner = rng.integers(0, 3, size=values.size)
-    ins = []
-    for k in range(3):
-        ins += [owner == k, values[owner == k]]
-    assert_reference_checks(core.CreateOperator("BooleanUnmask", ["M0", "V0", "M1", "V1", "M2", "V2"], ["O"]),
-                            ins, lambda *a: values)
-
-
-def test_boolean_unmask_first_true_mask_wins_and_errors():
-    op = core.CreateOperator("BooleanUnmask", ["M0", "V0", "M1", "V1"], ["O"])
-    (out,) = run(op, [np.array([True, False]), np.array([1.0]), np.array([False, True]), np.array([2.0])])
-    np.testing.assert_array_equal(out, [1.0, 2.0])
-    with pytest.raises(Caffe2Error, match="All masks have False at position 1."):
-        run(op, [np.array([True, False]), np.array([1.0]), np.array([False, False]), np.zeros(0)])
-    with pytest.raises(Caffe2Error, match="The number of true at mask 1 does not match"):
-        run(op, [np.array([True, False]), np.array([1.0]), np.array([True, True]), np.array([2.0, 2.0])])
-
-
-@SETTINGS
-@given(seed_st)
-def test_flexible_top_k(seed):
-    rng = np.random.default_rng(seed)
-    r = int(rng.integers(1, 6))
-    x = rng.integers(0, 4, size=(int(rng.integers(0, 3)), 2, r)).astype(np.float32)     # ties
-    k = rng.integers(1, r + 1, size=x.shape[:-1] + (1,)).astype(np.int64)
-
-    def ref(data, kk):
-        vals, idx = [], []
-        for row, n in zip(data.reshape(-1, r), kk.reshape(-1)):
-            order = sorted(range(r), key=lambda j: (-row[j], j))[:n]
-            vals += [row[j] for j in order]
-            idx += order
-        return np.array(vals, np.float32), np.array(idx, np.int64)
-    assert_reference_checks(core.CreateOperator("FlexibleTopK", ["X", "K"], ["V", "I"]), [x, k], ref)
-
-
-def test_flexible_top_k_errors():
-    op = core.CreateOperator("FlexibleTopK", ["X", "K"], ["V", "I"])
-    with pytest.raises(Caffe2Error, match="k should not be greater than last dim, error at index 1, with value: 4"):
-        run(op, [np.zeros((2, 3), np.float32), np.array([[1], [4]])])
-    with pytest.raises(Caffe2Error, match="k should be greater than 0"):
-        run(op, [np.zeros((2, 3), np.float32), np.array([[1], [0]])])
-
-
-@SETTINGS
-@given(seed_st)
-def test_remove_data_blocks_row_ops(seed):
-    rng = np.random.default_rng(seed)
-    data = rng.standard_normal((int(rng.integers(1, 6)), 2, 2)).astype(np.float32)
-    idx = rng.integers(0, data.shape[0], size=rng.integers(0, 4)).astype(np.int64)
-    assert_reference_checks(core.CreateOperator("RemoveDataBlocks", ["D", "I"], ["O"]), [data, idx],
-                            lambda d, i: d[[p for p in range(len(d)) if p not in set(i.tolist())]])
-    w = rng.standard_normal(data.shape[0]).astype(np.float32)
-    assert_reference_checks(core.CreateOperator("RowMul", ["D", "W"], ["O"]), [data, w],
-                            lambda d, ww: np.stack([row * s for row, s in zip(d, ww)]))
-    assert_reference_checks(core.CreateOperator("RowwiseMax", ["D"], ["O"]), [data],
-                            lambda d: np.array([[max(row) for row in m] for m in d]))
-    mat = rng.integers(0, 3, size=(int(rng.integers(0, 4)), 4)).astype(np.float32)
-    assert_reference_checks(core.CreateOperator("RowWiseArgMax", ["X"], ["O"]), [mat],
-                            lambda x: np.array([[list(row).index(max(row))] for row in x], np.int32).reshape(-1, 1))
-
-
-def test_row_ops_edge_cases_and_errors():
-    (out,) = run(core.CreateOperator("RowWiseArgMax", ["X"], ["O"]),
-                 [np.array([[np.nan, 5, 1], [1, np.nan, 2]], np.float32)])
-    np.testing.assert_array_equal(out, [[0], [2]])               # Caffe2's '>' loop skips NaN
-    with pytest.raises(Caffe2Error, match="The max index should be smaller than the data outer size."):
-        run(core.CreateOperator("RemoveDataBlocks", ["D", "I"], ["O"]), [np.zeros((2, 1)), np.array([2])])
-    with pytest.raises(Caffe2Error, match="Length of w should be equal to the first dim of mat"):
-        run(core.CreateOperator("RowMul", ["D", "W"], ["O"]), [np.zeros((2, 1), np.float32), np.ones(3, np.float32)])
-
-
-def test_append_and_extend_tensor_in_place():
-    workspace.ResetWorkspace()
-    workspace.FeedBlob("A", np.zeros((0, 2), np.float32))
-    workspace.FeedBlob("B", np.array([[1, 2], [3, 4]], np.float32))
-    append = core.CreateOperator("Append", ["A", "B"], ["A"])
-    workspace.RunOperatorOnce(append)
-    workspace.RunOperatorOnce(append)
-    np.testing.assert_array_equal(workspace.FetchBlob("A"), [[1, 2], [3, 4], [1, 2], [3, 4]])
-    workspace.FeedBlob("C", np.ones((1, 3), np.float32))
-    with pytest.raises(Caffe2Error, match="does not extend dataset"):
-        workspace.RunOperatorOnce(core.CreateOperator("Append", ["A", "C"], ["A"]))
-    with pytest.raises(Caffe2Error, match="must run in place"):
-        workspace.RunOperatorOnce(core.CreateOperator("Append", ["A", "B"], ["X"]))
-
-    workspace.FeedBlob("T", np.array([7, 8], np.int32))
-    workspace.FeedBlob("I", np.array([1, 4], np.int32))
-    workspace.RunOperatorOnce(core.CreateOperator("ExtendTensor", ["T", "I"], ["T"]))
-    np.testing.assert_array_equal(workspace.FetchBlob("T"), [7, 8, 0, 0, 0])
-    workspace.FeedBlob("I", np.array([0], np.int32))
-    workspace.RunOperatorOnce(core.CreateOperator("ExtendTensor", ["T", "I"], ["T"]))
-    assert workspace.FetchBlob("T").shape == (5,)
 
 
 # --------------------------------------------------------------------------- samplers
@@ -178,69 +25,211 @@ def _seeded(op_type, inputs, outputs, seed, **kwargs):
                                                                                         random_seed=seed), **kwargs)
 
 
-def test_uniform_int_fill_range_and_reproducibility():
-    op = _seeded("UniformIntFill", [], ["O"], 5, shape=[200, 3], min=-2, max=3)
-    (a,) = run(op, [])
-    (b,) = run(op, [])
-    assert a.dtype == np.int32 and a.shape == (200, 3)
-    assert set(np.unique(a).tolist()) == {-2, -1, 0, 1, 2, 3}    # both ends drawn
-    np.testing.assert_array_equal(a, b)                          # same seed, same values
-    (c,) = run(_seeded("UniformIntFill", ["S", "LO", "HI"], ["O"], 1, input_as_shape=1),
-               [np.array([4, 2], np.int64), np.array([7]), np.array([5])])
-    assert c.shape == (0, 2)                                    # min > max: no rows
-    with pytest.raises(Caffe2Error, match="Max value should be bigger than min value."):
-        run(core.CreateOperator("UniformIntFill", [], ["O"], shape=[2], min=3, max=3), [])
+class TestSelectionOps(ReferenceTestCase):
+    @SETTINGS
+    @given(seed_st, st.sampled_from([np.int32, np.int64]))
+    def test_unique_find_and_duplicates(self, seed, dtype):
+        rng = np.random.default_rng(seed)
+        x = rng.integers(-3, 6, size=rng.integers(0, 12)).astype(dtype)
 
+        def unique_ref(v):
+            u = np.array(sorted(set(v.tolist())), dtype)
+            return u, np.array([list(u).index(e) for e in v], np.int32)
+        self.check(core.CreateOperator("Unique", ["X"], ["U", "R"]), [x], unique_ref)
 
-@SETTINGS
-@given(seed_st, st.sampled_from([caffe2_pb2.TensorProto.INT32, caffe2_pb2.TensorProto.INT64]))
-def test_unique_uniform_fill(seed, dtype):
-    rng = np.random.default_rng(seed)
-    avoid = rng.integers(0, 20, size=6).astype(np.int32 if dtype == caffe2_pb2.TensorProto.INT32 else np.int64)
-    op = _seeded("UniqueUniformFill", ["S", "A"], ["O"], seed % 1000, min=0, max=19, dtype=dtype)
-    (out,) = run(op, [np.zeros((3, 2)), avoid])
-    assert out.shape == (3, 2) and out.dtype == avoid.dtype
-    flat = out.reshape(-1).tolist()
-    assert len(set(flat)) == 6 and all(0 <= v <= 19 for v in flat)
-    assert not set(flat) & set(avoid.tolist())
-    with pytest.raises(Caffe2Error, match="do not fit"):
-        run(core.CreateOperator("UniqueUniformFill", ["S", "A"], ["O"], min=0, max=5),
-            [np.zeros(5), np.array([0, 1], np.int32)])
+        # fewer than 16 needles and more: Caffe2's two search paths
+        needles = rng.integers(-4, 7, size=rng.integers(0, 20)).astype(dtype)
 
+        def find_ref(index, q):
+            last = {int(v): p for p, v in enumerate(index)}
+            return np.array([last.get(int(v), -7) for v in q], dtype)
+        self.check(core.CreateOperator("Find", ["I", "Q"], ["O"], missing_value=-7), [x, needles], find_ref)
 
-def test_range_fill():
-    (out,) = run(core.CreateOperator("RangeFill", [], ["O"], shape=[2, 3]), [])
-    np.testing.assert_array_equal(out, np.arange(6, dtype=np.float32).reshape(2, 3))
-    (out,) = run(core.CreateOperator("RangeFill", ["X"], ["O"], extra_shape=[2]), [np.zeros(2)])
-    np.testing.assert_array_equal(out, np.arange(4, dtype=np.float32).reshape(2, 2))
+        def dup_ref(v):
+            seen, out = set(), []
+            for p, e in enumerate(v.tolist()):
+                if e in seen:
+                    out.append(p)
+                seen.add(e)
+            return np.array(out, np.int64)
+        self.check(core.CreateOperator("FindDuplicateElements", ["X"], ["O"]), [x], dup_ref)
 
+    def test_find_duplicate_elements_floats_and_strings(self):
+        (out,) = run(core.CreateOperator("FindDuplicateElements", ["X"], ["O"]),
+                     [np.array([1.5, np.nan, 1.5, np.nan, 2.0], np.float32)])
+        np.testing.assert_array_equal(out, [2])                      # NaN never equals an earlier NaN
+        (out,) = run(core.CreateOperator("FindDuplicateElements", ["X"], ["O"]), [np.array(["a", "b", "a"], object)])
+        np.testing.assert_array_equal(out, [2])
 
-def test_weighted_sample_frequencies_values_and_zero_weights():
-    weights = np.tile(np.array([[0.0, 1.0, 3.0, 0.0]], np.float32), (4000, 1))
-    values = np.tile(np.array([[10, 11, 12, 13]], np.float32), (4000, 1))
-    idx, picked = run(_seeded("WeightedSample", ["W", "V"], ["I", "P"], 3), [weights, values])
-    assert idx.dtype == np.int32 and idx.shape == (4000,)
-    assert set(idx.tolist()) <= {1, 2}                            # zero weights are never drawn
-    assert abs((idx == 2).mean() - 0.75) < 0.03                   # 3 : 1
-    np.testing.assert_array_equal(picked, idx + 10)
-    (empty,) = run(core.CreateOperator("WeightedSample", ["W"], ["I"]), [np.zeros((0, 3), np.float32)])
-    assert empty.shape == (0,)
-    with pytest.raises(Caffe2Error, match="must have the same dimensions"):
-        run(core.CreateOperator("WeightedSample", ["W", "V"], ["I", "P"]), [weights, values[:, :3]])
+    @SETTINGS
+    @given(seed_st)
+    def test_boolean_mask_ops(self, seed):
+        rng = np.random.default_rng(seed)
+        lengths = rng.integers(0, 4, size=rng.integers(0, 5)).astype(np.int32)
+        data = rng.standard_normal((int(lengths.sum()), 2)).astype(np.float32)
+        mask = rng.random(data.shape[0]) < 0.5
+        self.check(core.CreateOperator("BooleanMask", ["D", "M"], ["O", "I"]), [data, mask],
+                   lambda d, m: (d[[p for p in range(len(m)) if m[p]]].reshape(-1, 2),
+                                              np.array([p for p in range(len(m)) if m[p]], np.int64)))
 
+        def lengths_ref(lens, m):
+            out, pos = [], 0
+            for n in lens:
+                out.append(int(m[pos:pos + n].sum()))
+                pos += n
+            return np.array(out, np.int32)
+        self.check(core.CreateOperator("BooleanMaskLengths", ["L", "M"], ["O"]), [lengths, mask],
+                   lengths_ref)
 
-def test_weighted_multi_sampling():
-    cdf = np.array([0.2, 0.5, 0.5, 1.5], np.float32)          # probabilities .2/1.5, .3/1.5, 0, 1/1.5
-    (idx,) = run(_seeded("WeightedMultiSampling", ["C"], ["I"], 9, num_samples=6000), [cdf])
-    assert idx.dtype == np.int32 and idx.shape == (6000,)
-    freq = np.bincount(idx, minlength=4) / 6000
-    np.testing.assert_allclose(freq, [0.2 / 1.5, 0.3 / 1.5, 0, 1 / 1.5], atol=0.03)
-    (shaped,) = run(core.CreateOperator("WeightedMultiSampling", ["C", "S"], ["I"]), [cdf, np.zeros((2, 3))])
-    assert shaped.shape == (2, 3)
-    with pytest.raises(Caffe2Error, match="do not pass in the argument `num_samples`"):
-        run(core.CreateOperator("WeightedMultiSampling", ["C", "S"], ["I"], num_samples=3), [cdf, np.zeros(2)])
+        # BooleanUnmask inverts a split of one vector by disjoint masks
+        values = rng.standard_normal(data.shape[0]).astype(np.float32)
+        owner = rng.integers(0, 3, size=values.size)
+        ins = []
+        for k in range(3):
+            ins += [owner == k, values[owner == k]]
+        self.check(core.CreateOperator("BooleanUnmask", ["M0", "V0", "M1", "V1", "M2", "V2"], ["O"]),
+                   ins, lambda *a: values)
 
+    def test_boolean_unmask_first_true_mask_wins_and_errors(self):
+        op = core.CreateOperator("BooleanUnmask", ["M0", "V0", "M1", "V1"], ["O"])
+        (out,) = run(op, [np.array([True, False]), np.array([1.0]), np.array([False, True]), np.array([2.0])])
+        np.testing.assert_array_equal(out, [1.0, 2.0])
+        with pytest.raises(Caffe2Error, match="All masks have False at position 1."):
+            run(op, [np.array([True, False]), np.array([1.0]), np.array([False, False]), np.zeros(0)])
+        with pytest.raises(Caffe2Error, match="The number of true at mask 1 does not match"):
+            run(op, [np.array([True, False]), np.array([1.0]), np.array([True, True]), np.array([2.0, 2.0])])
 
-def test_sort_and_shuffle_is_reported_as_left_out():
-    from caffe2py import catalogue
-    assert "SortAndShuffle" in catalogue.coverage().left_out
+    @SETTINGS
+    @given(seed_st)
+    def test_flexible_top_k(self, seed):
+        rng = np.random.default_rng(seed)
+        r = int(rng.integers(1, 6))
+        x = rng.integers(0, 4, size=(int(rng.integers(0, 3)), 2, r)).astype(np.float32)     # ties
+        k = rng.integers(1, r + 1, size=x.shape[:-1] + (1,)).astype(np.int64)
+
+        def ref(data, kk):
+            vals, idx = [], []
+            for row, n in zip(data.reshape(-1, r), kk.reshape(-1)):
+                order = sorted(range(r), key=lambda j: (-row[j], j))[:n]
+                vals += [row[j] for j in order]
+                idx += order
+            return np.array(vals, np.float32), np.array(idx, np.int64)
+        self.check(core.CreateOperator("FlexibleTopK", ["X", "K"], ["V", "I"]), [x, k], ref)
+
+    def test_flexible_top_k_errors(self):
+        op = core.CreateOperator("FlexibleTopK", ["X", "K"], ["V", "I"])
+        with pytest.raises(Caffe2Error, match="k should not be greater than last dim, error at index 1, with value: 4"):
+            run(op, [np.zeros((2, 3), np.float32), np.array([[1], [4]])])
+        with pytest.raises(Caffe2Error, match="k should be greater than 0"):
+            run(op, [np.zeros((2, 3), np.float32), np.array([[1], [0]])])
+
+    @SETTINGS
+    @given(seed_st)
+    def test_remove_data_blocks_row_ops(self, seed):
+        rng = np.random.default_rng(seed)
+        data = rng.standard_normal((int(rng.integers(1, 6)), 2, 2)).astype(np.float32)
+        idx = rng.integers(0, data.shape[0], size=rng.integers(0, 4)).astype(np.int64)
+        self.check(core.CreateOperator("RemoveDataBlocks", ["D", "I"], ["O"]), [data, idx],
+                   lambda d, i: d[[p for p in range(len(d)) if p not in set(i.tolist())]])
+        w = rng.standard_normal(data.shape[0]).astype(np.float32)
+        self.check(core.CreateOperator("RowMul", ["D", "W"], ["O"]), [data, w],
+                   lambda d, ww: np.stack([row * s for row, s in zip(d, ww)]))
+        self.check(core.CreateOperator("RowwiseMax", ["D"], ["O"]), [data],
+                   lambda d: np.array([[max(row) for row in m] for m in d]))
+        mat = rng.integers(0, 3, size=(int(rng.integers(0, 4)), 4)).astype(np.float32)
+        self.check(core.CreateOperator("RowWiseArgMax", ["X"], ["O"]), [mat],
+                   lambda x: np.array([[list(row).index(max(row))] for row in x], np.int32).reshape(-1, 1))
+
+    def test_row_ops_edge_cases_and_errors(self):
+        (out,) = run(core.CreateOperator("RowWiseArgMax", ["X"], ["O"]),
+                     [np.array([[np.nan, 5, 1], [1, np.nan, 2]], np.float32)])
+        np.testing.assert_array_equal(out, [[0], [2]])               # Caffe2's '>' loop skips NaN
+        with pytest.raises(Caffe2Error, match="The max index should be smaller than the data outer size."):
+            run(core.CreateOperator("RemoveDataBlocks", ["D", "I"], ["O"]), [np.zeros((2, 1)), np.array([2])])
+        with pytest.raises(Caffe2Error, match="Length of w should be equal to the first dim of mat"):
+            run(core.CreateOperator("RowMul", ["D", "W"], ["O"]),
+                [np.zeros((2, 1), np.float32), np.ones(3, np.float32)])
+
+    def test_append_and_extend_tensor_in_place(self):
+        workspace.ResetWorkspace()
+        workspace.FeedBlob("A", np.zeros((0, 2), np.float32))
+        workspace.FeedBlob("B", np.array([[1, 2], [3, 4]], np.float32))
+        append = core.CreateOperator("Append", ["A", "B"], ["A"])
+        workspace.RunOperatorOnce(append)
+        workspace.RunOperatorOnce(append)
+        np.testing.assert_array_equal(workspace.FetchBlob("A"), [[1, 2], [3, 4], [1, 2], [3, 4]])
+        workspace.FeedBlob("C", np.ones((1, 3), np.float32))
+        with pytest.raises(Caffe2Error, match="does not extend dataset"):
+            workspace.RunOperatorOnce(core.CreateOperator("Append", ["A", "C"], ["A"]))
+        with pytest.raises(Caffe2Error, match="must run in place"):
+            workspace.RunOperatorOnce(core.CreateOperator("Append", ["A", "B"], ["X"]))
+
+        workspace.FeedBlob("T", np.array([7, 8], np.int32))
+        workspace.FeedBlob("I", np.array([1, 4], np.int32))
+        workspace.RunOperatorOnce(core.CreateOperator("ExtendTensor", ["T", "I"], ["T"]))
+        np.testing.assert_array_equal(workspace.FetchBlob("T"), [7, 8, 0, 0, 0])
+        workspace.FeedBlob("I", np.array([0], np.int32))
+        workspace.RunOperatorOnce(core.CreateOperator("ExtendTensor", ["T", "I"], ["T"]))
+        assert workspace.FetchBlob("T").shape == (5,)
+
+    def test_uniform_int_fill_range_and_reproducibility(self):
+        op = _seeded("UniformIntFill", [], ["O"], 5, shape=[200, 3], min=-2, max=3)
+        (a,) = run(op, [])
+        (b,) = run(op, [])
+        assert a.dtype == np.int32 and a.shape == (200, 3)
+        assert set(np.unique(a).tolist()) == {-2, -1, 0, 1, 2, 3}    # both ends drawn
+        np.testing.assert_array_equal(a, b)                          # same seed, same values
+        (c,) = run(_seeded("UniformIntFill", ["S", "LO", "HI"], ["O"], 1, input_as_shape=1),
+                   [np.array([4, 2], np.int64), np.array([7]), np.array([5])])
+        assert c.shape == (0, 2)                                    # min > max: no rows
+        with pytest.raises(Caffe2Error, match="Max value should be bigger than min value."):
+            run(core.CreateOperator("UniformIntFill", [], ["O"], shape=[2], min=3, max=3), [])
+
+    @SETTINGS
+    @given(seed_st, st.sampled_from([caffe2_pb2.TensorProto.INT32, caffe2_pb2.TensorProto.INT64]))
+    def test_unique_uniform_fill(self, seed, dtype):
+        rng = np.random.default_rng(seed)
+        avoid = rng.integers(0, 20, size=6).astype(np.int32 if dtype == caffe2_pb2.TensorProto.INT32 else np.int64)
+        op = _seeded("UniqueUniformFill", ["S", "A"], ["O"], seed % 1000, min=0, max=19, dtype=dtype)
+        (out,) = run(op, [np.zeros((3, 2)), avoid])
+        assert out.shape == (3, 2) and out.dtype == avoid.dtype
+        flat = out.reshape(-1).tolist()
+        assert len(set(flat)) == 6 and all(0 <= v <= 19 for v in flat)
+        assert not set(flat) & set(avoid.tolist())
+        with pytest.raises(Caffe2Error, match="do not fit"):
+            run(core.CreateOperator("UniqueUniformFill", ["S", "A"], ["O"], min=0, max=5),
+                [np.zeros(5), np.array([0, 1], np.int32)])
+
+    def test_range_fill(self):
+        (out,) = run(core.CreateOperator("RangeFill", [], ["O"], shape=[2, 3]), [])
+        np.testing.assert_array_equal(out, np.arange(6, dtype=np.float32).reshape(2, 3))
+        (out,) = run(core.CreateOperator("RangeFill", ["X"], ["O"], extra_shape=[2]), [np.zeros(2)])
+        np.testing.assert_array_equal(out, np.arange(4, dtype=np.float32).reshape(2, 2))
+
+    def test_weighted_sample_frequencies_values_and_zero_weights(self):
+        weights = np.tile(np.array([[0.0, 1.0, 3.0, 0.0]], np.float32), (4000, 1))
+        values = np.tile(np.array([[10, 11, 12, 13]], np.float32), (4000, 1))
+        idx, picked = run(_seeded("WeightedSample", ["W", "V"], ["I", "P"], 3), [weights, values])
+        assert idx.dtype == np.int32 and idx.shape == (4000,)
+        assert set(idx.tolist()) <= {1, 2}                            # zero weights are never drawn
+        assert abs((idx == 2).mean() - 0.75) < 0.03                   # 3 : 1
+        np.testing.assert_array_equal(picked, idx + 10)
+        (empty,) = run(core.CreateOperator("WeightedSample", ["W"], ["I"]), [np.zeros((0, 3), np.float32)])
+        assert empty.shape == (0,)
+        with pytest.raises(Caffe2Error, match="must have the same dimensions"):
+            run(core.CreateOperator("WeightedSample", ["W", "V"], ["I", "P"]), [weights, values[:, :3]])
+
+    def test_weighted_multi_sampling(self):
+        cdf = np.array([0.2, 0.5, 0.5, 1.5], np.float32)          # probabilities .2/1.5, .3/1.5, 0, 1/1.5
+        (idx,) = run(_seeded("WeightedMultiSampling", ["C"], ["I"], 9, num_samples=6000), [cdf])
+        assert idx.dtype == np.int32 and idx.shape == (6000,)
+        freq = np.bincount(idx, minlength=4) / 6000
+        np.testing.assert_allclose(freq, [0.2 / 1.5, 0.3 / 1.5, 0, 1 / 1.5], atol=0.03)
+        (shaped,) = run(core.CreateOperator("WeightedMultiSampling", ["C", "S"], ["I"]), [cdf, np.zeros((2, 3))])
+        assert shaped.shape == (2, 3)
+        with pytest.raises(Caffe2Error, match="do not pass in the argument `num_samples`"):
+            run(core.CreateOperator("WeightedMultiSampling", ["C", "S"], ["I"], num_samples=3), [cdf, np.zeros(2)])
+
+    def test_sort_and_shuffle_is_reported_as_left_out(self):
+        from caffe2py import catalogue
+        assert "SortAndShuffle" in catalogue.coverage().left_out
