@@ -34,7 +34,10 @@ def _gather_ranges_cost(ctx, ins):
 
 register_schema(OpSchema(
     "GatherRanges", num_inputs=2, num_outputs=2, inputs=("DATA", "RANGES"), outputs=("OUTPUT", "LENGTHS"),
-    inference=lambda ctx, ins: [TensorType(None, ins[0].dtype), TensorType((ins[1].dims[0],), DT.INT32)],
+    # OUTPUT: Caffe2 infers DATA's size, the most the gather can give (an upper bound,
+    # not the run's size; bound shape inference wants exactly that)
+    inference=lambda ctx, ins: [TensorType((int(np.prod(ins[0].dims, dtype=np.int64)),), ins[0].dtype),
+                                TensorType((ins[1].dims[0],), DT.INT32)],
     cost=_gather_ranges_cost,
     doc="RANGES [N, M, 2] of (start, length) into 1-D DATA: OUTPUT is every range's values concatenated "
         "(example by example, feature by feature), LENGTHS[n] the values of example n (int32)."))

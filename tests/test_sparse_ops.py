@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from caffe2py import core
+from caffe2py import core, workspace
 from caffe2py.errors import Caffe2Error
 
 from _reference import SETTINGS, ReferenceTestCase, run
@@ -49,8 +49,18 @@ class TestSparseOps(ReferenceTestCase):
             parts = [d[s:s + n] for s, n in r.reshape(-1, 2)]
             out = np.concatenate(parts) if parts else d[:0]
             return out, r[:, :, 1].sum(axis=1).astype(np.int32)
+        self.assert_shape_inference = False      # Caffe2 infers OUTPUT as DATA's size: an upper bound
         out = self.check(core.CreateOperator("GatherRanges", ["D", "R"], ["O", "L"]), [data, ranges], ref)
         assert out[0].dtype == data.dtype
+
+    def test_gather_ranges_shape_inference_gives_caffe2s_upper_bound(self):
+        net = core.Net("infer")
+        net.GatherRanges(["values", "ranges"], ["out", "lengths"])
+        shapes, types = workspace.InferShapesAndTypes(
+            [net], {"values": [64], "ranges": [3, 5, 2]},
+            blob_types={"values": core.DataType.INT64, "ranges": core.DataType.INT32})
+        assert shapes["out"] == [64] and types["out"] == core.DataType.INT64
+        assert shapes["lengths"] == [3] and types["lengths"] == core.DataType.INT32
 
     def test_gather_ranges_doc_example_strings_and_errors(self):
         data = np.array([1, 2, 3, 4, 5, 6], np.int64)
