@@ -173,6 +173,8 @@ def remove_data_blocks(ctx):
     def run(data, indices):
         if data.ndim < 1:
             raise ctx.input_error(0, "DATA should be at leat 1-D.")
+        if indices.ndim == 1 and indices.shape[0] == 0:
+            return data.copy()          # Caffe2 copies before looking at the type (np.array([]) is float)
         check_int_vector(ctx, 1, indices, "INDICES")
         return call(ctx, {"indices": 1}, K.remove_data_blocks, data, indices)
     return run

@@ -144,6 +144,8 @@ class TestSelectionOps(ReferenceTestCase):
         (out,) = run(core.CreateOperator("RowWiseArgMax", ["X"], ["O"]),
                      [np.array([[np.nan, 5, 1], [1, np.nan, 2]], np.float32)])
         np.testing.assert_array_equal(out, [[0], [2]])               # Caffe2's '>' loop skips NaN
+        (out,) = run(core.CreateOperator("RemoveDataBlocks", ["D", "I"], ["O"]), [np.ones((2, 1)), np.array([])])
+        np.testing.assert_array_equal(out, np.ones((2, 1)))     # empty INDICES of any type: a copy, as Caffe2
         with pytest.raises(Caffe2Error, match="The max index should be smaller than the data outer size."):
             run(core.CreateOperator("RemoveDataBlocks", ["D", "I"], ["O"]), [np.zeros((2, 1)), np.array([2])])
         with pytest.raises(Caffe2Error, match="Length of w should be equal to the first dim of mat"):
