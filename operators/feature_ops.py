@@ -66,8 +66,9 @@ register_schema(OpSchema(
     "BatchBucketOneHot", num_inputs=3, num_outputs=1, inputs=("data", "lengths", "boundaries"),
     outputs=("output",),
     inference=lambda ctx, ins: [TensorType((ins[0].dims[0], ins[2].dims[0] + ins[1].dims[0]), DT.FLOAT)],
-    doc="Column j of data [N, D] bucketised by its lengths[j] sorted boundaries (right-inclusive buckets) "
-        "and one-hot over lengths[j] + 1 columns: output [N, sum(lengths) + D] float."))
+    doc="Column j of data [N, D] bucketised by its lengths[j] sorted boundaries (right-inclusive buckets; "
+        "a value on a repeated boundary goes to the middle bucket of the run) and one-hot over "
+        "lengths[j] + 1 columns: output [N, sum(lengths) + D] float."))
 
 
 @register_kernel("BatchBucketOneHot")

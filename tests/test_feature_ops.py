@@ -83,7 +83,9 @@ class TestFeatureOps(ReferenceTestCase):
                 out, start = [], 0
                 for j, k in enumerate(ln):
                     hot = [0.0] * (k + 1)
-                    hot[bisect.bisect_left(list(b[start:start + k]), row[j])] = 1.0   # right-inclusive buckets
+                    edges = list(b[start:start + k])
+                    # right-inclusive buckets; on a repeated boundary, the middle of its run (Caffe2)
+                    hot[(bisect.bisect_left(edges, row[j]) + bisect.bisect_right(edges, row[j])) // 2] = 1.0
                     out += hot
                     start += k
                 rows.append(out)

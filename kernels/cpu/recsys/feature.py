@@ -56,7 +56,9 @@ def batch_one_hot(data, lens, vals):
 
 def batch_bucket_one_hot(data, lens, boundaries):
     """Column j bucketised by its lens[j] sorted boundaries (right-inclusive buckets
-    (-inf, b1], (b1, b2], ..., (bk, inf)), one-hot over lens[j] + 1 columns (float32)."""
+    (-inf, b1], (b1, b2], ..., (bk, inf); a value equal to a repeated boundary goes to
+    the middle bucket of the run, as Caffe2 does), one-hot over lens[j] + 1 columns
+    (float32)."""
     n = data.shape[0]
     x = as_matrix(data)
     lens = _check_lengths(lens, x.shape[1], positive=True)
@@ -67,7 +69,10 @@ def batch_bucket_one_hot(data, lens, boundaries):
     start, col = 0, 0
     rows = np.arange(n)
     for j, k in enumerate(lens):
-        bucket = np.searchsorted(b[start:start + k], x[:, j], side="left")
+        # (lower_bound + upper_bound) // 2: a value on a single boundary goes to the bucket
+        # that boundary closes, a value on a repeated boundary to the middle of its run
+        edges = b[start:start + k]
+        bucket = (np.searchsorted(edges, x[:, j], side="left") + np.searchsorted(edges, x[:, j], side="right")) // 2
         out[rows, col + bucket] = 1.0
         start += k
         col += k + 1
