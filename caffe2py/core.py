@@ -7,6 +7,7 @@ from .args import make_argument
 from .errors import Caffe2Error
 from .proto import caffe2_pb2
 from .scope import DeviceScope, NameScope, CurrentNameScope, CurrentDeviceScope  # noqa: F401
+from .gradients import IR, GradientRegistry, GradientSlice  # noqa: F401
 
 DataType = caffe2_pb2.TensorProto.DataType
 for _name in DataType.keys():
@@ -427,6 +428,18 @@ class Net:
         proto.external_input[:] = [remap.get(b, b) for b in self._net.external_input]
         proto.external_output[:] = [remap.get(b, b) for b in self._net.external_output]
         return Net(proto)
+
+    def _ExtendOps(self, new_ops):
+        self._net.op.extend(new_ops)
+        for op in new_ops:
+            self._op_outputs.update(op.output)
+
+    def AddGradientOperators(self, ys, skip=0):
+        """Append the gradient ops of this net's ops (from `skip` on) for ys (a list:
+        gradients seeded with 1.0; a dict: blob -> its gradient blob, None = 1.0).
+        Returns {blob: gradient BlobReference or GradientSlice}; see caffe2py.gradients."""
+        from .gradients import add_gradient_operators
+        return add_gradient_operators(self, ys, skip)
 
     def RunAllOnGPU(self, gpu_id=0, use_cudnn=False):
         self._net.device_option.CopyFrom(DeviceOption(caffe2_pb2.CUDA, gpu_id))

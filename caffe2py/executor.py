@@ -252,7 +252,7 @@ class Plan:
         if _wants_workspace(step):
             args.insert(0, env if isinstance(env, BlobOverlay) else BlobOverlay(blobs, env))
         try:
-            result = step.kernel(*args)
+            result = step.kernel(*([blobs] if step.takes_blobs else []), *args)
         except Exception as exc:  # noqa: BLE001
             raise self.step_error(step, exc) from exc
         n = len(step.outputs)

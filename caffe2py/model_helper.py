@@ -58,6 +58,17 @@ class ModelHelper:
     def GetAllParams(self, namescope=None):
         return self.GetParams(namescope)
 
+    def AddGradientOperators(self, *args, **kwargs):
+        """net.AddGradientOperators, recording grad_map and param_to_grad. Losses
+        given as a list must be scalars (checked when the net runs)."""
+        from .gradients import add_gradient_operators
+        if self.gradient_ops_added:
+            raise Caffe2Error("model '%s': AddGradientOperators was already called" % self.name)
+        self.gradient_ops_added = True
+        self.grad_map = add_gradient_operators(self.net, *args, scalar_losses=True, **kwargs)
+        self.param_to_grad = {p: self.grad_map[p] for p in self.params if p in self.grad_map}
+        return self.grad_map
+
     def Proto(self):
         return self.net.Proto()
 
