@@ -1,11 +1,11 @@
 """Caffe2's integer fills and samplers: UniformIntFill, UniqueUniformFill, RangeFill,
-WeightedSample, WeightedMultiSampling. Random ops draw from a generator seeded by
+WeightedSample, WeightedMultiSampling, and the dataset reader's SortAndShuffle. Random ops draw from a generator seeded by
 the op's device_option.random_seed (fresh entropy when unset), made once per plan."""
 import numpy as np
 
 from caffe2py.kernels.cpu.recsys import selection as K
 from caffe2py.proto import caffe2_pb2
-from caffe2py.registry import Arg, OpSchema, TensorType, leave_out, register_kernel, register_schema
+from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
 
 from ._checks import call, check_rank, scalar_of
 from .fills import _FILL_ARGS, _fill_inference, _rng, _shape
@@ -179,5 +179,55 @@ def weighted_multi_sampling(ctx):
     return run
 
 
-leave_out("SortAndShuffle", "reads a TreeCursor blob made by CreateTreeCursor, part of the dataset "
-                            "reader ops (runtime_io_control), not registered yet")
+# --------------------------------------------------------------------------- SortAndShuffle
+
+register_schema(OpSchema(
+    "SortAndShuffle", num_inputs=(1, None), num_outputs=1, inputs=("cursor", "dataset_field_0"),
+    outputs=("indices",),
+    args=(Arg("sort_by_field_idx", "int", 1, doc="the top-level field to sort records by (-1: no sort)"),
+          Arg("batch_size", "int", 1, doc="records per batch"),
+          Arg("shuffle_size", "int", 1, doc="batches per shuffled chunk")),
+    inference=lambda ctx, ins: [TensorType(None, DT.INT64)],
+    doc="Record order for ReadRandomBatch: records sorted by field sort_by_field_idx (int32, a top-level "
+        "field), shuffled within chunks of batch_size * shuffle_size, then whole batches shuffled "
+        "(int64). Input 0 is a TreeCursor, then one blob per dataset field. Like Caffe2 (a default-seeded "
+        "engine every run), the order is the same on every run: seeded by device_option.random_seed, "
+        "else a fixed seed."))
+
+
+@register_kernel("SortAndShuffle")
+def sort_and_shuffle(ctx):
+    from caffe2py.kernels.cpu.io.dataset import TreeCursor
+    field = ctx.int("sort_by_field_idx")
+    batch, shuffle = ctx.int("batch_size"), ctx.int("shuffle_size")
+    if field < -1:
+        raise ctx.error("sort_by_field_idx must be >= -1, got %d" % field)
+    if batch <= 0 or shuffle <= 0:
+        raise ctx.error("batch_size and shuffle_size must be > 0, got %d and %d" % (batch, shuffle))
+    has_seed = ctx.op_def.HasField("device_option") and ctx.op_def.device_option.HasField("random_seed")
+    seed = ctx.op_def.device_option.random_seed if has_seed else 0
+
+    def run(cursor, *fields):
+        if not isinstance(cursor, TreeCursor):
+            raise ctx.input_error(0, "must be a TreeCursor (made by CreateTreeCursor), got %s"
+                                  % type(cursor).__name__)
+        names = cursor.it.fields
+        if len(fields) != len(names):
+            raise ctx.error("the cursor has %d fields (%s); the op got %d field blobs"
+                            % (len(names), ", ".join(names), len(fields)))
+        if field >= len(names):
+            raise ctx.error("sort_by_field_idx %d is past the cursor's %d fields" % (field, len(names)))
+        source = fields[field] if field != -1 else fields[0]
+        if np.ndim(source) < 1:
+            raise ctx.input_error(1 + max(field, 0), "a dataset field must be at least 1-D")
+        values = None
+        if field != -1:
+            if cursor.it.length_field_of[field] != -1:
+                raise ctx.input_error(1 + field, "must sort by a field at the root level, '%s' is not"
+                                      % names[field])
+            if source.ndim != 1 or source.dtype.kind not in "iu":
+                raise ctx.input_error(1 + field, "the sort field must be a 1-D int tensor, got %s %s"
+                                      % (source.dtype, list(source.shape)))
+            values = source
+        return K.sort_and_shuffle(source.shape[0], values, batch, shuffle, np.random.default_rng(seed))
+    return run

@@ -232,6 +232,87 @@ class TestSelectionOps(ReferenceTestCase):
         with pytest.raises(Caffe2Error, match="do not pass in the argument `num_samples`"):
             run(core.CreateOperator("WeightedMultiSampling", ["C", "S"], ["I"], num_samples=3), [cdf, np.zeros(2)])
 
-    def test_sort_and_shuffle_is_reported_as_left_out(self):
-        from caffe2py import catalogue
-        assert "SortAndShuffle" in catalogue.coverage().left_out
+    def _sort_and_shuffle(self, keys, values, seed=None, **kwargs):
+        workspace.ResetWorkspace()
+        workspace.RunOperatorOnce(core.CreateOperator("CreateTreeCursor", [], ["cursor"],
+                                                      fields=["key", "v:lengths", "v:values"]))
+        workspace.FeedBlob("key", keys)
+        workspace.FeedBlob("v:lengths", np.ones(keys.size, np.int32))
+        workspace.FeedBlob("v:values", values)
+        op = core.CreateOperator("SortAndShuffle", ["cursor", "key", "v:lengths", "v:values"], ["order"], **kwargs)
+        if seed is not None:
+            op.device_option.random_seed = seed
+        workspace.RunOperatorOnce(op)
+        return workspace.FetchBlob("order")
+
+    def test_sort_and_shuffle(self):
+        rng = np.random.default_rng(5)
+        keys = rng.permutation(23).astype(np.int32)
+        values = np.arange(23, dtype=np.float32)
+        sorted_records = np.argsort(keys, kind="stable")
+
+        plain = self._sort_and_shuffle(keys, values, sort_by_field_idx=0)      # batch 1, shuffle 1
+        assert plain.dtype == np.int64
+        assert sorted(plain.tolist()) == list(range(23))
+
+        out = self._sort_and_shuffle(keys, values, sort_by_field_idx=0, batch_size=3, shuffle_size=2)
+        np.testing.assert_array_equal(np.sort(out), np.arange(23))
+        np.testing.assert_array_equal(out[21:], sorted_records[21:])          # the partial batch stays last
+        chunk_of = {int(r): i // 6 for i, r in enumerate(sorted_records[:18])}  # chunks before the last record
+        for b in range(7):
+            batch = out[3 * b:3 * b + 3]
+            if int(batch[0]) in chunk_of:          # a batch never mixes records of two shuffle chunks
+                assert {chunk_of.get(int(r)) for r in batch} == {chunk_of[int(batch[0])]}
+        again = self._sort_and_shuffle(keys, values, sort_by_field_idx=0, batch_size=3, shuffle_size=2)
+        np.testing.assert_array_equal(out, again)                              # same order every run (Caffe2)
+        other = self._sort_and_shuffle(keys, values, seed=11, sort_by_field_idx=0, batch_size=3, shuffle_size=2)
+        assert sorted(other.tolist()) == list(range(23)) and not np.array_equal(other, out)
+
+        unsorted = self._sort_and_shuffle(keys, values, sort_by_field_idx=-1, batch_size=23)
+        np.testing.assert_array_equal(unsorted, np.arange(23))                # one batch, no sort: identity
+
+    def test_sort_and_shuffle_errors(self):
+        keys, values = np.arange(4, dtype=np.int32), np.zeros(4, np.float32)
+        with pytest.raises(Caffe2Error, match="must sort by a field at the root level"):
+            self._sort_and_shuffle(keys, values, sort_by_field_idx=2)
+        with pytest.raises(Caffe2Error, match="batch_size and shuffle_size must be > 0"):
+            self._sort_and_shuffle(keys, values, batch_size=0)
+        with pytest.raises(Caffe2Error, match="must be a TreeCursor"):
+            run(core.CreateOperator("SortAndShuffle", ["c", "k"], ["o"]), [np.zeros(2), keys])
+
+    def test_dataset_random_reader_sorts_and_shuffles(self):
+        """Caffe2's Python dataset API: random_reader + sort_and_shuffle + ReadRandomBatch
+        read every record once, each batch from one shuffle chunk of the sorted records."""
+        from caffe2py import dataset, schema
+        ds = dataset.Dataset(schema.from_column_list(["key", "ids:lengths", "ids:values"]))
+        init = core.Net("init")
+        ds.init_empty(init)
+        workspace.ResetWorkspace()
+        workspace.RunNetOnce(init)
+        keys = np.array([5, 3, 9, 1, 7, 2, 8, 0], np.int32)
+        lengths = np.array([1, 2, 0, 1, 3, 1, 0, 2], np.int32)
+        values = np.arange(int(lengths.sum()), dtype=np.int64)
+        for blob, value in zip(ds.get_blobs(), (keys, lengths, values)):
+            workspace.FeedBlob(str(blob), value)
+        reader_init = core.Net("reader_init")
+        reader = ds.random_reader(reader_init, batch_size=2)
+        reader.sort_and_shuffle(reader_init, sort_by_field="key", shuffle_size=2, batch_size=2)
+        reader.computeoffset(reader_init)
+        workspace.RunNetOnce(reader_init)
+        read = core.Net("read")
+        should_stop, fields = reader.read(read)
+        workspace.CreateNet(read)
+        got_keys, got_values = [], []
+        for _ in range(10):
+            workspace.RunNet(read.Name())
+            if bool(workspace.FetchBlob(str(should_stop))):
+                break
+            got_keys.append(workspace.FetchBlob(str(fields[0])))
+            got_values.append(workspace.FetchBlob(str(fields[2])))
+        assert sorted(np.concatenate(got_keys).tolist()) == sorted(keys.tolist())
+        starts = np.concatenate(([0], np.cumsum(lengths)))
+        by_key = {int(k): values[starts[i]:starts[i + 1]].tolist() for i, k in enumerate(keys)}
+        chunk = {int(k): rank // 4 for rank, k in enumerate(np.sort(keys))}      # chunks of 2 x 2 sorted records
+        for batch_keys, batch_values in zip(got_keys, got_values):
+            assert sum((by_key[int(k)] for k in batch_keys), []) == batch_values.tolist()
+            assert len({chunk[int(k)] for k in batch_keys}) == 1

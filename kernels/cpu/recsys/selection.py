@@ -147,3 +147,25 @@ def unique_uniform(count, low, high, avoid, rng, dtype):
     values += np.searchsorted(offsets, ranks, side="right")
     rng.shuffle(values)
     return values.astype(dtype)
+
+
+def sort_and_shuffle(size, sort_values, batch_size, shuffle_size, rng):
+    """Caffe2 SortAndShuffle: record order 0..size-1, sorted by sort_values (when given,
+    stable), shuffled within consecutive chunks of batch_size * shuffle_size records
+    (every chunk that ends before the last record), then the whole batches in a shuffled
+    order, the last partial batch last. int64."""
+    if batch_size * shuffle_size > size:
+        shuffle_size = size // batch_size
+    order = np.arange(size, dtype=np.int64)
+    if sort_values is not None:
+        order = np.argsort(sort_values, kind="stable").astype(np.int64)
+    chunk = batch_size * shuffle_size
+    if chunk > 1:
+        offset = 0
+        while offset + chunk < size:
+            order[offset:offset + chunk] = rng.permutation(order[offset:offset + chunk])
+            offset += chunk
+    n_batch = size // batch_size
+    batches = rng.permutation(n_batch)
+    head = order[:n_batch * batch_size].reshape(n_batch, batch_size)[batches].reshape(-1)
+    return np.concatenate([head, order[n_batch * batch_size:]])
