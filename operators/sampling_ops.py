@@ -1,89 +1,17 @@
-"""Caffe2's integer fills and samplers: UniformIntFill, UniqueUniformFill, RangeFill,
-WeightedSample, WeightedMultiSampling, and the dataset reader's SortAndShuffle. Random ops draw from a generator seeded by
-the op's device_option.random_seed (fresh entropy when unset), made once per plan."""
+"""Caffe2's samplers: UniqueUniformFill, WeightedSample, WeightedMultiSampling, and the
+dataset reader's SortAndShuffle (UniformIntFill and RangeFill are in fills.py). Random ops
+draw from a generator seeded by the op's device_option.random_seed (fresh entropy when
+unset), made once per plan."""
 import numpy as np
 
 from caffe2py.kernels.cpu.recsys import selection as K
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
 
-from ._checks import call, check_rank, scalar_of
-from .fills import _FILL_ARGS, _fill_inference, _rng, _shape
+from ._checks import call, check_rank
+from .fills import _FILL_ARGS, check_fill_args, _fill_inference, _rng, _shape
 
 DT = caffe2_pb2.TensorProto
-
-
-def _check_filler(ctx):
-    """Caffe2's FillerOp argument rules."""
-    if ctx.n_inputs:
-        if ctx.ints("shape"):
-            raise ctx.error("Cannot set the shape argument and pass in an input at the same time")
-    else:
-        if ctx.ints("extra_shape"):
-            raise ctx.error("Cannot set extra_shape when there is no input")
-        if ctx.bool("input_as_shape"):
-            raise ctx.error("An input must be given if input_as_shape is true")
-
-
-def _fill_shape(ctx, shape_input):
-    if shape_input is not None and ctx.bool("input_as_shape"):
-        if np.ndim(shape_input) != 1 or np.size(shape_input) == 0:
-            raise ctx.input_error(0, "When input_as_shape is true, the input must be a 1D tensor of data type "
-                                     "int64_t")
-    shape = _shape(ctx, () if shape_input is None else (shape_input,))
-    if any(d < 0 for d in shape):
-        raise ctx.error("negative dimension in shape %s" % list(shape))
-    return shape
-
-
-# --------------------------------------------------------------------------- UniformIntFill / RangeFill
-
-register_schema(OpSchema(
-    "UniformIntFill", num_inputs={0, 1, 3}, num_outputs=1, allow_inplace={(0, 0)},
-    inputs=("shape", "min", "max"), outputs=("output",),
-    args=_FILL_ARGS + (Arg("min", "int", 0, doc="smallest value"), Arg("max", "int", 1, doc="largest value")),
-    inference=_fill_inference(lambda ctx: DT.INT32),
-    doc="Uniform int32 samples in [min, max] (both inclusive). With three inputs min and max are scalar "
-        "tensors; min > max then gives an output with first dimension 0."))
-
-
-@register_kernel("UniformIntFill")
-def uniform_int_fill(ctx):
-    _check_filler(ctx)
-    lo, hi = ctx.int("min"), ctx.int("max")
-    if ctx.n_inputs == 3:
-        if ctx.has("min") or ctx.has("max"):
-            raise ctx.error("Cannot set both min/max args and min/max input blobs")
-    elif lo >= hi:
-        raise ctx.error("Max value should be bigger than min value.")
-    rng = _rng(ctx)
-
-    def run(shape_input=None, low=None, high=None):
-        shape = _fill_shape(ctx, shape_input)
-        a, b = lo, hi
-        if low is not None:
-            a = int(scalar_of(ctx, 1, low, "min blob"))
-            b = int(scalar_of(ctx, 2, high, "max blob"))
-            if a > b:
-                return np.zeros((0,) + tuple(shape[1:]), np.int32)
-        return rng.integers(a, b, size=shape, endpoint=True).astype(np.int32)
-    return run
-
-
-register_schema(OpSchema(
-    "RangeFill", num_inputs=(0, 1), num_outputs=1, allow_inplace={(0, 0)}, args=_FILL_ARGS,
-    inference=_fill_inference(lambda ctx: DT.FLOAT),
-    doc="Fills the output with 0, 1, 2, ... (float) in row-major order (for checking reshapes)."))
-
-
-@register_kernel("RangeFill")
-def range_fill(ctx):
-    _check_filler(ctx)
-
-    def run(shape_input=None):
-        shape = _fill_shape(ctx, shape_input)
-        return np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.float32).reshape(shape)
-    return run
 
 
 # --------------------------------------------------------------------------- UniqueUniformFill
@@ -100,7 +28,7 @@ register_schema(OpSchema(
 
 @register_kernel("UniqueUniformFill")
 def unique_uniform_fill(ctx):
-    _check_filler(ctx)
+    check_fill_args(ctx)
     dtype = {DT.INT32: np.int32, DT.INT64: np.int64}.get(ctx.int("dtype"))
     if dtype is None:
         raise ctx.error("Unexpected 'dtype' argument value: %d (INT32 or INT64)" % ctx.int("dtype"))
@@ -110,7 +38,7 @@ def unique_uniform_fill(ctx):
     rng = _rng(ctx)
 
     def run(shape_input=None, avoid=None):
-        shape = _fill_shape(ctx, shape_input)
+        shape = _shape(ctx, () if shape_input is None else (shape_input,))
         count = int(np.prod(shape, dtype=np.int64))
         avoid = np.zeros(0, np.int64) if avoid is None else avoid
         return call(ctx, {"avoid": 1}, K.unique_uniform, count, lo, hi, avoid, rng, dtype).reshape(shape)
