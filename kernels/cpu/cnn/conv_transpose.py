@@ -5,7 +5,7 @@ columns, cols[n, (m, tap), pixel] = sum_c W[c, m, tap] * X[n, c, pixel], then co
 adds each tap's column plane into the output at its offset. col2im is a compiled loop
 over output planes (N * M over the team) that starts each plane from its bias and
 adds the taps' rows in place; its NumPy twin adds one strided slice per tap. 1-D and
-2-D inputs take the compiled loop (1-D as height 1), other ranks the twin.
+2-D float32 / float64 inputs take the compiled loop (1-D as height 1), others the twin.
 
 Gradient: dX is the convolution of dY (placed in the uncropped output) with W,
 dW the correlation of X with dY's windows, db the sum of dY; one im2col of dY
@@ -129,7 +129,7 @@ def conv_transpose(x, w, b, strides, pads, dilations, group, adjs):
     dtype = cols.dtype
     out = np.empty((n, mg * group) + out_spatial, dtype)
     bias = np.zeros(mg * group, dtype) if b is None else b.astype(dtype, copy=False).reshape(-1)
-    if k in (1, 2):
+    if k in (1, 2) and dtype in (np.float32, np.float64) and min(pads) >= 0:
         # 1-D runs as 2-D with height 1
         kh, kw = (1, kernel[0]) if k == 1 else kernel
         sh, sw = (1, strides[0]) if k == 1 else strides
