@@ -87,6 +87,18 @@ class TestSelect(OpTest):
             return values, indices, positions.reshape(-1)
         self.assertReferenceChecks(gc, op, inputs, ref)
 
+    def test_top_k_of_long_rows_with_ties(self):
+        # k well below the row length takes the partition path: ties at the k-th value by index
+        X = np.random.RandomState(5).randint(-4, 5, size=(6, 200)).astype(np.float32)
+        X[1] = 1.0
+        for k in (1, 7, 30):
+            op = core.CreateOperator("TopK", ["X"], ["V", "I"], k=k)
+            self.assertReferenceChecks(hu.cpu_do, op, [X], lambda X: _topk_ref(X, k, 1))
+        X[2, 3] = np.nan                                          # NaN ranks highest
+        op = core.CreateOperator("TopK", ["X"], ["V", "I"], k=3)
+        self.assertReferenceChecks(hu.cpu_do, op, [X], lambda X: (_topk_ref(np.nan_to_num(X, nan=99), 3, 1)[1],),
+                                   outputs_to_check=[1])
+
     def test_top_k_gradient(self):
         X = np.array([[3.0, 1.0, 4.0], [1.0, 5.0, 9.0]], np.float32)
         dV = np.array([[10.0, 20.0, 30.0, 40.0], [50.0, 60.0, 70.0, 80.0]], np.float32)

@@ -15,6 +15,8 @@ from caffe2py.kernels.cpu.cnn import conv_transpose as conv_transpose_k
 from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.kernels.cpu.runtime import jit
 from caffe2py.kernels.cpu.tensor import epilogue, layout
+from caffe2py.kernels.cpu.tensor import normalize as normalize_k
+from caffe2py.kernels.cpu.tensor import reduce as reduce_k
 from caffe2py.kernels.cpu.tensor.team_gemm import gemm_into
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,6 +72,12 @@ def _everything():
             ((2, 2, 7), (2, 3, 4), (3,), (1, 2), (1,), 1, (2,))):
         x, w, b = _rand(rng, *x_shape), _rand(rng, *w_shape), _rand(rng, w_shape[1] * group)
         out.append(conv_transpose_k.conv_transpose(x, w, b, strides, pads, dilations, group, adjs))
+    rows = _rand(rng, 33, 70)
+    out.extend(normalize_k.layer_norm(rows, 1e-5))                              # Caffe2's LayerNorm rows
+    out.extend(normalize_k.layer_norm(rows, 1e-3, _rand(rng, 70), _rand(rng, 70)))
+    ties = np.round(_rand(rng, 40, 300))                                        # TopK rows with ties
+    ties[3, 7] = np.nan
+    out.extend(reduce_k.top_k(ties, 5, 1))
     return out
 
 

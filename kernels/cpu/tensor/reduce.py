@@ -1,8 +1,17 @@
 """Reductions over axes, over the leading or trailing dims of a tensor viewed as a
-(rows, cols) matrix (with optional per-column / per-row lengths), and their
-gradients. NumPy: each is one or two whole-array passes. Callers check shapes,
-axes and lengths first; these functions assume they are valid."""
+(rows, cols) matrix (with optional per-column / per-row lengths), their gradients,
+and top-k / arg-extreme selection. NumPy: each is one or two whole-array passes;
+top-k with a small k is a compiled loop (one pass per row keeping the best k in
+order, rows over the team; NumPy's partition + selection took ~4x torch.topk's time
+on [4096, 1000], k=10). Callers check shapes, axes and lengths first; these
+functions assume they are valid."""
 import numpy as np
+
+from ..runtime.jit import compiled, prange, team, team_blocks
+
+# top-k keeps its k best in an ordered buffer: O(n * k) per row at worst, so the
+# compiled loop serves small k and a sort serves the rest
+_COMPILED_TOP_K_MAX = 64
 
 KINDS = ("sum", "mean", "max", "min", "l1", "l2")
 
@@ -136,24 +145,98 @@ def arg_extreme(x, axis, keepdims, largest):
     return fn(x, axis=axis, keepdims=keepdims).astype(np.int64, copy=False)
 
 
+def _descending(lines):
+    """Per row of the 2-D `lines`: column order by value descending, equal values by
+    ascending column (a stable ascending sort of the reversed row, read backwards).
+    NaN ranks above every number."""
+    n = lines.shape[1]
+    return (n - 1) - np.argsort(lines[:, ::-1], axis=1, kind="stable")[:, ::-1]
+
+
+def _top_columns_numpy(lines, k):
+    """The k columns of each row of `lines` (2-D) that top_k selects, in top_k's order.
+    For k well below the row length: one partition finds each row's k-th largest
+    value t; the row keeps everything above t and its first equal-to-t columns, and
+    only those k are sorted."""
+    rows, n = lines.shape
+    if k * 4 > n or rows == 0 or (lines.dtype.kind == "f" and np.isnan(lines).any()):
+        return _descending(lines)[:, :k]
+    t = np.partition(lines, n - k, axis=1)[:, n - k:n - k + 1]
+    above = lines > t
+    ties = lines == t
+    need = k - above.sum(axis=1, keepdims=True)            # >= 1: t itself is among the top k
+    keep = above | (ties & (np.cumsum(ties, axis=1) <= need))
+    cols = np.nonzero(keep)[1].reshape(rows, k)             # row by row, ascending column
+    chosen = np.take_along_axis(lines, cols, axis=1)
+    return np.take_along_axis(cols, _descending(chosen), axis=1)
+
+
+@compiled(parallel=True)
+def _top_k_rows(lines, k, cols, blocks):
+    """cols[i] = the k columns of row i with the largest values, best first: NaN
+    before numbers, then larger values, equal ones by column. One pass per row; a
+    value enters the ordered buffer only when it beats the current k-th."""
+    rows, n = lines.shape
+    for t in prange(blocks):
+        for i in range(rows * t // blocks, rows * (t + 1) // blocks):
+            row = lines[i]
+            best = cols[i]
+            count = 0
+            for j in range(n):
+                v = row[j]
+                v_nan = v != v
+                if count == k:
+                    w = row[best[k - 1]]
+                    w_nan = w != w
+                    # a later column must rank strictly higher than the current k-th
+                    if not ((v_nan and not w_nan) or (not v_nan and not w_nan and v > w)):
+                        continue
+                    pos = k - 1
+                else:
+                    pos = count
+                    count += 1
+                while pos > 0:
+                    w = row[best[pos - 1]]
+                    w_nan = w != w
+                    if (v_nan and not w_nan) or (not v_nan and not w_nan and v > w):
+                        best[pos] = best[pos - 1]
+                        pos -= 1
+                    else:
+                        break
+                best[pos] = j
+
+
+@_top_k_rows.numpy_twin
+def _top_k_rows_numpy(lines, k, cols, blocks):
+    cols[...] = _top_columns_numpy(lines, k)
+
+
+def _top_columns(lines, k):
+    if k > _COMPILED_TOP_K_MAX or lines.dtype.kind not in "fi" or lines.dtype == np.float16:
+        return _top_columns_numpy(lines, k)
+    cols = np.empty((lines.shape[0], k), np.int64)
+    with team():
+        _top_k_rows(lines, k, cols, team_blocks(lines.shape[0], lines.shape[1]))
+    return cols
+
+
 def top_k(x, k, axis):
     """(values, indices) of the k largest entries along `axis`, largest first, equal
     values in index order; with k past the axis length the rest is 0 / -1. NaN
     ranks above every number."""
     n = x.shape[axis]
     xt = np.moveaxis(x, axis, -1)
+    lead = xt.shape[:-1]
+    lines = np.ascontiguousarray(xt).reshape(int(np.prod(lead)), n)
     take = min(k, n)
-    # a stable ascending sort of the reversed row, read backwards, orders values
-    # descending and equal values by ascending index
-    order = np.argsort(xt[..., ::-1], axis=-1, kind="stable")[..., ::-1][..., :take]
-    idx = (n - 1) - order
-    values = np.take_along_axis(xt, idx, axis=-1)
+    idx = _top_columns(lines, take)
+    values = np.take_along_axis(lines, idx, axis=1)
     if take < k:
-        pad = [(0, 0)] * (xt.ndim - 1) + [(0, k - take)]
-        values = np.pad(values, pad)
-        idx = np.pad(idx, pad, constant_values=-1)
+        values = np.pad(values, ((0, 0), (0, k - take)))
+        idx = np.pad(idx, ((0, 0), (0, k - take)), constant_values=-1)
+    values, idx = values.reshape(lead + (k,)), idx.astype(np.int64).reshape(lead + (k,))
     return (np.ascontiguousarray(np.moveaxis(values, -1, axis)),
-            np.ascontiguousarray(np.moveaxis(idx.astype(np.int64), -1, axis)))
+            np.ascontiguousarray(np.moveaxis(idx, -1, axis)))
 
 
 def flat_indices(indices, shape, axis):
