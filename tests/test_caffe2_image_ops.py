@@ -18,7 +18,7 @@ import caffe2.python.hypothesis_test_util as hu
 from caffe2py.errors import Caffe2Error
 from caffe2py import registry
 
-from _caffe2_op_helpers import floats_tensor
+from _caffe2_op_helpers import floats_tensor, spread
 
 
 class OpTest(hu.HypothesisTestCase):
@@ -103,13 +103,12 @@ class TestConvTranspose(OpTest):
         self.assertReferenceChecks(hu.cpu_do, op1, [X1, W1], lambda X, W: (
             _conv_transpose_ref(X[:, :, None], W[:, :, None], None, 2, [0, 1, 0, 0], 0, 1)[:, :, 0],))
 
-    @given(X=floats_tensor(min_dim=4, max_dim=4), **hu.gcs_cpu_only)
-    @settings(max_examples=3)
-    def test_gradient_checks(self, X, gc, dc):
-        W, b = _rand(X.shape[1], 2, 2, 2, seed=10), _rand(2, seed=11)
-        op = core.CreateOperator("ConvTranspose", ["X", "W", "b"], ["Y"], kernel=2, stride=2)
+    def test_gradient_checks(self):
+        X, W, b = _rand(1, 4, 3, 3, seed=10), _rand(4, 1, 3, 3, seed=11), _rand(2, seed=12)
+        op = core.CreateOperator("ConvTranspose", ["X", "W", "b"], ["Y"], kernel=3, stride=2, pads=[1, 0, 0, 1],
+                                 adj=1, group=2)
         for i in range(3):
-            self.assertGradientChecks(gc, op, [X, W, b], i, [0])
+            self.assertGradientChecks(hu.cpu_do, op, [X, W, b], i, [0])
 
     def test_errors(self):
         X, W = np.ones((1, 2, 3, 3), np.float32), np.ones((2, 1, 3, 3), np.float32)
@@ -157,10 +156,19 @@ class TestConvPoolAliases(OpTest):
         op = core.CreateOperator("%s%dD" % (kind, rank), names, ["Z"], **args)
         self.assertReferenceChecks(gc, op, inputs, lambda *a: (want,))
 
-    def test_conv_alias_gradient_ops(self):
-        if not registry.has_op("ConvGradient"):
-            pytest.skip("this build has no ConvGradient to alias")
-        assert registry.has_op("Conv2DGradient") and registry.has_op("MaxPool3DGradient")
+    def test_alias_gradients(self):
+        gradients = pytest.importorskip("caffe2py.gradients")
+        ops, _ = gradients.get_gradient_for_op(core.CreateOperator("Conv2D", ["X", "W", "b"], ["Y"]), ["Y_grad"])
+        assert [(o.type, list(o.input), list(o.output)) for o in ops] == [
+            ("Conv2DGradient", ["X", "W", "Y_grad"], ["W_grad", "b_grad", "X_grad"])]     # Caffe2's names
+        ops, _ = gradients.get_gradient_for_op(core.CreateOperator("MaxPool1D", ["X"], ["Y"], kernel=2), ["Y_grad"])
+        assert [o.type for o in ops] == ["MaxPool1DGradient"]
+        X = spread(1, 2, 4, 5, seed=16)
+        for op in (core.CreateOperator("Conv2D", ["X", "W"], ["Y"], pad=1),
+                   core.CreateOperator("MaxPool2D", ["X"], ["Y"], kernel=2),
+                   core.CreateOperator("AveragePool2D", ["X"], ["Y"], kernel=3, pad=1)):
+            inputs = [X, _rand(3, 2, 3, 3, seed=17)] if op.type == "Conv2D" else [X]
+            self.assertGradientChecks(hu.cpu_do, op, inputs, 0, [0])
 
     @given(X=floats_tensor(min_dim=4, max_dim=4), p=st.sampled_from([1.0, 2.0, 3.0]), data=st.data(),
            nhwc=st.booleans(), **hu.gcs_cpu_only)
@@ -306,15 +314,24 @@ class TestLayout(OpTest):
         split = core.CreateOperator("DepthSplit", ["y"], ["p", "q"], axis=1, split=[3, 2])
         self.assertReferenceChecks(hu.cpu_do, split, [np.concatenate([a, b], axis=1)], lambda y: (a, b))
 
-    @given(X=floats_tensor(min_dim=4, max_dim=4), **hu.gcs_cpu_only)
-    @settings(max_examples=3)
-    def test_gradient_checks(self, X, gc, dc):
-        for op in (core.CreateOperator("PadImage", ["X"], ["Y"], pad=1, mode="reflect"),
+    def test_gradient_checks(self):
+        X = spread(2, 2, 3, 4, seed=13)
+        for op in (core.CreateOperator("PadImage", ["X"], ["Y"], pads=[1, 2, 0, 1], mode="reflect"),
+                   core.CreateOperator("PadImage", ["X"], ["Y"], pad=2, mode="edge"),
                    core.CreateOperator("NCHW2NHWC", ["X"], ["Y"]),
-                   core.CreateOperator("SpaceToBatch", ["X"], ["Y"], block_size=1, pad=1)):
-            if op.type == "PadImage" and min(X.shape[2:]) < 2:
-                continue
-            self.assertGradientChecks(gc, op, [X], 0, [0])
+                   core.CreateOperator("NHWC2NCHW", ["X"], ["Y"]),
+                   core.CreateOperator("SpaceToBatch", ["X"], ["Y"], block_size=2, pad_t=1, pad_l=0, pad_b=0,
+                                       pad_r=0),
+                   core.CreateOperator("BatchToSpace", ["X"], ["Y"], block_size=1, pad=0),
+                   core.CreateOperator("LpPool", ["X"], ["Y"], kernel=2, stride=1, pad=1, p=3.0)):
+            self.assertGradientChecks(hu.cpu_do, op, [X], 0, [0])
+        op = core.CreateOperator("DepthSplit", ["X"], ["Y", "Z"], axis=3, split=[1, 3])
+        self.assertGradientChecks(hu.cpu_do, op, [X], 0, [0, 1])
+        op = core.CreateOperator("DepthConcat", ["X", "X2"], ["Y", "info"], axis=1)
+        self.assertGradientChecks(hu.cpu_do, op, [X, spread(2, 1, 3, 4, seed=14)], 1, [0])
+        codebook, codes = spread(5, seed=15), np.array([[0, 4, 4], [1, 2, 0]], np.uint8)
+        op = core.CreateOperator("QuantDecode", ["cb", "c"], ["d"])
+        self.assertGradientChecks(hu.cpu_do, op, [codebook, codes], 0, [0])
 
     def test_errors(self):
         X = np.ones((1, 1, 3, 3), np.float32)

@@ -14,7 +14,7 @@ import caffe2.python.hypothesis_test_util as hu
 
 from caffe2py.errors import Caffe2Error
 
-from _caffe2_op_helpers import floats_tensor, legacy_view
+from _caffe2_op_helpers import floats_tensor, legacy_view, spread
 
 
 class OpTest(hu.HypothesisTestCase):
@@ -85,12 +85,12 @@ class TestReduce(OpTest):
             self.assertReferenceChecks(hu.cpu_do, grad, [dY, X, workspace.FetchBlob("Y")],
                                        lambda dY, X, Y: (np.asarray(want, np.float32),))
 
-    @given(X=floats_tensor(1, 5, min_dim=2, max_dim=3),
-           op_type=st.sampled_from(["ReduceSum", "ReduceMean", "ReduceL2"]), **hu.gcs_cpu_only)
-    @settings(max_examples=6)
-    def test_gradient_checks(self, X, op_type, gc, dc):
-        op = core.CreateOperator(op_type, ["X"], ["Y"], axes=[0], keepdims=0)
-        self.assertGradientChecks(gc, op, [X], 0, [0])
+    def test_gradient_checks(self):
+        X = spread(3, 4, seed=1)
+        for op_type in sorted(REDUCE_REFS):
+            for args in ({"axes": [0], "keepdims": 0}, {"axes": [-1]}):
+                op = core.CreateOperator(op_type, ["X"], ["Y"], **args)
+                self.assertGradientChecks(hu.cpu_do, op, [X], 0, [0])
 
     def test_errors(self):
         X = np.ones((2, 3), np.float32)
@@ -187,12 +187,14 @@ class TestFrontBack(OpTest):
         self.assertReferenceChecks(hu.cpu_do, op, [dY, np.array([2, 3], np.int64)],
                                    lambda dY, S: (np.repeat(dY[:, None], 3, axis=1),))
 
-    @given(X=floats_tensor(min_dim=2, max_dim=3), spec=st.sampled_from(FRONT_BACK[:2] + FRONT_BACK[3:5]),
-           **hu.gcs_cpu_only)
-    @settings(max_examples=6)
-    def test_gradient_checks(self, X, spec, gc, dc):
-        op = core.CreateOperator(spec[0], ["X"], ["Y"])
-        self.assertGradientChecks(gc, op, [X], 0, [0])
+    def test_gradient_checks(self):
+        X = spread(3, 2, 4, seed=2)
+        for op_type, front, _ in FRONT_BACK:
+            lengths = np.array([3, 1, 2, 2, 1, 3, 2, 3] if front else [4, 1, 2, 3, 2, 4], np.int32)
+            for inputs in (["X"], ["X", "L"]):
+                op = core.CreateOperator(op_type, inputs, ["Y"])
+                values = [X] if len(inputs) == 1 else [X, lengths]
+                self.assertGradientChecks(hu.cpu_do, op, values, 0, [0])
 
     def test_errors(self):
         X = np.ones((2, 3), np.float32)
@@ -234,10 +236,12 @@ class TestSums(OpTest):
         self.assertReferenceChecks(gc, grad, [X, dS], lambda X, dS: (np.full(X.shape, 1.5 / (X.size if average else 1),
                                                                             np.float32),))
 
-    @given(X=floats_tensor(min_dim=1, max_dim=2), average=st.booleans(), **hu.gcs_cpu_only)
-    @settings(max_examples=4)
-    def test_sum_elements_gradient_checks(self, X, average, gc, dc):
-        self.assertGradientChecks(gc, core.CreateOperator("SumElements", ["X"], ["S"], average=average), [X], 0, [0])
+    def test_sum_and_colwise_max_gradient_checks(self):
+        X = spread(2, 3, 4, seed=3)
+        for average in (0, 1):
+            op = core.CreateOperator("SumElements", ["X"], ["S"], average=average)
+            self.assertGradientChecks(hu.cpu_do, op, [X], 0, [0])
+        self.assertGradientChecks(hu.cpu_do, core.CreateOperator("ColwiseMax", ["X"], ["Y"]), [X], 0, [0])
 
     @given(Xs=hu.tensors(n=3, dtype=np.int32, elements=st.integers(-1000, 1000)), **hu.gcs_cpu_only)
     @settings(max_examples=10)

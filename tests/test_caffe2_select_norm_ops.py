@@ -13,7 +13,7 @@ import caffe2.python.hypothesis_test_util as hu
 
 from caffe2py.errors import Caffe2Error
 
-from _caffe2_op_helpers import floats_tensor
+from _caffe2_op_helpers import floats_tensor, spread
 
 
 class OpTest(hu.HypothesisTestCase):
@@ -107,11 +107,11 @@ class TestSelect(OpTest):
         self.assertReferenceChecks(hu.cpu_do, op, [dV, I, X],
                                    lambda dV, I, X: (np.array([[20, 30, 10], [70, 60, 50]], np.float32),))
 
-    @given(X=hu.tensor(min_dim=2, max_dim=2, elements=st.floats(-10, 10), unique=True), **hu.gcs_cpu_only)
-    @settings(max_examples=4)
-    def test_top_k_gradient_checks(self, X, gc, dc):
-        op = core.CreateOperator("TopK", ["X"], ["V", "I"], k=1)
-        self.assertGradientChecks(gc, op, [X], 0, [0])
+    def test_top_k_gradient_checks(self):
+        X = spread(3, 5, seed=4)
+        for k, axis in ((1, -1), (3, 1), (2, 0), (7, 1)):             # k past the dim: padded entries
+            op = core.CreateOperator("TopK", ["X"], ["V", "I"], k=k, axis=axis)
+            self.assertGradientChecks(hu.cpu_do, op, [X], 0, [0])
 
     def test_errors(self):
         X = np.ones((2, 3), np.float32)
@@ -192,11 +192,13 @@ class TestLayerNorm(OpTest):
         self.assertReferenceChecks(gc, op, inputs, lambda *a: tuple(w.astype(np.float32) for w in want),
                                    threshold=1e-3, atol=1e-3)
 
-    @given(X=floats_tensor(min_dim=2, max_dim=2), **hu.gcs_cpu_only)
-    @settings(max_examples=4)
-    def test_gradient_checks(self, X, gc, dc):
-        op = core.CreateOperator("LayerNorm", ["X"], ["Y", "m", "s"])
-        self.assertGradientChecks(gc, op, [X], 0, [0])
+    def test_gradient_checks(self):
+        X = np.random.RandomState(5).randn(3, 4).astype(np.float32)      # rows far from constant
+        g, b = np.random.RandomState(6).randn(2, 4).astype(np.float32)
+        self.assertGradientChecks(hu.cpu_do, core.CreateOperator("LayerNorm", ["X"], ["Y", "m", "s"]), [X], 0, [0])
+        op = core.CreateOperator("LayerNorm", ["X", "g", "b"], ["Y", "m", "s"], elementwise_affine=1)
+        for i in range(3):
+            self.assertGradientChecks(hu.cpu_do, op, [X, g, b], i, [0], threshold=0.01)
 
     def test_errors(self):
         X = np.ones((2, 3), np.float32)
@@ -242,7 +244,12 @@ class TestNormalize(OpTest):
             n = np.sqrt((X64 ** 2).sum(axis=1, keepdims=True))
             return ((d / n - X64 * (X64 * d).sum(axis=1, keepdims=True) / n ** 3).astype(np.float32),)
         self.assertReferenceChecks(gc, op, [X, dY], ref, threshold=1e-3)
-        self.assertGradientChecks(gc, core.CreateOperator("Normalize", ["X"], ["Y"]), [X], 0, [0])
+
+    def test_normalize_gradient_checks(self):
+        X = spread(3, 4, seed=7)
+        for axis in (-1, 0):
+            op = core.CreateOperator("Normalize", ["X"], ["Y"], axis=axis)
+            self.assertGradientChecks(hu.cpu_do, op, [X], 0, [0])
 
     @given(X=floats_tensor(min_dim=4, max_dim=4), inplace=st.booleans(), **hu.gcs_cpu_only)
     @settings(max_examples=10)
@@ -307,14 +314,16 @@ class TestRowSimilarity(OpTest):
                                                                  (dZ[:, None] * rows(X)).reshape(X.shape)
                                                                  .astype(np.float32)))
 
-    @given(XY=hu.tensors(n=2, min_dim=2, max_dim=2, elements=st.floats(0.5, 2)), **hu.gcs_cpu_only)
-    @settings(max_examples=5)
-    def test_gradient_checks(self, XY, gc, dc):
-        X, Y = XY
+    def test_gradient_checks(self):
+        X, Y = spread(3, 4, seed=8), spread(3, 4, seed=9)
         for op_type in ("DotProduct", "CosineSimilarity"):
             op = core.CreateOperator(op_type, ["X", "Y"], ["Z"])
-            self.assertGradientChecks(gc, op, [X, Y], 0, [0])
-            self.assertGradientChecks(gc, op, [X, Y], 1, [0])
+            self.assertGradientChecks(hu.cpu_do, op, [X, Y], 0, [0])
+            self.assertGradientChecks(hu.cpu_do, op, [X, Y], 1, [0])
+        for args in ({"pad_value": 0.5}, {"replicate": 1}):
+            op = core.CreateOperator("DotProductWithPadding", ["X", "Y"], ["Z"], **args)
+            for i in (0, 1):
+                self.assertGradientChecks(hu.cpu_do, op, [X, spread(3, 2, seed=10)], i, [0])
 
     def test_cosine_gradient_matches_torch(self):
         torch = pytest.importorskip("torch")
