@@ -3,6 +3,7 @@ list it returns, [ms per iteration, then ms per op]."""
 import sys
 import time
 
+from .blob_scopes import BlobOverlay
 from .devices import cpu_run_context, wait_for_compiled_kernels
 from .registry import Cost, OpContext
 from .schema_inference import type_of_value
@@ -31,7 +32,7 @@ def per_op_timing(plan, blobs, iterations):
     costs = [None] * len(steps)
     feature_mb = [0.0] * len(steps)
     for it in range(iterations):
-        env = {}
+        env = BlobOverlay(blobs)
         with cpu_run_context():          # as Plan.run does, so op times match plain runs
             for k, step in enumerate(steps):
                 if it == 0:
@@ -42,7 +43,7 @@ def per_op_timing(plan, blobs, iterations):
                 totals[k] += time.perf_counter() - t0
                 if it == 0:
                     feature_mb[k] = sum(_nbytes(env.get(b)) for b in step.outputs) / 1e6
-        blobs.update(env)
+        env.commit()
     return [t * 1e3 / max(iterations, 1) for t in totals], costs, feature_mb
 
 

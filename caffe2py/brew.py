@@ -2,7 +2,6 @@
 ModelHelper, with the model's arg_scope applied."""
 import functools
 
-from .errors import Caffe2Error
 
 _HELPERS = {}
 
@@ -63,14 +62,15 @@ def conv(model, blob_in, blob_out, dim_in, dim_out, kernel, weight_init=None, bi
 
 def spatial_bn(model, blob_in, blob_out, dim_in, epsilon=1e-5, momentum=0.9, is_test=True,
                order="NCHW", **kwargs):
-    if not is_test:
-        raise Caffe2Error("brew.spatial_bn: only is_test=True (inference) is supported")
     scale = model.create_param(str(blob_out) + "_s", [dim_in], ("ConstantFill", {"value": 1.0}))
     bias = model.create_param(str(blob_out) + "_b", [dim_in], ("ConstantFill", {"value": 0.0}))
     mean = model.create_param(str(blob_out) + "_rm", [dim_in], ("ConstantFill", {"value": 0.0}))
     var = model.create_param(str(blob_out) + "_riv", [dim_in], ("ConstantFill", {"value": 1.0}))
-    return model.net.SpatialBN([blob_in, scale, bias, mean, var], blob_out, epsilon=epsilon,
-                               momentum=momentum, is_test=1, order=order, **kwargs)
+    # training also writes the running statistics (in place) and the saved batch ones
+    outputs = blob_out if is_test else [blob_out, mean, var, str(blob_out) + "_sm", str(blob_out) + "_siv"]
+    out = model.net.SpatialBN([blob_in, scale, bias, mean, var], outputs, epsilon=epsilon,
+                              momentum=momentum, is_test=int(bool(is_test)), order=order, **kwargs)
+    return out if is_test else out[0]
 
 
 def _simple(op_type, name):

@@ -23,6 +23,8 @@ def _target(fullname):
         return _RENAMED[fullname]
     if fullname.startswith("caffe2.python."):
         return "caffe2py." + fullname[len("caffe2.python."):]
+    if fullname.startswith("caffe2.proto.") and fullname.endswith("_pb2"):
+        return "caffe2py.proto." + fullname[len("caffe2.proto."):]
     return None
 
 

@@ -7,6 +7,7 @@ from .args import make_argument
 from .errors import Caffe2Error
 from .proto import caffe2_pb2
 from .scope import DeviceScope, NameScope, CurrentNameScope, CurrentDeviceScope  # noqa: F401
+from .gradients import IR, GradientRegistry, GradientSlice  # noqa: F401
 
 DataType = caffe2_pb2.TensorProto.DataType
 for _name in DataType.keys():
@@ -197,10 +198,13 @@ class Net:
 
     @staticmethod
     def current_prefix():
-        return ""
+        from .net_builder import NetBuilder
+        builder = NetBuilder.current(required=False)
+        return builder.name if builder else ""
 
     @staticmethod
     def _get_next_net_name(basename):
+        basename = "/".join(x for x in [Net.current_prefix(), basename] if x)
         name = basename
         i = 1
         while name in Net._net_names_used:
@@ -248,6 +252,27 @@ class Net:
         name = str(blob)
         return any(name in op.input or name in op.output for op in self._net.op) \
             or name in self._external_input_map
+
+    def UsedBlobNames(self):
+        """Every blob name the net's ops read or write, plus its external inputs/outputs."""
+        names = set(self._net.external_input) | set(self._net.external_output)
+        for op in self._net.op:
+            names.update(op.input)
+            names.update(op.output)
+        return names
+
+    def add_attribute(self, name, obj):
+        self.__dict__.setdefault("_attr_dict", {}).setdefault(name, []).append(obj)
+
+    def get_attributes(self, name):
+        return self.__dict__.get("_attr_dict", {}).get(name, [])
+
+    def LogInfo(self, *msg_or_blobs):
+        """Print each blob, or each message (as a string constant), when the net runs."""
+        for item in msg_or_blobs:
+            blob = item if isinstance(item, BlobReference) else self.GivenTensorStringFill(
+                [], self.NextName("log"), shape=[], values=[str(item)])
+            self.Print(blob, [])
 
     def GetBlobRef(self, blob_name):
         if not self.BlobIsDefined(blob_name):
@@ -323,7 +348,8 @@ class Net:
             outputs = [self.NextName(prefix=op_type)]
         elif isinstance(outputs, int):
             outputs = [self.NextName(prefix=op_type, output_id=i) for i in range(outputs)]
-        op = CreateOperator(op_type, inputs, outputs, **kwargs)
+        # inputs are scoped names now: BlobReferences keep CreateOperator from scoping them again
+        op = CreateOperator(op_type, [BlobReference(name) for name in inputs], outputs, **kwargs)
         self._net.op.add().CopyFrom(op)
         self._op_outputs.update(op.output)
         refs = tuple(BlobReference(o, self) for o in op.output)
@@ -340,6 +366,25 @@ class Net:
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(registry.op_types()))
+
+    def Python(self, f, grad_f=None, python_func_type=None, pass_workspace=False,
+               grad_output_indices=None, grad_input_indices=None):
+        """Caffe2's Net.Python: returns a builder of `Python` ops running f(inputs,
+        outputs[, workspace]) on TensorCPU-like wrappers. f and grad_f are callables
+        (registered under a token in this process) or (func, args, kwargs) builder
+        tuples (pickled into the op). See operators/python_ops.py."""
+        from . import python_op_registry as P
+        f_builder, grad_builder = P.pickle_builder(f), P.pickle_builder(grad_f)
+        if grad_f and bool(f_builder) != bool(grad_builder):
+            raise Caffe2Error("A tuple has to be passed to both f and grad_f or neither.")
+        if f_builder:
+            core_kwargs = {"pickled_builder": f_builder, "pickled_grad_builder": grad_builder,
+                           "pass_workspace": pass_workspace}
+        else:
+            core_kwargs = {"token": P.register(f, grad_f, python_func_type, pass_workspace=pass_workspace)}
+        return lambda *args, **kwargs: self._CreateAndAddToSelf(
+            "Python", *args, grad_output_indices=list(grad_output_indices or []),
+            grad_input_indices=list(grad_input_indices or []), **dict(kwargs, **core_kwargs))
 
     def Const(self, array, blob_out=None, dtype=None):
         array = np.asarray(array, dtype=dtype)
@@ -383,6 +428,18 @@ class Net:
         proto.external_input[:] = [remap.get(b, b) for b in self._net.external_input]
         proto.external_output[:] = [remap.get(b, b) for b in self._net.external_output]
         return Net(proto)
+
+    def _ExtendOps(self, new_ops):
+        self._net.op.extend(new_ops)
+        for op in new_ops:
+            self._op_outputs.update(op.output)
+
+    def AddGradientOperators(self, ys, skip=0):
+        """Append the gradient ops of this net's ops (from `skip` on) for ys (a list:
+        gradients seeded with 1.0; a dict: blob -> its gradient blob, None = 1.0).
+        Returns {blob: gradient BlobReference or GradientSlice}; see caffe2py.gradients."""
+        from .gradients import add_gradient_operators
+        return add_gradient_operators(self, ys, skip)
 
     def RunAllOnGPU(self, gpu_id=0, use_cudnn=False):
         self._net.device_option.CopyFrom(DeviceOption(caffe2_pb2.CUDA, gpu_id))
@@ -466,6 +523,11 @@ def execution_step(name, steps_or_nets, num_iter=None, report_net=None, report_i
                    concurrent_substeps=None, should_stop_blob=None, only_once=None):
     step = ExecutionStep(name)
     items = steps_or_nets if isinstance(steps_or_nets, (list, tuple)) else [steps_or_nets]
+    items = [item for item in items if item is not None]
+    if not all(isinstance(item, Net) for item in items):
+        # A mix of nets, steps and NetBuilders: every item becomes a substep.
+        items = [item if isinstance(item, (ExecutionStep, caffe2_pb2.ExecutionStep))
+                 else to_execution_step(item) for item in items]
     for item in items:
         if isinstance(item, (ExecutionStep, caffe2_pb2.ExecutionStep)):
             step.AddSubstep(item)
@@ -511,3 +573,61 @@ class Plan:
     def AddStep(self, step):
         self._plan.execution_step.add().CopyFrom(step.Proto())
         self.AddNets(step.Nets())
+
+
+def to_execution_step(step_or_nets, default_name=None):
+    """An ExecutionStep from a step, a net or list of nets, or a NetBuilder (whose
+    stop blob becomes the step's should_stop_blob)."""
+    from .net_builder import NetBuilder
+    if isinstance(step_or_nets, ExecutionStep):
+        return step_or_nets
+    stop_blob = None
+    if not default_name and hasattr(step_or_nets, "name"):
+        default_name = step_or_nets.name
+    if isinstance(step_or_nets, NetBuilder):
+        stop_blob = step_or_nets._stop_blob
+        step_or_nets = step_or_nets.get()
+    if isinstance(step_or_nets, Net):
+        step_or_nets = [step_or_nets]
+    return execution_step(default_name, step_or_nets, should_stop_blob=stop_blob)
+
+
+# --------------------------------------------------------------------------- SSA helpers
+
+def get_ssa(net, blob_versions=None):
+    """(ssa, blob_versions): per op, its inputs and outputs as (name, version) pairs;
+    a blob's version counts the writes before that point (0: never written)."""
+    if isinstance(net, list):
+        versions = {} if blob_versions is None else blob_versions
+        return [get_ssa(n, versions)[0] for n in net], versions
+    proto = net.Proto() if isinstance(net, Net) else net
+    if not isinstance(proto, caffe2_pb2.NetDef):
+        raise Caffe2Error("get_ssa expects a Net or NetDef, got %s" % type(proto).__name__)
+    versions = {} if blob_versions is None else blob_versions
+    for name in proto.external_input:
+        versions.setdefault(str(name), 0)
+    ssa = []
+    for op in proto.op:
+        if not proto.external_input:
+            for name in op.input:
+                versions.setdefault(str(name), 0)
+        inputs = [(str(i), versions.get(str(i), 0)) for i in op.input]
+        for o in op.output:
+            versions[str(o)] = versions.get(str(o), 0) + 1
+        ssa.append((inputs, [(str(o), versions[str(o)]) for o in op.output]))
+    return ssa, versions
+
+
+def get_undefined_blobs(ssa):
+    """The blobs some op reads before any op of the net wrote them (version 0)."""
+    return {name for inputs, _ in ssa for name, version in inputs if version == 0}
+
+
+def get_output_producers(ssa):
+    """{(blob, version): index of the op that wrote that version}."""
+    return {out: i for i, (_, outputs) in enumerate(ssa) for out in outputs}
+
+
+def _RegisterPythonImpl(f, grad_f=None, python_func_type=None, pass_workspace=False):
+    from .python_op_registry import register
+    return register(f, grad_f, python_func_type, pass_workspace)

@@ -20,6 +20,7 @@ next ops while it is still in cache.
 """
 import time
 
+from .blob_scopes import BlobOverlay
 from .devices import cpu_run_context
 from .errors import Caffe2Error, OperatorError, describe_op
 from .host_memory import keep_freed_memory
@@ -36,7 +37,7 @@ class Step:
     """One compiled op: its def, kernel callable and blob names. `inputs` are the
     blobs the kernel receives; with reads_outputs they end with the op's outputs,
     whose current values may be absent (`optional`: passed as None)."""
-    __slots__ = ("index", "op_def", "kernel", "inputs", "outputs", "engine", "context", "optional")
+    __slots__ = ("index", "op_def", "kernel", "inputs", "outputs", "engine", "context", "takes_blobs", "optional")
 
     def __init__(self, index, op_def, kernel, engine, context, reads_outputs=False):
         self.index = index
@@ -47,6 +48,9 @@ class Step:
         self.optional = frozenset(self.outputs) - set(op_def.input) if reads_outputs else frozenset()
         self.engine = engine
         self.context = context
+        # registry.takes_blobs kernels get the run's blob dict first (ops such as
+        # Load(load_all) that touch blobs they do not name as outputs)
+        self.takes_blobs = bool(getattr(kernel, "takes_blobs", False))
 
 
 def normalized_ops(net_def):
@@ -88,11 +92,10 @@ def check_net(net_def, known_blobs):
                           "by the net; the first one is '%s'" % (name, missing[0]))
 
 
-def _local(slots, blob):
-    slot = slots.get(blob)
-    if slot is None:
-        slot = slots[blob] = "v%d" % len(slots)
-    return slot
+def _wants_workspace(step):
+    """Whether the kernel is called with the run's blob view first: its factory
+    called ctx.use_workspace(), or the callable is marked registry.takes_blobs."""
+    return step.takes_blobs or (step.context is not None and step.context.wants_workspace)
 
 
 class Plan:
@@ -112,53 +115,84 @@ class Plan:
         self._runner = self._render()
 
     def _render(self):
-        slots = {}
+        slots = {}           # blob -> the local variable holding its current value
         loads, body, line_of = [], [], []
-        written = []
+        dirty = []           # blobs whose local value the workspace view has not seen yet
         last_use = {}
+        counter = [0]
+        self.uses_workspace = any(_wants_workspace(s) for s in self.steps)
+
+        def new_local(blob):
+            slots[blob] = "v%d" % counter[0]
+            counter[0] += 1
+            return slots[blob]
+
         for position, step in enumerate(self.steps):
             for blob in step.inputs + step.outputs:
                 last_use[blob] = position
+        seen_workspace_op = False
+        written = set()
         for position, step in enumerate(self.steps):
             args = []
             for blob in step.inputs:
                 if blob not in slots:
-                    optional = blob in step.optional
-                    loads.append((blob, _local(slots, blob), optional))
-                    if not optional:
+                    local = new_local(blob)
+                    optional = blob in step.optional    # an output's current value, or None
+                    if blob not in written and blob not in self.reads and not optional:
                         self.reads.append(blob)
+                    read = "B.get(%r)" % blob if optional else "B[%r]" % blob
+                    if not seen_workspace_op:
+                        loads.append((local, read, blob, step.index))
+                    else:   # a workspace op may have changed it: read it where it is used
+                        body.append(("%s = %s" % (local, read), ("load", blob, step.index)))
                 args.append(slots[blob])
-            outs = [_local(slots, blob) for blob in step.outputs]
-            for blob in step.outputs:
-                if blob not in written and (self.keep is None or blob in self.keep):
-                    written.append(blob)
+            wants_workspace = _wants_workspace(step)
+            if wants_workspace:
+                # The op sees the workspace view: hand it every value written so far,
+                # and afterwards read everything again from the view.
+                for blob in dirty:
+                    body.append(("B[%r] = %s" % (blob, slots[blob]), ("step", step.index)))
+                dirty = []
+                args.insert(0, "B")
+                seen_workspace_op = True
             call = "k%d(%s)" % (step.index, ", ".join(args))
+            if wants_workspace:
+                slots.clear()
+            outs = [new_local(blob) for blob in step.outputs]
+            for blob in step.outputs:
+                written.add(blob)
+                if blob in dirty:
+                    dirty.remove(blob)
+                dirty.append(blob)
             if len(outs) == 0:
-                body.append(call)
+                body.append((call, ("step", step.index)))
             elif len(outs) == 1:
-                body.append("%s = %s" % (outs[0], call))
+                body.append(("%s = %s" % (outs[0], call), ("step", step.index)))
             else:
-                body.append("%s = %s" % (", ".join(outs), call))
-            line_of.append(step.index)
-            if self.keep is not None:
+                body.append(("%s = %s" % (", ".join(outs), call), ("step", step.index)))
+            if self.keep is not None and not self.uses_workspace:
                 # Dropping a blob right after its last use hands its memory back while
                 # it is still in cache: the next op's output reuses it.
                 done = sorted({slots[b] for b in step.inputs + step.outputs
                                if last_use[b] == position and b not in self.keep})
                 if done:
-                    body.append("del " + ", ".join(done))
-                    line_of.append(step.index)
-        self.writes = written
+                    body.append(("del " + ", ".join(done), ("step", step.index)))
+        if self.keep is not None and not self.uses_workspace:
+            dirty = [b for b in dirty if b in self.keep]
+        self.writes = list(dirty)
         lines = ["def make(K):"]
         lines += ["    k%d = K[%d]" % (s.index, i) for i, s in enumerate(self.steps)]
         lines.append("    def run(B):")
-        for blob, local, optional in loads:
-            self._load_line_to_blob[len(lines) + 1] = blob
-            lines.append("        %s = B%s" % (local, ".get(%r)" % blob if optional else "[%r]" % blob))
-        for text, index in zip(body, line_of):
-            self._line_to_step[len(lines) + 1] = index
+        for local, read, blob, index in loads:
+            self._load_line_to_blob[len(lines) + 1] = (blob, index)
+            lines.append("        %s = %s" % (local, read))
+        for text, (kind, *where) in body:
+            if kind == "load":
+                self._load_line_to_blob[len(lines) + 1] = tuple(where)
+            else:
+                self._line_to_step[len(lines) + 1] = where[0]
             lines.append("        " + text)
-        for blob in written:
+        for blob in dirty:
             lines.append("        B[%r] = %s" % (blob, slots[blob]))
         lines.append("        pass  # an empty net still needs a body")
         lines.append("    return run")
@@ -169,13 +203,17 @@ class Plan:
         return namespace["make"]([s.kernel for s in self.steps])
 
     def run(self, blobs):
-        """Run once against the dict of blobs; on failure raise OperatorError and
-        leave blobs untouched."""
+        """Run once against the mapping of blobs; on failure raise OperatorError and
+        leave blobs untouched. A plan with workspace ops (control flow) runs on an
+        overlay of blobs that is applied only when the whole run succeeded."""
+        target = BlobOverlay(blobs) if self.uses_workspace else blobs
         try:
             with cpu_run_context():
-                self._runner(blobs)
+                self._runner(target)
         except Exception as exc:  # noqa: BLE001 - re-raised with the op named
             raise self._explain(exc) from exc
+        if target is not blobs:
+            target.commit(self.keep)
 
     def _explain(self, exc):
         tb = exc.__traceback__
@@ -185,8 +223,8 @@ class Plan:
                 line = tb.tb_lineno
             tb = tb.tb_next
         if line in self._load_line_to_blob:
-            blob = self._load_line_to_blob[line]
-            reader = next(s for s in self.steps if blob in s.inputs)
+            blob, index = self._load_line_to_blob[line]
+            reader = next(s for s in self.steps if s.index == index)
             return self.step_error(reader, Caffe2Error("input blob '%s' does not exist in the workspace" % blob))
         index = self._line_to_step.get(line)
         step = next((s for s in self.steps if s.index == index), None)
@@ -203,15 +241,18 @@ class Plan:
 
     def run_step(self, step, env, blobs):
         """Run one step reading from env (this run's writes) then blobs; used by the
-        instrumented paths (observers, per-op benchmark)."""
+        instrumented paths (observers, per-op benchmark). A workspace op gets env
+        itself when it is a BlobOverlay of blobs (as run_observed passes it)."""
         try:
             args = [env[b] if b in env else blobs.get(b) if b in step.optional else blobs[b]
                     for b in step.inputs]
         except KeyError as exc:
             raise self.step_error(step, Caffe2Error("input blob '%s' does not exist in the workspace"
                                                     % exc.args[0])) from None
+        if _wants_workspace(step):
+            args.insert(0, env if isinstance(env, BlobOverlay) else BlobOverlay(blobs, env))
         try:
-            result = step.kernel(*args)
+            result = step.kernel(*([blobs] if step.takes_blobs else []), *args)
         except Exception as exc:  # noqa: BLE001
             raise self.step_error(step, exc) from exc
         n = len(step.outputs)
@@ -223,7 +264,7 @@ class Plan:
 
     def run_observed(self, blobs, observers):
         """Slow path with per-op hooks: observer.op_start(step) / op_stop(step)."""
-        env = {}
+        env = BlobOverlay(blobs)
         for obs in observers:
             obs.net_start(self)
         with cpu_run_context():          # as run() does, so op times match plain runs
@@ -233,7 +274,7 @@ class Plan:
                 self.run_step(step, env, blobs)
                 for obs in observers:
                     obs.op_stop(step)
-        blobs.update(env)
+        env.commit()
         for obs in observers:
             obs.net_stop(self)
 

@@ -12,10 +12,16 @@ class ModelHelper:
                  skip_sparse_optim=False, param_model=None, arg_scope=None):  # noqa: ARG002
         self.name = name or "model"
         self.net = core.Net(self.name)
-        self.param_init_net = core.Net(self.name + "_init")
         self.init_params = init_params
-        self.params = []
-        self.param_to_grad = {}
+        if param_model is not None:
+            # A step model (rnn_cell) creates its parameters in the outer model.
+            self.param_init_net = param_model.param_init_net
+            self.params = param_model.params
+            self.param_to_grad = param_model.param_to_grad
+        else:
+            self.param_init_net = core.Net(self.name + "_init")
+            self.params = []
+            self.param_to_grad = {}
         self.gradient_ops_added = False
         self._arg_scope = {"order": "NCHW", "use_cudnn": True, "cudnn_exhaustive_search": False}
         if arg_scope is not None:
@@ -32,7 +38,8 @@ class ModelHelper:
             op_type, kwargs = initializer, {}
         else:
             op_type, kwargs = initializer[0], dict(initializer[1] if len(initializer) > 1 else {})
-        ref = getattr(self.param_init_net, op_type)([], name, shape=list(shape), **kwargs)
+        # a BlobReference: the name is already scoped, the fill op must not scope it again
+        ref = getattr(self.param_init_net, op_type)([], core.BlobReference(name), shape=list(shape), **kwargs)
         self.AddParameter(ref)
         return ref
 
@@ -50,6 +57,17 @@ class ModelHelper:
 
     def GetAllParams(self, namescope=None):
         return self.GetParams(namescope)
+
+    def AddGradientOperators(self, *args, **kwargs):
+        """net.AddGradientOperators, recording grad_map and param_to_grad. Losses
+        given as a list must be scalars (checked when the net runs)."""
+        from .gradients import add_gradient_operators
+        if self.gradient_ops_added:
+            raise Caffe2Error("model '%s': AddGradientOperators was already called" % self.name)
+        self.gradient_ops_added = True
+        self.grad_map = add_gradient_operators(self.net, *args, scalar_losses=True, **kwargs)
+        self.param_to_grad = {p: self.grad_map[p] for p in self.params if p in self.grad_map}
+        return self.grad_map
 
     def Proto(self):
         return self.net.Proto()

@@ -199,6 +199,15 @@ class OpContext:
         self.input_types = input_types
         self.label = describe_op(index, op_def)
         self._args = ArgumentHelper(op_def)
+        self.wants_workspace = False
+
+    def use_workspace(self):
+        """The kernel will be called as run(blobs, *inputs): `blobs` is the mutable
+        mapping of every blob the op sees at its point of the run (the workspace
+        with this run's earlier writes on top; see blob_scopes.py). Writes to it
+        become visible to the ops after this one and reach the workspace when the
+        run succeeds. For ops that run subnets or act on the workspace itself."""
+        self.wants_workspace = True
 
     def _default(self, name, default):
         if default is not None or self.schema is None:
@@ -409,6 +418,14 @@ def select_kernel(op_def, index=None):
             log.debug("Engine %s is not available for operator %s", engine, op_def.type)
     raise Caffe2Error("%s: no %s kernel of '%s' covers opset version %s"
                       % (label, device_name(device), op_def.type, version))
+
+
+def takes_blobs(run):
+    """Mark a kernel callable that needs the blob dict of the run: the executor then
+    calls run(blobs, *inputs). Blobs it writes there are committed at once, not at the
+    end of the net (for ops like Load with load_all that create blobs no output names)."""
+    run.takes_blobs = True
+    return run
 
 
 _left_out = {}     # op type -> why caffe2py does not provide it (catalogue coverage)

@@ -58,7 +58,9 @@ def as_blob_value(value):
         return tensor_to_numpy(value)
     arr = np.asarray(value)
     if arr.dtype.kind in "SU":
-        arr = arr.astype(object)
+        # numpy's fixed-width bytes drop trailing NULs (a serialized proto can end in
+        # one): build the object array from the Python strings themselves
+        arr = np.array(value, dtype=object) if not isinstance(value, np.ndarray) else arr.astype(object)
     elif arr.dtype.kind == "O":
         pass
     elif arr.dtype not in _DATATYPE_OF:

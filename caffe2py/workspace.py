@@ -14,7 +14,7 @@ from .executor import Net, compile_net
 from .proto import caffe2_pb2
 from .registry import CUDA, registered_operator_keys
 from .schema_inference import infer_net, type_of_value
-from .tensors import as_blob_value, numpy_to_tensor, tensor_to_numpy
+from .tensors import as_blob_value
 
 
 def _name(x):
@@ -161,10 +161,16 @@ class Workspace:
             iterations = None  # run until the stop blob says so
         it = 0
         while iterations is None or it < iterations:
-            for sub in step.substep:
-                self._run_step(sub)
+            if step.concurrent_substeps and len(step.substep) > 1:
+                from .concurrent_steps import run_substeps_concurrently
+                run_substeps_concurrently(self._run_step, step.substep)
                 if self._should_stop(step):
                     return
+            else:
+                for sub in step.substep:
+                    self._run_step(sub)
+                    if self._should_stop(step):
+                        return
             for net_name in step.network:
                 self.run_net(net_name)
                 if self._should_stop(step):
@@ -302,21 +308,25 @@ def RegisteredOperators():
 
 
 def SerializeBlob(name):
+    """Caffe2's SerializeBlob: one unchunked BlobProto, laid out as Save writes it."""
+    from .serialization import serialize_blob_proto
     name = _name(name)
-    value = FetchBlob(name)
-    blob = caffe2_pb2.BlobProto(name=name, type="Tensor")
-    blob.tensor.CopyFrom(numpy_to_tensor(np.asarray(value), name=name))
-    return blob.SerializeToString()
+    try:
+        value = _ws().blobs[name]
+    except KeyError:
+        raise Caffe2Error("Can't find blob: %s" % name) from None
+    return serialize_blob_proto(value, name).SerializeToString()
 
 
 def DeserializeBlob(name, serialized):
-    try:
-        blob = caffe2_pb2.BlobProto.FromString(serialized)
-    except Exception as exc:  # noqa: BLE001
-        raise ProtoError("blob '%s': not a serialized BlobProto: %s" % (name, exc)) from None
-    if not blob.HasField("tensor"):
-        raise Caffe2Error("blob '%s': only Tensor blobs can be deserialized (type '%s')" % (name, blob.type))
-    return FeedBlob(name, tensor_to_numpy(blob.tensor))
+    """Caffe2's DeserializeBlob: a serialized BlobProto (any type Load reads) into blob `name`."""
+    from .serialization import deserialize_blob, parse_blob_proto
+    name = _name(name)
+    value = deserialize_blob(parse_blob_proto(serialized, name), name)
+    if isinstance(value, np.ndarray):
+        return FeedBlob(name, value)
+    _ws().blobs[name] = value
+    return True
 
 
 def StringifyProto(obj):

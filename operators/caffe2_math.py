@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from caffe2py.gradients import register_gradient
 from caffe2py.kernels.cpu.onnx import math as om
 from caffe2py.kernels.cpu.tensor import pointwise as pw
 from caffe2py.proto import caffe2_pb2
@@ -83,6 +84,11 @@ def _scale(ctx):
 
 
 _register_unary("Scale", _scale, FLOATS, "scale * x.", args=(Arg("scale", "float", 1.0),))
+
+
+@register_gradient("Scale")
+def _scale_gradient(g):
+    return [g.op("Scale", [g.GO(0)], [g.GI(0)])]
 _register_unary("ReplaceNaN", lambda ctx: lambda x: pw.replace_nan(x, ctx.float("value")), FLOATS,
                 "x with every NaN replaced by `value`.", args=(Arg("value", "float", 0.0),))
 

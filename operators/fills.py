@@ -55,7 +55,10 @@ _CONSTANT_DTYPES = {DT.FLOAT: np.float32, DT.DOUBLE: np.float64, DT.INT32: np.in
 
 register_schema(OpSchema(
     "ConstantFill", num_inputs=(0, 1), num_outputs=1, allow_inplace={(0, 0)},
-    args=_FILL_ARGS + (Arg("value", "any", 0.0), Arg("dtype", "int", DT.FLOAT)),
+    args=_FILL_ARGS + (Arg("value", "any", 0.0), Arg("dtype", "int", DT.FLOAT),
+                       Arg("require_scalar_input", "bool", False,
+                           doc="caffe2py: input 0 must hold one value (the loss whose gradient "
+                               "ModelHelper.AddGradientOperators seeds with 1.0)")),
     inference=_fill_inference(lambda ctx: ctx.int("dtype", DT.FLOAT)),
     doc="Fill the output with a constant `value` of `dtype`; shape from `shape` or input 0."))
 
@@ -73,7 +76,13 @@ def constant_fill(ctx):
             return np.full(shape, value, dtype=dtype)
         return run
 
+    scalar_only = ctx.bool("require_scalar_input", False)
+
     def run_like(x):
+        if scalar_only and np.size(x) != 1:
+            raise ctx.input_error(0, "a loss must be a scalar to seed its gradient with %s, got shape %s; "
+                                     "average it (AveragedLoss) or pass its gradient blob explicitly"
+                                  % (value, list(np.shape(x))))
         return np.full(_shape(ctx, (x,)), value, dtype=dtype)
     return run_like
 
@@ -95,7 +104,12 @@ def _given_values(ctx, dtype):
         out[:] = values
         return out
     if ctx.type == "GivenTensorByteStringToUInt8Fill":
-        return np.frombuffer(ctx.op_def.arg[[a.name for a in ctx.op_def.arg].index("values")].s, dtype=np.uint8)
+        # Caffe2 reads `values` as a repeated string holding one byte string
+        arg = next((a for a in ctx.op_def.arg if a.name == "values"), None)
+        if arg is not None and len(arg.strings) > 1:
+            raise ctx.error("`values` must hold one byte string, got %d" % len(arg.strings))
+        data = b"" if arg is None else (arg.strings[0] if len(arg.strings) else arg.s)
+        return np.frombuffer(data, dtype=np.uint8)
     arg = next((a for a in ctx.op_def.arg if a.name == "values"), None)
     if arg is None:
         return np.zeros(0, dtype=dtype)

@@ -1,6 +1,7 @@
 """LSTMUnit and LSTMUnitGradient (one LSTM timestep, gates laid out i, f, o, g)."""
 import numpy as np
 
+from caffe2py.gradients import register_gradient
 from caffe2py.kernels.cpu.recsys import lstm as K
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, register_kernel, register_schema
 
@@ -108,3 +109,19 @@ def lstm_unit_gradient(ctx):
                 raise ctx.input_error(k, "shape %s differs from cell_t_prev's %s" % (list(a.shape), list(c_prev.shape)))
         return K.lstm_unit_gradient(c_prev, gates, c, h, dc, dh, seq, t, forget_bias, drop)
     return run
+
+
+@register_gradient("LSTMUnit")
+def _lstm_unit_maker(g):
+    # Caffe2's inputs: the forward's inputs, both outputs and both output gradients; an
+    # output nobody differentiates contributes zeros of its shape
+    ops, grads = [], []
+    for i in (0, 1):
+        if g.has_grad(i):
+            grads.append(g.GO(i))
+        else:
+            zeros = "_%s_grad_zeros" % g.O(i)
+            ops.append(g.op("ConstantFill", [g.O(i)], [zeros], value=0.0))
+            grads.append(zeros)
+    ins = [g.input_value(i) for i in range(len(g.def_.input))] + [g.O(0), g.O(1)] + grads
+    return ops + [g.op("LSTMUnitGradient", ins, [g.GI(0), g.GI(1), g.GI(2)])]

@@ -1,7 +1,7 @@
 """Small Caffe2 ops that bound shape inference meets in recommendation nets:
 Bucketize, LpNorm, Clip, Mean, Tile, Shape, SparseLengthsSumSparseLookup (with
 CPU kernels), and schema-only Int8Quantize, Int8FC, the row-wise sparse SLS
-variants and UnPackRecords (their kernels are out of scope here)."""
+variants (their kernels are out of scope here)."""
 import numpy as np
 
 from caffe2py.proto import caffe2_pb2
@@ -240,7 +240,4 @@ for _bits in (8, 4):
             doc="SparseLengths%sSum over a pruned fused %d-bit row-wise table: indices go through "
                 "COMPRESSED_INDICES_MAPPING first (schema only: no kernel)." % ("Weighted" if _weighted else "", _bits)))
 
-register_schema(OpSchema(
-    "UnPackRecords", num_inputs=1, num_outputs=(1, None), args=(Arg("fields", "strings", None),),
-    doc="Unpack a packed record blob into its fields (schema only; bound shapes come from the "
-        "BoundShapeSpec's num_embeddings / embedding_length)."))
+# UnPackRecords: schema and kernel in dataset_ops.py.

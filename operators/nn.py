@@ -312,11 +312,17 @@ _register_pool("AveragePool", "average")
 
 register_schema(OpSchema(
     "SpatialBN", num_inputs=(5, 7), num_outputs={1, 5}, allow_inplace={(0, 0), (5, 3), (6, 4)},
+    enforce_inplace={(3, 1), (4, 2)},
     args=(Arg("is_test", "bool", True), Arg("epsilon", "float", 1e-5), Arg("momentum", "float", 0.9),
           Arg("order", "string", "NCHW")),
     inference=lambda ctx, ins: [ins[0]] + [TensorType((ins[0].dims[1 if _nchw(ctx) else -1],), ins[0].dtype)] * (ctx.n_outputs - 1),
-    inputs=("X", "scale", "bias", "mean", "var"), outputs=("Y",),
-    doc="Batch normalisation in inference mode (is_test=1): (x - mean) / sqrt(var + eps) * scale + bias."))
+    inputs=("X", "scale", "bias", "mean", "var"),
+    outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std"),
+    doc="Batch normalisation. is_test=1: (x - mean) / sqrt(var + eps) * scale + bias with the "
+        "running statistics, one output. is_test=0 (training, five outputs): normalised with "
+        "the batch's statistics; running_mean / running_var (in place on inputs 3 / 4) become "
+        "momentum * old + (1 - momentum) * batch value (the unbiased variance); saved_mean and "
+        "saved_inv_std = 1 / sqrt(batch var + eps) feed SpatialBNGradient."))
 
 
 register_schema(OpSchema(
@@ -330,8 +336,13 @@ register_schema(OpSchema(
 
 def _spatial_bn_factory(relu):
     def spatial_bn(ctx):
-        if not ctx.bool("is_test", True) or ctx.n_outputs != 1:
-            raise ctx.error("only inference mode (is_test=1, one output) is supported")
+        # Caffe2 defaults to training; without is_test the output count tells
+        is_test = ctx.bool("is_test") if ctx.has("is_test") else ctx.n_outputs == 1
+        if not relu and not is_test:
+            from .spatial_bn_train import training_kernel
+            return training_kernel(ctx)
+        if not is_test or ctx.n_outputs != 1:
+            raise ctx.error("inference mode (is_test=1) has one output, got %d" % ctx.n_outputs)
         eps = ctx.float("epsilon")
         nchw = _nchw(ctx)
 

@@ -223,7 +223,9 @@ def test_install_run_uninstall_leaves_nothing_in_site_packages(tmp_path):
     purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     # the running interpreter's packages (numpy, numba, pip, setuptools) without its caffe2py
-    parents = [p for p in site.getsitepackages() + [sysconfig.get_paths()["purelib"]] if os.path.isdir(p)]
+    # (an editable install's import hook is a .pth file, which the child does not run)
+    parents = [p for p in site.getsitepackages() + [sysconfig.get_paths()["purelib"]] + sys.path
+               if os.path.isdir(p) and os.path.basename(p) in ("site-packages", "dist-packages")]
     with open(os.path.join(purelib, "_parent.pth"), "w") as fh:
         fh.write("\n".join(dict.fromkeys(parents)) + "\n")
     env = dict(os.environ, CAFFE2PY_CACHE=str(tmp_path / "cache"), CAFFE2PY_JIT="inline", PIP_NO_INPUT="1")

@@ -7,12 +7,18 @@ from . import allocator, context
 DEVICE_ATTR = "_caffe2py_device_id"
 
 
+_gpu_array_class = []      # [GPUArray or None], looked up once: a failing import costs ~1 ms
+
+
 def is_device_array(value):
-    try:
-        from pycuda.gpuarray import GPUArray  # noqa: PLC0415
-    except ImportError:
-        return False
-    return isinstance(value, GPUArray)
+    if not _gpu_array_class:
+        try:
+            from pycuda.gpuarray import GPUArray  # noqa: PLC0415
+        except ImportError:
+            GPUArray = None
+        _gpu_array_class.append(GPUArray)
+    cls = _gpu_array_class[0]
+    return cls is not None and isinstance(value, cls)
 
 
 def device_id_of(value):

@@ -19,6 +19,7 @@ in registers, with bias and ReLU on the way out (one thread: 272 channels at 14x
 """
 import numpy as np
 
+from ..tensor.epilogue import bias_values
 from ..runtime.jit import compiled, prange, team_blocks
 
 
@@ -147,7 +148,7 @@ def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtyp
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         w2 = w.reshape(m, kh * kw)
-        b = np.zeros(m, dtype) if bias is None else bias.reshape(m)
+        b = np.zeros(m, dtype) if bias is None else bias_values(bias, dtype)
         for i in range(n):
             xi = np.ascontiguousarray(x[i])
             _depthwise(xi, w2, b, out[i], *geometry, relu, team_blocks(m, work))

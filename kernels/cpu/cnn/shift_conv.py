@@ -23,6 +23,7 @@ import numpy as np
 
 from ..runtime.blas import gemm_entry
 from ..runtime.buffers import DerivedWeights, team_work
+from ..tensor.epilogue import bias_values
 from ..runtime.jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
 from ..tensor.layout import copy_planes
 from ..tensor.team_gemm import gemm_into
@@ -169,7 +170,7 @@ def shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype):
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         wt = tap_major(w)
-        b = np.zeros(m, dtype) if bias is None else bias.reshape(m)
+        b = np.zeros(m, dtype) if bias is None else bias_values(bias, dtype)
         layout = (pt, pl, h, w_in)
         for i in range(n):
             xp = scratch.zeros(("shift_pad", layout), (c, rows, wp), dtype)

@@ -30,9 +30,12 @@ _NO_BIAS = {np.dtype(t).char: np.zeros(1, t) for t in (np.float32, np.float64)}
 def bias_values(bias, dtype):
     """What compiled output passes take for a bias: its values as a contiguous 1-D
     array of `dtype`, or one zero when there is none (a pass reads the bias only when
-    told it has one, but numba needs an array of the output's dtype either way)."""
+    told it has one, but numba needs an array of the output's dtype either way). Always
+    writable: a read-only bias (weights loaded from a model file) would be another numba
+    type, so every kernel taking it would compile a second time."""
     if bias is not None:
-        return np.ascontiguousarray(bias.reshape(-1), dtype=dtype)
+        values = np.ascontiguousarray(bias.reshape(-1), dtype=dtype)
+        return values if values.flags.writeable else values.copy()
     zero = _NO_BIAS.get(np.dtype(dtype).char)
     return zero if zero is not None else np.zeros(1, dtype)
 

@@ -1,0 +1,1 @@
+"""Data-input kernels: walking nested (lengths-encoded) datasets, tokenizing text files."""

@@ -1,0 +1,1 @@
+"""Loss and metric kernels (softmax cross-entropy, cross-entropies, distances)."""
