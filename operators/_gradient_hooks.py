@@ -1,23 +1,7 @@
-"""Gradient makers for operator modules that must also load where caffe2py has no
-gradient registry yet (caffe2py.gradients). With the registry these are its own
-functions; without it they accept the same calls and register nothing, so an
-operator module defines its makers once and they become active when the registry
-is present."""
-try:
-    from caffe2py.gradients import no_gradient, register_gradient, should_not_do_gradient
-    HAVE_GRADIENTS = True
-except ImportError:          # a build without the gradient registry: forward ops only
-    HAVE_GRADIENTS = False
-
-    def register_gradient(*op_types, **options):
-        return lambda maker: maker
-
-    def no_gradient(*op_types):
-        return None
-
-    def should_not_do_gradient(*op_types):
-        return None
-
+"""Gradient registration helpers for the caffe2-domain operator modules: the
+registry's own functions, and delegate_gradient for ops that are another name of an
+op (Conv2D of Conv, DepthConcat of Concat) whose maker may load later."""
+from caffe2py.gradients import get_gradient_for_op, no_gradient, register_gradient, should_not_do_gradient
 
 
 def delegate_gradient(alias, op_type, rename=()):
@@ -29,7 +13,6 @@ def delegate_gradient(alias, op_type, rename=()):
 
     @register_gradient(alias, copy_arguments=False, copy_device_option=False, copy_engine=False)
     def _maker(g):
-        from caffe2py.gradients import get_gradient_for_op
         twin = type(g.def_)()
         twin.CopyFrom(g.def_)
         twin.type = op_type
@@ -42,4 +25,4 @@ def delegate_gradient(alias, op_type, rename=()):
     return _maker
 
 
-__all__ = ["HAVE_GRADIENTS", "delegate_gradient", "no_gradient", "register_gradient", "should_not_do_gradient"]
+__all__ = ["delegate_gradient", "no_gradient", "register_gradient", "should_not_do_gradient"]

@@ -3,25 +3,17 @@ Conv2D, Conv3D, MaxPool1D..3D and AveragePool1D..3D are other names of Conv, Max
 and AveragePool (Caffe2 registered the same operator classes under them; like Caffe2
 they do not check the input's rank), so they are aliases sharing those kernels
 (registry.register_alias). Their gradient ops (Conv2DGradient, MaxPool2DGradient, ...)
-alias ConvGradient / MaxPoolGradient / AveragePoolGradient where those exist. LpPool
+alias ConvGradient / MaxPoolGradient / AveragePoolGradient. LpPool
 (`p`, the pooling geometry arguments) has its own kernel: kernels/cpu/cnn/lp_pool.py."""
-import importlib
 import math
 
 from caffe2py.kernels.cpu.cnn import lp_pool as K
 from caffe2py.kernels.cpu.cnn.pool import pool_output_shape
-from caffe2py.registry import Arg, Cost, OpSchema, TensorType, has_op, register_alias, register_kernel, register_schema
+from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_alias, register_kernel, register_schema
 
-from . import nn
+from . import conv_grad, nn, pool_grad  # noqa: F401  (the ops and gradient ops aliased here)
 from ._caffe2_binary import FLOATS, check_dtype
 from ._gradient_hooks import delegate_gradient, register_gradient
-
-# gradient kernels of the aliased ops, where this build has them
-for _module in ("conv_grad", "pool_grad"):
-    try:
-        importlib.import_module(__package__ + "." + _module)
-    except ImportError:
-        pass
 
 
 def _conv_schema_changes(rank):
@@ -33,15 +25,13 @@ def _conv_schema_changes(rank):
 for _rank in (1, 2, 3):
     _name = "Conv%dD" % _rank
     register_alias(_name, "Conv", **_conv_schema_changes(_rank))
-    if has_op("ConvGradient"):
-        register_alias(_name + "Gradient", "ConvGradient")
+    register_alias(_name + "Gradient", "ConvGradient")
     delegate_gradient(_name, "Conv", rename={"ConvGradient": _name + "Gradient"})
     for _pool in ("MaxPool", "AveragePool"):
         _name = "%s%dD" % (_pool, _rank)
         register_alias(_name, _pool, doc="Caffe2's name for %d-D %s (the same operator; see %s)."
                        % (_rank, _pool, _pool))
-        if has_op(_pool + "Gradient"):
-            register_alias(_name + "Gradient", _pool + "Gradient")
+        register_alias(_name + "Gradient", _pool + "Gradient")
         delegate_gradient(_name, _pool, rename={_pool + "Gradient": _name + "Gradient"})
 
 

@@ -158,7 +158,7 @@ class TestConvPoolAliases(OpTest):
         self.assertReferenceChecks(gc, op, inputs, lambda *a: (want,))
 
     def test_alias_gradients(self):
-        gradients = pytest.importorskip("caffe2py.gradients")
+        from caffe2py import gradients
         ops, _ = gradients.get_gradient_for_op(core.CreateOperator("Conv2D", ["X", "W", "b"], ["Y"]), ["Y_grad"])
         assert [(o.type, list(o.input), list(o.output)) for o in ops] == [
             ("Conv2DGradient", ["X", "W", "Y_grad"], ["W_grad", "b_grad", "X_grad"])]     # Caffe2's names

@@ -1,7 +1,7 @@
 """Caffe2's reductions (operators/caffe2_reduce.py) with hypothesis_test_util, against
 NumPy references written out here from Caffe2's definitions, through the
-caffe2.python aliases. Gradient ops are checked against their formulas directly, and
-through assertGradientChecks where caffe2py has the gradient registry."""
+caffe2.python aliases. Gradient ops are checked against their formulas directly, and the
+makers through assertGradientChecks (finite differences)."""
 import caffe2py.compat  # noqa: F401  (the caffe2.python aliases)
 
 import hypothesis.strategies as st
@@ -296,7 +296,7 @@ class TestSums(OpTest):
 
 
 def test_gradient_makers_follow_caffe2():
-    gradients = pytest.importorskip("caffe2py.gradients")
+    from caffe2py import gradients
     ops, _ = gradients.get_gradient_for_op(core.CreateOperator("ReduceFrontMax", ["X", "L"], ["Y"]), ["Y_grad"])
     assert [(o.type, list(o.input), list(o.output)) for o in ops] == [
         ("ReduceFrontMaxGradient", ["Y_grad", "X", "Y", "L"], ["X_grad"])]
