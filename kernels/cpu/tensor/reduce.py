@@ -175,21 +175,21 @@ def _top_columns_numpy(lines, k):
 def _top_k_rows(lines, k, cols, blocks):
     """cols[i] = the k columns of row i with the largest values, best first: NaN
     before numbers, then larger values, equal ones by column. One pass per row; a
-    value enters the ordered buffer only when it beats the current k-th."""
+    value enters the ordered buffer only when it beats the current k-th, `worst`
+    (kept in a register: most values are rejected by one comparison)."""
     rows, n = lines.shape
     for t in prange(blocks):
         for i in range(rows * t // blocks, rows * (t + 1) // blocks):
             row = lines[i]
             best = cols[i]
             count = 0
+            worst = row[0]
             for j in range(n):
                 v = row[j]
                 v_nan = v != v
                 if count == k:
-                    w = row[best[k - 1]]
-                    w_nan = w != w
                     # a later column must rank strictly higher than the current k-th
-                    if not ((v_nan and not w_nan) or (not v_nan and not w_nan and v > w)):
+                    if not (v > worst or (v_nan and worst == worst)):
                         continue
                     pos = k - 1
                 else:
@@ -197,13 +197,13 @@ def _top_k_rows(lines, k, cols, blocks):
                     count += 1
                 while pos > 0:
                     w = row[best[pos - 1]]
-                    w_nan = w != w
-                    if (v_nan and not w_nan) or (not v_nan and not w_nan and v > w):
+                    if (v_nan and w == w) or v > w:
                         best[pos] = best[pos - 1]
                         pos -= 1
                     else:
                         break
                 best[pos] = j
+                worst = row[best[count - 1]]
 
 
 @_top_k_rows.numpy_twin
