@@ -159,12 +159,12 @@ _FRONT_BACK = {   # op type -> (front?, kind, dtypes)
 
 
 def _register_front_back(op_type, front, kind, allowed):
-    side = "leading" if front else "trailing"
+    side = "first" if front else "last"
     register_schema(OpSchema(
         op_type, num_inputs=(1, 2), num_outputs=1, args=_FRONT_BACK_ARGS, inputs=("data_in", "lengths"),
         outputs=("data_out",), cost=_reduce_cost,
         inference=lambda ctx, ins: [TensorType(_front_back_view(ctx, ins[0].dims, front)[2], ins[0].dtype)],
-        doc="The %s of X over its first num_reduce_dim %s dims. With `lengths` (num_reduce_dim 1; one int per "
+        doc="The %s of X over its %s num_reduce_dim dims. With `lengths` (num_reduce_dim 1; one int per "
             "output value) output i reduces only the first lengths[i] entries. %s; integer means truncate."
             % (kind, side, ", ".join(np.dtype(t).name for t in allowed))))
     grad_inputs = ("dY", "X", "Y", "lengths") if kind == "max" else ("dY", "X", "lengths")
