@@ -187,11 +187,13 @@ def pad_image(ctx):
 
     def run(x):
         _padded_dims(ctx, x.shape, True)
-        if mode == "reflect":
-            for axis, before, after in ((axes[0], pads[0], pads[2]), (axes[1], pads[1], pads[3])):
-                if max(before, after) >= x.shape[axis]:
-                    raise ctx.input_error(0, "reflect padding %s needs each pad below the dim's size; dim %d "
-                                             "of %s is %d" % (list(pads), axis, list(x.shape), x.shape[axis]))
+        for axis, before, after in ((axes[0], pads[0], pads[2]), (axes[1], pads[1], pads[3])):
+            if mode == "reflect" and max(before, after) >= x.shape[axis]:
+                raise ctx.input_error(0, "reflect padding %s needs each pad below the dim's size; dim %d "
+                                         "of %s is %d" % (list(pads), axis, list(x.shape), x.shape[axis]))
+            if mode == "edge" and x.shape[axis] == 0 and max(before, after) > 0:
+                raise ctx.input_error(0, "edge padding repeats the edge, but dim %d of %s is empty"
+                                      % (axis, list(x.shape)))
         return K.pad_image(x, pads, mode, value, axes)
     return run
 

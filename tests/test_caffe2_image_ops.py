@@ -93,6 +93,14 @@ class TestConvTranspose(OpTest):
         self.assertReferenceChecks(hu.cpu_do, no_bias, [X, W, dY], lambda *a: (wt.grad.numpy(),),
                                    threshold=1e-3, atol=1e-3)
 
+    def test_empty_batch_and_channels(self):
+        W, b = np.ones((2, 1, 3, 3), np.float32), np.array([0.5], np.float32)
+        op = core.CreateOperator("ConvTranspose", ["X", "W", "b"], ["Y"], kernel=3, stride=2)
+        self.assertReferenceChecks(hu.cpu_do, op, [np.zeros((0, 2, 3, 3), np.float32), W, b],
+                                   lambda *a: (np.zeros((0, 1, 7, 7), np.float32),))
+        self.assertReferenceChecks(hu.cpu_do, op, [np.zeros((1, 0, 3, 3), np.float32), W[:0], b],
+                                   lambda *a: (np.full((1, 1, 7, 7), 0.5, np.float32),))     # bias only
+
     def test_legacy_pad_and_1d(self):
         X, W = _rand(1, 2, 3, 3, seed=8), _rand(2, 1, 2, 2, seed=9)
         op = core.CreateOperator("ConvTranspose", ["X", "W"], ["Y"], kernel=2, stride=2, legacy_pad=2)
@@ -343,6 +351,8 @@ class TestLayout(OpTest):
         self._raises(core.CreateOperator("SpaceToBatch", ["X"], ["Y"], order="NHWC"), [X], "only order NCHW")
         self._raises(core.CreateOperator("PadImage", ["X"], ["Y"], pad=3, mode="reflect"), [X],
                      "reflect padding .* needs each pad below the dim's size")
+        self._raises(core.CreateOperator("PadImage", ["X"], ["Y"], pad=1, mode="edge"),
+                     [np.ones((1, 1, 0, 2), np.float32)], "edge padding repeats the edge, but dim 2 .* is empty")
         self._raises(core.CreateOperator("PadImage", ["X"], ["Y"], pad=1, mode="wrap"), [X],
                      "mode must be one of constant, reflect, edge")
         self._raises(core.CreateOperator("PadImage", ["X"], ["Y"], pad=1, stride=2), [X],
@@ -451,6 +461,11 @@ class TestCompressed(OpTest):
             return ((X.astype(np.float64) @ W + b).astype(np.float32),)
         op = core.CreateOperator("TT", ["X", "b", "cores"], ["Y"], inp_sizes=inp, out_sizes=out, tt_ranks=ranks)
         self.assertReferenceChecks(gc, op, [X, b, packed], ref, threshold=1e-4, atol=1e-4)
+
+    def test_tt_empty_batch(self):
+        op = core.CreateOperator("TT", ["X", "b", "c"], ["Y"], inp_sizes=[2], out_sizes=[3], tt_ranks=[1, 1])
+        self.assertReferenceChecks(hu.cpu_do, op, [np.ones((0, 2), np.float32), np.ones(3, np.float32),
+                                                    np.ones(6, np.float32)], lambda *a: (np.zeros((0, 3), np.float32),))
 
     def test_errors(self):
         self._raises(core.CreateOperator("QuantDecode", ["cb", "c"], ["d"]),

@@ -25,6 +25,8 @@ def tt_linear(x2, bias, cores, inp_sizes, out_sizes, ranks):
     below the dense B x N x M product for large layers."""
     d = len(inp_sizes)
     batch = x2.shape[0]
+    if batch == 0:
+        return np.zeros((0, int(np.prod(out_sizes))), x2.dtype)
     buf = x2
     at = 0
     for k in range(d - 1, -1, -1):
