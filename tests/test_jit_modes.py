@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
+from caffe2py.kernels.cpu.cnn import conv_transpose as conv_transpose_k
 from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.kernels.cpu.runtime import jit
 from caffe2py.kernels.cpu.tensor import epilogue, layout
+from caffe2py.kernels.cpu.tensor import normalize as normalize_k
+from caffe2py.kernels.cpu.tensor import reduce as reduce_k
 from caffe2py.kernels.cpu.tensor.team_gemm import gemm_into
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,6 +65,19 @@ def _everything():
     a, bm = _rand(rng, 3, 40, 30), _rand(rng, 3, 30, 20)
     out.append(gemm_into(a, bm, np.empty((3, 40, 20), np.float32), _rand(rng, 120), _rand(rng, 3, 40, 20), True))
     out.append(gemm_into(a[0, :1], bm[0], np.empty((1, 20), np.float32)))      # one row: GEMV
+    # transposed convolutions: col2im with stride 1 and 2, crops, output padding, dilation, 1-D
+    for x_shape, w_shape, strides, pads, dilations, group, adjs in (
+            ((2, 4, 5, 6), (4, 3, 3, 3), (2, 2), (1, 0, 1, 2), (1, 1), 2, (1, 0)),
+            ((1, 3, 4, 4), (3, 2, 2, 3), (1, 1), (0, 0, 0, 0), (2, 1), 1, (0, 0)),
+            ((2, 2, 7), (2, 3, 4), (3,), (1, 2), (1,), 1, (2,))):
+        x, w, b = _rand(rng, *x_shape), _rand(rng, *w_shape), _rand(rng, w_shape[1] * group)
+        out.append(conv_transpose_k.conv_transpose(x, w, b, strides, pads, dilations, group, adjs))
+    rows = _rand(rng, 33, 70)
+    out.extend(normalize_k.layer_norm(rows, 1e-5))                              # Caffe2's LayerNorm rows
+    out.extend(normalize_k.layer_norm(rows, 1e-3, _rand(rng, 70), _rand(rng, 70)))
+    ties = np.round(_rand(rng, 40, 300))                                        # TopK rows with ties
+    ties[3, 7] = np.nan
+    out.extend(reduce_k.top_k(ties, 5, 1))
     return out + _recsys_kernel_results(rng)
 
 

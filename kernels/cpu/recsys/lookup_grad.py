@@ -46,8 +46,10 @@ def sparse_lengths_values(grad, lengths, n_indices, weights=None, mean=False):
 def sparse_lengths_weight_grad(grad, lengths, data, indices):
     check_indices(indices, data.shape[0])
     seg = segment_ids(lengths, indices.size)
-    rows = np.take(data, indices, axis=0).reshape(indices.size, -1).astype(np.float32, copy=False)
-    g = np.take(grad, seg, axis=0).reshape(indices.size, -1)
+    # explicit widths: reshape(0, -1) cannot work out -1 when there are no indices
+    rows = np.take(data, indices, axis=0).reshape(indices.size, int(np.prod(data.shape[1:]))) \
+        .astype(np.float32, copy=False)
+    g = np.take(grad, seg, axis=0).reshape(indices.size, int(np.prod(grad.shape[1:])))
     if g.shape[1] != rows.shape[1]:
         raise LookupInputError("grad", "the output gradient rows hold %d values, DATA rows %d"
                                % (g.shape[1], rows.shape[1]))
