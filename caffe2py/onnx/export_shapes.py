@@ -16,6 +16,7 @@ import numpy as np
 
 from caffe2py.errors import Caffe2Error
 from caffe2py.proto import caffe2_pb2
+from caffe2py.registry import ONNX_DOMAIN
 from caffe2py.shape_inference import BoundShapeInferencer, BoundShapeSpec, DimType, ShapeInfo
 from caffe2py.tensors import data_type_of, numpy_dtype
 
@@ -81,16 +82,73 @@ def _batch_bound(ops, hints):
     return firsts.most_common(1)[0][0] if firsts else 1
 
 
+def _onnx_node_types(op, shapes, constants):
+    """{output: ShapeInfo} of an ai.onnx op from onnx's own shape inference, with
+    small constant inputs as initializers (Reshape's shape); {} when it cannot tell."""
+    import onnx
+    from onnx import helper, numpy_helper
+    from .export_onnx_ops import onnx_node
+    try:
+        node, _ = onnx_node(op, op.op_version or 13)
+    except Caffe2Error:
+        return {}
+    inputs, inits = [], []
+    for name in dict.fromkeys(n for n in op.input):
+        info = shapes[name]
+        inputs.append(helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(numpy_dtype(info.dtype)), list(info.dims)))
+        value = constants.get(name)
+        if value is not None and getattr(value, "size", 1 << 30) <= 4096 and value.dtype.kind in "iub":
+            inits.append(numpy_helper.from_array(np.asarray(value), name))
+    graph = helper.make_graph([node], "node", inputs, [helper.make_empty_tensor_value_info(n) for n in op.output],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", op.op_version or 13)])
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception:  # noqa: BLE001 - onnx raises several types; the value stays unknown
+        return {}
+    found = {}
+    for value in list(inferred.graph.value_info) + list(inferred.graph.output):
+        t = value.type.tensor_type
+        if value.name not in op.output or not t.elem_type or not t.HasField("shape") \
+                or any(not d.HasField("dim_value") for d in t.shape.dim):
+            continue
+        dims = [d.dim_value for d in t.shape.dim]
+        found[value.name] = ShapeInfo(dims, [DimType.CONSTANT] * len(dims),
+                                      data_type_of(helper.tensor_dtype_to_np_dtype(t.elem_type)))
+    return found
+
+
+def _onnx_fill(ops, shapes, constants):
+    """Types of ai.onnx ops' outputs the inferencer left unknown (a Reshape whose
+    shape is a constant input), found by onnx's shape inference, in op order."""
+    known, found = dict(shapes), {}
+    for op in ops:
+        if op.domain != ONNX_DOMAIN or all(o in known for o in op.output) \
+                or any(i not in known for i in op.input):
+            continue
+        for name, info in _onnx_node_types(op, known, constants).items():
+            if name not in known:
+                known[name] = found[name] = info
+    return found
+
+
 def _run(ops, name, hints, constants):
     net = caffe2_pb2.NetDef(name=name)
     net.op.extend(ops)
     net.external_input.extend(list(hints) + [c for c in constants if c not in hints])
     spec = BoundShapeSpec(_batch_bound(ops, hints), _SEQ_BOUND)
-    inferencer = BoundShapeInferencer(spec, log_warnings=False)
-    try:
-        shapes = inferencer.infer(net, hints, constants)
-    except Caffe2Error as exc:
-        raise Caffe2Error("shape inference of the net failed: %s" % exc) from None
+    hints = dict(hints)
+    for _ in range(8):      # each round lets the inferencer go on past what onnx found
+        inferencer = BoundShapeInferencer(spec, log_warnings=False)
+        try:
+            shapes = inferencer.infer(net, hints, constants)
+        except Caffe2Error as exc:
+            raise Caffe2Error("shape inference of the net failed: %s" % exc) from None
+        found = _onnx_fill(ops, shapes, constants)
+        if not found:
+            break
+        hints.update(found)
     return shapes, inferencer.unknown
 
 

@@ -30,13 +30,12 @@ from . import export_onnx_ops  # noqa: F401 - registers the ai.onnx translator
 from .export_op import ExportError, ExportOp, GraphBuilder
 from .export_registry import exported_domains, exported_op_types, translator_for
 from .export_shapes import infer_value_types
-from . import export_ssa
+from . import export_model, export_ssa
 from .export_ssa import NameScope, all_names
 from .export_types import onnx_elem_type, numpy_of_onnx, parse_elem_type
 
 DEFAULT_OPSET = 17
 MIN_OPSET = 13
-PRODUCER = "caffe2py"
 _TWO_GB = 2 ** 31 - 1
 
 
@@ -132,8 +131,9 @@ def run_init_net(init_net, skip=()):
     values = {}
     for op in net.op:
         for name in op.output:
-            if name not in skip and ws.has_blob(name):
-                values[name] = ws.fetch_blob(name)
+            if name not in skip and name in ws.blobs:
+                value = ws.blobs[name]      # read only: no copy of what may be gigabytes
+                values[name] = value if isinstance(value, np.ndarray) else ws.fetch_blob(name)
     return values
 
 
@@ -188,24 +188,9 @@ def _tensor_value_info(name, value_type):
     return helper.make_tensor_value_info(name, onnx_elem_type(value_type.dtype), dims)
 
 
-def _fill_output_types(model, missing):
-    """Output types our inference could not tell, from onnx's shape inference."""
-    import onnx
-    inferred = onnx.shape_inference.infer_shapes(model)
-    known = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
-    for out in model.graph.output:
-        if out.name in missing:
-            found = known.get(out.name)
-            if found is None or not found.type.tensor_type.elem_type:
-                raise ExportError("the element type of output '%s' cannot be inferred; give it in value_info"
-                                  % missing[out.name])
-            out.type.CopyFrom(found.type)
-
-
 def export(predict_net, init_net=None, value_info=None, opset=None):
     """ExportResult for the nets (the model and what became of each op)."""
-    import onnx
-    from onnx import helper, numpy_helper
+    from onnx import helper
     import caffe2py.operators  # noqa: F401 - registers ops and their translators
 
     opset = check_opset(opset)
@@ -266,48 +251,32 @@ def export(predict_net, init_net=None, value_info=None, opset=None):
         mapped.append((index, op.type, ex.emitted))
 
     used = {name for node in builder.nodes for name in node.input if name}
-    initializers = []
-    total = 0
-    for name, value in builder.constants.items():
-        if name in used and name not in set(input_names):
-            arr = np.asarray(value)
-            total += arr.nbytes
-            initializers.append(numpy_helper.from_array(arr, name))
+    inputs_set = set(input_names)
+    initializers = {n: v for n, v in builder.constants.items() if n in used and n not in inputs_set}
+    total = sum(np.asarray(v).nbytes for v in initializers.values())
     dropped = [n for n in constants if n not in used]
     if dropped:
         notes.append("%d init net blob(s) no exported op reads were left out: %s"
                      % (len(dropped), ", ".join(sorted(dropped)[:8]) + (", ..." if len(dropped) > 8 else "")))
 
-    graph_inputs = []
-    for name in input_names:
-        graph_inputs.append(_tensor_value_info(name, types[name] if name not in given
-                                               else _given_type(given[name])))
-    outputs, missing_types = [], {}
+    ins = [(n, types[n] if n not in given else _given_type(given[n])) for n in input_names]
+    outputs, untyped = [], {}
     for name in predict.external_output:
         final = ssa.outputs[name]
         t = types.get(final)
         if t is None or t.dtype is None:
             outputs.append(helper.make_empty_tensor_value_info(final))
-            missing_types[final] = name
+            untyped[final] = name
         else:
             outputs.append(_tensor_value_info(final, t))
-
-    graph = helper.make_graph(builder.nodes, predict.name or "caffe2py_export", graph_inputs, outputs,
-                              initializer=initializers)
-    opset_imports = [helper.make_opsetid(d, v) for d, v in builder.opsets.items()]
-    model = helper.make_model(graph, opset_imports=opset_imports, producer_name=PRODUCER,
-                              producer_version=_version())
-    model.ir_version = helper.find_min_ir_version_for(opset_imports)
-    if total < _TWO_GB:
-        if missing_types:
-            _fill_output_types(model, missing_types)
-        try:
-            onnx.checker.check_model(model)
-        except onnx.checker.ValidationError as exc:
-            raise ExportError("the exported model does not pass onnx's checker: %s" % exc) from None
-    else:
-        notes.append("the initializers hold %.1f GB: save with external data (save_model does)" % (total / 1e9))
-    ins = [(n, types[n] if n not in given else _given_type(given[n])) for n in input_names]
+    model = export_model.make_model(builder.nodes, predict.name or "caffe2py_export",
+                                    [_tensor_value_info(n, t) for n, t in ins], outputs, builder.opsets,
+                                    _version())
+    export_model.check_and_type_outputs(model, initializers, untyped)
+    export_model.add_initializers(model, initializers)
+    if total >= _TWO_GB:
+        notes.append("the initializers hold %.1f GB, over protobuf's 2 GB: save_model writes them as "
+                     "external data" % (total / 1e9))
     outs = [(ssa.outputs[n], types.get(ssa.outputs[n])) for n in predict.external_output]
     return ExportResult(model, mapped, ins, outs, len(initializers), total, notes)
 
