@@ -76,3 +76,49 @@ def check_and_type_outputs(model, initializers, untyped):
 def add_initializers(model, initializers):
     for name, value in initializers.items():
         fill_tensor(model.graph.initializer.add(), name, value)
+
+
+# Models over this many bytes keep their initializers in `<file>.data` (protobuf
+# cannot serialise 2 GB).
+EXTERNAL_DATA_THRESHOLD = 2 ** 31 - 2 ** 24
+
+
+def save_model(model, path):
+    """Write `model` to `path` atomically: into a temporary name in the same folder,
+    renamed when complete, so a failure never leaves a partial file. Models over
+    2 GB store their initializers in `<path>.data` (the model's tensors are
+    switched to external data in place)."""
+    import os
+    import shutil
+    import tempfile
+    import onnx
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    base = os.path.basename(path)
+    if not base:
+        raise ExportError("'%s' is a folder, not a file name" % path)
+    try:
+        size = model.ByteSize()
+    except Exception:  # noqa: BLE001 - protobuf refuses sizes it cannot represent
+        size = EXTERNAL_DATA_THRESHOLD
+    try:
+        scratch = tempfile.mkdtemp(prefix=".%s." % base, dir=folder)
+    except OSError as exc:
+        raise ExportError("cannot write '%s': %s" % (path, exc.strerror or exc)) from None
+    try:
+        written = [base]
+        if size >= EXTERNAL_DATA_THRESHOLD:
+            data = base + ".data"
+            onnx.save_model(model, os.path.join(scratch, base), save_as_external_data=True,
+                            all_tensors_to_one_file=True, location=data, size_threshold=1024)
+            written.insert(0, data)      # the data lands first, the model that names it last
+        else:
+            with open(os.path.join(scratch, base), "wb") as f:
+                f.write(model.SerializeToString())
+        for name in written:
+            os.replace(os.path.join(scratch, name), os.path.join(folder, name))
+    except OSError as exc:
+        raise ExportError("cannot write '%s': %s" % (path, exc.strerror or exc)) from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return path

@@ -281,6 +281,12 @@ def export(predict_net, init_net=None, value_info=None, opset=None):
     return ExportResult(model, mapped, ins, outs, len(initializers), total, notes)
 
 
+def save_model(model, path):
+    """Write the model atomically (no partial file on failure); over 2 GB the
+    initializers go to `<path>.data`. Returns the path."""
+    return export_model.save_model(model, path)
+
+
 def _given_type(spec):
     from .export_shapes import ValueType
     dtype, dims = spec
