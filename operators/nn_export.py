@@ -148,7 +148,7 @@ def export_conv(ex):
 
 @register_exporter("MaxPool", "AveragePool",
                    onnx_form="MaxPool / AveragePool (count_include_pad; legacy_pad=3 or ceil_mode as "
-                             "ceil_mode=1; AveragePool dilations need opset 19); global_pooling as "
+                             "ceil_mode=1; MaxPool dilations); global_pooling as "
                              "GlobalMaxPool / GlobalAveragePool; NHWC through Transposes")
 def export_pool(ex):
     x = ex.inputs[0]
@@ -170,8 +170,9 @@ def export_pool(ex):
     if legacy == LEGACY_CAFFE_POOLING or ex.args.bool("ceil_mode"):
         attrs["ceil_mode"] = 1
     if any(d != 1 for d in dilations):
-        if kind == "Average" and ex.opset < 19:
-            raise ex.error("AveragePool with dilations %s needs opset 19 or later (--opset)" % dilations)
+        if kind == "Average":      # Caffe2 refuses it; caffe2py's kernel ignores it
+            raise ex.error("AveragePool with dilations %s is not exported: Caffe2's pooling has no "
+                           "dilation (caffe2py's MaxPool extends it)" % dilations)
         attrs["dilations"] = dilations
     if kind == "Average":
         attrs["count_include_pad"] = int(ex.args.bool("count_include_pad"))

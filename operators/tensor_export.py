@@ -99,13 +99,11 @@ def export_concat(ex):
     ex.node("Concat", inputs, [ex.outputs[0]], axis=axis)
     if len(ex.outputs) < 2 or not ex.is_read(1):
         return
-    if add_axis:
-        ex.node("Identity", [ex.const(np.ones(len(inputs), np.int32), "split_info")], [ex.outputs[1]])
-        return
     sizes = [ex.shape(x) for x in inputs]
-    if all(s is not None and s[axis] is not None for s in sizes):
-        ex.node("Identity", [ex.const(np.array([s[axis] for s in sizes], np.int32), "split_info")],
-                [ex.outputs[1]])
+    if add_axis or all(s is not None and s[axis] is not None for s in sizes):
+        info = np.ones(len(inputs), np.int32) if add_axis else np.array([s[axis] for s in sizes], np.int32)
+        ex.node("Identity", [ex.const(info, "split_info")], [ex.outputs[1]])
+        ex.set_value(ex.outputs[1], info)
         return
     parts = [ex.shape_of(x, axis, axis + 1) for x in inputs]
     ex.cast(ex.node("Concat", parts, axis=0), np.int32, ex.outputs[1])
@@ -119,11 +117,15 @@ def export_split(ex):
     add_axis = ex.args.bool("add_axis")
     n = len(ex.outputs)
     attrs = {"axis": axis}
-    if len(ex.inputs) == 2:
+    known = ex.value(ex.inputs[1]) if len(ex.inputs) == 2 else None
+    if known is not None:                          # a Concat's static split_info
+        inputs = [x, ex.int64s(known.reshape(-1), "split")]
+    elif len(ex.inputs) == 2:
         sizes = ex.inputs[1]
         if ex.dtype(sizes) != np.dtype(np.int64):
             sizes = ex.cast(sizes, np.int64)
         inputs = [x, sizes]
+        _declare_split_types(ex, x, axis, add_axis)
     elif ex.args.has("split"):
         split = ex.args.ints("split")
         if len(split) != n:
@@ -137,6 +139,22 @@ def export_split(ex):
         ex.node("Split", inputs, ex.outputs, **attrs)
         return
     parts = ex.node("Split", inputs, n, **attrs)
+    _declare_split_types(ex, x, axis, add_axis)
     parts = [parts] if n == 1 else parts
     for part, out in zip(parts, ex.outputs):
         ex.squeeze(part, [axis], out)
+
+
+def _declare_split_types(ex, x, axis, add_axis):
+    """Parts of sizes only known at run time: X's dims with the split one unknown."""
+    dims, dtype = ex.shape(x), ex.dtype(x)
+    if dims is None:
+        return
+    axis %= len(dims)
+    dims = list(dims)
+    if add_axis:
+        del dims[axis]
+    else:
+        dims[axis] = None
+    for out in ex.outputs:
+        ex.set_type(out, dims, dtype)

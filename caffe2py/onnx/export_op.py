@@ -41,6 +41,7 @@ class GraphBuilder:
         self.new_initializers = {}
         self.opsets = {"": opset}
         self.derived = {}                   # translators' cache of constants made from others
+        self.known_values = {}              # value name -> ndarray a translator knows it will hold
         self._node_names = set()
         self._small_constants = {}
 
@@ -134,8 +135,24 @@ class ExportOp:
         return dims
 
     def value(self, name):
-        """The ndarray of a constant input (init net or translator-made), else None."""
-        return self.graph.constants.get(name)
+        """The ndarray of a constant input (init net, translator-made, or an output a
+        translator knows the value of), else None."""
+        found = self.graph.constants.get(name)
+        return found if found is not None else self.graph.known_values.get(name)
+
+    def set_value(self, name, value):
+        """Declare that value `name` (an output this op writes) always holds `value`."""
+        value = np.asarray(value)
+        self.graph.known_values[name] = value
+        self.set_type(name, tuple(int(d) for d in value.shape), value.dtype)
+
+    def set_type(self, name, dims, dtype):
+        """Declare the type of an output the shape inference could not tell (dims:
+        ints, or None for a dim that is not static)."""
+        known = self.graph.types.get(name)
+        if known is None or known.dims is None or known.dtype is None:
+            self.graph.types[name] = ValueType(None if dims is None else tuple(dims),
+                                               None if dtype is None else np.dtype(dtype))
 
     def is_read(self, k):
         """Whether output k is read by a later op or is an output of the net."""
