@@ -116,7 +116,8 @@ def save_model(model, path):
             with open(os.path.join(scratch, base), "wb") as f:
                 f.write(model.SerializeToString())
         for name in written:
-            os.replace(os.path.join(scratch, name), os.path.join(folder, name))
+            if os.path.exists(os.path.join(scratch, name)):   # no data file when every tensor is small
+                os.replace(os.path.join(scratch, name), os.path.join(folder, name))
     except OSError as exc:
         raise ExportError("cannot write '%s': %s" % (path, exc.strerror or exc)) from None
     finally:

@@ -206,7 +206,8 @@ def export(predict_net, init_net=None, value_info=None, opset=None):
     needed = [n for n in _read_before_written(predict) if n not in constants]
     declared = [n for n in dict.fromkeys(predict.external_input) if n not in constants]
     input_names = [n for n in declared if n in given or n in needed]
-    input_names += [n for n in needed if n not in input_names]
+    # with external_input declared, a blob it does not list is an input only by value_info
+    input_names += [n for n in needed if n not in input_names and (n in given or not declared)]
     for name in declared:
         if name not in input_names:
             notes.append("external input '%s' is not read by any op and has no value_info: left out" % name)
