@@ -167,9 +167,10 @@ def test_softmax_coerces_to_2d_at_axis(shape, axis):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
 
 
-def test_activations_and_sum():
+def test_activations_scale_and_sum():
     x, y = randn(3, 4), randn(3, 4)
     pred = predict_net(lambda n: (n.Relu("x", "r"), n.Sigmoid("x", "s"), n.Tanh("x", "t"),
+                                  n.Scale("t", "t", scale=-2.5),
                                   n.Sum(["r", "s", "t", "y"], "out")), ["x", "y"], ["out"])
     check_export(pred, None, {"x": x, "y": y})
 
