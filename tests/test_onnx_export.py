@@ -114,6 +114,20 @@ def test_graph_inputs_come_from_what_ops_read_when_external_input_is_empty():
     assert [i.name for i in model.graph.input] == ["x"]
 
 
+def test_outputs_that_are_inputs_or_constants():
+    pred = predict_net(lambda n: n.Relu("x", "y"), ["x", "w"], ["y", "x", "w"])
+    init = init_net_of({"w": np.arange(3, dtype=np.float32)})
+    result = frontend.export(pred, init, {"x": (FLOAT, [2])})
+    assert [o.name for o in result.model.graph.output] == ["y", "x", "w_output"]
+    assert any("'w' is an init net constant" in note for note in result.notes)
+    onnx.checker.check_model(result.model, full_check=True)
+    x = np.array([-1, 2], np.float32)
+    y, x_out, w = run_onnxruntime(result.model, {"x": x})
+    np.testing.assert_array_equal(y, [0, 2])
+    np.testing.assert_array_equal(x_out, x)
+    np.testing.assert_array_equal(w, [0, 1, 2])
+
+
 # ----------------------------------------------------------------- ai.onnx ops (imported models)
 
 def _opset9_model():

@@ -250,6 +250,7 @@ def export(predict_net, init_net=None, value_info=None, opset=None):
             if name not in produced and ex.is_read(k):
                 raise ExportError("%s: the translation did not write output '%s'" % (ex.label, original.output[k]))
         mapped.append((index, op.type, ex.emitted))
+    _constant_outputs(builder, ssa, predict, constants, notes)
 
     used = {name for node in builder.nodes for name in node.input if name}
     inputs_set = set(input_names)
@@ -286,6 +287,21 @@ def save_model(model, path):
     """Write the model atomically (no partial file on failure); over 2 GB the
     initializers go to `<path>.data`. Returns the path."""
     return export_model.save_model(model, path)
+
+
+def _constant_outputs(builder, ssa, predict, constants, notes):
+    """A net output that is an init net blob no op rewrites: ONNX outputs must come
+    from nodes (or inputs), so an Identity writes it under a new name."""
+    from onnx import helper
+    for name in predict.external_output:
+        final = ssa.outputs[name]
+        if final in constants:
+            out = builder.scope.unique(final + "_output")
+            builder.add_node(helper.make_node("Identity", [final], [out], name=builder.node_name(out)))
+            builder.types[out] = builder.types[final]
+            ssa.outputs[name] = out
+            notes.append("output '%s' is an init net constant: exported as '%s' (an Identity of it)"
+                         % (name, out))
 
 
 def _given_type(spec):
