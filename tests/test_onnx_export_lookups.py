@@ -16,7 +16,8 @@ ROWS, DIM = 30, 6
 FLOAT_OPS = ["SparseLengthsSum", "SparseLengthsWeightedSum", "SparseLengthsMean"]
 FUSED_OPS = [op + "Fused8BitRowwise" for op in FLOAT_OPS]
 STANDARD_OPS = {"Cast", "CumSum", "Sub", "Concat", "ReduceMax", "Range", "Unsqueeze", "Add", "Less", "Where",
-                "Gather", "Mul", "ReduceSum", "Max", "Div"}
+                "Gather", "Mul", "ReduceSum", "Max", "Div", "Shape", "ConstantOfShape", "ScatterND", "Slice"}
+OPSETS = [13, 17]       # the ReduceSum grid form before opset 16, ScatterND add from 16
 
 
 def lookup_reference(table, indices, lengths, weights=None, mean=False):
@@ -57,14 +58,16 @@ LENGTHS = [[2, 0, 3, 1], [0, 0, 0], [4], []]
 @pytest.mark.parametrize("op", FLOAT_OPS)
 @pytest.mark.parametrize("lengths", LENGTHS, ids=lambda v: "lengths=%s" % v)
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-def test_float_lookups(op, lengths, index_dtype):
+@pytest.mark.parametrize("opset", OPSETS)
+def test_float_lookups(op, lengths, index_dtype, opset):
     table = RNG.standard_normal((ROWS, DIM)).astype(np.float32)
     pred, weighted = _lookup_net(op)
     feeds = _feeds(lengths, index_dtype)
     model = check_export(pred, init_net_of({"table": table}), feeds,
                          value_info={"idx": (7 if index_dtype == np.int64 else 6, ["n"]),
-                                     "len": (6, ["batch"]), "w": (1, ["n"])})
+                                     "len": (6, ["batch"]), "w": (1, ["n"])}, opset=opset)
     assert set(onnx_op_types(model)) <= STANDARD_OPS
+    assert ("ScatterND" in onnx_op_types(model)) == (opset >= 16)
     got = run_onnxruntime(model, feeds)[0]
     expected = lookup_reference(table, feeds["idx"], feeds["len"], feeds["w"] if weighted else None,
                                 mean=op.endswith("Mean"))
@@ -73,14 +76,15 @@ def test_float_lookups(op, lengths, index_dtype):
 
 @pytest.mark.parametrize("op", FUSED_OPS)
 @pytest.mark.parametrize("lengths", LENGTHS, ids=lambda v: "lengths=%s" % v)
-def test_fused8_lookups(op, lengths):
+@pytest.mark.parametrize("opset", OPSETS)
+def test_fused8_lookups(op, lengths, opset):
     table = RNG.standard_normal((ROWS, DIM)).astype(np.float32) * 3
     init = init_net_of({"table_f": table},
                        extra=lambda n: n.FloatToFused8BitRowwiseQuantized(["table_f"], "table"))
     pred, weighted = _lookup_net(op)
     feeds = _feeds(lengths, np.int64)
     model = check_export(pred, init, feeds, value_info={"idx": (7, ["n"]), "len": (6, ["batch"]),
-                                                        "w": (1, ["n"])})
+                                                        "w": (1, ["n"])}, opset=opset)
     assert set(onnx_op_types(model)) <= STANDARD_OPS
     names = {t.name: t for t in model.graph.initializer}
     assert names["table_quantized"].data_type == 2           # the values stay uint8
@@ -94,13 +98,14 @@ def test_fused8_lookups(op, lengths):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_float16_tables():
+@pytest.mark.parametrize("opset", OPSETS)
+def test_float16_tables(opset):
     table = RNG.standard_normal((ROWS, DIM)).astype(np.float32)
     init = init_net_of({"t32": table}, extra=lambda n: n.FloatToHalf(["t32"], "t16"))
     pred = predict_net(lambda n: (n.SparseLengthsSum(["t16", "idx", "len"], "h"),
                                   n.SparseLengthsWeightedSum(["t32", "w", "idx", "len"], "f")),
                        ["t16", "t32", "idx", "len", "w"], ["h", "f"])
-    check_export(pred, init, _feeds([1, 3, 0], np.int64), rtol=1e-5, atol=1e-5)
+    check_export(pred, init, _feeds([1, 3, 0], np.int64), rtol=1e-5, atol=1e-5, opset=opset)
 
 
 def test_a_shared_fused_table_is_split_once():
@@ -168,11 +173,12 @@ REC_VALUE_INFO = {"dense": (1, ["batch", 5]), "ids_a": (7, ["n_a"]), "len_a": (6
                   "wt_b": (1, ["n_b"]), "ids_b": (6, ["n_b"]), "len_b": (6, ["batch"])}
 
 
-def test_recommendation_net_exports_and_matches_for_any_batch():
+@pytest.mark.parametrize("opset", OPSETS)
+def test_recommendation_net_exports_and_matches_for_any_batch(opset):
     import onnx
     from _onnx_export import run_caffe2
     pred, init = rec_nets()
-    model = frontend.caffe2_net_to_onnx_model(pred, init, REC_VALUE_INFO)
+    model = frontend.caffe2_net_to_onnx_model(pred, init, REC_VALUE_INFO, opset=opset)
     onnx.checker.check_model(model, full_check=True)
     out = model.graph.output[0].type.tensor_type.shape.dim
     assert [d.dim_param or d.dim_value for d in out] == ["batch", 1]

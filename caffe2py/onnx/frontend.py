@@ -220,16 +220,15 @@ def export(predict_net, init_net=None, value_info=None, opset=None):
                      % (name, ssa.outputs[name]))
 
     inputs_spec = {n: given[n] for n in input_names if n in given}
-    types, unknown = infer_value_types(ssa.ops, predict.name or "predict", inputs_spec, constants)
+    types, _ = infer_value_types(ssa.ops, predict.name or "predict", inputs_spec, constants)
     for name in input_names:
         if name in given:
             continue
         t = types.get(name)
         if t is None or t.dims is None or t.dtype is None:
-            reason = unknown.get(name, "the net's ops do not determine it")
             raise ExportError("input '%s' has no shape: give it in value_info as name -> (elem_type, shape) "
-                              "(caffe2py export: --input %s:TYPE:D1xD2...); shape inference could not tell "
-                              "it (%s)" % (name, name, reason))
+                              "(caffe2py export: --input %s:TYPE:D1xD2...); the shape rules of the ops "
+                              "that read it cannot tell it" % (name, name))
         notes.append("input '%s' has no value_info: its shape %s was inferred"
                      % (name, list(t.dims)))
 
