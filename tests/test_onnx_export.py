@@ -76,7 +76,7 @@ def test_caffe2_api_shapes_and_types():
     pred_copy.CopyFrom(pred)
     init_copy.CopyFrom(init)
     graph = frontend.caffe2_net_to_onnx_graph(pred, init, {"x": (FLOAT, (2, 4))})
-    assert isinstance(graph, onnx.GraphProto) and graph.name == "predict"
+    assert isinstance(graph, onnx.GraphProto) and graph.name == pred.name
     assert pred == pred_copy and init == init_copy                  # the caller's nets are untouched
     model = frontend.Caffe2Frontend.caffe2_net_to_onnx_model(pred, init, {"x": (np.float32, [2, 4])})
     assert isinstance(model, onnx.ModelProto) and model.producer_name == "caffe2py"

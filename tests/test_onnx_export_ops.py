@@ -244,7 +244,8 @@ def test_channel_shuffle(order):
 def test_concat_split_by_order():
     a, b = randn(1, 2, 2, 3), randn(1, 2, 2, 5)
     pred = predict_net(lambda n: (n.Concat(["a", "b"], ["t", "info"], order="NHWC"),
-                                  n.Split(["t", "info"], ["p", "q"], order="NHWC")), ["a", "b"], ["t", "info", "p", "q"])
+                                  n.Split(["t", "info"], ["p", "q"], order="NHWC")),
+                       ["a", "b"], ["t", "info", "p", "q"])
     check_export(pred, None, {"a": a, "b": b})
 
 

@@ -243,7 +243,13 @@ def export(predict_net, init_net=None, value_info=None, opset=None):
     for index, (op, original) in enumerate(zip(ssa.ops, predict.op)):
         ex = ExportOp(builder, op, index, original)
         start = len(builder.nodes)
-        translator_for(op.type, op.domain).translate(ex)
+        try:
+            translator_for(op.type, op.domain).translate(ex)
+        except Caffe2Error:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a translator's own bug still names the op
+            raise ExportError("%s: the ONNX translation failed: %s: %s"
+                              % (ex.label, type(exc).__name__, exc)) from exc
         produced.update(o for node in builder.nodes[start:] for o in node.output)
         for k, name in enumerate(ex.outputs):
             if name not in produced and ex.is_read(k):
