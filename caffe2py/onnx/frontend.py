@@ -188,58 +188,40 @@ def _tensor_value_info(name, value_type):
     return helper.make_tensor_value_info(name, onnx_elem_type(value_type.dtype), dims)
 
 
-def export(predict_net, init_net=None, value_info=None, opset=None):
-    """ExportResult for the nets (the model and what became of each op)."""
-    from onnx import helper
-    import caffe2py.operators  # noqa: F401 - registers ops and their translators
-
-    opset = check_opset(opset)
-    predict = _net_proto(predict_net, "predict_net")
-    if predict is None:
-        raise ExportError("predict_net is required")
-    init = _net_proto(init_net, "init_net")
-    given = parse_value_info(value_info)
-    notes = []
-
-    _check_translatable(predict, opset)
-    constants = run_init_net(init, skip=given)
+def _graph_input_names(predict, given, constants, notes):
+    """Blobs the graph takes as inputs: external inputs (and, when the net declares
+    none, whatever ops read first) that the init net does not fill."""
     needed = [n for n in _read_before_written(predict) if n not in constants]
     declared = [n for n in dict.fromkeys(predict.external_input) if n not in constants]
-    input_names = [n for n in declared if n in given or n in needed]
+    names = [n for n in declared if n in given or n in needed]
     # with external_input declared, a blob it does not list is an input only by value_info
-    input_names += [n for n in needed if n not in input_names and (n in given or not declared)]
+    names += [n for n in needed if n not in names and (n in given or not declared)]
     for name in declared:
-        if name not in input_names:
+        if name not in names:
             notes.append("external input '%s' is not read by any op and has no value_info: left out" % name)
+    return names
 
-    scope = NameScope(all_names(predict) | (all_names(init) if init is not None else set())
-                      | set(constants) | set(given))
-    ssa = export_ssa.ssa_rewrite(predict, set(input_names) | set(constants), scope)
-    for name in ssa.renamed_outputs:
-        notes.append("output '%s' overwrites an input of the same name: exported as '%s'"
-                     % (name, ssa.outputs[name]))
 
-    inputs_spec = {n: given[n] for n in input_names if n in given}
-    types, _ = infer_value_types(ssa.ops, predict.name or "predict", inputs_spec, constants)
+def _input_types(input_names, given, types, notes):
+    """[(name, ValueType)] of the graph inputs: value_info's, else inferred ones."""
+    found = []
     for name in input_names:
         if name in given:
+            found.append((name, _given_type(given[name])))
             continue
         t = types.get(name)
         if t is None or t.dims is None or t.dtype is None:
             raise ExportError("input '%s' has no shape: give it in value_info as name -> (elem_type, shape) "
                               "(caffe2py export: --input %s:TYPE:D1xD2...); the shape rules of the ops "
                               "that read it cannot tell it" % (name, name))
-        notes.append("input '%s' has no value_info: its shape %s was inferred"
-                     % (name, list(t.dims)))
+        notes.append("input '%s' has no value_info: its shape %s was inferred" % (name, list(t.dims)))
+        found.append((name, t))
+    return found
 
-    reads = {}
-    for op in ssa.ops:
-        for name in op.input:
-            reads[name] = reads.get(name, 0) + 1
-    graph_outputs = [ssa.outputs[n] for n in predict.external_output]
-    builder = GraphBuilder(opset, scope, types, dict(constants), reads, graph_outputs, ssa.original)
-    mapped = []
-    produced = set(input_names) | set(constants)
+
+def _translate(builder, ssa, predict, defined):
+    """Run every op's translator; [(index, op type, ONNX op types written)]."""
+    mapped, produced = [], set(defined)
     for index, (op, original) in enumerate(zip(ssa.ops, predict.op)):
         ex = ExportOp(builder, op, index, original)
         start = len(builder.nodes)
@@ -255,18 +237,12 @@ def export(predict_net, init_net=None, value_info=None, opset=None):
             if name not in produced and ex.is_read(k):
                 raise ExportError("%s: the translation did not write output '%s'" % (ex.label, original.output[k]))
         mapped.append((index, op.type, ex.emitted))
-    _constant_outputs(builder, ssa, predict, constants, notes)
+    return mapped
 
-    used = {name for node in builder.nodes for name in node.input if name}
-    inputs_set = set(input_names)
-    initializers = {n: v for n, v in builder.constants.items() if n in used and n not in inputs_set}
-    total = sum(np.asarray(v).nbytes for v in initializers.values())
-    dropped = [n for n in constants if n not in used]
-    if dropped:
-        notes.append("%d init net blob(s) no exported op reads were left out: %s"
-                     % (len(dropped), ", ".join(sorted(dropped)[:8]) + (", ..." if len(dropped) > 8 else "")))
 
-    ins = [(n, types[n] if n not in given else _given_type(given[n])) for n in input_names]
+def _output_infos(predict, ssa, types):
+    """(graph output ValueInfoProtos, {untyped value: Caffe2 name})."""
+    from onnx import helper
     outputs, untyped = [], {}
     for name in predict.external_output:
         final = ssa.outputs[name]
@@ -276,6 +252,52 @@ def export(predict_net, init_net=None, value_info=None, opset=None):
             untyped[final] = name
         else:
             outputs.append(_tensor_value_info(final, t))
+    return outputs, untyped
+
+
+def export(predict_net, init_net=None, value_info=None, opset=None):
+    """ExportResult for the nets (the model and what became of each op)."""
+    import caffe2py.operators  # noqa: F401 - registers ops and their translators
+
+    opset = check_opset(opset)
+    predict = _net_proto(predict_net, "predict_net")
+    if predict is None:
+        raise ExportError("predict_net is required")
+    init = _net_proto(init_net, "init_net")
+    given = parse_value_info(value_info)
+    notes = []
+
+    _check_translatable(predict, opset)
+    constants = run_init_net(init, skip=given)
+    input_names = _graph_input_names(predict, given, constants, notes)
+    scope = NameScope(all_names(predict) | (all_names(init) if init is not None else set())
+                      | set(constants) | set(given))
+    ssa = export_ssa.ssa_rewrite(predict, set(input_names) | set(constants), scope)
+    for name in ssa.renamed_outputs:
+        notes.append("output '%s' overwrites an input of the same name: exported as '%s'"
+                     % (name, ssa.outputs[name]))
+    types, _ = infer_value_types(ssa.ops, predict.name or "predict",
+                                 {n: given[n] for n in input_names if n in given}, constants)
+    ins = _input_types(input_names, given, types, notes)
+
+    reads = {}
+    for op in ssa.ops:
+        for name in op.input:
+            reads[name] = reads.get(name, 0) + 1
+    builder = GraphBuilder(opset, scope, types, dict(constants), reads,
+                           [ssa.outputs[n] for n in predict.external_output], ssa.original)
+    mapped = _translate(builder, ssa, predict, set(input_names) | set(constants))
+    _constant_outputs(builder, ssa, predict, constants, notes)
+
+    used = {name for node in builder.nodes for name in node.input if name}
+    initializers = {n: v for n, v in builder.constants.items() if n in used and n not in set(input_names)}
+    total = sum(np.asarray(v).nbytes for v in initializers.values())
+    dropped = sorted(n for n in constants if n not in used)
+    if dropped:
+        notes.append("%d init net blob(s) the exported graph does not read were left out: %s"
+                     % (len(dropped), ", ".join(dropped[:8]) + (", ..." if len(dropped) > 8 else "")))
+
+    outputs, untyped = _output_infos(predict, ssa, types)
     model = export_model.make_model(builder.nodes, predict.name or "caffe2py_export",
                                     [_tensor_value_info(n, t) for n, t in ins], outputs, builder.opsets,
                                     _version())
