@@ -4,6 +4,8 @@ Each output bin of a region averages grid_h x grid_w bilinear samples. Region
 geometry is computed first, in float32 as Caffe2 does (`roi_geometry`): the start
 corner, the bin size and the sampling grid of every region (sampling_ratio, or
 ceil(region size / pooled size) when it is <= 0). The compiled kernels then
+  * layout: NCHW inputs run the channels-last loops on transposed copies unless the
+    input is much larger than the work (`_channels_last_pays`);
   * forward: spread the regions over the team (region r on thread r % blocks, so big
     and small regions mix); per region the sample taps (four flat positions and
     weights per sample) are worked out once into a per-thread buffer and reused by
@@ -92,20 +94,21 @@ def _taps(H, W, PH, PW, start_h, start_w, bin_h, bin_w, gh, gw, pos, wts):
                     k += 1
 
 
+# layouts of the compiled kernels: image and RoI output planes (NCHW), channels last
+# throughout (NHWC), or channels-last image with NCHW output / gradient
+NCHW, NHWC, NHWC_IMAGE = 0, 1, 2
+
+
 @compiled(parallel=True)
-def _forward(x, batch, geom, grid, out, nhwc, max_samples, blocks):
-    """x [N, C, H*W] (nhwc: [N, H*W, C]); out [R, C, PH*PW] (nhwc: [R, PH*PW, C])."""
+def _forward(x, batch, geom, grid, out, layout, max_samples, blocks):
+    """x [N, C, H*W] (layout NCHW) or [N, H*W, C]; out [R, C, PH*PW] (NCHW, NHWC_IMAGE)
+    or [R, PH*PW, C] (NHWC)."""
     R = out.shape[0]
-    if nhwc:
-        C = x.shape[2]
-        PHW = out.shape[1]
-    else:
-        C = x.shape[1]
-        PHW = out.shape[2]
-    HW = x.shape[2] if nhwc == 0 else x.shape[1]
+    C = x.shape[1] if layout == 0 else x.shape[2]
     for t in prange(blocks):
         pos = np.empty((max_samples, 4), np.int64)
         wts = np.empty((max_samples, 4), np.float32)
+        acc = np.empty(C, np.float32)
         for r in range(t, R, blocks):
             gh = grid[r, 0]
             gw = grid[r, 1]
@@ -114,29 +117,11 @@ def _forward(x, batch, geom, grid, out, nhwc, max_samples, blocks):
             per_bin = gh * gw
             scale = np.float32(1.0) / np.float32(max(per_bin, 1))
             img = x[batch[r]]
-            if nhwc:
-                acc = out[r]
-                for b in range(PHW):
-                    row = acc[b]
-                    for c in range(C):
-                        row[c] = 0
-                    for k in range(b * per_bin, (b + 1) * per_bin):
-                        if pos[k, 0] < 0:
-                            continue
-                        r1 = img[pos[k, 0]]
-                        r2 = img[pos[k, 1]]
-                        r3 = img[pos[k, 2]]
-                        r4 = img[pos[k, 3]]
-                        w1, w2, w3, w4 = wts[k, 0], wts[k, 1], wts[k, 2], wts[k, 3]
-                        for c in range(C):
-                            row[c] += w1 * r1[c] + w2 * r2[c] + w3 * r3[c] + w4 * r4[c]
-                    for c in range(C):
-                        row[c] *= scale
-            else:
+            if layout == 0:
                 for c in range(C):
                     plane = img[c]
                     o = out[r, c]
-                    for b in range(PHW):
+                    for b in range(PH * PW):
                         s = np.float32(0)
                         for k in range(b * per_bin, (b + 1) * per_bin):
                             if pos[k, 0] < 0:
@@ -144,18 +129,41 @@ def _forward(x, batch, geom, grid, out, nhwc, max_samples, blocks):
                             s += (wts[k, 0] * plane[pos[k, 0]] + wts[k, 1] * plane[pos[k, 1]]
                                   + wts[k, 2] * plane[pos[k, 2]] + wts[k, 3] * plane[pos[k, 3]])
                         o[b] = s * scale
+                continue
+            for b in range(PH * PW):
+                for c in range(C):
+                    acc[c] = 0
+                for k in range(b * per_bin, (b + 1) * per_bin):
+                    if pos[k, 0] < 0:
+                        continue
+                    r1 = img[pos[k, 0]]
+                    r2 = img[pos[k, 1]]
+                    r3 = img[pos[k, 2]]
+                    r4 = img[pos[k, 3]]
+                    w1, w2, w3, w4 = wts[k, 0], wts[k, 1], wts[k, 2], wts[k, 3]
+                    for c in range(C):
+                        acc[c] += w1 * r1[c] + w2 * r2[c] + w3 * r3[c] + w4 * r4[c]
+                if layout == 1:
+                    row = out[r, b]
+                    for c in range(C):
+                        row[c] = acc[c] * scale
+                else:
+                    for c in range(C):
+                        out[r, c, b] = acc[c] * scale
 
 
 @compiled(parallel=True)
-def _backward(dy, batch, geom, grid, dx, nhwc, max_samples, blocks):
-    """dy [R, C, PH*PW] (nhwc: [R, PH*PW, C]) added into dx [N, C, H*W] ([N, H*W, C])."""
+def _backward(dy, batch, geom, grid, dx, layout, max_samples, blocks):
+    """dy [R, C, PH*PW] (NCHW, NHWC_IMAGE) or [R, PH*PW, C] (NHWC) added into dx
+    [N, C, H*W] (NCHW) or [N, H*W, C]."""
     R = dy.shape[0]
-    C = dx.shape[2] if nhwc else dx.shape[1]
+    C = dx.shape[1] if layout == 0 else dx.shape[2]
     for t in prange(blocks):
         c0 = t * C // blocks
         c1 = (t + 1) * C // blocks
         pos = np.empty((max_samples, 4), np.int64)
         wts = np.empty((max_samples, 4), np.float32)
+        g = np.empty(C, np.float32)
         for r in range(R):
             gh = grid[r, 0]
             gw = grid[r, 1]
@@ -164,22 +172,43 @@ def _backward(dy, batch, geom, grid, dx, nhwc, max_samples, blocks):
             per_bin = gh * gw
             scale = np.float32(1.0) / np.float32(max(per_bin, 1))
             img = dx[batch[r]]
+            n = c1 - c0
+            gs = g[c0:c1]
             for b in range(PH * PW):
+                if layout == 1:
+                    row = dy[r, b, c0:c1]
+                    for c in range(n):
+                        gs[c] = row[c] * scale
+                else:
+                    for c in range(n):
+                        gs[c] = dy[r, c0 + c, b] * scale
                 for k in range(b * per_bin, (b + 1) * per_bin):
                     if pos[k, 0] < 0:
                         continue
-                    for c in range(c0, c1):
-                        g = (dy[r, b, c] if nhwc else dy[r, c, b]) * scale
-                        if nhwc:
-                            img[pos[k, 0], c] += g * wts[k, 0]
-                            img[pos[k, 1], c] += g * wts[k, 1]
-                            img[pos[k, 2], c] += g * wts[k, 2]
-                            img[pos[k, 3], c] += g * wts[k, 3]
-                        else:
-                            img[c, pos[k, 0]] += g * wts[k, 0]
-                            img[c, pos[k, 1]] += g * wts[k, 1]
-                            img[c, pos[k, 2]] += g * wts[k, 2]
-                            img[c, pos[k, 3]] += g * wts[k, 3]
+                    w1, w2, w3, w4 = wts[k, 0], wts[k, 1], wts[k, 2], wts[k, 3]
+                    if layout == 0:
+                        p1, p2, p3, p4 = pos[k, 0], pos[k, 1], pos[k, 2], pos[k, 3]
+                        for c in range(n):
+                            plane = img[c0 + c]
+                            plane[p1] += gs[c] * w1
+                            plane[p2] += gs[c] * w2
+                            plane[p3] += gs[c] * w3
+                            plane[p4] += gs[c] * w4
+                    else:
+                        # slices, so the loops vectorise (see jit.py); four separate passes
+                        # because two taps may be one pixel (clamped at the border)
+                        r1 = img[pos[k, 0], c0:c1]
+                        r2 = img[pos[k, 1], c0:c1]
+                        r3 = img[pos[k, 2], c0:c1]
+                        r4 = img[pos[k, 3], c0:c1]
+                        for c in range(n):
+                            r1[c] += gs[c] * w1
+                        for c in range(n):
+                            r2[c] += gs[c] * w2
+                        for c in range(n):
+                            r3[c] += gs[c] * w3
+                        for c in range(n):
+                            r4[c] += gs[c] * w4
 
 
 def _taps_numpy(H, W, PH, PW, geom_r, gh, gw):
@@ -208,7 +237,8 @@ def _taps_numpy(H, W, PH, PW, geom_r, gh, gw):
 
 
 @_forward.numpy_twin
-def _forward_numpy(x, batch, geom, grid, out, nhwc, max_samples, blocks):
+def _forward_numpy(x, batch, geom, grid, out, layout, max_samples, blocks):
+    nhwc = layout != NCHW
     for r in range(out.shape[0]):
         gh, gw, PH, PW, H, W = (int(v) for v in grid[r])
         pos, wts, _ = _taps_numpy(H, W, PH, PW, geom[r], gh, gw)
@@ -216,14 +246,16 @@ def _forward_numpy(x, batch, geom, grid, out, nhwc, max_samples, blocks):
         scale = F32(1) / F32(max(gh * gw, 1))
         if nhwc:
             taps = sum(img[pos[:, k]] * wts[:, k:k + 1] for k in range(4))        # [S, C]
-            out[r] = taps.reshape(PH * PW, gh * gw, -1).sum(axis=1) * scale
+            y = taps.reshape(PH * PW, gh * gw, -1).sum(axis=1) * scale
+            out[r] = y if layout == NHWC else y.T
         else:
             taps = sum(img[:, pos[:, k]] * wts[None, :, k] for k in range(4))     # [C, S]
             out[r] = taps.reshape(-1, PH * PW, gh * gw).sum(axis=2) * scale
 
 
 @_backward.numpy_twin
-def _backward_numpy(dy, batch, geom, grid, dx, nhwc, max_samples, blocks):
+def _backward_numpy(dy, batch, geom, grid, dx, layout, max_samples, blocks):
+    nhwc = layout != NCHW
     for r in range(dy.shape[0]):
         gh, gw, PH, PW, H, W = (int(v) for v in grid[r])
         pos, wts, _ = _taps_numpy(H, W, PH, PW, geom[r], gh, gw)
@@ -232,7 +264,8 @@ def _backward_numpy(dy, batch, geom, grid, dx, nhwc, max_samples, blocks):
         img = dx[batch[r]]
         for k in range(4):
             if nhwc:
-                g = dy[r][bins] * (wts[:, k:k + 1] * scale)           # [S, C]
+                rows = dy[r] if layout == NHWC else dy[r].T
+                g = rows[bins] * (wts[:, k:k + 1] * scale)            # [S, C]
                 np.add.at(img, pos[:, k], g)
             else:
                 g = dy[r][:, bins] * (wts[None, :, k] * scale)        # [C, S]
@@ -247,6 +280,15 @@ def _grid_table(grid, pooled_h, pooled_w, H, W):
     return np.ascontiguousarray(np.concatenate([grid, extra], axis=1))
 
 
+def _channels_last_pays(x_size, samples_total, channels):
+    """Whether an NCHW call should run the channels-last kernels on transposed copies:
+    their inner loops run along the channels (contiguous, vectorised), about 10x
+    faster per sample than gathering plane by plane (box head, 512 RoIs x 256
+    channels: 472 -> 50 ms at one thread), and the two transposes cost about one pass
+    over the input and one over the output. Worth it unless the input dwarfs the work."""
+    return samples_total * channels >= x_size
+
+
 def roi_align(x, rois, spatial_scale, pooled_h, pooled_w, sampling_ratio, aligned, nhwc=False):
     """Y [R, C, pooled_h, pooled_w] (nhwc: [R, pooled_h, pooled_w, C]) from float32 x
     [N, C, H, W] (nhwc: [N, H, W, C]) and rois [R, 4 or 5]."""
@@ -254,15 +296,19 @@ def roi_align(x, rois, spatial_scale, pooled_h, pooled_w, sampling_ratio, aligne
     C, H, W = (x.shape[3], x.shape[1], x.shape[2]) if nhwc else x.shape[1:]
     R = rois.shape[0]
     batch, geom, grid, _ = roi_geometry(rois, spatial_scale, pooled_h, pooled_w, sampling_ratio, aligned)
-    flat = np.ascontiguousarray(x, F32).reshape((N, H * W, C) if nhwc else (N, C, H * W))
-    out = np.empty((R, pooled_h * pooled_w, C) if nhwc else (R, C, pooled_h * pooled_w), F32)
-    if R and C:
-        samples = samples_per_region(grid, pooled_h, pooled_w)
-        table = _grid_table(grid, pooled_h, pooled_w, H, W)
-        blocks = team_blocks(R, int(samples.mean()) * (C + 8))
-        _forward(flat, batch, geom, table, out, bool(nhwc), int(max(samples.max(), 1)), blocks)
+    if not (R and C):
+        return np.zeros((R, pooled_h, pooled_w, C) if nhwc else (R, C, pooled_h, pooled_w), F32)
+    samples = samples_per_region(grid, pooled_h, pooled_w)
+    table = _grid_table(grid, pooled_h, pooled_w, H, W)
+    layout = NHWC if nhwc else (NHWC_IMAGE if _channels_last_pays(x.size, int(samples.sum()), C) else NCHW)
+    if layout == NCHW:
+        flat = np.ascontiguousarray(x, F32).reshape(N, C, H * W)
     else:
-        out[...] = 0
+        src = x if nhwc else x.transpose(0, 2, 3, 1)
+        flat = np.ascontiguousarray(src, F32).reshape(N, H * W, C)
+    out = np.empty((R, pooled_h * pooled_w, C) if nhwc else (R, C, pooled_h * pooled_w), F32)
+    blocks = team_blocks(R, int(samples.mean()) * (C + 8))
+    _forward(flat, batch, geom, table, out, layout, int(max(samples.max(), 1)), blocks)
     return out.reshape((R, pooled_h, pooled_w, C) if nhwc else (R, C, pooled_h, pooled_w))
 
 
@@ -272,13 +318,17 @@ def roi_align_gradient(x_shape, rois, dy, spatial_scale, pooled_h, pooled_w, sam
     N = x_shape[0]
     C, H, W = (x_shape[3], x_shape[1], x_shape[2]) if nhwc else tuple(x_shape[1:])
     R = rois.shape[0]
-    dx = np.zeros((N, H * W, C) if nhwc else (N, C, H * W), F32)
-    if R and C and N:
-        batch, geom, grid, _ = roi_geometry(rois, spatial_scale, pooled_h, pooled_w, sampling_ratio, aligned)
-        samples = samples_per_region(grid, pooled_h, pooled_w)
-        table = _grid_table(grid, pooled_h, pooled_w, H, W)
-        g = np.ascontiguousarray(dy, F32).reshape((R, pooled_h * pooled_w, C) if nhwc
-                                                  else (R, C, pooled_h * pooled_w))
-        blocks = team_blocks(C, int(samples.sum()) * 4)
-        _backward(g, batch, geom, table, dx, bool(nhwc), int(max(samples.max(), 1)), blocks)
+    if not (R and C and N):
+        return np.zeros(tuple(x_shape), F32)
+    batch, geom, grid, _ = roi_geometry(rois, spatial_scale, pooled_h, pooled_w, sampling_ratio, aligned)
+    samples = samples_per_region(grid, pooled_h, pooled_w)
+    table = _grid_table(grid, pooled_h, pooled_w, H, W)
+    x_size = int(np.prod(x_shape))
+    layout = NHWC if nhwc else (NHWC_IMAGE if _channels_last_pays(x_size, int(samples.sum()), C) else NCHW)
+    g = np.ascontiguousarray(dy, F32).reshape((R, pooled_h * pooled_w, C) if nhwc else (R, C, pooled_h * pooled_w))
+    dx = np.zeros((N, C, H * W) if layout == NCHW else (N, H * W, C), F32)
+    blocks = team_blocks(C, int(samples.sum()) * 4)
+    _backward(g, batch, geom, table, dx, layout, int(max(samples.max(), 1)), blocks)
+    if layout == NHWC_IMAGE:
+        return np.ascontiguousarray(dx.reshape(N, H, W, C).transpose(0, 3, 1, 2))
     return dx.reshape(tuple(x_shape))
