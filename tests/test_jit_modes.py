@@ -62,6 +62,53 @@ def _everything():
     a, bm = _rand(rng, 3, 40, 30), _rand(rng, 3, 30, 20)
     out.append(gemm_into(a, bm, np.empty((3, 40, 20), np.float32), _rand(rng, 120), _rand(rng, 3, 40, 20), True))
     out.append(gemm_into(a[0, :1], bm[0], np.empty((1, 20), np.float32)))      # one row: GEMV
+    return out + _recsys_kernel_results(rng)
+
+
+def _recsys_kernel_results(rng):
+    """The segment, run-copy and 8-bit lookup kernels, serial and split into 2 blocks."""
+    from caffe2py.kernels.cpu.recsys import ranges, rowwise8bit, segments as seg
+    out = []
+    data = _rand(rng, 12, 3)
+    offsets = np.array([0, 3, 3, 7, 12], np.int64)
+    idx, w, none = rng.integers(0, 12, 12), _rand(rng, 12), np.empty(0, np.int64)
+    lowest = np.finfo(np.float32).min
+    for mode in range(7):
+        for src, weights in ((none, np.empty(0, np.float32)), (idx, w)):
+            if mode > seg.MAX and src.size:
+                continue                                   # range reducers read DATA in order
+            serial, split = np.empty((4, 3), np.float32), np.empty((4, 3), np.float32)
+            seg.REDUCE_SEGMENTS(data, offsets, src, weights, mode, lowest, serial, 0, 4)
+            seg._reduce_runs(data, offsets, src, weights, mode, lowest, split, np.array([0, 2, 4]))
+            out += [serial, split]
+    ids = rng.integers(0, 5, 12)
+    for fn, target, last in ((seg.SCATTER_COLUMNS, np.zeros((5, 3), np.float32), (0, 3)),
+                             (seg.SCATTER_ENTRIES, np.zeros((5, 3), np.float32), (0, 12))):
+        fn(data, idx, ids, w, target, *last)
+        out.append(target)
+    wide = np.zeros((5, 3), np.float32)
+    seg._scatter_wide(data, none, ids, np.empty(0, np.float32), wide, 2)
+    partial = np.zeros((2, 5, 3), np.float32)
+    seg._scatter_narrow(data, idx, ids, w, partial)
+    flat = np.zeros((5, 1), np.float32)
+    seg.SCATTER_ENTRIES(data[:, :1].copy(), none, ids, np.empty(0, np.float32), flat, 0, 12)
+    out += [wide, partial, flat, np.array(seg._min_max(rng.integers(-9, 9, 11)), np.float64)]
+    src = np.arange(20, dtype=np.uint64)
+    starts, lens, to = np.array([3, 0, 9, 15]), np.array([2, 0, 4, 5]), np.array([0, 2, 2, 6])
+    for fn, extra in ((ranges.COPY_RUN_RANGE, (0, 4)), (ranges._copy_runs, (np.array([0, 2, 4]),))):
+        dst = np.zeros(11, np.uint64)
+        fn(src, starts, lens, dst, to, *extra)
+        out.append(dst.astype(np.float64))
+    codes = rng.integers(0, 256, (6, 4)).astype(np.uint8)
+    scale_bias = _rand(rng, 6, 2)
+    look = rng.integers(0, 6, 7)
+    look_off = np.array([0, 2, 2, 7], np.int64)
+    for mean in (False, True):
+        a8, b8 = np.empty((3, 4), np.float32), np.empty((3, 4), np.float32)
+        rowwise8bit.LOOKUP_SEGMENTS(codes, scale_bias, look, w[:7], look_off, mean, a8, 0, 3)
+        rowwise8bit._lengths_rowwise8(codes, scale_bias, look, np.empty(0, np.float32), look_off, mean, b8,
+                                      np.array([0, 1, 3]))
+        out += [a8, b8]
     return out
 
 
