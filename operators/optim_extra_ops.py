@@ -1,12 +1,14 @@
 """Optimizers beyond the training work's SGD / Adagrad / Adam: Ftrl, SparseFtrl, RmsProp,
 Lars, YellowFin and SparseNormalize (caffe2/sgd, caffe2/operators/sparse_normalize_op).
 
-SparseFtrl and SparseNormalize must run in place, as in Caffe2. Like ScatterAssign
-here, their updated tables are new arrays (a copy of the table plus the row updates),
-so a net that fails after them leaves the old table in the workspace; every index is
+SparseFtrl and SparseNormalize must run in place, as in Caffe2, and they do: the table
+is updated where it lies when only the workspace holds it (caffe2py.inplace.claim;
+otherwise a private copy is updated), the touched rows' old values are kept so that a
+net failing later gets its old table back (inplace.remember_rows), and every index is
 checked before anything is written."""
 import numpy as np
 
+from caffe2py import inplace
 from caffe2py.gradients import should_not_do_gradient
 from caffe2py.kernels.cpu.optim_extra import dense_updates as D
 from caffe2py.kernels.cpu.optim_extra import ftrl as F
@@ -107,13 +109,22 @@ def ftrl(ctx):
     return run
 
 
+def _save_rows(table2, flat):
+    """The rows an update is about to change (for undo), or None outside a net run."""
+    saved = inplace.row_buffer(table2, flat)
+    if saved is not None:
+        np.take(table2, flat, axis=0, out=saved)
+    return saved
+
+
 @register_kernel("SparseFtrl")
 def sparse_ftrl(ctx):
     alpha_inv, beta, l1, l2 = _ftrl_params(ctx)
 
     def run(var, nz, indices, grad, *rest):
-        for k, (a, what) in ((0, (var, "var")), (1, (nz, "n_z")), (3, (grad, "grad"))):
-            _float(ctx, k, a, what)
+        _float(ctx, 0, var, "var")
+        _float(ctx, 1, nz, "n_z")
+        _float(ctx, 3, grad, "grad")
         rows, block = _rows(ctx, 0, var, "var")
         if nz.size != 2 * var.size:
             raise ctx.input_error(1, "n_z must hold 2 values per weight (%d), got %d" % (2 * var.size, nz.size))
@@ -122,12 +133,15 @@ def sparse_ftrl(ctx):
             raise ctx.input_error(3, "grad must hold one %d-value row per index (%d values), got %d"
                                   % (block, flat.size * block, grad.size))
         inv = _alpha_inv(ctx, 4, rest, alpha_inv)
-        w = np.array(var, F32, copy=True, order="C")
-        z = np.array(nz, F32, copy=True, order="C")
+        var = inplace.claim(var)
+        nz = inplace.claim(nz)
         if flat.size and block:
-            F.sparse_ftrl(w.reshape(rows, block), z.reshape(rows, 2 * block), flat,
-                          np.ascontiguousarray(grad, F32).reshape(flat.size, block), inv, beta, l1, l2)
-        return w, z
+            w2, z2 = var.reshape(rows, block), nz.reshape(rows, 2 * block)
+            saved = _save_rows(w2, flat), _save_rows(z2, flat)
+            F.sparse_ftrl(w2, z2, flat, np.ascontiguousarray(grad, F32).reshape(flat.size, block), inv, beta, l1, l2)
+            inplace.remember_rows(w2, flat, saved[0])
+            inplace.remember_rows(z2, flat, saved[1])
+        return var, nz
     return run
 
 
@@ -254,10 +268,13 @@ def sparse_normalize(ctx):
         if rest and rest[0].size != flat.size * block:
             raise ctx.input_error(2, "grad must hold one %d-value row per index, got %d values"
                                   % (block, rest[0].size))
-        out = np.array(param, F32, copy=True, order="C")
+        param = inplace.claim(param)
         if flat.size and block:
-            SN.sparse_normalize(out.reshape(rows, block), flat, norm, use_max)
-        return out
+            table = param.reshape(rows, block)
+            saved = _save_rows(table, flat)
+            SN.sparse_normalize(table, flat, norm, use_max)
+            inplace.remember_rows(table, flat, saved)
+        return param
     return run
 
 

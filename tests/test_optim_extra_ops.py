@@ -3,6 +3,7 @@ written here from the update formulas."""
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -225,3 +226,36 @@ def test_sparse_kernel_twins_agree_with_the_compiled_kernels():
         jit.set_jit_mode(before)
     for a, b in zip(results[0][:3], results[1][:3]):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_sparse_updates_are_in_place_and_undone_when_the_net_fails():
+    import weakref
+
+    from caffe2py.workspace import current_workspace
+    rng = np.random.default_rng(4)
+    w0 = rng.standard_normal((6, 3)).astype(np.float32)
+    nz0 = np.abs(rng.standard_normal((6, 6))).astype(np.float32)
+    idx = np.array([1, 4, 1], np.int64)
+    g = rng.standard_normal((3, 3)).astype(np.float32)
+    workspace.ResetWorkspace()
+    for name, v in (("w", w0), ("nz", nz0), ("i", idx), ("g", g), ("p", w0 * 4)):
+        workspace.FeedBlob(name, v)
+    net = core.Net("sparse_ok")
+    net.SparseFtrl(["w", "nz", "i", "g"], ["w", "nz"], alpha=0.1)
+    net.SparseNormalize(["p", "i"], ["p"])
+    workspace.CreateNet(net)
+    refs = {name: weakref.ref(current_workspace().blobs[name]) for name in ("w", "nz", "p")}
+    workspace.RunNet(net.Name(), num_iter=2)
+    for name in refs:
+        assert current_workspace().blobs[name] is refs[name](), name          # updated where it lies
+    assert not np.array_equal(workspace.FetchBlob("w"), w0)
+    before = {name: workspace.FetchBlob(name) for name in ("w", "nz", "p")}
+    failing = core.Net("sparse_then_fail")
+    failing.SparseFtrl(["w", "nz", "i", "g"], ["w", "nz"], alpha=0.1)
+    failing.SparseNormalize(["p", "i"], ["p"], use_max_norm=0, norm=0.5)
+    failing.Reshape("g", "bad", shape=[7])
+    workspace.CreateNet(failing)
+    with pytest.raises(Caffe2Error, match="Reshape"):
+        workspace.RunNet(failing.Name())
+    for name, value in before.items():
+        np.testing.assert_array_equal(workspace.FetchBlob(name), value, err_msg=name)
