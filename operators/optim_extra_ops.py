@@ -193,8 +193,8 @@ def lars(ctx):
         _float(ctx, 1, dx, "dX")
         if dx.size != x.size:
             raise ctx.input_error(1, "Gradient size doesn't match parameter size.")
-        values = [_scalar(ctx, k, a, what) for k, a, what in ((2, wd, "wd"), (3, trust, "trust"), (4, lr_max, "lr_max"))]
-        return D.lars(x, dx, *values, offset, lr_min)
+        rate = [_scalar(ctx, 2, wd, "wd"), _scalar(ctx, 3, trust, "trust"), _scalar(ctx, 4, lr_max, "lr_max")]
+        return D.lars(x, dx, *rate, offset, lr_min)
     return run
 
 
