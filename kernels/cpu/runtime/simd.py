@@ -1,0 +1,366 @@
+"""LLVM vectors in compiled (numba) kernels: a block of float32 lanes that lives in
+registers, loads that widen table values of several encodings into it, software
+prefetch, and scalar loads/stores at any byte address.
+
+Why: numba has no SIMD type. A loop that sums rows into an array keeps its sums in
+memory (a load and a store per value per row, plus index wrap-around code); an LLVM
+`<n x float>` value stays in n/8 AVX2 (n/16 AVX-512) registers for the whole loop,
+and each row costs its loads and FMAs only (SparseLengthsSum, 1M x 64 table, one
+thread: 4.9 -> 3.9 ms, measured; see docs/perfkernels.md).
+
+Memory is named by integer addresses (`arr.ctypes.data` plus byte offsets), so a
+kernel's argument types do not depend on a table's dtype, strides or index width, and
+one compiled kernel serves them all (numba compiles a parallel kernel in seconds, once
+per argument-type combination). Addresses do not keep arrays alive: the caller owns
+every array it passes an address of (see blas.py for what goes wrong otherwise), and
+guarantees that every address is in bounds: nothing here checks.
+
+    Lanes(n)                       token argument: the kernel is compiled for n lanes
+                                   (LANES_64 ... LANES_1: constants of the widths)
+    vzeros(lanes)                  a zero vector, type Vec(n)
+    vload_f32 / vload_f16 / vload_u8 / vload_u4 / vload_u2(lanes, address)
+                                   n values stored as float32, float16, uint8, or two /
+                                   four values per byte (low bits first), widened to
+                                   float32; packed values come out *field-major* (lane
+                                   f * n/k + b holds field f of byte b: no shuffle per
+                                   row, lanes are summed independently)
+    vfma(acc, w, x), vadds(acc, s), vmuls(acc, s)       acc + w*x, acc + s, acc * s
+    vstore(out, row, col, v)       n float32 into row `row` from column `col` of 2-D
+                                   float32 `out`
+    vstore_fields(out, row, col, v, k)   the same for field-major lanes of k = 2 or 4
+                                   values per byte (back in natural order)
+    prefetch(address)              prefetcht0 (never faults, whatever the address)
+    load_f32 / load_f16(address), load_index(address, j, wide)     scalars
+    store_f32 / store_f16(address, x)                               (unaligned)
+    address(arr)                   arr's data pointer as an integer
+    half_to_float(bits) / float_to_half(x)                          uint16 <-> float32
+
+float16 widening is LLVM's fpext (F16C's vcvtph2ps): exact, half subnormals included,
+also when the thread flushes float32 denormals (FTZ/DAZ only concern float32/64
+inputs and results); tests/test_sparse_lengths_compiled.py checks it with
+torch.set_flush_denormal(True). Narrowing (fptrunc) rounds to nearest even.
+Importing this module imports numba; kernel modules reach it through jit's LazyGlobal.
+"""
+from llvmlite import ir
+from numba import types
+from numba.core.imputils import lower_constant
+from numba.extending import NativeValue, intrinsic, models, register_model, typeof_impl, unbox
+
+_I8P = ir.IntType(8).as_pointer()
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
+_F32 = ir.FloatType()
+
+
+class Lanes:
+    """n float32 lanes (see the module docstring)."""
+    __slots__ = ("n",)
+
+    def __init__(self, n):
+        if n < 1:
+            raise ValueError("Lanes needs n >= 1, got %d" % n)
+        self.n = n
+
+    def __repr__(self):
+        return "Lanes(%d)" % self.n
+
+
+class LanesType(types.Type):
+    def __init__(self, n):
+        self.n = n
+        super().__init__(name="Lanes(%d)" % n)
+
+
+class Vec(types.Type):
+    """<n x float>."""
+
+    def __init__(self, n):
+        self.n = n
+        super().__init__(name="Vec(%d)" % n)
+
+
+@register_model(LanesType)
+class _LanesModel(models.OpaqueModel):
+    pass
+
+
+@register_model(Vec)
+class _VecModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, ir.VectorType(_F32, fe_type.n))
+
+
+@typeof_impl.register(Lanes)
+def _typeof_lanes(val, c):
+    return LanesType(val.n)
+
+
+@unbox(LanesType)
+def _unbox_lanes(typ, obj, c):
+    return NativeValue(ir.Constant(_I8P, None))
+
+
+@lower_constant(LanesType)
+def _constant_lanes(context, builder, ty, value):
+    return ir.Constant(_I8P, None)
+
+
+# Constants a kernel can name to pick its lane width at run time (one compiled kernel
+# holding every width instead of one compilation per width).
+LANES_64, LANES_32, LANES_16, LANES_8, LANES_4, LANES_2, LANES_1 = (Lanes(n) for n in (64, 32, 16, 8, 4, 2, 1))
+
+
+def _vector(n, elem=_F32):
+    return ir.VectorType(elem, n)
+
+
+def _broadcast(builder, scalar, n):
+    v = builder.insert_element(ir.Constant(_vector(n), ir.Undefined), scalar, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, v, ir.Constant(_vector(n, _I32), [0] * n))
+
+
+def _f32(context, builder, value, ty):
+    return context.cast(builder, value, ty, types.float32)
+
+
+def _pointer(context, builder, address, ty, elem):
+    return builder.inttoptr(context.cast(builder, address, ty, types.int64), elem.as_pointer())
+
+
+def _is_int(*tys):
+    return all(isinstance(t, types.Integer) for t in tys)
+
+
+@intrinsic
+def vzeros(typingctx, lanes):
+    if not isinstance(lanes, LanesType):
+        return None
+    n = lanes.n
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_vector(n), [0.0] * n)
+    return Vec(n)(lanes), codegen
+
+
+def _spread_fields(builder, raw, count, bits):
+    """<count x i8> packed bytes -> <count * 8/bits x i8>, field-major."""
+    k = 8 // bits
+    i8s = _vector(count, ir.IntType(8))
+    mask = ir.Constant(i8s, [(1 << bits) - 1] * count)
+    fields = []
+    for f in range(k):
+        shifted = raw if f == 0 else builder.lshr(raw, ir.Constant(i8s, [f * bits] * count))
+        fields.append(shifted if f == k - 1 else builder.and_(shifted, mask))
+    while len(fields) > 1:         # concatenate pairwise: [f0 f1], [f2 f3] -> [f0 f1 f2 f3]
+        width = fields[0].type.count
+        order = ir.Constant(_vector(2 * width, _I32), list(range(2 * width)))
+        fields = [builder.shuffle_vector(fields[i], fields[i + 1], order) for i in range(0, len(fields), 2)]
+    return fields[0]
+
+
+def _vload(bits):
+    def typer(typingctx, lanes, address):
+        if not isinstance(lanes, LanesType) or not _is_int(address):
+            return None
+        n = lanes.n
+        k = max(1, 8 // bits)
+
+        def codegen(context, builder, sig, args):
+            if n % k:      # no such tile: the callers pick widths that are multiples of k
+                return ir.Constant(_vector(n), [0.0] * n)
+            elem = {32: _F32, 16: ir.IntType(16)}.get(bits, ir.IntType(8))
+            raw = builder.load(_pointer(context, builder, args[1], sig.args[1], _vector(n // k, elem)), align=1)
+            if bits == 32:
+                return raw
+            if bits == 16:
+                return builder.fpext(builder.bitcast(raw, _vector(n, ir.HalfType())), _vector(n))
+            if bits < 8:
+                raw = _spread_fields(builder, raw, n // k, bits)
+            return builder.uitofp(raw, _vector(n))
+        return Vec(n)(lanes, address), codegen
+    return intrinsic(typer)
+
+
+vload_f32 = _vload(32)
+vload_f16 = _vload(16)
+vload_u8 = _vload(8)
+vload_u4 = _vload(4)
+vload_u2 = _vload(2)
+
+
+@intrinsic
+def vfma(typingctx, acc, w, x):
+    if not isinstance(acc, Vec) or acc != x or not isinstance(w, (types.Float, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a, ww, xx = args
+        wv = _broadcast(builder, _f32(context, builder, ww, sig.args[1]), sig.args[0].n)
+        return builder.fadd(a, builder.fmul(wv, xx, flags=["contract"]), flags=["contract"])
+    return acc(acc, w, x), codegen
+
+
+def _scalar_op(op):
+    def typer(typingctx, acc, s):
+        if not isinstance(acc, Vec) or not isinstance(s, (types.Float, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            sv = _broadcast(builder, _f32(context, builder, args[1], sig.args[1]), sig.args[0].n)
+            return getattr(builder, op)(args[0], sv)
+        return acc(acc, s), codegen
+    return intrinsic(typer)
+
+
+vadds = _scalar_op("fadd")
+vmuls = _scalar_op("fmul")
+
+
+def _vstore(typingctx, out, row, col, v, per_byte):
+    if not isinstance(v, Vec) or not isinstance(out, types.Array) or out.ndim != 2 \
+            or out.dtype != types.float32 or not _is_int(row, col):
+        return None
+    n = v.n
+
+    def codegen(context, builder, sig, args):
+        a, r, c, vv = args[:4]
+        if per_byte > 1 and n % per_byte == 0:     # field-major -> natural
+            order = [(i % per_byte) * (n // per_byte) + i // per_byte for i in range(n)]
+            vv = builder.shuffle_vector(vv, vv, ir.Constant(_vector(n, _I32), order))
+        ary = context.make_array(sig.args[0])(context, builder, a)
+        stride0 = builder.extract_value(ary.strides, 0)
+        r = context.cast(builder, r, sig.args[1], types.int64)
+        c = context.cast(builder, c, sig.args[2], types.int64)
+        addr = builder.add(builder.ptrtoint(ary.data, _I64), builder.mul(r, stride0))
+        addr = builder.add(addr, builder.mul(c, ir.Constant(_I64, 4)))
+        builder.store(vv, builder.inttoptr(addr, _vector(n).as_pointer()), align=4)
+        return context.get_dummy_value()
+    return codegen
+
+
+@intrinsic
+def vstore(typingctx, out, row, col, v):
+    codegen = _vstore(typingctx, out, row, col, v, 1)
+    return None if codegen is None else (types.void(out, row, col, v), codegen)
+
+
+@intrinsic
+def vstore_fields(typingctx, out, row, col, v, k):
+    """vstore of field-major lanes of k (a constant 2 or 4) values per byte."""
+    per_byte = getattr(k, "literal_value", None)
+    if per_byte not in (2, 4):
+        return None
+    codegen = _vstore(typingctx, out, row, col, v, per_byte)
+    return None if codegen is None else (types.void(out, row, col, v, k), codegen)
+
+
+@intrinsic
+def prefetch(typingctx, address):
+    if not _is_int(address):
+        return None
+
+    def codegen(context, builder, sig, args):
+        fnty = ir.FunctionType(ir.VoidType(), [_I8P, _I32, _I32, _I32])
+        fn = builder.module.declare_intrinsic("llvm.prefetch", fnty=fnty)
+        # read, locality 3 (prefetcht0: into every cache level), data cache
+        builder.call(fn, [_pointer(context, builder, args[0], sig.args[0], ir.IntType(8)), ir.Constant(_I32, 0),
+                          ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+        return context.get_dummy_value()
+    return types.void(address), codegen
+
+
+@intrinsic
+def load_f32(typingctx, address):
+    if not _is_int(address):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.load(_pointer(context, builder, args[0], sig.args[0], _F32), align=1)
+    return types.float32(address), codegen
+
+
+@intrinsic
+def load_f16(typingctx, address):
+    if not _is_int(address):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fpext(builder.load(_pointer(context, builder, args[0], sig.args[0], ir.HalfType()), align=1),
+                             _F32)
+    return types.float32(address), codegen
+
+
+@intrinsic
+def load_index(typingctx, address, j, wide):
+    """Entry j of an int64 (wide) or int32 array at `address`, as int64."""
+    if not _is_int(address, j) or not isinstance(wide, types.Boolean):
+        return None
+
+    def codegen(context, builder, sig, args):
+        base = context.cast(builder, args[0], sig.args[0], types.int64)
+        j = context.cast(builder, args[1], sig.args[1], types.int64)
+        with builder.if_else(args[2]) as (then, otherwise):
+            with then:
+                p64 = builder.inttoptr(builder.add(base, builder.shl(j, ir.Constant(_I64, 3))), _I64.as_pointer())
+                v64 = builder.load(p64, align=8)
+                b64 = builder.block
+            with otherwise:
+                p32 = builder.inttoptr(builder.add(base, builder.shl(j, ir.Constant(_I64, 2))), _I32.as_pointer())
+                v32 = builder.sext(builder.load(p32, align=4), _I64)
+                b32 = builder.block
+        phi = builder.phi(_I64)
+        phi.add_incoming(v64, b64)
+        phi.add_incoming(v32, b32)
+        return phi
+    return types.int64(address, j, wide), codegen
+
+
+def _store(half):
+    def typer(typingctx, address, x):
+        if not _is_int(address) or not isinstance(x, (types.Float, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            v = _f32(context, builder, args[1], sig.args[1])
+            elem = ir.HalfType() if half else _F32
+            if half:
+                v = builder.fptrunc(v, elem)
+            builder.store(v, _pointer(context, builder, args[0], sig.args[0], elem), align=1)
+            return context.get_dummy_value()
+        return types.void(address, x), codegen
+    return intrinsic(typer)
+
+
+store_f32 = _store(False)
+store_f16 = _store(True)
+
+
+@intrinsic
+def address(typingctx, arr):
+    if not isinstance(arr, types.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.ptrtoint(context.make_array(sig.args[0])(context, builder, args[0]).data, _I64)
+    return types.int64(arr), codegen
+
+
+@intrinsic
+def half_to_float(typingctx, bits):
+    if not isinstance(bits, types.Integer) or bits.bitwidth != 16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), _F32)
+    return types.float32(bits), codegen
+
+
+@intrinsic
+def float_to_half(typingctx, x):
+    if not isinstance(x, types.Float):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = _f32(context, builder, args[0], sig.args[0])
+        return builder.bitcast(builder.fptrunc(v, ir.HalfType()), ir.IntType(16))
+    return types.uint16(x), codegen
