@@ -29,6 +29,16 @@ guarantees that every address is in bounds: nothing here checks.
                                    float32 `out`
     vstore_fields(out, row, col, v, k)   the same for field-major lanes of k = 2 or 4
                                    values per byte (back in natural order)
+    vnatural(v, k)                 field-major lanes (k = 2 or 4) in natural order
+    vmin(a, b), vmax(a, b)         lanewise (b where a compares false: NaN in a is
+                                   dropped; see vhsum for finding NaN)
+    vrint(v), vclamp(v, lo, hi)    round half to even; lanewise clamp to scalars
+    vhmin(v), vhmax(v), vhsum(v)   across the lanes (n a power of two), to a scalar
+    vstore_f32_at / vstore_f16_at / vstore_u8_at(address, v)   n float32, n float16
+                                   (rounded to nearest even), n bytes (v holds whole
+                                   numbers in [0, 255])
+    vstore_packed_at(address, v, bits)   n whole numbers < 2**bits, k = 8/bits per byte
+                                   (low bits first): n/k bytes
     prefetch(address)              prefetcht0 (never faults, whatever the address)
     load_f32 / load_f16(address), load_index(address, j, wide)     scalars
     store_f32 / store_f16(address, x)                               (unaligned)
@@ -43,6 +53,7 @@ Importing this module imports numba; kernel modules reach it through jit's LazyG
 """
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.core.imputils import lower_constant
 from numba.extending import NativeValue, intrinsic, models, register_model, typeof_impl, unbox
 
@@ -364,3 +375,130 @@ def float_to_half(typingctx, x):
         v = _f32(context, builder, args[0], sig.args[0])
         return builder.bitcast(builder.fptrunc(v, ir.HalfType()), ir.IntType(16))
     return types.uint16(x), codegen
+
+
+@intrinsic
+def vnatural(typingctx, v, k):
+    per_byte = getattr(k, "literal_value", None)
+    if not isinstance(v, Vec) or per_byte not in (2, 4) or v.n % per_byte:
+        return None
+    n = v.n
+
+    def codegen(context, builder, sig, args):
+        order = [(i % per_byte) * (n // per_byte) + i // per_byte for i in range(n)]
+        return builder.shuffle_vector(args[0], args[0], ir.Constant(_vector(n, _I32), order))
+    return v(v, k), codegen
+
+
+def _pick(pred):
+    def typer(typingctx, a, b):
+        if not isinstance(a, Vec) or a != b:
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.select(builder.fcmp_ordered(pred, args[0], args[1]), args[0], args[1])
+        return a(a, b), codegen
+    return intrinsic(typer)
+
+
+vmin = _pick("<")
+vmax = _pick(">")
+
+
+@intrinsic
+def vrint(typingctx, v):
+    if not isinstance(v, Vec):
+        return None
+
+    def codegen(context, builder, sig, args):
+        vt = args[0].type
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt]), "llvm.rint.v%df32" % vt.count)
+        return builder.call(fn, [args[0]])
+    return v(v), codegen
+
+
+@intrinsic
+def vclamp(typingctx, v, lo, hi):
+    if not isinstance(v, Vec) or not isinstance(lo, (types.Float, types.Integer)) \
+            or not isinstance(hi, (types.Float, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        n = sig.args[0].n
+        lo_v = _broadcast(builder, _f32(context, builder, args[1], sig.args[1]), n)
+        hi_v = _broadcast(builder, _f32(context, builder, args[2], sig.args[2]), n)
+        x = builder.select(builder.fcmp_ordered("<", args[0], lo_v), lo_v, args[0])
+        return builder.select(builder.fcmp_ordered(">", x, hi_v), hi_v, x)
+    return v(v, lo, hi), codegen
+
+
+def _across(kind):
+    def typer(typingctx, v):
+        if not isinstance(v, Vec) or v.n & (v.n - 1):      # powers of two only
+            return None
+
+        def codegen(context, builder, sig, args):
+            x = args[0]
+            width = sig.args[0].n
+            while width > 1:          # halve: lanes [0, w/2) combined with [w/2, w)
+                half = width // 2
+                lo = builder.shuffle_vector(x, x, ir.Constant(_vector(half, _I32), list(range(half))))
+                hi = builder.shuffle_vector(x, x, ir.Constant(_vector(half, _I32), list(range(half, width))))
+                if kind == "sum":
+                    x = builder.fadd(lo, hi)
+                else:
+                    x = builder.select(builder.fcmp_ordered(kind, lo, hi), lo, hi)
+                width = half
+            return builder.extract_element(x, ir.Constant(_I32, 0))
+        return types.float32(v), codegen
+    return intrinsic(typer)
+
+
+vhmin = _across("<")
+vhmax = _across(">")
+vhsum = _across("sum")
+
+
+def _vstore_at(encoding):
+    def typer(typingctx, address, v):
+        if not _is_int(address) or not isinstance(v, Vec):
+            return None
+        n = v.n
+
+        def codegen(context, builder, sig, args):
+            x = args[1]
+            if encoding == "f16":
+                x = builder.fptrunc(x, _vector(n, ir.HalfType()))
+            elif encoding == "u8":
+                x = builder.trunc(builder.fptosi(x, _vector(n, _I32)), _vector(n, ir.IntType(8)))
+            builder.store(x, _pointer(context, builder, args[0], sig.args[0], x.type), align=1)
+            return context.get_dummy_value()
+        return types.void(address, v), codegen
+    return intrinsic(typer)
+
+
+vstore_f32_at = _vstore_at("f32")
+vstore_f16_at = _vstore_at("f16")
+vstore_u8_at = _vstore_at("u8")
+
+
+@intrinsic
+def vstore_packed_at(typingctx, address, v, bits):
+    width = getattr(bits, "literal_value", None)
+    if not _is_int(address) or not isinstance(v, Vec) or width not in (4, 2) or v.n % (8 // width):
+        return None
+    n, k = v.n, 8 // width
+
+    def codegen(context, builder, sig, args):
+        count = n // k
+        i8s = _vector(count, ir.IntType(8))
+        q = builder.trunc(builder.fptosi(args[1], _vector(n, _I32)), _vector(n, ir.IntType(8)))
+        packed = None
+        for f in range(k):            # field f: lanes f, f + k, f + 2k, ... -> bits f * width
+            field = builder.shuffle_vector(q, q, ir.Constant(_vector(count, _I32), list(range(f, n, k))))
+            if f:
+                field = builder.shl(field, ir.Constant(i8s, [f * width] * count))
+            packed = field if packed is None else builder.or_(packed, field)
+        builder.store(packed, _pointer(context, builder, args[0], sig.args[0], i8s), align=1)
+        return context.get_dummy_value()
+    return types.void(address, v, bits), codegen
