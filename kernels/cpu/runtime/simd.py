@@ -39,6 +39,9 @@ guarantees that every address is in bounds: nothing here checks.
                                    numbers in [0, 255])
     vstore_packed_at(address, v, bits)   n whole numbers < 2**bits, k = 8/bits per byte
                                    (low bits first): n/k bytes
+    vsplat(lanes, s); vadd / vsub / vmul / vdiv(a, b)          lanewise arithmetic
+    vsigmoid(v) = 1 / (1 + exp(-v)), vtanh(v) = 1 - 2 / (exp(2v) + 1), with a vector
+                                   exp (see _emit_exp: |relative error| < 4e-7)
     prefetch(address)              prefetcht0 (never faults, whatever the address)
     load_f32 / load_f16(address), load_index(address, j, wide)     scalars
     store_f32 / store_f16(address, x)                               (unaligned)
@@ -502,3 +505,82 @@ def vstore_packed_at(typingctx, address, v, bits):
         builder.store(packed, _pointer(context, builder, args[0], sig.args[0], i8s), align=1)
         return context.get_dummy_value()
     return types.void(address, v, bits), codegen
+
+
+@intrinsic
+def vsplat(typingctx, lanes, s):
+    if not isinstance(lanes, LanesType) or not isinstance(s, (types.Float, types.Integer)):
+        return None
+    n = lanes.n
+
+    def codegen(context, builder, sig, args):
+        return _broadcast(builder, _f32(context, builder, args[1], sig.args[1]), n)
+    return Vec(n)(lanes, s), codegen
+
+
+def _binary(op):
+    def typer(typingctx, a, b):
+        if not isinstance(a, Vec) or a != b:
+            return None
+
+        def codegen(context, builder, sig, args):
+            return getattr(builder, op)(args[0], args[1], flags=["contract"])
+        return a(a, b), codegen
+    return intrinsic(typer)
+
+
+vadd = _binary("fadd")
+vsub = _binary("fsub")
+vmul = _binary("fmul")
+vdiv = _binary("fdiv")
+
+# exp(x) = 2**k * exp(r): k = rint(x / ln 2), r = x - k ln 2 (ln 2 in two parts: k * _LN2_HI
+# is exact for |k| < 2**9, so r keeps its precision), exp(r) for |r| <= ln(2)/2 by the
+# Taylor polynomial of degree 7 (truncation error < 6e-9 relative), 2**k put into the
+# exponent bits. x is clamped to [-87, 88] so that 2**k stays a normal float32.
+_LN2_HI = 0.693145751953125          # 0x3F317200: 15 significant bits
+_LN2_LO = 1.4286068203094172e-06     # ln 2 - _LN2_HI
+_TAYLOR = [1.0 / f for f in (5040.0, 720.0, 120.0, 24.0, 6.0, 2.0, 1.0, 1.0)]
+
+
+def _emit_exp(builder, x):
+    n = x.type.count
+    vec = _vector(n)
+
+    def c(value):
+        return ir.Constant(vec, [value] * n)
+    x = builder.select(builder.fcmp_ordered("<", x, c(-87.0)), c(-87.0), x)
+    x = builder.select(builder.fcmp_ordered(">", x, c(88.0)), c(88.0), x)
+    rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec]), "llvm.rint.v%df32" % n)
+    k = builder.call(rint, [builder.fmul(x, c(1.4426950408889634))])
+    r = builder.fsub(x, builder.fmul(k, c(_LN2_HI)))
+    r = builder.fsub(r, builder.fmul(k, c(_LN2_LO)))
+    p = c(_TAYLOR[0])
+    for coefficient in _TAYLOR[1:]:
+        p = builder.fadd(builder.fmul(p, r, flags=["contract"]), c(coefficient), flags=["contract"])
+    i32s = _vector(n, _I32)
+    bits = builder.shl(builder.add(builder.fptosi(k, i32s), ir.Constant(i32s, [127] * n)),
+                       ir.Constant(i32s, [23] * n))
+    return builder.fmul(p, builder.bitcast(bits, vec))
+
+
+def _activation(kind):
+    def typer(typingctx, v):
+        if not isinstance(v, Vec):
+            return None
+
+        def codegen(context, builder, sig, args):
+            n = sig.args[0].n
+            one = ir.Constant(_vector(n), [1.0] * n)
+            if kind == "sigmoid":
+                e = _emit_exp(builder, builder.fsub(ir.Constant(_vector(n), [0.0] * n), args[0]))
+                return builder.fdiv(one, builder.fadd(one, e))
+            e = _emit_exp(builder, builder.fadd(args[0], args[0]))
+            two = ir.Constant(_vector(n), [2.0] * n)
+            return builder.fsub(one, builder.fdiv(two, builder.fadd(e, one)))
+        return v(v), codegen
+    return intrinsic(typer)
+
+
+vsigmoid = _activation("sigmoid")
+vtanh = _activation("tanh")
