@@ -170,11 +170,14 @@ def test_length_errors_come_before_index_errors():
     assert "OFFSETS must be non-decreasing: offsets[1] = 2 > offsets[2] = 1" in msg
 
 
-def test_positional_weights_shorter_than_the_longest_bag():
+def test_weights_too_short_are_refused_before_the_loop():
     table = np.zeros((10, 4), np.float32)
     with pytest.raises(K.LookupInputError, match="WEIGHT must have at least as many entries"):
         K.segment_reduce(table, np.array([1, 2, 3], np.int64), np.array([3], np.int32),
                          weights=np.ones(2, np.float32), positional=True)
+    with pytest.raises(K.LookupInputError, match="Weight should have the same length as indices."):
+        K.segment_reduce(table, np.array([1, 2, 3], np.int64), np.array([3], np.int32),
+                         weights=np.ones(2, np.float32))
 
 
 # ----------------------------------------------------------------- tables read in place

@@ -236,6 +236,8 @@ def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, 
             if positional and weights.size < longest:
                 raise LookupInputError("weights", "WEIGHT must have at least as many entries (%d) as the "
                                        "longest segment (%d)" % (weights.size, longest))
+            if not positional and weights.size != n_idx:
+                raise LookupInputError("weights", "Weight should have the same length as indices.")
             wmode = loops.POSITIONAL if positional else loops.PER_INDEX
         out = np.empty((m, block), np.float32)
         if block == 0 or m == 0:
