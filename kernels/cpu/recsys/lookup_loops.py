@@ -83,20 +83,20 @@ def _segment(lanes, table, row_stride, kind, sb_at, indices, wide, weights, wmod
                 w = weights[j]
             elif wmode == POSITIONAL:
                 w = weights[j - bag_start]
-            if kind == FLOAT32:
-                x = vload_f32(lanes, row + at)
+            if kind == FLOAT32:            # each kind its own FMA: LLVM folds the loads into it
+                acc = vfma(acc, w, vload_f32(lanes, row + at))
             elif kind == FLOAT16:
-                x = vload_f16(lanes, row + at)
+                acc = vfma(acc, w, vload_f16(lanes, row + at))
+            elif kind == FUSED8:
+                bias_sum += w * load_f32(row + sb_at + 4)
+                acc = vfma(acc, w * load_f32(row + sb_at), vload_u8(lanes, row + at))
             else:
-                if kind == FUSED8:
-                    bias_sum += w * load_f32(row + sb_at + 4)
-                    w = w * load_f32(row + sb_at)
-                    x = vload_u8(lanes, row + at)
+                bias_sum += w * load_f16(row + sb_at + 2)
+                w = w * load_f16(row + sb_at)
+                if kind == FUSED4:
+                    acc = vfma(acc, w, vload_u4(lanes, row + at))
                 else:
-                    bias_sum += w * load_f16(row + sb_at + 2)
-                    w = w * load_f16(row + sb_at)
-                    x = vload_u4(lanes, row + at) if kind == FUSED4 else vload_u2(lanes, row + at)
-            acc = vfma(acc, w, x)
+                    acc = vfma(acc, w, vload_u2(lanes, row + at))
         if kind >= FUSED8:
             acc = vadds(acc, bias_sum)
         if scale != one:
