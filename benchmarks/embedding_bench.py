@@ -16,8 +16,9 @@ measured in the same run). Every call of ours includes the index/length checks.
 
 Usage: python benchmarks/embedding_bench.py [--threads 1 2] [--tables 1000000x64 4000000x128]
        [--rounds 5] [--calls 10] [--cases f32,fp16,...] [--temps hot,cold]
-       [--prefetch 0,4,8,16]   (sweep: ours only, distances alternating in each round)
 torch is optional (benchmark-only): without it the peer columns say "absent".
+The measurements behind the kernel's design (prefetch distance, split, tiles) are
+benchmarks/embedding_design.py.
 """
 import argparse
 import os
@@ -221,30 +222,6 @@ def run_case(p, case, temp, args, evict):
     return ours, theirs, ratios, gb, diff
 
 
-def run_sweep(p, case, temp, args, evict, distances):
-    """Ours only, the prefetch distances alternating within each round."""
-    from caffe2py.kernels.cpu.recsys import sparse_lengths as K
-    op, inputs, idx_pos, _, row_bytes, skewed = make_case(p, case)
-    sets = p.skew_sets if skewed else p.index_sets
-    net = OneOpNet(op, inputs(sets[0]), "%s_%s_sweep" % (case, temp))
-    state = {"i": 0}
-
-    def next_set():
-        if temp == "cold":
-            state["i"] = (state["i"] + 1) % len(sets)
-            net.feed(idx_pos, sets[state["i"]])
-            evict()
-
-    times = {d: [] for d in distances}
-    net.run()
-    for _ in range(args.rounds):
-        for d in distances:
-            K.PREFETCH_DISTANCE = d
-            net.run()
-            times[d].append(time_block(net.run, next_set, args.calls))
-    return times, sets[0].size * row_bytes / 1e9
-
-
 def one_thread_count(args):
     threads = args.threads[0]
     os.environ["CAFFE2PY_NUM_THREADS"] = str(threads)
@@ -258,21 +235,6 @@ def one_thread_count(args):
     for spec in args.tables:
         rows, dim = (int(v) for v in spec.lower().split("x"))
         p = Problem(rows, dim, args.bags, args.length, sets=8)
-        if args.prefetch:
-            distances = [int(d) for d in args.prefetch.split(",")]
-            print("\n## prefetch sweep, table %d x %d, %d thread(s): ours ms median [min-max] (GB/s)"
-                  % (rows, dim, threads))
-            print("| case | temp | " + " | ".join("d=%d" % d for d in distances) + " |")
-            print("|---|---|" + "---|" * len(distances))
-            for case in cases:
-                for temp in temps:
-                    times, gb = run_sweep(p, case, temp, args, evict, distances)
-                    cells = []
-                    for d in distances:
-                        med, lo, hi = summary(times[d])
-                        cells.append("%.3f [%.2f-%.2f] (%.1f)" % (1e3 * med, 1e3 * lo, 1e3 * hi, gb / med))
-                    print("| %s | %s | %s |" % (case, temp, " | ".join(cells)), flush=True)
-            continue
         print("\n## table %d x %d, %d bags x %d, %d thread(s), %d rounds x %d calls"
               % (rows, dim, args.bags, args.length, threads, args.rounds, args.calls))
         print("| case | temp | ours ms median [range] | peer ms median [range] | ratio median [range] "
@@ -305,7 +267,6 @@ def main():
     ap.add_argument("--rest", type=float, default=0.2, help="seconds of rest before each timed block")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--temps", default="hot,cold")
-    ap.add_argument("--prefetch", default="", help="comma-separated prefetch distances to sweep (ours only)")
     args = ap.parse_args()
     if torch is None:
         print("# torch is absent (pip install torch for the peer columns)")
