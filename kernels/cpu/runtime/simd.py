@@ -39,7 +39,7 @@ guarantees that every address is in bounds: nothing here checks.
                                    numbers in [0, 255])
     vstore_packed_at(address, v, bits)   n whole numbers < 2**bits, k = 8/bits per byte
                                    (low bits first): n/k bytes
-    vsplat(lanes, s); vadd / vsub / vmul / vdiv(a, b)          lanewise arithmetic
+    vsplat(lanes, s); vadd / vsub / vmul(a, b)                 lanewise arithmetic
     vsigmoid(v) = 1 / (1 + exp(-v)), vtanh(v) = 1 - 2 / (exp(2v) + 1), with a vector
                                    exp (see _emit_exp: |relative error| < 4e-7)
     prefetch(address)              prefetcht0 (never faults, whatever the address)
@@ -53,6 +53,8 @@ also when the thread flushes float32 denormals (FTZ/DAZ only concern float32/64
 inputs and results); tests/test_sparse_lengths_compiled.py checks it with
 torch.set_flush_denormal(True). Narrowing (fptrunc) rounds to nearest even.
 Importing this module imports numba; kernel modules reach it through jit's LazyGlobal.
+numba's disk cache notices edits to a kernel's own source file only: after changing
+the code an intrinsic here emits, clear the kernels' caches (`__pycache__/*.nbi|*.nbc`).
 """
 from llvmlite import ir
 from numba import types
@@ -532,7 +534,6 @@ def _binary(op):
 vadd = _binary("fadd")
 vsub = _binary("fsub")
 vmul = _binary("fmul")
-vdiv = _binary("fdiv")
 
 # exp(x) = 2**k * exp(r): k = rint(x / ln 2), r = x - k ln 2 (ln 2 in two parts: k * _LN2_HI
 # is exact for |k| < 2**9, so r keeps its precision), exp(r) for |r| <= ln(2)/2 by the
