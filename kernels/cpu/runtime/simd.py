@@ -15,8 +15,10 @@ per argument-type combination). Addresses do not keep arrays alive: the caller o
 every array it passes an address of (see blas.py for what goes wrong otherwise), and
 guarantees that every address is in bounds: nothing here checks.
 
-    Lanes(n)                       token argument: the kernel is compiled for n lanes
-                                   (LANES_64 ... LANES_1: constants of the widths)
+    Lanes(n[, kind])               token argument: the kernel is compiled for n lanes
+                                   (of table values stored as `kind`, one of KINDS)
+    LANES_8, LOOKUP_LANES          constants: 8 lanes; every (width, kind) of a lookup
+    lanes_are(lanes, width, kind)  whether a constant Lanes is (run-time) width, kind
     vzeros(lanes)                  a zero vector, type Vec(n)
     vload_f32 / vload_f16 / vload_u8 / vload_u4 / vload_u2(lanes, address)
                                    n values stored as float32, float16, uint8, or two /
@@ -25,6 +27,10 @@ guarantees that every address is in bounds: nothing here checks.
                                    f * n/k + b holds field f of byte b: no shuffle per
                                    row, lanes are summed independently)
     vfma(acc, w, x), vadds(acc, s), vmuls(acc, s)       acc + w*x, acc + s, acc * s
+    vload(lanes, address)          the vload_<kind> of lanes' kind
+    has_scale_bias(lanes), row_scale / row_bias(lanes, address)   fused rows' scale
+                                   and bias (constants 1 and 0 for float kinds)
+    vstore_lanes_at(lanes, address, v)  vstore_f32_at, packed kinds back in natural order
     vstore(out, row, col, v)       n float32 into row `row` from column `col` of 2-D
                                    float32 `out`
     vstore_fields(out, row, col, v, k)   the same for field-major lanes of k = 2 or 4
@@ -68,23 +74,28 @@ _I64 = ir.IntType(64)
 _F32 = ir.FloatType()
 
 
-class Lanes:
-    """n float32 lanes (see the module docstring)."""
-    __slots__ = ("n",)
+# Value encodings a Lanes type can carry (lookup kernels), with their codes.
+KINDS = ("f32", "f16", "u8", "u4", "u2")
+_BITS = {"f32": 32, "f16": 16, "u8": 8, "u4": 4, "u2": 2}
 
-    def __init__(self, n):
-        if n < 1:
-            raise ValueError("Lanes needs n >= 1, got %d" % n)
-        self.n = n
+
+class Lanes:
+    """n float32 lanes, optionally of table values stored as `kind` (one of KINDS)."""
+    __slots__ = ("n", "kind")
+
+    def __init__(self, n, kind=None):
+        if n < 1 or kind not in (None,) + KINDS or (kind and n % max(1, 8 // _BITS[kind])):
+            raise ValueError("no Lanes(%r, %r)" % (n, kind))
+        self.n, self.kind = n, kind
 
     def __repr__(self):
-        return "Lanes(%d)" % self.n
+        return "Lanes(%d, %r)" % (self.n, self.kind)
 
 
 class LanesType(types.Type):
-    def __init__(self, n):
-        self.n = n
-        super().__init__(name="Lanes(%d)" % n)
+    def __init__(self, n, kind=None):
+        self.n, self.kind = n, kind
+        super().__init__(name="Lanes(%d,%s)" % (n, kind))
 
 
 class Vec(types.Type):
@@ -108,7 +119,7 @@ class _VecModel(models.PrimitiveModel):
 
 @typeof_impl.register(Lanes)
 def _typeof_lanes(val, c):
-    return LanesType(val.n)
+    return LanesType(val.n, val.kind)
 
 
 @unbox(LanesType)
@@ -121,9 +132,11 @@ def _constant_lanes(context, builder, ty, value):
     return ir.Constant(_I8P, None)
 
 
-# Constants a kernel can name to pick its lane width at run time (one compiled kernel
-# holding every width instead of one compilation per width).
-LANES_64, LANES_32, LANES_16, LANES_8, LANES_4, LANES_2, LANES_1 = (Lanes(n) for n in (64, 32, 16, 8, 4, 2, 1))
+LANES_8 = Lanes(8)
+# Every (width, kind) a lookup kernel uses, for numba.literal_unroll: one compiled kernel
+# holds a copy of its row loop for each, picked at run time by lanes_are().
+LOOKUP_WIDTHS = (64, 32, 16, 8, 4, 2, 1)
+LOOKUP_LANES = tuple(Lanes(n, kind) for kind in KINDS for n in LOOKUP_WIDTHS if n % max(1, 8 // _BITS[kind]) == 0)
 
 
 def _vector(n, elem=_F32):
@@ -194,14 +207,15 @@ def _vload(bits):
                 raw = _spread_fields(builder, raw, n // k, bits)
             return builder.uitofp(raw, _vector(n))
         return Vec(n)(lanes, address), codegen
-    return intrinsic(typer)
+    return typer
 
 
-vload_f32 = _vload(32)
-vload_f16 = _vload(16)
-vload_u8 = _vload(8)
-vload_u4 = _vload(4)
-vload_u2 = _vload(2)
+_VLOAD_TYPERS = {kind: _vload(bits) for kind, bits in _BITS.items()}
+vload_f32 = intrinsic(_VLOAD_TYPERS["f32"])
+vload_f16 = intrinsic(_VLOAD_TYPERS["f16"])
+vload_u8 = intrinsic(_VLOAD_TYPERS["u8"])
+vload_u4 = intrinsic(_VLOAD_TYPERS["u4"])
+vload_u2 = intrinsic(_VLOAD_TYPERS["u2"])
 
 
 @intrinsic
@@ -585,3 +599,88 @@ def _activation(kind):
 
 vsigmoid = _activation("sigmoid")
 vtanh = _activation("tanh")
+
+
+def _kind_of(lanes):
+    return lanes.kind if isinstance(lanes, LanesType) else None
+
+
+@intrinsic
+def lanes_are(typingctx, lanes, width, kind):
+    """Whether `lanes` has `width` lanes of KINDS[kind] (run-time ints)."""
+    if not isinstance(lanes, LanesType) or lanes.kind is None or not _is_int(width, kind):
+        return None
+    n, code = lanes.n, KINDS.index(lanes.kind)
+
+    def codegen(context, builder, sig, args):
+        w = context.cast(builder, args[1], sig.args[1], types.int64)
+        k = context.cast(builder, args[2], sig.args[2], types.int64)
+        return builder.and_(builder.icmp_signed("==", w, ir.Constant(_I64, n)),
+                            builder.icmp_signed("==", k, ir.Constant(_I64, code)))
+    return types.boolean(lanes, width, kind), codegen
+
+
+@intrinsic
+def vload(typingctx, lanes, address):
+    """vload_<kind> for the kind `lanes` carries."""
+    kind = _kind_of(lanes)
+    if kind is None:
+        return None
+    return _VLOAD_TYPERS[kind](typingctx, lanes, address)
+
+
+@intrinsic
+def has_scale_bias(typingctx, lanes):
+    """Whether rows of lanes' kind carry scale and bias (a constant)."""
+    kind = _kind_of(lanes)
+    if kind is None:
+        return None
+    value = kind in ("u8", "u4", "u2")
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(ir.IntType(1), int(value))
+    return types.boolean(lanes), codegen
+
+
+def _scale_bias(part):
+    def typer(typingctx, lanes, address):
+        """The scale (part 0) or bias (part 1) stored at `address` for lanes' kind: float32
+        pair for u8, float16 pair for u4 / u2; 1 and 0 for float kinds."""
+        kind = _kind_of(lanes)
+        if kind is None or not _is_int(address):
+            return None
+
+        def codegen(context, builder, sig, args):
+            if kind in ("f32", "f16"):
+                return ir.Constant(_F32, 1.0 if part == 0 else 0.0)
+            half = kind != "u8"
+            base = context.cast(builder, args[1], sig.args[1], types.int64)
+            at = builder.add(base, ir.Constant(_I64, part * (2 if half else 4)))
+            elem = ir.HalfType() if half else _F32
+            value = builder.load(builder.inttoptr(at, elem.as_pointer()), align=1)
+            return builder.fpext(value, _F32) if half else value
+        return types.float32(lanes, address), codegen
+    return intrinsic(typer)
+
+
+row_scale = _scale_bias(0)
+row_bias = _scale_bias(1)
+
+
+@intrinsic
+def vstore_lanes_at(typingctx, lanes, address, v):
+    """n float32 at `address`, field-major lanes of u4 / u2 put back in natural order."""
+    kind = _kind_of(lanes)
+    if kind is None or not _is_int(address) or not isinstance(v, Vec) or v.n != lanes.n:
+        return None
+    n = v.n
+    k = {"u4": 2, "u2": 4}.get(kind, 1)
+
+    def codegen(context, builder, sig, args):
+        x = args[2]
+        if k > 1:
+            order = [(i % k) * (n // k) + i // k for i in range(n)]
+            x = builder.shuffle_vector(x, x, ir.Constant(_vector(n, _I32), order))
+        builder.store(x, _pointer(context, builder, args[1], sig.args[1], x.type), align=4)
+        return context.get_dummy_value()
+    return types.void(lanes, address, v), codegen
