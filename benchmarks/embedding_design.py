@@ -85,11 +85,13 @@ def main():
             for cold in (False, True):
                 runner = Calls(lambda idx, data=data, layout=layout: K.segment_reduce(data, idx, lengths,
                                                                                         layout=layout), sets, cold)
-                variants = {d: ((lambda d=d: setattr(K, "PREFETCH_DISTANCE", d)), runner) for d in distances}
+                variants = {d: ((lambda d=d: (setattr(K, "PREFETCH_DISTANCE", d),
+                                              setattr(K, "PREFETCH_DISTANCE_SHORT_ROWS", d))), runner)
+                            for d in distances}
                 times = alternate(variants, a.rounds, a.calls)
                 print("| %s %s | %s |" % (name, "cold" if cold else "hot",
                                           " | ".join(summary(times[d]) for d in distances)), flush=True)
-        K.PREFETCH_DISTANCE = 8
+        K.PREFETCH_DISTANCE, K.PREFETCH_DISTANCE_SHORT_ROWS = 8, 16
 
     if "split" in what:
         # long bags (10x) all in the first half: a split by bag count gives one thread

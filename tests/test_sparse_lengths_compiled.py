@@ -60,6 +60,7 @@ def test_prefetch_distance_and_bag_boundaries(monkeypatch, parts, distance, kind
     ones; rows of one tile and of several (overlapping) tiles; one and three parts.
     The distance changes only which rows are prefetched, never the sums."""
     monkeypatch.setattr(K, "PREFETCH_DISTANCE", distance)
+    monkeypatch.setattr(K, "PREFETCH_DISTANCE_SHORT_ROWS", distance)
     table, layout, rows = table_and_rows(kind, 300, dim)
     d = max(distance, 1)
     lengths = np.array([0, 1, d - 1, d, d + 1, 0, 2 * d, 3, 0], np.int32)

@@ -79,10 +79,12 @@ LAYOUTS = {"float": FLOAT, "fused8": Fused8Bit(), "fused4": FUSED4, "fused2": FU
 
 # --------------------------------------------------------------------------- tuning
 
-# Rows are prefetched this many index positions ahead (prefetcht0 of the row's first
-# cache line for the tile being summed). Measured on the 2-vCPU EPYC VM, table
-# 1M x 64, 1024 bags x 80: see docs/perfkernels.md.
+# Rows are prefetched this many index positions ahead (prefetcht0 of the first cache
+# line of the tile being summed): 8 for rows of more than 128 bytes, 16 for shorter
+# ones (they take less time each, so more of them must be in flight). Measured on the
+# 2-vCPU EPYC VM, 1 and 2 threads, hot and cold: docs/perfkernels.md.
 PREFETCH_DISTANCE = 8
+PREFETCH_DISTANCE_SHORT_ROWS = 16
 # Below this many gathered values one part (no team): a parallel region costs ~5 us.
 _PARALLEL_MIN_VALUES = 1 << 15
 # At most this many table bytes per part: larger lookups get more parts than threads
@@ -265,7 +267,8 @@ def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, 
             weights = _ones(longest)
         loops.bags(width, kind, table.ctypes.data, table.strides[0], sb_at, indices.ctypes.data,
                    weights.ctypes.data, per_index, bool(mean), out, tiles, tile_bytes, offsets,
-                   PREFETCH_DISTANCE, parts, part_rows, part_bags)
+                   PREFETCH_DISTANCE if row_bytes > 128 else PREFETCH_DISTANCE_SHORT_ROWS, parts, part_rows,
+                   part_bags)
         if parts > 1:
             loops.merge_partials(out, offsets, bool(mean), part_rows, part_bags)
     return out
