@@ -2,7 +2,7 @@
 every shape, length and index and prepares every argument first: nothing here
 checks bounds).
 
-    bags(width, kind, table, row_stride, sb_at, indices, weights, per_index, mean, out,
+    bags(width, kind, table, row_stride, sb_at, indices, weights, wmode, mean, out,
          tiles, tile_bytes, offsets, dist, parts, part_rows, part_bags)
         out[b] = sum over j in [offsets[b], offsets[b+1]) of w_j * value(row indices[j]),
         over `parts` parts of the index positions on the team (see _part); bags cut by a
@@ -46,33 +46,47 @@ literal_unroll = LazyGlobal("numba", "literal_unroll")
 # (simd imports numba; this module must not).
 WIDTHS = (64, 32, 16, 8, 4, 2, 1)
 FLOAT32, FLOAT16, FUSED8, FUSED4, FUSED2 = 0, 1, 2, 3, 4
+NO_WEIGHTS, PER_INDEX, POSITIONAL = 0, 1, 2
+
+
+@compiled(inline=True)
+def _add_row(lanes, acc, bias, table, row_stride, sb_at, indices, weights, woff, weighted, j, at):
+    """acc, bias after row position j (weight 1 when not weighted)."""
+    row = table + load_index(indices, j, True) * row_stride
+    w = load_f32(weights + 4 * (j - woff)) if weighted else np.float32(1.0)
+    if has_scale_bias(lanes):
+        bias += w * row_bias(lanes, row + sb_at)
+        w = w * row_scale(lanes, row + sb_at)
+    return vfma(acc, w, vload(lanes, row + at)), bias
 
 
 @compiled
-def _tile(lanes, table, row_stride, sb_at, indices, weights, woff, a, z, scale, dest, at, next_at, dist, limit,
-          warm):
+def _tile(lanes, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale, dest, at, next_at, dist,
+          limit, warm):
     """dest (address of lanes.n float32) = scale * sum over positions j in [a, z) of
-    weight[j - woff] * (the lanes.n values at byte `at` of row indices[j]) (scale and
-    bias applied for fused rows), summed in registers. Rows are prefetched `dist`
-    positions ahead, up to `limit`: at byte `at` inside [a, z), at `next_at` past z (the
-    next bags' first tile: the stream runs on across bag boundaries); warm: prefetch
-    the first `dist` rows first (a tile after the first)."""
+    weight[j - woff] (1 when not weighted) * (the lanes.n values at byte `at` of row
+    indices[j]) (scale and bias applied for fused rows), summed in registers. Rows are
+    prefetched `dist` positions ahead, up to `limit`: at byte `at` inside [a, z), at
+    `next_at` past z (the next bags' first tile: the stream runs on across bag
+    boundaries); warm: prefetch the first `dist` rows first (a tile after the first).
+    The row loop is cut where its prefetch target changes, so that the loops test
+    nothing per row."""
     one = np.float32(1.0)
     if warm:
         for j in range(a, min(a + dist, z)):
             prefetch(table + load_index(indices, j, True) * row_stride + at)
     acc = vzeros(lanes)
     bias = np.float32(0.0)
-    for j in range(a, z):
-        p = j + dist
-        if p < limit:
-            prefetch(table + load_index(indices, p, True) * row_stride + (at if p < z else next_at))
-        row = table + load_index(indices, j, True) * row_stride
-        w = load_f32(weights + 4 * (j - woff))
-        if has_scale_bias(lanes):
-            bias += w * row_bias(lanes, row + sb_at)
-            w = w * row_scale(lanes, row + sb_at)
-        acc = vfma(acc, w, vload(lanes, row + at))
+    inside = max(a, min(z, limit) - dist)         # j + dist < z and < limit: this tile's rows
+    beyond = max(inside, min(z, limit - dist))    # z <= j + dist < limit: the next bags'
+    for j in range(a, inside):
+        prefetch(table + load_index(indices, j + dist, True) * row_stride + at)
+        acc, bias = _add_row(lanes, acc, bias, table, row_stride, sb_at, indices, weights, woff, weighted, j, at)
+    for j in range(inside, beyond):
+        prefetch(table + load_index(indices, j + dist, True) * row_stride + next_at)
+        acc, bias = _add_row(lanes, acc, bias, table, row_stride, sb_at, indices, weights, woff, weighted, j, at)
+    for j in range(beyond, z):
+        acc, bias = _add_row(lanes, acc, bias, table, row_stride, sb_at, indices, weights, woff, weighted, j, at)
     if has_scale_bias(lanes):
         acc = vadds(acc, bias)
     if scale != one:
@@ -81,36 +95,39 @@ def _tile(lanes, table, row_stride, sb_at, indices, weights, woff, a, z, scale, 
 
 
 @compiled
-def _tile_of(width, kind, table, row_stride, sb_at, indices, weights, woff, a, z, scale, dest, at, next_at, dist,
-             limit, warm):
+def _tile_of(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale, dest, at, next_at,
+             dist, limit, warm):
     """_tile with the copy for `width` lanes of encoding `kind`."""
     for lanes in literal_unroll(LOOKUP_LANES):
         if lanes_are(lanes, width, kind):
-            _tile(lanes, table, row_stride, sb_at, indices, weights, woff, a, z, scale, dest, at, next_at, dist,
-                  limit, warm)
+            _tile(lanes, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale, dest, at, next_at,
+                  dist, limit, warm)
 
 
 @compiled
-def _piece(width, kind, table, row_stride, sb_at, indices, weights, woff, a, z, scale, dest, ntiles, tiles,
+def _piece(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale, dest, ntiles, tiles,
            tile_bytes, dist, hi):
     """Positions [a, z) of one bag into the float32 row at address `dest`, tile by tile
     (tiles, tile_bytes: addresses of ntiles int64 column / byte offsets); the last
     tile's prefetch stream runs on to hi."""
     first_at = load_index(tile_bytes, 0, True)
     for ti in range(ntiles):
-        _tile_of(width, kind, table, row_stride, sb_at, indices, weights, woff, a, z, scale,
+        _tile_of(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale,
                  dest + 4 * load_index(tiles, ti, True), load_index(tile_bytes, ti, True), first_at, dist,
                  hi if ti == ntiles - 1 else z, ti > 0)
 
 
 @compiled
-def _part(width, kind, table, row_stride, sb_at, indices, weights, per_index, mean, out, tiles, tile_bytes, offsets,
+def _part(width, kind, table, row_stride, sb_at, indices, weights, wmode, mean, out, tiles, tile_bytes, offsets,
           dist, t, parts, part_rows, part_bags):
     """Part t of `parts`: index positions [lo, hi) with lo = total * t // parts. It writes
     the bags that start in [lo, hi) (the last part also the empty bags at the end);
     a bag that starts before lo (its head here) or runs past hi (its tail here) is
     summed into part_rows[2t] / [2t + 1] and named in part_bags[t, 0] / [t, 1].
-    Weights are read at position j (per_index) or j - (the bag's start)."""
+    wmode: NO_WEIGHTS, PER_INDEX (weight j for position j) or POSITIONAL (weight
+    j - the bag's start)."""
+    weighted = wmode != NO_WEIGHTS
+    per_index = wmode == PER_INDEX
     m = out.shape[0]
     total = offsets[m]
     lo = total * t // parts
@@ -126,7 +143,7 @@ def _part(width, kind, table, row_stride, sb_at, indices, weights, per_index, me
     one = np.float32(1.0)
     if lo < hi and first > 0 and (first == m or offsets[first] > lo):
         head = first - 1                           # a bag that began in an earlier part
-        _piece(width, kind, table, row_stride, sb_at, indices, weights, 0 if per_index else offsets[head], lo,
+        _piece(width, kind, table, row_stride, sb_at, indices, weights, 0 if per_index else offsets[head], weighted, lo,
                min(offsets[head + 1], hi), one, part_at + 2 * t * part_step, ntiles, tiles_at, bytes_at, dist, hi)
         part_bags[t, 0] = head
     for b in range(first, end):
@@ -134,22 +151,23 @@ def _part(width, kind, table, row_stride, sb_at, indices, weights, per_index, me
         e = offsets[b + 1]
         woff = 0 if per_index else s
         if e > hi:                                 # runs on into the next part
-            _piece(width, kind, table, row_stride, sb_at, indices, weights, woff, s, hi, one,
+            _piece(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, s, hi, one,
                    part_at + (2 * t + 1) * part_step, ntiles, tiles_at, bytes_at, dist, hi)
             part_bags[t, 1] = b
         else:
             scale = one / np.float32(e - s) if mean and e > s else one
-            _piece(width, kind, table, row_stride, sb_at, indices, weights, woff, s, e, scale, out_at + b * out_step,
+            _piece(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, s, e, scale,
+                   out_at + b * out_step,
                    ntiles, tiles_at, bytes_at, dist, hi)
 
 
 @compiled(parallel=True)
-def bags(width, kind, table, row_stride, sb_at, indices, weights, per_index, mean, out, tiles, tile_bytes, offsets,
+def bags(width, kind, table, row_stride, sb_at, indices, weights, wmode, mean, out, tiles, tile_bytes, offsets,
          dist, parts, part_rows, part_bags):
     """All bags, `parts` parts on the team (see _part); then merge_partials. weights is
-    an address (float32; ones when the lookup has none)."""
+    an address of float32 (unread with NO_WEIGHTS)."""
     for t in prange(parts):
-        _part(width, kind, table, row_stride, sb_at, indices, weights, per_index, mean, out, tiles, tile_bytes,
+        _part(width, kind, table, row_stride, sb_at, indices, weights, wmode, mean, out, tiles, tile_bytes,
               offsets, dist, t, parts, part_rows, part_bags)
 
 

@@ -94,16 +94,6 @@ _CHUNK_BYTES = 1 << 26
 
 SUM_MESSAGE = ("Your input seems to be incorrect: the sum of lengths values should be "
                "the size of the indices tensor, but it appears not.")
-_ONES = [np.ones(1024, np.float32)]        # the weights of unweighted lookups (grow-only)
-
-
-def _ones(count):
-    ones = _ONES[0]
-    if ones.size < count:
-        ones = _ONES[0] = np.ones(max(count, 2 * ones.size), np.float32)
-    return ones
-
-
 # --------------------------------------------------------------------------- checks
 
 def check_indices(indices, n_rows):
@@ -262,11 +252,9 @@ def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, 
         width, tiles, tile_bytes = _tile_plan(block, per_byte, value_bytes)
         part_rows = np.empty((2 * parts, block), np.float32)
         part_bags = np.full((parts, 2), -1, np.int64)
-        per_index = weights is not None and not positional
-        if weights is None:                     # read like positional weights
-            weights = _ones(longest)
+        wmode = loops.NO_WEIGHTS if weights is None else loops.POSITIONAL if positional else loops.PER_INDEX
         loops.bags(width, kind, table.ctypes.data, table.strides[0], sb_at, indices.ctypes.data,
-                   weights.ctypes.data, per_index, bool(mean), out, tiles, tile_bytes, offsets,
+                   0 if weights is None else weights.ctypes.data, wmode, bool(mean), out, tiles, tile_bytes, offsets,
                    PREFETCH_DISTANCE if row_bytes > 128 else PREFETCH_DISTANCE_SHORT_ROWS, parts, part_rows,
                    part_bags)
         if parts > 1:
