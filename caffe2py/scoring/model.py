@@ -55,7 +55,9 @@ class ModelSpec:
         if not (self.onnx or self.predict_net):
             from caffe2py.demo import build_demo
             init_net, predict_net, _ = build_demo()
-            digest.update(init_net.SerializeToString() + predict_net.SerializeToString())
+            for net in (init_net, predict_net):
+                net.name = ""           # builder names get a counter suffix per build
+                digest.update(net.SerializeToString())
         digest.update(repr((tuple(self.outputs), sorted(self.shapes.items()), sorted(self.dtypes.items()))).encode())
         return digest.hexdigest()[:16]
 
