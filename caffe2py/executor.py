@@ -26,6 +26,7 @@ from .errors import Caffe2Error, OperatorError, describe_op
 from .host_memory import keep_freed_memory
 from .proto import caffe2_pb2
 from .registry import OpContext, select_kernel
+from .schema_rules import runtime_guard
 
 NET_TYPES = {"", "simple", "dag", "async_scheduling", "async_simple", "prof_dag",
              "async_dag", "async_polling", "singlethread_async", "rnn", "parallel"}
@@ -37,10 +38,13 @@ class Step:
     """One compiled op: its def, kernel callable and blob names. `inputs` are the
     blobs the kernel receives; with reads_outputs they end with the op's outputs,
     whose current values may be absent (`optional`: passed as None)."""
-    __slots__ = ("index", "op_def", "kernel", "inputs", "outputs", "engine", "context", "takes_blobs", "optional")
+    __slots__ = ("index", "op_def", "kernel", "inputs", "outputs", "engine", "context", "takes_blobs", "optional",
+                 "guard")
 
-    def __init__(self, index, op_def, kernel, engine, context, reads_outputs=False):
+    def __init__(self, index, op_def, kernel, engine, context, reads_outputs=False, guard=None):
         self.index = index
+        # the schema's per-call rules (schema_rules.runtime_guard), run before the kernel
+        self.guard = guard
         self.op_def = op_def
         self.kernel = kernel
         self.outputs = tuple(op_def.output)
@@ -51,6 +55,10 @@ class Step:
         # registry.takes_blobs kernels get the run's blob dict first (ops such as
         # Load(load_all) that touch blobs they do not name as outputs)
         self.takes_blobs = bool(getattr(kernel, "takes_blobs", False))
+
+
+def _printable(text):
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def normalized_ops(net_def):
@@ -146,6 +154,9 @@ class Plan:
                     else:   # a workspace op may have changed it: read it where it is used
                         body.append(("%s = %s" % (local, read), ("load", blob, step.index)))
                 args.append(slots[blob])
+            if step.guard is not None:
+                n_in = len(step.op_def.input)
+                body.append(("g%d(%s)" % (step.index, ", ".join(args[:n_in])), ("step", step.index)))
             wants_workspace = _wants_workspace(step)
             if wants_workspace:
                 # The op sees the workspace view: hand it every value written so far,
@@ -181,7 +192,8 @@ class Plan:
             dirty = [b for b in dirty if b in self.keep]
         self.writes = list(dirty)
         lines = ["def make(K):"]
-        lines += ["    k%d = K[%d]" % (s.index, i) for i, s in enumerate(self.steps)]
+        lines += ["    k%d = K[%d].kernel" % (s.index, i) for i, s in enumerate(self.steps)]
+        lines += ["    g%d = K[%d].guard" % (s.index, i) for i, s in enumerate(self.steps) if s.guard is not None]
         lines.append("    def run(B):")
         for local, read, blob, index in loads:
             self._load_line_to_blob[len(lines) + 1] = (blob, index)
@@ -197,10 +209,11 @@ class Plan:
         lines.append("        pass  # an empty net still needs a body")
         lines.append("    return run")
         _plan_counter[0] += 1
-        self._filename = "<caffe2py plan %d: %s>" % (_plan_counter[0], self.name)
+        # the name is data (any bytes a NetDef holds); compile() refuses a NUL in it
+        self._filename = "<caffe2py plan %d: %s>" % (_plan_counter[0], _printable(self.name))
         namespace = {}
         exec(compile("\n".join(lines) + "\n", self._filename, "exec"), namespace)
-        return namespace["make"]([s.kernel for s in self.steps])
+        return namespace["make"](self.steps)
 
     def run(self, blobs):
         """Run once against the mapping of blobs; on failure raise OperatorError and
@@ -249,9 +262,12 @@ class Plan:
         except KeyError as exc:
             raise self.step_error(step, Caffe2Error("input blob '%s' does not exist in the workspace"
                                                     % exc.args[0])) from None
+        op_inputs = args[:len(step.op_def.input)]
         if _wants_workspace(step):
             args.insert(0, env if isinstance(env, BlobOverlay) else BlobOverlay(blobs, env))
         try:
+            if step.guard is not None:
+                step.guard(*op_inputs)
             result = step.kernel(*([blobs] if step.takes_blobs else []), *args)
         except Exception as exc:  # noqa: BLE001
             raise self.step_error(step, exc) from exc
@@ -342,7 +358,8 @@ def compile_net(net_def, known_blobs=(), input_types=None, blob_values=None, kee
         except Exception as exc:  # noqa: BLE001 - factories validate args
             raise Caffe2Error("%s: %s: %s" % (ctx.label, type(exc).__name__, exc)) from exc
         steps.append(Step(index, op, kernel, engine, ctx,
-                          reads_outputs=schema is not None and schema.reads_outputs))
+                          reads_outputs=schema is not None and schema.reads_outputs,
+                          guard=runtime_guard(schema, ctx)))
     return Plan(net_def, steps, keep)
 
 
