@@ -22,7 +22,7 @@ import time
 
 from .blob_scopes import BlobOverlay
 from .devices import cpu_run_context
-from .errors import Caffe2Error, OperatorError, describe_op
+from .errors import Caffe2Error, OperatorError, describe_op, out_of_memory_text
 from .host_memory import keep_freed_memory
 from .proto import caffe2_pb2
 from .registry import OpContext, select_kernel
@@ -130,6 +130,13 @@ class Plan:
         counter = [0]
         self.uses_workspace = any(_wants_workspace(s) for s in self.steps)
 
+        constants = {}           # id -> (name, value) of the values inlined guards compare with
+
+        def constant(value):
+            if id(value) not in constants:
+                constants[id(value)] = ("c%d" % len(constants), value)
+            return constants[id(value)][0]
+
         def new_local(blob):
             slots[blob] = "v%d" % counter[0]
             counter[0] += 1
@@ -156,7 +163,11 @@ class Plan:
                 args.append(slots[blob])
             if step.guard is not None:
                 n_in = len(step.op_def.input)
-                body.append(("g%d(%s)" % (step.index, ", ".join(args[:n_in])), ("step", step.index)))
+                call_guard = "g%d(%s)" % (step.index, ", ".join(args[:n_in]))
+                fast = getattr(step.guard, "fast", None)
+                if fast is not None:    # the rules inlined: valid inputs cost no call
+                    call_guard = "if not (%s): %s" % (fast(args[:n_in], constant), call_guard)
+                body.append((call_guard, ("step", step.index)))
             wants_workspace = _wants_workspace(step)
             if wants_workspace:
                 # The op sees the workspace view: hand it every value written so far,
@@ -191,7 +202,8 @@ class Plan:
         if self.keep is not None and not self.uses_workspace:
             dirty = [b for b in dirty if b in self.keep]
         self.writes = list(dirty)
-        lines = ["def make(K):"]
+        lines = ["def make(K, C):"]
+        lines += ["    %s = C[%r]" % (name, name) for name, _ in constants.values()]
         lines += ["    k%d = K[%d].kernel" % (s.index, i) for i, s in enumerate(self.steps)]
         lines += ["    g%d = K[%d].guard" % (s.index, i) for i, s in enumerate(self.steps) if s.guard is not None]
         lines.append("    def run(B):")
@@ -213,7 +225,7 @@ class Plan:
         self._filename = "<caffe2py plan %d: %s>" % (_plan_counter[0], _printable(self.name))
         namespace = {}
         exec(compile("\n".join(lines) + "\n", self._filename, "exec"), namespace)
-        return namespace["make"](self.steps)
+        return namespace["make"](self.steps, {name: value for name, value in constants.values()})
 
     def run(self, blobs):
         """Run once against the mapping of blobs; on failure raise OperatorError and
@@ -247,6 +259,9 @@ class Plan:
 
     def step_error(self, step, exc):
         label = describe_op(step.index, step.op_def)
+        if isinstance(exc, MemoryError) or (isinstance(exc, SystemError)
+                                            and isinstance(exc.__cause__ or exc.__context__, MemoryError)):
+            exc = Caffe2Error(out_of_memory_text(exc.__cause__ or exc.__context__ or exc))
         text = str(exc)
         if not text.startswith(label):
             text = "%s failed: %s%s" % (label, "" if isinstance(exc, Caffe2Error) else type(exc).__name__ + ": ", text)
@@ -355,6 +370,8 @@ def compile_net(net_def, known_blobs=(), input_types=None, blob_values=None, kee
             kernel = entry.factory(ctx)
         except Caffe2Error:
             raise
+        except MemoryError as exc:
+            raise Caffe2Error("%s: %s" % (ctx.label, out_of_memory_text(exc))) from None
         except Exception as exc:  # noqa: BLE001 - factories validate args
             raise Caffe2Error("%s: %s: %s" % (ctx.label, type(exc).__name__, exc)) from exc
         steps.append(Step(index, op, kernel, engine, ctx,

@@ -77,6 +77,20 @@ def read_arg(helper, arg):
     return reader(helper, arg.name) if reader is not None else helper.get(arg.name)
 
 
+def fast_path(check, render):
+    """Attach to a per-call check the Python expression that is True whenever the
+    check would pass (False may also mean "look closer"): render(names, const) ->
+    expression text, with names[i] the local holding input position i and const(v)
+    the name of a constant. The executor inlines it in the plan, so valid inputs cost
+    a few comparisons and no call; only when it is False does the check itself run."""
+    check.fast = render
+    return check
+
+
+def _tensor_expr(name, const):
+    return "type(%s) is %s" % (name, const(np.ndarray))
+
+
 def _values(value):
     return value if isinstance(value, (list, tuple)) else [value]
 
@@ -180,8 +194,8 @@ def _rank_of(ctx, inputs, pos, name, value):
     x = inputs[pos]
     ndim = getattr(x, "ndim", None)
     if ndim is None:
-        raise ctx.input_error(pos, "must be a tensor for %s, got %s" % (_arg_text(name, value),
-                                                                        type(x).__name__))
+        raise ctx.input_error(pos, "must be a tensor for %s, got a %s" % (_arg_text(name, value),
+                                                                          type(x).__name__))
     return ndim
 
 
@@ -205,7 +219,11 @@ class Axis(ArgRule):
                 if not -r <= a < r:
                     raise ctx.input_error(pos, "%s is out of range for input %d of rank %d "
                                           "(valid: %d to %d)" % (_arg_text(name, value), of, r - extra, -r, r - 1))
-        return check
+        if isinstance(self, Axes):
+            return check
+        lo, hi = min(_values(value), default=0), max(_values(value), default=0)
+        return fast_path(check, lambda names, const: "%s and %d < %s.ndim + %d and %d >= -%s.ndim - %d" % (
+            _tensor_expr(names[pos], const), hi, names[pos], extra, lo, names[pos], extra))
 
 
 class Axes(Axis):
@@ -243,7 +261,11 @@ class Permutation(ArgRule):
             if len(value) != r or sorted(a % r if -r <= a < r else a + 2 * r for a in value) != list(range(r)):
                 raise ctx.input_error(pos, "%s is not a permutation of the %d dims of input %d (shape %s)"
                                       % (_arg_text(name, value), r, self.of, list(inputs[pos].shape)))
-        return check
+        n = len(value)
+        if sorted(a % n if -n <= a < n else a + 2 * n for a in value) != list(range(n)):
+            return check        # a permutation of no rank: every call ends in the error
+        return fast_path(check, lambda names, const: "%s and %s.ndim == %d" % (
+            _tensor_expr(names[pos], const), names[pos], n))
 
 
 # ------------------------------------------------------------------ input rules
@@ -306,7 +328,20 @@ class DTypes(InputRule):
                     got = ("a %s" % type(inputs[pos]).__name__) if dtype is None else str(dtype)
                     raise ctx.input_error(pos, "input %d must be a tensor of %s, got %s"
                                           % (index, _dtype_text(allowed), got))
-        return check
+        # the usual dtype first: an identity test (builtin dtypes are singletons) spares
+        # hashing the dtype for a set lookup on nearly every call
+        usual = next((np.dtype(t) for t in (np.float32, np.int64, np.int32) if np.dtype(t) in allowed), None)
+
+        def render(names, const):
+            parts = []
+            for _, pos in where:
+                x = names[pos]
+                test = "%s.dtype in %s" % (x, const(allowed))
+                if usual is not None:
+                    test = "(%s.dtype is %s or %s)" % (x, const(usual), test)
+                parts.append("%s and %s" % (_tensor_expr(x, const), test))
+            return " and ".join(parts)
+        return fast_path(check, render)
 
 
 class SameDType(InputRule):
@@ -328,7 +363,9 @@ class SameDType(InputRule):
                 if got != want:
                     raise ctx.input_error(pos, "input %d has dtype %s but input %d has %s; they must match"
                                           % (index, got, first_index, want))
-        return check
+        return fast_path(check, lambda names, const: " and ".join(
+            "%s and %s.dtype is %s.dtype" % (_tensor_expr(names[pos], const), names[pos], names[first])
+            for _, pos in where[1:]))
 
 
 class Rank(InputRule):
@@ -356,7 +393,73 @@ class Rank(InputRule):
                 if ndim is None or (lo is not None and ndim < lo) or (hi is not None and ndim > hi):
                     got = "a %s" % type(x).__name__ if ndim is None else "shape %s" % list(x.shape)
                     raise ctx.input_error(pos, "input %d must have %s dims, got %s" % (index, want, got))
-        return check
+        return fast_path(check, lambda names, const: " and ".join(
+            "%s and %d <= %s.ndim <= %d" % (_tensor_expr(names[pos], const), -1 if lo is None else lo, names[pos],
+                                            1 << 30 if hi is None else hi)
+            for _, pos in where))
+
+
+class Scalar(InputRule):
+    """Inputs `which` hold exactly one value (shape [] or [1], or any shape of one
+    element with any_shape=True)."""
+
+    def __init__(self, which, any_shape=True):
+        self.which, self.any_shape = which, any_shape
+
+    def runtime(self, ctx):
+        where = _positions(ctx, self.which)
+        if not where:
+            return None
+        any_shape = self.any_shape
+
+        def check(inputs):
+            for index, pos in where:
+                x = inputs[pos]
+                size, ndim = getattr(x, "size", None), getattr(x, "ndim", None)
+                if size != 1 or (not any_shape and ndim > 1):
+                    got = "a %s" % type(x).__name__ if size is None else "shape %s" % list(x.shape)
+                    raise ctx.input_error(pos, "input %d must hold exactly one value, got %s" % (index, got))
+        return fast_path(check, lambda names, const: " and ".join(
+            "%s and %s.size == 1" % (_tensor_expr(names[pos], const), names[pos]) for _, pos in where))
+
+
+def broadcast_problem(shapes):
+    """None when the shapes broadcast under NumPy's rules, else a text saying where not."""
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        return None
+    rank = max(len(s) for s in shapes)
+    for back in range(1, rank + 1):
+        sizes = {s[-back] for s in shapes if len(s) >= back} - {1}
+        if len(sizes) > 1:
+            return ("shapes %s do not broadcast: dimension %d from the right is %s (each must be 1 or "
+                    "equal)" % (" and ".join(str(list(s)) for s in shapes), back,
+                                " vs ".join(str(s[-back]) if len(s) >= back else "-" for s in shapes)))
+    return None
+
+
+class Broadcast(InputRule):
+    """Inputs `which` broadcast against each other (NumPy's rules)."""
+
+    def __init__(self, which="*"):
+        self.which = which
+
+    def runtime(self, ctx):
+        where = _positions(ctx, self.which)
+        if len(where) < 2:
+            return None
+        positions = [pos for _, pos in where]
+
+        def check(inputs):
+            shapes = [getattr(inputs[p], "shape", None) for p in positions]
+            if any(s is None for s in shapes):
+                return          # a non-tensor: the dtype rules' business
+            problem = broadcast_problem(shapes)
+            if problem:
+                raise ctx.error("input " + problem)
+        return fast_path(check, lambda names, const: " and ".join(
+            "%s and %s.shape == %s.shape" % (_tensor_expr(names[p], const), names[positions[0]], names[p])
+            for p in positions[1:]) + " and " + _tensor_expr(names[positions[0]], const))
 
 
 # ------------------------------------------------------------------ applying rules
@@ -376,7 +479,10 @@ def verify_arguments(schema, op_def, label):
     for arg in schema.args:
         if arg.name not in seen:
             continue
-        value = read_arg(helper, arg)
+        try:
+            value = read_arg(helper, arg)
+        except Caffe2Error as exc:      # ArgumentHelper words it without the op's index
+            raise Caffe2Error("%s: %s" % (label, str(exc).split(": ", 1)[-1])) from None
         for rule in _rules(arg.check):
             problem = rule.static(value)
             if problem:
@@ -422,4 +528,8 @@ def runtime_guard(schema, ctx):
             for check in checks:
                 check(inputs)
     guard.checks = checks
+    fast = [getattr(c, "fast", None) for c in checks]
+    # the inlined form of every check, when each has one (see fast_path)
+    guard.fast = None if None in fast else (
+        lambda names, const: " and ".join("(%s)" % f(names, const) for f in fast))
     return guard

@@ -6,6 +6,7 @@ import numpy as np
 
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.schema_rules import Ascending, DTypes, Finite, Rank
 
 from ._common import elementwise_cost, same_as_input
 
@@ -16,7 +17,9 @@ DT = caffe2_pb2.TensorProto
 
 register_schema(OpSchema(
     "Bucketize", num_inputs=1, num_outputs=1,
-    args=(Arg("boundaries", "floats", None, required=True, doc="sorted bucket boundaries"),),
+    args=(Arg("boundaries", "floats", None, required=True, doc="sorted bucket boundaries",
+              check=(Finite(), Ascending())),),
+    checks=(DTypes(0, "float"), Rank(0, 1)),
     inference=lambda ctx, ins: [TensorType(ins[0].dims, DT.INT32)],
     doc="Bucket index of each value: i with boundaries[i-1] < x <= boundaries[i] (int32)."))
 

@@ -7,9 +7,15 @@ from caffe2py.kernels.cpu.tensor import elementwise as ew
 from caffe2py.kernels.cpu.onnx import math as om
 
 from ._common import legacy_broadcast_shape
+from caffe2py.schema_rules import broadcast_problem
+
+from ._onnx_rules import OnnxBroadcast
+
 from .onnx_base import axis_of, onnx_op
 
 # ----------------------------------------------------------------- binary
+
+_BROADCAST = OnnxBroadcast()
 
 _ARITH = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": om.divide, "Pow": om.power,
           "Mod": None}
@@ -37,17 +43,16 @@ def _binary_factory(fn):
                     b = b.reshape(legacy_broadcast_shape(a.shape, b.shape, axis))
                 except ValueError as exc:
                     raise ctx.input_error(1, str(exc)) from None
-            try:
-                return np.asarray(f(a, b))
-            except ValueError as exc:
-                raise ctx.error("inputs of shapes %s and %s do not broadcast: %s"
-                                % (list(a.shape), list(b.shape), exc)) from None
+            problem = broadcast_problem((a.shape, b.shape))
+            if problem:
+                raise ctx.error("input " + problem)
+            return np.asarray(f(a, b))
         return run
     return factory
 
 
 for _name, _fn in list(_ARITH.items()) + list(_LOGIC.items()) + [("BitShift", None)]:
-    onnx_op(_name, (1, None))(_binary_factory(_fn))
+    onnx_op(_name, (1, None), checks=(_BROADCAST,))(_binary_factory(_fn))
 
 
 # ----------------------------------------------------------------- unary
@@ -149,6 +154,9 @@ def _variadic_factory(fn):
         mean = ctx.type == "Mean"
 
         def run(*xs):
+            problem = broadcast_problem([x.shape for x in xs])
+            if problem:
+                raise ctx.error("input " + problem)
             out = xs[0]
             for x in xs[1:]:
                 out = fn(out, x)
@@ -160,7 +168,7 @@ def _variadic_factory(fn):
 
 
 for _name, _fn in _VARIADIC.items():
-    onnx_op(_name, (1, None))(_variadic_factory(_fn))
+    onnx_op(_name, (1, None), checks=(_BROADCAST,))(_variadic_factory(_fn))
 
 
 # ----------------------------------------------------------------- Cast

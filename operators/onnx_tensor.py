@@ -9,6 +9,9 @@ from caffe2py.kernels.cpu.tensor import layout as layout_k
 from caffe2py.kernels.cpu.onnx import tensor as tk
 from caffe2py.tensors import tensor_to_numpy
 
+from caffe2py.registry import Arg
+from caffe2py.schema_rules import Axis, Broadcast, Rank, Scalar
+
 from .onnx_base import axis_of, onnx_op
 
 
@@ -85,14 +88,15 @@ def reshape(ctx):
     return run
 
 
-@onnx_op("Flatten", (1, None))
+@onnx_op("Flatten", (1, None), args=(Arg("axis", "int", 1, check=Axis(0, extra=1)),))
 def flatten(ctx):
     axis = ctx.int("axis", 1)
 
     def run(x):
-        a = axis % x.ndim if axis < 0 else axis
-        if a > x.ndim:
-            raise ctx.input_error(0, "axis %d is out of range for rank %d" % (axis, x.ndim))
+        if not -x.ndim <= axis <= x.ndim:
+            raise ctx.input_error(0, "axis %d is out of range for rank %d (valid: %d to %d)"
+                                  % (axis, x.ndim, -x.ndim, x.ndim))
+        a = axis + x.ndim if axis < 0 else axis
         rows = math.prod(x.shape[:a])
         return x.reshape(rows, -1) if x.size else x.reshape(rows, math.prod(x.shape[a:]))
     return run
@@ -250,6 +254,11 @@ def pad(ctx):
                 p = full
         if len(p) != 2 * x.ndim:
             raise ctx.error("pads has %d values; a rank-%d input needs %d" % (len(p), x.ndim, 2 * x.ndim))
+        out = [x.shape[d] + p[d] + p[d + x.ndim] for d in range(x.ndim)]
+        if min(out, default=0) < 0:
+            d = int(np.argmin(out))
+            raise ctx.error("pads %s would give dim %d a negative size (%d + %d + %d = %d) for input shape %s"
+                            % (p, d, x.shape[d], p[d], p[d + x.ndim], out[d], list(x.shape)))
         try:
             return tk.pad(x, p, mode, v).astype(x.dtype, copy=False)
         except ValueError as exc:
@@ -283,15 +292,27 @@ def expand(ctx):
     return run
 
 
-@onnx_op("Where", (9, None))
+@onnx_op("Where", (9, None), checks=(Broadcast(),))
 def where(ctx):
     return lambda cond, a, b: np.where(cond, a, b)
 
 
-@onnx_op("Range", (11, None))
+_RANGE_LIMIT = 1 << 31      # values a Range may produce (an int32 index space)
+
+
+@onnx_op("Range", (11, None), checks=(Scalar((0, 1, 2)),))
 def range_op(ctx):
     def run(start, limit, delta):
-        return np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)
+        a, b, d = start.item(), limit.item(), delta.item()
+        if not all(math.isfinite(v) for v in (a, b, d)):
+            raise ctx.error("start %r, limit %r and delta %r must be finite" % (a, b, d))
+        if d == 0:
+            raise ctx.input_error(2, "delta must not be 0")
+        n = max(math.ceil((b - a) / d), 0)
+        if n > _RANGE_LIMIT:
+            raise ctx.error("start %r, limit %r, delta %r would give %d values (more than %d)"
+                            % (a, b, d, n, _RANGE_LIMIT))
+        return np.arange(a, b, d).astype(start.dtype)[:n]
     return run
 
 
@@ -300,7 +321,7 @@ def nonzero(ctx):
     return lambda x: np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
 
 
-@onnx_op("TopK", (1, None))
+@onnx_op("TopK", (1, None), args=(Arg("axis", "int", -1, check=Axis(0)),), checks=(Scalar(1),))
 def topk(ctx):
     axis = ctx.int("axis", -1)
     largest, ordered = bool(ctx.int("largest", 1)), bool(ctx.int("sorted", 1))
@@ -309,6 +330,9 @@ def topk(ctx):
     def run(x, k=None):
         a = axis_of(ctx, axis, x.ndim)
         kk = attr_k if k is None else int(k.reshape(-1)[0])
+        if kk is None or not 0 <= kk <= x.shape[a]:
+            raise ctx.input_error(min(1, ctx.n_inputs - 1), "k = %s must be between 0 and %d (the size of axis %d "
+                                  "of input shape %s)" % (kk, x.shape[a], a, list(x.shape)))
         if largest:   # negating unsigned values would wrap around
             key = (np.iinfo(x.dtype).max - x) if x.dtype.kind == "u" else -x
         else:

@@ -143,7 +143,7 @@ def _register(spec):
                         raise K.LookupInputError("lengths", "OFFSETS must have output_size + 1 entries, got none")
                     lengths = (K.lengths_from_offsets(seg, indices.size, include_last) if seg.size
                                else np.zeros(0, np.int64))
-                    if indices.size and int(lengths.sum()) != indices.size:
+                    if int(lengths.sum()) != indices.size:
                         raise K.LookupInputError("lengths", K.SUM_MESSAGE)
                 else:
                     lengths = seg

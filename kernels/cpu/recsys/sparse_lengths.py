@@ -360,9 +360,11 @@ def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=
     block = layout.block_size(data)
     lengths = np.asarray(lengths)
     m = lengths.size
-    if indices.size == 0:
-        return np.zeros((m, block), dtype=np.float32)  # Caffe2 zero-fills and does not check LENGTHS here
+    # LENGTHS is checked even when INDICES is empty (Caffe2 skipped the check there,
+    # so LENGTHS [-5] or [5, 0] gave zeros that one index more would have refused)
     _check_lengths(lengths, indices.size)
+    if indices.size == 0:
+        return np.zeros((m, block), dtype=np.float32)
     check_indices(indices, data.shape[0])
     if weights is not None:
         weights = np.asarray(weights, dtype=np.float32)
@@ -478,6 +480,6 @@ def _reduce_uniform(layout, data, block, idx, weights, positional, mean, w_facto
 def offsets_reduce(data, indices, offsets, include_last_offset=True, **kwargs):
     """Caffe2's EmbeddingLookupIdx: segments from offsets (see lengths_from_offsets)."""
     lengths = lengths_from_offsets(offsets, indices.size, include_last_offset)
-    if indices.size and int(lengths.sum()) != indices.size:
+    if int(lengths.sum()) != indices.size:
         raise LookupInputError("lengths", SUM_MESSAGE)
     return segment_reduce(data, indices, lengths, **kwargs)
