@@ -5,6 +5,7 @@ import time
 
 from .blob_scopes import BlobOverlay
 from .devices import cpu_run_context, wait_for_compiled_kernels
+from .inplace import undo_on_failure
 from .registry import Cost, OpContext
 from .schema_inference import type_of_value
 
@@ -33,7 +34,7 @@ def per_op_timing(plan, blobs, iterations):
     feature_mb = [0.0] * len(steps)
     for it in range(iterations):
         env = BlobOverlay(blobs)
-        with cpu_run_context():          # as Plan.run does, so op times match plain runs
+        with cpu_run_context(), undo_on_failure():   # as Plan.run does, so op times match plain runs
             for k, step in enumerate(steps):
                 if it == 0:
                     ins = [env[b] if b in env else blobs.get(b) for b in step.inputs]

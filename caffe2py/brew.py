@@ -2,6 +2,11 @@
 ModelHelper, with the model's arg_scope applied."""
 import functools
 
+from . import core, scope
+from .errors import Caffe2Error
+from .modeling import initializers
+from .modeling.parameter_info import ParameterTags
+from .proto import caffe2_pb2
 
 _HELPERS = {}
 
@@ -35,37 +40,48 @@ _SCOPED_KEYS = {"conv": ("order",), "max_pool": ("order",), "average_pool": ("or
                 "spatial_bn": ("order",), "concat": ("order",), "softmax": ()}
 
 
-def _init(initializer, default_op, default_kwargs):
-    if initializer is None:
-        return (default_op, default_kwargs)
-    return initializer
+def _init(model, initializer_class, op_and_kwargs, default_op, default_kwargs):
+    """Caffe2's rule: an Initializer of initializer_class (or Initializer) for the given
+    (op, kwargs) or the default; an ExternalInitializer when model.init_params is off."""
+    if not getattr(model, "init_params", True):
+        return initializers.ExternalInitializer()
+    return initializers.update_initializer(initializer_class, op_and_kwargs, (default_op, default_kwargs))
 
 
 def fc(model, blob_in, blob_out, dim_in, dim_out, weight_init=None, bias_init=None,
        WeightInitializer=None, BiasInitializer=None, enable_tensor_core=False,  # noqa: ARG001
        float16_compute=False, **kwargs):  # noqa: ARG001
-    w = model.create_param(str(blob_out) + "_w", [dim_out, dim_in], _init(weight_init, "XavierFill", {}))
-    b = model.create_param(str(blob_out) + "_b", [dim_out], _init(bias_init, "ConstantFill", {"value": 0.0}))
+    bias_tags = [ParameterTags.BIAS] + ([ParameterTags.COMPUTED_PARAM] if kwargs.pop("freeze_bias", False) else [])
+    w = model.create_param(str(blob_out) + "_w", [dim_out, dim_in],
+                           _init(model, WeightInitializer, weight_init, "XavierFill", {}), tags=ParameterTags.WEIGHT)
+    b = model.create_param(str(blob_out) + "_b", [dim_out],
+                           _init(model, BiasInitializer, bias_init, "ConstantFill", {}), tags=bias_tags)
     return model.net.FC([blob_in, w, b], blob_out, **kwargs)
 
 
 def conv(model, blob_in, blob_out, dim_in, dim_out, kernel, weight_init=None, bias_init=None,
-         group=1, transform_inputs=None, order="NCHW", no_bias=False, **kwargs):  # noqa: ARG001
+         WeightInitializer=None, BiasInitializer=None, group=1, transform_inputs=None,  # noqa: ARG001
+         order="NCHW", no_bias=False, **kwargs):
     shape = [dim_out, dim_in // group, kernel, kernel] if order == "NCHW" else [dim_out, kernel, kernel, dim_in // group]
-    w = model.create_param(str(blob_out) + "_w", shape, _init(weight_init, "XavierFill", {}))
+    w = model.create_param(str(blob_out) + "_w", shape,
+                           _init(model, WeightInitializer, weight_init, "XavierFill", {}), tags=ParameterTags.WEIGHT)
     inputs = [blob_in, w]
     if not no_bias:
         inputs.append(model.create_param(str(blob_out) + "_b", [dim_out],
-                                         _init(bias_init, "ConstantFill", {"value": 0.0})))
+                                         _init(model, BiasInitializer, bias_init, "ConstantFill", {}),
+                                         tags=ParameterTags.BIAS))
     return model.net.Conv(inputs, blob_out, kernel=kernel, order=order, group=group, **kwargs)
 
 
 def spatial_bn(model, blob_in, blob_out, dim_in, epsilon=1e-5, momentum=0.9, is_test=True,
                order="NCHW", **kwargs):
-    scale = model.create_param(str(blob_out) + "_s", [dim_in], ("ConstantFill", {"value": 1.0}))
-    bias = model.create_param(str(blob_out) + "_b", [dim_in], ("ConstantFill", {"value": 0.0}))
-    mean = model.create_param(str(blob_out) + "_rm", [dim_in], ("ConstantFill", {"value": 0.0}))
-    var = model.create_param(str(blob_out) + "_riv", [dim_in], ("ConstantFill", {"value": 1.0}))
+    def param(suffix, value, tags):
+        return model.create_param(str(blob_out) + suffix, [dim_in],
+                                  _init(model, None, None, "ConstantFill", {"value": value}), tags=tags)
+    scale = param("_s", 1.0, ParameterTags.WEIGHT)
+    bias = param("_b", 0.0, ParameterTags.BIAS)
+    mean = param("_rm", 0.0, ParameterTags.COMPUTED_PARAM)     # running statistics: computed, not trained
+    var = param("_riv", 1.0, ParameterTags.COMPUTED_PARAM)
     # training also writes the running statistics (in place) and the saved batch ones
     outputs = blob_out if is_test else [blob_out, mean, var, str(blob_out) + "_sm", str(blob_out) + "_siv"]
     out = model.net.SpatialBN([blob_in, scale, bias, mean, var], outputs, epsilon=epsilon,
@@ -108,15 +124,37 @@ def transpose(model, blob_in, blob_out, use_cudnn=False, **kwargs):  # noqa: ARG
 
 
 def iter(model, blob_out, **kwargs):  # noqa: A001 - Caffe2's name
-    model.param_init_net.ConstantFill([], blob_out, shape=[1], value=0, dtype=10)  # INT64
+    """An int64 counter blob, 0 in param_init_net (on the CPU), +1 per run of model.net."""
+    kwargs.pop("device_option", None)
+    model.param_init_net.ConstantFill([], blob_out, shape=[1], value=0, dtype=core.DataType.INT64,
+                                      device_option=core.DeviceOption(caffe2_pb2.CPU, 0), **kwargs)
     return model.net.Iter(blob_out, blob_out, **kwargs)
+
+
+def add_weight_decay(model, weight_decay):
+    """L2 regularisation: grad += weight_decay * param for the model's weights (those
+    tagged WEIGHT) in the current name scope; needs model.param_to_grad."""
+    if weight_decay <= 0.0:
+        return
+    wd = model.param_init_net.ConstantFill([], "wd", shape=[1], value=float(weight_decay))
+    one = model.param_init_net.ConstantFill([], "ONE", shape=[1], value=1.0)
+    namescope = scope.CurrentNameScope()
+    for param in model.weights if namescope == "" else [w for w in model.weights if w.GetNameScope() == namescope]:
+        grad = model.param_to_grad.get(param)
+        if grad is None:
+            raise Caffe2Error("add_weight_decay: weight '%s' has no gradient in model.param_to_grad" % param)
+        if hasattr(grad, "indices") and hasattr(grad, "values"):
+            raise Caffe2Error("add_weight_decay: weight '%s' has a sparse gradient (GradientSlice); "
+                              "weight decay supports dense gradients only" % param)
+        model.net.WeightedSum([grad, one, param, wd], grad)
 
 
 def softmax(model, blob_in, blob_out=None, use_cudnn=False, **kwargs):  # noqa: ARG001
     return model.net.Softmax(blob_in, blob_out, **kwargs)
 
 
-for _fn in (fc, conv, spatial_bn, max_pool, average_pool, concat, dropout, sum, transpose, iter, softmax):
+for _fn in (fc, conv, spatial_bn, max_pool, average_pool, concat, dropout, sum, transpose, iter, softmax,
+            add_weight_decay):
     Register(_fn)
 for _op, _name in (("Relu", "relu"), ("Sigmoid", "sigmoid"), ("Tanh", "tanh")):
     Register(_simple(_op, _name))

@@ -15,8 +15,9 @@ for _name in DataType.keys():
 del _name
 
 
-def GlobalInit(args):  # noqa: ARG001
-    return True
+def GlobalInit(args):
+    from .workspace import GlobalInit as init
+    return init(args)
 
 
 def SetEnginePref(per_op_pref, global_pref):

@@ -24,6 +24,7 @@ from .blob_scopes import BlobOverlay
 from .devices import cpu_run_context
 from .errors import Caffe2Error, OperatorError, describe_op, out_of_memory_text
 from .host_memory import keep_freed_memory
+from .inplace import undo_on_failure
 from .proto import caffe2_pb2
 from .registry import OpContext, select_kernel
 from .schema_rules import runtime_guard
@@ -233,7 +234,7 @@ class Plan:
         overlay of blobs that is applied only when the whole run succeeded."""
         target = BlobOverlay(blobs) if self.uses_workspace else blobs
         try:
-            with cpu_run_context():
+            with cpu_run_context(), undo_on_failure():   # undoes optimizer ops' in-place writes
                 self._runner(target)
         except Exception as exc:  # noqa: BLE001 - re-raised with the op named
             raise self._explain(exc) from exc
@@ -272,18 +273,24 @@ class Plan:
         instrumented paths (observers, per-op benchmark). A workspace op gets env
         itself when it is a BlobOverlay of blobs (as run_observed passes it)."""
         try:
-            args = [env[b] if b in env else blobs.get(b) if b in step.optional else blobs[b]
-                    for b in step.inputs]
+            # a tuple, passed on as is: one holder per input, as in the generated runner
+            # (inplace.claim counts the holders of a table it may update in place)
+            args = tuple(env[b] if b in env else blobs.get(b) if b in step.optional else blobs[b]
+                         for b in step.inputs)
         except KeyError as exc:
             raise self.step_error(step, Caffe2Error("input blob '%s' does not exist in the workspace"
                                                     % exc.args[0])) from None
-        op_inputs = args[:len(step.op_def.input)]
+        if step.guard is not None:
+            try:
+                step.guard(*args[:len(step.op_def.input)])
+            except Exception as exc:  # noqa: BLE001
+                raise self.step_error(step, exc) from exc
         if _wants_workspace(step):
-            args.insert(0, env if isinstance(env, BlobOverlay) else BlobOverlay(blobs, env))
+            args = (env if isinstance(env, BlobOverlay) else BlobOverlay(blobs, env),) + args
+        if step.takes_blobs:
+            args = (blobs,) + args
         try:
-            if step.guard is not None:
-                step.guard(*op_inputs)
-            result = step.kernel(*([blobs] if step.takes_blobs else []), *args)
+            result = step.kernel(*args)     # the one tuple: no second holder of any input
         except Exception as exc:  # noqa: BLE001
             raise self.step_error(step, exc) from exc
         n = len(step.outputs)
@@ -298,7 +305,7 @@ class Plan:
         env = BlobOverlay(blobs)
         for obs in observers:
             obs.net_start(self)
-        with cpu_run_context():          # as run() does, so op times match plain runs
+        with cpu_run_context(), undo_on_failure():   # as run() does, so op times match plain runs
             for step in self.steps:
                 for obs in observers:
                     obs.op_start(step)

@@ -1,28 +1,45 @@
-"""caffe2.python.model_helper.ModelHelper: a net plus its parameter-init net."""
+"""caffe2.python.model_helper.ModelHelper: a net plus its parameter-init net, and the
+bookkeeping of the model's parameters (which blobs are trained, their shapes,
+initializers, tags and gradients) that brew and the optimizers use."""
 import logging
 
 from . import core, scope
 from .errors import Caffe2Error
+from .modeling import initializers
+from .modeling.parameter_info import ParameterInfo, ParameterTags
+from .optimizer_context import DEFAULT_OPTIM, OptimizerContext
 
 log = logging.getLogger("caffe2py")
 
 
+def _is_gradient_slice(grad):
+    """A GradientSlice (core's namedtuple of indices and values) or anything shaped so."""
+    return hasattr(grad, "indices") and hasattr(grad, "values") and not isinstance(grad, core.BlobReference)
+
+
 class ModelHelper:
-    def __init__(self, name=None, init_params=True, allow_not_known_ops=True,  # noqa: ARG002
-                 skip_sparse_optim=False, param_model=None, arg_scope=None):  # noqa: ARG002
+    def __init__(self, name=None, init_params=True, allow_not_known_ops=True,
+                 skip_sparse_optim=False, param_model=None, arg_scope=None):
         self.name = name or "model"
         self.net = core.Net(self.name)
-        self.init_params = init_params
-        if param_model is not None:
-            # A step model (rnn_cell) creates its parameters in the outer model.
+        if param_model is not None:          # share another model's parameters
             self.param_init_net = param_model.param_init_net
-            self.params = param_model.params
             self.param_to_grad = param_model.param_to_grad
+            self.params = param_model.params
+            self._parameters_info = param_model._parameters_info
+            self._computed_params = param_model._computed_params
         else:
             self.param_init_net = core.Net(self.name + "_init")
-            self.params = []
             self.param_to_grad = {}
+            self.params = []
+            self._parameters_info = {}
+            self._computed_params = []
+        self.init_params = init_params
+        self.allow_not_known_ops = allow_not_known_ops
+        self.skip_sparse_optim = skip_sparse_optim
         self.gradient_ops_added = False
+        self.weights = []
+        self.biases = []
         self._arg_scope = {"order": "NCHW", "use_cudnn": True, "cudnn_exhaustive_search": False}
         if arg_scope is not None:
             self._arg_scope.update(arg_scope)
@@ -31,32 +48,150 @@ class ModelHelper:
     def arg_scope(self):
         return self._arg_scope
 
-    def create_param(self, param_name, shape, initializer, tags=None):  # noqa: ARG002
-        """initializer: (op type, kwargs) as Caffe2's Initializer gives, or an op type."""
-        name = scope.CurrentNameScope() + str(param_name)
-        if isinstance(initializer, str):
-            op_type, kwargs = initializer, {}
-        else:
-            op_type, kwargs = initializer[0], dict(initializer[1] if len(initializer) > 1 else {})
-        # a BlobReference: the name is already scoped, the fill op must not scope it again
-        ref = getattr(self.param_init_net, op_type)([], core.BlobReference(name), shape=list(shape), **kwargs)
-        self.AddParameter(ref)
-        return ref
+    def get_name(self):
+        return self.name
 
-    def AddParameter(self, param, tags=None):  # noqa: ARG002
+    # -- parameters
+
+    @staticmethod
+    def _normalize_tags(tags):
+        tags = tags or []
+        return set(tags) if isinstance(tags, (list, tuple, set)) else {tags}
+
+    @staticmethod
+    def _as_initializer(initializer):
+        """An Initializer object, or caffe2py's shorthand: an op name or (op name, kwargs)."""
+        if hasattr(initializer, "create_param"):
+            return initializer
+        if isinstance(initializer, str):
+            return initializers.Initializer(initializer)
+        if isinstance(initializer, (tuple, list)) and initializer and isinstance(initializer[0], str):
+            return initializers.Initializer(initializer[0], **dict(initializer[1] if len(initializer) > 1 else {}))
+        raise Caffe2Error("create_param: initializer must be an Initializer, an op name or (op name, kwargs), "
+                          "got %r" % (initializer,))
+
+    def create_param(self, param_name, shape, initializer, tags=None):
+        """Create (or return the existing) parameter `param_name` in the current name
+        scope (a BlobReference is used as given), filled by `initializer` in
+        param_init_net, registered with its tags."""
+        if isinstance(param_name, core.BlobReference):
+            name = str(param_name)
+        elif isinstance(param_name, str):
+            name = scope.CurrentNameScope() + param_name
+        else:
+            raise Caffe2Error("create_param: unsupported type for param_name: %s" % type(param_name).__name__)
+        shape = list(shape) if shape is not None else None
+        if name in self._parameters_info:
+            known = self._parameters_info[name].shape
+            if known is not None and shape is not None and list(known) != shape:
+                raise Caffe2Error("parameter '%s' exists with shape %s, asked for %s" % (name, list(known), shape))
+            return self._parameters_info[name].blob
+        info = self._as_initializer(initializer).create_param(
+            param_name=core.BlobReference(name), init_net=self.param_init_net, shape=shape)
+        tags = self._normalize_tags(tags)
+        context = OptimizerContext.current()
+        for tag in sorted(tags):
+            if context.has_optimizer(tag) and info.optimizer is None:
+                info.optimizer = context.get_optimizer(tag)
+        if info.optimizer is None and context.has_optimizer(DEFAULT_OPTIM):
+            info.optimizer = context.get_optimizer(DEFAULT_OPTIM)
+        self._parameters_info[name] = info
+        self.AddParameter(info.blob, tags)
+        return info.blob
+
+    def get_param_info(self, param):
+        """The ParameterInfo of a parameter (by blob or name), or None."""
+        return self._parameters_info.get(str(param))
+
+    GetParamInfo = get_param_info
+
+    def AddParameter(self, param, tags=None):
         if not isinstance(param, core.BlobReference):
             param = core.BlobReference(str(param), self.net)
-        if param in self.params:
-            raise Caffe2Error("parameter '%s' is already registered" % param)
-        self.params.append(param)
+        tags = self._normalize_tags(tags)
+        if ParameterTags.COMPUTED_PARAM in tags:
+            self._computed_params.append(param)
+        else:
+            self.params.append(param)
+        if ParameterTags.WEIGHT in tags:
+            self.weights.append(param)
+        if ParameterTags.BIAS in tags:
+            self.biases.append(param)
 
-    def GetParams(self, namescope=None, top_scope=False):  # noqa: ARG002
+    @staticmethod
+    def _NormalizeNamescope(namescope):
         if namescope is None:
-            namescope = scope.CurrentNameScope()
-        return [p for p in self.params if str(p).startswith(namescope)]
+            return scope.CurrentNameScope()
+        if namescope == "" or namescope.endswith(scope._NAMESCOPE_SEPARATOR):
+            return namescope
+        return namescope + scope._NAMESCOPE_SEPARATOR
+
+    @staticmethod
+    def _in_scope(blobs, namescope):
+        if namescope == "":
+            return list(blobs)
+        return [p for p in blobs if p.GetNameScope().startswith(namescope)]
+
+    def GetParams(self, namescope=None, top_scope=False):  # noqa: ARG002 - Caffe2's signature
+        """The trained parameters under `namescope` (default: the current one)."""
+        return self._in_scope(self.params, self._NormalizeNamescope(namescope))
+
+    def GetComputedParams(self, namescope=None):
+        """Parameters the net computes instead of the optimizer (tagged
+        COMPUTED_PARAM, e.g. batch-norm running mean and variance)."""
+        return self._in_scope(self._computed_params, self._NormalizeNamescope(namescope))
 
     def GetAllParams(self, namescope=None):
-        return self.GetParams(namescope)
+        return self.GetParams(namescope) + self.GetComputedParams(namescope)
+
+    def _Validate(self):
+        """Parameter names registered more than once."""
+        seen, dupes = set(), []
+        for p in map(str, self.params):
+            if p in seen and p not in dupes:
+                dupes.append(p)
+            seen.add(p)
+        return sorted(dupes)
+
+    def Validate(self):
+        dupes = self._Validate()
+        if dupes:
+            raise Caffe2Error("Duplicate params: %s" % dupes)
+
+    # -- gradients (AddGradientOperators fills grad_map and param_to_grad)
+
+    def get_param_to_grad(self, params):
+        """{param: gradient} for the given params that have one."""
+        grad_map = getattr(self, "grad_map", None)
+        out = {}
+        for p in params:
+            if grad_map is not None and str(p) in grad_map:
+                out[p] = grad_map[str(p)]
+            elif p in self.param_to_grad:
+                out[p] = self.param_to_grad[p]
+        return out
+
+    def GetOptimizationParamInfo(self, params=None):
+        """ParameterInfo (with .grad set) of every parameter that has a gradient in
+        param_to_grad (or of `params`); GradientSlice gradients are left out when the
+        model was made with skip_sparse_optim."""
+        if not self.gradient_ops_added and not self.param_to_grad:
+            raise Caffe2Error("GetOptimizationParamInfo needs gradients: call AddGradientOperators "
+                              "first (or fill model.param_to_grad)")
+        param_to_grad = self.get_param_to_grad(params) if params else self.param_to_grad
+        infos = []
+        for param, grad in param_to_grad.items():
+            if self.skip_sparse_optim and _is_gradient_slice(grad):
+                continue
+            info = self._parameters_info.get(str(param))
+            if info is None:
+                blob = param if isinstance(param, core.BlobReference) else core.BlobReference(str(param))
+                info = self._parameters_info[str(param)] = ParameterInfo(param_id=None, param=blob)
+            info.grad = grad
+            infos.append(info)
+        return infos
+
+    # -- nets
 
     def AddGradientOperators(self, *args, **kwargs):
         """net.AddGradientOperators, recording grad_map and param_to_grad. Losses
@@ -80,7 +215,8 @@ class ModelHelper:
         self.net.RunAllOnGPU(*args, **kwargs)
 
     def __getattr__(self, op_type):
-        if op_type.startswith("__") or op_type in ("net", "param_init_net"):
+        if op_type.startswith("__") or op_type in ("net", "param_init_net", "_parameters_info",
+                                                   "_computed_params", "params", "param_to_grad"):
             raise AttributeError(op_type)
         if not core.IsOperator(op_type):
             raise AttributeError("Method %s is not a registered operator." % op_type)

@@ -29,5 +29,29 @@ def debug(f):
     return f
 
 
+OPTIMIZER_ITERATION_NAME = "optimizer_iteration"
+OPTIMIZER_ITERATION_LR_NAME = "optimizer_iteration_lr"
+ITERATION_MUTEX_NAME = "iteration_mutex"
+ITERATION_MUTEX_LR_NAME = "iteration_mutex_lr"
+
+
+def BuildUniqueMutexIter(init_net, net, iter=None, iter_mutex=None, iter_val=0):  # noqa: A002
+    """The mutex-guarded iteration counter optimizers share: an int64 [1] blob set to
+    iter_val and a mutex in init_net (on the CPU), stepped by AtomicIter in net; only
+    created once per init net. Returns the counter blob."""
+    from . import core
+    from .proto import caffe2_pb2
+    iter = iter if iter is not None else OPTIMIZER_ITERATION_NAME  # noqa: A001
+    iter_mutex = iter_mutex if iter_mutex is not None else ITERATION_MUTEX_NAME
+    if init_net.BlobIsDefined(iter):
+        return init_net.GetBlobRef(iter)
+    with core.DeviceScope(core.DeviceOption(caffe2_pb2.CPU)):
+        iteration = init_net.ConstantFill([], iter, shape=[1], value=iter_val, dtype=core.DataType.INT64)
+        mutex = init_net.CreateMutex([], [iter_mutex])
+        net.AtomicIter([mutex, iteration], [iteration])
+    return iteration
+
+
 __all__ = ["MakeArgument", "ArgumentHelper", "Caffe2TensorToNumpyArray",
-           "NumpyArrayToCaffe2Tensor", "MakeNDArray", "GetArgumentValue", "debug"]
+           "NumpyArrayToCaffe2Tensor", "MakeNDArray", "GetArgumentValue", "debug", "BuildUniqueMutexIter",
+           "OPTIMIZER_ITERATION_NAME", "ITERATION_MUTEX_NAME"]

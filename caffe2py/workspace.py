@@ -3,6 +3,7 @@
 The module functions (FeedBlob, RunNet, ...) act on the current workspace, as
 in caffe2.python.workspace. The Workspace class is usable on its own.
 """
+import logging
 import threading
 
 import numpy as np
@@ -372,7 +373,27 @@ has_gpu_support = _has_gpu_support()
 has_cuda_support = has_gpu_support
 
 
-def GlobalInit(args):  # noqa: ARG001 - flags of the C++ runtime have no meaning here
+_LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR}
+
+
+def GlobalInit(args):
+    """Caffe2's process initialisation from command-line style flags, e.g.
+    ['caffe2', '--caffe2_log_level=1']. caffe2_log_level sets the 'caffe2py' logger
+    (<0 debug, 0 info, 1 warning, 2 error, 3 fatal); the C++ runtime's other flags
+    have no meaning here and are ignored."""
+    if isinstance(args, (str, bytes)) or not all(isinstance(a, (str, bytes)) for a in args):
+        raise Caffe2Error("GlobalInit expects a list of strings such as ['caffe2', '--caffe2_log_level=0'], "
+                          "got %r" % (args,))
+    for arg in args:
+        arg = arg.decode() if isinstance(arg, bytes) else arg
+        key, _, value = arg.lstrip("-").partition("=")
+        if key == "caffe2_log_level":
+            try:
+                level = int(value)
+            except ValueError:
+                raise Caffe2Error("GlobalInit: caffe2_log_level must be an integer, got %r" % value) from None
+            logging.getLogger("caffe2py").setLevel(
+                logging.DEBUG if level < 0 else _LOG_LEVELS.get(level, logging.CRITICAL))
     return True
 
 

@@ -49,10 +49,7 @@ class _Runtime:
 
     def zero(self, array):
         """Fill with zero bytes on the op's stream."""
-        if array.nbytes:
-            import pycuda.driver as drv  # noqa: PLC0415
-            drv.memset_d8_async(array.gpudata, 0, array.nbytes, self.stream)
-        return array
+        return self.allocator.memset(array, 0, self.device_id)
 
     def status(self):
         if self._status is None:
@@ -104,7 +101,8 @@ def _padded(values, n=6, fill=0):
 
 # --------------------------------------------------------------------------- SparseLengths*
 
-_LAYOUTS = {"float": "", "fused8": "Fused8BitRowwise", "fused4": "Fused4BitRowwise"}
+_LAYOUTS = {"float": "", "fused8": "Fused8BitRowwise", "fused4": "Fused4BitRowwise", "fused2": "Fused2BitRowwise"}
+_FUSED_VALUES_PER_BYTE = {"fused8": 1, "fused4": 2, "fused2": 4}
 _SLS_FORMAT = "PqqPqPqqPiiPP"
 
 
@@ -137,8 +135,8 @@ def _register_sls(reduction, layout, offsets):
                 if data.shape[1] <= extra:
                     raise ctx.input_error(0, "DATA must have more than %d columns" % extra)
                 kind = layout
-                dim = data.shape[1] - 8 if layout == "fused8" else (data.shape[1] - 4) * 2
-                vec = 4 if layout == "fused8" else 8
+                dim = (data.shape[1] - extra) * _FUSED_VALUES_PER_BYTE[layout]
+                vec = 4 * _FUSED_VALUES_PER_BYTE[layout]
                 out_tail = (dim,)
             rt.expect(i_idx, indices, (np.int32, np.int64), "INDICES")
             if indices.ndim != 1:
@@ -699,9 +697,5 @@ def copy_on_device(ctx):
 
     def run(x):
         rt.expect(0, x)
-        import pycuda.driver as drv  # noqa: PLC0415
-        out = rt.empty(x.shape, x.dtype)
-        if x.nbytes:
-            drv.memcpy_dtod_async(out.gpudata, x.gpudata, x.nbytes, rt.stream)
-        return out
+        return rt.allocator.copy(rt.empty(x.shape, x.dtype), x, rt.device_id)
     return run

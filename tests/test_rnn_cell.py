@@ -205,7 +205,8 @@ def test_basic_rnn_matches_torch_without_lengths():
 def _randomise_params(model, rng, scale=0.5):
     workspace.RunNetOnce(model.param_init_net)
     values = {}
-    for param in model.params:
+    # computed params too: a frozen bias (brew.fc(freeze_bias=True)) is one, as in Caffe2
+    for param in list(model.params) + list(model.GetComputedParams()):
         shape = workspace.FetchBlob(param).shape
         values[str(param)] = _randn(rng, *shape, scale=scale)
         workspace.FeedBlob(param, values[str(param)])

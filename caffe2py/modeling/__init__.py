@@ -1,0 +1,2 @@
+"""caffe2.python.modeling: parameter bookkeeping (ParameterInfo, ParameterTags) and
+the initializers ModelHelper.create_param uses."""
