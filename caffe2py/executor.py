@@ -58,6 +58,29 @@ class Step:
         self.takes_blobs = bool(getattr(kernel, "takes_blobs", False))
 
 
+def foreign_input_problem(op_def, inputs, exc):
+    """Why an op failed with a bare exception, when an input is not what any tensor op
+    can read: Caffe2 refuses a blob that is not a tensor (a queue, a counter, a DB
+    reader, None) or that holds strings where the op computes on numbers. Only when
+    the exception itself points at that input (its type or text in the message): on
+    the error path only, so runs pay nothing."""
+    import numpy as np
+    text = str(exc)
+    for i, x in enumerate(inputs):
+        if i >= len(op_def.input):
+            break
+        kind = type(x).__name__
+        if not isinstance(x, (np.ndarray, np.generic)) and getattr(x, "dtype", None) is None:
+            if "'%s'" % kind in text or kind in text.split():
+                return ("blob '%s' (input %d) holds %s, not a tensor; %s reads it as a tensor"
+                        % (op_def.input[i], i, "a %s object" % kind if x is not None else "None (an empty blob)", op_def.type))
+        elif getattr(getattr(x, "dtype", None), "kind", "") in "OSU" and isinstance(exc, (TypeError, ValueError)) \
+                and any(w in text for w in ("str", "literal", "string", "bytes", "sequence", "object")):
+            return ("blob '%s' (input %d) holds strings (dtype %s); %s computes on numbers"
+                    % (op_def.input[i], i, x.dtype, op_def.type))
+    return None
+
+
 def _printable(text):
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
@@ -120,6 +143,7 @@ class Plan:
         self.reads = []      # blobs read from the workspace before they are written
         self.writes = []     # the blobs the run commits to the workspace at its end
         self._line_to_step = {}
+        self._input_locals = {}      # step index -> the locals holding its inputs (for error text)
         self._load_line_to_blob = {}
         self._runner = self._render()
 
@@ -162,6 +186,7 @@ class Plan:
                     else:   # a workspace op may have changed it: read it where it is used
                         body.append(("%s = %s" % (local, read), ("load", blob, step.index)))
                 args.append(slots[blob])
+            self._input_locals[step.index] = list(args[:len(step.op_def.input)])
             if step.guard is not None:
                 n_in = len(step.op_def.input)
                 call_guard = "g%d(%s)" % (step.index, ", ".join(args[:n_in]))
@@ -243,10 +268,10 @@ class Plan:
 
     def _explain(self, exc):
         tb = exc.__traceback__
-        line = None
+        line, frame = None, None
         while tb is not None:
             if tb.tb_frame.f_code.co_filename == self._filename:
-                line = tb.tb_lineno
+                line, frame = tb.tb_lineno, tb.tb_frame
             tb = tb.tb_next
         if line in self._load_line_to_blob:
             blob, index = self._load_line_to_blob[line]
@@ -256,13 +281,18 @@ class Plan:
         step = next((s for s in self.steps if s.index == index), None)
         if step is None:
             return exc if isinstance(exc, Caffe2Error) else Caffe2Error("net '%s' failed: %s" % (self.name, exc))
-        return self.step_error(step, exc)
+        values = frame.f_locals if frame is not None else {}
+        return self.step_error(step, exc, [values.get(name) for name in self._input_locals.get(index, ())])
 
-    def step_error(self, step, exc):
+    def step_error(self, step, exc, inputs=None):
         label = describe_op(step.index, step.op_def)
         if isinstance(exc, MemoryError) or (isinstance(exc, SystemError)
                                             and isinstance(exc.__cause__ or exc.__context__, MemoryError)):
             exc = Caffe2Error(out_of_memory_text(exc.__cause__ or exc.__context__ or exc))
+        elif inputs and not isinstance(exc, Caffe2Error):
+            problem = foreign_input_problem(step.op_def, inputs, exc)
+            if problem:
+                exc = Caffe2Error(problem)
         text = str(exc)
         if not text.startswith(label):
             text = "%s failed: %s%s" % (label, "" if isinstance(exc, Caffe2Error) else type(exc).__name__ + ": ", text)
@@ -292,7 +322,8 @@ class Plan:
         try:
             result = step.kernel(*args)     # the one tuple: no second holder of any input
         except Exception as exc:  # noqa: BLE001
-            raise self.step_error(step, exc) from exc
+            raise self.step_error(step, exc, args[-len(step.inputs):][:len(step.op_def.input)]
+                                  if step.inputs else None) from exc
         n = len(step.outputs)
         if n == 1:
             env[step.outputs[0]] = result

@@ -6,6 +6,7 @@ from caffe2py.kernels.cpu.tensor import elementwise as K
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Axis, DTypes, SameDType
 
+from ._caffe2_binary import legacy_axis
 from ._common import elementwise_cost, legacy_broadcast_shape, same_as_input
 
 
@@ -36,9 +37,7 @@ def _register_binary(op_type, ufunc):
     @register_kernel(op_type)
     def binary(ctx):
         if ctx.bool("broadcast"):
-            axis = ctx.int("axis", -1)
-            if ctx.string("axis_str", ""):
-                axis = ctx.string("order", "NCHW").index(ctx.string("axis_str"))
+            axis = legacy_axis(ctx)
 
             def run_legacy(a, b):
                 try:

@@ -11,6 +11,7 @@ from caffe2py.kernels.cpu.tensor import elementwise_grad as K
 from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
 from caffe2py.schema_rules import Axis, DTypes, SameDType
 
+from ._caffe2_binary import legacy_axis
 from ._common import elementwise_cost, legacy_broadcast_shape, same_as_input
 
 
@@ -93,9 +94,7 @@ for _op, _rule in (("Add", "dA = dC, dB = dC"), ("Sub", "dA = dC, dB = -dC"),
     @register_kernel(_op + "Gradient")
     def _binary_grad(ctx, op=_op):
         legacy = ctx.bool("broadcast")
-        axis = ctx.int("axis", -1)
-        if legacy and ctx.string("axis_str", ""):
-            axis = ctx.string("order", "NCHW").index(ctx.string("axis_str"))
+        axis = legacy_axis(ctx) if legacy else ctx.int("axis", -1)
 
         def run(dc, a, b, c=None):
             view = None

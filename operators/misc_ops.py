@@ -168,6 +168,7 @@ def shape(ctx):
 register_schema(OpSchema(
     "SparseLengthsSumSparseLookup", num_inputs=(3, 4), num_outputs=(2, 3),
     inference=lambda ctx, ins: [ins[0], ins[1]] + ([ins[3]] if ctx.n_inputs == 4 and ctx.n_outputs == 3 else []),
+    checks=(DTypes((0, 1, 2), "int32/64"), DTypes(3, "float"), Rank("*", 1, 1)),
     inputs=("INDICES", "LENGTHS", "COMPRESSED_INDICES_MAPPING", "WEIGHTS"),
     outputs=("output_indices", "output_lengths", "output_weights"),
     doc="Map indices through a pruning table (-1 = pruned), dropping pruned entries and "

@@ -9,7 +9,7 @@ from caffe2py.kernels.cpu.tensor import gemm as gemm_k
 from caffe2py.kernels.cpu.cnn import norm as norm_k
 from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
-from caffe2py.schema_rules import DTypes, Finite, OneOf, Range, Rank, SameDType
+from caffe2py.schema_rules import Axis, DTypes, Finite, OneOf, Range, Rank, SameDType
 
 from ._common import LEGACY_CAFFE_POOLING, conv_geometry, legacy_pads
 
@@ -43,9 +43,10 @@ def _fc_schema(op_type, transposed):
 
     register_schema(OpSchema(
         op_type, num_inputs=3, num_outputs=1,
-        args=(Arg("axis", "int", 1, doc="X is flattened to 2-D at this axis"),
-              Arg("axis_w", "int", 1, doc="W is flattened to 2-D at this axis"),
+        args=(Arg("axis", "int", 1, doc="X is flattened to 2-D at this axis", check=Axis(0)),
+              Arg("axis_w", "int", 1, doc="W is flattened to 2-D at this axis", check=Axis(1)),
               Arg("float16_compute", "bool", False)),
+        checks=(DTypes("*", "float"), SameDType("*")),
         inference=infer, cost=cost,
         inputs=("X", "W", "b"), outputs=("Y",),
         doc="Y = X W%s + b with X flattened at `axis` and W at `axis_w`." % ("" if transposed else "^T")))
@@ -60,7 +61,7 @@ def _fc_schema(op_type, transposed):
             if b.size != n:
                 raise ctx.input_error(2, "bias has %d elements, expected %d" % (b.size, n))
             w2 = w.reshape(k, n) if transposed else w.reshape(n, k)
-            y = gemm_k.fc(x.reshape(-1, k), w2, b.reshape(n), transposed)
+            y = gemm_k.fc(x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), k), w2, b.reshape(n), transposed)
             return y.reshape(tuple(x.shape[:axis]) + (n,))
         return run
 

@@ -93,11 +93,9 @@ def write_reproducer(out_dir, result):
         for name, data in case.files().items():
             with open(os.path.join(folder, name), "wb") as f:
                 f.write(data)
-        with open(os.path.join(folder, "case.txt"), "w") as f:
-            f.write("%s\n%s\n" % (case_id, case.summary))
     with open(os.path.join(folder, "repro.sh"), "w") as f:
-        f.write("#!/bin/sh\n# re-run the case in the foreground (same caffe2py version)\n"
-                "%s -m caffe2py.tools.fuzz --replay '%s'\n" % (os.path.basename(sys.executable), case_id))
+        f.write("#!/bin/sh\n# re-run the case in the foreground from the files beside this script\n"
+                "python -m caffe2py.tools.fuzz --replay \"$(dirname \"$0\")\"\n")
 
 
 def run_campaign(budget, seed=0, jobs=2, timeout=60.0, families=None, out_dir=None, start=0,
@@ -125,9 +123,14 @@ def run_campaign(budget, seed=0, jobs=2, timeout=60.0, families=None, out_dir=No
 
 
 def replay(case_id):
-    """Run one case in this process and return its outcome (tracebacks visible)."""
+    """Run one case in this process and return its outcome (tracebacks visible). The
+    id may also be a reproducer folder written by a campaign."""
     from . import execute
-    case = execute.generate(case_id)
+    if os.path.isdir(case_id):
+        from .cases import case_from_folder
+        case = case_from_folder(case_id)
+    else:
+        case = execute.generate(case_id)
     if case is None:
         return {"class": "skipped", "case": case_id}
     print("case %s: %s" % (case_id, case.summary), file=sys.stderr)

@@ -15,8 +15,13 @@ class Case:
         """{file name: bytes} that reproduce the case without the generator."""
         import io
 
+        import json
+
         import numpy as np
         out = {}
+        plain = {k: v for k, v in self.data.items() if isinstance(v, (str, int, float, bool, type(None)))}
+        out["case.json"] = json.dumps({"case_id": self.case_id, "family": self.family, "summary": self.summary,
+                                       "data": plain}, indent=1).encode()
         for key, value in self.data.items():
             if isinstance(value, (bytes, bytearray)):
                 out[key + (".onnx" if "onnx" in key else ".pb")] = bytes(value)
@@ -37,3 +42,27 @@ def case_rng(family, seed, index):
 
     import numpy as np
     return np.random.default_rng([zlib.crc32(family.encode()), seed & 0xFFFFFFFF, index])
+
+
+def case_from_folder(folder):
+    """The Case a reproducer folder holds (written by Case.files), without the generator:
+    it replays even after the code that drew it has changed."""
+    import json
+    import os
+
+    import numpy as np
+    with open(os.path.join(folder, "case.json")) as f:
+        meta = json.load(f)
+    data = dict(meta["data"])
+    for name in sorted(os.listdir(folder)):
+        key, ext = os.path.splitext(name)
+        path = os.path.join(folder, name)
+        if ext in (".pb", ".onnx"):
+            with open(path, "rb") as f:
+                data[key] = f.read()
+        elif ext == ".npz":
+            with np.load(path, allow_pickle=True) as z:
+                data[key] = {k: z[k] for k in z.files}
+    if "predict_net" in data:
+        data.setdefault("init_net", None)       # a net pair without an init net
+    return Case(meta["case_id"], meta["family"], data, meta["summary"])

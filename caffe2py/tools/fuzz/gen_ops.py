@@ -209,6 +209,10 @@ def run(case):
                                   {k: v for k, v in ws.blobs.items() if k not in outputs})
     if modified:
         return outcome("input_modified", modified)
+    for name in sorted(outputs):    # what users get back must be arrays (a NumPy scalar: 0-d)
+        value = ws.blobs.get(name)
+        if isinstance(value, (np.ndarray, np.generic)) and not isinstance(ws.fetch_blob(name), np.ndarray):
+            return outcome("wrong_result", "FetchBlob('%s') is not an array" % name)
     rejected = _rules_reject(net, case.data["inputs"])
     if rejected:
         return outcome("silent_accept", rejected)

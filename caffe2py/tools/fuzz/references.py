@@ -5,8 +5,8 @@ import numpy as np
 
 
 def _softmax(x):
-    if x.ndim == 0:
-        return None
+    if x.ndim == 0 or x.size == 0:
+        return None if x.ndim == 0 else x.copy()
     m = x.reshape(x.shape[0], -1) if x.ndim > 1 else x.reshape(1, -1)
     e = np.exp(m - m.max(axis=1, keepdims=True)) if m.size else m
     return (e / e.sum(axis=1, keepdims=True) if m.size else m).reshape(x.shape)
@@ -64,6 +64,8 @@ def check(name, op, feeds, blobs):
     if want is None:
         return None
     got = blobs.get(op.output[0])
+    if isinstance(got, np.generic):     # a 0-d result as a NumPy scalar (FetchBlob makes it an array)
+        got = np.asarray(got)
     if not isinstance(got, np.ndarray):
         return "%s returned %s, expected an array" % (name, type(got).__name__)
     if got.shape != want.shape:
