@@ -7,7 +7,7 @@ from caffe2py.kernels.cpu.tensor import elementwise as ew
 from caffe2py.kernels.cpu.onnx import math as om
 
 from ._common import legacy_broadcast_shape
-from caffe2py.schema_rules import broadcast_problem
+from caffe2py.schema_rules import Rank, Scalar, broadcast_problem
 
 from ._onnx_rules import OnnxBroadcast
 
@@ -128,7 +128,7 @@ def prelu(ctx):
     return run
 
 
-@onnx_op("Clip", (1, 10), (11, None))
+@onnx_op("Clip", (1, 10), (11, None), checks=(Scalar((1, 2), any_shape=False),))
 def clip(ctx):
     if ctx.op_version < 11:
         lo, hi = ctx.float("min", -np.inf), ctx.float("max", np.inf)
@@ -222,7 +222,7 @@ def _reduce_factory(fn):
 
 
 for _name, _fn in _REDUCE.items():
-    onnx_op(_name, (1, None))(_reduce_factory(_fn))
+    onnx_op(_name, (1, None), checks=(Rank(1, 1, 1),))(_reduce_factory(_fn))
 
 
 def _arg_factory(find):
@@ -232,6 +232,9 @@ def _arg_factory(find):
 
         def run(x):
             a = axis_of(ctx, axis, x.ndim)
+            if x.shape[a] == 0:
+                raise ctx.input_error(0, "axis %d of shape %s is empty: there is no element to pick"
+                                      % (a, list(x.shape)))
             if last:
                 flipped = np.flip(x, axis=a)
                 idx = x.shape[a] - 1 - find(flipped, axis=a)

@@ -227,7 +227,8 @@ def _global_factory(kind):
 
 onnx_op("GlobalAveragePool", (1, None), checks=(Rank(0, 3),))(_global_factory("avg"))
 onnx_op("GlobalMaxPool", (1, None), checks=(Rank(0, 3),))(_global_factory("max"))
-onnx_op("GlobalLpPool", (1, None), checks=(Rank(0, 3),))(_global_factory("lp"))
+onnx_op("GlobalLpPool", (1, None), args=(Arg("p", "float", check=Range(1e-6, 1e6)),),
+        checks=(Rank(0, 3),))(_global_factory("lp"))
 
 
 # ----------------------------------------------------------------- Gemm / MatMul
@@ -344,10 +345,16 @@ def dropout(ctx):
     if ctx.op_version < 7 and ctx.int("is_test", 0) == 0 and ctx.has("is_test"):
         raise ctx.error("Dropout in training mode (is_test=0) is not supported")
     seed = ctx.int("seed", None)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(None if seed is None else seed % (1 << 64))
 
     def run(x, ratio=None, training=None):
-        r = attr_ratio if ratio is None else float(ratio)
+        for k, v in ((1, ratio), (2, training)):
+            if v is not None and np.size(v) != 1:
+                raise ctx.input_error(k, "must hold one value, got shape %s" % list(np.shape(v)))
+        r = attr_ratio if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
+        training = None if training is None else bool(np.asarray(training).reshape(-1)[0])
+        if not 0.0 <= r < 1.0:
+            raise ctx.error("ratio must lie in [0, 1), got %r" % r)
         if training is not None and bool(training) and r > 0:
             keep = rng.random(x.shape) >= r
             y = (x * keep / np.asarray(1 - r, x.dtype)).astype(x.dtype, copy=False)
