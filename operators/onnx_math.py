@@ -178,7 +178,11 @@ def cast(ctx):
     to = ctx.arg("to")
     if isinstance(to, str):   # opset 1 spelled the type as a string
         from onnx import TensorProto
+        if to.upper() not in TensorProto.DataType.keys():
+            raise ctx.error("Cast to '%s': not an ONNX data type name" % to)
         to = TensorProto.DataType.Value(to.upper())
+    if not isinstance(to, int):
+        raise ctx.error("Cast needs the attribute 'to' (an ONNX data type), got %r" % (to,))
     dtype = om.onnx_dtype(int(to))
     if dtype is None:
         raise ctx.error("Cast to ONNX data type %s is not supported" % to)
@@ -246,5 +250,5 @@ def _arg_factory(find):
     return factory
 
 
-onnx_op("ArgMax", (1, None))(_arg_factory(np.argmax))
-onnx_op("ArgMin", (1, None))(_arg_factory(np.argmin))
+onnx_op("ArgMax", (1, None), checks=(Rank(0, 1),))(_arg_factory(np.argmax))
+onnx_op("ArgMin", (1, None), checks=(Rank(0, 1),))(_arg_factory(np.argmin))

@@ -113,6 +113,9 @@ def conv(ctx):
         if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
             raise ctx.input_error(1, "W of shape %s does not fit X of shape %s with group %d"
                                   % (list(w.shape), list(x.shape), group))
+        if b is not None and b.shape != (w.shape[0],):
+            raise ctx.input_error(2, "B must have shape [%d] (one bias per output channel), got %s"
+                                  % (w.shape[0], list(b.shape)))
         strides, pads, dilations = _geometry(ctx, x, kernel)
         if x.dtype == np.float16:   # accumulate in float32, round once
             b32 = None if b is None else b.astype(np.float32)
@@ -195,7 +198,8 @@ def average_pool(ctx):
     return run
 
 
-@onnx_op("LpPool", (1, None), args=_WINDOW_ARGS + (Arg("p", "float", check=Finite()),), checks=(Rank(0, 3),))
+@onnx_op("LpPool", (1, None), args=(Arg("kernel_shape", "ints", required=True, check=Range(1)),) + _WINDOW_ARGS[1:] +
+         (Arg("p", "float", check=Range(1e-6, 1e6)),), checks=(Rank(0, 3),))
 def lp_pool(ctx):
     kernel = ctx.ints("kernel_shape")
     p = ctx.float("p", 2.0)

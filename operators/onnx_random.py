@@ -47,7 +47,9 @@ def _generator(kind, like):
         rng = _rng(ctx)
         if like:
             return lambda x: _draw(kind, rng, ctx, x.shape, _dtype(ctx, x))
-        shape = tuple(ctx.ints("shape"))
+        shape = tuple(ctx.ints("shape") or ())
+        if float(np.prod(np.asarray(shape, np.float64))) > 1 << 31:
+            raise ctx.error("shape %s holds more than 2^31 values" % list(shape))
         dtype = _dtype(ctx)
         return lambda: _draw(kind, rng, ctx, shape, dtype)
     return factory

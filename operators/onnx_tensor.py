@@ -296,6 +296,8 @@ def pad(ctx):
 def tile(ctx):
     def run(x, repeats, axis=None):
         if axis is not None:   # opset 1: (input, tiles, axis)
+            if x.ndim == 0:
+                raise ctx.input_error(0, "opset-1 Tile repeats one axis; a 0-d input has none")
             reps = [1] * x.ndim
             reps[axis_of(ctx, int(axis.reshape(-1)[0]), x.ndim)] = int(repeats.reshape(-1)[0])
         else:

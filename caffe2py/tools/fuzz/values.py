@@ -43,10 +43,10 @@ def tensor(rng, dims, kind="float", dtype=None, special_p=0.05):
         lo, hi = (-2, 6) if kind == "index" else (-10, 10)
         info = np.iinfo(dtype)
         lo, hi = max(lo, info.min), min(hi, info.max)
-        x = rng.integers(lo, hi + 1, n)
+        x = rng.integers(lo, hi + 1, n).astype(dtype)
         if n and rng.random() < special_p:
             x[int(rng.integers(n))] = pick(rng, (info.max, info.min, 0))
-        return x.astype(dtype).reshape(dims)
+        return x.reshape(dims)
     if kind == "bool":
         return (rng.random(n) < 0.5).reshape(dims)
     if kind == "string":
