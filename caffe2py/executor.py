@@ -289,6 +289,9 @@ class Plan:
         if isinstance(exc, MemoryError) or (isinstance(exc, SystemError)
                                             and isinstance(exc.__cause__ or exc.__context__, MemoryError)):
             exc = Caffe2Error(out_of_memory_text(exc.__cause__ or exc.__context__ or exc))
+        elif isinstance(exc, ValueError) and ("array is too big" in str(exc) or "Maximum allowed size" in str(exc)):
+            exc = Caffe2Error("asks for an array larger than any memory can hold (check the input sizes and "
+                              "the shape arguments)")
         elif inputs and not isinstance(exc, Caffe2Error):
             problem = foreign_input_problem(step.op_def, inputs, exc)
             if problem:

@@ -21,7 +21,10 @@ from .tensors import as_blob_value
 def _name(x):
     """Blob/net names may be str, bytes, BlobReference or Net objects."""
     if isinstance(x, bytes):
-        return x.decode()
+        try:
+            return x.decode()
+        except UnicodeDecodeError:
+            raise Caffe2Error("blob and net names are UTF-8 text; got the bytes %r" % x[:40]) from None
     if hasattr(x, "Name") and callable(x.Name):
         return x.Name()
     return str(x)

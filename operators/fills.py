@@ -341,7 +341,7 @@ def range_fill(ctx):
 
 register_schema(OpSchema(
     "Float16ConstantFill", num_inputs=0, num_outputs=1,
-    args=(Arg("shape", "ints", None), Arg("value", "float", 0.0)),
+    args=(Arg("shape", "ints", None, check=Range(0)), Arg("value", "float", 0.0)),
     inference=lambda ctx, ins: [TensorType(tuple(ctx.ints("shape") or []), DT.FLOAT16)],
     doc="float16 tensor of `shape` filled with `value`."))
 

@@ -59,8 +59,8 @@ def _scatter_elements(ctx):
     return run
 
 
-onnx_op("ScatterElements", (11, None))(_scatter_elements)
-onnx_op("Scatter", (9, 10))(_scatter_elements)
+onnx_op("ScatterElements", (11, None), checks=(Rank(0, 1),))(_scatter_elements)
+onnx_op("Scatter", (9, 10), checks=(Rank(0, 1),))(_scatter_elements)
 
 
 @onnx_op("GatherND", (11, None), checks=(Rank(1, 1),))

@@ -11,6 +11,8 @@ Layouts (little-endian, scale first, then bias, both after the values):
 - 4/2-bit:           ceil(D / k) bytes, value j in byte j // k at bit (j % k) * bits
                      (low bits first), float16 scale, float16 bias (k = 8 / bits)
 """
+import math
+
 import numpy as np
 
 EPSILON = np.float32(1e-8)
@@ -21,7 +23,7 @@ def _rows(x):
     x = np.asarray(x)
     if x.ndim == 0:
         raise ValueError("input must have at least one dimension")
-    return x.reshape(-1, x.shape[-1]).astype(np.float32, copy=False)
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).astype(np.float32, copy=False)
 
 
 def float_to_fused8(x):
@@ -46,7 +48,7 @@ def float_to_fused8(x):
 def fused8_to_float(q, out_dtype=np.float32):
     """uint8 [..., D + 8] -> float [..., D]: value * scale + bias (in float32)."""
     q = np.asarray(q)
-    rows = q.reshape(-1, q.shape[-1])
+    rows = q.reshape(math.prod(q.shape[:-1]), q.shape[-1])
     d = rows.shape[1] - 8
     sb = np.ascontiguousarray(rows[:, d:]).view("<f4").astype(np.float32)
     vals = rows[:, :d].astype(np.float32) * sb[:, :1] + sb[:, 1:]
@@ -92,7 +94,7 @@ def float_to_fused_nbit(x, bit_rate):
 def fused_nbit_to_float(q, bit_rate, out_dtype=np.float32):
     """uint8 [..., B + 4] -> float [..., B * k]: scale * value + bias (float32 math)."""
     q = np.asarray(q)
-    rows = q.reshape(-1, q.shape[-1])
+    rows = q.reshape(math.prod(q.shape[:-1]), q.shape[-1])
     nbytes = rows.shape[1] - 4
     k = 8 // bit_rate
     mask = np.uint8((1 << bit_rate) - 1)
