@@ -77,7 +77,9 @@ def _corpus(kind):
 
 def mutate_bytes(rng, data):
     data = bytearray(data)
-    for _ in range(int(rng.integers(1, 9))):
+    # one or two small changes mostly: a file that still parses reaches the runtime
+    count = 1 if rng.random() < 0.6 else (2 if rng.random() < 0.6 else int(rng.integers(3, 9)))
+    for _ in range(count):
         if not data:
             data = bytearray(rng.integers(0, 256, 8, dtype=np.uint8).tobytes())
         k = int(rng.integers(len(data)))
@@ -116,15 +118,101 @@ def generate_mutate(case_id, rng):
     # the light_* CNNs cost a full forward pass each: drawn rarely
     small = [c for c in corpus if not c[0].startswith("light_")]
     name, path, input_paths = values.pick(rng, corpus if rng.random() < 0.03 else small)
-    model = mutate_bytes(rng, Path(path).read_bytes())
-    inputs = {}
-    for p in input_paths:
-        from onnx import TensorProto, numpy_helper
-        t = TensorProto()
-        t.ParseFromString(Path(p).read_bytes())
-        inputs[t.name or "input_%d" % len(inputs)] = numpy_helper.to_array(t)
+    structural = rng.random() < 0.5
+    model = (mutate_model(rng, Path(path).read_bytes()) if structural
+             else mutate_bytes(rng, Path(path).read_bytes()))
+    inputs = _model_inputs(path, input_paths)
     return Case(case_id, "mutate", {"model_onnx": model, "inputs": inputs, "light": name.startswith("light_")},
-                "%s: mutated ONNX model" % name)
+                "%s: %s ONNX model" % (name, "structurally mutated" if structural else "byte-mutated"))
+
+
+_inputs_cache = {}
+
+
+def _model_inputs(path, input_paths):
+    """The unmutated model's inputs: its test data set (named in the order of the
+    graph's inputs that are not initializers), else random values of the declared
+    shapes."""
+    if path not in _inputs_cache:
+        import onnx
+        from onnx import TensorProto, numpy_helper
+
+        from caffe2py.onnx.inputs import random_inputs
+        model = onnx.load(path)
+        fed = [v.name for v in model.graph.input if v.name not in {t.name for t in model.graph.initializer}]
+        inputs = {}
+        for k, p in enumerate(input_paths):
+            t = TensorProto()
+            t.ParseFromString(Path(p).read_bytes())
+            name = t.name if t.name in fed else (fed[k] if k < len(fed) else "input_%d" % k)
+            inputs[name] = numpy_helper.to_array(t)
+        try:
+            inputs.update(random_inputs(model, inputs)[0])
+        except Exception:  # noqa: BLE001 - undeclared shapes: the feeds stay as they are
+            pass
+        _inputs_cache[path] = inputs
+    return dict(_inputs_cache[path])
+
+
+def mutate_model(rng, data):
+    """Semantic edits of a parsed ONNX model: attribute values, op types, inputs,
+    initializer dims and types, graph input types, opset versions."""
+    import onnx
+    from onnx import helper
+
+    from .gen_onnx import op_types as onnx_types
+    model = onnx.ModelProto()
+    model.ParseFromString(data)
+    graph = model.graph
+    for _ in range(int(rng.integers(1, 4))):
+        what = rng.random()
+        if what < 0.35 and len(graph.node):
+            node = graph.node[int(rng.integers(len(graph.node)))]
+            if len(node.attribute) and rng.random() < 0.8:
+                attr = node.attribute[int(rng.integers(len(node.attribute)))]
+                if rng.random() < 0.15:
+                    node.attribute.remove(attr)
+                else:
+                    value = {1: values.float_value, 2: lambda r: values.int_value(r, small=False),
+                             3: lambda r: values.string_value(r).encode(),
+                             6: lambda r: values.float_list(r, int(r.integers(0, 5))),
+                             7: lambda r: values.int_list(r, int(r.integers(0, 6)))}.get(attr.type)
+                    if value is not None:
+                        new = helper.make_attribute(attr.name, value(rng), attr_type=attr.type)
+                        attr.CopyFrom(new)
+            else:
+                node.attribute.append(helper.make_attribute(
+                    values.pick(rng, ("axis", "axes", "perm", "pads", "kernel_shape", "keepdims", "to")),
+                    values.pick(rng, (5, -7, [1, 2], [0, 0, -1, 9], 2 ** 40))))
+        elif what < 0.5 and len(graph.node):
+            node = graph.node[int(rng.integers(len(graph.node)))]
+            node.op_type = values.pick(rng, onnx_types())[1]
+        elif what < 0.62 and len(graph.node):
+            node = graph.node[int(rng.integers(len(graph.node)))]
+            if len(node.input) and rng.random() < 0.5:
+                del node.input[int(rng.integers(len(node.input)))]
+            elif len(node.input):
+                node.input[int(rng.integers(len(node.input)))] = values.pick(
+                    rng, [v.name for v in graph.input] + [t.name for t in graph.initializer] + ["", "nope"])
+        elif what < 0.8 and len(graph.initializer):
+            t = graph.initializer[int(rng.integers(len(graph.initializer)))]
+            choice = rng.random()
+            if choice < 0.4 and len(t.dims):
+                t.dims[int(rng.integers(len(t.dims)))] = values.pick(rng, (0, 1, 2, 3, -1, 2 ** 33))
+            elif choice < 0.6:
+                t.data_type = int(values.pick(rng, (1, 6, 7, 9, 10, 11, 16, 30)))
+            elif choice < 0.8 and t.raw_data:
+                t.raw_data = t.raw_data[:int(rng.integers(len(t.raw_data)))]
+            else:
+                del t.dims[:]
+        elif what < 0.9 and len(graph.input):
+            v = graph.input[int(rng.integers(len(graph.input)))]
+            v.type.tensor_type.elem_type = int(values.pick(rng, (1, 6, 7, 9, 10, 11)))
+        else:
+            for imp in model.opset_import:
+                if imp.domain in ("", "ai.onnx"):
+                    imp.version = int(rng.integers(1, 30))
+    return model.SerializeToString()
 
 
 def run_caffe2_files(case, workdir):
