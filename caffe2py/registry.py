@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 from .args import ArgumentHelper
 from .errors import Caffe2Error, describe_op
 from .proto import caffe2_pb2
+from .schema_rules import verify_arguments
 
 log = logging.getLogger("caffe2py")
 
@@ -68,6 +69,8 @@ class Arg:
     default: Any = None
     required: bool = False
     doc: str = ""
+    # schema_rules rule(s) the value must meet: Range, OneOf, Axis, Permutation, ...
+    check: Any = None
 
 
 def _arity_ok(spec, n):
@@ -129,6 +132,8 @@ class OpSchema:
     # blob does not exist yet) after its inputs: ops that update their output
     # (Accumulate: Y = gamma * Y + X) without naming it as an input.
     reads_outputs: bool = False
+    # schema_rules input rules checked on every call (DTypes, SameDType, Rank)
+    checks: tuple = ()
     arg_by_name: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -169,6 +174,7 @@ class OpSchema:
         for a in self.args:
             if a.required and a.name not in present:
                 raise Caffe2Error("%s: required argument '%s' is missing" % (label, a.name))
+        verify_arguments(self, op_def, label)
 
     def default(self, name):
         a = self.arg_by_name.get(name)

@@ -153,7 +153,8 @@ def _register_sls(reduction, layout, offsets):
                     raise ctx.input_error(1, "WEIGHTS should have the same length as INDICES." if layout != "float"
                                           else "Weight should have the same length as indices.")
             n_idx = indices.shape[0]
-            if n_idx == 0:  # as on the CPU: zeros, and the segments are not checked
+            if n_idx == 0:  # as on the CPU: zeros, once the segments describe no indices
+                _check_empty_segments(ctx, i_seg, np.asarray(seg.get()), offsets, include_last)
                 n_bags = seg.shape[0] - (1 if offsets and include_last and seg.shape[0] else 0)
                 return rt.zero(rt.empty((n_bags,) + out_tail, np.float32))
             status = rt.status()
@@ -186,6 +187,24 @@ def _register_sls(reduction, layout, offsets):
                                       "OFFSETS must be non-decreasing and within INDICES (%d entries)" % n_idx)
             return out
         return run
+
+
+def _check_empty_segments(ctx, i_seg, seg, offsets, include_last):
+    """LENGTHS (or OFFSETS) for an empty INDICES: the CPU kernel's checks."""
+    from caffe2py.kernels.cpu.recsys import sparse_lengths as K
+    try:
+        if offsets:
+            if seg.size == 0 and include_last:
+                raise K.LookupInputError("lengths", "OFFSETS must have output_size + 1 entries, got none")
+            lengths = K.lengths_from_offsets(seg, 0, include_last) if seg.size else np.zeros(0, np.int64)
+        else:
+            lengths = seg
+        if lengths.size and lengths.min() < 0:
+            raise K.LookupInputError("lengths", "LENGTHS must be non-negative, got %d" % int(lengths.min()))
+        if int(lengths.sum(dtype=np.int64)) != 0:
+            raise K.LookupInputError("lengths", SUM_MESSAGE)
+    except K.LookupInputError as exc:
+        raise ctx.input_error(i_seg, str(exc)) from None
 
 
 for _offsets in (False, True):

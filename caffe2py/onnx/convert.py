@@ -48,8 +48,13 @@ def onnx_tensor_to_numpy(tensor):
     from onnx import numpy_helper
     try:
         return numpy_helper.to_array(tensor)
-    except Exception as exc:  # noqa: BLE001 - onnx raises several types for bad tensors
-        raise Caffe2Error("ONNX tensor '%s' cannot be decoded: %s" % (tensor.name, exc)) from None
+    except Exception:  # noqa: BLE001 - onnx raises several types for bad tensors
+        from onnx import TensorProto
+        kind = TensorProto.DataType.Name(tensor.data_type) if tensor.data_type in TensorProto.DataType.values() \
+            else "unknown data type %d" % tensor.data_type
+        raise Caffe2Error("ONNX tensor '%s' cannot be decoded: its data does not hold %s values for dims %s "
+                          "(%d raw bytes; corrupted file?)" % (tensor.name, kind, list(tensor.dims),
+                                                               len(tensor.raw_data))) from None
 
 
 def numpy_to_c2_tensor(arr, name=None):

@@ -13,14 +13,14 @@ Bad LENGTHS or INDICES raise LookupInputError naming the input.
 """
 import numpy as np
 
-from .sparse_lengths import LookupInputError, _check_lengths, check_indices
+from .sparse_lengths import LookupInputError, check_indices, check_lengths
 
 
 def segment_ids(lengths, n_indices):
     lengths = np.asarray(lengths).reshape(-1)
     if lengths.dtype.kind not in "iu":
         raise LookupInputError("lengths", "LENGTHS must be integers, got %s" % lengths.dtype)
-    _check_lengths(lengths, n_indices)
+    check_lengths(lengths, n_indices)
     return np.repeat(np.arange(lengths.size, dtype=np.int64), lengths.astype(np.int64))
 
 

@@ -158,6 +158,11 @@ def _offsets_from_lengths(lengths, n_indices):
     return offsets, longest
 
 
+def check_lengths(lengths, n_indices):
+    """Raises LookupInputError unless LENGTHS are non-negative and sum to n_indices."""
+    _offsets_from_lengths(lengths, n_indices)
+
+
 def _check_indices(indices, n_rows, parts):
     found = np.empty(parts, np.int64)
     if loops.first_bad_index(indices, n_rows, parts, found) >= 0:
@@ -274,9 +279,11 @@ def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=
     """
     layout_obj = LAYOUTS[layout] if isinstance(layout, str) else layout
     lengths = np.asarray(lengths)
-    if indices.size == 0:     # Caffe2 zero-fills and does not check LENGTHS here
-        return np.zeros((lengths.size, layout_obj.block_size(data)), dtype=np.float32)
+    # LENGTHS is checked even when INDICES is empty (Caffe2 skipped the check there,
+    # so LENGTHS [-5] or [5, 0] gave zeros that one index more would have refused)
     offsets, longest = _offsets_from_lengths(lengths, indices.size)
+    if indices.size == 0:
+        return np.zeros((lengths.size, layout_obj.block_size(data)), dtype=np.float32)
     return _reduce(data, indices, offsets, longest, weights, positional, mean, layout_obj, threads)
 
 
@@ -288,8 +295,8 @@ def offsets_reduce(data, indices, offsets, include_last_offset=True, weights=Non
     the end of INDICES. OFFSETS must be non-decreasing."""
     layout_obj = LAYOUTS[layout] if isinstance(layout, str) else layout
     rel, longest = _offsets_from_raw(offsets, indices.size, include_last_offset)
-    if indices.size == 0:
-        return np.zeros((rel.size - 1, layout_obj.block_size(data)), dtype=np.float32)
     if int(rel[-1]) != indices.size:
         raise LookupInputError("lengths", SUM_MESSAGE)
+    if indices.size == 0:
+        return np.zeros((rel.size - 1, layout_obj.block_size(data)), dtype=np.float32)
     return _reduce(data, indices, rel, longest, weights, positional, mean, layout_obj, threads)
