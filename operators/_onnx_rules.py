@@ -43,6 +43,8 @@ class OnnxTypeConstraints(InputRule):
             param, allowed, _variadic = formal[min(index, len(formal) - 1)]
             if index >= len(formal) and not formal[-1][2]:
                 continue                 # more inputs than onnx declares: the arity check's job
+            if param.endswith("#"):      # heterogeneous variadic (Scan's V): one type per value
+                param += str(index)
             where.append((index, pos, param, allowed))
         label = "%s-%d" % (ctx.type, ctx.op_version) if ctx.op_version else ctx.type
 
@@ -98,7 +100,8 @@ def _read_formal_inputs(op_type, domain, version):
     for f in schema.inputs:
         allowed = constraints.get(f.type_str, frozenset([f.type_str]))
         # a type parameter shared by a variadic input's values is only shared when onnx says so
-        param = f.type_str if (f.option != variadic or f.is_homogeneous) else "%s#%d" % (f.type_str, len(out))
+        # (marked with a trailing '#', numbered per actual input at plan time)
+        param = f.type_str if (f.option != variadic or f.is_homogeneous) else f.type_str + "#"
         out.append((param, allowed, f.option == variadic))
     return out
 
@@ -121,6 +124,8 @@ class OnnxShapeInference(InputRule):
         if prepared is None:
             return None
         schema, node, names, opsets = prepared
+        if any(t.startswith("optional(") for c in schema.type_constraints for t in c.allowed_type_strs):
+            return None      # an optional holding a sequence is a bare list here: not describable
         absent = ctx.ints(ABSENT_INPUTS_ARG, []) if ctx.has(ABSENT_INPUTS_ARG) else []
         present = [n for i, n in enumerate(names) if i not in absent]
         seen = {}
@@ -134,7 +139,7 @@ class OnnxShapeInference(InputRule):
             if key in seen:
                 problem = seen[key]
             else:
-                problem = _infer(schema, node, present, inputs, opsets)
+                problem = _infer(schema, node, present, _as_inference_sees(ctx.type, inputs), opsets)
                 if len(seen) >= _CACHE_LIMIT:
                     seen.clear()
                 seen[key] = problem
@@ -161,6 +166,20 @@ def _describe(inputs):
         parts.append("%s %s" % (getattr(x, "dtype", type(x).__name__), list(shape))
                      if shape is not None else "a %s of %d" % (type(x).__name__, len(x)))
     return "(%s)" % ", ".join(parts)
+
+
+# Inputs onnx's inference wants as scalars but onnxruntime (and onnx's own function
+# bodies: AffineGrid feeds Range a [1] limit) also give as one-element tensors; the
+# kernel's Scalar rule checks them, inference sees them as the scalars they stand for.
+_ONE_ELEMENT_AS_SCALAR = {"Range": (0, 1, 2)}
+
+
+def _as_inference_sees(op_type, inputs):
+    which = _ONE_ELEMENT_AS_SCALAR.get(op_type)
+    if not which:
+        return inputs
+    return [x.reshape(()) if i in which and getattr(x, "size", 0) == 1 else x
+            for i, x in enumerate(inputs)]
 
 
 _node_cache = {}

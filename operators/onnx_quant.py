@@ -54,7 +54,9 @@ def dequantize_linear(ctx):
 
 
 def _check_zero_point(ctx, scale, zero_point):
-    if zero_point is not None and np.shape(zero_point) != np.shape(scale):
+    # per tensor, a [1] zero point goes with a 0-d scale (onnx's own cases, onnxruntime)
+    if zero_point is not None and np.shape(zero_point) != np.shape(scale) and not (
+            np.size(zero_point) == 1 and np.size(scale) == 1):
         raise ctx.input_error(2, "zero point of shape %s must have the scale's shape %s"
                               % (list(np.shape(zero_point)), list(np.shape(scale))))
 
