@@ -186,14 +186,22 @@ def cast(ctx):
     dtype = om.onnx_dtype(int(to))
     if dtype is None:
         raise ctx.error("Cast to ONNX data type %s is not supported" % to)
-    saturate = bool(ctx.int("saturate", 1))
-    return lambda x: om.cast(x, dtype, saturate)
+    saturate, round_mode = bool(ctx.int("saturate", 1)), _round_mode(ctx)
+    return lambda x: om.cast(x, dtype, saturate, round_mode)
+
+
+def _round_mode(ctx):
+    """Cast's round_mode (opset 25: only casts to float8e8m0 use it)."""
+    mode = ctx.string("round_mode", "up")
+    if mode not in om._E8M0_ROUND_MODES:
+        raise ctx.error("round_mode must be one of %s, got '%s'" % (", ".join(om._E8M0_ROUND_MODES), mode))
+    return mode
 
 
 @onnx_op("CastLike", (15, None))
 def cast_like(ctx):
-    saturate = bool(ctx.int("saturate", 1))
-    return lambda x, like: om.cast(x, like.dtype, saturate)
+    saturate, round_mode = bool(ctx.int("saturate", 1)), _round_mode(ctx)
+    return lambda x, like: om.cast(x, like.dtype, saturate, round_mode)
 
 
 # ----------------------------------------------------------------- reductions

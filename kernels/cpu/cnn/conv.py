@@ -132,6 +132,8 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
     a concat buffer); a new array by default."""
     _check_activation(activation)
     dtype = np.result_type(x.dtype, w.dtype)
+    if dtype == np.float16:
+        return _conv_half(x, w, b, strides, pads, dilations, group, scratch, activation, residual, out)
     plan = _plan(x.shape, w.shape, tuple(strides), tuple(pads), tuple(dilations), group, dtype.str)
     if residual is not None and tuple(residual.shape) != plan.out_shape:
         raise ValueError("residual of shape %s does not match the output shape %s"
@@ -159,6 +161,22 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
         else:
             plan.compute(x, w, out, scratch or default_scratch())
             finish_channels(out, bias, residual, relu)
+    return out
+
+
+def _conv_half(x, w, b, strides, pads, dilations, group, scratch, activation, residual, out):
+    """float16 accumulates in float32 and rounds once at the end, as onnx's reference
+    and onnxruntime do (per-tap float16 sums drift by several ulps)."""
+    def wide(a):
+        return None if a is None else a.astype(np.float32)
+    y = conv_nchw(wide(x), wide(w), wide(b), strides, pads, dilations, group, scratch=scratch,
+                  activation=activation, residual=wide(residual))
+    if out is None:
+        return y.astype(np.float16)
+    if tuple(out.shape) != y.shape or out.dtype != np.float16:
+        raise ValueError("output buffer of shape %s (%s) does not take a %s result (float16)"
+                         % (list(out.shape), out.dtype, list(y.shape)))
+    out[...] = y
     return out
 
 

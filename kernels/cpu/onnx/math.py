@@ -96,8 +96,44 @@ def _saturate_float8(x, dtype):
     return np.clip(x.astype(np.float32), -big, big)
 
 
-def cast(x, dtype, saturate=True):
+_E8M0_ROUND_MODES = ("up", "down", "nearest")
+
+
+def to_float8e8m0(x, saturate=True, round_mode="up"):
+    """Cast to float8e8m0 (2**(code-127), code 0..254, 255 = NaN) per onnx's Cast:
+    the float32 exponent, rounded by round_mode on the fraction (`nearest`: ties
+    up); with saturate, overflow and Inf give the largest code and values that
+    round below 2**-127 (towards zero) the smallest, without it both give NaN. The sign is ignored (negative
+    inputs are unspecified)."""
+    import ml_dtypes
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32) & np.uint32(0x7FFFFFFF)
+    exponent = (bits >> 23).astype(np.int32)
+    fraction = bits & np.uint32(0x7FFFFF)
+    special = exponent == 0xFF
+    nan = special & (fraction != 0)
+    if round_mode == "up":
+        code = exponent + (fraction != 0)
+        # a subnormal at or below 2**-127 rounds up to the smallest code
+        code = np.where((exponent == 0) & (fraction <= 0x400000), 0, code)
+        underflow = bits == 0
+    else:
+        up = fraction >= 0x400000 if round_mode == "nearest" else np.zeros(bits.shape, bool)
+        code = exponent + up
+        # subnormals: below 2**-127 unless the fraction is at least one half
+        code = np.where(exponent == 0, np.where(fraction >= 0x600000, 1, 0) if round_mode == "nearest" else 0,
+                        code)
+        underflow = (exponent == 0) & (fraction < (0x200000 if round_mode == "nearest" else 0x400000))
+    overflow = ~special & (code > 0xFE)
+    code = np.where(overflow | special, 0xFE if saturate else 0xFF, code)
+    code = np.where(underflow, 0 if saturate else 0xFF, code)
+    code = np.where(nan, 0xFF, code)
+    return code.astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
+
+
+def cast(x, dtype, saturate=True, round_mode="up"):
     dtype = np.dtype(dtype)
+    if dtype.name == "float8_e8m0fnu" and x.dtype.kind == "f":
+        return to_float8e8m0(x, saturate, round_mode)
     if saturate and dtype.name.startswith("float8") and dtype.name != "float8_e8m0fnu" and x.dtype.kind == "f":
         x = _saturate_float8(x, dtype)
     if dtype.kind == "O" or x.dtype.kind == "O":
