@@ -3,8 +3,8 @@
 and TreeEnsemble (opset 5). Each factory turns the node/leaf attributes into one
 validated Forest at plan time; kernels/cpu/onnx/trees.py walks it in a compiled
 loop. Scores follow onnxruntime: base values added after aggregation, then the
-post transform; the classifier's binary case (votes for one class only) scores
-the other class 1 - s (NONE, PROBIT) or -s before the transform."""
+post transform; the classifier's binary case (two labels, every vote for class
+0) as onnxruntime scores it (see _binary)."""
 import numpy as np
 
 from caffe2py.kernels.cpu.onnx import trees as trees_k
@@ -167,29 +167,50 @@ def tree_ensemble_classifier(ctx):
         raise ctx.error("needs at least one class label")
     class_ids = _ints(ctx, "class_ids", np.zeros(0, np.int64))
     n_classes = labels.size
-    # binary case: every vote goes to one class of two (or one label)
-    binary = np.unique(class_ids).size == 1 and n_classes <= 2
-    forest = _classic_forest(ctx, "class", max(n_classes, 1))
+    if n_classes < 2:
+        raise ctx.error("needs at least two class labels, got %d" % n_classes)
+    # onnxruntime's binary case: two labels and every vote for one class c (LightGBM,
+    # XGBoost): the label comes from that class's raw sum (see _binary)
+    voted = np.unique(class_ids)
+    binary = n_classes == 2 and voted.size == 1
+    forest = _classic_forest(ctx, "class", n_classes)
+    positive = bool(np.all(forest.weights >= 0))
     base, transform = _base(ctx, n_classes), _post_transform(ctx)
-    if n_classes == 1 and not binary:
-        raise ctx.error("a single class label needs every class_ids to be 0")
-    if n_classes == 1 and labels.dtype.kind == "i" and labels[0] != 1:
-        raise ctx.error("with one class label, the label must be 1 (the binary positive class)")
-    out_labels = labels if n_classes > 1 else np.array([0, labels[0]], labels.dtype)
 
     def run(x):
         s = _scores(ctx, forest, _features(ctx, forest, x), trees_k.SUM)
         if base is not None:
             s += base
         if binary:
-            positive = s[:, class_ids[0]] if s.shape[1] > class_ids[0] else np.zeros(s.shape[0])
-            s = np.empty((s.shape[0], 2), np.float64)
-            s[:, 1] = positive
-            s[:, 0] = 1.0 - positive if transform in ("NONE", "PROBIT") else -positive
+            return _binary(s, int(voted[0]), positive, transform, labels)
         scores = trees_k.post_transform(s, transform)
         picked = np.argmax(scores, axis=1) if scores.shape[0] else np.zeros(0, np.int64)
-        return out_labels[picked], scores.astype(np.float32)
+        return labels[picked], scores.astype(np.float32)
     return run
+
+
+def _binary(sums, voted, positive, transform, labels):
+    """onnxruntime's binary case. The label comes from the voted class's raw sum s:
+    the second label when s > 0.5 (only non-negative weights) or s > 0. Votes for
+    class 1: the scores are the usual transform of the sums. Votes for class 0: s
+    becomes the second class's score and the first gets 1 - s (non-negative weights)
+    or -s, untransformed for NONE and the softmaxes; LOGISTIC gives [1 - l(s), l(s)],
+    PROBIT [probit(s), 0]."""
+    s = sums[:, voted]
+    picked = (s > (0.5 if positive else 0.0)).astype(np.int64)
+    if voted != 0:
+        return labels[picked], trees_k.post_transform(sums, transform).astype(np.float32)
+    scores = np.empty((s.size, 2), np.float64)
+    if transform == "LOGISTIC":
+        scores[:, 1] = 1.0 / (1.0 + np.exp(-s))
+        scores[:, 0] = 1.0 - scores[:, 1]
+    elif transform == "PROBIT":
+        scores[:, 0] = trees_k.post_transform(s[:, None], "PROBIT")[:, 0]
+        scores[:, 1] = 0.0         # onnxruntime leaves this one unwritten (varying garbage)
+    else:
+        scores[:, 1] = s
+        scores[:, 0] = 1.0 - s if positive else -s
+    return labels[picked], scores.astype(np.float32)
 
 
 def _tensor_attr(ctx, name, dtype=None):

@@ -218,7 +218,7 @@ def _erf_inv(x):
         v = 2.0 / (math.pi * 0.147) + 0.5 * log
         v3 = -v + np.sqrt(v * v - log / 0.147)
         r = sgn * np.sqrt(v3)
-    return np.where(t == 0, 0.0, r)
+    return np.where(t == 0, sgn * np.inf, r)      # erf^-1(+-1) = +-inf
 
 
 def post_transform(scores, name):
