@@ -165,3 +165,15 @@ def test_svm_classifier(n_classes, kernel):
                coefficients=RNG.standard_normal((n_classes - 1) * n_sv).tolist(),
                rho=RNG.standard_normal(n_classes * (n_classes - 1) // 2).tolist())
     _close(*_both(m, {"X": X}))
+
+
+def test_ops_command_lists_the_ml_domain_with_opset_ranges(capsys):
+    from caffe2py.cli import main
+    assert main(["ops", "--domain", "ai.onnx.ml"]) == 0
+    rows = {line.split()[1]: line.split()[-1] for line in capsys.readouterr().out.splitlines()
+            if line.startswith("ai.onnx.ml")}
+    for op in ("TreeEnsembleClassifier", "TreeEnsembleRegressor", "LinearClassifier", "LinearRegressor",
+               "SVMClassifier", "SVMRegressor", "Scaler", "Normalizer", "OneHotEncoder", "LabelEncoder",
+               "ZipMap", "ArrayFeatureExtractor", "Binarizer", "Imputer", "CategoryMapper", "FeatureVectorizer"):
+        assert rows.get(op) == "1-", (op, rows.get(op))
+    assert rows["TreeEnsemble"] == "5-"
