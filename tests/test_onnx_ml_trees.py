@@ -151,16 +151,19 @@ def test_kernel_agrees_with_numpy_twin():
             return self.a[name]
 
     forest = onnx_ml_trees._classic_forest(_Ctx(model.graph.node[0]), "target", 3)
-    for aggregate in range(4):
-        outs = []
-        for fn in (trees_k._forest_rows, trees_k._forest_rows.twin):
-            out, hit = np.zeros((257, 3)), np.zeros((257, 3), bool)
-            fn(x, forest.feature, forest.split, forest.mode, forest.true_child, forest.false_child,
-               forest.missing_true, forest.member_lo, forest.members, forest.roots, forest.leaf_lo,
-               forest.targets, forest.weights, aggregate, out, hit, np.array([0, 100, 257]))
-            outs.append((out, hit))
-        np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-12)
-        np.testing.assert_array_equal(outs[0][1], outs[1][1])
+    plain = onnx_ml_trees._classic_forest(_Ctx(regressor(random_trees(rng, 7, 6, 5, 3), 5, 3).graph.node[0]),
+                                          "target", 3)
+    assert forest.uniform == -1 and plain.uniform == 0        # the general and the one-mode paths
+    for f in (forest, plain):
+        for aggregate in range(4):
+            outs = []
+            for fn in (trees_k._forest_rows, trees_k._forest_rows.twin):
+                out, hit = np.zeros((257, 3)), np.zeros((257, 3), bool)
+                fn(x, f.packed, f.mode, f.missing_true, f.member_lo, f.members, f.roots, f.leaf_lo,
+                   f.targets, f.weights, aggregate, f.uniform, out, hit, np.array([0, 100, 257]))
+                outs.append((out, hit))
+            np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-12)
+            np.testing.assert_array_equal(outs[0][1], outs[1][1])
     assert jit.jit_mode() == "inline"
 
 

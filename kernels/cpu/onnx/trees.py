@@ -28,7 +28,8 @@ class ForestError(ValueError):
 class Forest:
     """Flat, validated arrays of one ensemble (see the module docstring)."""
     __slots__ = ("feature", "split", "mode", "true_child", "false_child", "missing_true", "member_lo",
-                 "members", "roots", "leaf_lo", "targets", "weights", "n_targets", "n_features")
+                 "members", "roots", "leaf_lo", "targets", "weights", "n_targets", "n_features", "packed",
+                 "uniform")
 
     def __init__(self, feature, split, mode, true_child, false_child, missing_true, member_lo, members,
                  roots, leaf_lo, targets, weights, n_targets):
@@ -47,6 +48,11 @@ class Forest:
         self.n_targets = int(n_targets)
         self._validate()
         self.n_features = int(self.feature.max()) + 1 if self.feature.size else 0
+        self.packed = np.stack([self.split, self.feature.astype(np.float64), self.true_child.astype(np.float64),
+                                self.false_child.astype(np.float64)], axis=1).reshape(-1)
+        modes = np.unique(self.mode)
+        self.uniform = int(modes[0]) if modes.size == 1 and modes[0] != MEMBER and not self.missing_true.any() \
+            else -1
 
     def _validate(self):
         n_nodes, n_leaves = self.feature.size, self.leaf_lo.size - 1
@@ -124,40 +130,68 @@ def _goes_true(v, mode, split, missing, members):
     return False
 
 
+_CHUNK = 64       # rows walked through one tree before the next: the tree stays in cache
+
+
 @compiled(parallel=True)
-def _forest_rows(x, feature, split, mode, true_child, false_child, missing_true, member_lo, members,
-                 roots, leaf_lo, targets, weights, aggregate, out, hit, bounds):
+def _forest_rows(x, packed, mode, missing_true, member_lo, members, roots, leaf_lo, targets, weights,
+                 aggregate, uniform, out, hit, bounds):
     """out[r, t] (float64, zeroed) = the aggregate of the votes for target t of every
     tree's leaf for row r; hit[r, t] whether any vote came (MIN/MAX). Rows
-    bounds[b]..bounds[b+1] on team block b. Assumes a validated Forest and
-    x.shape[1] > every feature id."""
+    bounds[b]..bounds[b+1] on team block b, in chunks of _CHUNK rows per tree.
+    packed[4 * n:4 * n + 4] = (split, feature, true child, false child) of internal
+    node n, one cache line for two nodes. uniform: the one mode (0..5) of every node
+    when no node sends NaN to its true branch (a NaN then just compares false, or
+    true for NEQ), else -1 (each node's own mode, missing track and members).
+    Assumes a validated Forest and x.shape[1] > every feature id."""
     for b in prange(bounds.size - 1):
-        for r in range(bounds[b], bounds[b + 1]):
-            row = x[r]
-            acc = out[r]
-            got = hit[r]
+        for c0 in range(bounds[b], bounds[b + 1], _CHUNK):
+            c1 = min(c0 + _CHUNK, bounds[b + 1])
             for tree in range(roots.size):
-                node = roots[tree]
-                while node >= 0:
-                    go = _goes_true(row[feature[node]], mode[node], split[node], missing_true[node],
-                                    members[member_lo[node]:member_lo[node + 1]])
-                    node = true_child[node] if go else false_child[node]
-                leaf = -node - 1
-                for k in range(leaf_lo[leaf], leaf_lo[leaf + 1]):
-                    t = targets[k]
-                    w = weights[k]
-                    if aggregate <= 1:
-                        acc[t] += w
-                    elif not got[t] or (w < acc[t] if aggregate == 2 else w > acc[t]):
-                        acc[t] = w
-                    got[t] = True
+                root = roots[tree]
+                for r in range(c0, c1):
+                    row = x[r]
+                    node = root
+                    while node >= 0:
+                        at = 4 * node
+                        v = row[np.int64(packed[at + 1])]
+                        s = packed[at]
+                        if uniform == 0:
+                            go = v <= s
+                        elif uniform == 1:
+                            go = v < s
+                        elif uniform == 2:
+                            go = v >= s
+                        elif uniform == 3:
+                            go = v > s
+                        elif uniform == 4:
+                            go = v == s
+                        elif uniform == 5:
+                            go = v != s
+                        else:
+                            go = _goes_true(v, mode[node], s, missing_true[node],
+                                            members[member_lo[node]:member_lo[node + 1]])
+                        node = np.int64(packed[at + 2]) if go else np.int64(packed[at + 3])
+                    leaf = -node - 1
+                    acc = out[r]
+                    for k in range(leaf_lo[leaf], leaf_lo[leaf + 1]):
+                        t = targets[k]
+                        w = weights[k]
+                        if aggregate <= 1:
+                            acc[t] += w
+                        elif not hit[r, t] or (w < acc[t] if aggregate == 2 else w > acc[t]):
+                            acc[t] = w
+                        hit[r, t] = True
 
 
 @_forest_rows.numpy_twin
-def _forest_rows_numpy(x, feature, split, mode, true_child, false_child, missing_true, member_lo, members,
-                       roots, leaf_lo, targets, weights, aggregate, out, hit, bounds):
+def _forest_rows_numpy(x, packed, mode, missing_true, member_lo, members, roots, leaf_lo, targets, weights,
+                       aggregate, uniform, out, hit, bounds):
     first, last = int(bounds[0]), int(bounds[-1])
     rows = np.arange(first, last)
+    quad = packed.reshape(-1, 4)
+    split, feature = quad[:, 0], quad[:, 1].astype(np.int64)
+    true_child, false_child = quad[:, 2].astype(np.int64), quad[:, 3].astype(np.int64)
     for root in roots.tolist():
         node = np.full(rows.size, root, np.int64)
         active = node >= 0
@@ -165,13 +199,14 @@ def _forest_rows_numpy(x, feature, split, mode, true_child, false_child, missing
             idx = np.nonzero(active)[0]
             nd = node[idx]
             v = x[rows[idx], feature[nd]]
-            s, m = split[nd], mode[nd]
+            s, m = split[nd], (mode[nd] if uniform < 0 else np.full(nd.size, uniform))
             go = np.select([m == 0, m == 1, m == 2, m == 3, m == 4, m == 5],
                            [v <= s, v < s, v >= s, v > s, v == s, v != s], False)
             for j in np.nonzero(m == MEMBER)[0].tolist():
                 n = nd[j]
                 go[j] = bool(np.any(members[member_lo[n]:member_lo[n + 1]] == v[j]))
-            go |= np.isnan(v) & missing_true[nd]
+            if uniform < 0:
+                go |= np.isnan(v) & missing_true[nd]
             node[idx] = np.where(go, true_child[nd], false_child[nd])
             active = node >= 0
         leaf = -node - 1
@@ -199,9 +234,9 @@ def forest_scores(forest, x, aggregate):
         blocks = team_blocks(n, forest.roots.size * 8)
         bounds = np.linspace(0, n, blocks + 1).astype(np.int64)
         with team():
-            _forest_rows(x, forest.feature, forest.split, forest.mode, forest.true_child, forest.false_child,
-                         forest.missing_true, forest.member_lo, forest.members, forest.roots, forest.leaf_lo,
-                         forest.targets, forest.weights, aggregate, out, hit, bounds)
+            _forest_rows(x, forest.packed, forest.mode, forest.missing_true, forest.member_lo, forest.members,
+                         forest.roots, forest.leaf_lo, forest.targets, forest.weights, aggregate, forest.uniform,
+                         out, hit, bounds)
     if aggregate == AVERAGE and forest.roots.size:
         out /= forest.roots.size
     return out
