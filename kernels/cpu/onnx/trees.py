@@ -147,32 +147,51 @@ def _forest_rows(x, packed, mode, missing_true, member_lo, members, roots, leaf_
     for b in prange(bounds.size - 1):
         for c0 in range(bounds[b], bounds[b + 1], _CHUNK):
             c1 = min(c0 + _CHUNK, bounds[b + 1])
+            n = c1 - c0
+            cur = np.empty(_CHUNK, np.int64)
             for tree in range(roots.size):
                 root = roots[tree]
-                for r in range(c0, c1):
-                    row = x[r]
-                    node = root
-                    while node >= 0:
-                        at = 4 * node
-                        v = row[np.int64(packed[at + 1])]
-                        s = packed[at]
-                        if uniform == 0:
-                            go = v <= s
-                        elif uniform == 1:
-                            go = v < s
-                        elif uniform == 2:
-                            go = v >= s
-                        elif uniform == 3:
-                            go = v > s
-                        elif uniform == 4:
-                            go = v == s
-                        elif uniform == 5:
-                            go = v != s
-                        else:
-                            go = _goes_true(v, mode[node], s, missing_true[node],
-                                            members[member_lo[node]:member_lo[node + 1]])
-                        node = np.int64(packed[at + 2]) if go else np.int64(packed[at + 3])
-                    leaf = -node - 1
+                for i in range(n):
+                    cur[i] = root
+                if uniform >= 0:
+                    # every row of the chunk steps one level per pass: independent walks the
+                    # CPU overlaps, and a branch-free child pick (packed[at + 3 - go])
+                    live = n
+                    while live > 0:
+                        live = 0
+                        for i in range(n):
+                            node = cur[i]
+                            if node >= 0:
+                                at = 4 * node
+                                v = x[c0 + i, np.int64(packed[at + 1])]
+                                s = packed[at]
+                                if uniform == 0:
+                                    go = v <= s
+                                elif uniform == 1:
+                                    go = v < s
+                                elif uniform == 2:
+                                    go = v >= s
+                                elif uniform == 3:
+                                    go = v > s
+                                elif uniform == 4:
+                                    go = v == s
+                                else:
+                                    go = v != s
+                                cur[i] = np.int64(packed[at + 3 - np.int64(go)])
+                                live += 1
+                else:
+                    for i in range(n):
+                        row = x[c0 + i]
+                        node = cur[i]
+                        while node >= 0:
+                            at = 4 * node
+                            go = _goes_true(row[np.int64(packed[at + 1])], mode[node], packed[at],
+                                            missing_true[node], members[member_lo[node]:member_lo[node + 1]])
+                            node = np.int64(packed[at + 2]) if go else np.int64(packed[at + 3])
+                        cur[i] = node
+                for i in range(n):
+                    r = c0 + i
+                    leaf = -cur[i] - 1
                     acc = out[r]
                     for k in range(leaf_lo[leaf], leaf_lo[leaf + 1]):
                         t = targets[k]
