@@ -19,6 +19,9 @@ import os
 import statistics
 import time
 
+# time machine code, never the NumPy twins a first call may answer with in background mode
+os.environ.setdefault("CAFFE2PY_JIT", "inline")
+
 import numpy as np
 
 

@@ -16,6 +16,9 @@ import subprocess
 import sys
 import time
 
+# time machine code, never the NumPy twins a first call may answer with in background mode
+os.environ.setdefault("CAFFE2PY_JIT", "inline")
+
 import numpy as np
 
 try:
