@@ -125,6 +125,80 @@ def _recsys_kernel_results(rng):
         rowwise8bit._lengths_rowwise8(codes, scale_bias, look, np.empty(0, np.float32), look_off, mean, b8,
                                       np.array([0, 1, 3]))
         out += [a8, b8]
+    return out + _lookup_kernel_results(rng) + _conversion_and_lstm_results(rng)
+
+
+def _lookup_kernel_results(rng):
+    """The compiled lookup (lookup_loops.bags and its checks) on every encoding, weight
+    mode and split, strided and reversed tables, offsets; merge_partials directly."""
+    from caffe2py.kernels.cpu.recsys import fused_rowwise as fr
+    from caffe2py.kernels.cpu.recsys import lookup_loops as loops
+    from caffe2py.kernels.cpu.recsys import sparse_lengths as sl
+    out = []
+    table = _rand(rng, 40, 20)
+    tables = {"float": [table, table.astype(np.float16), table[::-2], table[:, :16]],
+              "fused8": [fr.float_to_fused8(table)], "fused4": [fr.float_to_fused_nbit(table, 4)],
+              "fused2": [fr.float_to_fused_nbit(table, 2)]}
+    lengths = np.array([3, 0, 7, 1, 0, 9], np.int32)
+    idx = rng.integers(0, 20, lengths.sum()).astype(np.int32)
+    weights = _rand(rng, idx.size)
+    for layout, datas in tables.items():
+        for data in datas:
+            for threads in (1, 3):
+                out.append(sl.segment_reduce(data, idx, lengths, layout=layout, threads=threads))
+                out.append(sl.segment_reduce(data, idx, lengths, weights, mean=False, layout=layout, threads=threads))
+                out.append(sl.segment_reduce(data, idx, lengths, mean=True, layout=layout, threads=threads))
+    out.append(sl.segment_reduce(table, idx, lengths, weights[:9], positional=True, threads=2))
+    offsets = np.concatenate([[5], 5 + np.cumsum(lengths)])
+    out.append(sl.offsets_reduce(table, idx, offsets, mean=True, threads=2))
+    out.append(sl.offsets_reduce(table, idx, offsets[:-1], include_last_offset=False))
+    found = np.empty(2, np.int64)
+    bad = idx.astype(np.int64)
+    bad[-1] = 40
+    out.append(np.array([loops.first_bad_index(bad, 40, 2, found), loops.first_bad_index(bad, 41, 2, found)],
+                        np.float64))
+    for raw in (np.array([2, 5, 0, 4]), np.array([0, 0, 3])):
+        ofs = np.empty(raw.size + 1, np.int64)
+        out.append(np.array(loops.offsets_of_lengths(raw, ofs), np.float64))
+        rel = np.zeros(raw.size, np.int64)
+        out.append(np.array(loops.relative_offsets(raw, rel), np.float64))
+    merged = np.zeros((3, 4), np.float32)       # bag 1 cut over parts 0-1, bag 2 over parts 1-2
+    pieces = _rand(rng, 6, 4)
+    cut = np.array([[-1, 1], [1, 2], [2, -1]], np.int64)
+    for mean in (False, True):
+        loops.merge_partials(merged, np.array([0, 2, 9, 12], np.int64), mean, pieces, cut)
+        out.append(merged.copy())
+    return out
+
+
+def _conversion_and_lstm_results(rng):
+    """Fused rowwise conversions (8/4/2-bit, both scale/bias types, both ways), the
+    half casts, and LSTMUnit forward/backward (vector and narrow rows, sequence
+    lengths, drop_states, float16)."""
+    from caffe2py.kernels.cpu.recsys import fused_rowwise as fr
+    from caffe2py.kernels.cpu.recsys import lstm
+    out = []
+    for dtype in (np.float32, np.float16):
+        x = _rand(rng, 9, 21).astype(dtype)
+        x[2] = 0.5                                  # a constant row
+        q8 = fr.float_to_fused8(x)
+        out += [q8, fr.fused8_to_float(q8), fr.fused8_to_float(q8, np.float16)]
+        for bits in (8, 4, 2):
+            q = fr.float_to_fused_nbit(x, bits)
+            out += [q, fr.fused_nbit_to_float(q, bits), fr.fused_nbit_to_float(q, bits, np.float16)]
+    wide = _rand(rng, 1000) * 1e5
+    out += [fr.float_to_half(wide).astype(np.float32), fr.half_to_float(wide.astype(np.float16))]
+    for d, dtype in ((12, np.float32), (5, np.float32), (16, np.float16)):
+        n = 6
+        h_prev, c_prev = _rand(rng, 1, n, d).astype(dtype), _rand(rng, 1, n, d).astype(dtype)
+        gates = (3 * _rand(rng, 1, n, 4 * d)).astype(dtype)
+        seq = np.array([1, 3, 0, 5, 2, 4], np.int32)
+        for drop in (False, True):
+            h, c = lstm.lstm_unit(h_prev, c_prev, gates, seq, 2, forget_bias=0.5, drop_states=drop)
+            dh, dc = _rand(rng, 1, n, d).astype(dtype), _rand(rng, 1, n, d).astype(dtype)
+            grads = lstm.lstm_unit_gradient(c_prev, gates, c, h, dc, dh, seq, 2, 0.5, drop)
+            out += [h.astype(np.float32), c.astype(np.float32)] + [g.astype(np.float32) for g in grads]
+        out += [a.astype(np.float32) for a in lstm.lstm_unit(h_prev, c_prev, gates, None, 0)]
     return out
 
 

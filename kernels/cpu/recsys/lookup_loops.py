@@ -261,3 +261,114 @@ def relative_offsets(raw, offsets):
         offsets[b] = np.int64(raw[b]) - base
         longest = max(longest, step)
     return -1, longest
+
+
+# --------------------------------------------------------------------------- NumPy twins
+# The same computations with NumPy, from the same arguments: they answer while the
+# kernels compile in the background (the lookup kernel takes ~25 s of CPU), and in
+# CAFFE2PY_JIT=numpy mode. The lookup twin reads the table and indices through the
+# addresses it is given, like the kernel.
+
+def _memory_at(address, nbytes):
+    """A read-only uint8 view of nbytes of memory at address (owned by the caller's arrays)."""
+    import ctypes
+    if nbytes <= 0:
+        return np.empty(0, np.uint8)
+    view = np.frombuffer((ctypes.c_uint8 * nbytes).from_address(address), np.uint8)
+    view.flags.writeable = False
+    return view
+
+
+def _row_values(rows, kind, block, sb_at):
+    """float32 (n, block) values of the byte rows `rows` (n, row bytes) of encoding kind."""
+    n = rows.shape[0]
+    if kind == FLOAT32:
+        return np.ascontiguousarray(rows[:, :4 * block]).view("<f4").reshape(n, block)
+    if kind == FLOAT16:
+        return np.ascontiguousarray(rows[:, :2 * block]).view("<f2").reshape(n, block).astype(np.float32)
+    if kind == FUSED8:
+        codes = rows[:, :block].astype(np.float32)
+        sb = np.ascontiguousarray(rows[:, sb_at:sb_at + 8]).view("<f4")
+    else:
+        bits = 4 if kind == FUSED4 else 2
+        k = 8 // bits
+        packed = rows[:, :sb_at]
+        fields = [(packed >> np.uint8(f * bits)) & np.uint8((1 << bits) - 1) for f in range(k)]
+        codes = np.stack(fields, axis=2).reshape(n, sb_at * k)[:, :block].astype(np.float32)
+        sb = np.ascontiguousarray(rows[:, sb_at:sb_at + 4]).view("<f2").astype(np.float32)
+    return codes * sb[:, :1] + sb[:, 1:]
+
+
+_ROW_BYTES = {FLOAT32: lambda block, sb_at: 4 * block, FLOAT16: lambda block, sb_at: 2 * block,
+              FUSED8: lambda block, sb_at: sb_at + 8, FUSED4: lambda block, sb_at: sb_at + 4,
+              FUSED2: lambda block, sb_at: sb_at + 4}
+
+
+@bags.numpy_twin
+def _bags_numpy(width, kind, table, row_stride, sb_at, indices, weights, wmode, mean, out, tiles, tile_bytes,
+                offsets, dist, parts, part_rows, part_bags):
+    """Every bag whole into out (nothing is left for merge_partials: part_bags all -1)."""
+    part_bags[...] = -1
+    m, block = out.shape
+    total = int(offsets[m])
+    if total == 0 or block == 0:
+        out[...] = 0
+        return
+    idx = np.frombuffer(_memory_at(indices, 8 * total), np.int64)
+    at = idx * row_stride
+    lo = int(at.min())
+    row_bytes = _ROW_BYTES[kind](block, sb_at)
+    memory = _memory_at(table + lo, int(at.max()) - lo + row_bytes)
+    rows = memory[(at - lo)[:, None] + np.arange(row_bytes)]
+    values = _row_values(rows, kind, block, sb_at)
+    lengths = np.diff(offsets[:m + 1])
+    if wmode != NO_WEIGHTS:
+        longest = int(lengths.max())
+        count = total if wmode == PER_INDEX else longest
+        w = np.frombuffer(_memory_at(weights, 4 * count), np.float32)
+        if wmode == POSITIONAL:
+            w = w[np.arange(total) - np.repeat(offsets[:m], lengths)]
+        values = values * w[:, None]
+    out[...] = 0
+    full = lengths > 0
+    out[full] = np.add.reduceat(values, offsets[:m][full], axis=0)
+    if mean:
+        out[full] /= lengths[full, None].astype(np.float32)
+
+
+@merge_partials.numpy_twin
+def _merge_partials_numpy(out, offsets, mean, part_rows, part_bags):
+    slots = part_bags.reshape(-1)
+    for bag in np.unique(slots[slots >= 0]):
+        row = part_rows[slots == bag].sum(axis=0, dtype=np.float32)
+        if mean:
+            row = row / np.float32(offsets[bag + 1] - offsets[bag])
+        out[bag] = row
+
+
+@first_bad_index.numpy_twin
+def _first_bad_index_numpy(indices, n_rows, parts, found):
+    bad = np.flatnonzero((indices < 0) | (indices >= n_rows))
+    return int(bad[0]) if bad.size else -1
+
+
+@offsets_of_lengths.numpy_twin
+def _offsets_of_lengths_numpy(lengths, offsets):
+    lengths = lengths.astype(np.int64)
+    negative = np.flatnonzero(lengths < 0)
+    if negative.size:
+        return int(negative[0]), 0
+    offsets[0] = 0
+    np.cumsum(lengths, out=offsets[1:])
+    return -1, int(lengths.max()) if lengths.size else 0
+
+
+@relative_offsets.numpy_twin
+def _relative_offsets_numpy(raw, offsets):
+    raw = raw.astype(np.int64)
+    steps = np.diff(raw)
+    decreasing = np.flatnonzero(steps < 0)
+    if decreasing.size:
+        return int(decreasing[0]), 0
+    offsets[:raw.size] = raw - raw[0]
+    return -1, int(steps.max()) if steps.size else 0
