@@ -296,7 +296,8 @@ def _row_values(rows, kind, block, sb_at):
         fields = [(packed >> np.uint8(f * bits)) & np.uint8((1 << bits) - 1) for f in range(k)]
         codes = np.stack(fields, axis=2).reshape(n, sb_at * k)[:, :block].astype(np.float32)
         sb = np.ascontiguousarray(rows[:, sb_at:sb_at + 4]).view("<f2").astype(np.float32)
-    return codes * sb[:, :1] + sb[:, 1:]
+    with np.errstate(invalid="ignore"):          # inf scale * 0 codes: NaN, as in the kernel
+        return codes * sb[:, :1] + sb[:, 1:]
 
 
 _ROW_BYTES = {FLOAT32: lambda block, sb_at: 4 * block, FLOAT16: lambda block, sb_at: 2 * block,
