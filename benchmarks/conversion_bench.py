@@ -10,7 +10,7 @@ fbgemm's 4/2-bit prepack rounds the float16 scale and bias as Caffe2 does; its r
 are compared byte for byte (the "same bytes" column).
 
 Usage: python benchmarks/conversion_bench.py [--rows 1000000] [--dim 64] [--threads 1 2]
-       [--rounds 5] [--calls 5]
+       [--rounds 5] [--calls 5] [--clock wall|cpu]
 torch is optional (benchmark-only): without it the peer columns say "absent".
 """
 import argparse

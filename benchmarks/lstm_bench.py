@@ -8,6 +8,7 @@ ranges over the rounds, ratio = median of the per-round ratios (ours / torch).
 torch is optional (benchmark-only): without it the torch column says "absent".
 
 Usage: python benchmarks/lstm_bench.py [--n 256] [--d 1024] [--threads 1 2] [--rounds 7] [--calls 20]
+       [--clock wall|cpu]   (cpu: process CPU time, for a VM loaded past its cores)
 """
 import argparse
 import os
