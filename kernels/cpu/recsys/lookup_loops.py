@@ -316,11 +316,14 @@ def _bags_numpy(width, kind, table, row_stride, sb_at, indices, weights, wmode, 
         out[...] = 0
         return
     idx = np.frombuffer(_memory_at(indices, 8 * total), np.int64)
-    at = idx * row_stride
-    lo = int(at.min())
+    # rows as a strided view from the lowest address touched (the stride may be
+    # negative, or 0 for a broadcast table); k = each index's row in that view
+    anchor = int(idx.min()) if row_stride >= 0 else int(idx.max())
+    k = idx - anchor if row_stride >= 0 else anchor - idx
+    step, span = abs(row_stride), int(k.max())
     row_bytes = _ROW_BYTES[kind](block, sb_at)
-    memory = _memory_at(table + lo, int(at.max()) - lo + row_bytes)
-    rows = memory[(at - lo)[:, None] + np.arange(row_bytes)]
+    memory = _memory_at(table + anchor * row_stride, span * step + row_bytes)
+    rows = np.lib.stride_tricks.as_strided(memory, (span + 1, row_bytes), (step, 1), writeable=False)[k]
     values = _row_values(rows, kind, block, sb_at)
     lengths = np.diff(offsets[:m + 1])
     if wmode != NO_WEIGHTS:
