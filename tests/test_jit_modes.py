@@ -484,3 +484,22 @@ def test_install_run_uninstall_leaves_nothing_in_site_packages(tmp_path):
     left = [n for n in os.listdir(purelib) if n.lower().startswith("caffe2py")]
     assert left == []
     assert os.listdir(tmp_path / "cache" / "numba")
+
+
+def test_every_kernel_called_from_python_has_a_numpy_twin():
+    """A compiled kernel without a twin makes a user's first run wait for numba (seconds
+    per kernel). Only serial callees, linked into their callers' machine code, need
+    none: every kernel without a twin must be called by another kernel of its module."""
+    import importlib
+    import pkgutil
+
+    import caffe2py.kernels.cpu as cpu
+    for info in pkgutil.walk_packages(cpu.__path__, cpu.__name__ + "."):
+        importlib.import_module(info.name)
+    calls = {}
+    for k in jit._all_kernels:
+        for name in k.py_func.__code__.co_names:
+            calls.setdefault((k.py_func.__module__, name), set()).add(k.__name__)
+    lacking = [k.py_func.__module__ + "." + k.__name__ for k in jit._all_kernels
+               if k.twin is None and not calls.get((k.py_func.__module__, k.__name__), set()) - {k.__name__}]
+    assert lacking == [], "compiled kernels without a NumPy twin (@kernel.numpy_twin): %s" % lacking
