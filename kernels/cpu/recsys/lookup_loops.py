@@ -216,11 +216,15 @@ def _memory(address, count, dtype):
 
 
 def _gathered_rows(table, row_stride, rows, row_bytes):
-    """uint8 [len(rows), row_bytes]: the bytes of the named rows (row r at table + r * row_stride)."""
-    starts = rows * row_stride
-    first = int(starts.min())
-    span = _memory(table + first, int(starts.max()) - first + row_bytes, np.uint8)
-    return span[(starts - first)[:, None] + np.arange(row_bytes)]
+    """uint8 [len(rows), row_bytes]: the bytes of the named rows (row r at table + r * row_stride),
+    through a strided view of the memory between the first and the last row named."""
+    lo, hi = int(rows.min()), int(rows.max())
+    if row_stride >= 0:
+        first, step, at = lo, row_stride, rows - lo
+    else:                                   # a reversed view: the highest row lies lowest
+        first, step, at = hi, -row_stride, hi - rows
+    span = _memory(table + first * row_stride, (hi - lo) * step + row_bytes, np.uint8)
+    return np.lib.stride_tricks.as_strided(span, (hi - lo + 1, row_bytes), (step, 1), writeable=False)[at]
 
 
 def _row_values(kind, rows, block, sb_at):
