@@ -503,3 +503,42 @@ def test_every_kernel_called_from_python_has_a_numpy_twin():
     lacking = [k.py_func.__module__ + "." + k.__name__ for k in jit._all_kernels
                if k.twin is None and not calls.get((k.py_func.__module__, k.__name__), set()) - {k.__name__}]
     assert lacking == [], "compiled kernels without a NumPy twin (@kernel.numpy_twin): %s" % lacking
+
+
+def _varint_reference(value):
+    v = int(value) & (2 ** 64 - 1)             # negatives: 64-bit two's complement
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def test_pool_gradient_and_varint_twins_match_independent_references(restore_mode):
+    """The twins alone (numpy mode) against torch's pooling gradients (distinct values,
+    so max pooling has no ties) and protobuf's varint rule written out."""
+    from caffe2py.kernels.cpu.cnn import pool_grad
+    from caffe2py.kernels.cpu.io import varint
+    jit.set_jit_mode("numpy")
+    values = [0, 1, 127, 128, 300, 2 ** 35 + 5, -1, -2 ** 63]
+    assert varint.encode(np.array(values, np.int64)) == b"".join(_varint_reference(v) for v in values)
+    assert not varint._encode.ready()
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(5)
+    x = rng.permutation(2 * 3 * 11 * 10).astype(np.float32).reshape(2, 3, 11, 10)
+    for kernel, strides, pads, dilations in (((3, 3), (2, 2), (1, 1), (1, 1)), ((2, 3), (1, 2), (1, 0), (2, 1))):
+        xt = torch.tensor(x, requires_grad=True)
+        yt = F.max_pool2d(xt, kernel, strides, pads, dilations)
+        dy = rng.standard_normal(tuple(yt.shape)).astype(np.float32)
+        yt.backward(torch.tensor(dy))
+        got = pool_grad.max_pool_backward(x, yt.detach().numpy(), dy, kernel, strides, pads * 2, dilations, False)
+        np.testing.assert_allclose(got, xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+        if dilations == (1, 1):
+            for include in (False, True):
+                xt = torch.tensor(x, requires_grad=True)
+                F.avg_pool2d(xt, kernel, strides, pads, count_include_pad=include).backward(torch.tensor(dy))
+                got = pool_grad.average_pool_backward(x.shape, dy, kernel, strides, pads * 2, include, False)
+                np.testing.assert_allclose(got, xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+    assert not pool_grad._max_pool2d_backward.ready() and not pool_grad._average_pool2d_backward.ready()
