@@ -270,15 +270,16 @@ def _bags_numpy(width, kind, table, row_stride, sb_at, indices, weights, wmode, 
     else:                                   # POSITIONAL: weight of the position inside its bag
         at_in_bag = np.arange(total) - np.repeat(offsets[:m], lengths)
         w = _memory(weights, int(lengths.max()), np.float32)[at_in_bag]
-    # per row: acc += (w * scale) * values, bias_sum += w * bias (the kernel's order)
-    contributions = values * (w if scale is None else w * scale)[:, None]
     full = lengths > 0
     starts = offsets[:m][full]
-    sums = np.add.reduceat(contributions, starts, axis=0)
-    if bias is not None:
-        sums += np.add.reduceat(w * bias, starts)[:, None]
-    if mean:
-        sums *= (np.float32(1.0) / lengths[full].astype(np.float32))[:, None]
+    with np.errstate(all="ignore"):        # non-finite rows: IEEE results, silently, as the kernel
+        # per row: acc += (w * scale) * values, bias_sum += w * bias (the kernel's order)
+        contributions = values * (w if scale is None else w * scale)[:, None]
+        sums = np.add.reduceat(contributions, starts, axis=0)
+        if bias is not None:
+            sums += np.add.reduceat(w * bias, starts)[:, None]
+        if mean:
+            sums *= (np.float32(1.0) / lengths[full].astype(np.float32))[:, None]
     out[full] = sums
 
 
