@@ -126,6 +126,20 @@ class TestSortedSegments(hu.HypothesisTestCase):
             self.assertReferenceChecks(hu.cpu_do, op, [X, ids],
                                        lambda X, ids, kind=kind: (segment_ref(X, ids, 2, kind),))
 
+    def test_named_sparse_sorted_ops(self):
+        X = np.array([[1.0, -2.0], [3.0, 0.5], [-1.0, 4.0]], np.float32)
+        idx = np.array([2, 2, 0, 1], np.int64)                    # a repeated row
+        ids = np.array([0, 0, 1, 1], np.int32)
+        w = np.array([0.5, -1.0, 2.0, 1.5], np.float32)
+        cases = (("SparseSortedSegmentSum", [X, idx, ids], segment_ref(X[idx], ids, 2, "Sum")),
+                 ("SparseSortedSegmentMean", [X, idx, ids], segment_ref(X[idx], ids, 2, "Mean")),
+                 ("SparseSortedSegmentWeightedSum", [X, w, idx, ids], segment_ref(X[idx], ids, 2, "Sum", w)))
+        for op_type, inputs, want in cases:
+            names = ["DATA", "SCALARS", "INDICES", "SEGMENT_IDS"] if len(inputs) == 4 else \
+                ["DATA", "INDICES", "SEGMENT_IDS"]
+            self.assertReferenceChecks(hu.cpu_do, core.CreateOperator(op_type, names, ["OUT"]), inputs,
+                                       lambda *a, want=want: (want,))
+
     def test_range_ops_refuse_gaps_and_disorder(self):
         X = np.ones((3, 2), np.float32)
         for ids in (np.array([0, 2, 2], np.int32), np.array([1, 0, 0], np.int32)):
