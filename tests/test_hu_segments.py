@@ -164,9 +164,14 @@ class TestSortedSegments(hu.HypothesisTestCase):
         spread = (rng.permutation(10).astype(np.float32) * 0.3).reshape(5, 2)
         op = core.CreateOperator("SortedSegmentRangeMax", ["DATA", "SEGMENT_IDS"], ["OUT"])
         self.assertGradientChecks(hu.cpu_do, op, [spread, np.array([0, 0, 1, 2, 2], np.int32)], 0, [0])
-        op = core.CreateOperator("SparseSortedSegmentSum", ["DATA", "INDICES", "SEGMENT_IDS"], ["OUT"])
-        self.assertGradientChecks(hu.cpu_do, op, [X, np.array([4, 0, 4], np.int32), np.array([0, 1, 1], np.int32)],
-                                  0, [0])
+        idx, seg = np.array([4, 0, 4], np.int32), np.array([0, 1, 1], np.int32)     # row 4 twice
+        w = np.array([0.5, -1.5, 2.0], np.float32)
+        for op_type in ("SparseSortedSegmentSum", "SparseSortedSegmentMean"):
+            op = core.CreateOperator(op_type, ["DATA", "INDICES", "SEGMENT_IDS"], ["OUT"])
+            self.assertGradientChecks(hu.cpu_do, op, [X, idx, seg], 0, [0])
+        op = core.CreateOperator("SparseSortedSegmentWeightedSum", ["DATA", "SCALARS", "INDICES", "SEGMENT_IDS"],
+                                 ["OUT"])
+        self.assertGradientChecks(hu.cpu_do, op, [X, w, idx, seg], 0, [0])
 
 
 class TestUnsortedSegments(hu.HypothesisTestCase):
@@ -220,6 +225,13 @@ class TestUnsortedSegments(hu.HypothesisTestCase):
         w = np.array([0.5, -1.0, 2.0, 1.5, 0.25], np.float32)
         op = core.CreateOperator("UnsortedSegmentWeightedSum", ["DATA", "SCALARS", "SEGMENT_IDS"], ["OUT"])
         self.assertGradientChecks(hu.cpu_do, op, [X, w, ids], 0, [0])
+        idx = np.array([1, 4, 1], np.int64)
+        sparse_ids = np.array([2, 0, 2], np.int32)
+        op = core.CreateOperator("SparseUnsortedSegmentMean", ["DATA", "INDICES", "SEGMENT_IDS"], ["OUT"])
+        self.assertGradientChecks(hu.cpu_do, op, [X, idx, sparse_ids], 0, [0])
+        op = core.CreateOperator("SparseUnsortedSegmentWeightedSum", ["DATA", "SCALARS", "INDICES", "SEGMENT_IDS"],
+                                 ["OUT"])
+        self.assertGradientChecks(hu.cpu_do, op, [X, w[:3], idx, sparse_ids], 0, [0])
 
     def test_bad_ids_are_named(self):
         X = np.ones((3, 2), np.float32)

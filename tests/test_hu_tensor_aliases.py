@@ -124,6 +124,14 @@ class TestConvAliases(hu.HypothesisTestCase):
         for i in range(3):
             self.assertGradientChecks(hu.cpu_do, op, [X, W, b], i, [0])
 
+    def test_conv1d_gradient(self):
+        rng = np.random.default_rng(8)
+        X = rng.standard_normal((2, 2, 5)).astype(np.float32)
+        W = rng.standard_normal((4, 1, 2)).astype(np.float32)
+        op = core.CreateOperator("Conv1D", ["X", "W"], ["Y"], kernel=2, stride=2, pads=[1, 0], group=2)
+        for i in range(2):
+            self.assertGradientChecks(hu.cpu_do, op, [X, W], i, [0])
+
     def test_conv1d_channel_mismatch_is_named(self):
         X = np.ones((1, 3, 5), np.float32)
         W = np.ones((2, 2, 2), np.float32)
