@@ -391,3 +391,50 @@ class TestIdOps(hu.HypothesisTestCase):
                 ap[k] = precision_at_hits.sum() / max(1, hits.sum())
             return [ap]
         self.assertReferenceChecks(gc, op, [scores, labels], ref, threshold=1e-5)
+
+    @given(batches=st.lists(st.integers(0, 5), min_size=1, max_size=4), buffer_size=st.integers(1, 6),
+           seed=st.integers(0, 999), **hu.gcs_cpu_only)
+    @SETTINGS
+    def test_ap_meter_buffer_across_runs(self, batches, buffer_size, seed, gc, dc):
+        d = 2
+        rng = _rng(seed)
+        total = sum(batches)
+        all_scores = (rng.permutation(max(total, 1) * d)[:total * d] / (total * d + 1.0)).astype(np.float32)
+        all_scores = all_scores.reshape(total, d)
+        all_labels = rng.integers(0, 2, (total, d)).astype(np.int32)
+        # Caffe2's buffer, written out: a batch larger than the buffer keeps its last rows;
+        # room is made by dropping the buffer's first entries, and the buffer is left
+        # sorted by score (highest first) after every run, so those are the best scores
+        buffers = [[] for _ in range(d)]
+        wants, start = [], 0
+        for n in batches:
+            s, l = all_scores[start:start + n], all_labels[start:start + n]
+            start += n
+            s, l = s[max(0, n - buffer_size):], l[max(0, n - buffer_size):]
+            want = np.zeros(d, np.float32)
+            for k in range(d):
+                buf = buffers[k]
+                drop = len(buf) + len(s) - buffer_size
+                if drop > 0:
+                    del buf[:drop]
+                buf.extend(zip(s[:, k].tolist(), l[:, k].tolist()))
+                buf.sort(key=lambda pair: -pair[0])
+                hits = np.array([lab for _, lab in buf], np.int64)
+                tp = np.cumsum(hits)
+                precision = (tp / np.arange(1, len(hits) + 1))[hits == 1] if len(hits) else np.zeros(0)
+                want[k] = precision.sum() / max(1, int(hits.sum()))
+            wants.append(want)
+        net = core.Net("ap_meter")
+        net.Proto().op.extend([core.CreateOperator("APMeter", ["predictions", "labels"], ["AP"],
+                                                   buffer_size=buffer_size, device_option=gc)])
+        with hu.temp_workspace(b"ap_meter_runs"):
+            workspace.FeedBlob("predictions", all_scores[:0])
+            workspace.FeedBlob("labels", all_labels[:0])
+            workspace.CreateNet(net)
+            start = 0
+            for n, want in zip(batches, wants):
+                workspace.FeedBlob("predictions", all_scores[start:start + n])
+                workspace.FeedBlob("labels", all_labels[start:start + n])
+                start += n
+                workspace.RunNet(net.Proto().name)
+                np.testing.assert_allclose(workspace.FetchBlob("AP"), want, rtol=1e-5, atol=1e-6)
