@@ -305,8 +305,11 @@ class TestSegmentBookkeeping(hu.HypothesisTestCase):
     def test_lengths_to_weights(self, lengths, power, gc, dc):
         L = np.array(lengths, np.int32)
         op = core.CreateOperator("LengthsToWeights", ["L"], ["W"], power=power)
-        self.assertReferenceChecks(
-            gc, op, [L], lambda L: (np.concatenate([[1.0 / float(l) ** power] * int(l) for l in L if l] + [[]]).astype(np.float32),))
+
+        def ref(L):
+            # each length l repeated l times as 1 / l^power; zero lengths add nothing
+            return [np.concatenate([[1.0 / float(l) ** power] * int(l) for l in L if l] + [[]]).astype(np.float32)]
+        self.assertReferenceChecks(gc, op, [L], ref)
 
     @given(lengths=st.lists(st.integers(0, 3), min_size=1, max_size=5), data=st.data(), **hu.gcs_cpu_only)
     @SETTINGS
