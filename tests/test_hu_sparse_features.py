@@ -5,6 +5,8 @@ RowWiseArgMax, APMeter) with hypothesis_test_util, against NumPy written here fr
 Caffe2's definitions. Draws include empty batches, zero lengths, repeated and unsorted ids."""
 import caffe2py.compat  # noqa: F401  (the caffe2.python aliases)
 
+import warnings
+
 import hypothesis.strategies as st
 import numpy as np
 from hypothesis import given, settings
@@ -227,6 +229,14 @@ class TestFeatureTransforms(hu.HypothesisTestCase):
                 start += limits[k]
             return [out]
         self.assertReferenceChecks(gc, op, [X], ref)
+
+    def test_ngram_from_categorical_non_finite_and_huge_values_are_absent(self):
+        X = np.array([[np.nan, 1.0], [1e20, -np.inf], [-1e20, np.inf], [2.0, 1.0]], np.float32)
+        op = core.CreateOperator("NGramFromCategorical", ["X"], ["Y"], col_ids=[0, 1], categorical_limits=[2, 2],
+                                 vals=[5, 2, 7, 1])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")               # no invalid-cast warning either
+            self.assertReferenceChecks(hu.cpu_do, op, [X], lambda X: (np.array([2, 0, 0, 3], np.int64),))
 
     @given(n=st.integers(0, 4), lens=st.lists(st.integers(1, 4), min_size=1, max_size=3), data=st.data(),
            **hu.gcs_cpu_only)
