@@ -76,6 +76,14 @@ def test_ops_schema_prints_arguments_and_doc(capsys):
     assert "did you mean Softmax" in capsys.readouterr().err
 
 
+def test_ops_schema_prints_counts_readably(capsys):
+    for op_type, want in (("Softmax", "inputs: 1   outputs: 1"), ("GRUUnit", "inputs: 3..4"),
+                          ("PiecewiseLinearTransform", "inputs: 1 or 4"), ("Sum", "inputs: 1 or more"),
+                          ("BooleanUnmask", "inputs: checked by the op's own rule")):
+        assert main(["ops", "--schema", op_type]) == 0
+        assert want in capsys.readouterr().out, op_type
+
+
 def test_ops_catalogue_counts_registered_left_out_and_missing(capsys):
     from caffe2py import registry
     from caffe2py.catalogue import catalogue_ops
