@@ -130,6 +130,45 @@ def _forward(h_prev, c_prev, gates, seq, has_seq, t, forget_bias, drop, h_out, c
                         _put(ho, j, oh, zero if drop else _get(hp, j, hh))
 
 
+def _rows_f32(rows, half):
+    """Twins' view of the kernels' byte rows: float32 values (float16 widened)."""
+    return rows.view(np.float16 if half else np.float32).astype(np.float32)
+
+
+def _write_rows(rows, half, values):
+    rows[...] = values.astype(np.float16 if half else np.float32).view(np.uint8)
+
+
+def _sigmoid_numpy(x):
+    one = np.float32(1.0)
+    return one / (one + np.exp(-x))
+
+
+def _lstm_gates(gates, gh, d, forget_bias):
+    g = _rows_f32(gates, gh)
+    return (_sigmoid_numpy(g[:, :d]), _sigmoid_numpy(g[:, d:2 * d] + np.float32(forget_bias)),
+            _sigmoid_numpy(g[:, 2 * d:3 * d]), np.tanh(g[:, 3 * d:4 * d]))
+
+
+def _valid_rows(seq, has_seq, t, n):
+    return (t < seq[:n]) if has_seq else np.ones(n, bool)
+
+
+@_forward.numpy_twin
+def _forward_numpy(h_prev, c_prev, gates, seq, has_seq, t, forget_bias, drop, h_out, c_out, halves, d, blocks):
+    n = c_prev.shape[0]
+    hh, ch, gh, oh = (bool(v) for v in halves[:4])
+    with np.errstate(all="ignore"):
+        i, f, o, gg = _lstm_gates(gates, gh, d, forget_bias)
+        cp = _rows_f32(c_prev, ch)
+        c = f * cp + i * gg
+        h = o * np.tanh(c)
+    valid = _valid_rows(seq, has_seq, t, n)[:, None]
+    zero = np.float32(0.0)
+    _write_rows(c_out, oh, np.where(valid, c, zero if drop else cp))
+    _write_rows(h_out, oh, np.where(valid, h, zero if drop else _rows_f32(h_prev, hh)))
+
+
 @compiled(parallel=True)
 def _backward(c_prev, gates, c, dc_out, dh_out, seq, has_seq, t, forget_bias, drop, dh_prev, dc_prev, dgates,
               halves, d, blocks):
@@ -196,61 +235,23 @@ def _backward(c_prev, gates, c, dc_out, dh_out, seq, has_seq, t, forget_bias, dr
                         _put(dhp, j, oh, zero if drop else _get(dhr, j, dhh))
 
 
-# --------------------------------------------------------------------------- NumPy twins
-# The same formulas over whole arrays in float32 (libm exp/tanh instead of the vector
-# ones): they answer while the kernels compile in the background, and in
-# CAFFE2PY_JIT=numpy mode.
-
-def _as_f32(rows, half):
-    return rows.view("<f2" if half else "<f4").astype(np.float32)
-
-
-def _store(rows, half, values):
-    rows.view("<f2" if half else "<f4")[...] = values
-
-
-def _sigmoid_numpy(x):
-    with np.errstate(over="ignore"):
-        return np.float32(1.0) / (np.float32(1.0) + np.exp(-x))
-
-
-def _valid_rows(seq, has_seq, t, n):
-    return (np.int64(t) < seq[:n])[:, None] if has_seq else np.ones((n, 1), bool)
-
-
-@_forward.numpy_twin
-def _forward_numpy(h_prev, c_prev, gates, seq, has_seq, t, forget_bias, drop, h_out, c_out, halves, d, blocks):
-    n = c_prev.shape[0]
-    hp, cp, g = _as_f32(h_prev, halves[0]), _as_f32(c_prev, halves[1]), _as_f32(gates, halves[2])
-    i, o = _sigmoid_numpy(g[:, :d]), _sigmoid_numpy(g[:, 2 * d:3 * d])
-    f = _sigmoid_numpy(g[:, d:2 * d] + np.float32(forget_bias))
-    c = f * cp + i * np.tanh(g[:, 3 * d:])
-    h = o * np.tanh(c)
-    valid = _valid_rows(seq, has_seq, t, n)
-    keep_c, keep_h = (np.float32(0.0), np.float32(0.0)) if drop else (cp, hp)
-    _store(c_out, halves[3], np.where(valid, c, keep_c))
-    _store(h_out, halves[3], np.where(valid, h, keep_h))
-
-
 @_backward.numpy_twin
 def _backward_numpy(c_prev, gates, c, dc_out, dh_out, seq, has_seq, t, forget_bias, drop, dh_prev, dc_prev, dgates,
                     halves, d, blocks):
     n = c_prev.shape[0]
-    one = np.float32(1.0)
-    cp, g, cc = _as_f32(c_prev, halves[0]), _as_f32(gates, halves[1]), _as_f32(c, halves[2])
-    dc_in, dh = _as_f32(dc_out, halves[3]), _as_f32(dh_out, halves[4])
-    i, o = _sigmoid_numpy(g[:, :d]), _sigmoid_numpy(g[:, 2 * d:3 * d])
-    f = _sigmoid_numpy(g[:, d:2 * d] + np.float32(forget_bias))
-    gg, tc = np.tanh(g[:, 3 * d:]), np.tanh(cc)
-    dc = dc_in + dh * o * (one - tc * tc)
-    grads = np.concatenate([dc * gg * i * (one - i), dc * cp * f * (one - f), dh * tc * o * (one - o),
-                            dc * i * (one - gg * gg)], axis=1)
-    valid = _valid_rows(seq, has_seq, t, n)
-    zero = np.float32(0.0)
-    oh = halves[5]
-    _store(dgates, oh, np.where(valid, grads, zero))
-    _store(dc_prev, oh, np.where(valid, dc * f, zero if drop else dc_in))
-    _store(dh_prev, oh, np.where(valid, zero, zero if drop else dh))
+    cph, gh, chh, dch, dhh, oh = (bool(v) for v in halves[:6])
+    one, zero = np.float32(1.0), np.float32(0.0)
+    dc_in, dh = _rows_f32(dc_out, dch), _rows_f32(dh_out, dhh)
+    with np.errstate(all="ignore"):
+        i, f, o, gg = _lstm_gates(gates, gh, d, forget_bias)
+        tc = np.tanh(_rows_f32(c, chh))
+        dc = dc_in + dh * o * (one - tc * tc)
+        dg = np.concatenate([dc * gg * i * (one - i), dc * _rows_f32(c_prev, cph) * f * (one - f),
+                             dh * tc * o * (one - o), dc * i * (one - gg * gg)], axis=1)
+    valid = _valid_rows(seq, has_seq, t, n)[:, None]
+    _write_rows(dc_prev, oh, np.where(valid, dc * f, zero if drop else dc_in))
+    _write_rows(dh_prev, oh, np.where(valid | drop, zero, dh))
+    _write_rows(dgates, oh, np.where(valid, dg, zero))
 
 
 def _byte_rows(a, n):
