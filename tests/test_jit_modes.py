@@ -302,6 +302,7 @@ def _conversion_and_lstm_results(rng):
 TWINS_TESTED_ELSEWHERE = (
     "caffe2py.kernels.cpu.detection.",      # tests/test_detection_image_ops.py
     "caffe2py.kernels.cpu.optim_extra.",    # tests/test_optim_extra_ops.py
+    "caffe2py.kernels.cpu.onnx.trees",      # tests/test_onnx_ml_trees.py
 )
 
 @pytest.fixture
