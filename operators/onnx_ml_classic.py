@@ -114,9 +114,9 @@ def one_hot_encoder(ctx):
         if (cats.dtype.kind == "O") != (x.dtype.kind in "OSU"):
             raise ctx.input_error(0, "X of type %s does not match the %s categories" % (x.dtype, cats.dtype))
         flat = x.reshape(-1)
-        keys = [_text(v) for v in flat.tolist()] if cats.dtype.kind == "O" else flat.astype(np.int64).tolist()
-        if cats.dtype.kind != "O" and x.dtype.kind == "f" and np.any(flat != np.round(flat)):
+        if cats.dtype.kind != "O" and x.dtype.kind == "f" and not np.all(np.isfinite(flat) & (flat == np.round(flat))):
             raise ctx.input_error(0, "float X must hold whole numbers to match int64 categories")
+        keys = [_text(v) for v in flat.tolist()] if cats.dtype.kind == "O" else flat.astype(np.int64).tolist()
         out = np.zeros((flat.size, cats.size), np.float32)
         for r, k in enumerate(keys):
             i = index.get(k)
@@ -151,6 +151,8 @@ def category_mapper(ctx):
 @onnx_op("FeatureVectorizer", (1, None), domain=ML)
 def feature_vectorizer(ctx):
     dims = ctx.ints("inputdimensions", [])
+    if any(d < 0 for d in dims):
+        raise ctx.error("inputdimensions must not be negative, got %s" % list(dims))
 
     def run(*xs):
         if len(dims) != len(xs):
@@ -320,6 +322,8 @@ def svm_classifier(ctx):
         raise ctx.error("needs classlabels_ints or classlabels_strings")
     n_classes = labels.size
     counts = np.asarray(ctx.ints("vectors_per_class", []), np.int64)
+    if counts.size and counts.min() < 0:
+        raise ctx.error("vectors_per_class must not be negative, got %s" % counts.tolist())
     n_supports = int(counts.sum())
     sv = _support_vectors(ctx, n_supports)
     coef = np.asarray(ctx.floats("coefficients", []), np.float64)

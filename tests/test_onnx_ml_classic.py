@@ -177,3 +177,19 @@ def test_ops_command_lists_the_ml_domain_with_opset_ranges(capsys):
                "ZipMap", "ArrayFeatureExtractor", "Binarizer", "Imputer", "CategoryMapper", "FeatureVectorizer"):
         assert rows.get(op) == "1-", (op, rows.get(op))
     assert rows["TreeEnsemble"] == "5-"
+
+
+def test_negative_sizes_are_named_errors():
+    m = _model("FeatureVectorizer", [("A", F, [None, 2])], [("Y", F)], inputdimensions=[-1])
+    with pytest.raises(Caffe2Error, match="inputdimensions"):
+        c2_backend.prepare(m).run([X[:, :2]])
+    m = _model("SVMClassifier", [("X", F, [None, 4])], [("label", I), ("scores", F)], classlabels_ints=[0, 1],
+               vectors_per_class=[3, -1], support_vectors=[0.0] * 8, coefficients=[1.0, 1.0], rho=[0.0])
+    with pytest.raises(Caffe2Error, match="vectors_per_class"):
+        c2_backend.prepare(m).run([X])
+
+
+def test_one_hot_of_non_whole_float_is_a_named_error():
+    m = _model("OneHotEncoder", [("X", F, [None])], [("Y", F)], cats_int64s=[1, 2])
+    with pytest.raises(Caffe2Error, match="whole numbers"):
+        c2_backend.prepare(m).run([np.array([1.0, np.nan], np.float32)])
