@@ -101,6 +101,18 @@ def test_numpy_twins_agree_with_the_compiled_kernels_on_every_path(restore_mode)
     assert sorted(used) == sorted(k.__name__ for k in twins), "twins this test does not reach"
 
 
+def test_a_serial_copy_answers_with_its_kernels_twin_even_one_attached_later(restore_mode, monkeypatch):
+    from caffe2py.kernels.cpu.tensor import team_gemm
+    serial = team_gemm._gemm_blocks_serial
+    assert serial.py_func.__name__ == "_gemm_blocks_serial" and "parallel" not in serial._options
+    assert serial.twin is team_gemm._gemm_blocks.twin is not None
+    calls = []
+    monkeypatch.setattr(team_gemm._gemm_blocks, "twin", lambda *args: calls.append(len(args)))
+    jit.set_jit_mode("numpy")
+    serial(*range(21))
+    assert calls == [21]
+
+
 def _run(code, env, timeout=300):
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=str(ROOT))
