@@ -5,6 +5,9 @@ Rows:
   Alias chain   ours: each op returns its input (the executor's own cost + one call)
   Add chain     ours vs onnxruntime: y = x + 1 repeated on a [1] float tensor;
                 'bare np.add' is the kernel alone, so ours - bare = executor overhead
+  rules off     the Add chain with the schema's per-call rules (schema_rules guards:
+                Add checks its inputs' dtypes) switched off, alternating with the rules-on
+                run in the same process: their difference is what the per-call checks cost
 Usage: python benchmarks/executor_overhead.py [--ops 10000] [--repeat 20]
 """
 import argparse
@@ -17,7 +20,18 @@ from caffe2py import core
 from caffe2py.workspace import Workspace
 
 
-def ours(op_type, n_ops, repeat):
+def ours(op_type, n_ops, repeat, rules=True):
+    import caffe2py.executor as executor
+    saved = executor.runtime_guard
+    if not rules:
+        executor.runtime_guard = lambda schema, ctx: None
+    try:
+        return _ours(op_type, n_ops, repeat)
+    finally:
+        executor.runtime_guard = saved
+
+
+def _ours(op_type, n_ops, repeat):
     ws = Workspace("bench")
     ws.feed_blob("x0", np.ones(1, np.float32))
     ws.feed_blob("one", np.ones(1, np.float32))
@@ -69,7 +83,11 @@ def main():
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
     alias = ours("Alias", args.ops, args.repeat)
-    add = ours("Add", args.ops, args.repeat)
+    add_on, add_off = [], []
+    for _ in range(3):          # alternate, so both see the same machine load
+        add_on.append(ours("Add", args.ops, args.repeat))
+        add_off.append(ours("Add", args.ops, args.repeat, rules=False))
+    add, add_no_rules = sorted(add_on)[1], sorted(add_off)[1]
     bare = bare_add(args.ops, args.repeat)
     ort_add = onnxruntime_add(args.ops, args.repeat)
     print("machine: %s, %s; %d ops, median of %d runs" % (platform.processor() or platform.machine(),
@@ -79,6 +97,8 @@ def main():
     print("%-34s %10.3f" % ("ours, Add chain", add))
     print("%-34s %10.3f" % ("bare np.add loop (kernel only)", bare))
     print("%-34s %10.3f" % ("ours executor overhead (Add - bare)", add - bare))
+    print("%-34s %10.3f" % ("ours, Add chain, schema rules off", add_no_rules))
+    print("%-34s %10.3f" % ("per-call schema rules (on - off)", add - add_no_rules))
     if ort_add is None:
         print("onnxruntime not installed: no peer row")
     else:

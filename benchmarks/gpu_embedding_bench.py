@@ -1,6 +1,9 @@
 """GPU embedding lookups: SparseLengthsSum over float32, float16 and fused 8-bit
 tables (issue 5 shapes: 10,000,000 x 128 table, 65,536 bags x 32 uniform indices).
 
+First (with or without a GPU) the bytes each call must move (every distinct row once,
+the indices, lengths and output) and the time that takes at H100 HBM bandwidth
+(3.35 TB/s): a lower bound for the measured time printed beside it on a GPU.
 Effective bandwidth = (bytes of table rows read + bytes of output written) / time,
 compared with the device-to-device copy bandwidth measured in the same run (read +
 written bytes / time). torch.nn.functional.embedding_bag on the same device is the
@@ -10,7 +13,8 @@ launches per op, where launch overhead dominates.
 
 Usage: python benchmarks/gpu_embedding_bench.py [--rows 10000000] [--dim 128]
        [--bags 65536] [--per-bag 32] [--iters 20]
-Exits 0 with a message when PyCUDA or a GPU is missing.
+Without PyCUDA and a GPU (or with the CPU emulator selected) it prints the lower
+bounds and exits 0 with a message.
 """
 import argparse
 import os
@@ -19,8 +23,18 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _gpu_common import (LaunchCounter, copy_bandwidth, describe_device, fill_device, gb,  # noqa: E402
-                         require_gpu, time_on_stream, time_synced, torch_cuda)
+from _gpu_common import (BOUND_HEADER, LaunchCounter, bound_row, copy_bandwidth, describe_device,  # noqa: E402
+                         drv_module, fill_device, gb, hbm_seconds, require_gpu, sls_bytes, time_on_stream,
+                         time_synced, torch_cuda)
+
+ROW_BYTES = {"float32": lambda dim: 4 * dim, "float16": lambda dim: 2 * dim, "fused8": lambda dim: dim + 8}
+
+
+def must_move(args):
+    """Bytes each lookup must move, per table kind, for the batch make_batch draws."""
+    rng = np.random.default_rng(args.seed + 1)
+    indices = rng.integers(0, args.rows, args.bags * args.per_bag).astype(np.int64)
+    return {kind: sls_bytes(indices, args.bags, row(args.dim), args.dim) for kind, row in ROW_BYTES.items()}
 
 
 def make_tables(rows, dim, seed):
@@ -59,7 +73,7 @@ def sls_runner(table, indices, lengths, fused):
 
 def torch_table(torch, table):
     """A torch tensor on the same GPU holding a copy of a float32/float16 device table."""
-    import pycuda.driver as drv
+    drv = drv_module()
     dtype = torch.float16 if table.dtype == np.float16 else torch.float32
     weight = torch.empty(tuple(table.shape), dtype=dtype, device="cuda")
     drv.memcpy_dtod(weight.data_ptr(), table.gpudata, table.nbytes)
@@ -97,6 +111,13 @@ def main(argv=None):
     p.add_argument("--copy-mb", type=int, default=1024, help="buffer size for the copy-bandwidth reference")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    bounds = must_move(args)
+    print("SparseLengthsSum, %d bags x %d indices over a %d x %d table: the bytes each call must move"
+          % (args.bags, args.per_bag, args.rows, args.dim))
+    print(BOUND_HEADER)
+    for kind, nbytes in bounds.items():
+        print(bound_row(kind, nbytes))
+    print()
     require_gpu()
     print("device:", describe_device())
     copy_bw = copy_bandwidth(args.copy_mb << 20)
@@ -111,8 +132,9 @@ def main(argv=None):
         peers = {"float32": torch_table(torch, tables["float32"][0]),
                  "float16": torch_table(torch, tables["float16"][0]),
                  "fused8": torch_table(torch, dequantised_half(tables["fused8"][0], args.dim))}
-    print("\n| table | ours ms | GB/s | % of copy | launches/op | torch ms | ratio (ours/torch) |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| table | ours ms | HBM bound ms | ours / bound | GB/s | % of copy | launches/op | torch ms | "
+          "ratio (ours/torch) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     n_idx = args.bags * args.per_bag
     for name, (table, row_bytes) in tables.items():
         run = sls_runner(table, idx_d, len_d, name == "fused8")
@@ -124,9 +146,10 @@ def main(argv=None):
         if peers:
             peer = time_synced(torch_runner(torch, peers[name], idx_h, len_h), torch.cuda.synchronize, args.iters)
             peer_text, ratio_text = "%.3f" % (peer * 1e3), "%.2f" % (per_op / peer)
-        print("| %s | %.3f | %.1f | %.0f%% | %d | %s | %s |" % (
-            name, per_op * 1e3, gb(moved / per_op), 100 * moved / per_op / copy_bw, launches.count,
-            peer_text, ratio_text))
+        bound = hbm_seconds(bounds[name])
+        print("| %s | %.3f | %.3f | %.2f | %.1f | %.0f%% | %d | %s | %s |" % (
+            name, per_op * 1e3, bound * 1e3, per_op / bound, gb(moved / per_op), 100 * moved / per_op / copy_bw,
+            launches.count, peer_text, ratio_text))
     print("\nSmall batches (fused 8-bit, %d indices per bag): time per op includes the status read-back"
           % args.per_bag)
     print("| bags | ours us/op | launches/op | torch us/op (synchronised) |")

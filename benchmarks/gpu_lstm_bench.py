@@ -1,6 +1,8 @@
 """GPU LSTMUnit and LSTMUnitGradient, float32 and float16 (issue 5 shape: N=65,536,
 D=1024, every row inside its sequence).
 
+First (with or without a GPU) the bytes each call must move and the time that takes
+at H100 HBM bandwidth (3.35 TB/s), the lower bound the measured time is printed beside.
 Effective bandwidth = bytes the kernel must move / time: forward reads gates (4D)
 and cell_t_prev (D) and writes hidden_t and cell_t (2D) per row; the gradient reads
 cell_t_prev, gates, cell_t, hidden_t_grad, cell_t_grad (8D) and writes three
@@ -9,7 +11,8 @@ torch's composed ops (sigmoid/tanh on the same device) are the peer when torch w
 CUDA is installed. Small batches report time and launches per op.
 
 Usage: python benchmarks/gpu_lstm_bench.py [--n 65536] [--d 1024] [--iters 20]
-Exits 0 with a message when PyCUDA or a GPU is missing.
+Without PyCUDA and a GPU (or with the CPU emulator selected) it prints the lower
+bounds and exits 0 with a message.
 """
 import argparse
 import os
@@ -18,8 +21,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _gpu_common import (LaunchCounter, copy_bandwidth, describe_device, gb, require_gpu,  # noqa: E402
-                         time_on_stream, time_synced, torch_cuda)
+from _gpu_common import (BOUND_HEADER, LaunchCounter, bound_row, copy_bandwidth, describe_device, gb,  # noqa: E402
+                         hbm_seconds, lstm_bytes, require_gpu, time_on_stream, time_synced, torch_cuda)
 
 
 def kernel(op_type, n_inputs, n_outputs):
@@ -65,6 +68,13 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--copy-mb", type=int, default=1024, help="buffer size for the copy-bandwidth reference")
     args = p.parse_args(argv)
+    print("LSTMUnit and LSTMUnitGradient, N=%d, D=%d: the bytes each call must move" % (args.n, args.d))
+    print(BOUND_HEADER)
+    for dtype in (np.float32, np.float16):
+        for grad in (False, True):
+            print(bound_row("%s %s" % ("LSTMUnitGradient" if grad else "LSTMUnit", np.dtype(dtype).name),
+                            lstm_bytes(args.n, args.d, np.dtype(dtype).itemsize, grad)))
+    print()
     require_gpu()
     print("device:", describe_device())
     copy_bw = copy_bandwidth(args.copy_mb << 20)
@@ -73,8 +83,9 @@ def main(argv=None):
     if torch is None:
         print("torch with CUDA is not installed here: no peer column")
     forward, backward = kernel("LSTMUnit", 5, 2), kernel("LSTMUnitGradient", 9, 3)
-    print("\n| op | dtype | ours ms | GB/s | % of copy | launches/op | torch ms (composed ops) |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| op | dtype | ours ms | HBM bound ms | ours / bound | GB/s | % of copy | launches/op | "
+          "torch ms (composed ops) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for dtype in (np.float32, np.float16):
         h, c, gates, seq, t, dh, dc = device_inputs(args.n, args.d, dtype, 0)
         item = np.dtype(dtype).itemsize
@@ -86,13 +97,14 @@ def main(argv=None):
                 run()
             per_op, _ = time_on_stream(run, args.iters)
             moved = args.n * args.d * row_elems * item
+            bound = hbm_seconds(lstm_bytes(args.n, args.d, item, name == "LSTMUnitGradient"))
             peer = "-"
             if torch is not None and name == "LSTMUnit":
                 peer = "%.3f" % (time_synced(torch_lstm(torch, args.n, args.d, dtype), torch.cuda.synchronize,
                                              args.iters) * 1e3)
-            print("| %s | %s | %.3f | %.1f | %.0f%% | %d | %s |" % (
-                name, np.dtype(dtype).name, per_op * 1e3, gb(moved / per_op), 100 * moved / per_op / copy_bw,
-                launches.count, peer))
+            print("| %s | %s | %.3f | %.3f | %.2f | %.1f | %.0f%% | %d | %s |" % (
+                name, np.dtype(dtype).name, per_op * 1e3, bound * 1e3, per_op / bound, gb(moved / per_op),
+                100 * moved / per_op / copy_bw, launches.count, peer))
     print("\nSmall batches (float32, D=%d): wall time per op" % args.d)
     print("| N | ours us/op | launches/op |")
     print("|---|---|---|")

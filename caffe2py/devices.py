@@ -64,6 +64,8 @@ def to_host(value):
     """A host copy of a blob's value, wherever it lives."""
     if isinstance(value, np.ndarray):
         return value.copy()
+    if isinstance(value, np.generic):       # a NumPy scalar an op returned: a 0-d tensor
+        return np.array(value)
     for dev in _adapters.values():
         if dev.owns(value):
             return dev.to_host(value)

@@ -30,3 +30,15 @@ def describe_op(index, op_def):
     label = op_def.type if index is None else "%s #%d" % (op_def.type, index)
     name = op_def.name or (op_def.output[0] if len(op_def.output) else "")
     return "%s '%s'" % (label, name) if name else label
+
+
+def out_of_memory_text(exc):
+    """What a MemoryError means for the user, without NumPy's wording: the size it
+    could not get when NumPy says so."""
+    import re
+    match = re.search(r"allocate ([\d.]+ \w+) for an array with shape (\(.*?\)) and data type (\w+)", str(exc))
+    if match:
+        return ("ran out of memory: an array of %s (shape %s, %s) does not fit in the memory this "
+                "process may use; smaller inputs or shape arguments would" % match.groups())
+    return ("ran out of memory: the op needs more memory than this process may use (check the "
+            "input sizes and the shape arguments)")

@@ -22,11 +22,12 @@ import time
 
 from .blob_scopes import BlobOverlay
 from .devices import cpu_run_context
-from .errors import Caffe2Error, OperatorError, describe_op
+from .errors import Caffe2Error, OperatorError, describe_op, out_of_memory_text
 from .host_memory import keep_freed_memory
 from .inplace import undo_on_failure
 from .proto import caffe2_pb2
 from .registry import OpContext, select_kernel
+from .schema_rules import runtime_guard
 
 NET_TYPES = {"", "simple", "dag", "async_scheduling", "async_simple", "prof_dag",
              "async_dag", "async_polling", "singlethread_async", "rnn", "parallel"}
@@ -38,10 +39,13 @@ class Step:
     """One compiled op: its def, kernel callable and blob names. `inputs` are the
     blobs the kernel receives; with reads_outputs they end with the op's outputs,
     whose current values may be absent (`optional`: passed as None)."""
-    __slots__ = ("index", "op_def", "kernel", "inputs", "outputs", "engine", "context", "takes_blobs", "optional")
+    __slots__ = ("index", "op_def", "kernel", "inputs", "outputs", "engine", "context", "takes_blobs", "optional",
+                 "guard")
 
-    def __init__(self, index, op_def, kernel, engine, context, reads_outputs=False):
+    def __init__(self, index, op_def, kernel, engine, context, reads_outputs=False, guard=None):
         self.index = index
+        # the schema's per-call rules (schema_rules.runtime_guard), run before the kernel
+        self.guard = guard
         self.op_def = op_def
         self.kernel = kernel
         self.outputs = tuple(op_def.output)
@@ -52,6 +56,33 @@ class Step:
         # registry.takes_blobs kernels get the run's blob dict first (ops such as
         # Load(load_all) that touch blobs they do not name as outputs)
         self.takes_blobs = bool(getattr(kernel, "takes_blobs", False))
+
+
+def foreign_input_problem(op_def, inputs, exc):
+    """Why an op failed with a bare exception, when an input is not what any tensor op
+    can read: Caffe2 refuses a blob that is not a tensor (a queue, a counter, a DB
+    reader, None) or that holds strings where the op computes on numbers. Only when
+    the exception itself points at that input (its type or text in the message): on
+    the error path only, so runs pay nothing."""
+    import numpy as np
+    text = str(exc)
+    for i, x in enumerate(inputs):
+        if i >= len(op_def.input):
+            break
+        kind = type(x).__name__
+        if not isinstance(x, (np.ndarray, np.generic)) and getattr(x, "dtype", None) is None:
+            if "'%s'" % kind in text or kind in text.split():
+                return ("blob '%s' (input %d) holds %s, not a tensor; %s reads it as a tensor"
+                        % (op_def.input[i], i, "a %s object" % kind if x is not None else "None (an empty blob)", op_def.type))
+        elif getattr(getattr(x, "dtype", None), "kind", "") in "OSU" and isinstance(exc, (TypeError, ValueError)) \
+                and any(w in text for w in ("str", "literal", "string", "bytes", "sequence", "object")):
+            return ("blob '%s' (input %d) holds strings (dtype %s); %s computes on numbers"
+                    % (op_def.input[i], i, x.dtype, op_def.type))
+    return None
+
+
+def _printable(text):
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def normalized_ops(net_def):
@@ -112,6 +143,7 @@ class Plan:
         self.reads = []      # blobs read from the workspace before they are written
         self.writes = []     # the blobs the run commits to the workspace at its end
         self._line_to_step = {}
+        self._input_locals = {}      # step index -> the locals holding its inputs (for error text)
         self._load_line_to_blob = {}
         self._runner = self._render()
 
@@ -122,6 +154,13 @@ class Plan:
         last_use = {}
         counter = [0]
         self.uses_workspace = any(_wants_workspace(s) for s in self.steps)
+
+        constants = {}           # id -> (name, value) of the values inlined guards compare with
+
+        def constant(value):
+            if id(value) not in constants:
+                constants[id(value)] = ("c%d" % len(constants), value)
+            return constants[id(value)][0]
 
         def new_local(blob):
             slots[blob] = "v%d" % counter[0]
@@ -147,6 +186,14 @@ class Plan:
                     else:   # a workspace op may have changed it: read it where it is used
                         body.append(("%s = %s" % (local, read), ("load", blob, step.index)))
                 args.append(slots[blob])
+            self._input_locals[step.index] = list(args[:len(step.op_def.input)])
+            if step.guard is not None:
+                n_in = len(step.op_def.input)
+                call_guard = "g%d(%s)" % (step.index, ", ".join(args[:n_in]))
+                fast = getattr(step.guard, "fast", None)
+                if fast is not None:    # the rules inlined: valid inputs cost no call
+                    call_guard = "if not (%s): %s" % (fast(args[:n_in], constant), call_guard)
+                body.append((call_guard, ("step", step.index)))
             wants_workspace = _wants_workspace(step)
             if wants_workspace:
                 # The op sees the workspace view: hand it every value written so far,
@@ -181,8 +228,10 @@ class Plan:
         if self.keep is not None and not self.uses_workspace:
             dirty = [b for b in dirty if b in self.keep]
         self.writes = list(dirty)
-        lines = ["def make(K):"]
-        lines += ["    k%d = K[%d]" % (s.index, i) for i, s in enumerate(self.steps)]
+        lines = ["def make(K, C):"]
+        lines += ["    %s = C[%r]" % (name, name) for name, _ in constants.values()]
+        lines += ["    k%d = K[%d].kernel" % (s.index, i) for i, s in enumerate(self.steps)]
+        lines += ["    g%d = K[%d].guard" % (s.index, i) for i, s in enumerate(self.steps) if s.guard is not None]
         lines.append("    def run(B):")
         for local, read, blob, index in loads:
             self._load_line_to_blob[len(lines) + 1] = (blob, index)
@@ -198,10 +247,11 @@ class Plan:
         lines.append("        pass  # an empty net still needs a body")
         lines.append("    return run")
         _plan_counter[0] += 1
-        self._filename = "<caffe2py plan %d: %s>" % (_plan_counter[0], self.name)
+        # the name is data (any bytes a NetDef holds); compile() refuses a NUL in it
+        self._filename = "<caffe2py plan %d: %s>" % (_plan_counter[0], _printable(self.name))
         namespace = {}
         exec(compile("\n".join(lines) + "\n", self._filename, "exec"), namespace)
-        return namespace["make"]([s.kernel for s in self.steps])
+        return namespace["make"](self.steps, {name: value for name, value in constants.values()})
 
     def run(self, blobs):
         """Run once against the mapping of blobs; on failure raise OperatorError and
@@ -218,10 +268,10 @@ class Plan:
 
     def _explain(self, exc):
         tb = exc.__traceback__
-        line = None
+        line, frame = None, None
         while tb is not None:
             if tb.tb_frame.f_code.co_filename == self._filename:
-                line = tb.tb_lineno
+                line, frame = tb.tb_lineno, tb.tb_frame
             tb = tb.tb_next
         if line in self._load_line_to_blob:
             blob, index = self._load_line_to_blob[line]
@@ -231,10 +281,21 @@ class Plan:
         step = next((s for s in self.steps if s.index == index), None)
         if step is None:
             return exc if isinstance(exc, Caffe2Error) else Caffe2Error("net '%s' failed: %s" % (self.name, exc))
-        return self.step_error(step, exc)
+        values = frame.f_locals if frame is not None else {}
+        return self.step_error(step, exc, [values.get(name) for name in self._input_locals.get(index, ())])
 
-    def step_error(self, step, exc):
+    def step_error(self, step, exc, inputs=None):
         label = describe_op(step.index, step.op_def)
+        if isinstance(exc, MemoryError) or (isinstance(exc, SystemError)
+                                            and isinstance(exc.__cause__ or exc.__context__, MemoryError)):
+            exc = Caffe2Error(out_of_memory_text(exc.__cause__ or exc.__context__ or exc))
+        elif isinstance(exc, ValueError) and ("array is too big" in str(exc) or "Maximum allowed size" in str(exc)):
+            exc = Caffe2Error("asks for an array larger than any memory can hold (check the input sizes and "
+                              "the shape arguments)")
+        elif inputs and not isinstance(exc, Caffe2Error):
+            problem = foreign_input_problem(step.op_def, inputs, exc)
+            if problem:
+                exc = Caffe2Error(problem)
         text = str(exc)
         if not text.startswith(label):
             text = "%s failed: %s%s" % (label, "" if isinstance(exc, Caffe2Error) else type(exc).__name__ + ": ", text)
@@ -252,6 +313,11 @@ class Plan:
         except KeyError as exc:
             raise self.step_error(step, Caffe2Error("input blob '%s' does not exist in the workspace"
                                                     % exc.args[0])) from None
+        if step.guard is not None:
+            try:
+                step.guard(*args[:len(step.op_def.input)])
+            except Exception as exc:  # noqa: BLE001
+                raise self.step_error(step, exc) from exc
         if _wants_workspace(step):
             args = (env if isinstance(env, BlobOverlay) else BlobOverlay(blobs, env),) + args
         if step.takes_blobs:
@@ -259,7 +325,8 @@ class Plan:
         try:
             result = step.kernel(*args)     # the one tuple: no second holder of any input
         except Exception as exc:  # noqa: BLE001
-            raise self.step_error(step, exc) from exc
+            raise self.step_error(step, exc, args[-len(step.inputs):][:len(step.op_def.input)]
+                                  if step.inputs else None) from exc
         n = len(step.outputs)
         if n == 1:
             env[step.outputs[0]] = result
@@ -344,10 +411,13 @@ def compile_net(net_def, known_blobs=(), input_types=None, blob_values=None, kee
             kernel = entry.factory(ctx)
         except Caffe2Error:
             raise
+        except MemoryError as exc:
+            raise Caffe2Error("%s: %s" % (ctx.label, out_of_memory_text(exc))) from None
         except Exception as exc:  # noqa: BLE001 - factories validate args
             raise Caffe2Error("%s: %s: %s" % (ctx.label, type(exc).__name__, exc)) from exc
         steps.append(Step(index, op, kernel, engine, ctx,
-                          reads_outputs=schema is not None and schema.reads_outputs))
+                          reads_outputs=schema is not None and schema.reads_outputs,
+                          guard=runtime_guard(schema, ctx)))
     return Plan(net_def, steps, keep)
 
 

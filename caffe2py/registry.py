@@ -9,12 +9,13 @@ semantics ops live in domain "ai.onnx" with op_version taken from the model.
 """
 import difflib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from .args import ArgumentHelper
 from .errors import Caffe2Error, describe_op
 from .proto import caffe2_pb2
+from .schema_rules import verify_arguments
 
 log = logging.getLogger("caffe2py")
 
@@ -68,6 +69,8 @@ class Arg:
     default: Any = None
     required: bool = False
     doc: str = ""
+    # schema_rules rule(s) the value must meet: Range, OneOf, Axis, Permutation, ...
+    check: Any = None
 
 
 def _arity_ok(spec, n):
@@ -129,6 +132,8 @@ class OpSchema:
     # blob does not exist yet) after its inputs: ops that update their output
     # (Accumulate: Y = gamma * Y + X) without naming it as an input.
     reads_outputs: bool = False
+    # schema_rules input rules checked on every call (DTypes, SameDType, Rank)
+    checks: tuple = ()
     arg_by_name: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -169,6 +174,7 @@ class OpSchema:
         for a in self.args:
             if a.required and a.name not in present:
                 raise Caffe2Error("%s: required argument '%s' is missing" % (label, a.name))
+        verify_arguments(self, op_def, label)
 
     def default(self, name):
         a = self.arg_by_name.get(name)
@@ -297,6 +303,23 @@ def register_kernel(op_type, device=CPU, engine="", domain=CAFFE2_DOMAIN,
         table.setdefault(engine, []).append(KernelEntry(factory, versions[0], versions[1], doc))
         return factory
     return wrap
+
+
+def register_alias(alias, op_type, domain=CAFFE2_DOMAIN, **schema_changes):
+    """Register `alias` as another name of `op_type` (Caffe2's Conv2D for Conv, DepthConcat
+    for Concat): a copy of the op's schema under the new name, with the fields in
+    schema_changes replaced, and every kernel registered for op_type so far (all
+    devices and engines), so both names share one kernel factory."""
+    domain = normalize_domain(domain)
+    schema = schema_for(op_type, domain)
+    if schema is None:
+        raise KeyError("cannot alias unknown op type '%s'" % op_type)
+    register_schema(replace(schema, name=alias, **schema_changes))
+    for (dm, t, device), engines in list(_kernels.items()):
+        if dm == domain and t == op_type:
+            table = _kernels.setdefault((domain, alias, device), {})
+            for engine, entries in engines.items():
+                table.setdefault(engine, []).extend(entries)
 
 
 def schema_for(op_type, domain=CAFFE2_DOMAIN, version=None):

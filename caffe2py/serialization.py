@@ -77,6 +77,8 @@ def _host_and_device(value, name):
     place = devices.placement_of(value)
     option = caffe2_pb2.DeviceOption()
     if place is None or place[0] == CPU:
+        if isinstance(value, np.generic):   # a NumPy scalar an op returned: a 0-d tensor
+            value = np.asarray(value)
         if not isinstance(value, np.ndarray):
             raise SerializationError("blob '%s' holds a %s, which has no serializer"
                                      % (name, type(value).__name__))

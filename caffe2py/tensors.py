@@ -56,7 +56,12 @@ def as_blob_value(value):
     """What FeedBlob stores: a C-contiguous ndarray; strings become object arrays."""
     if isinstance(value, caffe2_pb2.TensorProto):
         return tensor_to_numpy(value)
-    arr = np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError, OverflowError):
+        # ragged nested lists, ints past 64 bits: no rectangular array of one dtype
+        raise Caffe2Error("cannot feed a %s that is not a rectangular array of one dtype (nested lists "
+                          "must have equal lengths; integers must fit in 64 bits)" % type(value).__name__) from None
     if arr.dtype.kind in "SU":
         # numpy's fixed-width bytes drop trailing NULs (a serialized proto can end in
         # one): build the object array from the Python strings themselves

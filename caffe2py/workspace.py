@@ -21,10 +21,21 @@ from .tensors import as_blob_value
 def _name(x):
     """Blob/net names may be str, bytes, BlobReference or Net objects."""
     if isinstance(x, bytes):
-        return x.decode()
+        try:
+            return x.decode()
+        except UnicodeDecodeError:
+            raise Caffe2Error("blob and net names are UTF-8 text; got the bytes %r" % x[:40]) from None
     if hasattr(x, "Name") and callable(x.Name):
         return x.Name()
     return str(x)
+
+
+def _size_text(value):
+    nbytes = getattr(value, "nbytes", None)
+    if nbytes is None:
+        return type(value).__name__
+    return "shape %s, %s, %.1f GiB" % (list(getattr(value, "shape", ())), getattr(value, "dtype", "?"),
+                                       nbytes / float(1 << 30))
 
 
 def _net_proto(net):
@@ -56,10 +67,14 @@ class Workspace:
 
     # -- blobs
     def feed_blob(self, name, value, device_option=None):
-        array = as_blob_value(value)
-        if isinstance(value, np.ndarray) and array is value:
-            array = array.copy()  # the blob must not alias the caller's array
-        self.blobs[_name(name)] = devices.to_device(array, device_option)
+        try:
+            array = as_blob_value(value)
+            if isinstance(value, np.ndarray) and array is value:
+                array = array.copy()  # the blob must not alias the caller's array
+            self.blobs[_name(name)] = devices.to_device(array, device_option)
+        except MemoryError:
+            raise Caffe2Error("cannot feed blob '%s' (%s): the workspace's copy does not fit in the "
+                              "memory this process may use" % (_name(name), _size_text(value))) from None
         return True
 
     def fetch_blob(self, name):
@@ -68,7 +83,11 @@ class Workspace:
             value = self.blobs[name]
         except KeyError:
             raise Caffe2Error("Can't find blob: %s" % name) from None
-        return devices.to_host(value)
+        try:
+            return devices.to_host(value)
+        except MemoryError:
+            raise Caffe2Error("cannot fetch blob '%s' (%s): the copy handed to the caller does not fit "
+                              "in the memory this process may use" % (name, _size_text(value))) from None
 
     def has_blob(self, name):
         return _name(name) in self.blobs

@@ -102,7 +102,11 @@ def legacy_broadcast_shape(a_shape, b_shape, axis):
     b_shape = list(b_shape)
     while b_shape and b_shape[-1] == 1 and axis + len(b_shape) > len(a_shape):
         b_shape.pop()
-    if axis + len(b_shape) > len(a_shape):
+    if axis < 0:
+        while b_shape and b_shape[0] == 1 and axis < 0:
+            b_shape.pop(0)
+            axis += 1
+    if axis < 0 or axis + len(b_shape) > len(a_shape):
         raise ValueError("B of shape %s does not fit A of shape %s at axis %d" % (b_shape, list(a_shape), axis))
     for i, d in enumerate(b_shape):
         if d != a_shape[axis + i] and d != 1:

@@ -11,9 +11,10 @@ from caffe2py.gradients import register_gradient
 from caffe2py.kernels.cpu.cnn import conv as conv_k
 from caffe2py.kernels.cpu.cnn import conv_grad as K
 from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.schema_rules import Rank
 
 from ._common import conv_geometry, legacy_pads
-from .nn import _CONV_ARGS, _from_nchw, _nchw, _to_nchw
+from .nn import _CONV_ARGS, _CONV_CHECKS, _from_nchw, _nchw, _to_nchw
 
 
 def _infer(ctx, ins):
@@ -27,7 +28,7 @@ def _infer(ctx, ins):
 register_schema(OpSchema(
     "ConvGradient", num_inputs=3, num_outputs=(1, 3),
     args=_CONV_ARGS + (Arg("no_bias", "int", 0, doc="1: no bias gradient output"),),
-    inference=_infer, inputs=("X", "filter", "dY"), outputs=("dfilter", "dbias", "dX"),
+    checks=_CONV_CHECKS + (Rank(2, 3),), inference=_infer, inputs=("X", "filter", "dY"), outputs=("dfilter", "dbias", "dX"),
     doc="Gradient of Conv: dfilter, then dbias unless no_bias=1, then dX when there is one "
         "more output. Geometry arguments as the forward's."))
 

@@ -49,10 +49,7 @@ class _Runtime:
 
     def zero(self, array):
         """Fill with zero bytes on the op's stream."""
-        if array.nbytes:
-            import pycuda.driver as drv  # noqa: PLC0415
-            drv.memset_d8_async(array.gpudata, 0, array.nbytes, self.stream)
-        return array
+        return self.allocator.memset(array, 0, self.device_id)
 
     def status(self):
         if self._status is None:
@@ -104,7 +101,8 @@ def _padded(values, n=6, fill=0):
 
 # --------------------------------------------------------------------------- SparseLengths*
 
-_LAYOUTS = {"float": "", "fused8": "Fused8BitRowwise", "fused4": "Fused4BitRowwise"}
+_LAYOUTS = {"float": "", "fused8": "Fused8BitRowwise", "fused4": "Fused4BitRowwise", "fused2": "Fused2BitRowwise"}
+_FUSED_VALUES_PER_BYTE = {"fused8": 1, "fused4": 2, "fused2": 4}
 _SLS_FORMAT = "PqqPqPqqPiiPP"
 
 
@@ -137,8 +135,8 @@ def _register_sls(reduction, layout, offsets):
                 if data.shape[1] <= extra:
                     raise ctx.input_error(0, "DATA must have more than %d columns" % extra)
                 kind = layout
-                dim = data.shape[1] - 8 if layout == "fused8" else (data.shape[1] - 4) * 2
-                vec = 4 if layout == "fused8" else 8
+                dim = (data.shape[1] - extra) * _FUSED_VALUES_PER_BYTE[layout]
+                vec = 4 * _FUSED_VALUES_PER_BYTE[layout]
                 out_tail = (dim,)
             rt.expect(i_idx, indices, (np.int32, np.int64), "INDICES")
             if indices.ndim != 1:
@@ -155,7 +153,8 @@ def _register_sls(reduction, layout, offsets):
                     raise ctx.input_error(1, "WEIGHTS should have the same length as INDICES." if layout != "float"
                                           else "Weight should have the same length as indices.")
             n_idx = indices.shape[0]
-            if n_idx == 0:  # as on the CPU: zeros, and the segments are not checked
+            if n_idx == 0:  # as on the CPU: zeros, once the segments describe no indices
+                _check_empty_segments(ctx, i_seg, np.asarray(seg.get()), offsets, include_last)
                 n_bags = seg.shape[0] - (1 if offsets and include_last and seg.shape[0] else 0)
                 return rt.zero(rt.empty((n_bags,) + out_tail, np.float32))
             status = rt.status()
@@ -188,6 +187,24 @@ def _register_sls(reduction, layout, offsets):
                                       "OFFSETS must be non-decreasing and within INDICES (%d entries)" % n_idx)
             return out
         return run
+
+
+def _check_empty_segments(ctx, i_seg, seg, offsets, include_last):
+    """LENGTHS (or OFFSETS) for an empty INDICES: the CPU kernel's checks."""
+    from caffe2py.kernels.cpu.recsys import sparse_lengths as K
+    try:
+        if offsets:
+            if seg.size == 0 and include_last:
+                raise K.LookupInputError("lengths", "OFFSETS must have output_size + 1 entries, got none")
+            lengths = K.lengths_from_offsets(seg, 0, include_last) if seg.size else np.zeros(0, np.int64)
+        else:
+            lengths = seg
+        if lengths.size and lengths.min() < 0:
+            raise K.LookupInputError("lengths", "LENGTHS must be non-negative, got %d" % int(lengths.min()))
+        if int(lengths.sum(dtype=np.int64)) != 0:
+            raise K.LookupInputError("lengths", SUM_MESSAGE)
+    except K.LookupInputError as exc:
+        raise ctx.input_error(i_seg, str(exc)) from None
 
 
 for _offsets in (False, True):
@@ -680,9 +697,5 @@ def copy_on_device(ctx):
 
     def run(x):
         rt.expect(0, x)
-        import pycuda.driver as drv  # noqa: PLC0415
-        out = rt.empty(x.shape, x.dtype)
-        if x.nbytes:
-            drv.memcpy_dtod_async(out.gpudata, x.gpudata, x.nbytes, rt.stream)
-        return out
+        return rt.allocator.copy(rt.empty(x.shape, x.dtype), x, rt.device_id)
     return run

@@ -4,7 +4,9 @@ import numpy as np
 
 from caffe2py.kernels.cpu.tensor import elementwise as K
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.schema_rules import Axis, DTypes, SameDType
 
+from ._caffe2_binary import legacy_axis
 from ._common import elementwise_cost, legacy_broadcast_shape, same_as_input
 
 
@@ -26,6 +28,7 @@ def _register_binary(op_type, ufunc):
               Arg("axis", "int", -1, doc="legacy broadcast start axis"),
               Arg("axis_str", "string", "", doc="legacy: axis by order letter"),
               Arg("order", "string", "NCHW")),
+        checks=(DTypes((0, 1), "numeric_or_bool"),),
         inference=_binary_inference, cost=elementwise_cost,
         doc="%s of A and B, elementwise. With broadcast=1 Caffe2's legacy rule applies "
             "(B's shape is a contiguous run of A's dims starting at axis); otherwise "
@@ -34,9 +37,7 @@ def _register_binary(op_type, ufunc):
     @register_kernel(op_type)
     def binary(ctx):
         if ctx.bool("broadcast"):
-            axis = ctx.int("axis", -1)
-            if ctx.string("axis_str", ""):
-                axis = ctx.string("order", "NCHW").index(ctx.string("axis_str"))
+            axis = legacy_axis(ctx)
 
             def run_legacy(a, b):
                 try:
@@ -60,6 +61,7 @@ for _op, _fn in K.BINARY.items():
 
 
 register_schema(OpSchema("Sum", num_inputs=(1, None), num_outputs=1, allow_inplace=lambda i, o: o == 0,
+                         checks=(DTypes("*", "numeric"), SameDType("*")),
                          inference=same_as_input(0), cost=elementwise_cost,
                          doc="Elementwise sum of all inputs (same shapes)."))
 
@@ -76,28 +78,30 @@ def sum_kernel(ctx):
     return run
 
 
-def _register_unary(op_type, fn, doc, flops_per_element=1):
+def _register_unary(op_type, fn, doc, flops_per_element=1, dtypes="float"):
     def cost(ctx, ins):
         n = int(np.prod(ins[0].dims))
         return Cost(flops=flops_per_element * n, bytes_read=4 * n, bytes_written=4 * n)
     register_schema(OpSchema(op_type, num_inputs=1, num_outputs=1, allow_inplace={(0, 0)},
+                             checks=(DTypes(0, dtypes),),
                              inference=same_as_input(0), cost=cost, doc=doc))
     register_kernel(op_type)(lambda ctx: fn)
 
 
-_register_unary("Relu", K.relu, "max(x, 0)")
+_register_unary("Relu", K.relu, "max(x, 0)", dtypes="numeric")
 _register_unary("Sigmoid", K.sigmoid, "1 / (1 + exp(-x))", 4)
 _register_unary("Tanh", np.tanh, "tanh(x)", 4)
 _register_unary("Exp", np.exp, "exp(x)", 4)
 _register_unary("Log", np.log, "natural log of x", 4)
 _register_unary("Sqrt", np.sqrt, "square root of x", 2)
-_register_unary("Abs", np.abs, "|x|")
-_register_unary("Negative", np.negative, "-x")
+_register_unary("Abs", np.abs, "|x|", dtypes="numeric")
+_register_unary("Negative", np.negative, "-x", dtypes="numeric")
 
 
 register_schema(OpSchema(
     "Softmax", num_inputs=1, num_outputs=1, allow_inplace={(0, 0)},
-    args=(Arg("axis", "int", 1, doc="inputs are coerced to 2-D at this axis"),),
+    args=(Arg("axis", "int", 1, doc="inputs are coerced to 2-D at this axis", check=Axis(0)),),
+    checks=(DTypes(0, "float"),),
     inference=same_as_input(0), cost=lambda ctx, ins: Cost(flops=5 * int(np.prod(ins[0].dims))),
     doc="Softmax over the flattened dims from `axis` on."))
 

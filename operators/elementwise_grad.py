@@ -9,7 +9,9 @@ import numpy as np
 from caffe2py.gradients import register_gradient
 from caffe2py.kernels.cpu.tensor import elementwise_grad as K
 from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
+from caffe2py.schema_rules import Axis, DTypes, SameDType
 
+from ._caffe2_binary import legacy_axis
 from ._common import elementwise_cost, legacy_broadcast_shape, same_as_input
 
 
@@ -45,7 +47,8 @@ for _op, (_fn, _doc) in _ACTIVATIONS.items():
 
 register_schema(OpSchema(
     "SoftmaxGradient", num_inputs=2, num_outputs=1, allow_inplace={(1, 0)},
-    args=(Arg("axis", "int", 1, doc="the forward's axis"),),
+    args=(Arg("axis", "int", 1, doc="the forward's axis", check=Axis(0)),),
+    checks=(DTypes((0, 1), "float"), SameDType((0, 1))),
     inference=same_as_input(1), inputs=("Y", "dY"), outputs=("dX",),
     doc="Gradient of Softmax from its output Y: dX = Y * (dY - sum(dY * Y)) per row of the "
         "2-D coercion at axis."))
@@ -91,9 +94,7 @@ for _op, _rule in (("Add", "dA = dC, dB = dC"), ("Sub", "dA = dC, dB = -dC"),
     @register_kernel(_op + "Gradient")
     def _binary_grad(ctx, op=_op):
         legacy = ctx.bool("broadcast")
-        axis = ctx.int("axis", -1)
-        if legacy and ctx.string("axis_str", ""):
-            axis = ctx.string("order", "NCHW").index(ctx.string("axis_str"))
+        axis = legacy_axis(ctx) if legacy else ctx.int("axis", -1)
 
         def run(dc, a, b, c=None):
             view = None

@@ -13,10 +13,11 @@ import numpy as np
 
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.schema_rules import Finite, Range
 
 DT = caffe2_pb2.TensorProto
-_FILL_ARGS = (Arg("shape", "ints", None, doc="output shape (no input)"),
-              Arg("extra_shape", "ints", None, doc="appended to the input's shape"),
+_FILL_ARGS = (Arg("shape", "ints", None, doc="output shape (no input)", check=Range(0)),
+              Arg("extra_shape", "ints", None, doc="appended to the input's shape", check=Range(0)),
               Arg("input_as_shape", "bool", False, doc="input 0 holds the shape values"))
 
 
@@ -236,7 +237,8 @@ _random_schema("XavierFill", (), "Uniform in [-scale, scale), scale = sqrt(3 / f
                                  "size / shape[0] (Caffe2's rule; brew's default weight fill).")
 _random_schema("MSRAFill", (), "Normal(0, std) with std = sqrt(2 / fan_out), fan_out = size / shape[1] "
                                "(needs at least 2 dims).")
-_random_schema("GaussianFill", (Arg("mean", "float", 0.0), Arg("std", "float", 1.0)), "Normal(mean, std).")
+_random_schema("GaussianFill", (Arg("mean", "float", 0.0, check=Finite()), Arg("std", "float", 1.0, check=Range(0.0))),
+               "Normal(mean, std).")
 _random_schema("UniformFill", (Arg("min", "float", 0.0), Arg("max", "float", 1.0)),
                "Uniform in [min, max) (min < max). With 3 inputs (shape source, min, max) the bounds "
                "come from inputs 1 and 2, and min > max gives an output with first dimension 0.",
@@ -339,7 +341,7 @@ def range_fill(ctx):
 
 register_schema(OpSchema(
     "Float16ConstantFill", num_inputs=0, num_outputs=1,
-    args=(Arg("shape", "ints", None), Arg("value", "float", 0.0)),
+    args=(Arg("shape", "ints", None, check=Range(0)), Arg("value", "float", 0.0)),
     inference=lambda ctx, ins: [TensorType(tuple(ctx.ints("shape") or []), DT.FLOAT16)],
     doc="float16 tensor of `shape` filled with `value`."))
 

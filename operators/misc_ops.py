@@ -6,6 +6,7 @@ import numpy as np
 
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.schema_rules import Ascending, DTypes, Finite, Rank
 
 from ._common import elementwise_cost, same_as_input
 
@@ -16,7 +17,9 @@ DT = caffe2_pb2.TensorProto
 
 register_schema(OpSchema(
     "Bucketize", num_inputs=1, num_outputs=1,
-    args=(Arg("boundaries", "floats", None, required=True, doc="sorted bucket boundaries"),),
+    args=(Arg("boundaries", "floats", None, required=True, doc="sorted bucket boundaries",
+              check=(Finite(), Ascending())),),
+    checks=(DTypes(0, "float"), Rank(0, 1)),
     inference=lambda ctx, ins: [TensorType(ins[0].dims, DT.INT32)],
     doc="Bucket index of each value: i with boundaries[i-1] < x <= boundaries[i] (int32)."))
 
@@ -165,6 +168,7 @@ def shape(ctx):
 register_schema(OpSchema(
     "SparseLengthsSumSparseLookup", num_inputs=(3, 4), num_outputs=(2, 3),
     inference=lambda ctx, ins: [ins[0], ins[1]] + ([ins[3]] if ctx.n_inputs == 4 and ctx.n_outputs == 3 else []),
+    checks=(DTypes((0, 1, 2), "int32/64"), DTypes(3, "float"), Rank("*", 1, 1)),
     inputs=("INDICES", "LENGTHS", "COMPRESSED_INDICES_MAPPING", "WEIGHTS"),
     outputs=("output_indices", "output_lengths", "output_weights"),
     doc="Map indices through a pruning table (-1 = pruned), dropping pruned entries and "

@@ -9,6 +9,7 @@ from caffe2py.kernels.cpu.tensor import gemm as gemm_k
 from caffe2py.kernels.cpu.cnn import norm as norm_k
 from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.schema_rules import Axis, DTypes, Finite, OneOf, Range, Rank, SameDType
 
 from ._common import LEGACY_CAFFE_POOLING, conv_geometry, legacy_pads
 
@@ -42,9 +43,10 @@ def _fc_schema(op_type, transposed):
 
     register_schema(OpSchema(
         op_type, num_inputs=3, num_outputs=1,
-        args=(Arg("axis", "int", 1, doc="X is flattened to 2-D at this axis"),
-              Arg("axis_w", "int", 1, doc="W is flattened to 2-D at this axis"),
+        args=(Arg("axis", "int", 1, doc="X is flattened to 2-D at this axis", check=Axis(0)),
+              Arg("axis_w", "int", 1, doc="W is flattened to 2-D at this axis", check=Axis(1)),
               Arg("float16_compute", "bool", False)),
+        checks=(DTypes("*", "float"), SameDType("*")),
         inference=infer, cost=cost,
         inputs=("X", "W", "b"), outputs=("Y",),
         doc="Y = X W%s + b with X flattened at `axis` and W at `axis_w`." % ("" if transposed else "^T")))
@@ -59,7 +61,7 @@ def _fc_schema(op_type, transposed):
             if b.size != n:
                 raise ctx.input_error(2, "bias has %d elements, expected %d" % (b.size, n))
             w2 = w.reshape(k, n) if transposed else w.reshape(n, k)
-            y = gemm_k.fc(x.reshape(-1, k), w2, b.reshape(n), transposed)
+            y = gemm_k.fc(x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), k), w2, b.reshape(n), transposed)
             return y.reshape(tuple(x.shape[:axis]) + (n,))
         return run
 
@@ -85,11 +87,21 @@ def _from_nchw(y):
     return np.ascontiguousarray(np.moveaxis(y, 1, -1))
 
 
-_CONV_ARGS = (Arg("kernel", "int"), Arg("kernels", "ints"), Arg("stride", "int", 1), Arg("strides", "ints"),
-              Arg("pad", "int", 0), Arg("pads", "ints"), Arg("dilation", "int", 1), Arg("dilations", "ints"),
-              Arg("group", "int", 1), Arg("order", "string", "NCHW"), Arg("legacy_pad", "int", 0),
-              Arg("kernel_h", "int"), Arg("kernel_w", "int"), Arg("stride_h", "int"), Arg("stride_w", "int"),
-              Arg("pad_t", "int"), Arg("pad_l", "int"), Arg("pad_b", "int"), Arg("pad_r", "int"))
+# ConvPoolOpBase's rules: kernels, strides and dilations positive, pads not negative
+_POSITIVE, _NOT_NEGATIVE = Range(1), Range(0)
+_ORDER = Arg("order", "string", "NCHW", check=OneOf("NCHW", "NHWC"))
+_CONV_ARGS = (Arg("kernel", "int", check=_POSITIVE), Arg("kernels", "ints", check=_POSITIVE),
+              Arg("stride", "int", 1, check=_POSITIVE), Arg("strides", "ints", check=_POSITIVE),
+              Arg("pad", "int", 0, check=_NOT_NEGATIVE), Arg("pads", "ints", check=_NOT_NEGATIVE),
+              Arg("dilation", "int", 1, check=_POSITIVE), Arg("dilations", "ints", check=_POSITIVE),
+              Arg("group", "int", 1, check=_POSITIVE), _ORDER,
+              Arg("legacy_pad", "int", 0, check=OneOf(0, 1, 2, 3)),
+              Arg("kernel_h", "int", check=_POSITIVE), Arg("kernel_w", "int", check=_POSITIVE),
+              Arg("stride_h", "int", check=_POSITIVE), Arg("stride_w", "int", check=_POSITIVE),
+              Arg("pad_t", "int", check=_NOT_NEGATIVE), Arg("pad_l", "int", check=_NOT_NEGATIVE),
+              Arg("pad_b", "int", check=_NOT_NEGATIVE), Arg("pad_r", "int", check=_NOT_NEGATIVE))
+# Caffe2's CPU convolutions and pools are float ops; X and W have N, C and spatial dims
+_CONV_CHECKS = (DTypes("*", "float"), SameDType((0, 1, 2)), Rank(0, 3), Rank(1, 3))
 
 
 def _conv_out_dims(ctx, x_dims, w_dims):
@@ -127,16 +139,16 @@ _PLACED_DOC = (" With concat_channels = [total, offset] (NCHW; what caffe2py.opt
 _PLACED_ARG = Arg("concat_channels", "ints", None, doc="[total channels of Y, first channel written]")
 register_schema(OpSchema(
     "Conv", num_inputs=(2, 4), num_outputs=1, args=_CONV_ARGS + (_PLACED_ARG,), allow_inplace={(3, 0)},
-    inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias", "into"), outputs=("Y",),
+    checks=_CONV_CHECKS, inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias", "into"), outputs=("Y",),
     doc="N-d convolution, NCHW or NHWC, with groups, dilation and Caffe2's pad spellings." + _PLACED_DOC))
 register_schema(OpSchema(
     "ConvRelu", num_inputs=(2, 4), num_outputs=1, args=_CONV_ARGS + (_PLACED_ARG,), allow_inplace={(3, 0)},
-    inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias", "into"), outputs=("Y",),
+    checks=_CONV_CHECKS, inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias", "into"), outputs=("Y",),
     doc="Conv followed by Relu in one pass (what caffe2py.optimize fuses Conv + Relu into)." + _PLACED_DOC))
 for _name, _doc in (("ConvSum", "Y = Conv(X, filter, bias) + S"),
                     ("ConvSumRelu", "Y = Relu(Conv(X, filter, bias) + S)")):
     register_schema(OpSchema(
-        _name, num_inputs=4, num_outputs=1, args=_CONV_ARGS,
+        _name, num_inputs=4, num_outputs=1, args=_CONV_ARGS, checks=_CONV_CHECKS,
         inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias", "S"), outputs=("Y",),
         doc=_doc + ", S of Y's shape, in one output pass (what caffe2py.optimize fuses a Conv "
         "whose output only a Sum/Add with another tensor reads, and a Relu after it, into: "
@@ -273,7 +285,7 @@ def _pool_infer(ctx, ins):
 
 def _register_pool(op_type, kind):
     register_schema(OpSchema(op_type, num_inputs=1, num_outputs=1, args=_POOL_ARGS,
-                             inference=_pool_infer, inputs=("X",), outputs=("Y",),
+                             checks=(DTypes(0, "float"), Rank(0, 3)), inference=_pool_infer, inputs=("X",), outputs=("Y",),
                              doc="%s pooling (kernel/stride/pad spellings as Conv; global_pooling; "
                                  "legacy_pad=3 rounds the output size up)." % kind.capitalize()))
 
@@ -284,7 +296,10 @@ def _register_pool(op_type, kind):
         scratch = conv_k.Scratch()
         if ctx.bool("global_pooling"):
             def run_global(x):
-                y = pool_k.global_pool(x if nchw else _to_nchw(x), kind)
+                try:
+                    y = pool_k.global_pool(x if nchw else _to_nchw(x), kind)
+                except ValueError as exc:
+                    raise ctx.input_error(0, str(exc)) from None
                 return y if nchw else _from_nchw(y)
             return run_global
 
@@ -310,11 +325,14 @@ _register_pool("AveragePool", "average")
 
 # ----------------------------------------------------------------- SpatialBN
 
+# X is (N, C, ...) or (N, ..., C); the statistics are float vectors of C values
+_BN_CHECKS = (DTypes("*", "float"), Rank(0, 2), Rank((1, 2, 3, 4), 1, 1))
 register_schema(OpSchema(
     "SpatialBN", num_inputs=(5, 7), num_outputs={1, 5}, allow_inplace={(0, 0), (5, 3), (6, 4)},
     enforce_inplace={(3, 1), (4, 2)},
-    args=(Arg("is_test", "bool", True), Arg("epsilon", "float", 1e-5), Arg("momentum", "float", 0.9),
-          Arg("order", "string", "NCHW")),
+    args=(Arg("is_test", "bool", True), Arg("epsilon", "float", 1e-5, check=Range(0.0)),
+          Arg("momentum", "float", 0.9, check=Finite()), _ORDER),
+    checks=_BN_CHECKS,
     inference=lambda ctx, ins: [ins[0]] + [TensorType((ins[0].dims[1 if _nchw(ctx) else -1],), ins[0].dtype)] * (ctx.n_outputs - 1),
     inputs=("X", "scale", "bias", "mean", "var"),
     outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std"),
@@ -327,7 +345,8 @@ register_schema(OpSchema(
 
 register_schema(OpSchema(
     "SpatialBNRelu", num_inputs=5, num_outputs=1, allow_inplace={(0, 0)},
-    args=(Arg("is_test", "bool", True), Arg("epsilon", "float", 1e-5), Arg("order", "string", "NCHW")),
+    args=(Arg("is_test", "bool", True), Arg("epsilon", "float", 1e-5, check=Range(0.0)), _ORDER),
+    checks=_BN_CHECKS,
     inference=lambda ctx, ins: [ins[0]],
     inputs=("X", "scale", "bias", "mean", "var"), outputs=("Y",),
     doc="SpatialBN (inference) followed by Relu in one kernel (what caffe2py.optimize fuses "

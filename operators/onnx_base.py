@@ -9,6 +9,8 @@ caffe2py.onnx.convert ABSENT_ARG) reach the kernel callable as None.
 """
 from caffe2py.registry import OpSchema, register_kernel, register_schema, schema_for
 
+from ._onnx_rules import OnnxShapeInference, OnnxTypeConstraints
+
 DOMAIN = "ai.onnx"
 ABSENT_ARG = "_onnx_absent"
 
@@ -30,9 +32,12 @@ def _with_absent_inputs(factory):
     return build
 
 
-def onnx_op(op_type, *ranges, domain=DOMAIN, doc="", cost=None):
+def onnx_op(op_type, *ranges, domain=DOMAIN, doc="", cost=None, args=(), checks=()):
     """Register factory for op_type over the given (since, until) opset ranges;
-    cost(ctx, input types) -> registry.Cost feeds the benchmark's flop tables."""
+    cost(ctx, input types) -> registry.Cost feeds the benchmark's flop tables.
+    args / checks: schema_rules argument and input rules beyond onnx's own
+    specification of the op (type constraints and shape inference), which every
+    ONNX op gets (_onnx_rules.py)."""
     ranges = ranges or ((1, None),)
 
     def wrap(factory):
@@ -40,7 +45,8 @@ def onnx_op(op_type, *ranges, domain=DOMAIN, doc="", cost=None):
         known = schema_for(op_type, domain)
         if known is None or known.since_version > since:
             register_schema(OpSchema(op_type, domain=domain, since_version=since, cost=cost,
-                                     doc=doc or (factory.__doc__ or "").strip()))
+                                     doc=doc or (factory.__doc__ or "").strip(), args=tuple(args),
+                                     checks=(OnnxTypeConstraints(),) + tuple(checks) + (OnnxShapeInference(),)))
         build = _with_absent_inputs(factory)
         for since, until in ranges:
             register_kernel(op_type, domain=domain, versions=(since, until))(build)

@@ -5,6 +5,8 @@ import numpy as np
 
 from caffe2py.kernels.cpu.onnx import tensor as tk
 
+from caffe2py.schema_rules import InputRule, Rank, Scalar
+
 from .onnx_base import axis_of, onnx_op
 
 
@@ -15,12 +17,21 @@ def _check_indices(ctx, idx, dims, which=1):
     return np.where(idx < 0, idx + dims, idx)
 
 
-@onnx_op("ScatterND", (11, None))
+def _shape_error(ctx, which, what, want, got):
+    return ctx.input_error(which, "%s must have shape %s, got %s" % (what, list(want), list(got)))
+
+
+@onnx_op("ScatterND", (11, None), checks=(Rank(1, 1),))
 def scatter_nd(ctx):
     reduction = ctx.string("reduction", "none")
 
     def run(data, indices, updates):
         k = indices.shape[-1]
+        if k > data.ndim:
+            raise ctx.input_error(1, "the last dim of indices (%d) exceeds the rank of data (%d)" % (k, data.ndim))
+        want = indices.shape[:-1] + data.shape[k:]
+        if updates.shape != want:
+            raise _shape_error(ctx, 2, "updates", want, updates.shape)
         idx = _check_indices(ctx, indices, data.shape[:k])
         try:
             return tk.scatter_nd(data, idx, updates, reduction)
@@ -35,6 +46,11 @@ def _scatter_elements(ctx):
 
     def run(data, indices, updates):
         a = axis_of(ctx, axis, data.ndim)
+        if indices.ndim != data.ndim:
+            raise ctx.input_error(1, "indices must have the rank of data (%d), got shape %s"
+                                  % (data.ndim, list(indices.shape)))
+        if updates.shape != indices.shape:
+            raise _shape_error(ctx, 2, "updates", indices.shape, updates.shape)
         idx = _check_indices(ctx, indices, data.shape[a])
         try:
             return tk.scatter_elements(data, idx, updates, a, reduction)
@@ -43,22 +59,28 @@ def _scatter_elements(ctx):
     return run
 
 
-onnx_op("ScatterElements", (11, None))(_scatter_elements)
-onnx_op("Scatter", (9, 10))(_scatter_elements)
+onnx_op("ScatterElements", (11, None), checks=(Rank(0, 1),))(_scatter_elements)
+onnx_op("Scatter", (9, 10), checks=(Rank(0, 1),))(_scatter_elements)
 
 
-@onnx_op("GatherND", (11, None))
+@onnx_op("GatherND", (11, None), checks=(Rank(1, 1),))
 def gather_nd(ctx):
     batch_dims = ctx.int("batch_dims", 0)
 
     def run(data, indices):
         k = indices.shape[-1]
+        if not 0 <= batch_dims < min(data.ndim, indices.ndim) or batch_dims + k > data.ndim:
+            raise ctx.input_error(1, "batch_dims %d and index length %d do not fit data of shape %s and "
+                                     "indices of shape %s" % (batch_dims, k, list(data.shape), list(indices.shape)))
+        if data.shape[:batch_dims] != indices.shape[:batch_dims]:
+            raise ctx.input_error(1, "the first %d (batch) dims of data %s and indices %s differ"
+                                  % (batch_dims, list(data.shape), list(indices.shape)))
         idx = _check_indices(ctx, indices, data.shape[batch_dims:batch_dims + k])
         return tk.gather_nd(data, idx, batch_dims)
     return run
 
 
-@onnx_op("Trilu", (14, None))
+@onnx_op("Trilu", (14, None), checks=(Rank(0, 2), Scalar(1)))
 def trilu(ctx):
     upper = bool(ctx.int("upper", 1))
 
@@ -68,7 +90,7 @@ def trilu(ctx):
     return run
 
 
-@onnx_op("EyeLike", (9, None))
+@onnx_op("EyeLike", (9, None), checks=(Rank(0, 2, 2),))
 def eye_like(ctx):
     from caffe2py.kernels.cpu.onnx import math as om
     k = ctx.int("k", 0)
@@ -76,23 +98,36 @@ def eye_like(ctx):
     return lambda x: np.eye(x.shape[0], x.shape[1], k, dtype=dtype or x.dtype)
 
 
-@onnx_op("Compress", (9, None))
+@onnx_op("Compress", (9, None), checks=(Rank(1, 1, 1),))
 def compress(ctx):
     axis = ctx.int("axis", None)
 
     def run(x, condition):
         cond = condition.astype(bool)
-        if axis is None:
+        a = None if axis is None else axis_of(ctx, axis, x.ndim)
+        size = x.size if a is None else x.shape[a]
+        if cond.size > size:
+            raise ctx.input_error(1, "condition has %d values for %d elements along the %s"
+                                  % (cond.size, size, "flattened input" if a is None else "axis %d" % a))
+        if a is None:
             return np.compress(cond, x.reshape(-1))
-        return np.compress(cond, x, axis=axis_of(ctx, axis, x.ndim))
+        return np.compress(cond, x, axis=a)
     return run
 
 
-@onnx_op("ReverseSequence", (10, None))
+@onnx_op("ReverseSequence", (10, None), checks=(Rank(0, 2), Rank(1, 1, 1)))
 def reverse_sequence(ctx):
     batch_axis, time_axis = ctx.int("batch_axis", 1), ctx.int("time_axis", 0)
+    if {batch_axis, time_axis} != {0, 1}:
+        raise ctx.error("batch_axis %d and time_axis %d must be 0 and 1 in some order" % (batch_axis, time_axis))
 
     def run(x, lengths):
+        if lengths.size != x.shape[batch_axis]:
+            raise ctx.input_error(1, "sequence_lens has %d values for a batch of %d"
+                                  % (lengths.size, x.shape[batch_axis]))
+        if lengths.size and (lengths.min() < 0 or lengths.max() > x.shape[time_axis]):
+            raise ctx.input_error(1, "sequence lengths must lie in [0, %d], got %s"
+                                  % (x.shape[time_axis], lengths.tolist()))
         out = x.copy()
         for b, n in enumerate(lengths.tolist()):
             src = [slice(None)] * x.ndim
@@ -123,7 +158,7 @@ def unique(ctx):
     return run
 
 
-@onnx_op("CumProd", (26, None))
+@onnx_op("CumProd", (26, None), checks=(Scalar(1),))
 def cumprod(ctx):
     exclusive, reverse = bool(ctx.int("exclusive", 0)), bool(ctx.int("reverse", 0))
 
@@ -131,14 +166,60 @@ def cumprod(ctx):
         a = axis_of(ctx, int(np.asarray(axis).reshape(-1)[0]), x.ndim)
         y = np.flip(x, a) if reverse else x
         out = np.cumprod(y, axis=a, dtype=x.dtype)
-        if exclusive:
+        if exclusive and out.shape[a]:
             ones = np.ones_like(np.take(out, [0], axis=a))
             out = np.concatenate([ones, np.take(out, np.arange(out.shape[a] - 1), axis=a)], axis=a)
         return np.ascontiguousarray(np.flip(out, a) if reverse else out)
     return run
 
 
-@onnx_op("Einsum", (12, None))
+class EinsumEquation(InputRule):
+    """The equation is well formed for the inputs: one term per input, each with one
+    label per dim ('...' standing for the rest), output labels taken from the inputs,
+    a label's dims equal (or 1) wherever it appears. Checked before onnx's shape
+    inference, which loops forever on some malformed equations."""
+
+    def runtime(self, ctx):
+        equation = (ctx.string("equation") or "").replace(" ", "")
+
+        def check(xs):
+            problem = _einsum_problem(equation, [x.shape for x in xs])
+            if problem:
+                raise ctx.error("equation '%s' does not fit inputs of shapes %s: %s"
+                                % (equation, [list(x.shape) for x in xs], problem))
+        return check
+
+
+def _einsum_problem(equation, shapes):
+    import re
+    if equation.count("->") > 1 or not re.fullmatch(r"[A-Za-z.,]*(->[A-Za-z.]*)?", equation):
+        return "only letters, '...', ',' and one '->' may appear"
+    lhs, _, rhs = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        return "%d terms for %d inputs" % (len(terms), len(shapes))
+    sizes = {}
+    for term, shape in zip(terms, shapes):
+        if term.count("...") > 1 or "." in term.replace("...", ""):
+            return "term '%s' has a malformed '...'" % term
+        labels = term.replace("...", "")
+        if (len(labels) != len(shape)) if "..." not in term else (len(labels) > len(shape)):
+            return "term '%s' has %d labels for a rank-%d input" % (term, len(labels), len(shape))
+        head, _, tail = term.partition("...")
+        dims = list(shape[:len(head)]) + (list(shape[len(shape) - len(tail):]) if tail else [])
+        for label, dim in zip(head + tail, dims):
+            if dim != 1 and sizes.setdefault(label, dim) != dim:
+                return "label '%s' has sizes %d and %d" % (label, sizes[label], dim)
+    if rhs:
+        if "." in rhs.replace("...", "") or rhs.count("...") > 1:
+            return "the output '%s' has a malformed '...'" % rhs
+        out = rhs.replace("...", "")
+        if len(set(out)) != len(out) or any(c not in lhs for c in out):
+            return "the output '%s' repeats a label or uses one no input has" % rhs
+    return None
+
+
+@onnx_op("Einsum", (12, None), checks=(EinsumEquation(),))
 def einsum(ctx):
     equation = ctx.string("equation").replace(" ", "")
 
@@ -154,6 +235,12 @@ def einsum(ctx):
     return run
 
 
-@onnx_op("Det", (11, None))
+@onnx_op("Det", (11, None), checks=(Rank(0, 2),))
 def det(ctx):
-    return lambda x: np.linalg.det(x).astype(x.dtype, copy=False)
+    def run(x):
+        if x.shape[-1] != x.shape[-2]:
+            raise ctx.input_error(0, "the last two dims must be square, got shape %s" % list(x.shape))
+        # LAPACK has no half precision: float16 goes through float32
+        work = x.astype(np.float32) if x.dtype == np.float16 else x
+        return np.asarray(np.linalg.det(work)).astype(x.dtype, copy=False)
+    return run

@@ -8,7 +8,15 @@ from .onnx_base import onnx_op
 
 
 def _nll(ctx, logp, target, weight, reduction, ignore_index):
+    if logp.ndim < 2:
+        raise ctx.input_error(0, "input must be [N, C, ...], got shape %s" % list(logp.shape))
     c = logp.shape[1]
+    want = logp.shape[:1] + logp.shape[2:]
+    if target.shape != want:
+        raise ctx.input_error(1, "target must have shape %s (the input's without C), got %s"
+                              % (list(want), list(target.shape)))
+    if weight is not None and weight.shape != (c,):
+        raise ctx.input_error(2, "weight must have shape [%d], got %s" % (c, list(weight.shape)))
     tgt = target.astype(np.int64)
     ignored = (tgt == ignore_index) if ignore_index is not None else np.zeros(tgt.shape, bool)
     safe = np.where(ignored, 0, tgt)
@@ -44,6 +52,8 @@ def softmax_cross_entropy(ctx):
     reduction, ignore = _reduction(ctx), ctx.int("ignore_index", None)
 
     def run(scores, labels, weight=None):
+        if scores.ndim < 2:
+            raise ctx.input_error(0, "scores must be [N, C, ...], got shape %s" % list(scores.shape))
         logp = nn_k.softmax_axis(scores, 1, log=True).astype(scores.dtype)
         loss = _nll(ctx, logp, labels, weight, reduction, ignore)
         return (loss, logp) if ctx.n_outputs > 1 else loss

@@ -7,9 +7,15 @@ from caffe2py.kernels.cpu.tensor import elementwise as ew
 from caffe2py.kernels.cpu.onnx import math as om
 
 from ._common import legacy_broadcast_shape
+from caffe2py.schema_rules import Rank, Scalar, broadcast_problem
+
+from ._onnx_rules import OnnxBroadcast
+
 from .onnx_base import axis_of, onnx_op
 
 # ----------------------------------------------------------------- binary
+
+_BROADCAST = OnnxBroadcast()
 
 _ARITH = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": om.divide, "Pow": om.power,
           "Mod": None}
@@ -37,17 +43,16 @@ def _binary_factory(fn):
                     b = b.reshape(legacy_broadcast_shape(a.shape, b.shape, axis))
                 except ValueError as exc:
                     raise ctx.input_error(1, str(exc)) from None
-            try:
-                return np.asarray(f(a, b))
-            except ValueError as exc:
-                raise ctx.error("inputs of shapes %s and %s do not broadcast: %s"
-                                % (list(a.shape), list(b.shape), exc)) from None
+            problem = broadcast_problem((a.shape, b.shape))
+            if problem:
+                raise ctx.error("input " + problem)
+            return np.asarray(f(a, b))
         return run
     return factory
 
 
 for _name, _fn in list(_ARITH.items()) + list(_LOGIC.items()) + [("BitShift", None)]:
-    onnx_op(_name, (1, None))(_binary_factory(_fn))
+    onnx_op(_name, (1, None), checks=(_BROADCAST,))(_binary_factory(_fn))
 
 
 # ----------------------------------------------------------------- unary
@@ -123,7 +128,7 @@ def prelu(ctx):
     return run
 
 
-@onnx_op("Clip", (1, 10), (11, None))
+@onnx_op("Clip", (1, 10), (11, None), checks=(Scalar((1, 2), any_shape=False),))
 def clip(ctx):
     if ctx.op_version < 11:
         lo, hi = ctx.float("min", -np.inf), ctx.float("max", np.inf)
@@ -149,6 +154,9 @@ def _variadic_factory(fn):
         mean = ctx.type == "Mean"
 
         def run(*xs):
+            problem = broadcast_problem([x.shape for x in xs])
+            if problem:
+                raise ctx.error("input " + problem)
             out = xs[0]
             for x in xs[1:]:
                 out = fn(out, x)
@@ -160,7 +168,7 @@ def _variadic_factory(fn):
 
 
 for _name, _fn in _VARIADIC.items():
-    onnx_op(_name, (1, None))(_variadic_factory(_fn))
+    onnx_op(_name, (1, None), checks=(_BROADCAST,))(_variadic_factory(_fn))
 
 
 # ----------------------------------------------------------------- Cast
@@ -170,7 +178,11 @@ def cast(ctx):
     to = ctx.arg("to")
     if isinstance(to, str):   # opset 1 spelled the type as a string
         from onnx import TensorProto
+        if to.upper() not in TensorProto.DataType.keys():
+            raise ctx.error("Cast to '%s': not an ONNX data type name" % to)
         to = TensorProto.DataType.Value(to.upper())
+    if not isinstance(to, int):
+        raise ctx.error("Cast needs the attribute 'to' (an ONNX data type), got %r" % (to,))
     dtype = om.onnx_dtype(int(to))
     if dtype is None:
         raise ctx.error("Cast to ONNX data type %s is not supported" % to)
@@ -214,7 +226,7 @@ def _reduce_factory(fn):
 
 
 for _name, _fn in _REDUCE.items():
-    onnx_op(_name, (1, None))(_reduce_factory(_fn))
+    onnx_op(_name, (1, None), checks=(Rank(1, 1, 1),))(_reduce_factory(_fn))
 
 
 def _arg_factory(find):
@@ -224,6 +236,9 @@ def _arg_factory(find):
 
         def run(x):
             a = axis_of(ctx, axis, x.ndim)
+            if x.shape[a] == 0:
+                raise ctx.input_error(0, "axis %d of shape %s is empty: there is no element to pick"
+                                      % (a, list(x.shape)))
             if last:
                 flipped = np.flip(x, axis=a)
                 idx = x.shape[a] - 1 - find(flipped, axis=a)
@@ -235,5 +250,5 @@ def _arg_factory(find):
     return factory
 
 
-onnx_op("ArgMax", (1, None))(_arg_factory(np.argmax))
-onnx_op("ArgMin", (1, None))(_arg_factory(np.argmin))
+onnx_op("ArgMax", (1, None), checks=(Rank(0, 1),))(_arg_factory(np.argmax))
+onnx_op("ArgMin", (1, None), checks=(Rank(0, 1),))(_arg_factory(np.argmin))

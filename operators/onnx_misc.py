@@ -8,36 +8,63 @@ import numpy as np
 from caffe2py.kernels.cpu.onnx import math as om
 from caffe2py.kernels.cpu.onnx import misc as mk
 
+from caffe2py.registry import Arg
+from caffe2py.schema_rules import Range, Rank, Scalar
+
 from .onnx_base import axis_of, onnx_op
+
+_MAX_WINDOW = 1 << 26       # values a generated window / matrix may hold
+
+
+def _output_dtype(ctx, default=1):
+    dtype = om.onnx_dtype(ctx.int("output_datatype", default))
+    if dtype is None:
+        raise ctx.error("output_datatype %d is not a type caffe2py can produce" % ctx.int("output_datatype", default))
+    return dtype
 
 
 def _window_factory(kind):
     def factory(ctx):
         periodic = bool(ctx.int("periodic", 1))
-        dtype = om.onnx_dtype(ctx.int("output_datatype", 1))
+        dtype = _output_dtype(ctx)
 
         def run(size):
-            return mk.window(kind, int(np.asarray(size).reshape(-1)[0]), periodic).astype(dtype)
+            n = int(np.asarray(size).reshape(-1)[0])
+            if not 0 <= n <= _MAX_WINDOW:
+                raise ctx.input_error(0, "size must lie in [0, %d], got %d" % (_MAX_WINDOW, n))
+            return mk.window(kind, n, periodic).astype(dtype)
         return run
     return factory
 
 
-onnx_op("HannWindow", (17, None))(_window_factory("hann"))
-onnx_op("HammingWindow", (17, None))(_window_factory("hamming"))
-onnx_op("BlackmanWindow", (17, None))(_window_factory("blackman"))
+onnx_op("HannWindow", (17, None), checks=(Scalar(0),))(_window_factory("hann"))
+onnx_op("HammingWindow", (17, None), checks=(Scalar(0),))(_window_factory("hamming"))
+onnx_op("BlackmanWindow", (17, None), checks=(Scalar(0),))(_window_factory("blackman"))
 
 
-@onnx_op("MaxUnpool", (9, None))
+@onnx_op("MaxUnpool", (9, None), args=(Arg("kernel_shape", "ints", required=True, check=Range(1)),
+                                       Arg("strides", "ints", check=Range(1)), Arg("pads", "ints", check=Range(0))),
+         checks=(Rank(0, 3), Rank(2, 1, 1)))
 def max_unpool(ctx):
     kernel = ctx.ints("kernel_shape")
 
     def run(x, indices, output_shape=None):
         k = len(kernel)
+        if x.ndim != k + 2 or len(ctx.ints("strides", None) or [1] * k) != k or \
+                len(ctx.ints("pads", None) or [0] * (2 * k)) != 2 * k:
+            raise ctx.error("kernel_shape %s, strides and pads do not fit an input of shape %s"
+                            % (kernel, list(x.shape)))
+        if indices.shape != x.shape:
+            raise ctx.input_error(1, "indices must have X's shape %s, got %s" % (list(x.shape), list(indices.shape)))
         strides = ctx.ints("strides", None) or [1] * k
         pads = ctx.ints("pads", None) or [0] * (2 * k)
         default = list(x.shape[:2]) + [(x.shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + k] + kernel[i]
                                        for i in range(k)]
         shape = default if output_shape is None else [int(v) for v in output_shape.reshape(-1)]
+        if len(shape) != x.ndim or min(shape) < 0 or min(default) <= 0 or any(
+                a < b for a, b in zip(shape, default)):
+            raise ctx.error("output shape %s must have X's rank, and cover the unpooled shape %s"
+                            % (shape, default))
         flat = indices.reshape(-1)
         if flat.size and (flat.min() < 0 or flat.max() >= int(np.prod(default))):
             raise ctx.input_error(1, "index out of range for the unpooled shape %s" % default)
@@ -86,11 +113,14 @@ def bitcast(ctx):
     return run
 
 
-@onnx_op("NonMaxSuppression", (10, None))
+@onnx_op("NonMaxSuppression", (10, None), checks=(Rank(0, 3, 3), Rank(1, 3, 3), Scalar((2, 3, 4))))
 def non_max_suppression(ctx):
     center = bool(ctx.int("center_point_box", 0))
 
     def run(boxes, scores, max_out=None, iou=None, score_threshold=None):
+        if boxes.shape[2] != 4 or boxes.shape[0] != scores.shape[0] or boxes.shape[1] != scores.shape[2]:
+            raise ctx.input_error(1, "boxes [batch, boxes, 4] of shape %s and scores [batch, classes, boxes] of "
+                                     "shape %s do not match" % (list(boxes.shape), list(scores.shape)))
         limit = 0 if max_out is None or max_out.size == 0 else int(max_out.reshape(-1)[0])
         iou_t = 0.0 if iou is None or iou.size == 0 else float(iou.reshape(-1)[0])
         score_t = None if score_threshold is None or score_threshold.size == 0 else float(score_threshold.reshape(-1)[0])
@@ -127,7 +157,7 @@ def string_split(ctx):
     return run
 
 
-@onnx_op("RegexFullMatch", (20, None))
+@onnx_op("RegexFullMatch", (20, None), args=(Arg("pattern", "string", required=True),))
 def regex_full_match(ctx):
     try:
         pattern = re.compile(ctx.string("pattern"))
@@ -204,9 +234,20 @@ def tfidf_vectorizer(ctx):
     indexes = ctx.ints("ngram_indexes")
     pool = ctx.ints("pool_int64s", None) if ctx.has("pool_int64s") else \
         [s for s in (ctx.strings("pool_strings", []) or [])]
-    table = mk.ngram_pool(pool, ctx.ints("ngram_counts"), indexes)
+    counts = ctx.ints("ngram_counts")
+    if min_n is None or max_n is None or not 1 <= min_n <= max_n or max_skip < 0 or not indexes or \
+            min(indexes) < 0 or counts is None:
+        raise ctx.error("min_gram_length %s / max_gram_length %s / max_skip_count %s / ngram_indexes %s / "
+                        "ngram_counts %s do not describe n-grams" % (min_n, max_n, max_skip, indexes, counts))
+    try:
+        table = mk.ngram_pool(pool, counts, indexes)
+    except (IndexError, ValueError):
+        raise ctx.error("ngram_counts %s and ngram_indexes %s do not describe the pool of %d entries"
+                        % (counts, indexes, len(pool))) from None
     weights = np.asarray(ctx.floats("weights", None) or [1.0] * (max(indexes) + 1), np.float64)
     width = max(indexes) + 1
+    if weights.size < width:
+        raise ctx.error("weights has %d values for %d output columns" % (weights.size, width))
     if mode not in ("TF", "IDF", "TFIDF"):
         raise ctx.error("unknown mode '%s'" % mode)
 
@@ -223,11 +264,19 @@ def tfidf_vectorizer(ctx):
     return run
 
 
-@onnx_op("MelWeightMatrix", (17, None))
+@onnx_op("MelWeightMatrix", (17, None), checks=(Scalar("*"),))
 def mel_weight_matrix(ctx):
-    dtype = om.onnx_dtype(ctx.int("output_datatype", 1))
+    dtype = _output_dtype(ctx)
 
     def run(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz):
+        bins, length = int(num_mel_bins.reshape(-1)[0]), int(dft_length.reshape(-1)[0])
+        rate, low, high = (float(v.reshape(-1)[0]) for v in (sample_rate, lower_edge_hertz, upper_edge_hertz))
+        if not (0 < bins and 0 < length and bins * (length // 2 + 1) <= _MAX_WINDOW and rate > 0
+                and 0 <= low < high <= rate / 2) or not np.isfinite([rate, low, high]).all():
+            raise ctx.error("num_mel_bins %d, dft_length %d, sample_rate %r and edges %r..%r do not describe a "
+                            "mel filter bank (positive sizes, 0 <= lower < upper <= sample_rate / 2)"
+                            % (bins, length, rate, low, high))
+        num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz = bins, length, rate, low, high
         return mk.mel_weight_matrix(int(num_mel_bins), int(dft_length), float(sample_rate),
                                     float(lower_edge_hertz), float(upper_edge_hertz)).astype(dtype)
     return run

@@ -4,6 +4,8 @@ import numpy as np
 
 from caffe2py.tensors import tensor_to_numpy
 
+from caffe2py.schema_rules import Rank
+
 from .onnx_base import onnx_op
 
 ML = "ai.onnx.ml"
@@ -13,7 +15,7 @@ def _key(v):
     return v.decode() if isinstance(v, bytes) else (v.item() if isinstance(v, np.generic) else v)
 
 
-@onnx_op("ArrayFeatureExtractor", (1, None), domain=ML)
+@onnx_op("ArrayFeatureExtractor", (1, None), domain=ML, checks=(Rank(0, 1),))
 def array_feature_extractor(ctx):
     def run(x, indices):
         idx = indices.reshape(-1).astype(np.int64)

@@ -4,6 +4,7 @@ Hardmax (opset 1-12 coerce-to-2-D, 13+ one axis), Dropout."""
 import numpy as np
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
+from caffe2py.kernels.cpu.cnn import conv_transpose as conv_transpose_k
 from caffe2py.kernels.cpu.tensor import gemm as gemm_k
 from caffe2py.kernels.cpu.cnn import norm as norm_k
 from caffe2py.kernels.cpu.onnx import nn as nn_k
@@ -11,7 +12,17 @@ from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.registry import Cost
 from caffe2py.tensors import numpy_dtype
 
+from caffe2py.registry import Arg
+from caffe2py.schema_rules import Finite, OneOf, Range, Rank
+
 from .onnx_base import axis_of, onnx_op
+
+# Window geometry shared by the convolutions and pools: onnx's attribute rules.
+_WINDOW_ARGS = (Arg("kernel_shape", "ints", check=Range(1)), Arg("strides", "ints", check=Range(1)),
+                Arg("dilations", "ints", check=Range(1)), Arg("pads", "ints", check=Range(0)),
+                Arg("auto_pad", "string", check=OneOf("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")),
+                Arg("ceil_mode", "int", check=OneOf(0, 1)))
+_GROUP = Arg("group", "int", check=Range(1))
 
 
 def _geometry(ctx, x, kernel):
@@ -89,7 +100,7 @@ def _matmul_cost(ctx, ins):
 
 # ----------------------------------------------------------------- convolution
 
-@onnx_op("Conv", (1, None), cost=_conv_cost)
+@onnx_op("Conv", (1, None), cost=_conv_cost, args=_WINDOW_ARGS + (_GROUP,), checks=(Rank(0, 3), Rank(1, 3)))
 def conv(ctx):
     group = ctx.int("group", 1)
     kernel_attr = ctx.ints("kernel_shape", None)
@@ -103,6 +114,9 @@ def conv(ctx):
         if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
             raise ctx.input_error(1, "W of shape %s does not fit X of shape %s with group %d"
                                   % (list(w.shape), list(x.shape), group))
+        if b is not None and b.shape != (w.shape[0],):
+            raise ctx.input_error(2, "B must have shape [%d] (one bias per output channel), got %s"
+                                  % (w.shape[0], list(b.shape)))
         strides, pads, dilations = _geometry(ctx, x, kernel)
         if x.dtype == np.float16:   # accumulate in float32, round once
             b32 = None if b is None else b.astype(np.float32)
@@ -115,7 +129,9 @@ def conv(ctx):
     return run
 
 
-@onnx_op("ConvTranspose", (1, None))
+@onnx_op("ConvTranspose", (1, None), args=_WINDOW_ARGS + (_GROUP, Arg("output_padding", "ints", check=Range(0)),
+                                                     Arg("output_shape", "ints", check=Range(0))),
+         checks=(Rank(0, 3), Rank(1, 3)))
 def conv_transpose(ctx):
     group = ctx.int("group", 1)
 
@@ -135,13 +151,15 @@ def conv_transpose(ctx):
         pads, output_padding = nn_k.conv_transpose_pads(
             ctx.string("auto_pad", "NOTSET"), x.shape[2:], kernel, strides, dilations,
             ctx.ints("pads", None), output_padding, output_shape)
-        return nn_k.conv_transpose(x, w, b, strides, pads, dilations, group, output_padding)
+        if min(pads) < 0 or x.shape[1] % group or w.shape[0] != x.shape[1]:
+            return nn_k.conv_transpose(x, w, b, strides, pads, dilations, group, output_padding)
+        return conv_transpose_k.conv_transpose(x, w, b, strides, pads, dilations, group, output_padding)
     return run
 
 
 # ----------------------------------------------------------------- pooling
 
-@onnx_op("MaxPool", (1, None))
+@onnx_op("MaxPool", (1, None), args=_WINDOW_ARGS, checks=(Rank(0, 3),))
 def max_pool(ctx):
     kernel = ctx.ints("kernel_shape")
     if not kernel:
@@ -153,13 +171,16 @@ def max_pool(ctx):
     def run(x):
         _check_rank(ctx, x, len(kernel))
         strides, pads, dilations = _geometry(ctx, x, kernel)
-        if with_indices:
-            return nn_k.max_pool_with_indices(x, kernel, strides, pads, dilations, ceil_mode, storage_order)
-        return np.ascontiguousarray(pool_k.max_pool(x, kernel, strides, pads, dilations, ceil_mode))
+        try:
+            if with_indices:
+                return nn_k.max_pool_with_indices(x, kernel, strides, pads, dilations, ceil_mode, storage_order)
+            return np.ascontiguousarray(pool_k.max_pool(x, kernel, strides, pads, dilations, ceil_mode))
+        except ValueError as exc:          # the pool kernels word geometry errors
+            raise ctx.input_error(0, str(exc)) from None
     return run
 
 
-@onnx_op("AveragePool", (1, None))
+@onnx_op("AveragePool", (1, None), args=_WINDOW_ARGS, checks=(Rank(0, 3),))
 def average_pool(ctx):
     kernel = ctx.ints("kernel_shape")
     if not kernel:
@@ -171,13 +192,17 @@ def average_pool(ctx):
     def run(x):
         _check_rank(ctx, x, len(kernel))
         strides, pads, dilations = _geometry(ctx, x, kernel)
-        if dilated:
-            return nn_k.average_pool_dilated(x, kernel, strides, pads, dilations, include_pad, ceil_mode)
-        return np.ascontiguousarray(pool_k.average_pool(x, kernel, strides, pads, include_pad, ceil_mode))
+        try:
+            if dilated:
+                return nn_k.average_pool_dilated(x, kernel, strides, pads, dilations, include_pad, ceil_mode)
+            return np.ascontiguousarray(pool_k.average_pool(x, kernel, strides, pads, include_pad, ceil_mode))
+        except ValueError as exc:
+            raise ctx.input_error(0, str(exc)) from None
     return run
 
 
-@onnx_op("LpPool", (1, None))
+@onnx_op("LpPool", (1, None), args=(Arg("kernel_shape", "ints", required=True, check=Range(1)),) + _WINDOW_ARGS[1:] +
+         (Arg("p", "float", check=Range(1e-6, 1e6)),), checks=(Rank(0, 3),))
 def lp_pool(ctx):
     kernel = ctx.ints("kernel_shape")
     p = ctx.float("p", 2.0)
@@ -199,14 +224,18 @@ def _global_factory(kind):
             if kind == "lp":
                 axes = tuple(range(2, x.ndim))
                 return (np.sum(np.abs(x) ** p, axis=axes, keepdims=True) ** (1.0 / p)).astype(x.dtype)
-            return pool_k.global_pool(x, kind)
+            try:
+                return pool_k.global_pool(x, kind)
+            except ValueError as exc:
+                raise ctx.input_error(0, str(exc)) from None
         return run
     return factory
 
 
-onnx_op("GlobalAveragePool", (1, None))(_global_factory("avg"))
-onnx_op("GlobalMaxPool", (1, None))(_global_factory("max"))
-onnx_op("GlobalLpPool", (1, None))(_global_factory("lp"))
+onnx_op("GlobalAveragePool", (1, None), checks=(Rank(0, 3),))(_global_factory("avg"))
+onnx_op("GlobalMaxPool", (1, None), checks=(Rank(0, 3),))(_global_factory("max"))
+onnx_op("GlobalLpPool", (1, None), args=(Arg("p", "float", check=Range(1e-6, 1e6)),),
+        checks=(Rank(0, 3),))(_global_factory("lp"))
 
 
 # ----------------------------------------------------------------- Gemm / MatMul
@@ -239,7 +268,7 @@ def matmul(ctx):
 
 # ----------------------------------------------------------------- normalisation
 
-@onnx_op("BatchNormalization", (1, None))
+@onnx_op("BatchNormalization", (1, None), checks=(Rank(0, 2),))
 def batch_norm(ctx):
     eps = ctx.float("epsilon", 1e-5)
     if ctx.op_version >= 14 and ctx.int("training_mode", 0):
@@ -268,7 +297,7 @@ def batch_norm(ctx):
     return run
 
 
-@onnx_op("InstanceNormalization", (1, None))
+@onnx_op("InstanceNormalization", (1, None), checks=(Rank(0, 3), Rank((1, 2), 1, 1)))
 def instance_norm(ctx):
     eps = ctx.float("epsilon", 1e-5)
     def run(x, scale, bias):
@@ -279,7 +308,7 @@ def instance_norm(ctx):
     return run
 
 
-@onnx_op("LRN", (1, None))
+@onnx_op("LRN", (1, None), args=(Arg("size", "int", check=Range(1)),), checks=(Rank(0, 3),))
 def lrn(ctx):
     size = ctx.int("size")
     alpha, beta, bias = ctx.float("alpha", 1e-4), ctx.float("beta", 0.75), ctx.float("bias", 1.0)
@@ -323,10 +352,16 @@ def dropout(ctx):
     if ctx.op_version < 7 and ctx.int("is_test", 0) == 0 and ctx.has("is_test"):
         raise ctx.error("Dropout in training mode (is_test=0) is not supported")
     seed = ctx.int("seed", None)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(None if seed is None else seed % (1 << 64))
 
     def run(x, ratio=None, training=None):
-        r = attr_ratio if ratio is None else float(ratio)
+        for k, v in ((1, ratio), (2, training)):
+            if v is not None and np.size(v) != 1:
+                raise ctx.input_error(k, "must hold one value, got shape %s" % list(np.shape(v)))
+        r = attr_ratio if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
+        training = None if training is None else bool(np.asarray(training).reshape(-1)[0])
+        if not 0.0 <= r < 1.0:
+            raise ctx.error("ratio must lie in [0, 1), got %r" % r)
         if training is not None and bool(training) and r > 0:
             keep = rng.random(x.shape) >= r
             y = (x * keep / np.asarray(1 - r, x.dtype)).astype(x.dtype, copy=False)

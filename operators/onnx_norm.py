@@ -7,7 +7,20 @@ from caffe2py.kernels.cpu.tensor import elementwise as ew
 from caffe2py.kernels.cpu.onnx import math as om
 from caffe2py.kernels.cpu.onnx import nn as nn_k
 
+from caffe2py.registry import Arg
+from caffe2py.schema_rules import Axes, Range, Rank
+
 from .onnx_base import axis_of, onnx_op
+
+
+def _check_fits(ctx, index, name, param, target):
+    """param broadcasts to `target` (onnx's unidirectional broadcasting), or a named error."""
+    if param is None:
+        return
+    p, t = tuple(param.shape), tuple(target)
+    if len(p) > len(t) or any(a != 1 and a != b for a, b in zip(p[::-1], t[::-1])):
+        raise ctx.input_error(index, "%s of shape %s does not broadcast to the normalised dims %s"
+                              % (name, list(p), list(t)))
 
 
 @onnx_op("LayerNormalization", (17, None))
@@ -16,12 +29,16 @@ def layer_norm(ctx):
     n_out = ctx.n_outputs
 
     def run(x, scale, bias=None):
-        y, mean, inv = nn_k.layer_norm(x, scale, bias, axis_of(ctx, axis, x.ndim), eps)
+        a = axis_of(ctx, axis, x.ndim)
+        _check_fits(ctx, 1, "scale", scale, x.shape[a:])
+        _check_fits(ctx, 2, "bias", bias, x.shape[a:])
+        y, mean, inv = nn_k.layer_norm(x, scale, bias, a, eps)
         return (y, mean, inv)[:n_out] if n_out > 1 else y
     return run
 
 
-@onnx_op("GroupNormalization", (18, 20), (21, None))
+@onnx_op("GroupNormalization", (18, 20), (21, None), args=(Arg("num_groups", "int", check=Range(1)),),
+         checks=(Rank(0, 2), Rank((1, 2), 1, 1)))
 def group_norm(ctx):
     groups, eps = ctx.int("num_groups"), ctx.float("epsilon", 1e-5)
     per_channel = ctx.op_version >= 21
@@ -29,6 +46,13 @@ def group_norm(ctx):
     def run(x, scale, bias):
         if x.shape[1] % groups:
             raise ctx.input_error(0, "%d channels do not split into %d groups" % (x.shape[1], groups))
+        want = x.shape[1] if per_channel else groups
+        for k, v in ((1, scale), (2, bias)):
+            if v.size != want:
+                raise ctx.input_error(k, "must hold %d values (one per %s), got %d"
+                                      % (want, "channel" if per_channel else "group", v.size))
+        if x.size == 0:
+            return np.empty_like(x)
         return nn_k.group_norm(x, scale, bias, groups, eps, per_channel)
     return run
 
@@ -36,7 +60,11 @@ def group_norm(ctx):
 @onnx_op("RMSNormalization", (23, None))
 def rms_norm(ctx):
     axis, eps = ctx.int("axis", -1), ctx.float("epsilon", 1e-5)
-    return lambda x, scale: nn_k.rms_norm(x, scale, axis_of(ctx, axis, x.ndim), eps)
+    def run(x, scale):
+        a = axis_of(ctx, axis, x.ndim)
+        _check_fits(ctx, 1, "scale", scale, x.shape[a:])
+        return nn_k.rms_norm(x, scale, a, eps)
+    return run
 
 
 @onnx_op("LpNormalization", (1, None))
@@ -47,7 +75,7 @@ def lp_normalization(ctx):
     return lambda x: nn_k.lp_normalize(x, axis_of(ctx, axis, x.ndim), p)
 
 
-@onnx_op("MeanVarianceNormalization", (9, None))
+@onnx_op("MeanVarianceNormalization", (9, None), args=(Arg("axes", "ints", [0, 2, 3], check=Axes(0)),))
 def mean_variance_normalization(ctx):
     axes = ctx.ints("axes", None) or [0, 2, 3]
     return lambda x: nn_k.mean_variance_normalize(x, tuple(axis_of(ctx, a, x.ndim) for a in axes))

@@ -7,6 +7,8 @@ from caffe2py.kernels.cpu.onnx import math as om
 from caffe2py.kernels.cpu.onnx import nn as nn_k
 from caffe2py.kernels.cpu.onnx import quant as qk
 
+from caffe2py.schema_rules import Rank, Scalar, broadcast_problem
+
 from .onnx_base import axis_of, onnx_op
 
 def _param_axis(ctx, axis, x, scale, block):
@@ -26,8 +28,12 @@ def quantize_linear(ctx):
         dtype = out_type or (zero_point.dtype if zero_point is not None else np.dtype(np.uint8))
         if not qk.is_quantized_type(dtype):
             raise ctx.error("quantising to %s is not supported" % dtype)
-        return qk.quantize(x, scale, zero_point, dtype, _param_axis(ctx, axis, x, scale, block), block,
-                           saturate)
+        _check_zero_point(ctx, scale, zero_point)
+        try:
+            return qk.quantize(x, scale, zero_point, dtype, _param_axis(ctx, axis, x, scale, block), block,
+                               saturate)
+        except ValueError as exc:      # the kernel words the scale's shape problem
+            raise ctx.input_error(1, str(exc)) from None
     return run
 
 
@@ -39,8 +45,33 @@ def dequantize_linear(ctx):
     def run(q, scale, zero_point=None):
         if not qk.is_quantized_type(q.dtype):
             raise ctx.input_error(0, "dequantising %s is not supported" % q.dtype)
-        return qk.dequantize(q, scale, zero_point, _param_axis(ctx, axis, q, scale, block), block, out_type)
+        _check_zero_point(ctx, scale, zero_point)
+        try:
+            return qk.dequantize(q, scale, zero_point, _param_axis(ctx, axis, q, scale, block), block, out_type)
+        except ValueError as exc:
+            raise ctx.input_error(1, str(exc)) from None
     return run
+
+
+def _check_zero_point(ctx, scale, zero_point):
+    if zero_point is not None and np.shape(zero_point) != np.shape(scale):
+        raise ctx.input_error(2, "zero point of shape %s must have the scale's shape %s"
+                              % (list(np.shape(zero_point)), list(np.shape(scale))))
+
+
+def _matmul_shapes(ctx, a, b, ia=0, ib=1):
+    """NumPy/ONNX MatMul shape rules, or a named error."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ctx.error("MatMul operands must have at least one dim, got shapes %s and %s"
+                        % (list(a.shape), list(b.shape)))
+    k_a = a.shape[-1]
+    k_b = b.shape[-2] if b.ndim > 1 else b.shape[0]
+    if k_a != k_b:
+        raise ctx.input_error(ib, "shapes %s and %s do not multiply (%d != %d)"
+                              % (list(a.shape), list(b.shape), k_a, k_b))
+    problem = broadcast_problem([a.shape[:-2], b.shape[:-2]]) if a.ndim > 2 and b.ndim > 2 else None
+    if problem:
+        raise ctx.error("batch dims: " + problem)
 
 
 @onnx_op("DynamicQuantizeLinear", (11, None))
@@ -55,14 +86,23 @@ def _centered(v, zp):
 @onnx_op("MatMulInteger", (10, None))
 def matmul_integer(ctx):
     def run(a, b, a_zp=None, b_zp=None):
-        a_zp = None if a_zp is None else (a_zp if a_zp.ndim == 0 else a_zp.reshape(-1, 1))
+        _matmul_shapes(ctx, a, b)
+        for k, zp, size in ((2, a_zp, a.shape[-2] if a.ndim > 1 else 1), (3, b_zp, b.shape[-1])):
+            if zp is not None and zp.size not in (1, size):
+                raise ctx.input_error(k, "zero point must hold 1 or %d values, got shape %s"
+                                      % (size, list(zp.shape)))
+        a_zp = None if a_zp is None else (a_zp if a_zp.size == 1 else a_zp.reshape(-1, 1))
         return np.matmul(_centered(a, a_zp), _centered(b, b_zp)).astype(np.int32)
     return run
 
 
-@onnx_op("QLinearMatMul", (10, None))
+@onnx_op("QLinearMatMul", (10, None), checks=(Scalar((1, 2, 6, 7)),))
 def qlinear_matmul(ctx):
     def run(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
+        _matmul_shapes(ctx, a, b, 0, 3)
+        if np.size(b_scale) not in (1, b.shape[-1]) or np.size(b_zp) != np.size(b_scale):
+            raise ctx.input_error(4, "b's scale and zero point must hold 1 or %d values, got %d and %d"
+                                  % (b.shape[-1], np.size(b_scale), np.size(b_zp)))
         acc = np.matmul(_centered(a, a_zp).astype(np.float64), _centered(b, b_zp).astype(np.float64))
         real = acc * np.float64(a_scale) * np.asarray(b_scale, np.float64)
         return qk.quantize(real, y_scale, y_zp, y_zp.dtype)
@@ -76,12 +116,28 @@ def _int_conv(ctx, x, w, strides_pads):
     dilations = ctx.ints("dilations", None) or [1] * k
     pads = nn_k.auto_pads(ctx.string("auto_pad", "NOTSET"), x.shape[2:], kernel, strides, dilations,
                           ctx.ints("pads", None) or [0] * (2 * k))
-    return conv_k.conv_nchw(x, w, None, strides, pads, dilations, ctx.int("group", 1))
+    try:
+        return conv_k.conv_nchw(x, w, None, strides, pads, dilations, ctx.int("group", 1))
+    except ValueError as exc:       # the conv kernel words geometry problems
+        raise ctx.error(str(exc)) from None
 
 
-@onnx_op("ConvInteger", (10, None))
+def _check_int_conv(ctx, x, w, w_index, w_zp=None, w_zp_index=None):
+    group = ctx.int("group", 1)
+    if group < 1 or x.ndim != w.ndim or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+        raise ctx.input_error(w_index, "W of shape %s does not fit X of shape %s with group %d"
+                              % (list(w.shape), list(x.shape), group))
+    if w_zp is not None and np.size(w_zp) not in (1, w.shape[0]):
+        raise ctx.input_error(w_zp_index, "W's zero point must hold 1 or %d values, got %d"
+                              % (w.shape[0], np.size(w_zp)))
+
+
+@onnx_op("ConvInteger", (10, None), checks=(Rank(0, 3), Rank(1, 3)))
 def conv_integer(ctx):
     def run(x, w, x_zp=None, w_zp=None):
+        _check_int_conv(ctx, x, w, 1, w_zp, 3)
+        if x_zp is not None and x_zp.size != 1:
+            raise ctx.input_error(2, "X's zero point must be one value, got shape %s" % list(x_zp.shape))
         wz = None if w_zp is None else (w_zp if w_zp.size == 1 else w_zp.reshape(-1, *([1] * (w.ndim - 1))))
         xc = _centered(x, x_zp).astype(np.float64)
         wc = _centered(w, wz).astype(np.float64)
@@ -89,9 +145,14 @@ def conv_integer(ctx):
     return run
 
 
-@onnx_op("QLinearConv", (10, None))
+@onnx_op("QLinearConv", (10, None), checks=(Rank(0, 3), Rank(3, 3), Scalar((1, 2, 6, 7))))
 def qlinear_conv(ctx):
     def run(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, b=None):
+        _check_int_conv(ctx, x, w, 3, w_zp, 5)
+        if np.size(w_scale) not in (1, w.shape[0]):
+            raise ctx.input_error(4, "W's scale must hold 1 or %d values, got %d" % (w.shape[0], np.size(w_scale)))
+        if b is not None and b.size != w.shape[0]:
+            raise ctx.input_error(8, "B must hold %d values, got shape %s" % (w.shape[0], list(b.shape)))
         wz = w_zp if np.size(w_zp) == 1 else np.asarray(w_zp).reshape(-1, *([1] * (w.ndim - 1)))
         acc = _int_conv(ctx, _centered(x, x_zp).astype(np.float64), _centered(w, wz).astype(np.float64), None)
         if b is not None:

@@ -7,6 +7,17 @@ from caffe2py.kernels.cpu.onnx import resize as rk
 
 from .onnx_base import axis_of, onnx_op
 
+_MAX_VALUES = 1 << 31         # elements a resized output may hold
+
+
+def _check_output(ctx, x, out_shape, scales):
+    if not all(np.isfinite(scales)) or min(scales, default=1.0) <= 0:
+        raise ctx.error("scales %s must be positive and finite" % list(scales))
+    if len(out_shape) != x.ndim or min(out_shape, default=1) < 0 or \
+            float(np.prod(np.asarray(out_shape, np.float64))) > _MAX_VALUES:
+        raise ctx.error("scales/sizes give an output of shape %s for input %s (dims must be >= 0, at most "
+                        "%d values)" % (out_shape, list(x.shape), _MAX_VALUES))
+
 
 def _shape_and_scales(ctx, x, scales, sizes, axes, policy):
     rank = x.ndim
@@ -17,6 +28,9 @@ def _shape_and_scales(ctx, x, scales, sizes, axes, policy):
         sizes = [int(v) for v in np.asarray(sizes).reshape(-1)]
         if len(sizes) != len(axes):
             raise ctx.error("sizes has %d values for %d axes" % (len(sizes), len(axes)))
+        if min(sizes) < 0 or (min(x.shape[a] for a in axes) == 0 and max(sizes) > 0):
+            raise ctx.error("sizes %s must be >= 0 and can only resize non-empty dims (input %s)"
+                            % (sizes, list(x.shape)))
         if policy in ("not_larger", "not_smaller"):
             ratios = [sizes[i] / x.shape[a] for i, a in enumerate(axes)]
             s = min(ratios) if policy == "not_larger" else max(ratios)
@@ -31,6 +45,8 @@ def _shape_and_scales(ctx, x, scales, sizes, axes, policy):
         scales = [float(v) for v in np.asarray(scales).reshape(-1)]
         if len(scales) != len(axes):
             raise ctx.error("scales has %d values for %d axes" % (len(scales), len(axes)))
+        if not all(np.isfinite(scales)) or min(scales, default=1.0) <= 0:
+            raise ctx.error("scales %s must be positive and finite" % scales)
         for i, a in enumerate(axes):
             full_scales[a] = scales[i]
             out_shape[a] = int(np.floor(x.shape[a] * scales[i]))
@@ -61,6 +77,7 @@ def resize(ctx):
             rest = list(rest) + [None] * (3 - len(rest))
             roi, scales, sizes = rest
         out_shape, full_scales, axes = _shape_and_scales(ctx, x, scales, sizes, attr_axes, policy)
+        _check_output(ctx, x, out_shape, full_scales)
         full_roi = None
         if roi is not None and np.size(roi) and coord == "tf_crop_and_resize":
             r = [float(v) for v in np.asarray(roi).reshape(-1)]
@@ -83,6 +100,14 @@ def upsample(ctx):
 
     def run(x, scales=None):
         s = attr_scales if scales is None else [float(v) for v in scales.reshape(-1)]
+        if s is None or len(s) != x.ndim:
+            raise ctx.error("scales %s must hold one value per input dim (%d)" % (s, x.ndim))
+        if not all(np.isfinite(s)) or min(s, default=1.0) <= 0:
+            raise ctx.error("scales %s must be positive and finite" % list(s))
         out_shape = [int(np.floor(d * f)) for d, f in zip(x.shape, s)]
-        return rk.resize(x, out_shape, s, mode, "asymmetric", "floor")
+        _check_output(ctx, x, out_shape, s)
+        try:
+            return rk.resize(x, out_shape, s, mode, "asymmetric", "floor")
+        except ValueError as exc:
+            raise ctx.error(str(exc)) from None
     return run

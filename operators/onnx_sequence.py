@@ -80,8 +80,13 @@ def split_to_sequence(ctx):
             return [p.copy() if keepdims else np.squeeze(p, axis=a) for p in parts]
         if split.ndim == 0:
             size = int(split)
+            if size < 1:
+                raise ctx.input_error(1, "a scalar split is the part size and must be positive, got %d" % size)
             bounds = list(range(size, x.shape[a], size))
         else:
+            if split.ndim != 1 or (split.size and split.min() < 0):
+                raise ctx.input_error(1, "split must be a scalar or a 1-D tensor of sizes >= 0, got %s"
+                                      % split.tolist())
             if int(split.sum()) != x.shape[a]:
                 raise ctx.input_error(1, "split sizes %s do not add up to %d" % (split.tolist(), x.shape[a]))
             bounds = np.cumsum(split)[:-1].tolist()

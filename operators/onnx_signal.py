@@ -2,7 +2,11 @@
 NumPy's FFT. Complex values travel as a trailing dimension of 2 (real, imag)."""
 import numpy as np
 
+from caffe2py.schema_rules import Rank, Scalar
+
 from .onnx_base import axis_of, onnx_op
+
+_MAX_FRAMES = 1 << 26
 
 
 def _as_complex(x):
@@ -17,7 +21,7 @@ def _as_real_pairs(c, dtype):
     return np.stack([c.real, c.imag], axis=-1).astype(dtype)
 
 
-@onnx_op("DFT", (17, 19), (20, None))
+@onnx_op("DFT", (17, 19), (20, None), checks=(Rank(0, 2), Scalar((1, 2))))
 def dft(ctx):
     inverse, onesided = bool(ctx.int("inverse", 0)), bool(ctx.int("onesided", 0))
     attr_axis = ctx.int("axis", 1) if ctx.op_version < 20 else None
@@ -35,6 +39,10 @@ def dft(ctx):
         except ValueError as exc:
             raise ctx.input_error(0, str(exc)) from None
         n = None if dft_length is None else int(np.asarray(dft_length).reshape(-1)[0])
+        if n is not None and not 1 <= n <= _MAX_FRAMES:
+            raise ctx.input_error(1, "dft_length must lie in [1, %d], got %d" % (_MAX_FRAMES, n))
+        if n is None and x.shape[a] == 0:
+            raise ctx.input_error(0, "a DFT along an empty axis %d needs a dft_length" % a)
         if inverse and onesided:   # half spectrum in, real signal of length n out
             real = np.fft.irfft(c, n=n, axis=a)
             return real[..., None].astype(x.dtype)
@@ -46,7 +54,7 @@ def dft(ctx):
     return run
 
 
-@onnx_op("STFT", (17, None))
+@onnx_op("STFT", (17, None), checks=(Rank(0, 3, 3), Scalar((1, 3)), Rank(2, 1, 1)))
 def stft(ctx):
     onesided = bool(ctx.int("onesided", 1))
 
@@ -58,7 +66,15 @@ def stft(ctx):
             length = window.shape[0]
         else:
             raise ctx.error("STFT needs a window or a frame_length")
-        c = _as_complex(signal)                       # (batch, signal_length)
+        if window is not None and window.shape[0] != length:
+            raise ctx.input_error(2, "the window has %d values for frame_length %d" % (window.shape[0], length))
+        if step < 1 or not 1 <= length <= signal.shape[1]:
+            raise ctx.error("frame_step %d must be positive and frame_length %d in [1, %d] (the signal length)"
+                            % (step, length, signal.shape[1]))
+        try:
+            c = _as_complex(signal)                   # (batch, signal_length)
+        except ValueError as exc:
+            raise ctx.input_error(0, str(exc)) from None
         frames = (c.shape[1] - length) // step + 1
         index = np.arange(length)[None, :] + step * np.arange(frames)[:, None]
         chunks = c[:, index]                          # (batch, frames, length)

@@ -9,6 +9,9 @@ from caffe2py.kernels.cpu.tensor import layout as layout_k
 from caffe2py.kernels.cpu.onnx import tensor as tk
 from caffe2py.tensors import tensor_to_numpy
 
+from caffe2py.registry import Arg
+from caffe2py.schema_rules import Axis, Broadcast, OneOf, Range, Rank, Scalar
+
 from .onnx_base import axis_of, onnx_op
 
 
@@ -76,7 +79,15 @@ def reshape(ctx):
     attr_shape = ctx.ints("shape", None) if ctx.op_version < 5 else None
 
     def run(x, shape=None):
-        target = tk.reshape_target(x.shape, attr_shape if shape is None else _ints(shape), allowzero)
+        wanted = attr_shape if shape is None else _ints(shape)
+        if wanted is None:
+            raise ctx.error("the new shape is missing (attribute 'shape' before opset 5, input 1 from 5)")
+        if shape is not None and shape.ndim != 1:
+            raise ctx.input_error(1, "the shape must be a 1-D tensor, got shape %s" % list(shape.shape))
+        try:
+            target = tk.reshape_target(x.shape, wanted, allowzero)
+        except (ValueError, IndexError):
+            target = wanted
         try:
             return x.reshape(target)   # a view: kernels never write their inputs
         except ValueError:
@@ -85,14 +96,15 @@ def reshape(ctx):
     return run
 
 
-@onnx_op("Flatten", (1, None))
+@onnx_op("Flatten", (1, None), args=(Arg("axis", "int", 1, check=Axis(0, extra=1)),))
 def flatten(ctx):
     axis = ctx.int("axis", 1)
 
     def run(x):
-        a = axis % x.ndim if axis < 0 else axis
-        if a > x.ndim:
-            raise ctx.input_error(0, "axis %d is out of range for rank %d" % (axis, x.ndim))
+        if not -x.ndim <= axis <= x.ndim:
+            raise ctx.input_error(0, "axis %d is out of range for rank %d (valid: %d to %d)"
+                                  % (axis, x.ndim, -x.ndim, x.ndim))
+        a = axis + x.ndim if axis < 0 else axis
         rows = math.prod(x.shape[:a])
         return x.reshape(rows, -1) if x.size else x.reshape(rows, math.prod(x.shape[a:]))
     return run
@@ -132,7 +144,13 @@ def unsqueeze(ctx):
 
     def run(x, axes=None):
         ax = attr_axes if axes is None else _ints(axes)
+        if ax is None:
+            raise ctx.error("axes are missing (attribute before opset 13, input 1 from 13)")
         rank = x.ndim + len(ax)
+        if rank > 32:
+            raise ctx.error("%d axes on a rank-%d input give rank %d; at most 32 are supported" % (len(ax), x.ndim, rank))
+        if len({a % rank if -rank <= a < rank else a for a in ax}) != len(ax):
+            raise ctx.error("axes %s name an output axis twice" % ax)
         ax = sorted(axis_of(ctx, a, rank) for a in ax)
         shape = list(x.shape)
         for a in ax:
@@ -196,6 +214,13 @@ def gather_elements(ctx):
 
     def run(x, indices):
         a = axis_of(ctx, axis, x.ndim)
+        if indices.ndim != x.ndim:
+            raise ctx.input_error(1, "indices must have the rank of data (%d), got shape %s"
+                                  % (x.ndim, list(indices.shape)))
+        for d in range(x.ndim):
+            if d != a and indices.shape[d] > x.shape[d]:
+                raise ctx.input_error(1, "indices of shape %s exceed data of shape %s on axis %d"
+                                      % (list(indices.shape), list(x.shape), d))
         idx = np.where(indices < 0, indices + x.shape[a], indices)
         if idx.size and (idx.min() < 0 or idx.max() >= x.shape[a]):
             raise ctx.input_error(1, "index out of range for axis of size %d" % x.shape[a])
@@ -217,8 +242,13 @@ def slice_op(ctx):
             s, e = _ints(starts), _ints(ends)
             ax = None if axes is None else _ints(axes)
             st = None if steps is None else _ints(steps)
+        if ax is None and len(s) > x.ndim:
+            raise ctx.error("%d starts for a rank-%d input (without axes they name dims 0, 1, ...)" % (len(s), x.ndim))
         ax = list(range(len(s))) if ax is None else [axis_of(ctx, a, x.ndim) for a in ax]
         st = [1] * len(s) if st is None else st
+        if not len(s) == len(e) == len(ax) == len(st) or len(set(ax)) != len(ax):
+            raise ctx.error("starts %s, ends %s, axes %s and steps %s must have one value per distinct axis"
+                            % (s, e, ax, st))
         try:
             index = tk.slice_index(x.shape, s, e, ax, st)
         except ValueError as exc:
@@ -250,6 +280,11 @@ def pad(ctx):
                 p = full
         if len(p) != 2 * x.ndim:
             raise ctx.error("pads has %d values; a rank-%d input needs %d" % (len(p), x.ndim, 2 * x.ndim))
+        out = [x.shape[d] + p[d] + p[d + x.ndim] for d in range(x.ndim)]
+        if min(out, default=0) < 0:
+            d = int(np.argmin(out))
+            raise ctx.error("pads %s would give dim %d a negative size (%d + %d + %d = %d) for input shape %s"
+                            % (p, d, x.shape[d], p[d], p[d + x.ndim], out[d], list(x.shape)))
         try:
             return tk.pad(x, p, mode, v).astype(x.dtype, copy=False)
         except ValueError as exc:
@@ -261,12 +296,16 @@ def pad(ctx):
 def tile(ctx):
     def run(x, repeats, axis=None):
         if axis is not None:   # opset 1: (input, tiles, axis)
+            if x.ndim == 0:
+                raise ctx.input_error(0, "opset-1 Tile repeats one axis; a 0-d input has none")
             reps = [1] * x.ndim
-            reps[int(axis.reshape(-1)[0])] = int(repeats.reshape(-1)[0])
+            reps[axis_of(ctx, int(axis.reshape(-1)[0]), x.ndim)] = int(repeats.reshape(-1)[0])
         else:
             reps = _ints(repeats)
         if len(reps) != x.ndim:
             raise ctx.input_error(1, "repeats has %d values for a rank-%d input" % (len(reps), x.ndim))
+        if min(reps, default=0) < 0:
+            raise ctx.input_error(1, "repeats must not be negative, got %s" % reps)
         return np.tile(x, reps)
     return run
 
@@ -283,24 +322,37 @@ def expand(ctx):
     return run
 
 
-@onnx_op("Where", (9, None))
+@onnx_op("Where", (9, None), checks=(Broadcast(),))
 def where(ctx):
     return lambda cond, a, b: np.where(cond, a, b)
 
 
-@onnx_op("Range", (11, None))
+_RANGE_LIMIT = 1 << 31      # values a Range may produce (an int32 index space)
+
+
+@onnx_op("Range", (11, None), checks=(Scalar((0, 1, 2)),))
 def range_op(ctx):
     def run(start, limit, delta):
-        return np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)
+        a, b, d = start.item(), limit.item(), delta.item()
+        if not all(math.isfinite(v) for v in (a, b, d)):
+            raise ctx.error("start %r, limit %r and delta %r must be finite" % (a, b, d))
+        if d == 0:
+            raise ctx.input_error(2, "delta must not be 0")
+        n = max(math.ceil((b - a) / d), 0)
+        if n > _RANGE_LIMIT:
+            raise ctx.error("start %r, limit %r, delta %r would give %d values (more than %d)"
+                            % (a, b, d, n, _RANGE_LIMIT))
+        return np.arange(a, b, d).astype(start.dtype)[:n]
     return run
 
 
 @onnx_op("NonZero", (9, None))
 def nonzero(ctx):
-    return lambda x: np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
+    # a 0-d input counts as rank 1 (onnx's reference and onnxruntime agree)
+    return lambda x: np.array(np.nonzero(np.atleast_1d(x)), dtype=np.int64).reshape(max(x.ndim, 1), -1)
 
 
-@onnx_op("TopK", (1, None))
+@onnx_op("TopK", (1, None), args=(Arg("axis", "int", -1, check=Axis(0)),), checks=(Scalar(1),))
 def topk(ctx):
     axis = ctx.int("axis", -1)
     largest, ordered = bool(ctx.int("largest", 1)), bool(ctx.int("sorted", 1))
@@ -309,6 +361,9 @@ def topk(ctx):
     def run(x, k=None):
         a = axis_of(ctx, axis, x.ndim)
         kk = attr_k if k is None else int(k.reshape(-1)[0])
+        if kk is None or not 0 <= kk <= x.shape[a]:
+            raise ctx.input_error(min(1, ctx.n_inputs - 1), "k = %s must be between 0 and %d (the size of axis %d "
+                                  "of input shape %s)" % (kk, x.shape[a], a, list(x.shape)))
         if largest:   # negating unsigned values would wrap around
             key = (np.iinfo(x.dtype).max - x) if x.dtype.kind == "u" else -x
         else:
@@ -320,7 +375,7 @@ def topk(ctx):
     return run
 
 
-@onnx_op("CumSum", (11, None))
+@onnx_op("CumSum", (11, None), checks=(Scalar(1),))
 def cumsum(ctx):
     exclusive, reverse = bool(ctx.int("exclusive", 0)), bool(ctx.int("reverse", 0))
 
@@ -328,20 +383,25 @@ def cumsum(ctx):
         a = axis_of(ctx, int(axis.reshape(-1)[0]), x.ndim)
         y = np.flip(x, a) if reverse else x
         out = np.cumsum(y, axis=a, dtype=x.dtype)
-        if exclusive:
+        if exclusive and out.shape[a]:
             out = np.concatenate([np.zeros_like(np.take(out, [0], axis=a)),
                                   np.take(out, np.arange(out.shape[a] - 1), axis=a)], axis=a)
         return np.ascontiguousarray(np.flip(out, a) if reverse else out)
     return run
 
 
-@onnx_op("DepthToSpace", (1, None))
+_BLOCK = (Arg("blocksize", "int", check=Range(1)), Arg("mode", "string", "DCR", check=OneOf("DCR", "CRD")))
+
+
+@onnx_op("DepthToSpace", (1, None), args=_BLOCK, checks=(Rank(0, 4, 4),))
 def depth_to_space(ctx):
     b = ctx.int("blocksize")
     crd = ctx.string("mode", "DCR") == "CRD"
 
     def run(x):
         n, c, h, w = x.shape
+        if c % (b * b):
+            raise ctx.input_error(0, "%d channels do not divide into blocks of %d x %d" % (c, b, b))
         if crd:
             y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
         else:
@@ -350,25 +410,34 @@ def depth_to_space(ctx):
     return run
 
 
-@onnx_op("SpaceToDepth", (1, None))
+@onnx_op("SpaceToDepth", (1, None), args=_BLOCK[:1], checks=(Rank(0, 4, 4),))
 def space_to_depth(ctx):
     b = ctx.int("blocksize")
     crd = ctx.string("mode", "DCR") == "CRD"
 
     def run(x):
         n, c, h, w = x.shape
+        if h % b or w % b:
+            raise ctx.input_error(0, "height %d and width %d must be multiples of blocksize %d" % (h, w, b))
         y = x.reshape(n, c, h // b, b, w // b, b)
         y = y.transpose(0, 1, 3, 5, 2, 4) if crd else y.transpose(0, 3, 5, 1, 2, 4)
         return y.reshape(n, c * b * b, h // b, w // b).copy()
     return run
 
 
-@onnx_op("OneHot", (9, None))
+@onnx_op("OneHot", (9, None), checks=(Scalar(1), Rank(2, 1, 1)))
 def one_hot(ctx):
     axis = ctx.int("axis", -1)
 
     def run(indices, depth, values):
-        d = int(depth.reshape(-1)[0])
+        value = float(depth.reshape(-1)[0])
+        if not (np.isfinite(value) and 1 <= value <= 1 << 31):
+            raise ctx.input_error(1, "depth must be a count from 1 to 2^31, got %r" % value)
+        d = int(value)
+        if values.size != 2:
+            raise ctx.input_error(2, "values must hold [off_value, on_value], got %d values" % values.size)
+        if not -(indices.ndim + 1) <= axis <= indices.ndim:
+            raise ctx.error("axis %d is out of range for a rank-%d output" % (axis, indices.ndim + 1))
         idx = np.where(indices < 0, indices + d, indices).astype(np.int64)
         hot = (idx[..., None] == np.arange(d)).astype(bool)
         out = np.where(hot, values[1], values[0]).astype(values.dtype)

@@ -6,6 +6,7 @@ from caffe2py.gradients import register_gradient
 from caffe2py.kernels.cpu.cnn import pool_grad as K
 from caffe2py.kernels.cpu.cnn.pool import pool_output_shape
 from caffe2py.registry import OpSchema, register_kernel, register_schema
+from caffe2py.schema_rules import DTypes, Rank, SameDType
 
 from ._common import same_as_input
 from .nn import _POOL_ARGS, _from_nchw, _nchw, _pool_geometry, _to_nchw
@@ -14,7 +15,7 @@ from .nn import _POOL_ARGS, _from_nchw, _nchw, _pool_geometry, _to_nchw
 def _register(op_type, kind):
     register_schema(OpSchema(
         op_type + "Gradient", num_inputs=3, num_outputs=1, args=_POOL_ARGS,
-        inference=same_as_input(0), inputs=("X", "Y", "dY"), outputs=("dX",),
+        checks=(DTypes("*", "float"), SameDType("*"), Rank("*", 3)), inference=same_as_input(0), inputs=("X", "Y", "dY"), outputs=("dX",),
         doc="Gradient of %s. %s" % (op_type, "Every input equal to its window's maximum gets the window's "
                                     "gradient (ties all do, as Caffe2's CPU kernel)." if kind == "max" else
                                     "Each window's gradient is spread over the cells its divisor counted.")))

@@ -6,6 +6,7 @@ import numpy as np
 from caffe2py.kernels.cpu.tensor import layout as layout_k
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.schema_rules import Axis, OneOf, Permutation
 
 from ._common import same_as_input
 
@@ -89,7 +90,8 @@ def _flatten_dims(dims, axis):
     return (int(np.prod(dims[:axis], dtype=np.int64)), int(np.prod(dims[axis:], dtype=np.int64)))
 
 
-register_schema(OpSchema("Flatten", num_inputs=1, num_outputs=1, args=(Arg("axis", "int", 1),),
+register_schema(OpSchema("Flatten", num_inputs=1, num_outputs=1,
+                         args=(Arg("axis", "int", 1, check=Axis(0, extra=1)),),
                          inference=lambda ctx, ins: [TensorType(_flatten_dims(ins[0].dims, ctx.int("axis")),
                                                                 ins[0].dtype)],
                          doc="2-D view: dims before `axis` times dims from `axis` on."))
@@ -116,7 +118,8 @@ def _perm(ctx, rank):
 
 
 register_schema(OpSchema("Transpose", num_inputs=1, num_outputs=1,
-                         args=(Arg("axes", "ints", None, doc="permutation; default reverses"),),
+                         args=(Arg("axes", "ints", None, doc="permutation; default reverses",
+                                   check=Permutation(0)),),
                          inference=lambda ctx, ins: [TensorType(tuple(ins[0].dims[a] for a in _perm(ctx, len(ins[0].dims))),
                                                                 ins[0].dtype)],
                          cost=_copy_cost, doc="Permute the dims."))
@@ -170,6 +173,14 @@ def _axis(ctx, default=1):
     return ctx.int("axis", default)
 
 
+def _checked_axis(ctx, axis, rank, what="input"):
+    """axis normalised against rank, or a named error (Caffe2's canonical_axis_index)."""
+    if not -rank <= axis < rank:
+        raise ctx.input_error(0, "axis %d is out of range for a %d-D %s (valid: %d to %d)"
+                              % (axis, rank, what, -rank, rank - 1))
+    return axis % rank
+
+
 def _concat_infer(ctx, ins):
     axis = _axis(ctx)
     first = ins[0].dims
@@ -201,9 +212,7 @@ def concat(ctx):
 
     def run(*xs):
         rank = xs[0].ndim + (1 if add_axis else 0)
-        if not -rank <= axis_arg < rank:
-            raise ctx.input_error(0, "axis %d is out of range for %d-D output" % (axis_arg, rank))
-        axis = axis_arg % rank
+        axis = _checked_axis(ctx, axis_arg, rank, "output")
         for k, x in enumerate(xs[1:], 1):
             a, b = list(xs[0].shape), list(x.shape)
             if not add_axis and len(a) == len(b):
@@ -261,7 +270,7 @@ def split(ctx):
     n = ctx.n_outputs
 
     def run(x, split_blob=None):
-        axis = _axis(ctx) % x.ndim
+        axis = _checked_axis(ctx, _axis(ctx), x.ndim)
         sizes = _split_sizes(ctx, x.shape[axis], n, split_blob)
         if add_axis and any(s != 1 for s in sizes):
             raise ctx.input_error(0, "add_axis=1 needs parts of size 1, got %s" % sizes)

@@ -236,8 +236,8 @@ def test_op_outputs_live_on_the_op_device():
         tracker.check_and_record(other, schema_for("Relu"), "op4")
 
 
-@pytest.mark.skipif(context.available(), reason="a GPU is present")
-def test_cuda_op_without_gpu_is_a_clear_error(fake_cuda):
+def test_cuda_op_without_gpu_is_a_clear_error(fake_cuda, monkeypatch):
+    monkeypatch.setattr(context, "probe", lambda: (False, "no CUDA device was found", 0))
     ws = fake_cuda
     ws.feed_blob("x", np.ones(3, np.float32), CUDA0)
     with pytest.raises(Caffe2Error, match="CUDA is not available"):
@@ -432,3 +432,45 @@ def test_host_code_and_benchmarks_run_on_fake_pycuda(tmp_path, command):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "Fake GPU" in proc.stdout or "smoke ok" in proc.stdout
     assert "No GPU run" not in proc.stdout
+
+
+# --------------------------------------------------------------------------- bytes each op must move
+
+def _gpu_common():
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    try:
+        import _gpu_common
+    finally:
+        sys.path.pop(0)
+    return _gpu_common
+
+
+def test_lookup_and_lstm_traffic_and_the_hbm_bound():
+    g = _gpu_common()
+    # 6 indices, 4 distinct rows of 136 bytes (fused 8-bit, dim 128), 2 bags of 128 float32 outputs
+    indices = np.array([5, 7, 5, 9, 1, 7], np.int64)
+    assert g.sls_bytes(indices, 2, 136, 128) == 4 * 136 + 6 * 8 + 2 * 4 + 2 * 128 * 4
+    assert g.sls_bytes(indices.astype(np.int32), 2, 136, 128, index_itemsize=4, weighted=True) == \
+        4 * 136 + 6 * 4 + 2 * 4 + 6 * 4 + 2 * 128 * 4
+    # forward: 4D gates + D cell in, 2D out; gradient: 8D in, 6D out; plus N lengths and the timestep
+    assert g.lstm_bytes(3, 10, 4) == 3 * 7 * 10 * 4 + 3 * 4 + 4
+    assert g.lstm_bytes(3, 10, 2, gradient=True) == 3 * 14 * 10 * 2 + 3 * 4 + 4
+    assert g.hbm_seconds(3.35e12) == 1.0
+    assert g.bound_row("x", 3.35e6, 2e-6) == "| x | 3.4 | 1.0 | 2.0 | 2.00 |"
+
+
+def test_gpu_benchmarks_print_the_bounds_without_a_gpu():
+    """With PyCUDA missing (or no GPU) both GPU benchmarks still print the bytes each
+    call must move and the HBM-bandwidth lower bound, then exit 0."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, CAFFE2PY_CUDA_BACKEND="pycuda")
+    for args in (["gpu_embedding_bench.py", "--rows", "1000", "--bags", "64", "--per-bag", "8"],
+                 ["gpu_lstm_bench.py", "--n", "64", "--d", "32"]):
+        proc = subprocess.run([sys.executable, os.path.join("benchmarks", args[0])] + args[1:], cwd=root,
+                              capture_output=True, text=True, env=env, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "| case | MB moved | HBM bound us (3.35 TB/s) |" in proc.stdout
+        assert "No GPU run" in proc.stdout or "device:" in proc.stdout

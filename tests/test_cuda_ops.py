@@ -22,15 +22,11 @@ CUDA0 = core.DeviceOption(caffe2_pb2.CUDA, 0)
 def poisoned_allocations(monkeypatch):
     """Every array the CUDA ops allocate starts as 0xFF bytes: NaN for float32 and
     float16, -1 / 255 for integers."""
-    from caffe2py.cuda import allocator, context
+    from caffe2py.cuda import allocator
     plain = allocator.empty
 
     def poisoned(shape, dtype, device_id=0):
-        import pycuda.driver as drv
-        arr = plain(shape, dtype, device_id)
-        if arr.nbytes:
-            drv.memset_d8_async(arr.gpudata, 0xFF, arr.nbytes, context.stream(device_id))
-        return arr
+        return allocator.memset(plain(shape, dtype, device_id), 0xFF, device_id)
     monkeypatch.setattr(allocator, "empty", poisoned)
 
 

@@ -24,6 +24,9 @@ def test_every_source_compiles_for_sm80_and_sm90():
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("kernels/")]
     sources = [f for f in os.listdir(os.path.join(ROOT, "kernels", "cuda")) if f.endswith(".cu")]
     assert len(lines) == 2 * len(sources) and all(" ok " in ln for ln in lines)
+    # the resource table: a row per kernel, both archs, and no spilling lookup or LSTM kernel
+    rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| embedding.cu | sls_")]
+    assert len(rows) == 20 and "0 spilling lookup/LSTM kernel(s)" in proc.stdout
 
 
 @needs_nvcc
@@ -51,7 +54,7 @@ def test_without_nvcc_the_check_passes_with_a_message(tmp_path):
 
 _SIZES = {"P": 8, "q": 8, "i": 4, "f": 4}
 _TYPE_TOKENS = {"f32", "f16", "i32", "i64", "o32", "o64", "u8", "u16", "u32", "u64", "v1", "v2", "v4",
-                "fused8", "fused4"}
+                "fused8", "fused4", "fused2"}
 
 
 def _ptx_entries(path):
@@ -133,14 +136,17 @@ def _recorded_formats(monkeypatch):
         ("Softmax", [np.zeros((2, 3), f32)]), ("Concat", [np.zeros((2, 3), f32)] * 2),
         ("Transpose", [np.zeros((2, 3), f32)]), ("Gather", [np.zeros((3, 2), f32), np.zeros(2, np.int32)]),
         ("FC", [np.zeros((2, 3), f32), np.zeros((4, 3), f32), np.zeros(4, f32)]),
+        ("Conv", [np.zeros((1, 2, 5, 5), f32), np.zeros((3, 2, 3, 3), f32), np.zeros(3, f32)]),
+        ("MaxPool", [np.zeros((1, 2, 4, 4), f32)]), ("AveragePool", [np.zeros((1, 2, 4, 4), f32)]),
     ]
     from caffe2py.cuda import cublas
     monkeypatch.setattr(cublas, "sgemm_batched", lambda *a, **k: None)
     formats = {}
     for op_type, inputs in cases:
         outs = {"LSTMUnit": 2, "LSTMUnitGradient": 3}.get(op_type, 1)
+        args = {"kernel": 2} if op_type.endswith("Pool") else {}
         op = core.CreateOperator(op_type, ["x%d" % i for i in range(len(inputs))], ["y%d" % i for i in range(outs)],
-                                 device_option=cuda0)
+                                 device_option=cuda0, **args)
         _, rt = run_fake(monkeypatch, op, *inputs)
         for _, function, fmt, _, _ in rt.launches:
             formats[_family(function)] = fmt
@@ -148,19 +154,42 @@ def _recorded_formats(monkeypatch):
     return formats
 
 
+def _emulator_kernels(path):
+    """{kernel: [(offset, size, align, kind)]} of the emulator's build of a source, or
+    None when the emulator cannot build here."""
+    from caffe2py.cuda import emulator
+    if not emulator.available()[0]:
+        return None
+    return {name: k.layout for name, k in emulator.module_from_file(path).library.kernels.items()}
+
+
 @needs_nvcc
 def test_kernel_parameters_match_host_argument_formats(monkeypatch):
+    """PTX parameter lists against the host's argument formats, and the emulator's
+    build of each source against the PTX: the same kernels with the same layout."""
     formats = _recorded_formats(monkeypatch)
     kernel_dir = os.path.join(ROOT, "kernels", "cuda")
     checked = 0
     for fname in sorted(os.listdir(kernel_dir)):
         if not fname.endswith(".cu"):
             continue
-        for name, params in _ptx_entries(os.path.join(kernel_dir, fname)).items():
+        entries = _ptx_entries(os.path.join(kernel_dir, fname))
+        for name, params in entries.items():
             family = _family(name)
             assert family in formats, "no host-side launch of %s (%s) was exercised" % (name, fname)
             assert _matches(params, formats[family]), "%s: PTX params %s vs format %s" % (name, params, formats[family])
             checked += 1
+        emulated = _emulator_kernels(os.path.join(kernel_dir, fname))
+        if emulated is not None:
+            assert set(emulated) == set(entries), fname
+            for name, params in entries.items():
+                off = 0
+                for (kind, align, size), (e_off, e_size, e_align, e_kind) in zip(params, emulated[name]):
+                    off = (off + align - 1) // align * align
+                    assert (off, size, align) == (e_off, e_size, e_align), (name, params, emulated[name])
+                    assert (kind == "f32") == (e_kind == "f"), (name, kind, e_kind)
+                    off += size
+                assert len(params) == len(emulated[name]), name
     assert checked >= 40
 
 
@@ -192,3 +221,67 @@ def test_registers_fit_the_largest_block_each_kernel_is_launched_with():
                 seen += 1
                 current = None
     assert seen >= 40
+
+
+# --------------------------------------------------------------------------- ptxas resources
+
+def _resources_module():
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    try:
+        import cuda_resources
+    finally:
+        sys.path.pop(0)
+    return cuda_resources
+
+
+_PTXAS_SAMPLE = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'lengths_to_offsets' for 'sm_90'
+ptxas info    : Function properties for lengths_to_offsets
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 61 registers, used 1 barriers, 264 bytes smem
+ptxas info    : Compiling entry function 'sls_f32_i32_o64' for 'sm_90'
+ptxas info    : Function properties for sls_f32_i32_o64
+    16 bytes stack frame, 24 bytes spill stores, 20 bytes spill loads
+ptxas info    : Used 255 registers, used 0 barriers
+ptxas info    : Compiling entry function 'sgemm_tiled' for 'sm_80'
+ptxas info    : Function properties for sgemm_tiled
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 30 registers, used 1 barriers, 2176 bytes smem, 448 bytes cmem[0]
+"""
+
+
+def test_ptxas_resource_lines_are_parsed():
+    res = _resources_module().parse(_PTXAS_SAMPLE)
+    got = [(r.kernel, r.arch, r.registers, r.spill_stores, r.spill_loads, r.stack, r.smem) for r in res]
+    assert got == [("lengths_to_offsets", "sm_90", 61, 0, 0, 0, 264), ("sls_f32_i32_o64", "sm_90", 255, 24, 20, 16, 0),
+                   ("sgemm_tiled", "sm_80", 30, 0, 0, 0, 2176)]
+
+
+@pytest.mark.parametrize("regs,smem,block,arch,want", [
+    # 61 registers -> 2048 per warp (units of 256); a sub-partition's 16384 hold 8 warps, the SM 32:
+    # one 32-warp block, half of the SM's 64 warps
+    (61, 264, 1024, "sm_90", (1, 0.5, "registers")),
+    # 30 registers -> 1024 per warp: 64 warps by registers, 8 blocks of 8 warps; shared memory
+    # (2176 + 1024 reserved -> 3200 bytes) allows 52 blocks; warps allow 8
+    (30, 2176, 256, "sm_80", (8, 1.0, "warps")),
+    # 66 registers -> 2304 per warp: 7 warps per sub-partition, 28 per SM: 3 blocks of 8 warps
+    (66, 0, 256, "sm_80", (3, 24 / 64, "registers")),
+    # 48 KiB of shared memory per block: (49152 + 1024) -> 3 blocks in 164 KiB, 4 in 228 KiB
+    (32, 48 * 1024, 128, "sm_80", (3, 12 / 64, "shared memory")),
+    (32, 48 * 1024, 128, "sm_90", (4, 16 / 64, "shared memory")),
+    # 1024 threads at 255 registers: 32 warps x 8192 registers > 65536 per block: no launch at all
+    (255, 0, 1024, "sm_90", (0, 0.0, "registers")),
+])
+def test_occupancy_follows_the_calculator_rules(regs, smem, block, arch, want):
+    assert _resources_module().occupancy(regs, smem, block, arch) == want
+
+
+def test_a_spilling_lookup_or_lstm_kernel_fails_the_check():
+    tool = _resources_module()
+    res = tool.parse(_PTXAS_SAMPLE)
+    failures = tool.spill_failures("embedding.cu", res)
+    assert len(failures) == 1 and "sls_f32_i32_o64 spills on sm_90 (24 bytes stored, 20 loaded)" in failures[0]
+    assert tool.spill_failures("lstm.cu", res) and not tool.spill_failures("tensor_ops.cu", res)
+    table = tool.table([("embedding.cu", r) for r in res])
+    assert "| embedding.cu | lengths_to_offsets | 1024 | - / 61 | - / 0 | 0 | 264 | - | 50% (1 blocks; registers) |" \
+        in table

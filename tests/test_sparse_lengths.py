@@ -94,13 +94,17 @@ def test_multi_dim_table_keeps_trailing_dims():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_empty_indices_give_zeros_without_checking_lengths():
+def test_empty_indices_give_zeros_and_still_check_lengths():
     data = RNG.standard_normal((5, 4)).astype(np.float32)
-    # lengths do not sum to 0, but Caffe2 zero-fills when INDICES is empty
-    got = run_op("SparseLengthsSum", [data, np.zeros(0, np.int64), np.array([0, 2, 0], np.int32)])
+    got = run_op("SparseLengthsSum", [data, np.zeros(0, np.int64), np.array([0, 0, 0], np.int32)])
     np.testing.assert_array_equal(got, np.zeros((3, 4), np.float32))
     got = run_op("SparseLengthsMean", [data, np.zeros(0, np.int32), np.zeros(0, np.int32)])
     assert got.shape == (0, 4)
+    # Caffe2 zero-filled here without looking at LENGTHS; caffe2py checks them as it
+    # does when INDICES is not empty (issue 22)
+    for lengths, why in (([0, 2, 0], "sum of lengths"), ([-5], "non-negative"), ([5, 0], "sum of lengths")):
+        with pytest.raises(Caffe2Error, match=why):
+            run_op("SparseLengthsSum", [data, np.zeros(0, np.int64), np.array(lengths, np.int32)])
 
 
 def test_skewed_lengths_and_long_bags():

@@ -1,5 +1,8 @@
-"""The CUDA device, on PyCUDA: small modules in the style of a tinygrad runtime.
+"""The CUDA device, on PyCUDA or on caffe2py's CPU emulator: small modules in the style
+of a tinygrad runtime.
 
+    backend    which implementation fills the seams: PyCUDA, or emulator/ (the kernels
+               compiled with g++ and run on the CPU with bounds and thread-order checks)
     context    lazy PyCUDA context (the device's primary context) and stream per device id
     allocator  caching memory pool per device, device arrays
     compiler   kernels/cuda/*.cu -> cubin for the device's arch, cached on disk by hash
@@ -7,8 +10,8 @@
     cublas     ctypes binding to cuBLAS, with a fallback GEMM kernel
     adapter    moves blobs between host and device; registered with caffe2py.devices
 
-Importing this package never needs PyCUDA or a GPU; whether the device is usable is
-a run-time question (`available()`), answered once and cached.
+Importing this package never needs PyCUDA, a GPU or a compiler; whether the device is
+usable is a run-time question (`available()`), answered once and cached.
 """
 from .adapter import CudaAdapter, adapter_instance
 from .context import available, device_count, unavailable_reason

@@ -1,8 +1,8 @@
 """The CUDA DeviceAdapter: FeedBlob with a CUDA device_option puts a pooled
-PyCUDA device array in the workspace; FetchBlob copies it back."""
+device array (PyCUDA's, or the emulator's) in the workspace; FetchBlob copies it back."""
 from ..devices import DeviceAdapter
 from ..registry import CUDA
-from . import allocator, context
+from . import allocator, backend, context
 
 DEVICE_ATTR = "_caffe2py_device_id"
 
@@ -11,14 +11,8 @@ _gpu_array_class = []      # [GPUArray or None], looked up once: a failing impor
 
 
 def is_device_array(value):
-    if not _gpu_array_class:
-        try:
-            from pycuda.gpuarray import GPUArray  # noqa: PLC0415
-        except ImportError:
-            GPUArray = None
-        _gpu_array_class.append(GPUArray)
-    cls = _gpu_array_class[0]
-    return cls is not None and isinstance(value, cls)
+    array_type = backend.device_array_type()
+    return array_type is not None and isinstance(value, array_type)
 
 
 def device_id_of(value):

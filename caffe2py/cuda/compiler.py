@@ -56,9 +56,28 @@ def cache_key(source, options, arch, headers=""):
     return h.hexdigest()
 
 
+def user_cache_root(environ=None, platform=None):
+    """caffe2py's cache folder, never inside the package: $CAFFE2PY_CACHE, else the
+    platform's user cache folder (~/.cache/caffe2py or $XDG_CACHE_HOME/caffe2py on
+    Linux, ~/Library/Caches/caffe2py on macOS, %LOCALAPPDATA%\\caffe2py on Windows)."""
+    import sys  # noqa: PLC0415
+    environ = os.environ if environ is None else environ
+    platform = sys.platform if platform is None else platform
+    if environ.get("CAFFE2PY_CACHE"):
+        return environ["CAFFE2PY_CACHE"]
+    home = os.path.expanduser("~")
+    if platform == "darwin":
+        base = os.path.join(home, "Library", "Caches")
+    elif platform.startswith("win"):
+        base = environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+    else:
+        base = environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    return os.path.join(base, "caffe2py")
+
+
 def cache_dir():
-    root = os.environ.get("CAFFE2PY_CUDA_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "caffe2py", "cuda")
+    """Where cubins are kept: $CAFFE2PY_CUDA_CACHE, else <user cache root>/cuda."""
+    root = os.environ.get("CAFFE2PY_CUDA_CACHE") or os.path.join(user_cache_root(), "cuda")
     os.makedirs(root, exist_ok=True)
     return root
 
@@ -98,10 +117,17 @@ def compile_cubin(source, arch, options=OPTIONS, headers=""):
 
 
 def module(name, device_id=0):
-    """The loaded module for kernels/cuda/<name>.cu on device_id."""
+    """The loaded module for kernels/cuda/<name>.cu on device_id (a cubin through PyCUDA,
+    or a host library through the emulator)."""
     mod = _modules.get((name, device_id))
     if mod is None:
         context.activate(device_id)
+        from . import backend  # noqa: PLC0415
+        if backend.is_emulator():
+            from .emulator import driver as emu  # noqa: PLC0415
+            read_source(name)  # a clear error when the source is missing
+            mod = _modules[(name, device_id)] = emu.module_from_file(os.path.join(kernel_dir(), name + ".cu"))
+            return mod
         import pycuda.driver as drv  # noqa: PLC0415
         arch = arch_for(context.compute_capability(device_id))
         mod = _modules[(name, device_id)] = drv.module_from_buffer(

@@ -1,6 +1,7 @@
 """Lazy PyCUDA contexts: one per device id (the device's primary context, which
 the CUDA runtime and so cuBLAS share), one stream per device for all launches and
-copies. Nothing here runs at import time."""
+copies. Nothing here runs at import time. With the emulator backend
+(caffe2py.cuda.backend) the same calls go to caffe2py.cuda.emulator.driver."""
 import atexit
 import threading
 
@@ -14,14 +15,24 @@ _current = [None]    # device id whose context is on top of the stack
 
 
 def _driver():
-    import pycuda.driver as drv  # noqa: PLC0415 - optional dependency, imported lazily
-    return drv
+    from . import backend  # noqa: PLC0415 - PyCUDA is optional: imported lazily
+    return backend.driver()
+
+
+_EMULATOR_HINT = "; CAFFE2PY_CUDA_BACKEND=emulator runs the CUDA kernels on the CPU emulator"
 
 
 def probe():
-    """Can a GPU be used? Returns (ok, reason, count); cached after the first call."""
+    """Can a GPU (or the emulator, when selected) be used? Returns (ok, reason, count);
+    cached after the first call."""
     with _lock:
         if not _probe:
+            from . import backend  # noqa: PLC0415
+            if backend.is_emulator():
+                from . import emulator  # noqa: PLC0415
+                ok, reason = emulator.available()
+                _probe.update(ok=ok, reason=reason, count=1 if ok else 0)
+                return _probe["ok"], _probe["reason"], _probe["count"]
             try:
                 drv = _driver()
                 drv.init()
@@ -31,8 +42,22 @@ def probe():
                 ok, reason, count = False, "PyCUDA is not installed (pip install caffe2py[cuda]): %s" % exc, 0
             except Exception as exc:  # noqa: BLE001 - cuInit failures: no driver, no device
                 ok, reason, count = False, "the CUDA driver could not be initialised: %s" % exc, 0
-            _probe.update(ok=ok, reason=reason, count=count)
+            _probe.update(ok=ok, reason=reason + ("" if ok else _EMULATOR_HINT), count=count)
         return _probe["ok"], _probe["reason"], _probe["count"]
+
+
+def forget():
+    """Drop the probe's answer, contexts and streams (the backend changed)."""
+    with _lock:
+        if _current[0] is not None:
+            try:
+                _driver().Context.pop()
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        _probe.clear()
+        _contexts.clear()
+        _streams.clear()
+        _current[0] = None
 
 
 def available():

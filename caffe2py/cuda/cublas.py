@@ -76,6 +76,10 @@ def handle(device_id=0):
     """(lib, handle) bound to the device's stream, or None when cuBLAS is unavailable."""
     key = ("handle", device_id)
     if key not in _state:
+        from . import backend  # noqa: PLC0415
+        if backend.is_emulator():
+            _state[key], _state["where"] = None, "the CUDA emulator has no cuBLAS: gemm.cu runs instead"
+            return None
         lib = _state.get("lib")
         if "lib" not in _state:
             lib, where = load_library()

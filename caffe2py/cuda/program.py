@@ -33,7 +33,8 @@ class ErrorStatus:
     without errors leaves it untouched and no per-run reset is needed."""
 
     def __init__(self, device_id=0):
-        import pycuda.driver as drv  # noqa: PLC0415
+        from . import backend  # noqa: PLC0415
+        drv = backend.driver()
         self.device_id = device_id
         self.device = allocator.empty((2,), np.int64, device_id)
         self.host = drv.pagelocked_empty(2, np.int64)

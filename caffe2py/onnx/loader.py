@@ -35,6 +35,7 @@ def load_model(model, check=False):
     """A ModelProto from a ModelProto, a path (str/PathLike) or serialized bytes."""
     import onnx
 
+    model_arg = model
     if isinstance(model, onnx.ModelProto):
         source = "model '%s'" % (model.graph.name or "<unnamed>")
     elif isinstance(model, (bytes, bytearray, memoryview)):
@@ -52,6 +53,9 @@ def load_model(model, check=False):
         _load_external_data(model, os.path.dirname(os.path.abspath(path)))
     else:
         raise ModelLoadError("expected an onnx.ModelProto, a path or bytes, got %s" % type(model).__name__)
+    if not isinstance(model_arg, (str, os.PathLike)):
+        from .external_data import refuse_external_data
+        refuse_external_data(model, source, ModelLoadError)
     _check_text(model, source)
     if model.ir_version > MAX_IR_VERSION:
         raise ModelLoadError("%s has IR version %d; caffe2py reads IR versions up to %d"
@@ -70,13 +74,8 @@ def load_model(model, check=False):
 
 
 def _load_external_data(model, base_dir):
-    from onnx.external_data_helper import load_external_data_for_model, uses_external_data
-
-    if any(uses_external_data(t) for t in model.graph.initializer):
-        try:
-            load_external_data_for_model(model, base_dir)
-        except OSError as exc:
-            raise ModelLoadError("cannot read the external data of the ONNX model: %s" % exc) from None
+    from .external_data import load_external_data
+    load_external_data(model, base_dir, ModelLoadError)
 
 
 def _graph_texts(graph):

@@ -1,5 +1,5 @@
-// SparseLengths{Sum,WeightedSum,Mean} over float32, float16, fused 8-bit and fused
-// 4-bit rowwise tables; int32/int64 indices; lengths (after lengths_to_offsets) or
+// SparseLengths{Sum,WeightedSum,Mean} over float32, float16 and fused 8-, 4- and
+// 2-bit rowwise tables; int32/int64 indices; lengths (after lengths_to_offsets) or
 // offsets. `lanes` threads (blockDim.x) share one bag and span its row in vectors;
 // blockDim.y bags per block. float32 accumulation. Out-of-range indices are skipped
 // and reported through status (see common.cuh); the host then raises the CPU op's error.
@@ -82,6 +82,29 @@ struct Fused4Table {
             float bias = load_unaligned_f16(r + nbytes + 2);
             uint8_t byte = r[col / 2];
             float q = (float)((col & 1) ? (byte >> 4) : (byte & 0xF));
+            acc[0] += fmaf(w * scale, q, w * bias);
+        }
+    }
+};
+
+// Row: ceil(dim/4) bytes of 2-bit values (lowest bits first), then float16 scale, float16 bias.
+struct Fused2Table {
+    static const int VEC = 16;
+    const uint8_t* data; long long dim;
+    template <int V> C2_INLINE void add(long long idx, int col, float w, float* acc) const {
+        long long nbytes = (dim + 3) / 4;
+        const uint8_t* r = data + idx * (nbytes + 4);
+        if (V == 16) {  // dim % 16 == 0: rows and the 4 bytes read are 4-byte aligned
+            float scale = __half2float(*reinterpret_cast<const __half*>(r + nbytes));
+            float bias = __half2float(*reinterpret_cast<const __half*>(r + nbytes + 2));
+            unsigned int q = *reinterpret_cast<const unsigned int*>(r + col / 4);
+            float ws = w * scale, wb = w * bias;
+#pragma unroll
+            for (int k = 0; k < 16; ++k) acc[k] += fmaf(ws, (float)((q >> (2 * k)) & 0x3), wb);
+        } else {
+            float scale = load_unaligned_f16(r + nbytes);
+            float bias = load_unaligned_f16(r + nbytes + 2);
+            float q = (float)((r[col / 4] >> (2 * (col & 3))) & 0x3);
             acc[0] += fmaf(w * scale, q, w * bias);
         }
     }
@@ -176,6 +199,7 @@ C2_SLS_FAMILY(f32, F32Table, float)
 C2_SLS_FAMILY(f16, F16Table, __half)
 C2_SLS_FAMILY(fused8, Fused8Table, uint8_t)
 C2_SLS_FAMILY(fused4, Fused4Table, uint8_t)
+C2_SLS_FAMILY(fused2, Fused2Table, uint8_t)
 
 // ---------------------------------------------------------------- lengths -> offsets
 // One block (blockDim.x a multiple of 32) walks the int32 lengths in chunks of

@@ -365,10 +365,71 @@ def _compiled_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, inclu
     return out.reshape(x.shape[:2] + out_spatial)
 
 
+def _far_reaching(spatial, kernel, pads, dilations):
+    """Whether windows reach far past the input (a kernel or pads much larger than
+    the map): padding it would cost more than the input itself, by any margin."""
+    k = len(kernel)
+    return any((kernel[d] - 1) * dilations[d] + 1 > 2 * spatial[d] + 16
+               or max(pads[d], pads[k + d]) > spatial[d] + 16 for d in range(k))
+
+
+def _clipped_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad):
+    """Pools whose windows reach far past the input: each dim is reduced in turn over
+    the cells of each window that lie inside the input (a window entirely in the
+    padding gives the fill: -inf or the int minimum for max, 0 for the sum), so the
+    work is outputs x input size, never the padded extent or the kernel area."""
+    k = len(kernel)
+    spatial = x.shape[2:]
+    out_spatial = pool_output_shape(spatial, kernel, strides, pads, dilations, ceil_mode)
+    work = x if (is_max or x.dtype.kind == "f") else x.astype(np.float32)
+    fill = (-np.inf if work.dtype.kind == "f" else np.iinfo(work.dtype).min) if is_max else 0
+    reduce = np.max if is_max else np.sum
+    cur = work
+    for d in range(k):
+        axis = 2 + d
+        size, dil = spatial[d], dilations[d]
+        shape = list(cur.shape)
+        shape[axis] = out_spatial[d]
+        out = np.full(shape, fill, cur.dtype)
+        for o in range(out_spatial[d]):
+            start = o * strides[d] - pads[d]
+            first = 0 if start >= 0 else (-start + dil - 1) // dil
+            last = min(kernel[d] - 1, (size - 1 - start) // dil) if start <= size - 1 else -1
+            if first > last:
+                continue
+            index = [slice(None)] * cur.ndim
+            index[axis] = slice(start + first * dil, start + last * dil + 1, dil)
+            index_out = [slice(None)] * cur.ndim
+            index_out[axis] = o
+            out[tuple(index_out)] = reduce(cur[tuple(index)], axis=axis)
+        cur = out
+    if not is_max:
+        cur = cur * _inverse_counts(spatial, tuple(kernel), tuple(strides), tuple(pads), tuple(out_spatial),
+                                    bool(include_pad), cur.dtype.str)
+    return cur.astype(x.dtype, copy=False)
+
+
+def _empty_output(x, kernel, strides, pads, dilations, ceil_mode):
+    """The (empty) output when there is nothing to compute, else None: work that does
+    not depend on the input's size must not run for an empty batch."""
+    if x.size and all(x.shape[2:]):
+        return None
+    out_spatial = pool_output_shape(x.shape[2:], kernel, strides, pads, dilations, ceil_mode)
+    if min(out_spatial, default=1) <= 0:
+        return None                     # the regular path words the error
+    return np.empty(x.shape[:2] + tuple(out_spatial), x.dtype)
+
+
 def max_pool(x, kernel, strides, pads, dilations=None, ceil_mode=False, *, scratch=None):
     k = len(kernel)
     dilations = list(dilations or [1] * k)
     _check(x, kernel, strides, pads, dilations)
+    out = _empty_output(x, kernel, strides, pads, dilations, ceil_mode)
+    if out is not None:
+        return out
+    if _far_reaching(x.shape[2:], kernel, pads, dilations) and min(
+            pool_output_shape(x.shape[2:], kernel, strides, pads, dilations, ceil_mode)) > 0:
+        return _clipped_pool(x, kernel, strides, pads, dilations, ceil_mode, True, False)
     out = _compiled_pool(x, kernel, strides, pads, dilations, ceil_mode, True)
     if out is not None:
         return out
@@ -403,6 +464,12 @@ def average_pool(x, kernel, strides, pads, count_include_pad=False, ceil_mode=Fa
     k = len(kernel)
     ones = [1] * k
     _check(x, kernel, strides, pads, ones)
+    out = _empty_output(x, kernel, strides, pads, ones, ceil_mode)
+    if out is not None:
+        return out
+    if _far_reaching(x.shape[2:], kernel, pads, ones) and min(
+            pool_output_shape(x.shape[2:], kernel, strides, pads, ones, ceil_mode)) > 0:
+        return _clipped_pool(x, kernel, strides, pads, ones, ceil_mode, False, count_include_pad)
     out = _compiled_pool(x, kernel, strides, pads, ones, ceil_mode, False, count_include_pad)
     if out is not None:
         return out
@@ -440,6 +507,11 @@ def _row_means_numpy(rows, out, blocks):
 def global_pool(x, kind):
     """(N, C, *S) -> (N, C, 1, ...): max or mean over all spatial dims."""
     n, c = x.shape[:2]
+    if n * c == 0:
+        return np.empty((n, c) + (1,) * (x.ndim - 2), x.dtype)
+    if not all(x.shape[2:]):
+        raise ValueError("global %s pooling needs a non-empty spatial extent, got shape %s"
+                         % (kind, list(x.shape)))
     flat = x.reshape(n, c, -1)
     if kind == "max":
         y = flat.max(axis=2)

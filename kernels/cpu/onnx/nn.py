@@ -98,14 +98,15 @@ def softmax_axis(x, axis, log=False):
 
 def hardmax_axis(x, axis):
     out = np.zeros_like(x)
+    if x.size == 0:
+        return out
     idx = np.expand_dims(np.argmax(x, axis=axis), axis)
     np.put_along_axis(out, idx, 1, axis=axis)
     return out
 
 
 def coerce_2d(x, axis):
-    rows = math.prod(x.shape[:axis])
-    return x.reshape(rows, -1)
+    return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
 def _ceil_extra(spatial, kernel, strides, pads, dilations, ceil_mode):

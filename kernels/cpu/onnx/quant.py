@@ -8,10 +8,17 @@ def _broadcast_param(param, x, axis, block_size):
     if param.size == 1 and block_size == 0:
         return param.reshape(())
     if block_size == 0:
+        if param.ndim != 1 or param.size != x.shape[axis]:
+            raise ValueError("a per-axis scale / zero point must be 1-D with %d values (input shape %s, "
+                             "axis %d), got shape %s" % (x.shape[axis], list(x.shape), axis, list(param.shape)))
         shape = [1] * x.ndim
         shape[axis] = param.size
         return param.reshape(shape)
     # blocked: repeat each entry block_size times along axis, then crop to x
+    if block_size < 0 or param.ndim != x.ndim or param.shape[axis] * block_size < x.shape[axis] or any(
+            param.shape[d] != x.shape[d] for d in range(x.ndim) if d != axis):
+        raise ValueError("a blocked scale / zero point of shape %s with block_size %d does not cover input "
+                         "shape %s on axis %d" % (list(param.shape), block_size, list(x.shape), axis))
     rep = np.repeat(param, block_size, axis=axis)
     index = [slice(None)] * x.ndim
     index[axis] = slice(0, x.shape[axis])

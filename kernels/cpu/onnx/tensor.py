@@ -72,8 +72,19 @@ def scatter_nd(data, indices, updates, reduction="none"):
     """Copy of data with updates written (or reduced) at index tuples indices[..., :k]."""
     out = data.copy()
     k = indices.shape[-1]
-    idx = tuple(indices.reshape(-1, k).T)
-    upd = updates.reshape((-1,) + data.shape[k:])
+    count = math.prod(indices.shape[:-1])          # index tuples; k = 0 selects the whole tensor
+    if k == 0:
+        upd = updates.reshape((count,) + data.shape)
+        if reduction == "none":
+            return upd[-1].copy() if count else out
+        if reduction not in _REDUCE_AT:
+            raise ValueError("unknown reduction '%s'" % reduction)
+        combine = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[reduction]
+        for u in upd:
+            out = combine(out, u)
+        return out.astype(data.dtype, copy=False)
+    idx = tuple(indices.reshape(count, k).T)
+    upd = updates.reshape((count,) + data.shape[k:])
     if reduction == "none":
         out[idx] = upd
     elif reduction in _REDUCE_AT:

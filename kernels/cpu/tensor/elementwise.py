@@ -111,6 +111,8 @@ def softmax_2d(x2):
 
 def softmax(x, axis):
     """Caffe2/ONNX-1 semantics: coerce to 2-D at axis, softmax over the second part."""
+    if x.size == 0:                 # nothing to normalise (and no row to take a max of)
+        return np.empty_like(x)
     axis = axis % x.ndim if x.ndim else 0
     rows = math.prod(x.shape[:axis])
     return softmax_2d(x.reshape(rows, -1)).reshape(x.shape)

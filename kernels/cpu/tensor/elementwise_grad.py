@@ -28,8 +28,8 @@ def tanh_grad(y, dy):
 
 def softmax_grad(y, dy, axis):
     axis = axis % y.ndim if y.ndim else 0
-    rows = math.prod(y.shape[:axis])
-    y2, dy2 = y.reshape(rows, -1), dy.reshape(rows, -1)
+    rows, cols = math.prod(y.shape[:axis]), math.prod(y.shape[axis:])
+    y2, dy2 = y.reshape(rows, cols), dy.reshape(rows, cols)
     dot = np.einsum("ij,ij->i", dy2, y2, dtype=np.float64).astype(y.dtype)
     return (y2 * (dy2 - dot[:, None])).reshape(y.shape)
 

@@ -1,0 +1,1 @@
+"""Developer tools shipped with caffe2py (`python -m caffe2py.tools.fuzz`)."""

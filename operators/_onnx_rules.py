@@ -1,0 +1,294 @@
+"""Input rules every ONNX op gets from onnx's own specification of the op at the
+model's opset (onnx.defs), so each kernel may assume what the spec promises:
+
+  OnnxTypeConstraints  each input's type is one its type parameter allows; inputs
+                       sharing a type parameter share a dtype (per call, cheap)
+  OnnxShapeInference   onnx's shape inference accepts the inputs' shapes (and the
+                       values of small integer inputs such as shapes, axes, k):
+                       ranks, attribute values against shapes, broadcasting. It
+                       runs once per distinct input signature (cached per op).
+"""
+import numpy as np
+
+from caffe2py.schema_rules import ABSENT_INPUTS_ARG, Broadcast, InputRule, _position
+
+DOMAIN = "ai.onnx"
+
+# numpy dtype -> onnx's name for tensors of it (types numpy lacks are never checked)
+_ONNX_TENSOR_TYPES = {np.dtype(k): "tensor(%s)" % v for k, v in (
+    (np.float32, "float"), (np.float64, "double"), (np.float16, "float16"), (np.int8, "int8"),
+    (np.int16, "int16"), (np.int32, "int32"), (np.int64, "int64"), (np.uint8, "uint8"),
+    (np.uint16, "uint16"), (np.uint32, "uint32"), (np.uint64, "uint64"), (np.bool_, "bool"),
+    (np.complex64, "complex64"), (np.complex128, "complex128"), (np.object_, "string"),
+    (np.str_, "string"), (np.bytes_, "string"))}
+
+
+class OnnxTypeConstraints(InputRule):
+    """Input dtypes as onnx's own schema of the op (at the model's opset) declares
+    them: each input's type is one its type parameter allows, and inputs that share
+    a type parameter (Add's A and B are both T) share a dtype. Every ONNX op carries
+    this rule; it is read from onnx.defs once per op at plan time."""
+
+    def runtime(self, ctx):
+        formal = _formal_inputs(ctx)
+        if not formal:
+            return None
+        absent = ctx.ints(ABSENT_INPUTS_ARG, []) if ctx.has(ABSENT_INPUTS_ARG) else []
+        total = ctx.n_inputs + len(absent)
+        where = []                       # (schema input index, position, param, allowed)
+        for index in range(total):
+            pos = _position(ctx, index)
+            if pos is None:
+                continue
+            param, allowed, _variadic = formal[min(index, len(formal) - 1)]
+            if index >= len(formal) and not formal[-1][2]:
+                continue                 # more inputs than onnx declares: the arity check's job
+            where.append((index, pos, param, allowed))
+        label = "%s-%d" % (ctx.type, ctx.op_version) if ctx.op_version else ctx.type
+
+        def check(inputs):
+            first = {}
+            for index, pos, param, allowed in where:
+                x = inputs[pos]
+                dtype = getattr(x, "dtype", None)
+                if dtype is None:
+                    if any(a.startswith("tensor(") for a in allowed) and not any(
+                            a.startswith(("seq(", "optional(", "map(")) for a in allowed):
+                        raise ctx.input_error(pos, "input %d must be a tensor (onnx's %s), got a %s"
+                                              % (index, label, type(x).__name__))
+                    continue
+                name = _ONNX_TENSOR_TYPES.get(np.dtype(dtype))
+                if name is None:
+                    continue
+                if allowed and name not in allowed:
+                    raise ctx.input_error(pos, "input %d has type %s, which onnx's %s does not allow for "
+                                          "its type parameter %s (allowed: %s)"
+                                          % (index, name, label, param, ", ".join(sorted(allowed))))
+                seen = first.setdefault(param, (index, name))
+                if seen[1] != name:
+                    raise ctx.input_error(pos, "input %d has type %s but input %d has %s; onnx's %s "
+                                          "types both with %s, so they must match"
+                                          % (index, name, seen[0], seen[1], label, param))
+        return check
+
+
+_formal_cache = {}
+
+
+def _formal_inputs(ctx):
+    """[(type parameter, allowed type names, variadic)] per formal input of onnx's
+    schema of the op at its opset, or None when onnx has no such schema."""
+    domain = "" if ctx.op_def.domain in ("", DOMAIN, "onnx") else ctx.op_def.domain
+    key = (ctx.type, domain, ctx.op_version)
+    if key not in _formal_cache:
+        _formal_cache[key] = _read_formal_inputs(ctx.type, domain, ctx.op_version)
+    return _formal_cache[key]
+
+
+def _read_formal_inputs(op_type, domain, version):
+    import onnx
+    try:
+        schema = (onnx.defs.get_schema(op_type, version, domain) if version
+                  else onnx.defs.get_schema(op_type, domain))
+    except Exception:  # noqa: BLE001 - an op onnx does not define (caffe2py's own): no rule
+        return None
+    constraints = {c.type_param_str: frozenset(c.allowed_type_strs) for c in schema.type_constraints}
+    variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
+    out = []
+    for f in schema.inputs:
+        allowed = constraints.get(f.type_str, frozenset([f.type_str]))
+        # a type parameter shared by a variadic input's values is only shared when onnx says so
+        param = f.type_str if (f.option != variadic or f.is_homogeneous) else "%s#%d" % (f.type_str, len(out))
+        out.append((param, allowed, f.option == variadic))
+    return out
+
+
+
+
+# ------------------------------------------------------------------ shape inference
+
+_DATA_LIMIT = 64          # inputs up to this many values are handed to inference as data
+_CACHE_LIMIT = 64         # input signatures remembered per op
+
+
+class OnnxShapeInference(InputRule):
+    """onnx's shape inference for the op, on the actual input shapes (and the values
+    of small inputs): whatever the spec can tell from them is checked before the
+    kernel runs. Ops with graph attributes (control flow) are left to their kernels."""
+
+    def runtime(self, ctx):
+        prepared = _node_for(ctx)
+        if prepared is None:
+            return None
+        schema, node, names, opsets = prepared
+        absent = ctx.ints(ABSENT_INPUTS_ARG, []) if ctx.has(ABSENT_INPUTS_ARG) else []
+        present = [n for i, n in enumerate(names) if i not in absent]
+        seen = {}
+        label = "%s-%d" % (ctx.type, ctx.op_version) if ctx.op_version else ctx.type
+
+        def check(inputs):
+            try:
+                key = tuple(_signature(x) for x in inputs)
+            except TypeError:
+                return               # values inference cannot describe: the kernel's business
+            if key in seen:
+                problem = seen[key]
+            else:
+                problem = _infer(schema, node, present, inputs, opsets)
+                if len(seen) >= _CACHE_LIMIT:
+                    seen.clear()
+                seen[key] = problem
+            if problem:
+                raise ctx.error("inputs %s do not meet onnx's specification of %s: %s"
+                                % (_describe(inputs), label, problem))
+        return check
+
+
+def _signature(x):
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        if isinstance(x, (list, tuple)):
+            return ("seq", tuple(_signature(v) for v in x))
+        raise TypeError
+    data = x.tobytes() if x.size <= _DATA_LIMIT and x.dtype.kind in "iub" else None
+    return (shape, x.dtype.str, data)
+
+
+def _describe(inputs):
+    parts = []
+    for x in inputs:
+        shape = getattr(x, "shape", None)
+        parts.append("%s %s" % (getattr(x, "dtype", type(x).__name__), list(shape))
+                     if shape is not None else "a %s of %d" % (type(x).__name__, len(x)))
+    return "(%s)" % ", ".join(parts)
+
+
+_node_cache = {}
+
+
+def _node_for(ctx):
+    """(onnx schema, NodeProto, input names, opset imports) rebuilt from the op def,
+    or None when it cannot be rebuilt faithfully (graph attributes, unknown op)."""
+    domain = "" if ctx.op_def.domain in ("", DOMAIN, "onnx") else ctx.op_def.domain
+    key = ctx.op_def.SerializeToString()
+    if key in _node_cache:
+        return _node_cache[key]
+    result = None
+    try:
+        result = _build_node(ctx, domain)
+    except Exception:  # noqa: BLE001 - anything odd in the def: no inference rule
+        result = None
+    if len(_node_cache) > 4096:
+        _node_cache.clear()
+    _node_cache[key] = result
+    return result
+
+
+def _build_node(ctx, domain):
+    import onnx
+    from onnx import AttributeProto as A
+    from onnx import helper, numpy_helper
+
+    from caffe2py.tensors import tensor_to_numpy
+    version = ctx.op_version or onnx.defs.onnx_opset_version()
+    schema = onnx.defs.get_schema(ctx.type, version, domain)
+    absent = ctx.ints(ABSENT_INPUTS_ARG, []) if ctx.has(ABSENT_INPUTS_ARG) else []
+    total = ctx.n_inputs + len(absent)
+    names = ["" if i in absent else "i%d" % i for i in range(total)]
+    outputs = ["o%d" % i for i in range(ctx.n_outputs)]
+    node = helper.make_node(ctx.type, names, outputs, domain=domain)
+    for arg in ctx.op_def.arg:
+        spec = schema.attributes.get(arg.name)
+        if spec is None:
+            continue
+        t = spec.type
+        if t == A.INT and arg.HasField("i"):
+            value = int(arg.i)
+        elif t == A.FLOAT and (arg.HasField("f") or arg.HasField("i")):
+            value = float(arg.f if arg.HasField("f") else arg.i)
+        elif t == A.STRING and arg.HasField("s"):
+            value = arg.s
+        elif t == A.INTS:
+            value = [int(v) for v in arg.ints]
+        elif t == A.FLOATS:
+            value = [float(v) for v in arg.floats]
+        elif t == A.STRINGS:
+            value = list(arg.strings)
+        elif t == A.TENSOR and arg.HasField("t"):
+            value = numpy_helper.from_array(tensor_to_numpy(arg.t))
+        else:
+            return None          # graphs, type protos, or a value of another type
+        node.attribute.append(helper.make_attribute(arg.name, value))
+    opsets = [helper.make_opsetid("", version if not domain else 17)]
+    if domain:
+        opsets.append(helper.make_opsetid(domain, version))
+    return schema, node, names, opsets
+
+
+_ELEM = None
+
+
+def _elem_type(dtype):
+    global _ELEM
+    if _ELEM is None:
+        from onnx import TensorProto as T
+        _ELEM = {np.dtype(k): v for k, v in (
+            (np.float32, T.FLOAT), (np.float64, T.DOUBLE), (np.float16, T.FLOAT16), (np.int8, T.INT8),
+            (np.int16, T.INT16), (np.int32, T.INT32), (np.int64, T.INT64), (np.uint8, T.UINT8),
+            (np.uint16, T.UINT16), (np.uint32, T.UINT32), (np.uint64, T.UINT64), (np.bool_, T.BOOL),
+            (np.complex64, T.COMPLEX64), (np.complex128, T.COMPLEX128), (np.object_, T.STRING),
+            (np.str_, T.STRING), (np.bytes_, T.STRING))}
+    return _ELEM.get(np.dtype(dtype))
+
+
+def _type_proto(x):
+    from onnx import helper
+    if isinstance(x, (list, tuple)):
+        if not x:
+            return None
+        inner = [_type_proto(v) for v in x]
+        if any(t is None for t in inner) or any(t != inner[0] for t in inner):
+            return None
+        return helper.make_sequence_type_proto(inner[0])
+    elem = _elem_type(x.dtype)
+    if elem is None:
+        return None
+    return helper.make_tensor_type_proto(elem, list(x.shape))
+
+
+def _infer(schema, node, names, inputs, opsets):
+    """None when onnx's inference accepts the inputs, else its complaint."""
+    from onnx import numpy_helper, shape_inference
+    types, data = {}, {}
+    for name, x in zip(names, inputs):
+        proto = _type_proto(x)
+        if proto is None:
+            return None              # a type onnx cannot describe here: nothing to say
+        types[name] = proto
+        if isinstance(x, np.ndarray) and x.size <= _DATA_LIMIT and x.dtype.kind in "iub":
+            data[name] = numpy_helper.from_array(x, name)
+    try:
+        shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=opsets)
+    except shape_inference.InferenceError as exc:
+        return _clean(str(exc))
+    except Exception:  # noqa: BLE001 - inference itself failed on odd input: no verdict
+        return None
+    return None
+
+
+def _clean(text):
+    """onnx's message without its bracketed category and node prefix."""
+    import re
+    text = re.sub(r"^\[\w+\]\s*", "", text.strip())
+    text = re.sub(r"^\(op_type:[^)]*\):\s*", "", text)
+    return text.splitlines()[0] if text else "rejected"
+
+
+class OnnxBroadcast(InputRule):
+    """Multidirectional broadcasting (NumPy's rules) of every input, from opset 7 on;
+    before that ops broadcast only with their legacy broadcast/axis attributes."""
+
+    def runtime(self, ctx):
+        if 0 < ctx.op_version < 7:
+            return None
+        return Broadcast("*").runtime(ctx)
