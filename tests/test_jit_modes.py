@@ -59,6 +59,10 @@ def _everything():
     out.append(pool_k.global_pool(_rand(rng, 4, 64, 9, 9), "avg"))
     y = _rand(rng, 2, 6, 5, 5)
     out.append(layout.concat([y, _rand(rng, 2, 3, 5, 5)], 1))
+    for rows, blocks in ((5, 2), (1, 3)):        # the team copy by rows, and by columns of one row
+        wide = np.zeros((rows, 11), np.float32)
+        layout._copy_into(_rand(rng, rows, 7), wide[:, 2:9], blocks)
+        out.append(wide)
     out.append(layout.channel_shuffle(y, 3))
     out.append(epilogue.channel_affine(y, _rand(rng, 6), _rand(rng, 6), relu=True))
     out.append(epilogue.finish_channels(y.copy(), _rand(rng, 6), _rand(rng, 2, 6, 5, 5), relu=True))
@@ -185,16 +189,16 @@ SCRIPT = """
     import numpy as np
     from caffe2py.kernels.cpu.tensor import layout
     from caffe2py.kernels.cpu.runtime import jit
-    a = np.arange(12, dtype=np.float32).reshape(2, 6)
-    b = np.arange(8, dtype=np.float32).reshape(2, 4)
+    x = np.arange(24, dtype=np.float32).reshape(1, 6, 2, 2)
+    shuffled = x.reshape(1, 2, 3, 2, 2).transpose(0, 2, 1, 3, 4).reshape(1, 6, 2, 2)
     with jit.team():
-        y = layout.concat([a, b], 1)
-    assert np.array_equal(y, np.concatenate([a, b], 1))
-    print("ready" if layout._copy_into.ready() else "twin")
+        y = layout.channel_shuffle(x, 2)
+    assert np.array_equal(y, shuffled)
+    print("ready" if layout._shuffle_planes.ready() else "twin")
     if WAIT:
         assert jit.wait_for_kernels(timeout=240)
-        print("ready" if layout._copy_into.ready() else "twin")
-        assert np.array_equal(layout.concat([a, b], 1), np.concatenate([a, b], 1))
+        print("ready" if layout._shuffle_planes.ready() else "twin")
+        assert np.array_equal(layout.channel_shuffle(x, 2), shuffled)
 """
 
 
