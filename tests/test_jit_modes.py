@@ -159,10 +159,23 @@ def _pool_gradient_results(rng):
 
 
 def _sparse_update_results(rng):
-    """The in-place row updates (kernels/cpu/optim/sparse.py): every array they write
-    (tables, moments, undo buffers, returned steps), with repeated rows (processed in
-    order: the second update starts from the first's result), no indices, int32
-    indices, a NaN gradient, with and without undo buffers, and split over 3 owners."""
+    """The in-place row updates (kernels/cpu/optim/sparse.py), through the serial copies
+    these small updates take (one owner block) and again through the parallel kernels."""
+    from caffe2py.kernels.cpu.optim import sparse as S
+    out = _sparse_update_calls(rng)
+    launch = S._launch
+    S._launch = lambda kernel, blocks: kernel
+    try:
+        return out + _sparse_update_calls(rng)
+    finally:
+        S._launch = launch
+
+
+def _sparse_update_calls(rng):
+    """Every array the updates write (tables, moments, undo buffers, returned steps),
+    with repeated rows (processed in order: the second update starts from the first's
+    result), no indices, int32 indices, a NaN gradient, with and without undo buffers,
+    and split over 3 owners."""
     from caffe2py.kernels.cpu.optim import sparse as S
     f = np.float32
     out = []
