@@ -23,7 +23,8 @@ MNIST_PREDICT = os.path.join(MODELS, "caffe2_mnist_predict_net.pb")
 MNIST_INIT = os.path.join(MODELS, "caffe2_mnist_init_net.pb")
 needs_mnist = pytest.mark.skipif(not (os.path.exists(MNIST_PREDICT) and os.path.exists(MNIST_INIT)),
                                  reason="../shared/models/caffe2_mnist_*.pb not available")
-needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot not installed (apt-get install graphviz)")
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
+                               reason="Graphviz's dot not installed (apt-get install graphviz)")
 SVG = "{http://www.w3.org/2000/svg}"
 
 
