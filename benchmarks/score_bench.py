@@ -133,7 +133,8 @@ def bench_model(name, rounds, use_ray, tmp, scale=1.0):
             out = os.path.join(tmp, "%s_out_%d" % (name, counter[0]))
             summary = run_job(spec, [data_dir], out, batch_size=batch, workers=workers, ray_address=ray_address,
                               progress=False)
-            assert not summary.failed and summary.rows == total, summary.text()
+            if summary.failed or summary.rows != total:
+                raise RuntimeError("%s: %s" % (summary.text(), "; ".join(r.error for r in summary.failed)))
             ids, got = read_outputs(out, output)
             order = np.argsort(ids)
             diffs.append(float(np.max(np.abs(got[order] - reference))))

@@ -83,6 +83,25 @@ def _connect(address):
     return ray, True
 
 
+def _settle_fsspec_http():
+    """Ray Data asks whether a file system is fsspec's HTTP one by importing
+    fsspec.implementations.http and treats ModuleNotFoundError as 'no'. With fsspec
+    installed but not aiohttp, that import fails each time it is tried, and when
+    two of Ray Data's threads try at once one of them sees the half-imported module
+    and gets ImportError "cannot import name 'HTTPFileSystem'", which fails the
+    whole job (seen here in 2 of 3 runs). Import it once here; if it cannot be
+    imported, mark it absent, so every later try is the ModuleNotFoundError Ray
+    expects."""
+    import sys
+    name = "fsspec.implementations.http"
+    if name in sys.modules:
+        return
+    try:
+        import fsspec.implementations.http  # noqa: F401
+    except ImportError:
+        sys.modules[name] = None      # `import` of it now raises ModuleNotFoundError
+
+
 def _check_shards(spec_inputs, shards, id_column):
     """(readable Parquet shards grouped by whether they have ids, ShardResults for the rest)."""
     groups, failed = {True: [], False: []}, []
@@ -171,6 +190,7 @@ def run_ray(spec, shards, out_dir, batch_size, fingerprint, workers, id_column, 
     """Score `shards` on Ray Data; [ShardResult] in shard order."""
     ray, started = _connect(address)
     import ray.data
+    _settle_fsspec_http()
     try:
         _, _, names, declared = spec.load_nets()
         inputs = {name: declared.get(name, (None, None)) for name in names}
