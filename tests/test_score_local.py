@@ -289,3 +289,27 @@ def test_missing_extras_say_how_to_get_them(monkeypatch, tmp_path):
         deps.require_pyarrow()
     with pytest.raises(deps.MissingDependency, match=r"caffe2py\[ray\]"):
         deps.require_ray()
+
+
+def test_unloadable_fsspec_http_is_marked_absent_before_a_ray_job(monkeypatch):
+    # Ray Data treats only ModuleNotFoundError as "no HTTP file system"; a racing
+    # half-import gave ImportError and failed the job
+    import builtins
+
+    from caffe2py.scoring.ray_job import _settle_fsspec_http
+    name = "fsspec.implementations.http"
+    monkeypatch.setitem(sys.modules, name, None)      # records the entry, restored afterwards
+    del sys.modules[name]
+    real_import = builtins.__import__
+
+    def no_aiohttp(module, *args, **kwargs):
+        if module == name:
+            raise ImportError("No module named 'aiohttp'")
+        return real_import(module, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_aiohttp)
+    _settle_fsspec_http()
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    assert sys.modules[name] is None
+    with pytest.raises(ModuleNotFoundError):
+        __import__(name)
