@@ -193,7 +193,8 @@ def main(argv=None):
     use_ray = not args.no_ray
     if use_ray:
         import ray
-        ray.init(num_cpus=THREADS, include_dashboard=False, log_to_driver=False)
+        from caffe2py.scoring.ray_job import ray_init_options
+        ray.init(num_cpus=THREADS, include_dashboard=False, log_to_driver=False, **ray_init_options())
     tmp = tempfile.mkdtemp(prefix="score_bench_")
     try:
         results = [bench_model(name, args.rounds, use_ray, tmp, args.scale) for name in args.models.split(",")]

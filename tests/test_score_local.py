@@ -296,7 +296,7 @@ def test_unloadable_fsspec_http_is_marked_absent_before_a_ray_job(monkeypatch):
     # half-import gave ImportError and failed the job
     import builtins
 
-    from caffe2py.scoring.ray_job import _settle_fsspec_http
+    from caffe2py.scoring.ray_job import settle_fsspec_http
     name = "fsspec.implementations.http"
     monkeypatch.setitem(sys.modules, name, None)      # records the entry, restored afterwards
     del sys.modules[name]
@@ -308,7 +308,7 @@ def test_unloadable_fsspec_http_is_marked_absent_before_a_ray_job(monkeypatch):
         return real_import(module, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_aiohttp)
-    _settle_fsspec_http()
+    settle_fsspec_http()
     monkeypatch.setattr(builtins, "__import__", real_import)
     assert sys.modules[name] is None
     with pytest.raises(ModuleNotFoundError):

@@ -14,13 +14,14 @@ pq = pytest.importorskip("pyarrow.parquet")
 from _scoring_data import demo_dataset, images, read_output, write_parquet  # noqa: E402
 
 from caffe2py.scoring import ModelSpec, run_job  # noqa: E402
+from caffe2py.scoring.ray_job import ray_init_options  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def local_ray():
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, **ray_init_options())
     yield ray
     if started:
         ray.shutdown()
