@@ -155,15 +155,18 @@ def bench_model(name, rounds, use_ray, tmp, scale=1.0):
             t0 = time.perf_counter()
             fn()
             seconds[label].append(time.perf_counter() - t0)
-            print("  %s round %d %s: %.0f rows/s" % (name, r, label, total / seconds[label][-1]), flush=True)
+            print("  %s round %d %s: %s rows/s" % (name, r, label, rate_text(total / seconds[label][-1])), flush=True)
     rates = {label: [total / s for s in secs] for label, secs in seconds.items()}
     return {"model": name, "rows": total, "shards": shards, "batch": batch, "rates": rates,
             "max_diff": max(diffs) if diffs else 0.0}
 
 
+def rate_text(value):
+    return "%.0f" % value if value >= 100 else "%.1f" % value if value >= 10 else "%.2f" % value
+
+
 def fmt_rate(values):
-    med = statistics.median(values)
-    return "%.0f (%.0f-%.0f)" % (med, min(values), max(values))
+    return "%s (%s-%s)" % (rate_text(statistics.median(values)), rate_text(min(values)), rate_text(max(values)))
 
 
 def table(results, labels):
