@@ -292,3 +292,43 @@ class OnnxBroadcast(InputRule):
         if 0 < ctx.op_version < 7:
             return None
         return Broadcast("*").runtime(ctx)
+
+
+_arity_cache = {}
+
+
+def check_arity(ctx):
+    """Input and output counts within what onnx's schema of the op at its opset
+    allows (absent optional inputs count as given, as in the model): at plan time."""
+    domain = "" if ctx.op_def.domain in ("", DOMAIN, "onnx") else ctx.op_def.domain
+    key = (ctx.type, domain, ctx.op_version)
+    if key not in _arity_cache:
+        _arity_cache[key] = _read_arity(ctx.type, domain, ctx.op_version)
+    arity = _arity_cache[key]
+    if arity is None:
+        return
+    (lo_in, hi_in), (lo_out, hi_out) = arity
+    absent = ctx.ints(ABSENT_INPUTS_ARG, []) if ctx.has(ABSENT_INPUTS_ARG) else []
+    captured = len(ctx.strings("_onnx_captured", [])) if ctx.has("_onnx_captured") else 0
+    n_in = ctx.n_inputs + len(absent) - captured
+    label = "%s-%d" % (ctx.type, ctx.op_version) if ctx.op_version else ctx.type
+    if not lo_in <= n_in <= hi_in:
+        raise ctx.error("onnx's %s takes %s inputs, got %d" % (label, _count_text(lo_in, hi_in), n_in))
+    if not lo_out <= ctx.n_outputs <= hi_out:
+        raise ctx.error("onnx's %s produces %s outputs, got %d" % (label, _count_text(lo_out, hi_out), ctx.n_outputs))
+
+
+def _count_text(lo, hi):
+    if lo == hi:
+        return "exactly %d" % lo
+    return "at least %d" % lo if hi >= 1 << 20 else "%d to %d" % (lo, hi)
+
+
+def _read_arity(op_type, domain, version):
+    import onnx
+    try:
+        schema = (onnx.defs.get_schema(op_type, version, domain) if version
+                  else onnx.defs.get_schema(op_type, domain))
+    except Exception:  # noqa: BLE001 - not an onnx op: no rule
+        return None
+    return (schema.min_input, schema.max_input), (schema.min_output, schema.max_output)

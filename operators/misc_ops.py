@@ -6,7 +6,7 @@ import numpy as np
 
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
-from caffe2py.schema_rules import Ascending, DTypes, Finite, Rank
+from caffe2py.schema_rules import Ascending, DTypes, Finite, Rank, Scalar
 
 from ._common import elementwise_cost, same_as_input
 
@@ -118,6 +118,7 @@ register_schema(OpSchema(
     "Tile", num_inputs=(1, 3), num_outputs=1,
     args=(Arg("tiles", "int", 1, doc="copies along axis"), Arg("axis", "int", 0),
           Arg("dynamic", "int", 0, doc="bound shape inference: tiles are the batch size")),
+    checks=(Scalar((1, 2)), DTypes((1, 2), "int")),
     inference=_tile_infer, inputs=("data", "tiles", "axis"), outputs=("tiled_data",),
     doc="Repeat the whole input `tiles` times along `axis` (inputs 1 and 2 override the args)."))
 

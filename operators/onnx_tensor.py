@@ -269,6 +269,8 @@ def pad(ctx):
     def run(x, pads=None, constant_value=None, axes=None):
         if ctx.op_version < 11:
             p, v = attr_pads, value
+            if p is None:
+                raise ctx.error("Pad before opset 11 needs the attribute 'pads'")
         else:
             p = _ints(pads)
             v = 0 if constant_value is None or constant_value.size == 0 else constant_value.reshape(-1)[0]
