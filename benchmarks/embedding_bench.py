@@ -1,150 +1,303 @@
-"""Embedding-bag lookups: caffe2py's SparseLengths* ops (run as a one-op net) next to
-torch's embedding_bag / quantized embedding_bag kernels, same process, same data.
+"""Embedding-bag lookups: caffe2py's SparseLengths* ops (each a one-op net) next to
+torch's embedding_bag and fbgemm's quantized embedding_bag kernels
+(torch.ops.quantized.embedding_bag_{byte,4bit,2bit}_rowwise_offsets), in the same
+process, on the same arrays.
 
-Default problem (issue 4): table 1,000,000 x 64, 1024 bags x 80 uniform random
-indices, 2 threads. Rows: float32, float16 table, weighted sum, fused 8-bit,
-fused 4-bit, skewed lengths (10% of bags 10x longer, same total). GB/s counts the
-table rows touched (indices x row bytes). torch is optional (benchmark-only):
-without it the torch columns say "absent".
+Problems (issue 18): tables 1,000,000 x 64 and 4,000,000 x 128, 1024 bags x 80
+uniform random indices (skewed: 10% of the bags 10x longer, about the same total);
+"hot" repeats the same indices every call, "cold" uses fresh indices every call and
+writes 64 MB between calls (the rows come from DRAM). Each case runs `--rounds`
+rounds; a round times `--calls` calls of ours, then of the peer (alternating, with a
+rest between blocks so that neither library's idle threads spin into the other's
+time); medians and ranges are over the rounds' medians, the ratio is the median of
+the per-round ratios. GB/s counts table rows touched (indices x row bytes) and is
+printed next to this machine's copy bandwidth (a NumPy copy of 512 MB, read + write,
+measured in the same run). Every call of ours includes the index/length checks.
 
-Usage: python benchmarks/embedding_bench.py [--rows 1000000] [--dim 64] [--bags 1024]
-       [--length 80] [--threads 2] [--repeat 50]
+Usage: python benchmarks/embedding_bench.py [--threads 1 2] [--tables 1000000x64 4000000x128]
+       [--rounds 5] [--calls 10] [--cases f32,fp16,...] [--temps hot,cold]
+torch is optional (benchmark-only): without it the peer columns say "absent".
+The measurements behind the kernel's design (prefetch distance, split, tiles) are
+benchmarks/embedding_design.py.
 """
 import argparse
 import os
-import platform
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
-
-from caffe2py import core
-from caffe2py.workspace import Workspace
 
 try:
     import torch
 except ImportError:   # benchmark-only dependency
     torch = None
 
+CASES = ("f32", "fp16", "weighted", "mean", "positional", "skewed", "fused8", "fused8_weighted", "fused4", "fused2")
 
-def median_ms(fn, repeat):
-    fn()
-    fn()
-    samples = []
-    for _ in range(repeat):
+
+def copy_bandwidth():
+    """GB/s of a NumPy copy of 512 MB (bytes read + written), best of 3."""
+    a = np.ones(1 << 27, np.float32)
+    b = np.empty_like(a)
+    best = 0.0
+    for _ in range(3):
         t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(samples)
+        np.copyto(b, a)
+        best = max(best, 2 * a.nbytes / (time.perf_counter() - t0) / 1e9)
+    return best
 
 
 class OneOpNet:
-    """A workspace holding the inputs and a compiled one-op net."""
+    """A compiled one-op net in the problem's workspace. Workspace.feed_blob copies its
+    input, so every array is fed once (by identity) and shared by the nets that use it:
+    a 2 GB table is not copied per case."""
 
-    def __init__(self, op_type, inputs, **kwargs):
-        self.ws = Workspace("emb_bench_" + op_type)
-        names = []
-        for i, value in enumerate(inputs):
-            names.append("in%d" % i)
-            self.ws.feed_blob(names[-1], value)
-        net = core.Net("bench_" + op_type)
-        net.Proto().op.extend([core.CreateOperator(op_type, names, ["out"], **kwargs)])
+    def __init__(self, ws, op_type, inputs, name, idx_pos):
+        from caffe2py import core
+        self.ws = ws
+        self.names = [ws.fed_name(value) for value in inputs]
+        self.idx_name = self.names[idx_pos] = "indices_" + name      # its own: cold runs rewrite it
+        ws.feed_blob(self.idx_name, inputs[idx_pos])
+        net = core.Net("bench_" + name)
+        net.Proto().op.extend([core.CreateOperator(op_type, self.names, ["out_" + name])])
         self.ws.create_net(net)
-        self.name = net.Name()
+        self.net, self.out = net.Name(), "out_" + name
+
+    def feed_indices(self, value):
+        self.ws.feed_blob(self.idx_name, value)
 
     def run(self):
-        self.ws.run_net(self.name)
+        self.ws.run_net(self.net)
 
     def output(self):
-        return self.ws.fetch_blob("out")
+        return self.ws.fetch_blob(self.out)
 
 
-def run_once(op_type, inputs):
-    net = OneOpNet(op_type, inputs)
+class SharedWorkspace:
+    """A Workspace whose inputs are fed once per array (see OneOpNet)."""
+
+    def __init__(self, name):
+        from caffe2py.workspace import Workspace
+        self.ws = Workspace(name)
+        self.fed = {}
+
+    def fed_name(self, value):
+        key = id(value)
+        if key not in self.fed:
+            self.fed[key] = ("in%d" % len(self.fed), value)     # keeps value alive: ids stay unique
+            self.ws.feed_blob(self.fed[key][0], value)
+        return self.fed[key][0]
+
+    def __getattr__(self, name):
+        return getattr(self.ws, name)
+
+
+def offsets_of(lengths):
+    return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+
+
+class Problem:
+    """One table size: the tables (float32, float16, fused 8/4/2-bit) and index sets."""
+
+    def __init__(self, rows, dim, bags, length, sets, seed=0):
+        from caffe2py.workspace import Workspace
+        rng = np.random.default_rng(seed)
+        self.rows, self.dim = rows, dim
+        self.table = rng.standard_normal((rows, dim), dtype=np.float32)
+        self.half = self.table.astype(np.float16)
+        ws = Workspace("emb_bench_quantise")
+        self.fused = {}
+        for bits, op in ((8, "FloatToFused8BitRowwiseQuantized"), (4, "FloatToFused4BitRowwiseQuantized"),
+                         (2, "FloatToFused2BitRowwiseQuantized")):
+            from caffe2py import core
+            ws.feed_blob("x", self.table)
+            ws.run_operator_once(core.CreateOperator(op, ["x"], ["q"]))
+            self.fused[bits] = ws.fetch_blob("q")
+        del ws
+        self.lengths = np.full(bags, length, np.int32)
+        long_bags = rng.random(bags) < 0.1
+        short = max(1, int(round(length / 1.9)))
+        self.skew_lengths = np.where(long_bags, 10 * short, short).astype(np.int32)
+        n, n_skew = int(self.lengths.sum()), int(self.skew_lengths.sum())
+        self.index_sets = [rng.integers(0, rows, n).astype(np.int64) for _ in range(sets)]
+        self.skew_sets = [rng.integers(0, rows, n_skew).astype(np.int64) for _ in range(sets)]
+        self.weights = rng.random(n, dtype=np.float32)
+        self.skew_weights = rng.random(n_skew, dtype=np.float32)
+        self.positions = rng.random(int(self.lengths.max()), dtype=np.float32)
+        self.ws = SharedWorkspace("emb_bench_%dx%d" % (rows, dim))
+
+
+def make_case(p, case):
+    """(our op, our inputs given indices, index input position, peer given indices or
+    None, row bytes, skewed)."""
+    T = torch
+    lengths, offs = p.lengths, offsets_of(p.lengths)
+    skewed = case == "skewed"
+    if skewed:
+        lengths, offs = p.skew_lengths, offsets_of(p.skew_lengths)
+
+    def bag(table, mode="sum", weights=None):
+        if T is None:
+            return None
+        t_table, t_offs = T.from_numpy(table), T.from_numpy(offs)
+        t_w = None if weights is None else T.from_numpy(weights)
+        return lambda idx: (lambda i=T.from_numpy(idx): T.nn.functional.embedding_bag(
+            i, t_table, t_offs, mode=mode, per_sample_weights=t_w))
+
+    def fbgemm(bits, mode=0, weights=None):
+        if T is None:
+            return None
+        fn = {8: "embedding_bag_byte_rowwise_offsets", 4: "embedding_bag_4bit_rowwise_offsets",
+              2: "embedding_bag_2bit_rowwise_offsets"}[bits]
+        op = getattr(T.ops.quantized, fn)
+        t_q, t_offs = T.from_numpy(p.fused[bits]), T.from_numpy(offs)
+        t_w = None if weights is None else T.from_numpy(weights)
+        return lambda idx: (lambda i=T.from_numpy(idx): op(t_q, i, t_offs, False, mode, False, t_w, None, False))
+
+    f32 = 4 * p.dim
+    if case in ("f32", "skewed"):
+        return "SparseLengthsSum", lambda idx: [p.table, idx, lengths], 1, bag(p.table), f32, skewed
+    if case == "fp16":
+        return "SparseLengthsSum", lambda idx: [p.half, idx, lengths], 1, bag(p.half), 2 * p.dim, False
+    if case == "weighted":
+        return ("SparseLengthsWeightedSum", lambda idx: [p.table, p.weights, idx, lengths], 2,
+                bag(p.table, weights=p.weights), f32, False)
+    if case == "mean":
+        return "SparseLengthsMean", lambda idx: [p.table, idx, lengths], 1, bag(p.table, "mean"), f32, False
+    if case == "positional":
+        return ("SparseLengthsPositionalWeightedSum", lambda idx: [p.table, p.positions, idx, lengths], 2,
+                None, f32, False)
+    if case == "fused8":
+        return ("SparseLengthsSumFused8BitRowwise", lambda idx: [p.fused[8], idx, lengths], 1, fbgemm(8),
+                p.fused[8].shape[1], False)
+    if case == "fused8_weighted":
+        return ("SparseLengthsWeightedSumFused8BitRowwise", lambda idx: [p.fused[8], p.weights, idx, lengths], 2,
+                fbgemm(8, weights=p.weights), p.fused[8].shape[1], False)
+    bits = int(case[-1])
+    return ("SparseLengthsSumFused%dBitRowwise" % bits, lambda idx: [p.fused[bits], idx, lengths], 1,
+            fbgemm(bits), p.fused[bits].shape[1], False)
+
+
+class Evictor:
+    """Writes 64 MB: afterwards nothing of the table is left in the caches."""
+
+    def __init__(self):
+        self.buf = np.empty(1 << 24, np.float32)
+
+    def __call__(self):
+        self.buf.fill(1.0)
+
+
+def time_block(fn, before, calls):
+    """Median seconds of `calls` calls of fn(), before() run (untimed) before each."""
+    times = []
+    for _ in range(calls):
+        before()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def summary(values):
+    return statistics.median(values), min(values), max(values)
+
+
+def run_case(p, case, temp, args, evict):
+    op, inputs, idx_pos, peer, row_bytes, skewed = make_case(p, case)
+    sets = p.skew_sets if skewed else p.index_sets
+    net = OneOpNet(p.ws, op, inputs(sets[0]), "%s_%s" % (case, temp), idx_pos)
+    peers = [peer(s) for s in sets] if peer is not None else None
+    state = {"i": 0}
+
+    def next_set():           # cold: fresh indices (fed untimed) and a 64 MB write
+        if temp == "cold":
+            state["i"] = (state["i"] + 1) % len(sets)
+            net.feed_indices(sets[state["i"]])
+            evict()
+
+    def peer_call():
+        peers[state["i"]]()
+
+    # warm up (and check the results agree)
     net.run()
-    return net.output()
+    diff = None
+    if peers is not None:
+        for _ in range(2):
+            peer_call()
+        diff = float(np.abs(net.output() - peers[state["i"]]().float().numpy()).max())
+    ours, theirs, ratios = [], [], []
+    for _ in range(args.rounds):
+        time.sleep(args.rest)
+        net.run()
+        ours.append(time_block(net.run, next_set, args.calls))
+        if peers is not None:
+            time.sleep(args.rest)
+            peer_call()
+            theirs.append(time_block(peer_call, next_set, args.calls))
+            ratios.append(ours[-1] / theirs[-1])
+    gb = sets[0].size * row_bytes / 1e9
+    return ours, theirs, ratios, gb, diff
+
+
+def one_thread_count(args):
+    threads = args.threads[0]
+    os.environ["CAFFE2PY_NUM_THREADS"] = str(threads)
+    if torch is not None:
+        torch.set_num_threads(threads)
+    evict = Evictor()
+    copy = copy_bandwidth()
+    print("# %d thread(s); copy bandwidth %.1f GB/s (NumPy copy of 512 MB, read + write)" % (threads, copy))
+    cases = args.cases.split(",")
+    temps = args.temps.split(",")
+    for spec in args.tables:
+        rows, dim = (int(v) for v in spec.lower().split("x"))
+        p = Problem(rows, dim, args.bags, args.length, sets=8)
+        print("\n## table %d x %d, %d bags x %d, %d thread(s), %d rounds x %d calls"
+              % (rows, dim, args.bags, args.length, threads, args.rounds, args.calls))
+        print("| case | temp | ours ms median [range] | peer ms median [range] | ratio median [range] "
+              "| ours GB/s | peer GB/s | copy GB/s | max abs diff |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for case in cases:
+            for temp in temps:
+                ours, theirs, ratios, gb, diff = run_case(p, case, temp, args, evict)
+                om, olo, ohi = summary(ours)
+                row = "| %s | %s | %.3f [%.2f-%.2f] | " % (case, temp, 1e3 * om, 1e3 * olo, 1e3 * ohi)
+                if theirs:
+                    tm, tlo, thi = summary(theirs)
+                    rm, rlo, rhi = summary(ratios)
+                    row += "%.3f [%.2f-%.2f] | %.2f [%.2f-%.2f] | %.1f | %.1f | %.1f | %.1e |" % (
+                        1e3 * tm, 1e3 * tlo, 1e3 * thi, rm, rlo, rhi, gb / om, gb / tm, copy, diff)
+                else:
+                    row += "none | | %.1f | | %.1f | |" % (gb / om, copy)
+                print(row, flush=True)
+        del p
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--bags", type=int, default=1024)
-    p.add_argument("--length", type=int, default=80)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--repeat", type=int, default=50)
-    a = p.parse_args()
-    os.environ["CAFFE2PY_NUM_THREADS"] = str(a.threads)
-    if torch is not None:
-        torch.set_num_threads(a.threads)
-    rng = np.random.default_rng(0)
-    table = rng.standard_normal((a.rows, a.dim), dtype=np.float32)
-    lengths = np.full(a.bags, a.length, np.int32)
-    indices = rng.integers(0, a.rows, int(lengths.sum())).astype(np.int64)
-    weights = rng.random(indices.size, dtype=np.float32)
-    long_bags = rng.random(a.bags) < 0.1
-    short = max(1, int(round(a.length / (0.9 + 0.1 * 10))))
-    skew_lengths = np.where(long_bags, 10 * short, short).astype(np.int32)
-    skew_indices = rng.integers(0, a.rows, int(skew_lengths.sum())).astype(np.int64)
-    q8 = run_once("FloatToFused8BitRowwiseQuantized", [table])
-    q4 = run_once("FloatToFused4BitRowwiseQuantized", [table])
-    half = table.astype(np.float16)
-
-    def offsets_of(lens):
-        return np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
-
-    cases = [  # name, our op, our inputs, torch callable factory, row bytes, n indices
-        ("SLS f32", "SparseLengthsSum", [table, indices, lengths],
-         lambda T: (lambda: T.nn.functional.embedding_bag(
-             T.from_numpy(indices), T.from_numpy(table), T.from_numpy(offsets_of(lengths)), mode="sum")),
-         4 * a.dim, indices.size),
-        ("SLS fp16 table", "SparseLengthsSum", [half, indices, lengths],
-         lambda T: (lambda: T.nn.functional.embedding_bag(
-             T.from_numpy(indices), T.from_numpy(half), T.from_numpy(offsets_of(lengths)), mode="sum")),
-         2 * a.dim, indices.size),
-        ("SLWS f32 weighted", "SparseLengthsWeightedSum", [table, weights, indices, lengths],
-         lambda T: (lambda: T.nn.functional.embedding_bag(
-             T.from_numpy(indices), T.from_numpy(table), T.from_numpy(offsets_of(lengths)), mode="sum",
-             per_sample_weights=T.from_numpy(weights))),
-         4 * a.dim, indices.size),
-        ("SLS f32 skewed lengths", "SparseLengthsSum", [table, skew_indices, skew_lengths],
-         lambda T: (lambda: T.nn.functional.embedding_bag(
-             T.from_numpy(skew_indices), T.from_numpy(table), T.from_numpy(offsets_of(skew_lengths)),
-             mode="sum")),
-         4 * a.dim, skew_indices.size),
-        ("SLS fused 8-bit", "SparseLengthsSumFused8BitRowwise", [q8, indices, lengths],
-         lambda T: (lambda: T.ops.quantized.embedding_bag_byte_rowwise_offsets(
-             T.from_numpy(q8), T.from_numpy(indices), T.from_numpy(offsets_of(lengths)), False, 0, False,
-             None, None, False)),
-         q8.shape[1], indices.size),
-        ("SLS fused 4-bit", "SparseLengthsSumFused4BitRowwise", [q4, indices, lengths],
-         lambda T: (lambda: T.ops.quantized.embedding_bag_4bit_rowwise_offsets(
-             T.from_numpy(q4), T.from_numpy(indices), T.from_numpy(offsets_of(lengths)), False, 0, False,
-             None, None, False)),
-         q4.shape[1], indices.size),
-    ]
-    print("# embedding lookups: table %d x %d, %d bags x %d indices, %d threads, median of %d, %s"
-          % (a.rows, a.dim, a.bags, a.length, a.threads, a.repeat, platform.processor() or platform.machine()))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--tables", nargs="+", default=["1000000x64", "4000000x128"])
+    ap.add_argument("--bags", type=int, default=1024)
+    ap.add_argument("--length", type=int, default=80)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--rest", type=float, default=0.2, help="seconds of rest before each timed block")
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--temps", default="hot,cold")
+    args = ap.parse_args()
     if torch is None:
-        print("# torch is absent (pip install torch==2.13.0 for the peer columns)")
-    print("| case | ours ms | torch ms | ratio | ours GB/s | torch GB/s | max abs diff |")
-    print("|---|---|---|---|---|---|---|")
-    for name, op, inputs, torch_fn, row_bytes, n_idx in cases:
-        net = OneOpNet(op, inputs)
-        ours = median_ms(net.run, a.repeat)
-        gb = n_idx * row_bytes / 1e9
-        peer, diff = None, None
-        if torch is not None:
-            try:
-                fn = torch_fn(torch)
-                peer = median_ms(fn, a.repeat)
-                diff = float(np.abs(net.output() - fn().float().numpy()).max())
-            except (RuntimeError, NotImplementedError) as exc:
-                print("# torch %s unavailable: %s" % (name, str(exc).splitlines()[0][:100]))
-        print("| %s | %.2f | %s | %s | %.1f | %s | %s |" % (
-            name, ours, "absent" if peer is None else "%.2f" % peer,
-            "" if peer is None else "%.2f" % (ours / peer), gb / ours * 1e3,
-            "" if peer is None else "%.1f" % (gb / peer * 1e3), "" if diff is None else "%.1e" % diff))
+        print("# torch is absent (pip install torch for the peer columns)")
+    if len(args.threads) == 1:
+        one_thread_count(args)
+        return
+    for threads in args.threads:       # one process per thread count (the team size is fixed per process)
+        cmd = [sys.executable, os.path.abspath(__file__)] + [
+            a for a in sys.argv[1:]] + ["--threads", str(threads)]
+        # the last --threads wins in argparse
+        subprocess.run(cmd, check=True)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import time
 from .blob_scopes import BlobOverlay
 from .devices import cpu_run_context, wait_for_compiled_kernels
 from .inplace import undo_on_failure
+from .progress import Progress
 from .registry import Cost, OpContext
 from .schema_inference import type_of_value
 
@@ -39,6 +40,8 @@ def per_op_timing(plan, blobs, iterations):
                 if it == 0:
                     ins = [env[b] if b in env else blobs.get(b) for b in step.inputs]
                     costs[k] = _op_cost(step, ins)
+                    # a second holder of a table would make in-place optimizer ops copy it
+                    del ins
                 t0 = time.perf_counter()
                 plan.run_step(step, env, blobs)
                 totals[k] += time.perf_counter() - t0
@@ -71,10 +74,13 @@ def benchmark_net(net, warmup_runs, main_runs, run_individual, out=None, latenci
     wait_for_compiled_kernels()
     out.write("Main runs.\n")
     runs = [] if latencies is None else latencies
-    for _ in range(main_runs):
-        t0 = time.perf_counter()
-        net.run()
-        runs.append(time.perf_counter() - t0)
+    # a bar on a terminal once the main runs have taken a few seconds
+    with Progress(main_runs, "benchmark", unit="runs", delay=3.0) as bar:
+        for _ in range(main_runs):
+            t0 = time.perf_counter()
+            net.run()
+            runs.append(time.perf_counter() - t0)
+            bar.update()
     elapsed = sum(runs[-main_runs:]) if main_runs else 0.0
     ms_per_iter = elapsed * 1e3 / max(main_runs, 1)
     out.write("Main run finished. Milliseconds per iter: %.6g. Iters per second: %.6g\n"

@@ -131,6 +131,18 @@ def iter(model, blob_out, **kwargs):  # noqa: A001 - Caffe2's name
     return model.net.Iter(blob_out, blob_out, **kwargs)
 
 
+def accuracy(model, blob_in, blob_out, **kwargs):
+    """Top-k accuracy of predictions [N, D] against int labels [N] (a metric: no gradient)."""
+    return model.net.Accuracy(blob_in, blob_out, **kwargs)
+
+
+def db_input(model, blobs_out, batch_size, db, db_type):
+    """Batches of TensorProtos records from a db: a DBReader made by CreateDB in
+    param_init_net (blob `dbreader_<db>`), read by TensorProtosDBInput in model.net."""
+    reader = model.param_init_net.CreateDB([], "dbreader_" + str(db), db=db, db_type=db_type)
+    return model.net.TensorProtosDBInput(reader, blobs_out, batch_size=batch_size)
+
+
 def add_weight_decay(model, weight_decay):
     """L2 regularisation: grad += weight_decay * param for the model's weights (those
     tagged WEIGHT) in the current name scope; needs model.param_to_grad."""
@@ -154,7 +166,7 @@ def softmax(model, blob_in, blob_out=None, use_cudnn=False, **kwargs):  # noqa: 
 
 
 for _fn in (fc, conv, spatial_bn, max_pool, average_pool, concat, dropout, sum, transpose, iter, softmax,
-            add_weight_decay):
+            add_weight_decay, db_input, accuracy):
     Register(_fn)
 for _op, _name in (("Relu", "relu"), ("Sigmoid", "sigmoid"), ("Tanh", "tanh")):
     Register(_simple(_op, _name))

@@ -193,6 +193,14 @@ class ModelHelper:
 
     # -- nets
 
+    def TensorProtosDBInput(self, unused_blob_in, blob_out, batch_size, db, db_type, **kwargs):  # noqa: ARG002
+        """The MNIST tutorial's input: brew.db_input (a reader made in param_init_net)."""
+        if unused_blob_in:
+            raise Caffe2Error("model.TensorProtosDBInput makes its own reader: pass [] as its input, or "
+                              "use model.net.TensorProtosDBInput(reader, ...) with a reader of yours")
+        from . import brew
+        return brew.db_input(self, blob_out, batch_size, db, db_type)
+
     def AddGradientOperators(self, *args, **kwargs):
         """net.AddGradientOperators, recording grad_map and param_to_grad. Losses
         given as a list must be scalars (checked when the net runs)."""

@@ -457,6 +457,26 @@ def set_lr_injection(lr_injection_value):
     workspace.FeedBlob(_LEARNING_RATE_INJECTION, np.array([float(lr_injection_value)], dtype=np.float32))
 
 
+def _calc_norm_ratio(model, params, name_scope, param_to_device, max_gradient_norm):
+    """Caffe2's gradient clipping by global norm: the learning-rate multiplier
+    clip_norm / max(global_norm, clip_norm), global_norm the L2 norm of every
+    gradient together (a sparse gradient's values)."""
+    with core.NameScope(name_scope):
+        squared_sums = []
+        for i, info in enumerate(params):
+            device = get_param_device(str(info.blob), info.grad, param_to_device)
+            with core.DeviceScope(device) if device is not None else _no_scope():
+                grad = info.grad.values if _is_slice(info.grad) else info.grad
+                squared = model.net.SumSqrElements(grad, "grad_{}_squared_sum".format(i))
+                squared_sums.append(model.net.EnsureCPUOutput(squared))
+        with core.DeviceScope(core.DeviceOption(caffe2_pb2.CPU)):
+            full_sum = model.net.Sum(squared_sums, "grad_squared_full_sum")
+            global_norm = model.net.Pow(full_sum, "global_norm", exponent=0.5)
+            clip_norm = model.param_init_net.ConstantFill([], "clip_norm", shape=[], value=float(max_gradient_norm))
+            max_norm = model.net.Max([global_norm, clip_norm], "max_norm")
+            return model.net.Div([clip_norm, max_norm], "norm_ratio")
+
+
 def _build(model, optimizer, weights_only=False, use_param_info_optim=True, max_gradient_norm=None,
            allow_lr_injection=False):
     model.Validate()
@@ -466,11 +486,15 @@ def _build(model, optimizer, weights_only=False, use_param_info_optim=True, max_
     lr_multiplier = None
     if max_gradient_norm is not None:
         _require_ops("max_gradient_norm", "SumSqrElements", "Pow", "Max")
+        lr_multiplier = _calc_norm_ratio(model, params, "norm_clipped_grad_update", param_to_device,
+                                         max_gradient_norm)
     if allow_lr_injection:
         if not model.net.BlobIsDefined(_LEARNING_RATE_INJECTION):
-            lr_multiplier = model.param_init_net.ConstantFill([], _LEARNING_RATE_INJECTION, shape=[1], value=1.0)
+            lr_injection = model.param_init_net.ConstantFill([], _LEARNING_RATE_INJECTION, shape=[1], value=1.0)
         else:
-            lr_multiplier = _LEARNING_RATE_INJECTION
+            lr_injection = _LEARNING_RATE_INJECTION
+        lr_multiplier = lr_injection if lr_multiplier is None else \
+            model.net.Mul([lr_injection, lr_multiplier], "lr_multiplier", broadcast=1)
     optimizer.add_lr_multiplier(lr_multiplier)
     for info in params:
         device = get_param_device(str(info.blob), info.grad, param_to_device)

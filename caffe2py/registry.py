@@ -9,7 +9,7 @@ semantics ops live in domain "ai.onnx" with op_version taken from the model.
 """
 import difflib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from .args import ArgumentHelper
@@ -303,6 +303,23 @@ def register_kernel(op_type, device=CPU, engine="", domain=CAFFE2_DOMAIN,
         table.setdefault(engine, []).append(KernelEntry(factory, versions[0], versions[1], doc))
         return factory
     return wrap
+
+
+def register_alias(alias, op_type, domain=CAFFE2_DOMAIN, **schema_changes):
+    """Register `alias` as another name of `op_type` (Caffe2's Conv2D for Conv, DepthConcat
+    for Concat): a copy of the op's schema under the new name, with the fields in
+    schema_changes replaced, and every kernel registered for op_type so far (all
+    devices and engines), so both names share one kernel factory."""
+    domain = normalize_domain(domain)
+    schema = schema_for(op_type, domain)
+    if schema is None:
+        raise KeyError("cannot alias unknown op type '%s'" % op_type)
+    register_schema(replace(schema, name=alias, **schema_changes))
+    for (dm, t, device), engines in list(_kernels.items()):
+        if dm == domain and t == op_type:
+            table = _kernels.setdefault((domain, alias, device), {})
+            for engine, entries in engines.items():
+                table.setdefault(engine, []).extend(entries)
 
 
 def schema_for(op_type, domain=CAFFE2_DOMAIN, version=None):

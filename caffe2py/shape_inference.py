@@ -19,7 +19,7 @@ import numpy as np
 from .errors import Caffe2Error, describe_op
 from .executor import normalized_ops
 from .proto import caffe2_pb2
-from .registry import ONNX_DOMAIN, OpContext, TensorType, schema_for
+from .registry import CAFFE2_DOMAIN, ONNX_DOMAIN, OpContext, TensorType, normalize_domain, schema_for
 
 log = logging.getLogger("caffe2py")
 DT = caffe2_pb2.TensorProto
@@ -359,7 +359,8 @@ class BoundShapeInferencer:
     # -- forward pass
     def _infer_op(self, index, op):
         self._current_op = (index, op)
-        t = op.type
+        # the per-type rules read Caffe2's arguments (Transpose's axes, not ONNX's perm)
+        t = op.type if normalize_domain(op.domain) == CAFFE2_DOMAIN else None
         if t in SLS_OPS:
             self._infer_sls(op)
         elif t == "LengthsRangeFill":
@@ -646,7 +647,7 @@ class BoundShapeInferencer:
     # -- backward pass
     def _infer_backward(self, index, op):
         self._current_op = (index, op)
-        t = op.type
+        t = op.type if normalize_domain(op.domain) == CAFFE2_DOMAIN else None
         out = self._known(op.output[0]) if op.output else None
         if out is None:
             self._current_op = None

@@ -4,6 +4,7 @@ Hardmax (opset 1-12 coerce-to-2-D, 13+ one axis), Dropout."""
 import numpy as np
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
+from caffe2py.kernels.cpu.cnn import conv_transpose as conv_transpose_k
 from caffe2py.kernels.cpu.tensor import gemm as gemm_k
 from caffe2py.kernels.cpu.cnn import norm as norm_k
 from caffe2py.kernels.cpu.onnx import nn as nn_k
@@ -150,7 +151,9 @@ def conv_transpose(ctx):
         pads, output_padding = nn_k.conv_transpose_pads(
             ctx.string("auto_pad", "NOTSET"), x.shape[2:], kernel, strides, dilations,
             ctx.ints("pads", None), output_padding, output_shape)
-        return nn_k.conv_transpose(x, w, b, strides, pads, dilations, group, output_padding)
+        if min(pads) < 0 or x.shape[1] % group or w.shape[0] != x.shape[1]:
+            return nn_k.conv_transpose(x, w, b, strides, pads, dilations, group, output_padding)
+        return conv_transpose_k.conv_transpose(x, w, b, strides, pads, dilations, group, output_padding)
     return run
 
 

@@ -137,19 +137,15 @@ def _register(spec):
             weights = ins[i_w] if i_w is not None else None
             check(data, weights, indices, seg)
             roles = {"data": i_data, "indices": i_idx, "lengths": i_seg, "weights": i_w}
+            kw = dict(weights=weights, positional=spec.reduction == "PositionalWeightedSum",
+                      mean=spec.reduction == "Mean", layout=spec.layout)
             try:
                 if spec.offsets:
                     if seg.size == 0 and include_last:
                         raise K.LookupInputError("lengths", "OFFSETS must have output_size + 1 entries, got none")
-                    lengths = (K.lengths_from_offsets(seg, indices.size, include_last) if seg.size
-                               else np.zeros(0, np.int64))
-                    if int(lengths.sum()) != indices.size:
-                        raise K.LookupInputError("lengths", K.SUM_MESSAGE)
+                    out = K.offsets_reduce(data, indices, seg, include_last, **kw)
                 else:
-                    lengths = seg
-                out = K.segment_reduce(data, indices, lengths, weights=weights,
-                                       positional=spec.reduction == "PositionalWeightedSum",
-                                       mean=spec.reduction == "Mean", layout=spec.layout)
+                    out = K.segment_reduce(data, indices, seg, **kw)
             except K.LookupInputError as exc:
                 raise ctx.input_error(roles[exc.input], str(exc)) from None
             if not spec.fused and data.ndim != 2:

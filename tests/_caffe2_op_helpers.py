@@ -51,3 +51,12 @@ def legacy_pair(draw, dtype=np.float32, lo=-3.0, hi=3.0):
     return A, B, axis
 
 
+
+
+def spread(*shape, seed=0, step=0.37, low=0.5):
+    """float32 values all at least `step` apart (a shuffled arithmetic progression):
+    finite differences with Caffe2's step 0.05 never reorder them, so max / top-k /
+    window choices stay put while a gradient checker perturbs them."""
+    n = int(np.prod(shape))
+    values = low + step * np.random.RandomState(seed).permutation(n)
+    return values.reshape(shape).astype(np.float32)

@@ -254,7 +254,7 @@ def test_onnx_topk_pad_flatten_transpose_split_refuse_what_the_spec_refuses():
         (helper.make_node("Flatten", ["x"], ["y"], axis=-4), [x], 18, "out of range"),
         (helper.make_node("Transpose", ["x"], ["y"], perm=[2, 1]), [x], 18, "perm"),
         (helper.make_node("Split", ["x"], ["a", "b"], axis=5), [x], 18, "axis"),
-        (helper.make_node("DepthToSpace", ["x"], ["y"], blocksize=2), [x], 13, "must be 4-dimensional"),
+        (helper.make_node("DepthToSpace", ["x"], ["y"], blocksize=2), [x], 13, "must (be 4-dimensional|have 4 dims)"),
         (helper.make_node("Add", ["x", "z"], ["y"]), [x, f32(5)], 14,
          r"shapes \[3, 4\] and \[5\] do not broadcast"),
         (helper.make_node("Add", ["x", "z"], ["y"]), [x, np.ones((3, 4), np.int32)], 14,

@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
+from caffe2py.kernels.cpu.cnn import conv_transpose as conv_transpose_k
 from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.kernels.cpu.runtime import jit
 from caffe2py.kernels.cpu.tensor import epilogue, layout
+from caffe2py.kernels.cpu.tensor import normalize as normalize_k
+from caffe2py.kernels.cpu.tensor import reduce as reduce_k
 from caffe2py.kernels.cpu.tensor.team_gemm import gemm_into
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,6 +65,66 @@ def _everything():
     a, bm = _rand(rng, 3, 40, 30), _rand(rng, 3, 30, 20)
     out.append(gemm_into(a, bm, np.empty((3, 40, 20), np.float32), _rand(rng, 120), _rand(rng, 3, 40, 20), True))
     out.append(gemm_into(a[0, :1], bm[0], np.empty((1, 20), np.float32)))      # one row: GEMV
+    # transposed convolutions: col2im with stride 1 and 2, crops, output padding, dilation, 1-D
+    for x_shape, w_shape, strides, pads, dilations, group, adjs in (
+            ((2, 4, 5, 6), (4, 3, 3, 3), (2, 2), (1, 0, 1, 2), (1, 1), 2, (1, 0)),
+            ((1, 3, 4, 4), (3, 2, 2, 3), (1, 1), (0, 0, 0, 0), (2, 1), 1, (0, 0)),
+            ((2, 2, 7), (2, 3, 4), (3,), (1, 2), (1,), 1, (2,))):
+        x, w, b = _rand(rng, *x_shape), _rand(rng, *w_shape), _rand(rng, w_shape[1] * group)
+        out.append(conv_transpose_k.conv_transpose(x, w, b, strides, pads, dilations, group, adjs))
+    rows = _rand(rng, 33, 70)
+    out.extend(normalize_k.layer_norm(rows, 1e-5))                              # Caffe2's LayerNorm rows
+    out.extend(normalize_k.layer_norm(rows, 1e-3, _rand(rng, 70), _rand(rng, 70)))
+    ties = np.round(_rand(rng, 40, 300))                                        # TopK rows with ties
+    ties[3, 7] = np.nan
+    out.extend(reduce_k.top_k(ties, 5, 1))
+    return out + _recsys_kernel_results(rng)
+
+
+def _recsys_kernel_results(rng):
+    """The segment, run-copy and 8-bit lookup kernels, serial and split into 2 blocks."""
+    from caffe2py.kernels.cpu.recsys import ranges, rowwise8bit, segments as seg
+    out = []
+    data = _rand(rng, 12, 3)
+    offsets = np.array([0, 3, 3, 7, 12], np.int64)
+    idx, w, none = rng.integers(0, 12, 12), _rand(rng, 12), np.empty(0, np.int64)
+    lowest = np.finfo(np.float32).min
+    for mode in range(7):
+        for src, weights in ((none, np.empty(0, np.float32)), (idx, w)):
+            if mode > seg.MAX and src.size:
+                continue                                   # range reducers read DATA in order
+            serial, split = np.empty((4, 3), np.float32), np.empty((4, 3), np.float32)
+            seg.REDUCE_SEGMENTS(data, offsets, src, weights, mode, lowest, serial, 0, 4)
+            seg._reduce_runs(data, offsets, src, weights, mode, lowest, split, np.array([0, 2, 4]))
+            out += [serial, split]
+    ids = rng.integers(0, 5, 12)
+    for fn, target, last in ((seg.SCATTER_COLUMNS, np.zeros((5, 3), np.float32), (0, 3)),
+                             (seg.SCATTER_ENTRIES, np.zeros((5, 3), np.float32), (0, 12))):
+        fn(data, idx, ids, w, target, *last)
+        out.append(target)
+    wide = np.zeros((5, 3), np.float32)
+    seg._scatter_wide(data, none, ids, np.empty(0, np.float32), wide, 2)
+    partial = np.zeros((2, 5, 3), np.float32)
+    seg._scatter_narrow(data, idx, ids, w, partial)
+    flat = np.zeros((5, 1), np.float32)
+    seg.SCATTER_ENTRIES(data[:, :1].copy(), none, ids, np.empty(0, np.float32), flat, 0, 12)
+    out += [wide, partial, flat, np.array(seg._min_max(rng.integers(-9, 9, 11)), np.float64)]
+    src = np.arange(20, dtype=np.uint64)
+    starts, lens, to = np.array([3, 0, 9, 15]), np.array([2, 0, 4, 5]), np.array([0, 2, 2, 6])
+    for fn, extra in ((ranges.COPY_RUN_RANGE, (0, 4)), (ranges._copy_runs, (np.array([0, 2, 4]),))):
+        dst = np.zeros(11, np.uint64)
+        fn(src, starts, lens, dst, to, *extra)
+        out.append(dst.astype(np.float64))
+    codes = rng.integers(0, 256, (6, 4)).astype(np.uint8)
+    scale_bias = _rand(rng, 6, 2)
+    look = rng.integers(0, 6, 7)
+    look_off = np.array([0, 2, 2, 7], np.int64)
+    for mean in (False, True):
+        a8, b8 = np.empty((3, 4), np.float32), np.empty((3, 4), np.float32)
+        rowwise8bit.LOOKUP_SEGMENTS(codes, scale_bias, look, w[:7], look_off, mean, a8, 0, 3)
+        rowwise8bit._lengths_rowwise8(codes, scale_bias, look, np.empty(0, np.float32), look_off, mean, b8,
+                                      np.array([0, 1, 3]))
+        out += [a8, b8]
     return out
 
 
@@ -196,6 +259,16 @@ def test_cache_command_reports_and_clears(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.slow
+def _can_build_wheels_here():
+    import importlib.util
+    try:
+        import setuptools
+        version = tuple(int(p) for p in setuptools.__version__.split(".")[:2])
+    except (ImportError, ValueError):
+        return False
+    return version >= (70, 1) or importlib.util.find_spec("wheel") is not None
+
+
 def test_install_run_uninstall_leaves_nothing_in_site_packages(tmp_path):
     """A regular install compiles its kernels into the user cache; after uninstalling,
     site-packages holds nothing of caffe2py (pip would leave cache files behind)."""
@@ -213,7 +286,10 @@ def test_install_run_uninstall_leaves_nothing_in_site_packages(tmp_path):
     with open(os.path.join(purelib, "_parent.pth"), "w") as fh:
         fh.write("\n".join(dict.fromkeys(parents)) + "\n")
     env = dict(os.environ, CAFFE2PY_CACHE=str(tmp_path / "cache"), CAFFE2PY_JIT="inline", PIP_NO_INPUT="1")
-    install = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", ROOT],
+    # Without build isolation only when this interpreter can build the wheel itself
+    # (setuptools before 70.1 needs the separate wheel package); else pip fetches them.
+    isolation = ["--no-build-isolation"] if _can_build_wheels_here() else []
+    install = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", *isolation, ROOT],
                              capture_output=True, text=True, env=env, timeout=600, cwd=str(tmp_path))
     assert install.returncode == 0, install.stderr
     code = textwrap.dedent(SCRIPT.replace("WAIT", "False")) + "import caffe2py; print(caffe2py.__file__)\n"

@@ -238,8 +238,25 @@ def test_auxiliary_parameters():
     assert {str(b) for b in aux.shared} == {"optimizer_iteration"}
 
 
+@pytest.mark.parametrize("injection", [None, 0.25])
+def test_max_gradient_norm_scales_the_step_by_the_global_norm(injection):
+    # Caffe2's clipping: lr times clip / max(global norm of every gradient, clip)
+    model = dense_model()
+    optimizer.build_sgd(model, base_learning_rate=0.1, max_gradient_norm=0.5,
+                        allow_lr_injection=injection is not None)
+    grads = [{"fc_w_grad": f32(2, 3) * scale, "fc_b_grad": f32(2) * scale} for scale in (0.01, 3.0)]
+    # the init net sets lr_injection to 1; a value fed before a step multiplies that step
+    extra = {} if injection is None else {"lr_injection": np.array([injection], np.float32)}
+    before = train(model, [dict(g, **extra) for g in grads])
+    w = before["y_w"].astype(np.float64)
+    for g in grads:                      # the first step is below the clip, the second above
+        norm = np.sqrt(sum((v.astype(np.float64) ** 2).sum() for v in g.values()))
+        w = w - 0.1 * (injection or 1.0) * 0.5 / max(norm, 0.5) * g["fc_w_grad"]
+    close(workspace.FetchBlob("y_w"), w)
+    close(workspace.FetchBlob("norm_clipped_grad_update/global_norm"), norm)
+
+
 @pytest.mark.parametrize("build, kwargs, text", [
-    (optimizer.build_sgd, dict(max_gradient_norm=1.0), "max_gradient_norm"),
     (optimizer.build_sgd, dict(sparse_dedup_aggregator="sum"), "sparse_dedup_aggregator"),
     (optimizer.build_adagrad, dict(rowWise=True), "rowWise=True needs a sparse gradient"),
     (optimizer.build_adagrad, dict(swa_options={"swa_avg_start_it": 1}), "swa_options"),

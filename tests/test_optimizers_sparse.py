@@ -314,6 +314,21 @@ def test_observed_runs_update_in_place_and_undo_too():
     assert np.array_equal(workspace.FetchBlob("p"), updated)
 
 
+def test_per_op_benchmark_runs_update_in_place(capsys):
+    # BenchmarkNet(..., run_individual=True) times ops one by one: its first pass also
+    # reads every op's inputs for the cost table, which must not hold the table then
+    blobs = _sparse_blobs(np.array([0, 3, 3], np.int64))
+    feed(**blobs)
+    net = core.Net("per_op_in_place")
+    net.SparseAdagrad(["p", "h", "idx", "g", "lr"], ["p", "h"])
+    workspace.CreateNet(net)
+    workspace.RunNet(net.Name())
+    table = weakref.ref(current_workspace().blobs["p"])
+    workspace.BenchmarkNet(net.Name(), 0, 2, True)
+    assert "SparseAdagrad" in capsys.readouterr().out
+    assert current_workspace().blobs["p"] is table()
+
+
 def test_a_shared_table_is_copied_not_written_through():
     blobs = _sparse_blobs(np.array([1, 2], np.int64))
     feed(**blobs)

@@ -424,3 +424,18 @@ def test_fast_record_writer_matches_protobufs_serializer(dtype):
             proto = caffe2_pb2.BlobProto(name="t", type="Tensor")
             proto.tensor.CopyFrom(S.tensor_chunk(a, "t", begin, end))
             assert tensor_records.chunk_record(a, "t", begin, end) == proto.SerializeToString()
+
+
+def test_a_minidb_that_cannot_be_opened_leaves_nothing_behind(tmp_path, monkeypatch):
+    # opening for NEW in a missing folder fails; the half-made db must not raise again
+    # from __del__ (it printed "Exception ignored ... no attribute '_file'")
+    import gc
+    import sys
+    from caffe2py.db import NEW, create_db
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with pytest.raises(DBError, match="cannot open minidb"):
+        create_db("minidb", str(tmp_path / "missing" / "x.minidb"), NEW)
+    gc.collect()
+    assert not unraisable
+    assert not list(tmp_path.iterdir())

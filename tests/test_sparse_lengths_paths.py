@@ -1,10 +1,10 @@
 """The code paths inside kernels/cpu/recsys/sparse_lengths.py that small op-level tests do not
-reach: the float16 bit-trick widening (every half bit pattern, inf/nan fallback,
-weights too large to carry 2**112), 4/2-bit spreading with odd widths, fused 8-bit
-rows whose scale/bias are not 4-byte aligned, uniform-length slices vs sorted and
-padded uneven lengths over several chunks and two threads, and padding next to a
-non-finite row. Every expectation comes from the float64 NumPy references in
-tests/_lookups.py or from NumPy's own float16 cast."""
+reach: float16 widening (every half bit pattern, inf/nan, large weights, a thread that
+flushes subnormals), 4/2-bit unpacking with odd widths, fused 8-bit rows whose
+scale/bias are not 4-byte aligned, uniform and uneven lengths over several parts and
+two threads, and rows next to a non-finite row. Every expectation comes from the
+float64 NumPy references in tests/_lookups.py or from NumPy's own float16 cast.
+(The compiled kernel's own paths: tests/test_sparse_lengths_compiled.py.)"""
 import numpy as np
 import pytest
 
@@ -68,26 +68,23 @@ LENGTHS = {
 
 # ----------------------------------------------------------------- float16 widening
 
-def test_half_bit_trick_is_exact_for_every_finite_half():
+def test_every_half_bit_pattern_widens_exactly():
+    """Bags of one row each: the output is the row's values as NumPy casts them (inf
+    and nan included; -0 sums to +0)."""
     bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    finite = bits[(bits & 0x7C00) != 0x7C00]      # normals, subnormals, +0 and -0
-    half = finite.view(np.float16)
-    out = np.empty(half.shape, np.float32)
-    factor = K.half_to_scaled_float(half, out)
-    assert factor == 2.0 ** 112
-    scaled = out * np.float32(factor)
-    np.testing.assert_array_equal(scaled.view(np.uint32), half.astype(np.float32).view(np.uint32))
+    table = bits.view(np.float16).reshape(4096, 16)
+    indices = np.arange(4096, dtype=np.int64)
+    got = K.segment_reduce(table, indices, np.ones(4096, np.int32), threads=1)
+    want = table.astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    np.testing.assert_array_equal(got[finite], want[finite])
 
 
-@pytest.mark.parametrize("special", [0x7C00, 0xFC00, 0x7E00, 0xFE00, 0x7C01, 0x7FFF, 0xFFFF])
-def test_half_blocks_with_inf_or_nan_use_numpys_cast(special):
-    bits = RNG.integers(0, 0x7BFF, 300).astype(np.uint16) | (RNG.integers(0, 2, 300).astype(np.uint16) << 15)
-    bits[[0, 17, 299]] = [0x0001, 0x8000, 0x83FF]            # subnormal, -0, negative subnormal
-    bits[123] = special
-    half = bits.view(np.float16).reshape(20, 15)
-    out = np.empty(half.shape, np.float32)
-    assert K.half_to_scaled_float(half, out) == 1.0
-    np.testing.assert_array_equal(out.view(np.uint32), half.astype(np.float32).view(np.uint32))
+def flushes_subnormals():
+    """Whether this thread flushes float32 subnormals (FTZ/DAZ set)."""
+    tiny = np.array([np.finfo(np.float32).smallest_subnormal], np.float32)
+    return not np.multiply(tiny, np.array([1.0], np.float32))[0]
 
 
 def test_half_lookups_when_the_thread_flushes_subnormals():
@@ -99,11 +96,11 @@ def test_half_lookups_when_the_thread_flushes_subnormals():
     lengths = np.array([3, 5, 0, 4], np.int32)
     indices = RNG.integers(0, 30, int(lengths.sum())).astype(np.int32)
     ref = ref_lookup(table.astype(np.float64), indices, lengths)
-    assert not K.subnormals_flushed()
+    assert not flushes_subnormals()
     if not torch.set_flush_denormal(True):
         pytest.skip("this CPU cannot flush denormals")
     try:
-        assert K.subnormals_flushed()
+        assert flushes_subnormals()
         got = K.segment_reduce(table, indices, lengths, threads=1)
     finally:
         torch.set_flush_denormal(False)
@@ -151,10 +148,16 @@ def test_half_table_with_inf_and_nan_rows(small_chunks, shape):
 # ----------------------------------------------------------------- fused rows
 
 @pytest.mark.parametrize("bits", [4, 2])
-@pytest.mark.parametrize("width", [1, 2, 3, 5, 8, 9])
-def test_spread_packed_matches_shift_and_mask(bits, width):
+@pytest.mark.parametrize("width", [1, 2, 3, 5, 8, 9, 17, 33])
+def test_packed_values_unpack_in_order(bits, width):
+    """Bags of one row with scale 1 and bias 0: the output is the row's values, low
+    bits first, as a shift-and-mask per field gives them."""
     raw = RNG.integers(0, 256, (13, width), dtype=np.uint8)
-    np.testing.assert_array_equal(K.spread_packed(raw, bits), unpack_bits(raw, bits))
+    sb = np.tile(np.array([1.0, 0.0], "<f2").view(np.uint8), (13, 1))
+    table = np.concatenate([raw, sb], axis=1)
+    got = K.segment_reduce(table, np.arange(13, dtype=np.int32), np.ones(13, np.int32), layout="fused%d" % bits,
+                           threads=1)
+    np.testing.assert_array_equal(got, unpack_bits(raw, bits))
 
 
 @pytest.mark.parametrize("bits,dim", [(4, 1), (4, 5), (4, 7), (4, 13), (2, 1), (2, 5), (2, 7), (2, 10),

@@ -9,6 +9,7 @@ import numpy as np
 from caffe2py.benchmark import benchmark_net
 from caffe2py.errors import Caffe2Error
 from caffe2py.kernels.cpu.tensor.gemm import blas_summary
+from caffe2py.progress import Progress
 from caffe2py.profiling import ChromeTraceObserver, format_latency_summary, latency_summary
 from caffe2py.shape_report import build_report
 from caffe2py.tensors import numpy_dtype
@@ -19,6 +20,8 @@ from .run import check_inputs, match_parameter_precision, parse_inputs
 
 NAME = "bench"
 HELP = "benchmark a net: Caffe2's per-op text, latency percentiles, Chrome-trace profile"
+# runs shorter than this draw no progress bar
+BAR_DELAY_S = 3.0
 
 
 def add_arguments(parser):
@@ -34,25 +37,6 @@ def add_arguments(parser):
     parser.add_argument("--optimize", action="store_true",
                         help="first apply caffe2py.optimize's prepare-time rewrites (Conv+BN folding, ConvRelu, "
                              "SpatialBNRelu), as caffe2py.onnx.backend.prepare does")
-
-
-class Progress:
-    """A one-line bar on stderr, only when stderr is a terminal."""
-
-    def __init__(self, total, label):
-        self.total, self.label = total, label
-        self.enabled = total > 1 and sys.stderr.isatty()
-
-    def update(self, done):
-        if self.enabled:
-            width = 30
-            filled = int(width * done / self.total)
-            sys.stderr.write("\r%s [%s%s] %d/%d" % (self.label, "#" * filled, "." * (width - filled), done, self.total))
-            sys.stderr.flush()
-
-    def close(self):
-        if self.enabled:
-            sys.stderr.write("\n")
 
 
 def synthesize_inputs(predict_net, ws, args, given):
@@ -89,13 +73,12 @@ def optimized(predict_net, ws, parameters):
 
 def timed_runs(net, iters, progress_label):
     latencies = []
-    bar = Progress(iters, progress_label)
-    for k in range(iters):
-        t0 = time.perf_counter()
-        net.run()
-        latencies.append(time.perf_counter() - t0)
-        bar.update(k + 1)
-    bar.close()
+    with Progress(iters, progress_label, unit="runs", delay=BAR_DELAY_S) as bar:
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            net.run()
+            latencies.append(time.perf_counter() - t0)
+            bar.update()
     return latencies
 
 

@@ -113,6 +113,7 @@ class MiniDB(DB):
         super().__init__(source, mode)
         self._lock = threading.RLock()
         self._tmp = None
+        self._file = None          # __del__ / abort look at it even when opening fails
         try:
             if mode == READ:
                 if os.path.isdir(source):

@@ -19,6 +19,7 @@ import numpy as np
 
 from caffe2py.args import make_argument
 from caffe2py.errors import Caffe2Error
+from caffe2py.progress import Progress
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import CPU, ONNX_DOMAIN, _kernels, has_op, normalize_domain
 from caffe2py.tensors import data_type_of
@@ -313,10 +314,14 @@ def convert(model, fold_constants=True, check=False):
     init_net = caffe2_pb2.NetDef(name=name + "_init")
     predict_net = caffe2_pb2.NetDef(name=name)
 
+    # a bar on a terminal when converting takes over a second (large models)
+    bar = Progress(len(graph.initializer) + len(graph.node), "converting '%s'" % name,
+                   unit="tensors+nodes", delay=1.0)
     constants = set()
     for init in graph.initializer:
         init_net.op.append(constant_op(init.name, onnx_tensor_to_numpy(init)))
         constants.add(init.name)
+        bar.update()
     for sparse in graph.sparse_initializer:
         raise Caffe2Error("sparse initializer '%s' is not supported" % sparse.values.name)
 
@@ -332,6 +337,8 @@ def convert(model, fold_constants=True, check=False):
             constants.update(op.output)
         else:
             predict_net.op.append(op)
+        bar.update()
+    bar.close()
 
     fed = graph_inputs(model)
     used = {b for op in predict_net.op for b in op.input} | {v.name for v in graph.output}

@@ -13,14 +13,14 @@ Bad LENGTHS or INDICES raise LookupInputError naming the input.
 """
 import numpy as np
 
-from .sparse_lengths import LookupInputError, _check_lengths, check_indices
+from .sparse_lengths import LookupInputError, check_indices, check_lengths
 
 
 def segment_ids(lengths, n_indices):
     lengths = np.asarray(lengths).reshape(-1)
     if lengths.dtype.kind not in "iu":
         raise LookupInputError("lengths", "LENGTHS must be integers, got %s" % lengths.dtype)
-    _check_lengths(lengths, n_indices)
+    check_lengths(lengths, n_indices)
     return np.repeat(np.arange(lengths.size, dtype=np.int64), lengths.astype(np.int64))
 
 
@@ -46,8 +46,10 @@ def sparse_lengths_values(grad, lengths, n_indices, weights=None, mean=False):
 def sparse_lengths_weight_grad(grad, lengths, data, indices):
     check_indices(indices, data.shape[0])
     seg = segment_ids(lengths, indices.size)
-    rows = np.take(data, indices, axis=0).reshape(indices.size, -1).astype(np.float32, copy=False)
-    g = np.take(grad, seg, axis=0).reshape(indices.size, -1)
+    # explicit widths: reshape(0, -1) cannot work out -1 when there are no indices
+    rows = np.take(data, indices, axis=0).reshape(indices.size, int(np.prod(data.shape[1:]))) \
+        .astype(np.float32, copy=False)
+    g = np.take(grad, seg, axis=0).reshape(indices.size, int(np.prod(grad.shape[1:])))
     if g.shape[1] != rows.shape[1]:
         raise LookupInputError("grad", "the output gradient rows hold %d values, DATA rows %d"
                                % (g.shape[1], rows.shape[1]))

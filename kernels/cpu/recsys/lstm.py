@@ -2,45 +2,210 @@
 
 Gates per row are laid out [i | f | o | g], each D wide. Rows whose timestep is at
 or past their sequence length are "invalid": they keep the previous state (or
-zeros with drop_states). Math is done in float32 (float16 inputs are upconverted
-and results converted back).
+zeros with drop_states). Math is done in float32 (float16 inputs are widened and
+results rounded back).
 
-Speed notes: sigmoid is computed as 0.5 * tanh(0.5 x) + 0.5 over the contiguous
-i, f, o block (one transcendental per element, no exp overflow; the copy out of
-the gates is fused with the first multiply); rows past their sequence length are
-not computed at all; row blocks are split across threads (ufuncs release the GIL).
+Each is one compiled pass over the gates: rows split over the team, 8 columns at a
+time in vector registers, every activation computed with simd's vector exp
+(sigmoid = 1 / (1 + exp(-x)), tanh = 1 - 2 / (exp(2x) + 1): |error| < 3e-7), each input
+read once and each output written once. Rows past their sequence length only copy.
+Rows narrower than 8 use scalar code; otherwise the last 8 columns overlap the
+chunk before (the same values are written twice), so there is no scalar tail.
 """
+import math
+
 import numpy as np
 
-from ..runtime.threads import run_split
+from ..runtime.jit import LazyGlobal, compiled, prange, team, team_blocks
+
+LANES_8 = LazyGlobal(".simd", "LANES_8")
+vload_f32 = LazyGlobal(".simd", "vload_f32")
+vload_f16 = LazyGlobal(".simd", "vload_f16")
+vstore_f32_at = LazyGlobal(".simd", "vstore_f32_at")
+vstore_f16_at = LazyGlobal(".simd", "vstore_f16_at")
+vsplat = LazyGlobal(".simd", "vsplat")
+vadds = LazyGlobal(".simd", "vadds")
+vadd = LazyGlobal(".simd", "vadd")
+vsub = LazyGlobal(".simd", "vsub")
+vmul = LazyGlobal(".simd", "vmul")
+vsigmoid = LazyGlobal(".simd", "vsigmoid")
+vtanh = LazyGlobal(".simd", "vtanh")
+load_f32 = LazyGlobal(".simd", "load_f32")
+load_f16 = LazyGlobal(".simd", "load_f16")
+store_f32 = LazyGlobal(".simd", "store_f32")
+store_f16 = LazyGlobal(".simd", "store_f16")
+address = LazyGlobal(".simd", "address")
 
 
-def _valid_rows(n, seq_lengths, t):
+@compiled
+def _vget(base, j, half):
+    """8 values from column j of the float32 / float16 (`half`) row at `base`."""
+    return vload_f16(LANES_8, base + 2 * j) if half else vload_f32(LANES_8, base + 4 * j)
+
+
+@compiled
+def _vput(base, j, half, v):
+    if half:
+        vstore_f16_at(base + 2 * j, v)
+    else:
+        vstore_f32_at(base + 4 * j, v)
+
+
+@compiled
+def _get(base, j, half):
+    return load_f16(base + 2 * j) if half else load_f32(base + 4 * j)
+
+
+@compiled
+def _put(base, j, half, x):
+    if half:
+        store_f16(base + 2 * j, x)
+    else:
+        store_f32(base + 4 * j, x)
+
+
+@compiled
+def _sigmoid(x):
+    return np.float32(1.0) / (np.float32(1.0) + np.float32(math.exp(-x)))
+
+
+@compiled
+def _tanh(x):
+    return np.float32(math.tanh(x))
+
+
+@compiled
+def _chunks(d):
+    """Column starts of the 8-wide chunks covering d >= 8 columns (the last overlaps)."""
+    count = (d + 7) // 8
+    return count, d - 8
+
+
+@compiled(parallel=True)
+def _forward(h_prev, c_prev, gates, seq, has_seq, t, forget_bias, drop, h_out, c_out, halves, d, blocks):
+    """Rows of h_out / c_out (bytes of float32 / float16 rows) from the byte rows of
+    h_prev, c_prev (D values) and gates (4D values). halves: float16 flags of
+    (h_prev, c_prev, gates, outputs)."""
+    n = c_prev.shape[0]
+    hh, ch, gh, oh = halves[0], halves[1], halves[2], halves[3]
+    zero = np.float32(0.0)
+    fb = np.float32(forget_bias)
+    hp0, cp0, g0 = address(h_prev), address(c_prev), address(gates)
+    ho0, co0 = address(h_out), address(c_out)
+    for blk in prange(blocks):
+        for r in range((n * blk) // blocks, (n * (blk + 1)) // blocks):
+            hp, cp, g = hp0 + r * h_prev.shape[1], cp0 + r * c_prev.shape[1], g0 + r * gates.shape[1]
+            ho, co = ho0 + r * h_out.shape[1], co0 + r * c_out.shape[1]
+            valid = not has_seq or t < seq[r]
+            if d >= 8:
+                count, last = _chunks(d)
+                for q in range(count):
+                    j = min(8 * q, last)
+                    if valid:
+                        i = vsigmoid(_vget(g, j, gh))
+                        f = vsigmoid(vadds(_vget(g, d + j, gh), fb))
+                        o = vsigmoid(_vget(g, 2 * d + j, gh))
+                        gg = vtanh(_vget(g, 3 * d + j, gh))
+                        c = vadd(vmul(f, _vget(cp, j, ch)), vmul(i, gg))
+                        _vput(co, j, oh, c)
+                        _vput(ho, j, oh, vmul(o, vtanh(c)))
+                    elif drop:
+                        _vput(co, j, oh, vsplat(LANES_8, zero))
+                        _vput(ho, j, oh, vsplat(LANES_8, zero))
+                    else:
+                        _vput(co, j, oh, _vget(cp, j, ch))
+                        _vput(ho, j, oh, _vget(hp, j, hh))
+            else:
+                for j in range(d):
+                    if valid:
+                        i = _sigmoid(_get(g, j, gh))
+                        f = _sigmoid(_get(g, d + j, gh) + fb)
+                        o = _sigmoid(_get(g, 2 * d + j, gh))
+                        gg = _tanh(_get(g, 3 * d + j, gh))
+                        c = f * _get(cp, j, ch) + i * gg
+                        _put(co, j, oh, c)
+                        _put(ho, j, oh, o * _tanh(c))
+                    else:
+                        _put(co, j, oh, zero if drop else _get(cp, j, ch))
+                        _put(ho, j, oh, zero if drop else _get(hp, j, hh))
+
+
+@compiled(parallel=True)
+def _backward(c_prev, gates, c, dc_out, dh_out, seq, has_seq, t, forget_bias, drop, dh_prev, dc_prev, dgates,
+              halves, d, blocks):
+    """Rows of dh_prev, dc_prev (D) and dgates (4D) from c_prev, gates, c, dc_out,
+    dh_out; halves: float16 flags of (c_prev, gates, c, dc_out, dh_out, outputs)."""
+    n = c_prev.shape[0]
+    cph, gh, chh, dch, dhh, oh = halves[0], halves[1], halves[2], halves[3], halves[4], halves[5]
+    zero = np.float32(0.0)
+    one = np.float32(1.0)
+    fb = np.float32(forget_bias)
+    cp0, g0, c0, dc0, dh0 = address(c_prev), address(gates), address(c), address(dc_out), address(dh_out)
+    dhp0, dcp0, dg0 = address(dh_prev), address(dc_prev), address(dgates)
+    for blk in prange(blocks):
+        for r in range((n * blk) // blocks, (n * (blk + 1)) // blocks):
+            cp, g, cc = cp0 + r * c_prev.shape[1], g0 + r * gates.shape[1], c0 + r * c.shape[1]
+            dcr, dhr = dc0 + r * dc_out.shape[1], dh0 + r * dh_out.shape[1]
+            dhp, dcp, dg = dhp0 + r * dh_prev.shape[1], dcp0 + r * dc_prev.shape[1], dg0 + r * dgates.shape[1]
+            valid = not has_seq or t < seq[r]
+            if d >= 8:
+                count, last = _chunks(d)
+                zeros = vsplat(LANES_8, zero)
+                ones = vsplat(LANES_8, one)
+                for q in range(count):
+                    j = min(8 * q, last)
+                    if valid:
+                        i = vsigmoid(_vget(g, j, gh))
+                        f = vsigmoid(vadds(_vget(g, d + j, gh), fb))
+                        o = vsigmoid(_vget(g, 2 * d + j, gh))
+                        gg = vtanh(_vget(g, 3 * d + j, gh))
+                        tc = vtanh(_vget(cc, j, chh))
+                        dh = _vget(dhr, j, dhh)
+                        dc = vadd(_vget(dcr, j, dch), vmul(vmul(dh, o), vsub(ones, vmul(tc, tc))))
+                        _vput(dcp, j, oh, vmul(dc, f))
+                        _vput(dhp, j, oh, zeros)
+                        _vput(dg, j, oh, vmul(vmul(dc, gg), vmul(i, vsub(ones, i))))
+                        _vput(dg, d + j, oh, vmul(vmul(dc, _vget(cp, j, cph)), vmul(f, vsub(ones, f))))
+                        _vput(dg, 2 * d + j, oh, vmul(vmul(dh, tc), vmul(o, vsub(ones, o))))
+                        _vput(dg, 3 * d + j, oh, vmul(vmul(dc, i), vsub(ones, vmul(gg, gg))))
+                    else:
+                        for part in range(4):
+                            _vput(dg, part * d + j, oh, zeros)
+                        _vput(dcp, j, oh, zeros if drop else _vget(dcr, j, dch))
+                        _vput(dhp, j, oh, zeros if drop else _vget(dhr, j, dhh))
+            else:
+                for j in range(d):
+                    if valid:
+                        i = _sigmoid(_get(g, j, gh))
+                        f = _sigmoid(_get(g, d + j, gh) + fb)
+                        o = _sigmoid(_get(g, 2 * d + j, gh))
+                        gg = _tanh(_get(g, 3 * d + j, gh))
+                        tc = _tanh(_get(cc, j, chh))
+                        dh = _get(dhr, j, dhh)
+                        dc = _get(dcr, j, dch) + dh * o * (one - tc * tc)
+                        _put(dcp, j, oh, dc * f)
+                        _put(dhp, j, oh, zero)
+                        _put(dg, j, oh, dc * gg * i * (one - i))
+                        _put(dg, d + j, oh, dc * _get(cp, j, cph) * f * (one - f))
+                        _put(dg, 2 * d + j, oh, dh * tc * o * (one - o))
+                        _put(dg, 3 * d + j, oh, dc * i * (one - gg * gg))
+                    else:
+                        for part in range(4):
+                            _put(dg, part * d + j, oh, zero)
+                        _put(dcp, j, oh, zero if drop else _get(dcr, j, dch))
+                        _put(dhp, j, oh, zero if drop else _get(dhr, j, dhh))
+
+
+def _byte_rows(a, n):
+    """a as contiguous (n, row bytes) uint8 rows and whether it holds float16."""
+    a = np.ascontiguousarray(a)
+    return a.reshape(n, -1).view(np.uint8), a.dtype == np.float16
+
+
+def _seq(seq_lengths, n):
     if seq_lengths is None:
-        return None
-    return np.asarray(t) < np.asarray(seq_lengths).reshape(n)
-
-
-def _step(gx, cp, out_h, out_c, d, forget_bias):
-    """One LSTM step for a block of rows: gx [r, 4D] (not modified), cp [r, D]."""
-    r = gx.shape[0]
-    ifo = np.multiply(gx[:, :3 * d], np.float32(0.5), out=np.empty((r, 3 * d), np.float32))
-    if forget_bias:
-        ifo[:, d:2 * d] += np.float32(0.5 * forget_bias)
-    np.tanh(ifo, out=ifo)               # sigmoid(x) = 0.5 * tanh(0.5 x) + 0.5
-    ifo *= np.float32(0.5)
-    ifo += np.float32(0.5)
-    gg = np.tanh(gx[:, 3 * d:], dtype=np.float32)
-    i, f, o = ifo[:, :d], ifo[:, d:2 * d], ifo[:, 2 * d:]
-    np.multiply(f, cp, out=out_c)
-    i *= gg
-    out_c += i
-    np.tanh(out_c, out=out_h)
-    out_h *= o
-
-
-# rows per block: large enough to amortise NumPy call overhead, small enough for cache
-_BLOCK_VALUES = 1 << 16
+        return np.zeros(1, np.int64), False
+    return np.ascontiguousarray(np.asarray(seq_lengths).reshape(n), dtype=np.int64), True
 
 
 def lstm_unit(h_prev, c_prev, gates, seq_lengths, t, forget_bias=0.0, drop_states=False, threads=None):
@@ -50,76 +215,34 @@ def lstm_unit(h_prev, c_prev, gates, seq_lengths, t, forget_bias=0.0, drop_state
     state (or zeros with drop_states), as Caffe2's per-row select does."""
     out_dtype = np.float16 if c_prev.dtype == np.float16 else np.float32
     n, d = c_prev.shape[-2], c_prev.shape[-1]
-    g2 = gates.reshape(n, 4 * d)
-    c2 = c_prev.reshape(n, d)
-    valid = _valid_rows(n, seq_lengths, t)
-    if valid is None or valid.all():
-        h = np.empty((n, d), np.float32)
-        c = np.empty((n, d), np.float32)
-        rows = None
-    else:
-        fill = np.zeros if drop_states else (lambda shape, dtype: None)
-        h = fill((n, d), np.float32)
-        c = fill((n, d), np.float32)
-        if h is None:
-            h = h_prev.reshape(n, d).astype(np.float32)
-            c = c2.astype(np.float32)
-        rows = np.flatnonzero(valid)
-    count = n if rows is None else rows.size
-    step = max(1, _BLOCK_VALUES // max(1, 4 * d))
-    blocks = [(b, min(count, b + step)) for b in range(0, count, step)]
-
-    def run(block):
-        lo, hi = block
-        if rows is None:
-            _step(g2[lo:hi], c2[lo:hi].astype(np.float32, copy=False), h[lo:hi], c[lo:hi], d, forget_bias)
-            return
-        sel = rows[lo:hi]
-        if sel[-1] - sel[0] == sel.size - 1:     # a contiguous run of valid rows: views
-            s = slice(sel[0], sel[-1] + 1)
-            _step(g2[s], c2[s].astype(np.float32, copy=False), h[s], c[s], d, forget_bias)
-            return
-        hb = np.empty((sel.size, d), np.float32)
-        cb = np.empty((sel.size, d), np.float32)
-        _step(np.take(g2, sel, axis=0), np.take(c2, sel, axis=0).astype(np.float32, copy=False),
-              hb, cb, d, forget_bias)
-        h[sel] = hb
-        c[sel] = cb
-
-    run_split(run, blocks, threads)
-    shape = c_prev.shape
-    return h.astype(out_dtype, copy=False).reshape(shape), c.astype(out_dtype, copy=False).reshape(shape)
+    h = np.empty(c_prev.shape, out_dtype)
+    c = np.empty(c_prev.shape, out_dtype)
+    if n and d:
+        (hp, hh), (cp, ch), (g, gh) = _byte_rows(h_prev, n), _byte_rows(c_prev, n), _byte_rows(gates, n)
+        seq, has_seq = _seq(seq_lengths, n)
+        halves = np.array([hh, ch, gh, out_dtype == np.float16])
+        with team():
+            _forward(hp, cp, g, seq, has_seq, int(t), float(forget_bias), bool(drop_states),
+                     h.reshape(n, -1).view(np.uint8), c.reshape(n, -1).view(np.uint8), halves, d,
+                     team_blocks(n, 16 * d) if threads is None else min(n, threads))
+    return h, c
 
 
 def lstm_unit_gradient(c_prev, gates, c, h, dc_out, dh_out, seq_lengths, t,
-                       forget_bias=0.0, drop_states=False):
+                       forget_bias=0.0, drop_states=False, threads=None):
     """Returns (dH_prev, dC_prev, dGates) with the shapes of h/c_prev and gates."""
     out_dtype = np.float16 if c_prev.dtype == np.float16 else np.float32
     n, d = c_prev.shape[-2], c_prev.shape[-1]
-    f32 = lambda a, cols: np.asarray(a, dtype=np.float32).reshape(n, cols)
-    g = f32(gates, 4 * d)
-    i = 1 / (1 + np.exp(-g[:, :d]))
-    f = 1 / (1 + np.exp(-(g[:, d:2 * d] + np.float32(forget_bias))))
-    o = 1 / (1 + np.exp(-g[:, 2 * d:3 * d]))
-    gg = np.tanh(g[:, 3 * d:])
-    cp, cc = f32(c_prev, d), f32(c, d)
-    dC, dH = f32(dc_out, d), f32(dh_out, d)
-    tc = np.tanh(cc)
-    dc = dC + dH * o * (1 - tc * tc)
-    dc_prev = dc * f
-    dh_prev = np.zeros_like(dc)
-    dgates = np.concatenate([dc * gg * i * (1 - i), dc * cp * f * (1 - f),
-                             dH * tc * o * (1 - o), dc * i * (1 - gg * gg)], axis=1)
-    valid = _valid_rows(n, seq_lengths, t)
-    if valid is not None and not valid.all():
-        keep = ~valid
-        dgates[keep] = 0
-        if drop_states:
-            dh_prev[keep] = 0
-            dc_prev[keep] = 0
-        else:
-            dh_prev[keep] = dH[keep]
-            dc_prev[keep] = dC[keep]
-    shape = c_prev.shape
-    return (dh_prev.astype(out_dtype).reshape(shape), dc_prev.astype(out_dtype).reshape(shape),
-            dgates.astype(out_dtype).reshape(gates.shape))
+    dh_prev = np.empty(c_prev.shape, out_dtype)
+    dc_prev = np.empty(c_prev.shape, out_dtype)
+    dgates = np.empty(gates.shape, out_dtype)
+    if n and d:
+        ins = [_byte_rows(a, n) for a in (c_prev, gates, c, dc_out, dh_out)]
+        seq, has_seq = _seq(seq_lengths, n)
+        halves = np.array([half for _, half in ins] + [out_dtype == np.float16])
+        with team():
+            _backward(*[rows for rows, _ in ins], seq, has_seq, int(t), float(forget_bias), bool(drop_states),
+                      dh_prev.reshape(n, -1).view(np.uint8), dc_prev.reshape(n, -1).view(np.uint8),
+                      dgates.reshape(n, -1).view(np.uint8), halves, d,
+                      team_blocks(n, 24 * d) if threads is None else min(n, threads))
+    return dh_prev, dc_prev, dgates

@@ -5,26 +5,27 @@ given by LENGTHS or by OFFSETS. Tables can be float32, float16 (accumulated in
 float32), or fused rowwise-quantised uint8 rows (8-bit with float32 scale/bias,
 4/2-bit with float16 scale/bias, all stored at the end of each row).
 
-Why it is shaped this way (see ../shared/reference/baselines.md §5):
-- one bounds check up front, then `np.take(mode="clip", out=...)` into a reused
-  per-thread scratch buffer (no per-call page faults, no "raise"-mode buffering);
-- the segment sum is a batched matmul (bags, 1, L) @ (bags, L, D): BLAS reads each
-  gathered row once; weights, means, positional weights and quantisation scales all
-  fold into the (bags, 1, L) weight rows, zero-padded for shorter bags;
-- when all bags have the same length (the common case) chunks are plain row slices of
-  INDICES (and WEIGHTS): no index or weight matrices are built;
-- float16 and 4/2-bit rows are widened with integer ops on contiguous arrays (NumPy's
-  float16 cast is scalar, a lookup table costs a take per byte);
-- bags are processed in a few large chunks split evenly across the kernel threads
-  (NumPy releases the GIL, but every call hands it back and forth, which costs
-  several microseconds when two threads contend, so calls per chunk are kept few).
+Public:
+    segment_reduce(data, indices, lengths, weights=None, positional=False, mean=False,
+                   layout="float", threads=None) -> float32 [len(lengths), block]
+    offsets_reduce(data, indices, offsets, include_last_offset=True, **same) -> same
+    LookupInputError (names the bad input), SUM_MESSAGE, check_indices, lengths_from_offsets
+
+How (docs/perfkernels.md has the measurements): every shape, length and index is
+checked first (compiled passes, the index pass on the team), then one compiled kernel
+(lookup_loops.bags) sums each bag with its sums in registers, prefetching rows
+PREFETCH_DISTANCE positions ahead, the index positions split over the team in equal
+parts (bags cut by a part boundary are finished afterwards), each output row written
+once. Tables are read in place through a uint8 view of their rows; strided rows are
+fine, only a table whose values inside a row are not contiguous has its needed rows
+gathered first.
 """
 import math
-import threading
 
 import numpy as np
 
-from ..runtime.threads import num_threads, run_split
+from ..runtime.jit import team, team_size
+from . import lookup_loops as loops
 
 
 class LookupInputError(ValueError):
@@ -38,7 +39,7 @@ class LookupInputError(ValueError):
 # --------------------------------------------------------------------------- layouts
 
 class Layout:
-    """How to turn gathered raw table rows into float32 values plus scale/bias."""
+    """How a table row holds its values (float layout: float32 or float16 DATA)."""
     name = "float"
     extra_bytes = 0
     values_per_byte = 1
@@ -76,41 +77,28 @@ FUSED4 = FusedNBit(4)
 FUSED2 = FusedNBit(2)
 LAYOUTS = {"float": FLOAT, "fused8": Fused8Bit(), "fused4": FUSED4, "fused2": FUSED2}
 
+# --------------------------------------------------------------------------- tuning
 
-# --------------------------------------------------------------------------- threads
-
-_scratch = threading.local()
-# Below this many gathered values one thread wins: waking a pool thread plus the GIL
-# hand-offs cost ~0.1 ms on the 2-vCPU dev VM (tables 1M x 64, f32/fp16/8-bit/4-bit:
-# one thread was faster at 655K values, two threads at 1.3M).
-_PARALLEL_MIN_VALUES = 1 << 20
-# Bytes of gathered float32 values per chunk. Each chunk costs ~5-15 NumPy calls and
-# each call releases and re-takes the GIL (several microseconds when two threads
-# contend), so chunks are large; 4 MB (and its raw bytes) still stays in L3. Measured on
-# the 2-vCPU dev VM: 0.5-1 MB chunks were 10-60% slower with 2 threads, 8 MB no better.
-_CHUNK_BYTES = 1 << 22
-
-
-def _buffer(name, size, dtype):
-    """A per-thread scratch array of at least `size` elements, reused across calls."""
-    key = (name, np.dtype(dtype).str)
-    bufs = getattr(_scratch, "bufs", None)
-    if bufs is None:
-        bufs = _scratch.bufs = {}
-    buf = bufs.get(key)
-    if buf is None or buf.size < size:
-        buf = bufs[key] = np.empty(max(size, 1), dtype=dtype)
-    return buf[:size]
-
-
-# --------------------------------------------------------------------------- checks
+# Rows are prefetched this many index positions ahead (prefetcht0 of the first cache
+# line of the tile being summed): 8 for rows of more than 128 bytes, 16 for shorter
+# ones (they take less time each, so more of them must be in flight). Measured on the
+# 2-vCPU EPYC VM, 1 and 2 threads, hot and cold: docs/perfkernels.md.
+PREFETCH_DISTANCE = 8
+PREFETCH_DISTANCE_SHORT_ROWS = 16
+# Below this many gathered values one part (no team): a parallel region costs ~5 us.
+_PARALLEL_MIN_VALUES = 1 << 15
+# At most this many table bytes per part: larger lookups get more parts than threads
+# (numba gives each thread a run of consecutive parts; every part boundary inside a
+# bag costs one partial row, nothing else).
+_CHUNK_BYTES = 1 << 26
 
 SUM_MESSAGE = ("Your input seems to be incorrect: the sum of lengths values should be "
                "the size of the indices tensor, but it appears not.")
-
+# --------------------------------------------------------------------------- checks
 
 def check_indices(indices, n_rows):
-    """Raise Caffe2's out-of-bounds error for the first bad index."""
+    """Raise Caffe2's out-of-bounds error for the first bad index (NumPy; the lookup
+    itself uses the compiled pass and calls this only to word the error)."""
     if indices.size == 0:
         return
     lo, hi = indices.min(), indices.max()
@@ -121,230 +109,162 @@ def check_indices(indices, n_rows):
                            % (bad, int(indices[bad]), n_rows))
 
 
+def _decreasing_error(raw, bad):
+    return LookupInputError("lengths", "OFFSETS must be non-decreasing: offsets[%d] = %d > offsets[%d] = %d"
+                            % (bad, raw[bad], bad + 1, raw[bad + 1]))
+
+
+def _offsets_from_raw(offsets, n_indices, include_last_offset):
+    """(offsets relative to the first, int64 [output_size + 1], longest bag)."""
+    raw = np.asarray(offsets)
+    if raw.dtype.kind not in "iu":
+        raw = raw.astype(np.int64)
+    if raw.size == 0:
+        if include_last_offset:
+            raise LookupInputError("lengths", "OFFSETS must have at least one entry (output_size + 1)")
+        return np.zeros(1, np.int64), 0
+    m = raw.size - 1 if include_last_offset else raw.size
+    rel = np.empty(m + 1, np.int64)
+    bad, longest = loops.relative_offsets(raw, rel)
+    if bad >= 0:
+        raise _decreasing_error(raw, bad)
+    if not include_last_offset:        # torch style: the last bag ends at the end of INDICES
+        if int(rel[m - 1]) > n_indices:
+            raise _decreasing_error(np.append(raw.astype(np.int64), np.int64(raw[0]) + n_indices), m - 1)
+        rel[m] = n_indices
+        longest = max(longest, n_indices - int(rel[m - 1]))
+    return rel, longest
+
+
 def lengths_from_offsets(offsets, n_indices, include_last_offset=True):
     """Segment lengths from offsets (embedding_lookup_idx: output_size + 1 entries,
     relative to offsets[0]; torch style without the last entry: the last bag ends at
     the end of INDICES)."""
-    offsets = np.asarray(offsets).astype(np.int64, copy=False)
-    if not include_last_offset:
-        offsets = np.append(offsets, np.int64(n_indices + (offsets[0] if offsets.size else 0)))
-    if offsets.size == 0:
-        raise LookupInputError("lengths", "OFFSETS must have at least one entry (output_size + 1)")
-    lengths = np.diff(offsets)
-    if lengths.size and lengths.min() < 0:
-        bad = int(np.flatnonzero(lengths < 0)[0])
-        raise LookupInputError("lengths", "OFFSETS must be non-decreasing: offsets[%d] = %d > offsets[%d] = %d"
-                               % (bad, offsets[bad], bad + 1, offsets[bad + 1]))
-    return lengths
+    rel, _ = _offsets_from_raw(offsets, n_indices, include_last_offset)
+    return np.diff(rel)
 
 
-def _check_lengths(lengths, n_indices):
-    if lengths.size and lengths.min() < 0:
-        bad = int(np.flatnonzero(lengths < 0)[0])
+def _offsets_from_lengths(lengths, n_indices):
+    lengths = np.asarray(lengths)
+    if lengths.dtype.kind not in "iu":
+        lengths = lengths.astype(np.int64)
+    offsets = np.empty(lengths.size + 1, np.int64)
+    bad, longest = loops.offsets_of_lengths(lengths.reshape(-1), offsets)
+    if bad >= 0:
         raise LookupInputError("lengths", "LENGTHS must be non-negative, lengths[%d] = %d"
-                               % (bad, int(lengths[bad])))
-    if int(lengths.sum(dtype=np.int64)) != n_indices:
+                               % (bad, int(lengths.reshape(-1)[bad])))
+    if int(offsets[-1]) != n_indices:
         raise LookupInputError("lengths", SUM_MESSAGE)
+    return offsets, longest
 
 
-# --------------------------------------------------------------------------- compute
-
-# float16 -> float32 without NumPy's half cast (scalar on x86 builds without F16C
-# dispatch: ~1.3 ns a value): sign-extend the 16 bits to int32 and shift left by 13;
-# the AND keeps the sign bit and clears the three copies of it that the sign extension
-# shifted into the exponent. The result is the exact value times 2**-112 (half
-# subnormals become float32 subnormals, also exact), and the 2**112 is folded into the
-# matmul weights (a power of two: products and sums round exactly as with converted
-# values). Only inf/nan (exponent all ones) would come out finite, so blocks holding
-# them use NumPy's cast instead.
-_HALF_MASK = np.int32(-0x70000001)       # 0x8FFFFFFF
-_HALF_FACTOR = 2.0 ** 112
-# |weight| below this keeps weight * 2**112 finite in float32
-_HALF_WEIGHT_LIMIT = 2.0 ** 15
+def check_lengths(lengths, n_indices):
+    """Raises LookupInputError unless LENGTHS are non-negative and sum to n_indices."""
+    _offsets_from_lengths(lengths, n_indices)
 
 
-_SMALLEST_SUBNORMAL = np.array([np.finfo(np.float32).smallest_subnormal], np.float32)
-_ONE = np.array([1.0], np.float32)
+def _check_indices(indices, n_rows, parts):
+    found = np.empty(parts, np.int64)
+    if loops.first_bad_index(indices, n_rows, parts, found) >= 0:
+        check_indices(indices, n_rows)          # words the error (first bad position)
 
 
-def subnormals_flushed():
-    """True when this thread's FPU flushes float32 subnormals (FTZ/DAZ set, e.g. by
-    torch.set_flush_denormal(True)): the bit trick's values for half subnormals are
-    float32 subnormals, which would then read as zero."""
-    return not np.multiply(_SMALLEST_SUBNORMAL, _ONE)[0]
+# --------------------------------------------------------------------------- tables
 
-
-def half_to_scaled_float(raw, out):
-    """out (float32, raw's shape) = raw (float16) / factor; returns the factor:
-    2**112 when raw holds no inf/nan and subnormals are not flushed (bit trick), else
-    1 (exact NumPy cast)."""
-    i16 = raw.view(np.int16)
-    # inf/nan have bits 0x7c00..0x7fff (int16 max) or 0xfc00..0xffff (uint16 max)
-    if i16.size and (i16.max() >= 0x7C00 or raw.view(np.uint16).max() >= 0xFC00 or subnormals_flushed()):
-        np.copyto(out, raw.view(np.float16))
-        return 1.0
-    i32 = out.view(np.int32)
-    np.copyto(i32, i16)
-    np.left_shift(i32, 13, out=i32)
-    np.bitwise_and(i32, _HALF_MASK, out=i32)
-    return _HALF_FACTOR
-
-
-def spread_packed(raw, bit_rate):
-    """uint8 (n, W) packed bytes -> uint8 (n, W * 8/bit_rate) (a view into per-thread
-    scratch): the values of each byte in order, low bits first. Integer ops on
-    contiguous arrays, no lookup table."""
-    n, width = raw.shape
-    wide = np.uint16 if bit_rate == 4 else np.uint32
-    x = _buffer("spread_x", n * width, wide).reshape(n, width)
-    t = _buffer("spread_t", n * width, wide).reshape(n, width)
-    np.copyto(x, raw)
-    if bit_rate == 4:     # byte b -> 16-bit word (b & 15) | (b >> 4) << 8
-        np.left_shift(x, 4, out=t)
-        np.bitwise_or(x, t, out=x)
-        np.bitwise_and(x, wide(0x0F0F), out=x)
-    else:                 # byte b -> 32-bit word with its 2-bit field j in byte j
-        np.left_shift(x, 6, out=t)
-        np.bitwise_or(x, t, out=x)
-        np.left_shift(x, 12, out=t)
-        np.bitwise_or(x, t, out=x)
-        np.bitwise_and(x, wide(0x03030303), out=x)
-    if not np.little_endian:
-        x.byteswap(inplace=True)
-    return x.view(np.uint8).reshape(n, width * (8 // bit_rate))
-
-
-def _column(raw, offset, dtype):
-    """The `dtype` item at byte `offset` of every row of raw (n, W) uint8: a strided
-    1-D view (one inner loop over n rows, unlike raw[:, a:b] slices)."""
-    return np.ndarray((raw.shape[0],), dtype, buffer=raw, offset=offset, strides=(raw.shape[1],))
-
-
-def _take_rows(data, idx, out):
-    """out[...] = data[idx] along axis 0 (idx already bounds-checked). np.take copies
-    a non-contiguous source whole before gathering, so strided tables (a transposed or
-    sliced view) go through fancy indexing, which reads only the rows it needs."""
+def _unit_stride_rows(data):
+    """data as a 2-D (rows, values) view whose values inside a row are contiguous, or
+    None when they are not (a transposed table)."""
+    n, d = data.shape[0], math.prod(data.shape[1:])
     if data.flags.c_contiguous:
-        np.take(data, idx, axis=0, mode="clip", out=out)
+        return data.reshape(n, d)                 # a view, and much cheaper than as_strided
+    expect = data.itemsize
+    for size, stride in reversed(list(zip(data.shape[1:], data.strides[1:]))):
+        if size != 1 and stride != expect:
+            return None
+        expect *= size
+    return np.lib.stride_tricks.as_strided(data, (n, d), (data.strides[0], data.itemsize), writeable=False)
+
+
+def _byte_rows(data, layout):
+    """The table as uint8 rows (a view), or None when a row's bytes are not contiguous."""
+    if layout is FLOAT:
+        rows = _unit_stride_rows(data)
     else:
-        out[...] = data[idx]
-    return out
+        rows = data if data.strides[1] == 1 or data.shape[1] <= 1 else None
+    if rows is None:
+        return None
+    return rows if rows.dtype == np.uint8 else rows.view(np.uint8)
 
 
-def _gather_values(layout, data, idx, block):
-    """Gathered rows as float32 (n, block) (a view into per-thread scratch), (scale,
-    bias) float32 (n,) each or None, and the factor the values are divided by."""
-    n = idx.size
-    vals = _buffer("vals", n * block, np.float32).reshape(n, block)
-    if layout is FLOAT:
-        # Rows are taken from the table as it is: reshaping a non-contiguous N-d table
-        # to (N, block) would copy all of it on every call.
-        rows_shape = (n,) + data.shape[1:]
-        if data.dtype == np.float32:
-            _take_rows(data, idx, vals.reshape(rows_shape))
-            return vals, None, 1.0
-        raw = _buffer("raw16", n * block, data.dtype).reshape(n, block)
-        _take_rows(data, idx, raw.reshape(rows_shape))
-        return vals, None, half_to_scaled_float(raw, vals)
-    width = data.shape[1]
-    raw = _take_rows(data, idx, _buffer("raw8", n * width, np.uint8).reshape(n, width))
-    if layout.name == "fused8":
-        np.copyto(vals, raw[:, :block])
-        return vals, (_column(raw, block, np.float32), _column(raw, block + 4, np.float32)), 1.0
-    nbytes = width - 4
-    # spread the whole rows (contiguous); block == nbytes * k: the padding values of the
-    # last byte are included
-    np.copyto(vals, spread_packed(raw, layout.bit_rate)[:, :block])
-    half = _column(raw, nbytes, np.uint32).copy().view(np.float16)      # (scale, bias) pairs
-    sb = _buffer("scale_bias", 2 * n, np.float32)
-    factor = half_to_scaled_float(half, sb)
-    if factor != 1.0:
-        np.multiply(sb, np.float32(factor), out=sb)
-    return vals, (sb[0::2], sb[1::2]), 1.0
+_TILES = {}
 
 
-def _reduce_chunk(layout, data, block, idx, w, w_factor, out_rows, padding=None):
-    """out_rows[b] = sum_j w[b, j] / w_factor * value(idx[b*L + j]) for one chunk of c
-    bags of (padded) length L; w is float32 (c, L), or (1, L) shared by all bags.
-    padding (c, L) bool marks padded slots (weight 0): their gathered values, scales
-    and biases are zeroed, so that a non-finite row behind the padding index cannot
-    leak in as 0 * inf = nan."""
-    c = out_rows.shape[0]
-    L = idx.size // c
-    vals, sb, factor = _gather_values(layout, data, idx, block)
-    if padding is not None:
-        vals.reshape(c, L, block)[padding] = 0
-        if sb is not None:
-            sb[0].reshape(c, L)[padding] = 0
-            sb[1].reshape(c, L)[padding] = 0
-    if factor != w_factor:
-        if factor == 1.0:
-            w = w * np.float32(1 / w_factor)           # exact: undoes a power of two
+def _tile_plan(block, per_byte, value_bytes):
+    """(lane width, tile columns, tile byte offsets) for rows of `block` values."""
+    key = (block, per_byte, value_bytes)
+    plan = _TILES.get(key)
+    if plan is None:
+        n = next(w for w in loops.WIDTHS if w <= block and w % per_byte == 0)
+        cols = list(range(0, block - n + 1, n))
+        if block % n:
+            cols.append(block - n)             # overlaps the tile before: same sums, no tail loop
+        cols = np.array(cols, np.int64)
+        at = cols * value_bytes if per_byte == 1 else cols // per_byte
+        plan = _TILES[key] = (n, cols, at.astype(np.int64))
+    return plan
+
+
+# --------------------------------------------------------------------------- lookups
+
+def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, threads):
+    layout = LAYOUTS[layout] if isinstance(layout, str) else layout
+    block = layout.block_size(data)
+    m = offsets.size - 1
+    n_idx = indices.size
+    if threads is None:
+        threads = team_size()
+    row_bytes = data.shape[1] if layout is not FLOAT else block * data.itemsize
+    parts = 1
+    if threads > 1 and n_idx * block >= _PARALLEL_MIN_VALUES:
+        parts = threads * max(1, -(-n_idx * row_bytes // (threads * _CHUNK_BYTES)))
+    # int64, contiguous: the kernel reads indices through their address (int32 input costs
+    # one conversion pass, ~0.02 ms for 81,920, less than a per-row width test did)
+    indices = np.ascontiguousarray(indices, dtype=np.int64)
+    with team():
+        _check_indices(indices, data.shape[0], parts)
+        if weights is not None:
+            weights = np.ascontiguousarray(weights, dtype=np.float32)
+            if positional and weights.size < longest:
+                raise LookupInputError("weights", "WEIGHT must have at least as many entries (%d) as the "
+                                       "longest segment (%d)" % (weights.size, longest))
+            if not positional and weights.size != n_idx:
+                raise LookupInputError("weights", "Weight should have the same length as indices.")
+        out = np.empty((m, block), np.float32)
+        if block == 0 or m == 0:
+            return out
+        table = _byte_rows(data, layout)
+        if table is None:        # values of a row not contiguous: gather the rows needed
+            table = _byte_rows(np.ascontiguousarray(data[indices]), layout)
+            indices = np.arange(n_idx, dtype=np.int64)
+        if layout is FLOAT:
+            kind = loops.FLOAT32 if data.dtype == np.float32 else loops.FLOAT16
+            per_byte, value_bytes, sb_at = 1, data.itemsize, 0
+        elif layout.name == "fused8":
+            kind, per_byte, value_bytes, sb_at = loops.FUSED8, 1, 1, block
         else:
-            np.multiply(vals, np.float32(factor), out=vals)
-    wm = w if sb is None else w * sb[0].reshape(c, L)
-    np.matmul(wm[:, None, :], vals.reshape(c, L, block), out=out_rows[:, None, :])
-    if sb is not None:
-        out_rows += (w * sb[1].reshape(c, L)).sum(axis=1, dtype=np.float32)[:, None]
-
-
-def _split(n, per, threads):
-    """Boundaries of about n/per equal parts (a multiple of `threads` of them, so that
-    every thread gets the same work)."""
-    parts = max(1, -(-n // per))
-    if threads > 1:
-        parts = min(n, -(-parts // threads) * threads)
-    return (np.arange(parts + 1, dtype=np.int64) * n) // parts
-
-
-def _row_is_finite(layout, data, block):
-    """Whether row 0 (the padding row) dequantises to finite values only."""
-    if layout is FLOAT:
-        return bool(np.isfinite(data[0]).all())
-    row = np.array(data[0])          # values are small integers: scale and bias decide
-    if layout.name == "fused8":
-        return bool(np.isfinite(row[block:block + 8].view(np.float32)).all())
-    return bool(np.isfinite(row[-4:].view(np.float16)).all())
-
-
-def _windows(a, width):
-    """Read-only view v of shape (a.size + 1, width) with v[s] = a[s:s + width], over a
-    copy of `a` padded with `width` zeros (rows near the end run into the padding)."""
-    ext = np.zeros(a.size + width, dtype=a.dtype)
-    ext[:a.size] = a
-    step = ext.strides[0]
-    return np.lib.stride_tricks.as_strided(ext, (a.size + 1, width), (step, step), writeable=False)
-
-
-def _plan_chunks(lengths, block, threads):
-    """Sort the non-empty bags by length (longest first, stable) and cut the order into
-    chunks [(start, stop, padded length, full)] of about equal padded size (a multiple
-    of `threads` of them); a chunk also ends where lengths drop below half of its
-    first, so that zero padding stays small. Returns (order, chunks per thread)."""
-    nonempty = np.flatnonzero(lengths > 0)
-    order = nonempty[np.argsort(-lengths[nonempty], kind="stable")]
-    sorted_lens = lengths[order]
-    total = int(sorted_lens.sum())
-    parts = max(1, -(-total * 4 * block // _CHUNK_BYTES))
-    parts = -(-parts // threads) * threads
-    target = max(1, -(-total // parts))                 # padded rows per chunk
-    halves = -2 * sorted_lens                           # ascending
-    chunks = []
-    i = 0
-    while i < order.size:
-        lmax = int(sorted_lens[i])
-        j = min(order.size, i + max(1, target // lmax),
-                int(np.searchsorted(halves, -lmax, side="right")))
-        chunks.append((i, j, lmax, int(sorted_lens[j - 1]) == lmax))
-        i = j
-    # longest-first greedy assignment of chunks to threads by padded rows
-    groups = [[] for _ in range(threads)]
-    load = [0] * threads
-    for ch in sorted(chunks, key=lambda ch: -(ch[1] - ch[0]) * ch[2]):
-        t = load.index(min(load))
-        groups[t].append(ch)
-        load[t] += (ch[1] - ch[0]) * ch[2]
-    return order, [g for g in groups if g]
+            kind = loops.FUSED4 if layout.bit_rate == 4 else loops.FUSED2
+            per_byte, value_bytes, sb_at = layout.values_per_byte, 1, data.shape[1] - 4
+        width, tiles, tile_bytes = _tile_plan(block, per_byte, value_bytes)
+        part_rows = np.empty((2 * parts, block), np.float32)
+        part_bags = np.full((parts, 2), -1, np.int64)
+        wmode = loops.NO_WEIGHTS if weights is None else loops.POSITIONAL if positional else loops.PER_INDEX
+        loops.bags(width, kind, table.ctypes.data, table.strides[0], sb_at, indices.ctypes.data,
+                   0 if weights is None else weights.ctypes.data, wmode, bool(mean), out, tiles, tile_bytes, offsets,
+                   PREFETCH_DISTANCE if row_bytes > 128 else PREFETCH_DISTANCE_SHORT_ROWS, parts, part_rows,
+                   part_bags)
+        if parts > 1:
+            loops.merge_partials(out, offsets, bool(mean), part_rows, part_bags)
+    return out
 
 
 def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=False,
@@ -354,132 +274,29 @@ def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=
     data: table (float32/float16 [N, ...], or uint8 fused rows for fused layouts);
     indices: int32/int64 [I]; lengths: int [M]; weights: float32 [I], or per-position
     weights when positional; mean divides each bag by its length (empty bags -> 0).
-    Raises LookupInputError with Caffe2's messages.
+    threads: parts to split the work into (default: the team's size).
+    Raises LookupInputError with Caffe2's messages, before anything is computed.
     """
-    layout = LAYOUTS[layout] if isinstance(layout, str) else layout
-    block = layout.block_size(data)
+    layout_obj = LAYOUTS[layout] if isinstance(layout, str) else layout
     lengths = np.asarray(lengths)
-    m = lengths.size
     # LENGTHS is checked even when INDICES is empty (Caffe2 skipped the check there,
     # so LENGTHS [-5] or [5, 0] gave zeros that one index more would have refused)
-    _check_lengths(lengths, indices.size)
+    offsets, longest = _offsets_from_lengths(lengths, indices.size)
     if indices.size == 0:
-        return np.zeros((m, block), dtype=np.float32)
-    check_indices(indices, data.shape[0])
-    if weights is not None:
-        weights = np.asarray(weights, dtype=np.float32)
-        if positional and weights.size < int(lengths.max(initial=0)):
-            raise LookupInputError("weights", "WEIGHT must have at least as many entries (%d) as the "
-                                   "longest segment (%d)" % (weights.size, int(lengths.max())))
-    if block == 0 or m == 0:
-        return np.zeros((m, block), dtype=np.float32)
-    lengths = lengths.astype(np.int64, copy=False)
-    # np.take converts its indices to intp on every call: convert once
-    idx = indices if indices.dtype == np.intp else indices.astype(np.intp)
-    threads = num_threads() if threads is None else threads
-    if indices.size * block < _PARALLEL_MIN_VALUES:
-        threads = 1
-    # float16 tables: the weights carry the 2**112 of the bit-trick conversion
-    w_factor = 1.0
-    if layout is FLOAT and data.dtype == np.float16:
-        if weights is None or np.abs(weights[:int(lengths.max())] if positional else weights).max() \
-                < _HALF_WEIGHT_LIMIT:
-            w_factor = _HALF_FACTOR
-    scale = np.float32(w_factor)
-    if weights is not None and w_factor != 1.0:
-        weights = weights * scale
-    lmin, lmax = int(lengths.min()), int(lengths.max())
-    if lmin == lmax:   # all bags of length L > 0 (L = 0 would mean no indices)
-        out = np.empty((m, block), dtype=np.float32)
-        _reduce_uniform(layout, data, block, idx, weights, positional, mean, w_factor, threads, out)
-        return out
-    out = np.zeros((m, block), dtype=np.float32)
-    order, groups = _plan_chunks(lengths, block, threads)
-    starts = np.zeros(m, dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    sorted_starts, sorted_lens = starts[order], lengths[order]
-    # windows[s] = the lmax entries from position s on (a strided view, tails padded):
-    # windows[:, :L][starts of a chunk's bags] is its (c, L) matrix in one fancy index
-    win_idx = _windows(idx, lmax)
-    win_w = _windows(weights, lmax) if weights is not None and not positional else None
-    ones = np.full((1, lmax), scale, dtype=np.float32)
-    steps = np.arange(lmax, dtype=np.int64)
-    row0_finite = _row_is_finite(layout, data, block)
-
-    def run_chunk(chunk):
-        a, b, L, full = chunk
-        bags = order[a:b]
-        c = b - a
-        consecutive = full and bags[-1] - bags[0] == c - 1   # full chunks are ascending (stable sort)
-        if consecutive:
-            pos = slice(starts[bags[0]], starts[bags[0]] + c * L)
-            idx_c = idx[pos]
-        else:
-            st = sorted_starts[a:b]
-            idx_c = win_idx[:, :L][st]
-        if full:      # every bag of the chunk has length L: no padding
-            padding = None
-            if weights is None:
-                w = ones[:, :L]
-            elif positional:
-                w = weights[None, :L]
-            else:
-                w = weights[pos].reshape(c, L) if consecutive else win_w[:, :L][st]
-            if mean:
-                w = w * (np.float32(1) / np.float32(L))
-        else:
-            lens = sorted_lens[a:b]
-            valid = steps[:L] < lens[:, None]
-            pad = ~valid
-            idx_c[pad] = 0              # padded slots gather row 0 (a cache hit), weight 0
-            padding = None if row0_finite else pad   # 0 * finite = 0: nothing to clean up
-            if weights is None:
-                w = np.multiply(valid, scale, dtype=np.float32)
-            elif positional:
-                w = np.where(valid, weights[:L], np.float32(0))    # weights past a bag may be nan
-            else:
-                w = win_w[:, :L][st]
-                w[pad] = 0
-            if mean:
-                w *= (np.float32(1) / lens.astype(np.float32))[:, None]
-        if consecutive:
-            _reduce_chunk(layout, data, block, idx_c, w, w_factor, out[bags[0]:bags[-1] + 1])
-        else:
-            rows = _buffer("rows", c * block, np.float32).reshape(c, block)
-            _reduce_chunk(layout, data, block, idx_c.reshape(-1), w, w_factor, rows, padding)
-            out[bags] = rows
-
-    run_split(lambda group: [run_chunk(chunk) for chunk in group], groups, threads)
-    return out
+        return np.zeros((lengths.size, layout_obj.block_size(data)), dtype=np.float32)
+    return _reduce(data, indices, offsets, longest, weights, positional, mean, layout_obj, threads)
 
 
-def _reduce_uniform(layout, data, block, idx, weights, positional, mean, w_factor, threads, out):
-    """All bags have the same length L: chunks are row slices of indices.reshape(m, L)
-    (and of weights); nothing is gathered or padded to build them."""
-    m = out.shape[0]
-    L = idx.size // m
-    w_all = None
-    if weights is None:
-        w_all = np.full((1, L), w_factor, dtype=np.float32)
-    elif positional:
-        w_all = weights[None, :L]
-    if mean:
-        inv = np.float32(1) / np.float32(L)
-        w_all = w_all * inv if w_all is not None else None
-        weights = weights * inv if w_all is None else weights
-    bounds = _split(m, max(1, _CHUNK_BYTES // (4 * block * L)), threads)
-
-    def run_chunk(i):
-        b0, b1 = int(bounds[i]), int(bounds[i + 1])
-        w = w_all if w_all is not None else weights[b0 * L:b1 * L].reshape(b1 - b0, L)
-        _reduce_chunk(layout, data, block, idx[b0 * L:b1 * L], w, w_factor, out[b0:b1])
-
-    run_split(run_chunk, list(range(bounds.size - 1)), threads)
-
-
-def offsets_reduce(data, indices, offsets, include_last_offset=True, **kwargs):
-    """Caffe2's EmbeddingLookupIdx: segments from offsets (see lengths_from_offsets)."""
-    lengths = lengths_from_offsets(offsets, indices.size, include_last_offset)
-    if int(lengths.sum()) != indices.size:
+def offsets_reduce(data, indices, offsets, include_last_offset=True, weights=None, positional=False,
+                   mean=False, layout="float", threads=None):
+    """Caffe2's EmbeddingLookupIdx: bag m spans INDICES[offsets[m] - offsets[0] :
+    offsets[m + 1] - offsets[0]] (output_size + 1 offsets), or with
+    include_last_offset=False (torch style, output_size offsets) the last bag ends at
+    the end of INDICES. OFFSETS must be non-decreasing."""
+    layout_obj = LAYOUTS[layout] if isinstance(layout, str) else layout
+    rel, longest = _offsets_from_raw(offsets, indices.size, include_last_offset)
+    if int(rel[-1]) != indices.size:
         raise LookupInputError("lengths", SUM_MESSAGE)
-    return segment_reduce(data, indices, lengths, **kwargs)
+    if indices.size == 0:
+        return np.zeros((rel.size - 1, layout_obj.block_size(data)), dtype=np.float32)
+    return _reduce(data, indices, rel, longest, weights, positional, mean, layout_obj, threads)

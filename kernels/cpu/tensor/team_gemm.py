@@ -130,7 +130,8 @@ def _layout(a3, b3, out3, epilogue):
     entry = gemm_entry(out3.dtype)
     groups, m, k = a3.shape
     n = b3.shape[2]
-    if entry is None or not a3.dtype == b3.dtype == out3.dtype or not out3.flags.c_contiguous or not (m and n and k):
+    if entry is None or not a3.dtype == b3.dtype == out3.dtype or not out3.flags.c_contiguous \
+            or not (groups and m and n and k):
         return None
     ops = _operand(a3), _operand(b3)
     if ops[0] is None or ops[1] is None:

@@ -1,0 +1,263 @@
+"""Compiled loops of the embedding lookups (sparse_lengths.py calls them; it checks
+every shape, length and index and prepares every argument first: nothing here
+checks bounds).
+
+    bags(width, kind, table, row_stride, sb_at, indices, weights, wmode, mean, out,
+         tiles, tile_bytes, offsets, dist, parts, part_rows, part_bags)
+        out[b] = sum over j in [offsets[b], offsets[b+1]) of w_j * value(row indices[j]),
+        over `parts` parts of the index positions on the team (see _part); bags cut by a
+        part boundary are summed in part_rows and finished by merge_partials.
+    merge_partials(out, offsets, mean, part_rows, part_bags)
+    first_bad_index(indices, n_rows, parts, found) -> first position with an index
+        outside [0, n_rows), or -1
+    offsets_of_lengths(lengths, offsets) -> (first negative length or -1, max length)
+    relative_offsets(raw, offsets) -> (first position where raw decreases or -1, max step)
+
+Numba compiles a parallel kernel in seconds, and once per combination of argument
+types, so what varies from call to call is a run-time value: the table is an address
+and a row stride (row r starts at table + r * row_stride: any dtype, strides, or
+sliced view), the indices an address (int64), the value encoding `kind` (a code of
+simd.KINDS) and the tile `width`. The row loop itself (_tile) is compiled once per
+(width, kind) of simd.LOOKUP_LANES, each copy with its encoding's loads and no
+per-row branches, and _tile_of picks the copy. _tile takes no arrays: numba
+reference-counts array arguments on every call (~0.4 us per bag, measured).
+"""
+import numpy as np
+
+from ..runtime.jit import LazyGlobal, compiled, prange
+
+vzeros = LazyGlobal(".simd", "vzeros")
+vload = LazyGlobal(".simd", "vload")
+vfma = LazyGlobal(".simd", "vfma")
+vadds = LazyGlobal(".simd", "vadds")
+vmuls = LazyGlobal(".simd", "vmuls")
+vstore_lanes_at = LazyGlobal(".simd", "vstore_lanes_at")
+has_scale_bias = LazyGlobal(".simd", "has_scale_bias")
+row_scale = LazyGlobal(".simd", "row_scale")
+row_bias = LazyGlobal(".simd", "row_bias")
+lanes_are = LazyGlobal(".simd", "lanes_are")
+prefetch = LazyGlobal(".simd", "prefetch")
+load_f32 = LazyGlobal(".simd", "load_f32")
+load_index = LazyGlobal(".simd", "load_index")
+LOOKUP_LANES = LazyGlobal(".simd", "LOOKUP_LANES")
+literal_unroll = LazyGlobal("numba", "literal_unroll")
+
+# Tile widths (lanes) and value encodings, as in simd.LOOKUP_WIDTHS and simd.KINDS
+# (simd imports numba; this module must not).
+WIDTHS = (64, 32, 16, 8, 4, 2, 1)
+FLOAT32, FLOAT16, FUSED8, FUSED4, FUSED2 = 0, 1, 2, 3, 4
+NO_WEIGHTS, PER_INDEX, POSITIONAL = 0, 1, 2
+
+
+@compiled(inline=True)
+def _add_row(lanes, acc, bias, table, row_stride, sb_at, indices, weights, woff, weighted, j, at):
+    """acc, bias after row position j (weight 1 when not weighted)."""
+    row = table + load_index(indices, j, True) * row_stride
+    w = load_f32(weights + 4 * (j - woff)) if weighted else np.float32(1.0)
+    if has_scale_bias(lanes):
+        bias += w * row_bias(lanes, row + sb_at)
+        w = w * row_scale(lanes, row + sb_at)
+    return vfma(acc, w, vload(lanes, row + at)), bias
+
+
+@compiled
+def _tile(lanes, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale, dest, at, next_at, dist,
+          limit, warm):
+    """dest (address of lanes.n float32) = scale * sum over positions j in [a, z) of
+    weight[j - woff] (1 when not weighted) * (the lanes.n values at byte `at` of row
+    indices[j]) (scale and bias applied for fused rows), summed in registers. Rows are
+    prefetched `dist` positions ahead, up to `limit`: at byte `at` inside [a, z), at
+    `next_at` past z (the next bags' first tile: the stream runs on across bag
+    boundaries); warm: prefetch the first `dist` rows first (a tile after the first).
+    The row loop is cut where its prefetch target changes, so that the loops test
+    nothing per row."""
+    one = np.float32(1.0)
+    if warm:
+        for j in range(a, min(a + dist, z)):
+            prefetch(table + load_index(indices, j, True) * row_stride + at)
+    acc = vzeros(lanes)
+    bias = np.float32(0.0)
+    inside = max(a, min(z, limit) - dist)         # j + dist < z and < limit: this tile's rows
+    beyond = max(inside, min(z, limit - dist))    # z <= j + dist < limit: the next bags'
+    for j in range(a, inside):
+        prefetch(table + load_index(indices, j + dist, True) * row_stride + at)
+        acc, bias = _add_row(lanes, acc, bias, table, row_stride, sb_at, indices, weights, woff, weighted, j, at)
+    for j in range(inside, beyond):
+        prefetch(table + load_index(indices, j + dist, True) * row_stride + next_at)
+        acc, bias = _add_row(lanes, acc, bias, table, row_stride, sb_at, indices, weights, woff, weighted, j, at)
+    for j in range(beyond, z):
+        acc, bias = _add_row(lanes, acc, bias, table, row_stride, sb_at, indices, weights, woff, weighted, j, at)
+    if has_scale_bias(lanes):
+        acc = vadds(acc, bias)
+    if scale != one:
+        acc = vmuls(acc, scale)
+    vstore_lanes_at(lanes, dest, acc)
+
+
+@compiled
+def _tile_of(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale, dest, at, next_at,
+             dist, limit, warm):
+    """_tile with the copy for `width` lanes of encoding `kind`."""
+    for lanes in literal_unroll(LOOKUP_LANES):
+        if lanes_are(lanes, width, kind):
+            _tile(lanes, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale, dest, at, next_at,
+                  dist, limit, warm)
+
+
+@compiled
+def _piece(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale, dest, ntiles, tiles,
+           tile_bytes, dist, hi):
+    """Positions [a, z) of one bag into the float32 row at address `dest`, tile by tile
+    (tiles, tile_bytes: addresses of ntiles int64 column / byte offsets); the last
+    tile's prefetch stream runs on to hi."""
+    first_at = load_index(tile_bytes, 0, True)
+    for ti in range(ntiles):
+        _tile_of(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale,
+                 dest + 4 * load_index(tiles, ti, True), load_index(tile_bytes, ti, True), first_at, dist,
+                 hi if ti == ntiles - 1 else z, ti > 0)
+
+
+@compiled
+def _part(width, kind, table, row_stride, sb_at, indices, weights, wmode, mean, out, tiles, tile_bytes, offsets,
+          dist, t, parts, part_rows, part_bags):
+    """Part t of `parts`: index positions [lo, hi) with lo = total * t // parts. It writes
+    the bags that start in [lo, hi) (the last part also the empty bags at the end);
+    a bag that starts before lo (its head here) or runs past hi (its tail here) is
+    summed into part_rows[2t] / [2t + 1] and named in part_bags[t, 0] / [t, 1].
+    wmode: NO_WEIGHTS, PER_INDEX (weight j for position j) or POSITIONAL (weight
+    j - the bag's start)."""
+    weighted = wmode != NO_WEIGHTS
+    per_index = wmode == PER_INDEX
+    m = out.shape[0]
+    total = offsets[m]
+    lo = total * t // parts
+    hi = total * (t + 1) // parts
+    starts = offsets[:m]
+    first = np.searchsorted(starts, lo)            # first bag starting at or after lo
+    end = m if t == parts - 1 else np.searchsorted(starts, hi)
+    out_at, out_step = out.ctypes.data, out.strides[0]
+    part_at, part_step = part_rows.ctypes.data, part_rows.strides[0]
+    ntiles, tiles_at, bytes_at = tiles.size, tiles.ctypes.data, tile_bytes.ctypes.data
+    for j in range(lo, min(lo + dist, hi)):
+        prefetch(table + load_index(indices, j, True) * row_stride + tile_bytes[0])
+    one = np.float32(1.0)
+    if lo < hi and first > 0 and (first == m or offsets[first] > lo):
+        head = first - 1                           # a bag that began in an earlier part
+        _piece(width, kind, table, row_stride, sb_at, indices, weights, 0 if per_index else offsets[head], weighted, lo,
+               min(offsets[head + 1], hi), one, part_at + 2 * t * part_step, ntiles, tiles_at, bytes_at, dist, hi)
+        part_bags[t, 0] = head
+    for b in range(first, end):
+        s = offsets[b]
+        e = offsets[b + 1]
+        woff = 0 if per_index else s
+        if e > hi:                                 # runs on into the next part
+            _piece(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, s, hi, one,
+                   part_at + (2 * t + 1) * part_step, ntiles, tiles_at, bytes_at, dist, hi)
+            part_bags[t, 1] = b
+        else:
+            scale = one / np.float32(e - s) if mean and e > s else one
+            _piece(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, s, e, scale,
+                   out_at + b * out_step,
+                   ntiles, tiles_at, bytes_at, dist, hi)
+
+
+@compiled(parallel=True)
+def bags(width, kind, table, row_stride, sb_at, indices, weights, wmode, mean, out, tiles, tile_bytes, offsets,
+         dist, parts, part_rows, part_bags):
+    """All bags, `parts` parts on the team (see _part); then merge_partials. weights is
+    an address of float32 (unread with NO_WEIGHTS)."""
+    for t in prange(parts):
+        _part(width, kind, table, row_stride, sb_at, indices, weights, wmode, mean, out, tiles, tile_bytes,
+              offsets, dist, t, parts, part_rows, part_bags)
+
+
+@compiled
+def merge_partials(out, offsets, mean, part_rows, part_bags):
+    """Finish the bags that part boundaries cut: their pieces lie in part order (head
+    of part t, tail of part t, head of part t + 1, ...), so consecutive pieces of one
+    bag are added up and the sum (divided by the length for mean) written once."""
+    n = out.shape[1]
+    acc = np.zeros(n, np.float32)
+    current = -1
+    for slot in range(part_bags.size + 1):
+        bag = part_bags.reshape(-1)[slot] if slot < part_bags.size else -2
+        if bag == -1:
+            continue
+        if bag != current:
+            if current >= 0:
+                length = offsets[current + 1] - offsets[current]
+                scale = np.float32(1.0) / np.float32(length) if mean else np.float32(1.0)
+                row = out[current]
+                for k in range(n):
+                    row[k] = acc[k] * scale
+            acc[:] = 0
+            current = bag
+        if bag >= 0:
+            piece = part_rows[slot]
+            for k in range(n):
+                acc[k] += piece[k]
+
+
+@compiled
+def _count_bad(indices, lo, hi, limit):
+    """How many of indices[lo:hi] are outside [0, limit) (vectorised: one unsigned
+    compare, negatives wrap to huge)."""
+    bad = 0
+    for j in range(lo, hi):
+        bad += np.uint64(indices[j]) >= limit
+    return bad
+
+
+@compiled(parallel=True)
+def first_bad_index(indices, n_rows, parts, found):
+    """First position of int64 `indices` whose value is outside [0, n_rows), or -1;
+    `parts` parts on the team, each counting its bad indices in one vectorised pass
+    and scanning for the first only when it has one. found: int64 scratch of `parts`."""
+    n = indices.size
+    limit = np.uint64(n_rows)
+    for t in prange(parts):
+        lo, hi = n * t // parts, n * (t + 1) // parts
+        found[t] = -1
+        if _count_bad(indices, lo, hi, limit):
+            for j in range(lo, hi):
+                if np.uint64(indices[j]) >= limit:
+                    found[t] = j
+                    break
+    for t in range(parts):
+        if found[t] >= 0:
+            return found[t]
+    return -1
+
+
+@compiled
+def offsets_of_lengths(lengths, offsets):
+    """offsets[0] = 0, offsets[b + 1] = lengths[0] + ... + lengths[b]. Returns (first
+    negative length's position or -1, the largest length)."""
+    total = 0
+    longest = 0
+    offsets[0] = 0
+    for b in range(lengths.size):
+        n = np.int64(lengths[b])
+        if n < 0:
+            return b, 0
+        total += n
+        offsets[b + 1] = total
+        longest = max(longest, n)
+    return -1, longest
+
+
+@compiled
+def relative_offsets(raw, offsets):
+    """offsets[b] = raw[b] - raw[0] for the raw entries there are (offsets may have one
+    more entry, filled by the caller). Returns (the first b with raw[b + 1] < raw[b]
+    or -1, the largest difference)."""
+    base = np.int64(raw[0])
+    longest = 0
+    offsets[0] = 0
+    for b in range(1, raw.size):
+        step = np.int64(raw[b]) - np.int64(raw[b - 1])
+        if step < 0:
+            return b - 1, 0
+        offsets[b] = np.int64(raw[b]) - base
+        longest = max(longest, step)
+    return -1, longest

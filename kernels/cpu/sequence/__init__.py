@@ -1,0 +1,2 @@
+"""Sequence kernels: masks, packed-sequence reversal and (un)packing, sinusoid position
+encodings, GLU, hierarchical softmax, locally connected layers."""

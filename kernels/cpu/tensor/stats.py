@@ -1,0 +1,38 @@
+"""Per-channel sums and histograms: whole-array NumPy passes. Callers check shapes."""
+import numpy as np
+
+
+def _wide(x):
+    return x.astype(np.float32) if x.dtype == np.float16 else x
+
+
+def channel_sums(x3):
+    """(sum, sum of squares) per channel of x3 viewed as (N, C, S): one value per C."""
+    xs = _wide(x3)
+    return xs.sum(axis=(0, 2)).astype(x3.dtype), np.einsum("ncs,ncs->c", xs, xs).astype(x3.dtype)
+
+
+def channel_backprop_stats(x3, mean, inv_std, dy3):
+    """(scale gradient, bias gradient) per channel for (N, C, S) views of the input
+    and the output gradient of a batch norm with the given per-channel statistics:
+    sum(dy * (x - mean) * inv_std) and sum(dy)."""
+    xs, dys = _wide(x3), _wide(dy3)
+    dbias = dys.sum(axis=(0, 2))
+    centered = xs - _wide(mean).reshape(1, -1, 1)
+    dscale = np.einsum("ncs,ncs->c", dys, centered) * _wide(inv_std).reshape(-1)
+    return dscale.astype(x3.dtype), dbias.astype(x3.dtype)
+
+
+def histogram(x, lower, upper, num_buckets):
+    """Counts (int64, num_buckets + 2): [0] values below lower, [1..num_buckets] the
+    equal-width buckets of [lower, upper), [num_buckets + 1] values >= upper. NaN
+    values are counted nowhere."""
+    v = _wide(x).reshape(-1).astype(np.float64)
+    v = v[~np.isnan(v)]
+    segment = (upper - lower) / num_buckets
+    inside = np.clip(v, lower, upper)           # infinities would not cast to int
+    index = np.floor((inside - lower) / segment).astype(np.int64) + 1
+    # rounding can put a value just below `upper` one past the last bucket
+    index = np.clip(index, 1, num_buckets)
+    index = np.where(v < lower, 0, np.where(v >= upper, num_buckets + 1, index))
+    return np.bincount(index, minlength=num_buckets + 2).astype(np.int64)
