@@ -175,7 +175,7 @@ def sigmoid_cross_entropy_gradient(ctx):
 
     def run(dy, logits, targets):
         _check_logits_targets(ctx, logits, targets, offset=1)
-        rows = logits.size // (logits.shape[-1] if logits.ndim else 1) if logits.size else 0
+        rows = math.prod(logits.shape[:-1])         # the forward's output size (1 for a 1-D or 0-d logits)
         if dy.size != rows:
             raise ctx.input_error(0, "the gradient holds %d values for %d rows of logits" % (dy.size, rows))
         return K.sigmoid_xent_grad(dy, logits, targets, log_d, unjoined)

@@ -39,7 +39,20 @@ def check_fill_args(ctx, n_shape_inputs=1):
         raise ctx.error("shape %s has a negative dimension" % shape)
 
 
+_MAX_ELEMENTS = 1 << 48      # far beyond any memory; keeps element counts exact in int64
+
+
 def _shape(ctx, inputs):
+    shape = _requested_shape(ctx, inputs)
+    count = 1
+    for d in shape:                      # Python ints: no int64 wrap-around
+        count *= d
+    if count > _MAX_ELEMENTS:
+        raise ctx.error("shape %s asks for %d elements, more than any memory holds" % (list(shape), count))
+    return shape
+
+
+def _requested_shape(ctx, inputs):
     if ctx.n_inputs == 0 or not inputs:
         return tuple(ctx.ints("shape") or [])
     extra = list(ctx.ints("extra_shape") or [])

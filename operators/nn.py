@@ -389,6 +389,7 @@ register_schema(OpSchema(
     "LRN", num_inputs=1, num_outputs=(1, 2),
     args=(Arg("size", "int", required=True), Arg("alpha", "float", 0.0), Arg("beta", "float", 0.0),
           Arg("bias", "float", 1.0), Arg("order", "string", "NCHW")),
+    checks=(DTypes(0, "float"),),
     inference=_lrn_infer, inputs=("X",), outputs=("Y", "scale"),
     doc="Local response normalisation across channels: Y = X / scale ** beta with "
         "scale = bias + alpha / size * (sum of X^2 over `size` neighbouring channels)."))

@@ -5,6 +5,7 @@ import numpy as np
 
 from caffe2py.kernels.cpu.onnx import tensor as tk
 
+from caffe2py.registry import Arg
 from caffe2py.schema_rules import InputRule, Rank, Scalar
 
 from .onnx_base import axis_of, onnx_op
@@ -219,7 +220,8 @@ def _einsum_problem(equation, shapes):
     return None
 
 
-@onnx_op("Einsum", (12, None), checks=(EinsumEquation(),))
+@onnx_op("Einsum", (12, None), checks=(EinsumEquation(),),
+         args=(Arg("equation", "string", None, required=True),))
 def einsum(ctx):
     equation = ctx.string("equation").replace(" ", "")
 

@@ -275,6 +275,11 @@ def batch_norm(ctx):
         momentum = ctx.float("momentum", 0.9)
 
         def train(x, scale, bias, mean, var):
+            channels = x.shape[1] if x.ndim > 1 else 1
+            for index, p in enumerate((scale, bias, mean, var), 1):
+                if p.shape != (channels,):
+                    raise ctx.input_error(index, "must be [C] = [%d] for X of shape %s, got %s"
+                                          % (channels, list(x.shape), list(p.shape)))
             y, run_mean, run_var = nn_k.batch_norm_training(x, scale, bias, mean, var, eps, momentum)
             return (y, run_mean, run_var)[:ctx.n_outputs] if ctx.n_outputs > 1 else y
         return train
@@ -374,6 +379,33 @@ def dropout(ctx):
     return run
 
 
+def _check_deform_shapes(ctx, x, w, offset, b, mask, strides, pads, dilations, group, offset_group):
+    """Every input's shape against X's and W's, before the kernel reshapes them."""
+    if len(strides) != 2 or len(dilations) != 2 or len(pads) != 4 or min(strides + dilations) < 1 or min(pads) < 0:
+        raise ctx.error("strides %s and dilations %s need 2 positive values, pads %s 4 values >= 0"
+                        % (strides, dilations, pads))
+    n, c, h, wd = x.shape
+    if group < 1 or offset_group < 1 or c % group or c % offset_group:
+        raise ctx.error("group %d and offset_group %d must be positive and divide the %d channels"
+                        % (group, offset_group, c))
+    if w.ndim != 4 or w.shape[1] != c // group or w.shape[0] % group:
+        raise ctx.input_error(1, "W must be [M, C/group = %d, kH, kW] with M divisible by group %d, got %s"
+                              % (c // group, group, list(w.shape)))
+    m, _, kh, kw = w.shape
+    oh = (h + pads[0] + pads[2] - ((kh - 1) * dilations[0] + 1)) // strides[0] + 1
+    ow = (wd + pads[1] + pads[3] - ((kw - 1) * dilations[1] + 1)) // strides[1] + 1
+    if oh < 1 or ow < 1:
+        raise ctx.input_error(1, "the %dx%d kernel does not fit the padded %dx%d input" % (kh, kw, h, wd))
+    want = (n, offset_group * 2 * kh * kw, oh, ow)
+    if offset.shape != want:
+        raise ctx.input_error(2, "offset must be %s, got %s" % (list(want), list(offset.shape)))
+    if b is not None and b.shape != (m,):
+        raise ctx.input_error(3, "B must be [%d], got %s" % (m, list(b.shape)))
+    want = (n, offset_group * kh * kw, oh, ow)
+    if mask is not None and mask.shape != want:
+        raise ctx.input_error(4, "mask must be %s, got %s" % (list(want), list(mask.shape)))
+
+
 @onnx_op("DeformConv", (19, None))
 def deform_conv(ctx):
     from caffe2py.kernels.cpu.onnx import deform as onnx_deform
@@ -385,5 +417,6 @@ def deform_conv(ctx):
         strides = ctx.ints("strides", None) or [1, 1]
         dilations = ctx.ints("dilations", None) or [1, 1]
         pads = ctx.ints("pads", None) or [0, 0, 0, 0]
+        _check_deform_shapes(ctx, x, w, offset, b, mask, strides, pads, dilations, group, offset_group)
         return onnx_deform.deform_conv(x, w, offset, b, mask, strides, pads, dilations, group, offset_group)
     return run

@@ -300,6 +300,10 @@ def tile(ctx):
         if axis is not None:   # opset 1: (input, tiles, axis)
             if x.ndim == 0:
                 raise ctx.input_error(0, "opset-1 Tile repeats one axis; a 0-d input has none")
+            for index, value in ((1, repeats), (2, axis)):
+                if value.size != 1:
+                    raise ctx.input_error(index, "opset-1 Tile takes one value for %s, got shape %s"
+                                          % (("tiles", "axis")[index - 1], list(value.shape)))
             reps = [1] * x.ndim
             reps[axis_of(ctx, int(axis.reshape(-1)[0]), x.ndim)] = int(repeats.reshape(-1)[0])
         else:

@@ -301,7 +301,8 @@ register_schema(OpSchema(
           Arg("backward_link_offset", "ints", [], doc="window start relative to the timestep"),
           Arg("param", "ints", [], doc="forward inputs that are parameters"),
           Arg("param_grads", "strings", [], doc="names the backward step net gives the parameter gradients"),
-          Arg("outputs_with_grads", "ints", [0], doc="forward outputs whose gradients are inputs")),
+          Arg("outputs_with_grads", "ints", [0], doc="forward outputs whose gradients are inputs"),
+          Arg("timestep", "string", "timestep", doc="the step nets' timestep blob (as in the forward)")),
     doc="Gradient of RecurrentNetwork: runs the backward step net for t = T-1 .. 0 in the forward "
         "pass's step workspaces. Inputs: the gradients of the outputs_with_grads outputs, then every "
         "forward input and output; outputs: the gradients of the input sequence, the parameters and "

@@ -26,6 +26,7 @@ from caffe2py.errors import Caffe2Error
 from caffe2py.gradients import register_gradient
 from caffe2py.kernels.cpu.recsys import segment_grad as K
 from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.schema_rules import DTypes
 
 from ._checks import call, check_float_data, check_int_vector
 
@@ -174,6 +175,7 @@ def _lengths_weighted_sum_maker(g):
 register_schema(OpSchema(
     "ReduceFrontWeightedSumGradient", num_inputs=3, num_outputs=1,
     inputs=("SCALARS", "REDUCTION_GRAD", "SOURCE_SHAPE"), outputs=("DATA_GRADS",),
+    checks=(DTypes(2, "int"),),
     args=(Arg("num_reduce_dim", "int", 1, doc="leading dims the forward reduced"),),
     inference=lambda ctx, ins: [TensorType(None, ins[1].dtype)],
     doc="Gradient of ReduceFrontWeightedSum: SCALARS[i...] times the output gradient, shaped like DATA."))

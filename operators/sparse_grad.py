@@ -60,6 +60,8 @@ def sparse_to_dense_mask_grad(ctx):
 
     def run(indices, grad, lengths=None):
         check_int_vector(ctx, 0, indices, "indices")
+        if lengths is not None:
+            check_int_vector(ctx, 2, lengths, "lengths")
         rows = 1 if lengths is None else lengths.shape[0]
         lead = (grad.shape[:1] if lengths is None else grad.shape[:2])
         if tuple(lead) != ((len(mask),) if lengths is None else (rows, len(mask))):

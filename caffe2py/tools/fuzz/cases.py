@@ -25,7 +25,7 @@ class Case:
         for key, value in self.data.items():
             if isinstance(value, (bytes, bytearray)):
                 out[key + (".onnx" if "onnx" in key else ".pb")] = bytes(value)
-            elif isinstance(value, dict) and value and all(isinstance(v, np.ndarray) for v in value.values()):
+            elif isinstance(value, dict) and all(isinstance(v, np.ndarray) for v in value.values()):
                 buf = io.BytesIO()
                 np.savez(buf, **{k.replace("/", "_"): v for k, v in value.items()}, allow_pickle=True)
                 out[key + ".npz"] = buf.getvalue()

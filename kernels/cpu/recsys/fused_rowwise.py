@@ -239,7 +239,8 @@ def _rows(x):
         raise ValueError("input must have at least one dimension")
     if x.dtype not in (np.float32, np.float16):
         x = x.astype(np.float32)
-    rows = np.ascontiguousarray(x.reshape(-1, x.shape[-1]))
+    # explicit row count: -1 is ambiguous when the last dim is 0
+    rows = np.ascontiguousarray(x.reshape(int(np.prod(x.shape[:-1], dtype=np.int64)), x.shape[-1]))
     return rows.view(np.uint8).reshape(rows.shape[0], rows.shape[1] * rows.itemsize), rows.shape[1], \
         rows.dtype == np.float16
 
