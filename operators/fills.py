@@ -199,6 +199,11 @@ def _given_values(ctx, dtype):
     if arg is None:
         return np.zeros(0, dtype=dtype)
     raw = list(arg.floats) if len(arg.floats) else list(arg.ints)
+    if raw and np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        bad = next((v for v in raw if not (np.isfinite(v) and info.min <= v <= info.max)), None)
+        if bad is not None:
+            raise ctx.error("value %r does not fit %s (%d to %d)" % (bad, np.dtype(dtype).name, info.min, info.max))
     return np.asarray(raw, dtype=dtype)
 
 

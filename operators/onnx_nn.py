@@ -268,6 +268,22 @@ def matmul(ctx):
 
 # ----------------------------------------------------------------- normalisation
 
+def _broadcasts(a, b):
+    """a broadcasts to b (b's shape unchanged)."""
+    try:
+        return np.broadcast_shapes(a, b) == tuple(b)
+    except ValueError:
+        return False
+
+
+def _check_bn_params(ctx, x, params):
+    channels = x.shape[1] if x.ndim > 1 else 1
+    for index, p in enumerate(params, 1):
+        if p.shape != (channels,):
+            raise ctx.input_error(index, "must be [C] = [%d] for X of shape %s, got %s"
+                                  % (channels, list(x.shape), list(p.shape)))
+
+
 @onnx_op("BatchNormalization", (1, None), checks=(Rank(0, 2),))
 def batch_norm(ctx):
     eps = ctx.float("epsilon", 1e-5)
@@ -275,11 +291,7 @@ def batch_norm(ctx):
         momentum = ctx.float("momentum", 0.9)
 
         def train(x, scale, bias, mean, var):
-            channels = x.shape[1] if x.ndim > 1 else 1
-            for index, p in enumerate((scale, bias, mean, var), 1):
-                if p.shape != (channels,):
-                    raise ctx.input_error(index, "must be [C] = [%d] for X of shape %s, got %s"
-                                          % (channels, list(x.shape), list(p.shape)))
+            _check_bn_params(ctx, x, (scale, bias, mean, var))
             y, run_mean, run_var = nn_k.batch_norm_training(x, scale, bias, mean, var, eps, momentum)
             return (y, run_mean, run_var)[:ctx.n_outputs] if ctx.n_outputs > 1 else y
         return train
@@ -290,11 +302,16 @@ def batch_norm(ctx):
 
     def run(x, scale, bias, mean, var):
         if spatial:
+            _check_bn_params(ctx, x, (scale, bias, mean, var))
             try:
                 y = norm_k.batch_norm(x, scale, bias, mean, var, eps)
             except ValueError as exc:
                 raise ctx.error(str(exc)) from None
         else:   # one statistic per activation: the params have x's non-batch shape
+            for index, p in enumerate((scale, bias, mean, var), 1):
+                if not _broadcasts(p.shape, x.shape[1:]):
+                    raise ctx.input_error(index, "with spatial=0 must broadcast to X's %s, got %s"
+                                          % (list(x.shape[1:]), list(p.shape)))
             y = ((x - mean) / np.sqrt(var + eps) * scale + bias).astype(x.dtype, copy=False)
         if extra:
             return (y,) + (mean.copy(), var.copy(), mean.copy(), var.copy())[:extra]

@@ -75,8 +75,8 @@ def split_to_sequence(ctx):
 
     def run(x, split=None):
         a = axis_of(ctx, axis, x.ndim)
-        if split is None:
-            parts = np.split(x, x.shape[a], axis=a)
+        if split is None:       # size-1 parts: none along an empty axis
+            parts = np.split(x, x.shape[a], axis=a) if x.shape[a] else []
             return [p.copy() if keepdims else np.squeeze(p, axis=a) for p in parts]
         if split.ndim == 0:
             size = int(split)

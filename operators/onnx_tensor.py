@@ -224,7 +224,9 @@ def gather_elements(ctx):
         idx = np.where(indices < 0, indices + x.shape[a], indices)
         if idx.size and (idx.min() < 0 or idx.max() >= x.shape[a]):
             raise ctx.input_error(1, "index out of range for axis of size %d" % x.shape[a])
-        return np.take_along_axis(x, idx, axis=a)
+        # indices may be shorter than data on the other axes: take from the matching corner
+        corner = tuple(slice(0, indices.shape[d]) if d != a else slice(None) for d in range(x.ndim))
+        return np.take_along_axis(x[corner], idx, axis=a)
     return run
 
 

@@ -173,3 +173,68 @@ def test_fuzz_reference_comparison_ignores_nan_when_scaling_its_tolerance():
     ref = np.array([np.nan, -0.15916452, 2.0], np.float32)
     assert compare([np.array([np.nan, -0.1591645, 2.0], np.float32)], [ref]) is None
     assert compare([np.array([np.nan, -0.2, 2.0], np.float32)], [ref]) is not None
+
+
+def test_onnx_gather_nd_negative_batch_dims_is_refused_before_onnx_inference_crashes():
+    # onnx's own GatherND shape inference segfaulted on batch_dims=-2 (the campaign's one crash)
+    from caffe2py.onnx import backend
+    from onnx import helper
+    node = helper.make_node("GatherND", ["d", "i"], ["y"], batch_dims=-2)
+    with pytest.raises(Caffe2Error, match="'batch_dims' must be >= 0"):
+        backend.run_node(node, [f32(4, 5, 5, 5), np.array([[1], [3], [2]], np.int64)], opset_version=13)
+
+
+def _ort_and_ours(model, feeds):
+    ort = pytest.importorskip("onnxruntime")
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    return _prepare(model).run([feeds[i.name] for i in model.graph.input]), want
+
+
+def test_onnx_gather_elements_with_indices_shorter_than_data_matches_onnxruntime():
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("GatherElements", ["d", "i"], ["y"], axis=1)], "g",
+                              [helper.make_tensor_value_info("d", TensorProto.FLOAT, [3, 4]),
+                               helper.make_tensor_value_info("i", TensorProto.INT64, [2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    got, want = _ort_and_ours(model, {"d": f32(3, 4), "i": np.array([[3, 0], [1, 2]], np.int64)})
+    assert got[0].shape == (2, 2) and np.array_equal(got[0], want[0])
+
+
+def test_onnx_concat_of_empty_tensors_and_split_to_sequence_of_an_empty_axis():
+    from caffe2py.onnx import backend
+    from onnx import helper
+    x = np.zeros((0, 2, 3), np.float32)
+    got = backend.run_node(helper.make_node("Concat", ["a", "b"], ["y"], axis=1), [x, x], opset_version=13)[0]
+    assert got.shape == (0, 4, 3)
+    node = helper.make_node("SplitToSequence", ["a"], ["s"], axis=0)
+    assert list(backend.run_node(node, [x], opset_version=13)[0]) == []
+
+
+def test_onnx_batch_norm_inference_checks_its_parameter_shapes():
+    from caffe2py.onnx import backend
+    from onnx import helper
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])
+    with pytest.raises(Caffe2Error, match="must be \\[C\\] = \\[3\\]|Dimension mismatch"):
+        backend.run_node(node, [f32(1, 3, 5, 5), f32(4), f32(4), f32(4), np.ones(4, np.float32)], opset_version=15)
+
+
+@pytest.mark.parametrize("op_type, inputs, args, expected", [
+    ("SubGradient", {"g": np.zeros(0, bool), "a": np.zeros(0, bool), "b": np.zeros(0, bool)}, {}, "got bool"),
+    ("GivenTensorIntFill", {}, dict(shape=[1], values=[-(1 << 63)]), "does not fit int32"),
+])
+def test_more_schema_checks(op_type, inputs, args, expected):
+    outputs = ("dA", "dB") if op_type.endswith("Gradient") else ("Y",)
+    with pytest.raises(Caffe2Error, match=expected):
+        run_op(op_type, inputs, outputs, **args)
+
+
+def test_fuzz_oracle_counts_blobs_written_by_if_subnets_as_outputs():
+    from caffe2py.tools.fuzz.gen_ops import _all_outputs
+    sub = caffe2_pb2.NetDef(name="then")
+    sub.op.extend([core.CreateOperator("ConstantFill", [], ["sub_out"], shape=[1])])
+    op = core.CreateOperator("If", ["c"], ["o"])
+    op.arg.add(name="then_net").n.CopyFrom(sub)
+    net = caffe2_pb2.NetDef(name="n")
+    net.op.extend([op])
+    assert _all_outputs(net) == {"o", "sub_out"}

@@ -63,6 +63,8 @@ def case_from_folder(folder):
         elif ext == ".npz":
             with np.load(path, allow_pickle=True) as z:
                 data[key] = {k: z[k] for k in z.files}
+    if meta["family"] == "op":
+        data.setdefault("inputs", {})            # folders of cases without inputs (written before they had one)
     if "predict_net" in data:
         data.setdefault("init_net", None)       # a net pair without an init net
     return Case(meta["case_id"], meta["family"], data, meta["summary"])

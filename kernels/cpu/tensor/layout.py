@@ -91,8 +91,10 @@ def concat(xs, axis):
     shape = list(first.shape)
     shape[axis] = sum(x.shape[axis] for x in xs)
     y = np.empty(shape, first.dtype)
+    if y.size == 0:
+        return y
     lead = math.prod(shape[:axis])
-    y2 = y.reshape(lead, -1)
+    y2 = y.reshape(lead, y.size // lead)
     at = 0
     for x in xs:
         width = x.size // lead if lead else 0
