@@ -128,7 +128,8 @@ register_schema(OpSchema("Transpose", num_inputs=1, num_outputs=1,
 @register_kernel("Transpose")
 def transpose(ctx):
     def run(x):
-        return np.ascontiguousarray(x.transpose(_perm(ctx, x.ndim)))
+        # copy(order="C"), not ascontiguousarray: that one turns a 0-d tensor into shape [1]
+        return x.transpose(_perm(ctx, x.ndim)).copy(order="C")
     return run
 
 

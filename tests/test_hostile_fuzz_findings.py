@@ -238,3 +238,9 @@ def test_fuzz_oracle_counts_blobs_written_by_if_subnets_as_outputs():
     net = caffe2_pb2.NetDef(name="n")
     net.op.extend([op])
     assert _all_outputs(net) == {"o", "sub_out"}
+
+
+def test_transpose_of_a_0d_tensor_stays_0d():
+    x = np.array(3.5, np.float32)
+    y = run_op("Transpose", {"X": x})[0]
+    assert y.shape == () and y == x
