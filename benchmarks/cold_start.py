@@ -1,7 +1,7 @@
 """First contact: how long the first run takes on a machine whose kernel cache is
 empty, next to the same run once the cache is warm. Each run is a fresh process.
 
-    python benchmarks/cold_start.py [--cases demo,mnist,resnet50,lookup] [--modes background,inline]
+    python benchmarks/cold_start.py [--cases demo,mnist,resnet50,lookup,adagrad] [--modes background,inline]
 
 For every case the kernel cache is a new empty folder (CAFFE2PY_CACHE), so "cold" is a
 first run after installing; then the background compile workers are left to finish
@@ -36,6 +36,21 @@ workspace.RunNetOnce(net)
 print(workspace.FetchBlob("out").shape)
 """
 
+ADAGRAD = """
+import numpy as np
+from caffe2py import workspace, core
+rng = np.random.default_rng(0)
+workspace.FeedBlob("param", rng.random((100000, 64), dtype=np.float32))
+workspace.FeedBlob("moment", np.zeros((100000, 64), np.float32))
+workspace.FeedBlob("indices", rng.integers(0, 100000, 20480).astype(np.int64))
+workspace.FeedBlob("grad", rng.random((20480, 64), dtype=np.float32))
+workspace.FeedBlob("lr", np.array([-0.01], np.float32))
+net = core.Net("adagrad")
+net.SparseAdagrad(["param", "moment", "indices", "grad", "lr"], ["param", "moment"], epsilon=1e-5)
+workspace.RunNetOnce(net)
+print(workspace.FetchBlob("param").shape)
+"""
+
 
 def light_model(name):
     import onnx
@@ -45,6 +60,7 @@ def light_model(name):
 def commands():
     cli = [sys.executable, "-m", "caffe2py", "--quiet"]
     cases = {"demo": cli + ["run"], "lookup": [sys.executable, "-c", LOOKUP],
+             "adagrad": [sys.executable, "-c", ADAGRAD],
              "resnet50": cli + ["run", light_model("resnet50")]}
     init = os.path.join(MODELS, "caffe2_mnist_init_net.pb")
     if os.path.exists(init):
@@ -83,7 +99,7 @@ def background_idle(cache, timeout=600):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="demo,mnist,resnet50,lookup")
+    parser.add_argument("--cases", default="demo,mnist,resnet50,lookup,adagrad")
     parser.add_argument("--modes", default="background,inline")
     parser.add_argument("--warm-runs", type=int, default=3, help="warm runs (median reported)")
     args = parser.parse_args()

@@ -151,6 +151,22 @@ class Optimizer:
         self._local_lr_multiplier = local_lr_multiplier
         self._local_lr_multiplier_on_gpu = is_gpu_blob
 
+    def create_lars_inputs(self, param_init_net, weight_decay, trust, lr_max):
+        """The Lars op's three scalar inputs, as Caffe2 fills them."""
+        return (param_init_net.ConstantFill([], "weight_decay", shape=[1], value=weight_decay),
+                param_init_net.ConstantFill([], "trust", shape=[1], value=trust),
+                param_init_net.ConstantFill([], "lr_max", shape=[1], value=lr_max))
+
+    def _add_lars_multiplier(self, net, param_init_net, param, grad):
+        """LARS (dense gradients): this parameter's learning rate times
+        Lars(param, grad) = clamp(trust / (|grad| / |param| + wd + offset), 0, lr_max)."""
+        if self.lars < 0:
+            raise Caffe2Error("lars must be >= 0, got %s" % self.lars)
+        wd, trust, lr_max = self.create_lars_inputs(param_init_net, 0.0, 1.0, float(np.finfo(np.float32).max))
+        multiplier = net.Lars([param, grad, wd, trust, lr_max], self.make_unique_blob_name(str(param) + "_lars"),
+                              offset=self.lars, lr_min=0.0)
+        self._add_local_lr_multiplier(multiplier)
+
     def _clear_local_lr_multiplier(self):
         self._local_lr_multiplier = None
         self._local_lr_multiplier_on_gpu = False
@@ -210,7 +226,7 @@ class SgdOptimizer(Optimizer):
             raise Caffe2Error("expect positive base learning rate, got %s" % self.base_learning_rate)
         self._clear_local_lr_multiplier()
         if self.lars is not None and not _is_slice(grad):
-            _require_ops("lars", "Lars")
+            self._add_lars_multiplier(net, param_init_net, param, grad)
         # WeightedSum adds lr * grad: a negative lr; the momentum ops subtract: a positive one
         lr_sign = -1 if self.momentum else 1
         lr, _ = self.build_lr(net, param_init_net, base_learning_rate=self.base_learning_rate * lr_sign,
@@ -323,7 +339,7 @@ class AdagradOptimizer(Optimizer):
             return
         self._clear_local_lr_multiplier()
         if self.lars is not None and not _is_slice(grad):
-            _require_ops("lars", "Lars")
+            self._add_lars_multiplier(net, param_init_net, param, grad)
         lr, _ = self.build_lr(net, param_init_net, base_learning_rate=self.alpha, policy=self.policy,
                               **self.init_kwargs)
         shape = _param_shape(param_init_net, param)
@@ -417,6 +433,37 @@ class AdamOptimizer(Optimizer):
             net.__getattr__(op)([param, m1, m2, grad.indices, grad.values, lr, iteration], [param, m1, m2], **hyper)
         else:
             net.Adam([param, m1, m2, grad, lr, iteration], [param, m1, m2], **hyper)
+
+    def scale_learning_rate(self, scale):
+        self.alpha *= scale
+
+
+class FtrlOptimizer(Optimizer):
+    """Caffe2's FtrlOptimizer: one n_z blob per parameter (its shape plus a last axis of 2:
+    the accumulated squared gradient n and the z term), no learning-rate blob."""
+
+    def __init__(self, alpha=0.01, beta=1e-4, lambda1=0, lambda2=0, sparse_dedup_aggregator=None, engine=""):
+        super().__init__()
+        self.alpha = alpha
+        self.beta = beta
+        self.lambda1 = lambda1
+        self.lambda2 = lambda2
+        self.sparse_dedup_aggregator = sparse_dedup_aggregator
+        self.engine = engine
+
+    def _run(self, net, param_init_net, param_info):
+        param, grad = param_info.blob, param_info.grad
+        if self.alpha <= 0:
+            return
+        nz = param_init_net.ConstantFill([param], str(param) + "_ftrl_nz", extra_shape=[2], value=0.0)
+        self._aux_params.local.append(nz)
+        hyper = dict(engine=self.engine, alpha=self.alpha, beta=self.beta, lambda1=self.lambda1,
+                     lambda2=self.lambda2)
+        if _is_slice(grad):
+            grad = self.dedup(net, self.sparse_dedup_aggregator, grad)
+            net.SparseFtrl([param, nz, grad.indices, grad.values], [param, nz], **hyper)
+        else:
+            net.Ftrl([param, nz, grad], [param, nz], **hyper)
 
     def scale_learning_rate(self, scale):
         self.alpha *= scale
@@ -544,8 +591,11 @@ def build_adam(model, base_learning_rate, max_gradient_norm=None, allow_lr_injec
                   allow_lr_injection=allow_lr_injection)
 
 
-def build_ftrl(model, engine="SIMD", **kwargs):  # noqa: ARG001
-    _require_ops("build_ftrl", "Ftrl", "SparseFtrl")
+def build_ftrl(model, engine="SIMD", **kwargs):
+    """FTRL-proximal (alpha 0.01, beta 1e-4, lambda1, lambda2) for every parameter with a
+    gradient. Caffe2 asked for its SIMD engine; caffe2py has one Ftrl kernel and runs it
+    for any engine name."""
+    return _build(model, FtrlOptimizer(engine=engine, **kwargs))
 
 
 def build_gftrl(model, engine="", **kwargs):  # noqa: ARG001

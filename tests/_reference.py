@@ -5,8 +5,9 @@ tests that look at outputs themselves."""
 import numpy as np
 from hypothesis import HealthCheck, settings
 
-from caffe2py import hypothesis_test_util as hu
-from caffe2py import workspace
+import caffe2py.compat  # noqa: F401  (the caffe2.python aliases, as a Caffe2 test imports them)
+import caffe2.python.hypothesis_test_util as hu
+from caffe2.python import workspace
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow],
                     derandomize=True)

@@ -28,14 +28,20 @@ def test_table_follows_the_registry():
     rows = {line.split(" | ")[0][2:]: line for line in lines if line.startswith("| ") and " | " in line}
     assert set(catalogue_ops()) <= set(rows)
     assert rows["Add"].startswith("| Add | yes | CPU")
+    # every catalogue op is registered or left out now: take a left-out one, and see its
+    # row without the reason (not yet) and with a reason holding a pipe
     missing = next(n for n in catalogue_ops() if not registry.has_op(n))
-    assert rows[missing] == "| %s | not yet |  |  |  |  |" % missing
-    registry.leave_out(missing, "a reason with | a pipe")
+    reason = registry._left_out.pop(missing, None)
     try:
+        rows = {line.split(" | ")[0][2:]: line for line in tool.table_lines() if line.startswith("| ")}
+        assert rows[missing] == "| %s | not yet |  |  |  |  |" % missing
+        registry.leave_out(missing, "a reason with | a pipe")
         left = {line.split(" | ")[0][2:]: line for line in tool.table_lines() if line.startswith("| ")}
         assert left[missing] == "| %s | left out |  |  |  | a reason with / a pipe |" % missing
     finally:
         registry._left_out.pop(missing, None)
+        if reason is not None:
+            registry._left_out[missing] = reason
     text = "intro\n%s\nold rows\n%s\nafter\n" % (tool.BEGIN, tool.END)
     rendered = tool.render(text)
     assert rendered.startswith("intro\n" + tool.BEGIN + "\n") and rendered.endswith(tool.END + "\nafter\n")

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from caffe2py import core, workspace
-from caffe2py import hypothesis_test_util as hu
+import caffe2py.compat  # noqa: F401  (the caffe2.python aliases, as a Caffe2 test imports them)
+from caffe2.python import core, workspace
+import caffe2.python.hypothesis_test_util as hu
 from caffe2py.errors import Caffe2Error
 
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)

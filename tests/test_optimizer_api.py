@@ -89,6 +89,28 @@ def test_build_sgd_dense_with_a_step_schedule():
     assert ops == ["FC", "AtomicIter", "LearningRate", "WeightedSum", "WeightedSum"]
 
 
+@pytest.mark.parametrize("build", ["sgd", "adagrad"])
+def test_lars_scales_each_dense_learning_rate(build):
+    model = dense_model()
+    if build == "sgd":
+        optimizer.build_sgd(model, base_learning_rate=0.1, lars=0.5)
+    else:
+        optimizer.build_adagrad(model, base_learning_rate=0.1, lars=0.5)
+    grads = [{"fc_w_grad": f32(2, 3), "fc_b_grad": f32(2)} for _ in range(STEPS)]
+    before = train(model, grads)
+    w, h = before["y_w"].astype(np.float64), np.zeros((2, 3))
+    for g in grads:
+        g = g["fc_w_grad"].astype(np.float64)
+        rate = 0.1 / (np.linalg.norm(g) / np.linalg.norm(w) + 0.5)     # trust 1, wd 0, offset 0.5
+        if build == "sgd":
+            w -= rate * g
+        else:
+            h += g * g
+            w -= rate * g / (np.sqrt(h) + 1e-4)
+    close(workspace.FetchBlob("y_w"), w, rtol=1e-4)
+    assert [op.type for op in model.net.Proto().op].count("Lars") == 2
+
+
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_build_sgd_with_momentum(nesterov):
     model = dense_model()
@@ -268,9 +290,36 @@ def test_unsupported_options_are_named(build, kwargs, text):
         build(model, 0.1, **kwargs)
 
 
-def test_build_ftrl_names_the_missing_ops():
-    with pytest.raises(Caffe2Error, match="build_ftrl.*Ftrl"):
-        optimizer.build_ftrl(dense_model())
+def _ftrl_reference(w, nz, g, alpha, beta, l1, l2):
+    """FTRL-proximal, written out: nz[..., 0] = n (squared gradients), nz[..., 1] = z."""
+    n, z = nz[..., 0], nz[..., 1]
+    n_new = n + g * g
+    z = z + g - (np.sqrt(n_new) - np.sqrt(n)) / alpha * w
+    w = np.where(np.abs(z) <= l1, 0.0, (np.sign(z) * l1 - z) / ((beta + np.sqrt(n_new)) / alpha + l2))
+    return w, np.stack([n_new, z], axis=-1)
+
+
+def test_build_ftrl_dense_and_sparse():
+    model = dense_model()
+    emb = model.create_param("emb", [6, 2], ("GaussianFill", {}))
+    model.param_to_grad[emb] = GradientSlice(core.BlobReference("emb_idx"), core.BlobReference("emb_vals"))
+    hyper = dict(alpha=0.05, beta=0.5, lambda1=0.01, lambda2=0.02)
+    optimizer.build_ftrl(model, **hyper)
+    steps = [{"fc_w_grad": f32(2, 3), "fc_b_grad": f32(2), "emb_idx": np.array([5, 1], np.int64),
+              "emb_vals": f32(2, 2)} for _ in range(STEPS)]
+    before = train(model, steps)
+    args = (hyper["alpha"], hyper["beta"], hyper["lambda1"], hyper["lambda2"])
+    w, wnz = before["y_w"].astype(np.float64), np.zeros((2, 3, 2))
+    e, enz = before["emb"].astype(np.float64), np.zeros((6, 2, 2))
+    for s in steps:
+        w, wnz = _ftrl_reference(w, wnz, s["fc_w_grad"].astype(np.float64), *args)
+        rows = s["emb_idx"]
+        e[rows], enz[rows] = _ftrl_reference(e[rows], enz[rows], s["emb_vals"].astype(np.float64), *args)
+    close(workspace.FetchBlob("y_w"), w, rtol=1e-4, atol=1e-6)
+    close(workspace.FetchBlob("y_w_ftrl_nz"), wnz, rtol=1e-4, atol=1e-6)
+    close(workspace.FetchBlob("emb"), e, rtol=1e-4, atol=1e-6)
+    assert workspace.FetchBlob("emb_ftrl_nz").shape == (6, 2, 2)
+    assert {"Ftrl", "SparseFtrl"} <= {op.type for op in model.net.Proto().op}
 
 
 def test_optimizer_needs_gradients():
@@ -419,13 +468,6 @@ def test_global_init_sets_the_log_level():
         workspace.GlobalInit("--caffe2_log_level=0")
     with pytest.raises(Caffe2Error, match="caffe2_log_level must be an integer"):
         workspace.GlobalInit(["caffe2", "--caffe2_log_level=loud"])
-
-
-def test_net_drawer_is_importable_and_names_the_missing_feature():
-    from caffe2py import net_drawer
-    assert net_drawer.OP_STYLE["shape"] == "box"
-    with pytest.raises(Caffe2Error, match="net_drawer.GetPydotGraph: drawing nets is not implemented.*issue 24"):
-        net_drawer.GetPydotGraph(core.Net("drawn"), rankdir="LR")
 
 
 def test_caffe2_module_paths_resolve():

@@ -357,3 +357,34 @@ def test_a_given_tensor_fill_constant_is_never_modified():
         workspace.RunNet(init.Name())
         workspace.RunNet(step.Name())
         close(workspace.FetchBlob("p"), [[1, 2], [3 - 1, 4 - 1], [5, 6]], atol=1e-4)
+
+
+# ----------------------------------------------------------------- the NumPy twins
+
+def test_the_numpy_twins_pass_the_reference_and_undo_tests_too():
+    """What a first run uses while the kernels compile (CAFFE2PY_JIT=background): the
+    twins must match the sequential references (duplicates in order) and fill the undo
+    buffers so that a failing net leaves every table as it was."""
+    from caffe2py.kernels.cpu.optim import sparse as S
+    from caffe2py.kernels.cpu.runtime import jit
+    before = jit.jit_mode()
+    jit.set_jit_mode("numpy")
+    try:
+        test_scatter_weighted_sum_duplicates_scale_once_per_occurrence(np.int32)
+        test_scatter_weighted_sum_one_d_table_and_multi_dim_indices()
+        for nesterov in (0, 1):
+            test_sparse_momentum_sgd_update(nesterov)
+        test_sparse_adagrad(0.03)
+        test_rowwise_sparse_adagrad(0.03)
+        for rowwise in (False, True):
+            test_sparse_adam(rowwise, 4)
+            test_sparse_adam(rowwise, 3)
+        test_large_update_split_over_the_team_keeps_sequential_order()
+        test_empty_indices_change_nothing()
+        for op in sorted(SPARSE_CASES):
+            test_a_net_failing_after_the_update_leaves_every_table_as_it_was(op)
+        kernels = (S._sparse_adagrad, S._rowwise_sparse_adagrad, S._sparse_adam, S._rowwise_sparse_adam,
+                   S._sparse_momentum_sgd, S._scale_rows, S._axpy_rows)
+        assert not any(k.ready() for k in kernels)          # the twins ran, not machine code
+    finally:
+        jit.set_jit_mode(before)

@@ -34,6 +34,20 @@ def print_catalogue(name_filter=None):
     return 0
 
 
+def _arity_text(arity):
+    """A schema's input / output count for people: 2, 1..3, 1 or more, 1 or 4, or a rule."""
+    if arity is None:
+        return "any"
+    if isinstance(arity, int):
+        return str(arity)
+    if isinstance(arity, tuple):
+        low, high = arity
+        return "%d or more" % low if high is None else "%d..%d" % (low, high)
+    if isinstance(arity, (set, frozenset)):
+        return " or ".join(str(n) for n in sorted(arity))
+    return "checked by the op's own rule"           # a predicate, e.g. an even count
+
+
 def print_schema(name, domain):
     from caffe2py.errors import Caffe2Error
     schema = registry.schema_for(name, domain or "")
@@ -41,7 +55,7 @@ def print_schema(name, domain):
         hints = registry.close_matches(name, domain or "")
         raise Caffe2Error("no schema for op '%s'%s" % (name, "; did you mean %s?" % " or ".join(hints) if hints else ""))
     print("%s (domain %s, since version %d)" % (schema.name, schema.domain or "caffe2", schema.since_version))
-    print("  inputs: %s   outputs: %s" % (schema.num_inputs, schema.num_outputs))
+    print("  inputs: %s   outputs: %s" % (_arity_text(schema.num_inputs), _arity_text(schema.num_outputs)))
     for arg in schema.args:
         print("  arg %-18s %-8s default=%r%s  %s" % (arg.name, arg.type, arg.default,
                                                    " (required)" if arg.required else "", arg.doc))

@@ -38,6 +38,18 @@ def _cell_range(o, stride, pad, kernel, dilation, size):
     return start, lo, hi
 
 
+def _tap_outputs(tap, stride, pad, dilation, size, n_out):
+    """(outputs, cells): the slice of outputs whose window tap `tap` lies inside
+    [0, size) (a contiguous run, as in _cell_range) and the slice of those cells."""
+    offset = tap * dilation - pad
+    lo = max(0, -(offset // stride))
+    hi = min(n_out, -((offset - size) // stride))
+    if hi <= lo:
+        return None
+    first = lo * stride + offset
+    return slice(lo, hi), slice(first, first + (hi - lo - 1) * stride + 1, stride)
+
+
 @compiled(parallel=True)
 def _max_pool2d_backward(x, y, dy, dx, zero, kh, kw, sh, sw, dh, dw, pt, pl, blocks):
     """dx (P, H, W), zeroed, gets dy at every window cell equal to the window's max.
@@ -59,6 +71,21 @@ def _max_pool2d_backward(x, y, dy, dx, zero, kh, kw, sh, sw, dh, dw, pt, pl, blo
                             drow[x0 + j * dw] += g if xrow[x0 + j * dw] == m else zero
 
 
+@_max_pool2d_backward.numpy_twin
+def _max_pool2d_backward_numpy(x, y, dy, dx, zero, kh, kw, sh, sw, dh, dw, pt, pl, blocks):
+    # one strided add per kernel tap; a tap's cells are distinct, so `+=` on the view is safe
+    oh, ow = y.shape[1], y.shape[2]
+    for i in range(kh):
+        rows = _tap_outputs(i, sh, pt, dh, x.shape[1], oh)
+        for j in range(kw):
+            cols = _tap_outputs(j, sw, pl, dw, x.shape[2], ow)
+            if rows is None or cols is None:
+                continue
+            out = (slice(None), rows[0], cols[0])
+            cells = (slice(None), rows[1], cols[1])
+            dx[cells] += np.where(x[cells] == y[out], dy[out], zero)
+
+
 @compiled(parallel=True)
 def _average_pool2d_backward(dy, inv, dx, kh, kw, sh, sw, pt, pl, blocks):
     """dx (P, H, W), zeroed, gets dy * inv (1 / divisor) at every window cell inside."""
@@ -76,6 +103,18 @@ def _average_pool2d_backward(dy, inv, dx, kh, kw, sh, sw, pt, pl, blocks):
                         g = grow[ox] * irow[ox]
                         for j in range(j_lo, j_hi):
                             drow[x0 + j] += g
+
+
+@_average_pool2d_backward.numpy_twin
+def _average_pool2d_backward_numpy(dy, inv, dx, kh, kw, sh, sw, pt, pl, blocks):
+    oh, ow = dy.shape[1], dy.shape[2]
+    share = dy * inv
+    for i in range(kh):
+        rows = _tap_outputs(i, sh, pt, 1, dx.shape[1], oh)
+        for j in range(kw):
+            cols = _tap_outputs(j, sw, pl, 1, dx.shape[2], ow)
+            if rows is not None and cols is not None:
+                dx[:, rows[1], cols[1]] += share[:, rows[0], cols[0]]
 
 
 def _planes(a, dtype):

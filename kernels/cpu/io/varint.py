@@ -26,6 +26,19 @@ def _encode(v, out):
     return k
 
 
+@_encode.numpy_twin
+def _encode_numpy(v, out):
+    # [values, 10] grid of 7-bit groups, continuation bit on all but each value's last
+    shifts = np.arange(10, dtype=np.uint64) * np.uint64(7)
+    groups = (v[:, None] >> shifts) & np.uint64(0x7F)
+    length = 1 + ((v[:, None] >> shifts[1:]) != 0).sum(axis=1)
+    used = np.arange(10) < length[:, None]
+    more = np.arange(10) < (length - 1)[:, None]
+    encoded = (groups | np.where(more, np.uint64(0x80), np.uint64(0))).astype(np.uint8)[used]
+    out[:encoded.size] = encoded
+    return int(encoded.size)
+
+
 def encode(values):
     """bytes: the varints of `values` (any integer dtype) one after another."""
     v = np.ascontiguousarray(values).astype(np.int64, copy=False).view(np.uint64)

@@ -47,6 +47,29 @@ def check_indices(indices, rows):
     return int(bad), int(indices[bad])
 
 
+def occurrence_rounds(indices):
+    """The positions of `indices` in rounds of distinct rows: round k holds, in index
+    order, every position that is its row's (k+1)-th occurrence. Updating round after
+    round is Caffe2's in-order walk (a repeated row sees its earlier updates) with each
+    round one vectorised NumPy step; most batches are a single round."""
+    n = indices.shape[0]
+    if n == 0:
+        return []
+    order = np.argsort(indices, kind="stable")
+    ordered = indices[order]
+    starts_run = np.empty(n, bool)
+    starts_run[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts_run[1:])
+    if starts_run.all():
+        return [np.arange(n)]
+    position = np.arange(n)
+    run_start = np.maximum.accumulate(np.where(starts_run, position, 0))
+    rank = np.empty(n, np.intp)
+    rank[order] = position - run_start
+    by_rank = np.argsort(rank, kind="stable")
+    return np.split(by_rank, np.cumsum(np.bincount(rank))[:-1])
+
+
 # ----------------------------------------------------------------- Adagrad
 
 @compiled(parallel=True)
@@ -73,6 +96,21 @@ def _sparse_adagrad(param, moment, indices, grad, lr, epsilon, weight_decay, sav
                 hj = h[j] + gj * gj
                 h[j] = hj
                 w[j] = w[j] + lr * gj / (np.sqrt(hj) + epsilon)
+
+
+@_sparse_adagrad.numpy_twin
+def _sparse_adagrad_numpy(param, moment, indices, grad, lr, epsilon, weight_decay, saved_w, saved_h, save,
+                          chunk, blocks):
+    with np.errstate(all="ignore"):
+        for at in occurrence_rounds(indices):
+            rows = indices[at]
+            w, h = param[rows], moment[rows]
+            if save:
+                saved_w[at], saved_h[at] = w, h
+            g = grad[at] + weight_decay * w
+            h = h + g * g
+            moment[rows] = h
+            param[rows] = w + lr * g / (np.sqrt(h) + epsilon)
 
 
 def sparse_adagrad(param, moment, indices, grad, lr, epsilon, weight_decay, saved=None):
@@ -111,6 +149,22 @@ def _rowwise_sparse_adagrad(param, moment, indices, grad, lr, epsilon, weight_de
             for j in range(d):
                 gj = g[j] + weight_decay * w[j]
                 w[j] = w[j] + gj * step
+
+
+@_rowwise_sparse_adagrad.numpy_twin
+def _rowwise_sparse_adagrad_numpy(param, moment, indices, grad, lr, epsilon, weight_decay, saved_w, saved_h, save,
+                                  chunk, blocks):
+    d = np.float32(param.shape[1])
+    with np.errstate(all="ignore"):
+        for at in occurrence_rounds(indices):
+            rows = indices[at]
+            w = param[rows]
+            if save:
+                saved_w[at], saved_h[at] = w, moment[rows]
+            g = grad[at] + weight_decay * w
+            h = moment[rows] + (g * g).sum(axis=1, dtype=np.float32) / d
+            moment[rows] = h
+            param[rows] = w + g * (lr / (np.sqrt(h) + epsilon))[:, None]
 
 
 def rowwise_sparse_adagrad(param, moment, indices, grad, lr, epsilon, weight_decay, saved=None):
@@ -159,6 +213,28 @@ def _sparse_adam(param, m1, m2, indices, grad, lr, correction, beta1, beta2, eps
                     w[j] = w[j] + lr * step
                 else:
                     w[j] = w[j] + lr * correction * mj / (np.sqrt(vj) + epsilon)
+
+
+@_sparse_adam.numpy_twin
+def _sparse_adam_numpy(param, m1, m2, indices, grad, lr, correction, beta1, beta2, epsilon,
+                       grad_out, write_grad, saved_w, saved_a, saved_b, save, chunk, blocks):
+    one = np.float32(1.0)
+    with np.errstate(all="ignore"):
+        for at in occurrence_rounds(indices):
+            rows = indices[at]
+            w, a, b = param[rows], m1[rows], m2[rows]
+            if save:
+                saved_w[at], saved_a[at], saved_b[at] = w, a, b
+            g = grad[at]
+            m = a * beta1 + g * (one - beta1)
+            v = b * beta2 + g * g * (one - beta2)
+            m1[rows], m2[rows] = m, v
+            if write_grad:
+                step = correction * m / (np.sqrt(v) + epsilon)
+                grad_out[at] = step
+                param[rows] = w + lr * step
+            else:
+                param[rows] = w + lr * correction * m / (np.sqrt(v) + epsilon)
 
 
 def sparse_adam(param, m1, m2, indices, grad, lr, correction, beta1, beta2, epsilon, grad_out=None,
@@ -211,6 +287,31 @@ def _rowwise_sparse_adam(param, m1, m2, indices, grad, lr, correction, beta1, be
                     w[j] = w[j] + lr * correction * mj / root
 
 
+@_rowwise_sparse_adam.numpy_twin
+def _rowwise_sparse_adam_numpy(param, m1, m2, indices, grad, lr, correction, beta1, beta2, epsilon,
+                               grad_out, write_grad, saved_w, saved_a, saved_b, save, chunk, blocks):
+    one = np.float32(1.0)
+    d = np.float32(param.shape[1])
+    with np.errstate(all="ignore"):
+        for at in occurrence_rounds(indices):
+            rows = indices[at]
+            w, a = param[rows], m1[rows]
+            if save:
+                saved_w[at], saved_a[at], saved_b[at] = w, a, m2[rows]
+            g = grad[at]
+            v = m2[rows] * beta2 + ((g * g).sum(axis=1, dtype=np.float32) / d) * (one - beta2)
+            m2[rows] = v
+            root = (np.sqrt(v) + epsilon)[:, None]
+            m = a * beta1 + g * (one - beta1)
+            m1[rows] = m
+            if write_grad:
+                step = correction * m / root
+                grad_out[at] = step
+                param[rows] = w + lr * step
+            else:
+                param[rows] = w + lr * correction * m / root
+
+
 def rowwise_sparse_adam(param, m1, m2, indices, grad, lr, correction, beta1, beta2, epsilon,
                         grad_out=None, saved=None):
     """Adam with one second moment per row (the mean of the row's squared gradient)."""
@@ -257,6 +358,28 @@ def _sparse_momentum_sgd(param, moment, indices, grad, grad_out, lr, momentum, n
                 w[j] = w[j] - step
 
 
+@_sparse_momentum_sgd.numpy_twin
+def _sparse_momentum_sgd_numpy(param, moment, indices, grad, grad_out, lr, momentum, nesterov, saved_w, saved_m,
+                               save, chunk, blocks):
+    one = np.float32(1.0)
+    with np.errstate(all="ignore"):
+        for at in occurrence_rounds(indices):
+            rows = indices[at]
+            w, m = param[rows], moment[rows]
+            if save:
+                saved_w[at], saved_m[at] = w, m
+            g = grad[at]
+            if nesterov:
+                new = momentum * m + lr * g
+                moment[rows] = new
+                step = (one + momentum) * new - momentum * m
+            else:
+                step = lr * g + momentum * m
+                moment[rows] = step
+            grad_out[at] = step
+            param[rows] = w - step
+
+
 def sparse_momentum_sgd(param, moment, indices, grad, lr, momentum, nesterov, saved=None):
     """Caffe2's momentum step per named row (param -= step); returns the steps, like grad."""
     grad_out = np.empty_like(grad)
@@ -287,6 +410,17 @@ def _scale_rows(table, indices, weight, saved, save, chunk, blocks):
                 r[j] = r[j] * weight
 
 
+@_scale_rows.numpy_twin
+def _scale_rows_numpy(table, indices, weight, saved, save, chunk, blocks):
+    with np.errstate(all="ignore"):
+        for at in occurrence_rounds(indices):
+            rows = indices[at]
+            r = table[rows]
+            if save:
+                saved[at] = r
+            table[rows] = r * weight
+
+
 @compiled(parallel=True)
 def _axpy_rows(table, indices, slices, weight, saved, save, chunk, blocks):
     n = indices.shape[0]
@@ -304,6 +438,17 @@ def _axpy_rows(table, indices, slices, weight, saved, save, chunk, blocks):
                     sr[j] = r[j]
             for j in range(d):
                 r[j] = r[j] + weight * s[j]
+
+
+@_axpy_rows.numpy_twin
+def _axpy_rows_numpy(table, indices, slices, weight, saved, save, chunk, blocks):
+    with np.errstate(all="ignore"):
+        for at in occurrence_rounds(indices):
+            rows = indices[at]
+            r = table[rows]
+            if save:
+                saved[at] = r
+            table[rows] = r + weight * slices[at]
 
 
 def scatter_weighted_sum(table, indices, weight0, slices_and_weights, saved=None):

@@ -173,6 +173,9 @@ def ngram_from_categorical(floats, col_ids, limits, vals):
     for col, limit in zip(col_ids, limits):
         block = np.asarray(vals[start:start + limit], np.int64)
         c = x[:, col].astype(np.float64)                 # exact: no rounding in the + 0.5
+        # NaN and values past int32 can match no `vals` entry (int32 arguments): park them
+        # out of int32's range so the cast below stays defined (no garbage, no warning)
+        c = np.clip(np.nan_to_num(c, nan=2.0 ** 40), -2.0 ** 40, 2.0 ** 40)
         v = np.trunc(c + np.copysign(0.5, c)).astype(np.int64)     # C's round: halves away from 0
         # the last occurrence of a value in the block wins, as std::map's assignment does
         order = np.argsort(block, kind="stable")

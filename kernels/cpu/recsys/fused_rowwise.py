@@ -94,6 +94,16 @@ def _row_range(row, d, half):
     return lo, hi
 
 
+def _values_of(src, half, d):
+    """Twins' view of the kernels' byte rows: float32 [n, d] (float16 widened, exactly)."""
+    return src.view(np.float16 if half else np.float32)[:, :d].astype(np.float32)
+
+
+def _row_ranges(x):
+    """Each row's (min, max), both NaN when it holds one (as _row_range)."""
+    return x.min(axis=1), x.max(axis=1)
+
+
 @compiled(parallel=True, fastmath=_EXACT)
 def _quantize8(src, half, out, blocks):
     """out (n, d + 8) uint8 <- src (n, d * itemsize) bytes of float32 / float16 rows:
@@ -119,6 +129,19 @@ def _quantize8(src, half, out, blocks):
                 out[r, j] = np.uint8(min(max(q, np.float32(0)), top))
             store_f32(o + d, span / top)
             store_f32(o + d + 4, lo)
+
+
+@_quantize8.numpy_twin
+def _quantize8_numpy(src, half, out, blocks):
+    d = out.shape[1] - 8
+    x = _values_of(src, half, d)
+    with np.errstate(all="ignore"):
+        lo, hi = _row_ranges(x)
+        span = hi - lo
+        inv = np.float32(255.0) / (span + np.float32(1e-8))
+        q = np.clip(np.rint((x - lo[:, None]) * inv[:, None]), 0, 255)
+        out[:, :d] = np.nan_to_num(q, nan=0.0)          # a NaN row's bytes are unspecified
+        out[:, d:] = np.stack([span / np.float32(255.0), lo], axis=1).astype(np.float32).view(np.uint8)
 
 
 @compiled(parallel=True, fastmath=_EXACT)
@@ -165,6 +188,29 @@ def _quantize_nbit(src, half, bits, d, out, blocks):
             store_f16(o + nbytes + 2, bias)
 
 
+@_quantize_nbit.numpy_twin
+def _quantize_nbit_numpy(src, half, bits, d, out, blocks):
+    n, nbytes = out.shape[0], out.shape[1] - 4
+    k = 8 // bits
+    top, one = np.float32((1 << bits) - 1), np.float32(1.0)
+    x = _values_of(src, half, d)
+    with np.errstate(all="ignore"):
+        lo, hi = _row_ranges(x)
+        bias = lo.astype(np.float16).astype(np.float32)
+        span = hi - bias
+        scale = np.where(span != 0, span / top, one).astype(np.float16).astype(np.float32)
+        inv = np.where(scale != 0, one / scale, one)
+        fallback = (scale == 0) | (inv == np.inf)
+        scale, inv = np.where(fallback, one, scale), np.where(fallback, one, inv)
+        q = np.clip(np.rint((x - bias[:, None]) * inv[:, None]), 0, top)
+        q = np.nan_to_num(q, nan=0.0).astype(np.uint8)   # a NaN row's bytes are unspecified
+    fields = np.zeros((n, nbytes * k), np.uint8)
+    fields[:, :d] = q
+    shifts = (np.arange(k) * bits).astype(np.uint8)
+    out[:, :nbytes] = np.bitwise_or.reduce(fields.reshape(n, nbytes, k) << shifts, axis=2)
+    out[:, nbytes:] = np.stack([scale, bias], axis=1).astype(np.float16).view(np.uint8)
+
+
 @compiled(parallel=True, fastmath=_EXACT)
 def _dequantize(src, bits, half_scale_bias, out, half_out, blocks):
     """out rows (bytes of float32 / float16 `half_out` values) <- src fused rows:
@@ -208,6 +254,21 @@ def _dequantize(src, bits, half_scale_bias, out, half_out, blocks):
                     store_f32(o + size * j, y)
 
 
+@_dequantize.numpy_twin
+def _dequantize_numpy(src, bits, half_scale_bias, out, half_out, blocks):
+    n = src.shape[0]
+    extra = 4 if half_scale_bias else 8
+    nbytes = src.shape[1] - extra
+    k = 8 // bits
+    pair = np.ascontiguousarray(src[:, nbytes:]).view(np.float16 if half_scale_bias else np.float32)
+    scale, bias = pair[:, :1].astype(np.float32), pair[:, 1:2].astype(np.float32)
+    shifts = (np.arange(k) * bits).astype(np.uint8)
+    values = (src[:, :nbytes, None] >> shifts) & np.uint8((1 << bits) - 1)
+    with np.errstate(all="ignore"):
+        y = values.reshape(n, nbytes * k).astype(np.float32) * scale + bias
+        out[...] = y.astype(np.float16 if half_out else np.float32).view(np.uint8)
+
+
 @compiled(parallel=True, fastmath=_EXACT)
 def _cast(src, to_half, out, count, blocks):
     """count values: float32 -> float16 (to_half; nearest even, overflow -> inf) or
@@ -227,6 +288,14 @@ def _cast(src, to_half, out, count, blocks):
                 store_f16(obase + osize * j, load_f32(base + isize * j))
             else:
                 store_f32(obase + osize * j, load_f16(base + isize * j))
+
+
+@_cast.numpy_twin
+def _cast_numpy(src, to_half, out, count, blocks):
+    source, target = (np.float32, np.float16) if to_half else (np.float16, np.float32)
+    with np.errstate(all="ignore"):            # out-of-range float32 -> inf, as the kernel
+        converted = src.view(source)[:count].astype(target)
+    out[:converted.nbytes] = converted.view(np.uint8)
 
 
 # --------------------------------------------------------------------------- entry points

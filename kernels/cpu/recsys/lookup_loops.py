@@ -198,6 +198,112 @@ def merge_partials(out, offsets, mean, part_rows, part_bags):
                 acc[k] += piece[k]
 
 
+# ------------------------------------------------------------------ NumPy twins
+# (what first calls run while the kernels compile: jit.py). They read memory through
+# the same addresses the kernels read, and only the bytes the kernels read.
+
+_VALUE_BYTES = {FLOAT32: 4, FLOAT16: 2}
+_PACKED_BITS = {FUSED4: 4, FUSED2: 2}
+
+
+def _memory(address, count, dtype):
+    """A NumPy view of `count` values of `dtype` at an address the caller keeps alive."""
+    import ctypes
+    if count <= 0:
+        return np.empty(0, dtype)
+    raw = (ctypes.c_uint8 * (count * np.dtype(dtype).itemsize)).from_address(address)
+    return np.frombuffer(raw, dtype)
+
+
+def _gathered_rows(table, row_stride, rows, row_bytes):
+    """uint8 [len(rows), row_bytes]: the bytes of the named rows (row r at table + r * row_stride),
+    through a strided view of the memory between the first and the last row named."""
+    lo, hi = int(rows.min()), int(rows.max())
+    if row_stride >= 0:
+        first, step, at = lo, row_stride, rows - lo
+    else:                                   # a reversed view: the highest row lies lowest
+        first, step, at = hi, -row_stride, hi - rows
+    span = _memory(table + first * row_stride, (hi - lo) * step + row_bytes, np.uint8)
+    return np.lib.stride_tricks.as_strided(span, (hi - lo + 1, row_bytes), (step, 1), writeable=False)[at]
+
+
+def _row_values(kind, rows, block, sb_at):
+    """(values float32 [n, block], scale [n] or None, bias [n] or None) of gathered rows."""
+    if kind in _VALUE_BYTES:
+        dtype = np.float32 if kind == FLOAT32 else np.float16
+        return np.ascontiguousarray(rows[:, :block * _VALUE_BYTES[kind]]).view(dtype).astype(np.float32), None, None
+    if kind == FUSED8:
+        pair = np.ascontiguousarray(rows[:, sb_at:sb_at + 8]).view(np.float32)
+        return rows[:, :block].astype(np.float32), pair[:, 0], pair[:, 1]
+    bits = _PACKED_BITS[kind]
+    per_byte = 8 // bits
+    packed = rows[:, :-(-block // per_byte)]
+    fields = (packed[:, :, None] >> (np.arange(per_byte, dtype=np.uint8) * bits)) & np.uint8((1 << bits) - 1)
+    pair = np.ascontiguousarray(rows[:, sb_at:sb_at + 4]).view(np.float16).astype(np.float32)
+    return fields.reshape(len(rows), -1)[:, :block].astype(np.float32), pair[:, 0], pair[:, 1]
+
+
+@bags.numpy_twin
+def _bags_numpy(width, kind, table, row_stride, sb_at, indices, weights, wmode, mean, out, tiles, tile_bytes, offsets,
+                dist, parts, part_rows, part_bags):
+    """Every bag straight into out, as one weighted sum per bag (the kernel's pieces
+    and merge_partials' additions give the same sums, in another order); part_bags
+    is set to 'no cut bags' so that merge_partials, compiled or not, leaves out alone."""
+    m, block = out.shape
+    part_bags[...] = -1
+    offsets = offsets[:m + 1]
+    total = int(offsets[m])
+    lengths = np.diff(offsets)
+    out[...] = 0
+    if total == 0 or block == 0:
+        return
+    idx = _memory(indices, total, np.int64)
+    if kind in _VALUE_BYTES:
+        row_bytes = block * _VALUE_BYTES[kind]
+    else:
+        row_bytes = sb_at + (8 if kind == FUSED8 else 4)
+    values, scale, bias = _row_values(kind, _gathered_rows(table, row_stride, idx, row_bytes), block, sb_at)
+    if wmode == NO_WEIGHTS:
+        w = np.ones(total, np.float32)
+    elif wmode == PER_INDEX:
+        w = _memory(weights, total, np.float32)
+    else:                                   # POSITIONAL: weight of the position inside its bag
+        at_in_bag = np.arange(total) - np.repeat(offsets[:m], lengths)
+        w = _memory(weights, int(lengths.max()), np.float32)[at_in_bag]
+    full = lengths > 0
+    starts = offsets[:m][full]
+    with np.errstate(all="ignore"):        # non-finite rows: IEEE results, silently, as the kernel
+        # per row: acc += (w * scale) * values, bias_sum += w * bias (the kernel's order)
+        contributions = values * (w if scale is None else w * scale)[:, None]
+        sums = np.add.reduceat(contributions, starts, axis=0)
+        if bias is not None:
+            sums += np.add.reduceat(w * bias, starts)[:, None]
+        if mean:
+            sums *= (np.float32(1.0) / lengths[full].astype(np.float32))[:, None]
+    out[full] = sums
+
+
+@merge_partials.numpy_twin
+def _merge_partials_numpy(out, offsets, mean, part_rows, part_bags):
+    # a handful of slots (two per part): the kernel's loop, with row adds in NumPy
+    acc = np.zeros(out.shape[1], np.float32)
+    current = -1
+    slots = part_bags.reshape(-1)
+    for slot in range(slots.size + 1):
+        bag = int(slots[slot]) if slot < slots.size else -2
+        if bag == -1:
+            continue
+        if bag != current:
+            if current >= 0:
+                length = offsets[current + 1] - offsets[current]
+                scale = np.float32(1.0) / np.float32(length) if mean else np.float32(1.0)
+                out[current] = acc * scale
+            acc[:] = 0
+            current = bag
+        if bag >= 0:
+            acc += part_rows[slot]
+
+
 @compiled
 def _count_bad(indices, lo, hi, limit):
     """How many of indices[lo:hi] are outside [0, limit) (vectorised: one unsigned
@@ -261,3 +367,41 @@ def relative_offsets(raw, offsets):
         offsets[b] = np.int64(raw[b]) - base
         longest = max(longest, step)
     return -1, longest
+
+
+@first_bad_index.numpy_twin
+def _first_bad_index_numpy(indices, n_rows, parts, found):
+    n = indices.size
+    bad = np.flatnonzero(indices.view(np.uint64) >= np.uint64(n_rows))   # negatives wrap to huge
+    for t in range(parts):
+        lo, hi = n * t // parts, n * (t + 1) // parts
+        k = np.searchsorted(bad, lo)
+        found[t] = bad[k] if k < bad.size and bad[k] < hi else -1
+    return int(bad[0]) if bad.size else -1
+
+
+@offsets_of_lengths.numpy_twin
+def _offsets_of_lengths_numpy(lengths, offsets):
+    n = lengths.astype(np.int64)
+    offsets[0] = 0
+    negative = np.flatnonzero(n < 0)
+    if negative.size:
+        b = int(negative[0])
+        offsets[1:b + 1] = np.cumsum(n[:b])
+        return b, 0
+    offsets[1:n.size + 1] = np.cumsum(n)
+    return -1, int(max(0, n.max())) if n.size else 0
+
+
+@relative_offsets.numpy_twin
+def _relative_offsets_numpy(raw, offsets):
+    r = raw.astype(np.int64)
+    offsets[0] = 0
+    steps = np.diff(r)
+    down = np.flatnonzero(steps < 0)
+    if down.size:
+        b = int(down[0])
+        offsets[1:b + 1] = r[1:b + 1] - r[0]
+        return b, 0
+    offsets[1:r.size] = r[1:] - r[0]
+    return -1, int(max(0, steps.max())) if steps.size else 0

@@ -130,6 +130,45 @@ def _forward(h_prev, c_prev, gates, seq, has_seq, t, forget_bias, drop, h_out, c
                         _put(ho, j, oh, zero if drop else _get(hp, j, hh))
 
 
+def _rows_f32(rows, half):
+    """Twins' view of the kernels' byte rows: float32 values (float16 widened)."""
+    return rows.view(np.float16 if half else np.float32).astype(np.float32)
+
+
+def _write_rows(rows, half, values):
+    rows[...] = values.astype(np.float16 if half else np.float32).view(np.uint8)
+
+
+def _sigmoid_numpy(x):
+    one = np.float32(1.0)
+    return one / (one + np.exp(-x))
+
+
+def _lstm_gates(gates, gh, d, forget_bias):
+    g = _rows_f32(gates, gh)
+    return (_sigmoid_numpy(g[:, :d]), _sigmoid_numpy(g[:, d:2 * d] + np.float32(forget_bias)),
+            _sigmoid_numpy(g[:, 2 * d:3 * d]), np.tanh(g[:, 3 * d:4 * d]))
+
+
+def _valid_rows(seq, has_seq, t, n):
+    return (t < seq[:n]) if has_seq else np.ones(n, bool)
+
+
+@_forward.numpy_twin
+def _forward_numpy(h_prev, c_prev, gates, seq, has_seq, t, forget_bias, drop, h_out, c_out, halves, d, blocks):
+    n = c_prev.shape[0]
+    hh, ch, gh, oh = (bool(v) for v in halves[:4])
+    with np.errstate(all="ignore"):
+        i, f, o, gg = _lstm_gates(gates, gh, d, forget_bias)
+        cp = _rows_f32(c_prev, ch)
+        c = f * cp + i * gg
+        h = o * np.tanh(c)
+    valid = _valid_rows(seq, has_seq, t, n)[:, None]
+    zero = np.float32(0.0)
+    _write_rows(c_out, oh, np.where(valid, c, zero if drop else cp))
+    _write_rows(h_out, oh, np.where(valid, h, zero if drop else _rows_f32(h_prev, hh)))
+
+
 @compiled(parallel=True)
 def _backward(c_prev, gates, c, dc_out, dh_out, seq, has_seq, t, forget_bias, drop, dh_prev, dc_prev, dgates,
               halves, d, blocks):
@@ -194,6 +233,25 @@ def _backward(c_prev, gates, c, dc_out, dh_out, seq, has_seq, t, forget_bias, dr
                             _put(dg, part * d + j, oh, zero)
                         _put(dcp, j, oh, zero if drop else _get(dcr, j, dch))
                         _put(dhp, j, oh, zero if drop else _get(dhr, j, dhh))
+
+
+@_backward.numpy_twin
+def _backward_numpy(c_prev, gates, c, dc_out, dh_out, seq, has_seq, t, forget_bias, drop, dh_prev, dc_prev, dgates,
+                    halves, d, blocks):
+    n = c_prev.shape[0]
+    cph, gh, chh, dch, dhh, oh = (bool(v) for v in halves[:6])
+    one, zero = np.float32(1.0), np.float32(0.0)
+    dc_in, dh = _rows_f32(dc_out, dch), _rows_f32(dh_out, dhh)
+    with np.errstate(all="ignore"):
+        i, f, o, gg = _lstm_gates(gates, gh, d, forget_bias)
+        tc = np.tanh(_rows_f32(c, chh))
+        dc = dc_in + dh * o * (one - tc * tc)
+        dg = np.concatenate([dc * gg * i * (one - i), dc * _rows_f32(c_prev, cph) * f * (one - f),
+                             dh * tc * o * (one - o), dc * i * (one - gg * gg)], axis=1)
+    valid = _valid_rows(seq, has_seq, t, n)[:, None]
+    _write_rows(dc_prev, oh, np.where(valid, dc * f, zero if drop else dc_in))
+    _write_rows(dh_prev, oh, np.where(valid | drop, zero, dh))
+    _write_rows(dgates, oh, np.where(valid, dg, zero))
 
 
 def _byte_rows(a, n):
