@@ -257,14 +257,15 @@ _random_schema("MSRAFill", (), "Normal(0, std) with std = sqrt(2 / fan_out), fan
                                "(needs at least 2 dims).")
 _random_schema("GaussianFill", (Arg("mean", "float", 0.0, check=Finite()), Arg("std", "float", 1.0, check=Range(0.0))),
                "Normal(mean, std).")
-_random_schema("UniformFill", (Arg("min", "float", 0.0), Arg("max", "float", 1.0)),
+_random_schema("UniformFill", (Arg("min", "float", 0.0, check=Finite()), Arg("max", "float", 1.0, check=Finite())),
                "Uniform in [min, max) (min < max). With 3 inputs (shape source, min, max) the bounds "
                "come from inputs 1 and 2, and min > max gives an output with first dimension 0.",
                num_inputs={0, 1, 3})
 _random_schema("UniformIntFill", (Arg("min", "int", 0), Arg("max", "int", 1)),
                "int32 uniform in [min, max], both ends included (min < max); 3 inputs as UniformFill.",
                num_inputs={0, 1, 3}, dtype=DT.INT32)
-_random_schema("Float16UniformFill", (Arg("min", "float", 0.0), Arg("max", "float", 1.0)),
+_random_schema("Float16UniformFill", (Arg("min", "float", 0.0, check=Finite()),
+                                      Arg("max", "float", 1.0, check=Finite())),
                "float16 uniform in [min, max).", num_inputs=0, dtype=DT.FLOAT16)
 
 

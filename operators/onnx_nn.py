@@ -240,7 +240,8 @@ onnx_op("GlobalLpPool", (1, None), args=(Arg("p", "float", check=Range(1e-6, 1e6
 
 # ----------------------------------------------------------------- Gemm / MatMul
 
-@onnx_op("Gemm", (1, None), cost=_gemm_cost)
+@onnx_op("Gemm", (1, None), cost=_gemm_cost,
+         args=(Arg("transA", "int", 0, check=OneOf(0, 1)), Arg("transB", "int", 0, check=OneOf(0, 1))))
 def gemm(ctx):
     alpha, beta = ctx.float("alpha", 1.0), ctx.float("beta", 1.0)
     trans_a, trans_b = bool(ctx.int("transA", 0)), bool(ctx.int("transB", 0))

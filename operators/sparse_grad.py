@@ -80,6 +80,8 @@ register_schema(OpSchema(
 @register_kernel("FlexibleTopKGradient")
 def flexible_top_k_grad(ctx):
     def run(x, k, grad, indices):
+        if x.ndim < 1:
+            raise ctx.input_error(0, "original input must have at least one dimension, got a 0-d tensor")
         check_int(ctx, 1, k, "K")
         return call(ctx, {"indices": 3}, K.flexible_top_k_grad, x.shape, k, grad, indices)
     return run

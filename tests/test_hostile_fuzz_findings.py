@@ -244,3 +244,36 @@ def test_transpose_of_a_0d_tensor_stays_0d():
     x = np.array(3.5, np.float32)
     y = run_op("Transpose", {"X": x})[0]
     assert y.shape == () and y == x
+
+
+@pytest.mark.parametrize("op_type, inputs, args, expected", [
+    ("Conv", {"X": f32(4, 0, 2, 2), "W": f32(4, 0, 2, 2)}, {}, "has no input channels"),
+    ("Conv", {"X": f32(5, 2, 3, 4), "W": f32(5, 2, 3, 4), "B": f32(5, 2, 3, 4)}, {}, "bias must be \\[M\\] = \\[5\\]"),
+    ("BatchMatMul", {"A": f32(4, 3, 4), "B": np.array(0.5)}, dict(broadcast=1), "at least 1 dims"),
+    ("FlexibleTopKGradient", {"X": np.array(1.0, np.float32), "K": np.array([1], np.int64),
+                              "G": f32(1), "I": np.array([0], np.int64)}, {}, "at least one dimension"),
+    ("MakeTwoClassGradient", {"dY": np.array([False, True])}, {}, "got bool"),
+    ("UniformFill", {}, dict(shape=[2], min=float("-inf")), "finite"),
+])
+def test_campaign2_findings(op_type, inputs, args, expected):
+    with pytest.raises(Caffe2Error, match=expected):
+        run_op(op_type, inputs, ("Y",), **args)
+
+
+def test_cpu_utilization_report_refuses_infinite_utilization():
+    ws = Workspace("fuzz_findings")
+    ws.feed_blob("u", np.array([np.inf], np.float32))
+    net = caffe2_pb2.NetDef(name="cpu")
+    net.op.extend([core.CreateOperator("CpuUtilizationReport", ["u"], [])])
+    with pytest.raises(Caffe2Error, match="must be finite"):
+        ws.run_net_once(net)
+
+
+def test_onnx_gemm_refuses_trans_flags_other_than_0_1_and_c_that_y_would_broadcast_to():
+    from caffe2py.onnx import backend
+    from onnx import helper
+    a = np.ones((1, 5), np.float32)
+    with pytest.raises(Caffe2Error, match="'transB' must be one of 0, 1"):
+        backend.run_node(helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=2), [a, a, a], opset_version=13)
+    with pytest.raises(Caffe2Error, match="does not broadcast to \\[1, 1\\]"):
+        backend.run_node(helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1), [a, a, a], opset_version=13)
