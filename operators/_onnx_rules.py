@@ -90,8 +90,11 @@ def _read_formal_inputs(op_type, domain, version):
     try:
         schema = (onnx.defs.get_schema(op_type, version, domain) if version
                   else onnx.defs.get_schema(op_type, domain))
-    except Exception:  # noqa: BLE001 - an op onnx does not define (caffe2py's own): no rule
-        return None
+    except Exception:  # noqa: BLE001 - no schema at that opset, or not an onnx op
+        try:     # a model whose opset predates the op (caffe2py still runs it): the op's latest types
+            schema = onnx.defs.get_schema(op_type, domain)
+        except Exception:  # noqa: BLE001 - an op onnx does not define (caffe2py's own): no rule
+            return None
     constraints = {c.type_param_str: frozenset(c.allowed_type_strs) for c in schema.type_constraints}
     variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
     out = []

@@ -119,6 +119,8 @@ def _prepare(model):
     (("Pow", ["", "b"], ["y"]), [("b", (2,))], 7, "input 0 .'X'. of onnx's Pow-7 is required"),
     (("ReduceSum", ["a"], ["y"], dict(keepdims=3)), [("a", (2, 3))], 11, "'keepdims' must be one of 0, 1"),
     (("Einsum", ["a"], ["y"]), [("a", (2, 3))], 12, "required argument 'equation'"),
+    # an opset older than the op: onnx's types of the op still apply
+    (("BitwiseAnd", ["a", "b"], ["y"]), [("a", (2,)), ("b", (2,))], 9, "does not allow for its type parameter"),
 ])
 def test_onnx_nodes_the_spec_rejects_are_refused_when_the_model_is_prepared(node_args, inputs, opset, expected):
     from onnx import helper
