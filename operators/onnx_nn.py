@@ -151,6 +151,12 @@ def conv_transpose(ctx):
         pads, output_padding = nn_k.conv_transpose_pads(
             ctx.string("auto_pad", "NOTSET"), x.shape[2:], kernel, strides, dilations,
             ctx.ints("pads", None), output_padding, output_shape)
+        out = [strides[i] * (x.shape[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1
+               - pads[i] - pads[k + i] for i in range(k)] if len(pads) == 2 * k else None
+        if out is None or min(out, default=1) < 0 or len(strides) != k or len(dilations) != k:
+            raise ctx.error("strides %s, dilations %s, pads %s and output_padding %s do not give a %d-D output "
+                            "of sizes >= 0 for input %s and kernel %s (sizes %s)"
+                            % (strides, dilations, pads, output_padding, k, list(x.shape[2:]), kernel, out))
         if min(pads) < 0 or x.shape[1] % group or w.shape[0] != x.shape[1]:
             return nn_k.conv_transpose(x, w, b, strides, pads, dilations, group, output_padding)
         return conv_transpose_k.conv_transpose(x, w, b, strides, pads, dilations, group, output_padding)

@@ -235,6 +235,8 @@ def slice_op(ctx):
     legacy = ctx.op_version < 10
     if legacy:
         attr_starts, attr_ends = ctx.ints("starts"), ctx.ints("ends")
+        if attr_starts is None or attr_ends is None:
+            raise ctx.error("Slice before opset 10 needs the attributes 'starts' and 'ends'")
         attr_axes = ctx.ints("axes", None)
 
     def run(x, starts=None, ends=None, axes=None, steps=None):

@@ -279,3 +279,18 @@ def test_onnx_gemm_refuses_trans_flags_other_than_0_1_and_c_that_y_would_broadca
         backend.run_node(helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=2), [a, a, a], opset_version=13)
     with pytest.raises(Caffe2Error, match="does not broadcast to \\[1, 1\\]"):
         backend.run_node(helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1), [a, a, a], opset_version=13)
+
+
+def test_onnx_conv_transpose_slice_and_concat_from_sequence_missing_or_absurd_attributes():
+    from caffe2py.onnx import backend
+    from onnx import helper
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], kernel_shape=[3, 3], strides=[2, 3],
+                            pads=[2, 4, 3, 1 << 62])
+    with pytest.raises(Caffe2Error, match="do not give a 2-D output of sizes >= 0"):
+        backend.run_node(node, [f32(1, 3, 6, 7), f32(3, 4, 3, 3)], opset_version=11)
+    with pytest.raises(Caffe2Error, match="needs the attributes 'starts' and 'ends'"):
+        backend.run_node(helper.make_node("Slice", ["x"], ["y"]), [f32(2, 3)], opset_version=9)
+    model = _model([helper.make_node("SequenceConstruct", ["a", "b"], ["s"]),
+                    helper.make_node("ConcatFromSequence", ["s"], ["y"])], [("a", (2,)), ("b", (2,))], ["y"], 13)
+    with pytest.raises(Caffe2Error, match="required argument 'axis'"):
+        _prepare(model).run([f32(2), f32(2)])
