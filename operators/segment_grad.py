@@ -26,7 +26,7 @@ from caffe2py.errors import Caffe2Error
 from caffe2py.gradients import register_gradient
 from caffe2py.kernels.cpu.recsys import segment_grad as K
 from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
-from caffe2py.schema_rules import DTypes
+from caffe2py.schema_rules import DTypes, Rank
 
 from ._checks import call, check_float_data, check_int_vector
 
@@ -115,6 +115,7 @@ def _range_maker(g):
 register_schema(OpSchema(
     "LengthsMaxWithMainInputAndForwardOutputGradient", num_inputs=4, num_outputs=1,
     inputs=("FORWARD_OUTPUT", "SEGMENT_GRADS", "LENGTHS", "DATA_INPUT"), outputs=("DATA_GRADS",),
+    checks=(Rank((0, 1, 3), 1),),
     inference=_like_input(3), doc="Gradient of LengthsMax: the segment's gradient where DATA equals its max."))
 
 

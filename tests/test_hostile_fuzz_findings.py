@@ -294,3 +294,15 @@ def test_onnx_conv_transpose_slice_and_concat_from_sequence_missing_or_absurd_at
                     helper.make_node("ConcatFromSequence", ["s"], ["y"])], [("a", (2,)), ("b", (2,))], ["y"], 13)
     with pytest.raises(Caffe2Error, match="required argument 'axis'"):
         _prepare(model).run([f32(2), f32(2)])
+
+
+@pytest.mark.parametrize("op_type, inputs, args, expected", [
+    ("LpNorm", {"X": np.ones((2, 4), np.int8)}, dict(p=2), "got int8"),
+    ("Cast", {"X": f32(2)}, dict(to=float("-inf")), "one TensorProto.DataType"),
+    ("LengthsMaxWithMainInputAndForwardOutputGradient", {"o": np.array(1.0, np.float32), "g": f32(1),
+                                                         "l": np.array([1], np.int32), "d": f32(1)}, {},
+     "at least 1 dims"),
+])
+def test_campaign1_leftovers(op_type, inputs, args, expected):
+    with pytest.raises(Caffe2Error, match=expected):
+        run_op(op_type, inputs, ("Y",), **args)
