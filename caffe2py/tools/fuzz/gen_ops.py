@@ -91,9 +91,12 @@ def _arg_value(rng, arg):
         return [values.string_value(rng, choices) for _ in range(int(rng.integers(0, 4)))]
     if kind == "net":
         from caffe2py import core
-        net = core.Net("sub_%d" % int(rng.integers(100)))
-        net.ConstantFill([], ["sub_out"], shape=[2], value=1.0)
-        return net.Proto()
+        from caffe2py.proto import caffe2_pb2
+        # a NetDef built directly: core.Net would uniquify the name per process, and a
+        # case id must regenerate the same bytes anywhere
+        net = caffe2_pb2.NetDef(name="sub_%d" % int(rng.integers(100)))
+        net.op.extend([core.CreateOperator("ConstantFill", [], ["sub_out"], shape=[2], value=1.0)])
+        return net
     return None
 
 
