@@ -306,3 +306,13 @@ def test_onnx_conv_transpose_slice_and_concat_from_sequence_missing_or_absurd_at
 def test_campaign1_leftovers(op_type, inputs, args, expected):
     with pytest.raises(Caffe2Error, match=expected):
         run_op(op_type, inputs, ("Y",), **args)
+
+
+def test_sub_of_bools_and_weighted_sigmoid_xent_of_an_empty_last_dim():
+    b = np.zeros((2, 2), bool)
+    with pytest.raises(Caffe2Error, match="got bool"):
+        run_op("Sub", {"A": b, "B": b})
+    logits = np.zeros((3, 0), np.float32)
+    grad = run_op("WeightedSigmoidCrossEntropyWithLogitsGradient",
+                  {"g": np.ones(3, np.float32), "L": logits, "T": logits, "W": logits})[0]
+    assert grad.shape == (3, 0)
