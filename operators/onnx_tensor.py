@@ -47,6 +47,8 @@ def constant(ctx):
 def constant_of_shape(ctx):
     fill = tensor_to_numpy(ctx.tensor("value")).reshape(-1) if ctx.has("value") else \
         np.zeros(1, dtype=np.float32)
+    if fill.size != 1:
+        raise ctx.error("'value' must be a one-element tensor, got %d elements" % fill.size)
 
     def run(shape):
         dims = _ints(shape)
@@ -400,7 +402,7 @@ def cumsum(ctx):
     return run
 
 
-_BLOCK = (Arg("blocksize", "int", check=Range(1)), Arg("mode", "string", "DCR", check=OneOf("DCR", "CRD")))
+_BLOCK = (Arg("blocksize", "int", None, check=Range(1), required=True), Arg("mode", "string", "DCR", check=OneOf("DCR", "CRD")))
 
 
 @onnx_op("DepthToSpace", (1, None), args=_BLOCK, checks=(Rank(0, 4, 4),))

@@ -316,3 +316,16 @@ def test_sub_of_bools_and_weighted_sigmoid_xent_of_an_empty_last_dim():
     grad = run_op("WeightedSigmoidCrossEntropyWithLogitsGradient",
                   {"g": np.ones(3, np.float32), "L": logits, "T": logits, "W": logits})[0]
     assert grad.shape == (3, 0)
+
+
+def test_split_sizes_input_must_be_integers_and_onnx_required_attributes():
+    from caffe2py.onnx import backend
+    from onnx import helper, numpy_helper
+    with pytest.raises(Caffe2Error, match="input 1 must be a tensor of int"):
+        run_op("DepthSplit", {"X": f32(4, 5, 2), "S": np.array([2.0, np.inf], np.float32)}, ("A", "B"), axis=1)
+    with pytest.raises(Caffe2Error, match="required argument 'blocksize'"):
+        backend.run_node(helper.make_node("DepthToSpace", ["x"], ["y"]), [f32(1, 4, 2, 2)], opset_version=13)
+    empty = numpy_helper.from_array(np.zeros(0, np.float32), "v")
+    with pytest.raises(Caffe2Error, match="one-element tensor"):
+        backend.run_node(helper.make_node("ConstantOfShape", ["s"], ["y"], value=empty),
+                         [np.array([2, 3], np.int64)], opset_version=13)
