@@ -324,6 +324,9 @@ def recurrent_network_gradient(ctx):
     timestep = ctx.string("timestep")
     grad_inputs = ctx.ints("outputs_with_grads", [0])
     n_go = len(grad_inputs)
+    if ctx.n_inputs < n_go + 2:
+        raise ctx.error("takes the %d output gradient(s), then the forward's inputs and outputs (at least the "
+                        "input sequence and the step workspaces): got %d inputs" % (n_go, ctx.n_inputs))
     links = (read_links(ctx, "link_internal", "link_external", "link_offset", "link_window")
              + read_links(ctx, "backward_link_internal", "backward_link_external", "backward_link_offset"))
     states = ctx.strings("recurrent_states", [])

@@ -329,3 +329,15 @@ def test_split_sizes_input_must_be_integers_and_onnx_required_attributes():
     with pytest.raises(Caffe2Error, match="one-element tensor"):
         backend.run_node(helper.make_node("ConstantOfShape", ["s"], ["y"], value=empty),
                          [np.array([2, 3], np.int64)], opset_version=13)
+
+
+def test_recurrent_network_gradient_with_too_few_inputs_is_named():
+    step = caffe2_pb2.NetDef(name="step")
+    op = core.CreateOperator("RecurrentNetworkGradient", ["g"], ["dX"])
+    op.arg.add(name="backward_step_net").n.CopyFrom(step)
+    ws = Workspace("fuzz_findings")
+    ws.feed_blob("g", f32(5, 3))
+    net = caffe2_pb2.NetDef(name="rnng")
+    net.op.extend([op])
+    with pytest.raises(Caffe2Error, match="got 1 inputs"):
+        ws.run_net_once(net)
