@@ -15,7 +15,7 @@ printed next to this machine's copy bandwidth (a NumPy copy of 512 MB, read + wr
 measured in the same run). Every call of ours includes the index/length checks.
 
 Usage: python benchmarks/embedding_bench.py [--threads 1 2] [--tables 1000000x64 4000000x128]
-       [--rounds 5] [--calls 10] [--cases f32,fp16,...] [--temps hot,cold]
+       [--rounds 5] [--calls 10] [--cases f32,fp16,...] [--temps hot,cold] [--clock wall|cpu]
 torch is optional (benchmark-only): without it the peer columns say "absent".
 The measurements behind the kernel's design (prefetch distance, split, tiles) are
 benchmarks/embedding_design.py.
@@ -27,6 +27,9 @@ import subprocess
 import sys
 import time
 
+# time machine code, never the NumPy twins a first call may answer with in background mode
+os.environ.setdefault("CAFFE2PY_JIT", "inline")
+
 import numpy as np
 
 try:
@@ -37,15 +40,15 @@ except ImportError:   # benchmark-only dependency
 CASES = ("f32", "fp16", "weighted", "mean", "positional", "skewed", "fused8", "fused8_weighted", "fused4", "fused2")
 
 
-def copy_bandwidth():
+def copy_bandwidth(clock=time.perf_counter):
     """GB/s of a NumPy copy of 512 MB (bytes read + written), best of 3."""
     a = np.ones(1 << 27, np.float32)
     b = np.empty_like(a)
     best = 0.0
     for _ in range(3):
-        t0 = time.perf_counter()
+        t0 = clock()
         np.copyto(b, a)
-        best = max(best, 2 * a.nbytes / (time.perf_counter() - t0) / 1e9)
+        best = max(best, 2 * a.nbytes / max(clock() - t0, 1e-9) / 1e9)
     return best
 
 
@@ -190,14 +193,17 @@ class Evictor:
         self.buf.fill(1.0)
 
 
-def time_block(fn, before, calls):
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def time_block(fn, before, calls, clock=time.perf_counter):
     """Median seconds of `calls` calls of fn(), before() run (untimed) before each."""
     times = []
     for _ in range(calls):
         before()
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times)
 
 
@@ -232,11 +238,11 @@ def run_case(p, case, temp, args, evict):
     for _ in range(args.rounds):
         time.sleep(args.rest)
         net.run()
-        ours.append(time_block(net.run, next_set, args.calls))
+        ours.append(time_block(net.run, next_set, args.calls, CLOCKS[args.clock]))
         if peers is not None:
             time.sleep(args.rest)
             peer_call()
-            theirs.append(time_block(peer_call, next_set, args.calls))
+            theirs.append(time_block(peer_call, next_set, args.calls, CLOCKS[args.clock]))
             ratios.append(ours[-1] / theirs[-1])
     gb = sets[0].size * row_bytes / 1e9
     return ours, theirs, ratios, gb, diff
@@ -248,8 +254,9 @@ def one_thread_count(args):
     if torch is not None:
         torch.set_num_threads(threads)
     evict = Evictor()
-    copy = copy_bandwidth()
-    print("# %d thread(s); copy bandwidth %.1f GB/s (NumPy copy of 512 MB, read + write)" % (threads, copy))
+    copy = copy_bandwidth(CLOCKS[args.clock])
+    print("# %d thread(s); copy bandwidth %.1f GB/s (NumPy copy of 512 MB, read + write); %s clock; load %s"
+          % (threads, copy, args.clock, " ".join("%.1f" % v for v in os.getloadavg())))
     cases = args.cases.split(",")
     temps = args.temps.split(",")
     for spec in args.tables:
@@ -287,6 +294,9 @@ def main():
     ap.add_argument("--rest", type=float, default=0.2, help="seconds of rest before each timed block")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--temps", default="hot,cold")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                    help="cpu: process CPU time per call (all threads), for a machine so loaded that "
+                         "wall time is mostly waiting for a core; spinning idle threads count too")
     args = ap.parse_args()
     if torch is None:
         print("# torch is absent (pip install torch for the peer columns)")

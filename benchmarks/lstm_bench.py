@@ -8,6 +8,7 @@ ranges over the rounds, ratio = median of the per-round ratios (ours / torch).
 torch is optional (benchmark-only): without it the torch column says "absent".
 
 Usage: python benchmarks/lstm_bench.py [--n 256] [--d 1024] [--threads 1 2] [--rounds 7] [--calls 20]
+       [--clock wall|cpu]   (cpu: process CPU time, for a VM loaded past its cores)
 """
 import argparse
 import os
@@ -15,6 +16,9 @@ import statistics
 import subprocess
 import sys
 import time
+
+# time machine code, never the NumPy twins a first call may answer with in background mode
+os.environ.setdefault("CAFFE2PY_JIT", "inline")
 
 import numpy as np
 
@@ -45,12 +49,16 @@ def torch_gradient(c_prev, gates, c, dc, dh, seq, t, forget_bias):
     return (torch.where(valid, zero, dh), torch.where(valid, dct * f, dc), torch.where(valid, dgates, zero))
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+CLOCK = [time.perf_counter]          # --clock cpu: process CPU time (a VM loaded past its cores)
+
+
 def time_block(fn, calls):
     times = []
     for _ in range(calls):
-        t0 = time.perf_counter()
+        t0 = CLOCK[0]()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(CLOCK[0]() - t0)
     return statistics.median(times)
 
 
@@ -134,9 +142,11 @@ def main():
     p.add_argument("--n", type=int, default=256)
     p.add_argument("--d", type=int, default=1024)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=20)
     a = p.parse_args()
+    CLOCK[0] = CLOCKS[a.clock]
     if len(a.threads) == 1:
         one_thread_count(a)
         return

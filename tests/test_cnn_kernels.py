@@ -360,12 +360,21 @@ def test_conv_on_the_team_matches_onnxruntime(monkeypatch, xs, ws, strides, pads
         conv_k._plan.cache_clear()
 
 
+@pytest.mark.parametrize("split", [True, False], ids=["team blocks", "serial"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_team_gemm_blocks_views_transposes_and_the_output_pass(monkeypatch, dtype):
+def test_team_gemm_blocks_views_transposes_and_the_output_pass(monkeypatch, dtype, split):
     from caffe2py.kernels.cpu.runtime import jit
     from caffe2py.kernels.cpu.tensor import team_gemm
     from caffe2py.kernels.cpu.tensor.team_gemm import gemm_into
     monkeypatch.setattr(jit, "TEAM_MIN_WORK", 1)
+    # split: every product over the team's blocks; serial: these small products run on
+    # the calling thread (team_gemm's serial copy of the kernel, no parallel region)
+    monkeypatch.setattr(team_gemm, "_MIN_PARALLEL_MACS", 1 if split else 1 << 30)
+    monkeypatch.setattr(team_gemm, "_layouts", {})        # launches worked out under this threshold
+    used = []
+    name = "_gemm_blocks" if split else "_gemm_blocks_serial"
+    kernel = getattr(team_gemm, name)
+    monkeypatch.setattr(team_gemm, name, lambda *args: used.append(args[-2:]) or kernel(*args))
     monkeypatch.setattr(team_gemm, "_EPILOGUE_BLOCK_BYTES", 1024)    # several column blocks per thread
     f64 = np.float64
     # row and column blocks, groups, and the matrix-vector shapes (one output row or column)
@@ -383,6 +392,9 @@ def test_team_gemm_blocks_views_transposes_and_the_output_pass(monkeypatch, dtyp
         at = rand(g, k, m, dtype=dtype).transpose(0, 2, 1)             # op(a) transposed too
         gemm_into(at, b, out)
         np.testing.assert_allclose(out, at.astype(f64) @ b.astype(f64), rtol=1e-5, atol=1e-4)
+    assert len(used) == 21                                    # every product took the path under test
+    if not split:
+        assert set(used) == {(1, 1)}
 
 
 def test_parallel_kernels_from_two_threads_on_numbas_workqueue_layer(tmp_path):

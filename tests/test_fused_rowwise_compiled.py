@@ -105,3 +105,55 @@ def test_half_casts_of_every_bit_pattern():
     np.testing.assert_array_equal(got16.view(np.uint16)[~nan], want16.view(np.uint16)[~nan])
     assert np.isnan(got16[nan]).all()
     assert K.float_to_half(np.float32(3.0)).shape == ()
+
+
+CONVERSIONS = [  # (quantise op, input dtype, dequantise op, output dtype, bytes per row for D values)
+    ("FloatToFused8BitRowwiseQuantized", np.float32, "Fused8BitRowwiseQuantizedToFloat", np.float32,
+     lambda d: d + 8),
+    ("HalfFloatToFused8BitRowwiseQuantized", np.float16, "Fused8BitRowwiseQuantizedToHalfFloat", np.float16,
+     lambda d: d + 8),
+    ("FloatToFused8BitRowwiseQuantizedHalfScaleBias", np.float32,
+     "Fused8BitRowwiseQuantizedHalfScaleBiasToFloat", np.float32, lambda d: d + 4),
+    ("HalfFloatToFused8BitRowwiseQuantizedHalfScaleBias", np.float16,
+     "Fused8BitRowwiseQuantizedHalfScaleBiasToHalfFloat", np.float16, lambda d: d + 4),
+    ("FloatToFused4BitRowwiseQuantized", np.float32, "Fused4BitRowwiseQuantizedToFloat", np.float32,
+     lambda d: -(-d // 2) + 4),
+    ("HalfToFused4BitRowwiseQuantized", np.float16, "Fused4BitRowwiseQuantizedToHalf", np.float16,
+     lambda d: -(-d // 2) + 4),
+    ("FloatToFused2BitRowwiseQuantized", np.float32, "Fused2BitRowwiseQuantizedToFloat", np.float32,
+     lambda d: -(-d // 4) + 4),
+    ("HalfToFused2BitRowwiseQuantized", np.float16, "Fused2BitRowwiseQuantizedToHalf", np.float16,
+     lambda d: -(-d // 4) + 4),
+]
+
+
+@pytest.mark.parametrize("lead", [(0,), (3, 0)])
+@pytest.mark.parametrize("quantise, in_dtype, dequantise, out_dtype, width", CONVERSIONS)
+def test_zero_size_inputs_convert_both_ways(lead, quantise, in_dtype, dequantise, out_dtype, width):
+    from caffe2py import core, workspace
+    d = 8                                     # a whole byte of 2-bit values: D comes back unchanged
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("x", np.zeros(lead + (d,), in_dtype))
+    workspace.RunOperatorOnce(core.CreateOperator(quantise, ["x"], ["q"]))
+    q = workspace.FetchBlob("q")
+    assert q.shape == lead + (width(d),) and q.dtype == np.uint8
+    workspace.RunOperatorOnce(core.CreateOperator(dequantise, ["q"], ["y"]))
+    y = workspace.FetchBlob("y")
+    assert y.shape == lead + (d,) and y.dtype == out_dtype
+
+
+@pytest.mark.parametrize("shape", [(2, 0), (0, 0), (3, 0, 0)])
+def test_rows_without_values(shape):
+    """No values per row (zero-size, rows left): every row is only its scale and bias,
+    scale 0 bias 0 for the 8-bit layout, scale 1 bias 0 for the float16 ones."""
+    for dtype in (np.float32, np.float16):
+        x = np.zeros(shape, dtype)
+        q8 = K.float_to_fused8(x)
+        assert q8.shape == shape[:-1] + (8,) and not q8.any()
+        assert K.fused8_to_float(q8).shape == shape
+        for bits in (8, 4, 2):
+            q = K.float_to_fused_nbit(x, bits)
+            assert q.shape == shape[:-1] + (4,)
+            sb = q.reshape(-1, 4).view("<f2")
+            assert (sb[:, 0] == 1).all() and (sb[:, 1] == 0).all()
+            assert K.fused_nbit_to_float(q, bits).shape == shape

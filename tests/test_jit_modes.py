@@ -59,6 +59,10 @@ def _everything():
     out.append(pool_k.global_pool(_rand(rng, 4, 64, 9, 9), "avg"))
     y = _rand(rng, 2, 6, 5, 5)
     out.append(layout.concat([y, _rand(rng, 2, 3, 5, 5)], 1))
+    for rows, blocks in ((5, 2), (1, 3)):        # the team copy by rows, and by columns of one row
+        wide = np.zeros((rows, 11), np.float32)
+        layout._copy_into(_rand(rng, rows, 7), wide[:, 2:9], blocks)
+        out.append(wide)
     out.append(layout.channel_shuffle(y, 3))
     out.append(epilogue.channel_affine(y, _rand(rng, 6), _rand(rng, 6), relu=True))
     out.append(epilogue.finish_channels(y.copy(), _rand(rng, 6), _rand(rng, 2, 6, 5, 5), relu=True))
@@ -155,10 +159,23 @@ def _pool_gradient_results(rng):
 
 
 def _sparse_update_results(rng):
-    """The in-place row updates (kernels/cpu/optim/sparse.py): every array they write
-    (tables, moments, undo buffers, returned steps), with repeated rows (processed in
-    order: the second update starts from the first's result), no indices, int32
-    indices, a NaN gradient, with and without undo buffers, and split over 3 owners."""
+    """The in-place row updates (kernels/cpu/optim/sparse.py), through the serial copies
+    these small updates take (one owner block) and again through the parallel kernels."""
+    from caffe2py.kernels.cpu.optim import sparse as S
+    out = _sparse_update_calls(rng)
+    launch = S._launch
+    S._launch = lambda kernel, blocks: kernel
+    try:
+        return out + _sparse_update_calls(rng)
+    finally:
+        S._launch = launch
+
+
+def _sparse_update_calls(rng):
+    """Every array the updates write (tables, moments, undo buffers, returned steps),
+    with repeated rows (processed in order: the second update starts from the first's
+    result), no indices, int32 indices, a NaN gradient, with and without undo buffers,
+    and split over 3 owners."""
     from caffe2py.kernels.cpu.optim import sparse as S
     f = np.float32
     out = []
@@ -345,6 +362,18 @@ def test_numpy_twins_agree_with_the_compiled_kernels_on_every_path(restore_mode)
     assert sorted(used) == sorted(k.__name__ for k in twins), "twins this test does not reach"
 
 
+def test_a_serial_copy_answers_with_its_kernels_twin_even_one_attached_later(restore_mode, monkeypatch):
+    from caffe2py.kernels.cpu.tensor import team_gemm
+    serial = team_gemm._gemm_blocks_serial
+    assert serial.py_func.__name__ == "_gemm_blocks_serial" and "parallel" not in serial._options
+    assert serial.twin is team_gemm._gemm_blocks.twin is not None
+    calls = []
+    monkeypatch.setattr(team_gemm._gemm_blocks, "twin", lambda *args: calls.append(len(args)))
+    jit.set_jit_mode("numpy")
+    serial(*range(21))
+    assert calls == [21]
+
+
 def _run(code, env, timeout=300):
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=str(ROOT))
@@ -354,16 +383,16 @@ SCRIPT = """
     import numpy as np
     from caffe2py.kernels.cpu.tensor import layout
     from caffe2py.kernels.cpu.runtime import jit
-    a = np.arange(12, dtype=np.float32).reshape(2, 6)
-    b = np.arange(8, dtype=np.float32).reshape(2, 4)
+    x = np.arange(24, dtype=np.float32).reshape(1, 6, 2, 2)
+    shuffled = x.reshape(1, 2, 3, 2, 2).transpose(0, 2, 1, 3, 4).reshape(1, 6, 2, 2)
     with jit.team():
-        y = layout.concat([a, b], 1)
-    assert np.array_equal(y, np.concatenate([a, b], 1))
-    print("ready" if layout._copy_into.ready() else "twin")
+        y = layout.channel_shuffle(x, 2)
+    assert np.array_equal(y, shuffled)
+    print("ready" if layout._shuffle_planes.ready() else "twin")
     if WAIT:
         assert jit.wait_for_kernels(timeout=240)
-        print("ready" if layout._copy_into.ready() else "twin")
-        assert np.array_equal(layout.concat([a, b], 1), np.concatenate([a, b], 1))
+        print("ready" if layout._shuffle_planes.ready() else "twin")
+        assert np.array_equal(layout.channel_shuffle(x, 2), shuffled)
 """
 
 

@@ -63,13 +63,22 @@ class ScoreActor:
         return pa.table(columns)
 
 
+WORKER_SETUP_HOOK = "caffe2py.scoring.ray_job.settle_fsspec_http"
+
+
+def ray_init_options():
+    """Keyword arguments for ray.init that the scoring job's workers need (a caller
+    starting Ray itself passes them too: ray.init(num_cpus=2, **ray_init_options()))."""
+    return {"runtime_env": {"worker_process_setup_hook": WORKER_SETUP_HOOK}}
+
+
 def _connect(address):
     """(ray module, whether we started it): an existing session, the cluster at
     `address`, or for 'auto' a running cluster, else a new local instance."""
     ray = require_ray()
     if ray.is_initialized():
         return ray, False
-    kwargs = {"log_to_driver": False, "include_dashboard": False}
+    kwargs = dict(ray_init_options(), log_to_driver=False, include_dashboard=False)
     if address == "auto":
         try:
             ray.init(address="auto", **kwargs)
@@ -81,6 +90,26 @@ def _connect(address):
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise Caffe2Error("--ray %s: cannot connect to the Ray cluster: %s" % (address, exc)) from None
     return ray, True
+
+
+def settle_fsspec_http():
+    """Ray Data asks whether a file system is fsspec's HTTP one by importing
+    fsspec.implementations.http and treats ModuleNotFoundError as 'no'. With fsspec
+    installed but not aiohttp, that import fails each time it is tried, and when
+    two of Ray Data's threads try at once one of them sees the half-imported module
+    and gets ImportError "cannot import name 'HTTPFileSystem'", which fails the
+    whole job (seen here in 2 of 3 runs, in the driver and in Ray Data's ListFiles
+    tasks). Import it once; if it cannot be imported, mark it absent, so every
+    later try is the ModuleNotFoundError Ray expects. Runs in the driver and, as
+    the job's worker_process_setup_hook (ray_init_options), in every worker."""
+    import sys
+    name = "fsspec.implementations.http"
+    if name in sys.modules:
+        return
+    try:
+        import fsspec.implementations.http  # noqa: F401
+    except ImportError:
+        sys.modules[name] = None      # `import` of it now raises ModuleNotFoundError
 
 
 def _check_shards(spec_inputs, shards, id_column):
@@ -171,6 +200,7 @@ def run_ray(spec, shards, out_dir, batch_size, fingerprint, workers, id_column, 
     """Score `shards` on Ray Data; [ShardResult] in shard order."""
     ray, started = _connect(address)
     import ray.data
+    settle_fsspec_http()
     try:
         _, _, names, declared = spec.load_nets()
         inputs = {name: declared.get(name, (None, None)) for name in names}

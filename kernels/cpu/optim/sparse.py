@@ -22,7 +22,7 @@ and pass hyper-parameters as np.float32 so the loops stay in float32.
 """
 import numpy as np
 
-from ..runtime.jit import compiled, prange, team_blocks
+from ..runtime.jit import compiled, prange, serial_variant, team_blocks
 
 
 _NO_ROWS = np.empty((0, 0), np.float32)      # saved-row buffers when not saving
@@ -34,6 +34,11 @@ def row_blocks(n_indices, block):
     into `blocks` owners; runs of `chunk` consecutive rows (>= 64 bytes) share an
     owner, so two threads never write one cache line."""
     return max(1, 16 // max(block, 1)), team_blocks(n_indices, 8 * block)
+
+
+def _launch(kernel, blocks):
+    """The kernel for `blocks` owners: its serial copy for one (no parallel region)."""
+    return kernel if blocks > 1 else _SERIAL[kernel]
 
 
 def check_indices(indices, rows):
@@ -118,8 +123,8 @@ def sparse_adagrad(param, moment, indices, grad, lr, epsilon, weight_decay, save
     saved: None or (saved_w, saved_h) to receive the old rows."""
     chunk, blocks = row_blocks(indices.shape[0], param.shape[1])
     sw, sh = saved if saved is not None else (_NO_ROWS, _NO_ROWS)
-    _sparse_adagrad(param, moment, indices, grad, lr, epsilon, weight_decay, sw, sh, saved is not None,
-                    chunk, blocks)
+    _launch(_sparse_adagrad, blocks)(param, moment, indices, grad, lr, epsilon, weight_decay, sw, sh,
+                                     saved is not None, chunk, blocks)
 
 
 @compiled(parallel=True)
@@ -171,8 +176,8 @@ def rowwise_sparse_adagrad(param, moment, indices, grad, lr, epsilon, weight_dec
     """One moment per row: h[r] += mean(g'^2); w[r] += g' * lr / (sqrt(h[r]) + epsilon)."""
     chunk, blocks = row_blocks(indices.shape[0], param.shape[1])
     sw, sh = saved if saved is not None else (_NO_ROWS, _NO_VALUES)
-    _rowwise_sparse_adagrad(param, moment, indices, grad, lr, epsilon, weight_decay, sw, sh, saved is not None,
-                            chunk, blocks)
+    _launch(_rowwise_sparse_adagrad, blocks)(param, moment, indices, grad, lr, epsilon, weight_decay, sw, sh,
+                                             saved is not None, chunk, blocks)
 
 
 # ----------------------------------------------------------------- Adam
@@ -244,8 +249,8 @@ def sparse_adam(param, m1, m2, indices, grad, lr, correction, beta1, beta2, epsi
     chunk, blocks = row_blocks(indices.shape[0], param.shape[1])
     out = grad_out if grad_out is not None else np.empty((indices.shape[0], 0), np.float32)
     sw, sa, sb = saved if saved is not None else (_NO_ROWS, _NO_ROWS, _NO_ROWS)
-    _sparse_adam(param, m1, m2, indices, grad, lr, correction, beta1, beta2, epsilon,
-                 out, grad_out is not None, sw, sa, sb, saved is not None, chunk, blocks)
+    _launch(_sparse_adam, blocks)(param, m1, m2, indices, grad, lr, correction, beta1, beta2, epsilon,
+                                  out, grad_out is not None, sw, sa, sb, saved is not None, chunk, blocks)
 
 
 @compiled(parallel=True)
@@ -318,8 +323,8 @@ def rowwise_sparse_adam(param, m1, m2, indices, grad, lr, correction, beta1, bet
     chunk, blocks = row_blocks(indices.shape[0], param.shape[1])
     out = grad_out if grad_out is not None else np.empty((indices.shape[0], 0), np.float32)
     sw, sa, sb = saved if saved is not None else (_NO_ROWS, _NO_ROWS, _NO_VALUES)
-    _rowwise_sparse_adam(param, m1, m2, indices, grad, lr, correction, beta1, beta2, epsilon,
-                         out, grad_out is not None, sw, sa, sb, saved is not None, chunk, blocks)
+    _launch(_rowwise_sparse_adam, blocks)(param, m1, m2, indices, grad, lr, correction, beta1, beta2, epsilon,
+                                          out, grad_out is not None, sw, sa, sb, saved is not None, chunk, blocks)
 
 
 # ----------------------------------------------------------------- momentum SGD
@@ -385,8 +390,8 @@ def sparse_momentum_sgd(param, moment, indices, grad, lr, momentum, nesterov, sa
     grad_out = np.empty_like(grad)
     chunk, blocks = row_blocks(indices.shape[0], param.shape[1])
     sw, sm = saved if saved is not None else (_NO_ROWS, _NO_ROWS)
-    _sparse_momentum_sgd(param, moment, indices, grad, grad_out, lr, momentum, bool(nesterov), sw, sm,
-                         saved is not None, chunk, blocks)
+    _launch(_sparse_momentum_sgd, blocks)(param, moment, indices, grad, grad_out, lr, momentum, bool(nesterov),
+                                          sw, sm, saved is not None, chunk, blocks)
     return grad_out
 
 
@@ -458,10 +463,18 @@ def scatter_weighted_sum(table, indices, weight0, slices_and_weights, saved=None
     chunk, blocks = row_blocks(indices.shape[0], table.shape[1])
     first = True
     if weight0 != 1.0:
-        _scale_rows(table, indices, weight0, saved if saved is not None else _NO_ROWS, saved is not None,
-                    chunk, blocks)
+        _launch(_scale_rows, blocks)(table, indices, weight0, saved if saved is not None else _NO_ROWS,
+                                     saved is not None, chunk, blocks)
         first = False
     for slices, weight in slices_and_weights:
         save = first and saved is not None
-        _axpy_rows(table, indices, slices, weight, saved if save else _NO_ROWS, save, chunk, blocks)
+        _launch(_axpy_rows, blocks)(table, indices, slices, weight, saved if save else _NO_ROWS, save, chunk, blocks)
         first = False
+
+
+# one-block calls (small updates, a one-thread team) run these copies: no parallel region
+_SERIAL = {}
+for _kernel in (_sparse_adagrad, _rowwise_sparse_adagrad, _sparse_adam, _rowwise_sparse_adam,
+                _sparse_momentum_sgd, _scale_rows, _axpy_rows):
+    _name = _kernel.py_func.__name__ + "_serial"
+    globals()[_name] = _SERIAL[_kernel] = serial_variant(_kernel, _name)

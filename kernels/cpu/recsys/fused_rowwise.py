@@ -16,6 +16,8 @@ Layouts (little-endian, scale first, then bias, both after the values):
 
 A row holding NaN gets NaN scale and bias (its bytes are unspecified), as before.
 """
+import math
+
 import numpy as np
 
 from ..runtime.jit import LazyGlobal, compiled, prange, team, team_blocks
@@ -308,8 +310,8 @@ def _rows(x):
         raise ValueError("input must have at least one dimension")
     if x.dtype not in (np.float32, np.float16):
         x = x.astype(np.float32)
-    # explicit row count: -1 is ambiguous when the last dim is 0
-    rows = np.ascontiguousarray(x.reshape(int(np.prod(x.shape[:-1], dtype=np.int64)), x.shape[-1]))
+    # math.prod, not -1: reshape(-1, 0) is ambiguous for a zero-size x with no values per row
+    rows = np.ascontiguousarray(x.reshape(math.prod(x.shape[:-1]), x.shape[-1]))
     return rows.view(np.uint8).reshape(rows.shape[0], rows.shape[1] * rows.itemsize), rows.shape[1], \
         rows.dtype == np.float16
 
@@ -346,7 +348,7 @@ def float_to_fused_nbit(x, bit_rate):
 
 def _dequantize_rows(q, bits, half_scale_bias, out_dtype):
     q = np.asarray(q)
-    rows = np.ascontiguousarray(q.reshape(-1, q.shape[-1]))
+    rows = np.ascontiguousarray(q.reshape(math.prod(q.shape[:-1]), q.shape[-1]))
     extra = 4 if half_scale_bias else 8
     values = (rows.shape[1] - extra) * (8 // bits)
     out = np.empty((rows.shape[0], values), dtype=out_dtype)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..runtime.blas import gemm_entry
 from .epilogue import bias_values, finish_channels
-from ..runtime.jit import call_gemm, call_gemv, compiled, prange, team, team_size
+from ..runtime.jit import call_gemm, call_gemv, compiled, prange, serial_variant, team, team_size
 
 # Columns per block below which the output is split by rows instead (a GEMM on a
 # narrow column block packs the whole of `a` for little work).
@@ -27,6 +27,11 @@ _MIN_BLOCK_COLS = 128
 # Output blocks that get a fused output pass are kept about this size, so the pass
 # finds them in L2.
 _EPILOGUE_BLOCK_BYTES = 256 << 10
+# Products of fewer multiply-adds run on the calling thread, without a parallel
+# region: one thread does 2^20 in ~20-40 us, about what splitting saves on an idle
+# machine, while on a loaded one a region waits for the other threads to be scheduled
+# (the training nets' small FC layers and their gradients, batch 256 x 13..68 x 64).
+_MIN_PARALLEL_MACS = 1 << 20
 
 
 @compiled(parallel=True)
@@ -95,10 +100,16 @@ def _gemm_blocks_numpy(address, gemv, ilp64, a, b, out, ta, lda, gsa, tb, ldb, g
         np.maximum(out, out.dtype.type(0), out=out)
 
 
-def _grid(m, n, groups, item, epilogue):
+_gemm_blocks_serial = serial_variant(_gemm_blocks, "_gemm_blocks_serial")
+
+
+def _grid(m, n, k, groups, item, epilogue):
     """(rows, columns) blocks per group so that every team thread gets one block; with
     an output pass, wide outputs in more column blocks (a multiple of the team), each
-    small enough that the pass reads it from cache."""
+    small enough that the pass reads it from cache. (0, 0): too small to split, run
+    serially."""
+    if groups * m * n * k < _MIN_PARALLEL_MACS:
+        return 0, 0
     threads = max(1, team_size() // groups) if groups < team_size() else 1
     if threads == 1:
         return 1, 1
@@ -138,7 +149,7 @@ def _layout(a3, b3, out3, epilogue):
         return None
     (ta, lda, gsa), (tb, ldb, gsb) = ops
     return (entry.gemm, entry.gemv, entry.ilp64, ta, lda, gsa, tb, ldb, gsb, k) + \
-        _grid(m, n, groups, out3.itemsize, epilogue)
+        _grid(m, n, k, groups, out3.itemsize, epilogue)
 
 
 _layouts = {}          # operand shapes, strides and dtype, epilogue -> _layout(...)
@@ -166,7 +177,8 @@ def gemm_into(a, b, out, bias=None, residual=None, relu=False):
     b_vec = bias_values(bias, out.dtype)
     res3 = out3[:0] if residual is None else residual.reshape(out3.shape)
     gemm, gemv, ilp64, ta, lda, gsa, tb, ldb, gsb, k, grid_m, grid_n = launch
+    kernel = _gemm_blocks if grid_m else _gemm_blocks_serial
     with team():
-        _gemm_blocks(gemm, gemv, ilp64, a3, b3, out3, ta, lda, gsa, tb, ldb, gsb, k, b_vec, bias is not None,
-                     res3, residual is not None, relu, a3.shape[0], grid_m, grid_n)
+        kernel(gemm, gemv, ilp64, a3, b3, out3, ta, lda, gsa, tb, ldb, gsb, k, b_vec, bias is not None,
+               res3, residual is not None, relu, a3.shape[0], grid_m or 1, grid_n or 1)
     return out
