@@ -82,6 +82,8 @@ def foreign_input_problem(op_def, inputs, exc):
 
 
 def _printable(text):
+    if isinstance(text, bytes):      # a name protobuf could not read as UTF-8
+        text = text.decode("utf-8", "replace")
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 

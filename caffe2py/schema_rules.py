@@ -183,6 +183,15 @@ class Length(ArgRule):
         return None
 
 
+class FileName(ArgRule):
+    """A file or folder name: text without NUL bytes (no file system takes them)."""
+
+    def static(self, value):
+        if any("\x00" in v for v in _values(value) if isinstance(v, str)):
+            return "names a file and cannot hold a NUL byte, got %r" % (value,)
+        return None
+
+
 def _extra(ctx, extra):
     """An axis rule's extra rank: an int, or the name of a bool argument (1 when set)."""
     if isinstance(extra, str):

@@ -74,6 +74,11 @@ def conv_geometry(ctx, rank, kernel_from=None):
         pads = [ctx.int("pad_t", 0), ctx.int("pad_l", 0), ctx.int("pad_b", 0), ctx.int("pad_r", 0)]
     else:
         pads = [0] * (2 * rank)
+    for name, values, want in (("kernel", kernel, rank), ("strides", strides, rank), ("pads", pads, 2 * rank),
+                               ("dilations", dilations, rank)):
+        if len(values) != want:
+            raise ctx.error("%s %s has %d values; a %d-D window needs %d" % (name, list(values), len(values),
+                                                                          rank, want))
     return kernel, strides, pads, dilations
 
 

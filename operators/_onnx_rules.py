@@ -92,8 +92,11 @@ def _read_formal_inputs(op_type, domain, version):
     try:
         schema = (onnx.defs.get_schema(op_type, version, domain) if version
                   else onnx.defs.get_schema(op_type, domain))
-    except Exception:  # noqa: BLE001 - an op onnx does not define (caffe2py's own): no rule
-        return None
+    except Exception:  # noqa: BLE001 - no schema at that opset, or not an onnx op
+        try:     # a model whose opset predates the op (caffe2py still runs it): the op's latest types
+            schema = onnx.defs.get_schema(op_type, domain)
+        except Exception:  # noqa: BLE001 - an op onnx does not define (caffe2py's own): no rule
+            return None
     constraints = {c.type_param_str: frozenset(c.allowed_type_strs) for c in schema.type_constraints}
     variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
     out = []
@@ -311,3 +314,63 @@ class OnnxBroadcast(InputRule):
         if 0 < ctx.op_version < 7:
             return None
         return Broadcast("*").runtime(ctx)
+
+
+_arity_cache = {}
+
+
+def check_arity(ctx):
+    """Input and output counts within what onnx's schema of the op at its opset
+    allows (absent optional inputs count as given, as in the model), and no required
+    input left empty: at plan time."""
+    domain = "" if ctx.op_def.domain in ("", DOMAIN, "onnx") else ctx.op_def.domain
+    key = (ctx.type, domain, ctx.op_version)
+    if key not in _arity_cache:
+        _arity_cache[key] = _read_arity(ctx.type, domain, ctx.op_version)
+    arity = _arity_cache[key]
+    if arity is None:
+        return
+    (lo_in, hi_in), (lo_out, hi_out), required = arity
+    absent = ctx.ints(ABSENT_INPUTS_ARG, []) if ctx.has(ABSENT_INPUTS_ARG) else []
+    captured = len(ctx.strings("_onnx_captured", [])) if ctx.has("_onnx_captured") else 0
+    n_in = ctx.n_inputs + len(absent) - captured
+    label = "%s-%d" % (ctx.type, ctx.op_version) if ctx.op_version else ctx.type
+    if not lo_in <= n_in <= hi_in:
+        raise ctx.error("onnx's %s takes %s input%s, got %d" % (label, _count_text(lo_in, hi_in), _plural(hi_in), n_in))
+    # fewer outputs than onnx's minimum are fine: the converter drops unused trailing ones
+    if ctx.n_outputs > hi_out:
+        raise ctx.error("onnx's %s produces %s output%s, got %d" % (label, _count_text(lo_out, hi_out), _plural(hi_out),
+                                                                  ctx.n_outputs))
+    for index in absent:
+        name = required.get(index)
+        if name is not None:
+            raise ctx.error("input %d ('%s') of onnx's %s is required, but the node leaves it empty"
+                            % (index, name, label))
+
+
+def _count_text(lo, hi):
+    if lo == hi:
+        return "exactly %d" % lo
+    return "at least %d" % lo if hi >= 1 << 20 else "%d to %d" % (lo, hi)
+
+
+def _plural(n):
+    return "" if n == 1 else "s"
+
+
+def _read_arity(op_type, domain, version):
+    """((min, max) inputs, (min, max) outputs, {position: name} of required inputs).
+    An op the model's opset predates (caffe2py still runs it) gets its latest schema's."""
+    import onnx
+    schema = None
+    for args in ((op_type, version, domain), (op_type, 1 << 30, domain)) if version else ((op_type, domain),):
+        try:
+            schema = onnx.defs.get_schema(*args)
+            break
+        except Exception:  # noqa: BLE001 - no schema at that opset (or not an onnx op)
+            continue
+    if schema is None:
+        return None
+    single = onnx.defs.OpSchema.FormalParameterOption.Single
+    required = {i: p.name for i, p in enumerate(schema.inputs) if p.option == single}
+    return (schema.min_input, schema.max_input), (schema.min_output, schema.max_output), required

@@ -316,6 +316,8 @@ def cast_target(ctx, name="to"):
         except ValueError:
             raise ctx.error("unknown '%s' argument '%s' (expected a TensorProto.DataType name: %s)"
                             % (name, value, ", ".join(DT.DataType.keys()))) from None
+    if not isinstance(value, (int, float)) or (isinstance(value, float) and not value.is_integer()):
+        raise ctx.error("'%s' must be one TensorProto.DataType (its value or name), got %r" % (name, value))
     value = int(value)
     if value not in DT.DataType.values():
         raise ctx.error("unknown '%s' value %d (expected a TensorProto.DataType: %s)"

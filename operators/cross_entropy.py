@@ -12,6 +12,7 @@ from caffe2py.gradients import register_gradient
 from caffe2py.kernels.cpu.loss import cross_entropy as K
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.schema_rules import DTypes
 
 FLOAT = caffe2_pb2.TensorProto.FLOAT
 
@@ -175,7 +176,7 @@ def sigmoid_cross_entropy_gradient(ctx):
 
     def run(dy, logits, targets):
         _check_logits_targets(ctx, logits, targets, offset=1)
-        rows = logits.size // (logits.shape[-1] if logits.ndim else 1) if logits.size else 0
+        rows = math.prod(logits.shape[:-1])         # the forward's output size (1 for a 1-D or 0-d logits)
         if dy.size != rows:
             raise ctx.input_error(0, "the gradient holds %d values for %d rows of logits" % (dy.size, rows))
         return K.sigmoid_xent_grad(dy, logits, targets, log_d, unjoined)
@@ -197,7 +198,7 @@ register_schema(OpSchema(
 register_schema(OpSchema(
     "MakeTwoClassGradient", num_inputs=1, num_outputs=1,
     inference=lambda ctx, ins: [TensorType(tuple(ins[0].dims[:-1]), ins[0].dtype) if ins[0].known else UNKNOWN],
-    inputs=("dY",), outputs=("dX",), doc="dX = dY[..., 1] - dY[..., 0]."))
+    inputs=("dY",), outputs=("dX",), checks=(DTypes(0, "float"),), doc="dX = dY[..., 1] - dY[..., 0]."))
 
 
 @register_kernel("MakeTwoClass")

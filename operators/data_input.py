@@ -7,6 +7,7 @@ from caffe2py import db as dbs
 from caffe2py.kernels.cpu.io import text as T
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, OpSchema, leave_out, register_kernel, register_schema
+from caffe2py.schema_rules import FileName
 from caffe2py.serialization import SerializationError, chunk_values, register_deserializer, register_serializer
 
 DT = caffe2_pb2.TensorProto
@@ -21,7 +22,7 @@ def _unknown(ctx, ins):
 register_schema(OpSchema(
     "CreateDB", num_inputs=0, num_outputs=1,
     args=(Arg("db_type", "string", "leveldb", doc="the db type (Caffe2's default: leveldb)"),
-          Arg("db", "string", "", required=True, doc="path of the db"),
+          Arg("db", "string", "", check=FileName(), required=True, doc="path of the db"),
           Arg("num_shards", "int", 1), Arg("shard_id", "int", 0)),
     inference=_unknown,
     doc="A DBReader over the db: a shared cursor that Load and TensorProtosDBInput read "
@@ -114,7 +115,7 @@ _TEXT_TYPES = {DT.STRING: (object, lambda token: token), DT.FLOAT: (np.float32, 
 
 register_schema(OpSchema(
     "CreateTextFileReader", num_inputs=0, num_outputs=1,
-    args=(Arg("filename", "string", "", required=True), Arg("num_passes", "int", 1),
+    args=(Arg("filename", "string", "", check=FileName(), required=True), Arg("num_passes", "int", 1),
           Arg("field_types", "ints", None, required=True, doc="TensorProto data types: STRING or FLOAT")),
     inference=_unknown,
     doc="A reader of a text file with one row per line and tab-separated fields."))

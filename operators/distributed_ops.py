@@ -18,6 +18,7 @@ from caffe2py.distributed import DEFAULT_TIMEOUT_S, CommonWorld, FileStoreHandle
 from caffe2py.errors import Caffe2Error
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
+from caffe2py.schema_rules import FileName
 from caffe2py.tensors import numpy_to_tensor, tensor_to_numpy
 
 GLOO = "GLOO"
@@ -306,7 +307,8 @@ def receive_tensor(ctx):
 # --------------------------------------------------------------------------- store ops
 
 register_schema(OpSchema("FileStoreHandlerCreate", num_inputs=0, num_outputs=1,
-                         args=(Arg("path", "string", "", doc="directory shared by the processes"),
+                         args=(Arg("path", "string", "", check=FileName(),
+                                   doc="directory shared by the processes"),
                                Arg("prefix", "string", "", doc="namespace inside it")),
                          doc="A store handler over files in `path` (see caffe2py/distributed.py)."))
 register_schema(OpSchema("StoreSet", num_inputs=2, num_outputs=0,

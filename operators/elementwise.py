@@ -28,7 +28,8 @@ def _register_binary(op_type, ufunc):
               Arg("axis", "int", -1, doc="legacy broadcast start axis"),
               Arg("axis_str", "string", "", doc="legacy: axis by order letter"),
               Arg("order", "string", "NCHW")),
-        checks=(DTypes((0, 1), "numeric_or_bool"),),
+        # NumPy has no bool subtraction (and Caffe2 registers Sub for numbers only)
+        checks=(DTypes((0, 1), "numeric" if op_type == "Sub" else "numeric_or_bool"),),
         inference=_binary_inference, cost=elementwise_cost,
         doc="%s of A and B, elementwise. With broadcast=1 Caffe2's legacy rule applies "
             "(B's shape is a contiguous run of A's dims starting at axis); otherwise "

@@ -85,6 +85,7 @@ for _op, _rule in (("Add", "dA = dC, dB = dC"), ("Sub", "dA = dC, dB = -dC"),
                    ("Mul", "dA = dC * B, dB = dC * A"), ("Div", "dA = dC / B, dB = -dC * C / B")):
     register_schema(OpSchema(
         _op + "Gradient", num_inputs=4 if _op == "Div" else 3, num_outputs=2, args=_BINARY_ARGS,
+        checks=(DTypes(0, "numeric"),),          # a gradient is a number (bool has no negative)
         allow_inplace={(0, 0), (0, 1)},      # an in-place Add's gradient writes over dC
         inference=_binary_grad_infer, inputs=("dC", "A", "B") + (("C",) if _op == "Div" else ()),
         outputs=("dA", "dB"),

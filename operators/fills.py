@@ -39,7 +39,20 @@ def check_fill_args(ctx, n_shape_inputs=1):
         raise ctx.error("shape %s has a negative dimension" % shape)
 
 
+_MAX_ELEMENTS = 1 << 48      # far beyond any memory; keeps element counts exact in int64
+
+
 def _shape(ctx, inputs):
+    shape = _requested_shape(ctx, inputs)
+    count = 1
+    for d in shape:                      # Python ints: no int64 wrap-around
+        count *= d
+    if count > _MAX_ELEMENTS:
+        raise ctx.error("shape %s asks for %d elements, more than any memory holds" % (list(shape), count))
+    return shape
+
+
+def _requested_shape(ctx, inputs):
     if ctx.n_inputs == 0 or not inputs:
         return tuple(ctx.ints("shape") or [])
     extra = list(ctx.ints("extra_shape") or [])
@@ -186,6 +199,11 @@ def _given_values(ctx, dtype):
     if arg is None:
         return np.zeros(0, dtype=dtype)
     raw = list(arg.floats) if len(arg.floats) else list(arg.ints)
+    if raw and np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        bad = next((v for v in raw if not (np.isfinite(v) and info.min <= v <= info.max)), None)
+        if bad is not None:
+            raise ctx.error("value %r does not fit %s (%d to %d)" % (bad, np.dtype(dtype).name, info.min, info.max))
     return np.asarray(raw, dtype=dtype)
 
 
@@ -239,14 +257,15 @@ _random_schema("MSRAFill", (), "Normal(0, std) with std = sqrt(2 / fan_out), fan
                                "(needs at least 2 dims).")
 _random_schema("GaussianFill", (Arg("mean", "float", 0.0, check=Finite()), Arg("std", "float", 1.0, check=Range(0.0))),
                "Normal(mean, std).")
-_random_schema("UniformFill", (Arg("min", "float", 0.0), Arg("max", "float", 1.0)),
+_random_schema("UniformFill", (Arg("min", "float", 0.0, check=Finite()), Arg("max", "float", 1.0, check=Finite())),
                "Uniform in [min, max) (min < max). With 3 inputs (shape source, min, max) the bounds "
                "come from inputs 1 and 2, and min > max gives an output with first dimension 0.",
                num_inputs={0, 1, 3})
 _random_schema("UniformIntFill", (Arg("min", "int", 0), Arg("max", "int", 1)),
                "int32 uniform in [min, max], both ends included (min < max); 3 inputs as UniformFill.",
                num_inputs={0, 1, 3}, dtype=DT.INT32)
-_random_schema("Float16UniformFill", (Arg("min", "float", 0.0), Arg("max", "float", 1.0)),
+_random_schema("Float16UniformFill", (Arg("min", "float", 0.0, check=Finite()),
+                                      Arg("max", "float", 1.0, check=Finite())),
                "float16 uniform in [min, max).", num_inputs=0, dtype=DT.FLOAT16)
 
 

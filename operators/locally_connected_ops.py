@@ -82,7 +82,7 @@ for _name, _rank in _RANKS.items():
             "[*out, M, C, *kernel] (NHWC, 2-D only: [out_h, out_w, M, kh, kw, C]), bias [*out, M]; Y "
             "[N, M, *out] (NHWC [N, out_h, out_w, M])." % _dims))
     register_schema(OpSchema(
-        _name + "Gradient", num_inputs=(2, 3), num_outputs=(1, 3),
+        _name + "Gradient", num_inputs=3, num_outputs=(1, 3),
         args=_ARGS + (Arg("no_bias", "bool", False), Arg("no_gradient_to_input", "bool", False)),
         inputs=("X", "filter", "dY"), outputs=("dfilter", "dbias", "dX"),
         inference=lambda ctx, ins: ([ins[1]] + ([UNKNOWN] if not ctx.bool("no_bias") else []) + [ins[0]])

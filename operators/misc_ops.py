@@ -6,7 +6,7 @@ import numpy as np
 
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
-from caffe2py.schema_rules import Ascending, DTypes, Finite, Rank
+from caffe2py.schema_rules import Ascending, DTypes, Finite, Rank, Scalar
 
 from ._common import elementwise_cost, same_as_input
 
@@ -42,7 +42,7 @@ register_schema(OpSchema(
     args=(Arg("p", "int", 2, doc="1 (sum |x|) or 2 (sum x^2, not its square root)"),
           Arg("average", "bool", False, doc="divide by the element count")),
     inference=lambda ctx, ins: [TensorType((1,), ins[0].dtype)],
-    cost=elementwise_cost,
+    cost=elementwise_cost, checks=(DTypes(0, "float"),),      # Caffe2 registers it for float only
     doc="Caffe2's LpNorm: p=1 gives sum |x|, p=2 gives sum x^2; a 1-element output."))
 
 
@@ -118,6 +118,7 @@ register_schema(OpSchema(
     "Tile", num_inputs=(1, 3), num_outputs=1,
     args=(Arg("tiles", "int", 1, doc="copies along axis"), Arg("axis", "int", 0),
           Arg("dynamic", "int", 0, doc="bound shape inference: tiles are the batch size")),
+    checks=(Scalar((1, 2)), DTypes((1, 2), "int")),
     inference=_tile_infer, inputs=("data", "tiles", "axis"), outputs=("tiled_data",),
     doc="Repeat the whole input `tiles` times along `axis` (inputs 1 and 2 override the args)."))
 

@@ -188,6 +188,8 @@ def _conv_kernel(ctx, activation):
         if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
             raise ctx.input_error(1, "filter of shape %s with group %d does not fit %d input channels"
                                   % (list(w.shape), group, x.shape[1]))
+        if w.shape[1] == 0:
+            raise ctx.input_error(1, "filter of shape %s has no input channels" % list(w.shape))
         pads = legacy_pads(legacy, x.shape[2:], kernel, strides, dil, pads)
         out_shape = (x.shape[0], w.shape[0]) + tuple(
             conv_k.conv_output_size(x.shape[2 + i], kernel[i], strides[i], pads[i], pads[rank + i], dil[i])
@@ -215,6 +217,9 @@ def _conv_kernel(ctx, activation):
         xc = x if nchw else _to_nchw(x)
         wc = w if nchw else _to_nchw(w)
         strides, pads, dil, out_shape = geometry(xc, wc)
+        if b is not None and b.shape != (wc.shape[0],):
+            raise ctx.input_error(2, "bias must be [M] = [%d] (one value per output channel), got %s"
+                                  % (wc.shape[0], list(b.shape)))
         if placed is not None:
             into = placed_output(xc, wc, s, out_shape)
             try:
@@ -389,6 +394,7 @@ register_schema(OpSchema(
     "LRN", num_inputs=1, num_outputs=(1, 2),
     args=(Arg("size", "int", required=True), Arg("alpha", "float", 0.0), Arg("beta", "float", 0.0),
           Arg("bias", "float", 1.0), Arg("order", "string", "NCHW")),
+    checks=(DTypes(0, "float"),),
     inference=_lrn_infer, inputs=("X",), outputs=("Y", "scale"),
     doc="Local response normalisation across channels: Y = X / scale ** beta with "
         "scale = bias + alpha / size * (sum of X^2 over `size` neighbouring channels)."))

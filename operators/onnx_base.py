@@ -9,7 +9,7 @@ caffe2py.onnx.convert ABSENT_ARG) reach the kernel callable as None.
 """
 from caffe2py.registry import OpSchema, register_kernel, register_schema, schema_for
 
-from ._onnx_rules import OnnxShapeInference, OnnxTypeConstraints
+from ._onnx_rules import OnnxShapeInference, OnnxTypeConstraints, check_arity
 
 DOMAIN = "ai.onnx"
 ABSENT_ARG = "_onnx_absent"
@@ -17,6 +17,7 @@ ABSENT_ARG = "_onnx_absent"
 
 def _with_absent_inputs(factory):
     def build(ctx):
+        check_arity(ctx)
         run = factory(ctx)
         absent = ctx.ints(ABSENT_ARG, []) if ctx.has(ABSENT_ARG) else []
         if not absent:
@@ -56,6 +57,7 @@ def onnx_op(op_type, *ranges, domain=DOMAIN, doc="", cost=None, args=(), checks=
 
 def axis_of(ctx, axis, rank, what="axis"):
     """A possibly negative axis normalised against rank, with a clear error."""
-    if not -rank <= axis < max(rank, 1):
-        raise ctx.error("%s %d is out of range for a tensor of rank %d" % (what, axis, rank))
-    return axis % rank if rank else 0
+    if not -rank <= axis < rank:
+        raise ctx.error("%s %d is out of range for a tensor of rank %d%s" % (
+            what, axis, rank, " (a 0-d tensor has no axes)" if rank == 0 else " (valid: %d to %d)" % (-rank, rank - 1)))
+    return axis % rank

@@ -5,7 +5,8 @@ import numpy as np
 
 from caffe2py.kernels.cpu.onnx import tensor as tk
 
-from caffe2py.schema_rules import InputRule, Rank, Scalar
+from caffe2py.registry import Arg
+from caffe2py.schema_rules import InputRule, Range, Rank, Scalar
 
 from .onnx_base import axis_of, onnx_op
 
@@ -63,7 +64,9 @@ onnx_op("ScatterElements", (11, None), checks=(Rank(0, 1),))(_scatter_elements)
 onnx_op("Scatter", (9, 10), checks=(Rank(0, 1),))(_scatter_elements)
 
 
-@onnx_op("GatherND", (11, None), checks=(Rank(1, 1),))
+# batch_dims < 0 is checked here, before onnx's shape inference (a rule), which crashes
+# the process on it (segfault in onnx 1.x's GatherND inference, found by the fuzzer)
+@onnx_op("GatherND", (11, None), checks=(Rank(1, 1),), args=(Arg("batch_dims", "int", 0, check=Range(0)),))
 def gather_nd(ctx):
     batch_dims = ctx.int("batch_dims", 0)
 
@@ -219,7 +222,8 @@ def _einsum_problem(equation, shapes):
     return None
 
 
-@onnx_op("Einsum", (12, None), checks=(EinsumEquation(),))
+@onnx_op("Einsum", (12, None), checks=(EinsumEquation(),),
+         args=(Arg("equation", "string", None, required=True),))
 def einsum(ctx):
     equation = ctx.string("equation").replace(" ", "")
 

@@ -7,7 +7,8 @@ from caffe2py.kernels.cpu.tensor import elementwise as ew
 from caffe2py.kernels.cpu.onnx import math as om
 
 from ._common import legacy_broadcast_shape
-from caffe2py.schema_rules import Rank, Scalar, broadcast_problem
+from caffe2py.registry import Arg
+from caffe2py.schema_rules import OneOf, Rank, Scalar, broadcast_problem
 
 from ._onnx_rules import OnnxBroadcast
 
@@ -234,7 +235,10 @@ def _reduce_factory(fn):
 
 
 for _name, _fn in _REDUCE.items():
-    onnx_op(_name, (1, None), checks=(Rank(1, 1, 1),))(_reduce_factory(_fn))
+    onnx_op(_name, (1, None), checks=(Rank(1, 1, 1),),
+            # onnxruntime reads keepdims=3 as 0, NumPy's bool() as 1: refuse what the spec does not define
+            args=(Arg("keepdims", "int", 1, check=OneOf(0, 1)),
+                  Arg("noop_with_empty_axes", "int", 0, check=OneOf(0, 1))))(_reduce_factory(_fn))
 
 
 def _arg_factory(find):

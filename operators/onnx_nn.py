@@ -151,6 +151,12 @@ def conv_transpose(ctx):
         pads, output_padding = nn_k.conv_transpose_pads(
             ctx.string("auto_pad", "NOTSET"), x.shape[2:], kernel, strides, dilations,
             ctx.ints("pads", None), output_padding, output_shape)
+        out = [strides[i] * (x.shape[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1
+               - pads[i] - pads[k + i] for i in range(k)] if len(pads) == 2 * k else None
+        if out is None or min(out, default=1) < 0 or len(strides) != k or len(dilations) != k:
+            raise ctx.error("strides %s, dilations %s, pads %s and output_padding %s do not give a %d-D output "
+                            "of sizes >= 0 for input %s and kernel %s (sizes %s)"
+                            % (strides, dilations, pads, output_padding, k, list(x.shape[2:]), kernel, out))
         if min(pads) < 0 or x.shape[1] % group or w.shape[0] != x.shape[1]:
             return nn_k.conv_transpose(x, w, b, strides, pads, dilations, group, output_padding)
         return conv_transpose_k.conv_transpose(x, w, b, strides, pads, dilations, group, output_padding)
@@ -240,7 +246,8 @@ onnx_op("GlobalLpPool", (1, None), args=(Arg("p", "float", check=Range(1e-6, 1e6
 
 # ----------------------------------------------------------------- Gemm / MatMul
 
-@onnx_op("Gemm", (1, None), cost=_gemm_cost)
+@onnx_op("Gemm", (1, None), cost=_gemm_cost,
+         args=(Arg("transA", "int", 0, check=OneOf(0, 1)), Arg("transB", "int", 0, check=OneOf(0, 1))))
 def gemm(ctx):
     alpha, beta = ctx.float("alpha", 1.0), ctx.float("beta", 1.0)
     trans_a, trans_b = bool(ctx.int("transA", 0)), bool(ctx.int("transB", 0))
@@ -268,6 +275,22 @@ def matmul(ctx):
 
 # ----------------------------------------------------------------- normalisation
 
+def _broadcasts(a, b):
+    """a broadcasts to b (b's shape unchanged)."""
+    try:
+        return np.broadcast_shapes(a, b) == tuple(b)
+    except ValueError:
+        return False
+
+
+def _check_bn_params(ctx, x, params):
+    channels = x.shape[1] if x.ndim > 1 else 1
+    for index, p in enumerate(params, 1):
+        if p.shape != (channels,):
+            raise ctx.input_error(index, "must be [C] = [%d] for X of shape %s, got %s"
+                                  % (channels, list(x.shape), list(p.shape)))
+
+
 @onnx_op("BatchNormalization", (1, None), checks=(Rank(0, 2),))
 def batch_norm(ctx):
     eps = ctx.float("epsilon", 1e-5)
@@ -275,6 +298,7 @@ def batch_norm(ctx):
         momentum = ctx.float("momentum", 0.9)
 
         def train(x, scale, bias, mean, var):
+            _check_bn_params(ctx, x, (scale, bias, mean, var))
             y, run_mean, run_var = nn_k.batch_norm_training(x, scale, bias, mean, var, eps, momentum)
             return (y, run_mean, run_var)[:ctx.n_outputs] if ctx.n_outputs > 1 else y
         return train
@@ -285,11 +309,16 @@ def batch_norm(ctx):
 
     def run(x, scale, bias, mean, var):
         if spatial:
+            _check_bn_params(ctx, x, (scale, bias, mean, var))
             try:
                 y = norm_k.batch_norm(x, scale, bias, mean, var, eps)
             except ValueError as exc:
                 raise ctx.error(str(exc)) from None
         else:   # one statistic per activation: the params have x's non-batch shape
+            for index, p in enumerate((scale, bias, mean, var), 1):
+                if not _broadcasts(p.shape, x.shape[1:]):
+                    raise ctx.input_error(index, "with spatial=0 must broadcast to X's %s, got %s"
+                                          % (list(x.shape[1:]), list(p.shape)))
             y = ((x - mean) / np.sqrt(var + eps) * scale + bias).astype(x.dtype, copy=False)
         if extra:
             return (y,) + (mean.copy(), var.copy(), mean.copy(), var.copy())[:extra]
@@ -374,6 +403,33 @@ def dropout(ctx):
     return run
 
 
+def _check_deform_shapes(ctx, x, w, offset, b, mask, strides, pads, dilations, group, offset_group):
+    """Every input's shape against X's and W's, before the kernel reshapes them."""
+    if len(strides) != 2 or len(dilations) != 2 or len(pads) != 4 or min(strides + dilations) < 1 or min(pads) < 0:
+        raise ctx.error("strides %s and dilations %s need 2 positive values, pads %s 4 values >= 0"
+                        % (strides, dilations, pads))
+    n, c, h, wd = x.shape
+    if group < 1 or offset_group < 1 or c % group or c % offset_group:
+        raise ctx.error("group %d and offset_group %d must be positive and divide the %d channels"
+                        % (group, offset_group, c))
+    if w.ndim != 4 or w.shape[1] != c // group or w.shape[0] % group:
+        raise ctx.input_error(1, "W must be [M, C/group = %d, kH, kW] with M divisible by group %d, got %s"
+                              % (c // group, group, list(w.shape)))
+    m, _, kh, kw = w.shape
+    oh = (h + pads[0] + pads[2] - ((kh - 1) * dilations[0] + 1)) // strides[0] + 1
+    ow = (wd + pads[1] + pads[3] - ((kw - 1) * dilations[1] + 1)) // strides[1] + 1
+    if oh < 1 or ow < 1:
+        raise ctx.input_error(1, "the %dx%d kernel does not fit the padded %dx%d input" % (kh, kw, h, wd))
+    want = (n, offset_group * 2 * kh * kw, oh, ow)
+    if offset.shape != want:
+        raise ctx.input_error(2, "offset must be %s, got %s" % (list(want), list(offset.shape)))
+    if b is not None and b.shape != (m,):
+        raise ctx.input_error(3, "B must be [%d], got %s" % (m, list(b.shape)))
+    want = (n, offset_group * kh * kw, oh, ow)
+    if mask is not None and mask.shape != want:
+        raise ctx.input_error(4, "mask must be %s, got %s" % (list(want), list(mask.shape)))
+
+
 @onnx_op("DeformConv", (19, None))
 def deform_conv(ctx):
     from caffe2py.kernels.cpu.onnx import deform as onnx_deform
@@ -385,5 +441,6 @@ def deform_conv(ctx):
         strides = ctx.ints("strides", None) or [1, 1]
         dilations = ctx.ints("dilations", None) or [1, 1]
         pads = ctx.ints("pads", None) or [0, 0, 0, 0]
+        _check_deform_shapes(ctx, x, w, offset, b, mask, strides, pads, dilations, group, offset_group)
         return onnx_deform.deform_conv(x, w, offset, b, mask, strides, pads, dilations, group, offset_group)
     return run

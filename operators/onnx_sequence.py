@@ -3,6 +3,7 @@ StringNormalizer over object (str) arrays."""
 import numpy as np
 
 from caffe2py.kernels.cpu.onnx import math as om
+from caffe2py.registry import Arg
 
 from .onnx_base import axis_of, onnx_op
 
@@ -54,7 +55,7 @@ def sequence_length(ctx):
     return lambda seq: np.array(len(seq), dtype=np.int64)
 
 
-@onnx_op("ConcatFromSequence", (11, None))
+@onnx_op("ConcatFromSequence", (11, None), args=(Arg("axis", "int", None, required=True),))
 def concat_from_sequence(ctx):
     axis = ctx.int("axis")
     new_axis = bool(ctx.int("new_axis", 0))
@@ -75,8 +76,8 @@ def split_to_sequence(ctx):
 
     def run(x, split=None):
         a = axis_of(ctx, axis, x.ndim)
-        if split is None:
-            parts = np.split(x, x.shape[a], axis=a)
+        if split is None:       # size-1 parts: none along an empty axis
+            parts = np.split(x, x.shape[a], axis=a) if x.shape[a] else []
             return [p.copy() if keepdims else np.squeeze(p, axis=a) for p in parts]
         if split.ndim == 0:
             size = int(split)

@@ -47,6 +47,8 @@ def constant(ctx):
 def constant_of_shape(ctx):
     fill = tensor_to_numpy(ctx.tensor("value")).reshape(-1) if ctx.has("value") else \
         np.zeros(1, dtype=np.float32)
+    if fill.size != 1:
+        raise ctx.error("'value' must be a one-element tensor, got %d elements" % fill.size)
 
     def run(shape):
         dims = _ints(shape)
@@ -224,7 +226,9 @@ def gather_elements(ctx):
         idx = np.where(indices < 0, indices + x.shape[a], indices)
         if idx.size and (idx.min() < 0 or idx.max() >= x.shape[a]):
             raise ctx.input_error(1, "index out of range for axis of size %d" % x.shape[a])
-        return np.take_along_axis(x, idx, axis=a)
+        # indices may be shorter than data on the other axes: take from the matching corner
+        corner = tuple(slice(0, indices.shape[d]) if d != a else slice(None) for d in range(x.ndim))
+        return np.take_along_axis(x[corner], idx, axis=a)
     return run
 
 
@@ -233,6 +237,8 @@ def slice_op(ctx):
     legacy = ctx.op_version < 10
     if legacy:
         attr_starts, attr_ends = ctx.ints("starts"), ctx.ints("ends")
+        if attr_starts is None or attr_ends is None:
+            raise ctx.error("Slice before opset 10 needs the attributes 'starts' and 'ends'")
         attr_axes = ctx.ints("axes", None)
 
     def run(x, starts=None, ends=None, axes=None, steps=None):
@@ -269,6 +275,8 @@ def pad(ctx):
     def run(x, pads=None, constant_value=None, axes=None):
         if ctx.op_version < 11:
             p, v = attr_pads, value
+            if p is None:
+                raise ctx.error("Pad before opset 11 needs the attribute 'pads'")
         else:
             p = _ints(pads)
             v = 0 if constant_value is None or constant_value.size == 0 else constant_value.reshape(-1)[0]
@@ -298,6 +306,10 @@ def tile(ctx):
         if axis is not None:   # opset 1: (input, tiles, axis)
             if x.ndim == 0:
                 raise ctx.input_error(0, "opset-1 Tile repeats one axis; a 0-d input has none")
+            for index, value in ((1, repeats), (2, axis)):
+                if value.size != 1:
+                    raise ctx.input_error(index, "opset-1 Tile takes one value for %s, got shape %s"
+                                          % (("tiles", "axis")[index - 1], list(value.shape)))
             reps = [1] * x.ndim
             reps[axis_of(ctx, int(axis.reshape(-1)[0]), x.ndim)] = int(repeats.reshape(-1)[0])
         else:
@@ -390,7 +402,7 @@ def cumsum(ctx):
     return run
 
 
-_BLOCK = (Arg("blocksize", "int", check=Range(1)), Arg("mode", "string", "DCR", check=OneOf("DCR", "CRD")))
+_BLOCK = (Arg("blocksize", "int", None, check=Range(1), required=True), Arg("mode", "string", "DCR", check=OneOf("DCR", "CRD")))
 
 
 @onnx_op("DepthToSpace", (1, None), args=_BLOCK, checks=(Rank(0, 4, 4),))

@@ -17,13 +17,14 @@ from caffe2py.errors import Caffe2Error
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import (CPU, UNKNOWN, Arg, OpSchema, TensorType, register_kernel,
                                register_schema, takes_blobs)
+from caffe2py.schema_rules import FileName
 from caffe2py.serialization import (OPTION_DEFAULT_CHUNK, OPTION_NO_CHUNKING, BlobAssembler,
                                     blob_name_from_db_key, serialize_blob)
 
 DEFAULT_DB_TYPE = "minidb"     # Caffe2 requires db_type; its Python helpers default to minidb
 _PATH_ARGS = (
     Arg("absolute_path", "int", 0, doc="use `db` as given; 0 prefixes the workspace root folder"),
-    Arg("db", "string", "", doc="path of the db"),
+    Arg("db", "string", "", check=FileName(), doc="path of the db"),
     Arg("db_type", "string", DEFAULT_DB_TYPE, doc="minidb (default), lmdb or leveldb"),
 )
 
@@ -223,7 +224,7 @@ register_kernel("Snapshot")(checkpoint)
 
 register_schema(OpSchema(
     "DBExists", num_inputs=0, num_outputs=1,
-    args=(Arg("absolute_path", "int", 0), Arg("db_name", "string", ""),
+    args=(Arg("absolute_path", "int", 0), Arg("db_name", "string", "", check=FileName()),
           Arg("db_type", "string", DEFAULT_DB_TYPE)),
     inference=lambda ctx, ins: [TensorType((), caffe2_pb2.TensorProto.BOOL)],
     doc="Scalar bool: whether the db can be opened for reading."))

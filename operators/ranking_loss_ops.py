@@ -381,7 +381,7 @@ def weighted_sigmoid_xent_gradient(ctx):
     def run(g, logits, targets, weights):
         _weighted_inputs(ctx, logits, targets, weights, offset=1)
         _float(ctx, 0, g, "g")
-        _same_size(ctx, 0, g, logits.size // logits.shape[-1] if logits.shape[-1] else 0, "g (one per row)")
+        _same_size(ctx, 0, g, int(np.prod(logits.shape[:-1], dtype=np.int64)), "g (one per row)")
         return K.weighted_sigmoid_xent_gradient(g, logits, targets, weights)
     return run
 

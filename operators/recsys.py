@@ -6,6 +6,7 @@ from caffe2py.kernels.cpu.recsys import recsys_ops as K
 from caffe2py.kernels.cpu.recsys.sparse_lengths import LookupInputError
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.schema_rules import Rank
 
 INT32 = caffe2_pb2.TensorProto.INT32
 
@@ -141,7 +142,7 @@ register_schema(OpSchema(
     "BatchMatMul", num_inputs=2, num_outputs=1, inputs=("A", "B"), outputs=("Y",),
     args=(Arg("trans_a", "bool", False), Arg("trans_b", "bool", False),
           Arg("broadcast", "bool", False, doc="NumPy matmul broadcasting (incl. 1-D inputs)")),
-    inference=_bmm_infer, cost=_bmm_cost,
+    inference=_bmm_infer, cost=_bmm_cost, checks=(Rank((0, 1), 1),),
     doc="Matrix product over the last two dims of A and B (transposed by trans_a/trans_b). "
         "Without broadcast both must have equal rank >= 2 and equal batch dims."))
 

@@ -301,7 +301,8 @@ register_schema(OpSchema(
           Arg("backward_link_offset", "ints", [], doc="window start relative to the timestep"),
           Arg("param", "ints", [], doc="forward inputs that are parameters"),
           Arg("param_grads", "strings", [], doc="names the backward step net gives the parameter gradients"),
-          Arg("outputs_with_grads", "ints", [0], doc="forward outputs whose gradients are inputs")),
+          Arg("outputs_with_grads", "ints", [0], doc="forward outputs whose gradients are inputs"),
+          Arg("timestep", "string", "timestep", doc="the step nets' timestep blob (as in the forward)")),
     doc="Gradient of RecurrentNetwork: runs the backward step net for t = T-1 .. 0 in the forward "
         "pass's step workspaces. Inputs: the gradients of the outputs_with_grads outputs, then every "
         "forward input and output; outputs: the gradients of the input sequence, the parameters and "
@@ -323,6 +324,9 @@ def recurrent_network_gradient(ctx):
     timestep = ctx.string("timestep")
     grad_inputs = ctx.ints("outputs_with_grads", [0])
     n_go = len(grad_inputs)
+    if ctx.n_inputs < n_go + 2:
+        raise ctx.error("takes the %d output gradient(s), then the forward's inputs and outputs (at least the "
+                        "input sequence and the step workspaces): got %d inputs" % (n_go, ctx.n_inputs))
     links = (read_links(ctx, "link_internal", "link_external", "link_offset", "link_window")
              + read_links(ctx, "backward_link_internal", "backward_link_external", "backward_link_offset"))
     states = ctx.strings("recurrent_states", [])

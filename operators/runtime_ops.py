@@ -357,7 +357,10 @@ def cpu_utilization_report(ctx):
     def run(utilization):
         if not isinstance(utilization, np.ndarray) or utilization.size < 1:
             raise ctx.input_error(0, "must be a float tensor with the utilization")
-        R.global_stat_registry().update(key, int(float(utilization.reshape(-1)[0]) * 100))
+        value = float(utilization.reshape(-1)[0])
+        if not np.isfinite(value):
+            raise ctx.input_error(0, "the utilization must be finite, got %r" % value)
+        R.global_stat_registry().update(key, int(value * 100))
     return run
 
 

@@ -26,6 +26,7 @@ from caffe2py.errors import Caffe2Error
 from caffe2py.gradients import register_gradient
 from caffe2py.kernels.cpu.recsys import segment_grad as K
 from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.schema_rules import DTypes, Rank
 
 from ._checks import call, check_float_data, check_int_vector
 
@@ -114,6 +115,7 @@ def _range_maker(g):
 register_schema(OpSchema(
     "LengthsMaxWithMainInputAndForwardOutputGradient", num_inputs=4, num_outputs=1,
     inputs=("FORWARD_OUTPUT", "SEGMENT_GRADS", "LENGTHS", "DATA_INPUT"), outputs=("DATA_GRADS",),
+    checks=(Rank((0, 1, 3), 1),),
     inference=_like_input(3), doc="Gradient of LengthsMax: the segment's gradient where DATA equals its max."))
 
 
@@ -174,6 +176,7 @@ def _lengths_weighted_sum_maker(g):
 register_schema(OpSchema(
     "ReduceFrontWeightedSumGradient", num_inputs=3, num_outputs=1,
     inputs=("SCALARS", "REDUCTION_GRAD", "SOURCE_SHAPE"), outputs=("DATA_GRADS",),
+    checks=(DTypes(2, "int"),),
     args=(Arg("num_reduce_dim", "int", 1, doc="leading dims the forward reduced"),),
     inference=lambda ctx, ins: [TensorType(None, ins[1].dtype)],
     doc="Gradient of ReduceFrontWeightedSum: SCALARS[i...] times the output gradient, shaped like DATA."))

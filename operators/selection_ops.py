@@ -128,6 +128,7 @@ register_schema(OpSchema(
 def boolean_unmask(ctx):
     def run(*ins):
         masks, values = ins[0::2], ins[1::2]
+        _check_mask(ctx, 0, masks[0])
         for k, (m, v) in enumerate(zip(masks, values)):
             _check_mask(ctx, 2 * k, m, masks[0].shape[0])
             if v.ndim != 1:

@@ -60,6 +60,8 @@ def sparse_to_dense_mask_grad(ctx):
 
     def run(indices, grad, lengths=None):
         check_int_vector(ctx, 0, indices, "indices")
+        if lengths is not None:
+            check_int_vector(ctx, 2, lengths, "lengths")
         rows = 1 if lengths is None else lengths.shape[0]
         lead = (grad.shape[:1] if lengths is None else grad.shape[:2])
         if tuple(lead) != ((len(mask),) if lengths is None else (rows, len(mask))):
@@ -78,6 +80,8 @@ register_schema(OpSchema(
 @register_kernel("FlexibleTopKGradient")
 def flexible_top_k_grad(ctx):
     def run(x, k, grad, indices):
+        if x.ndim < 1:
+            raise ctx.input_error(0, "original input must have at least one dimension, got a 0-d tensor")
         check_int(ctx, 1, k, "K")
         return call(ctx, {"indices": 3}, K.flexible_top_k_grad, x.shape, k, grad, indices)
     return run

@@ -6,7 +6,7 @@ import numpy as np
 from caffe2py.kernels.cpu.tensor import layout as layout_k
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
-from caffe2py.schema_rules import Axis, OneOf, Permutation
+from caffe2py.schema_rules import Axis, DTypes, OneOf, Permutation
 
 from ._common import same_as_input
 
@@ -128,7 +128,8 @@ register_schema(OpSchema("Transpose", num_inputs=1, num_outputs=1,
 @register_kernel("Transpose")
 def transpose(ctx):
     def run(x):
-        return np.ascontiguousarray(x.transpose(_perm(ctx, x.ndim)))
+        # copy(order="C"), not ascontiguousarray: that one turns a 0-d tensor into shape [1]
+        return x.transpose(_perm(ctx, x.ndim)).copy(order="C")
     return run
 
 
@@ -259,6 +260,7 @@ register_schema(OpSchema(
     "Split", num_inputs=(1, 2), num_outputs=(1, None),
     args=(Arg("axis", "int", 1), Arg("split", "ints", None), Arg("order", "string", None),
           Arg("add_axis", "int", 0)),
+    checks=(DTypes(1, "int"),),          # the split sizes input
     inference=_split_infer, cost=_copy_cost,
     doc="Split along `axis` into equal parts or the sizes in `split` (or input 1); add_axis=1 "
         "removes the axis (each part must then be 1 wide)."))

@@ -151,7 +151,11 @@ class MiniDB(DB):
             finally:
                 f.close()
             if self._tmp is not None:
-                os.replace(self._tmp, self.source)   # atomic: readers see old or new, never half
+                try:
+                    os.replace(self._tmp, self.source)   # atomic: readers see old or new, never half
+                except OSError as exc:                   # the target is a directory, or not writable
+                    self.abort()
+                    raise DBError("cannot write minidb '%s': %s" % (self.source, exc.strerror or exc)) from None
                 self._tmp = None
 
     def abort(self):

@@ -25,7 +25,7 @@ class Case:
         for key, value in self.data.items():
             if isinstance(value, (bytes, bytearray)):
                 out[key + (".onnx" if "onnx" in key else ".pb")] = bytes(value)
-            elif isinstance(value, dict) and value and all(isinstance(v, np.ndarray) for v in value.values()):
+            elif isinstance(value, dict) and all(isinstance(v, np.ndarray) for v in value.values()):
                 buf = io.BytesIO()
                 np.savez(buf, **{k.replace("/", "_"): v for k, v in value.items()}, allow_pickle=True)
                 out[key + ".npz"] = buf.getvalue()
@@ -63,6 +63,8 @@ def case_from_folder(folder):
         elif ext == ".npz":
             with np.load(path, allow_pickle=True) as z:
                 data[key] = {k: z[k] for k in z.files}
+    if meta["family"] == "op":
+        data.setdefault("inputs", {})            # folders of cases without inputs (written before they had one)
     if "predict_net" in data:
         data.setdefault("init_net", None)       # a net pair without an init net
     return Case(meta["case_id"], meta["family"], data, meta["summary"])

@@ -3,7 +3,7 @@ worker, or `--replay` in the foreground)."""
 import os
 
 from . import gen_files, gen_hostile, gen_onnx, gen_ops
-from .cases import case_rng, parse_id
+from .cases import Case, case_rng, parse_id
 from .outcomes import outcome
 
 # family -> (generator, share of a campaign's budget)
@@ -17,9 +17,16 @@ FAMILIES = {
 }
 
 
+# Cases that misbehave on purpose, so tests can check that the pool catches what a
+# case can do to its process; never part of a campaign (not in FAMILIES).
+_SELFTEST = {0: "crash", 1: "hang", 2: "bare_exception", 3: "ran"}
+
+
 def generate(case_id):
     """The Case for an id (None when the generator drew something it cannot build)."""
     family, seed, index = parse_id(case_id)
+    if family == "selftest":
+        return Case(case_id, family, {"behaviour": _SELFTEST[index]}, "selftest: " + _SELFTEST[index])
     return FAMILIES[family][0](case_id, case_rng(family, seed, index))
 
 
@@ -38,7 +45,20 @@ def run(case, send=None, workdir=None):
         return gen_hostile.run_external(case, workdir)
     if family == "api":
         return gen_hostile.run_api(case, workdir)
+    if family == "selftest":
+        return _run_selftest(case.data["behaviour"])
     raise ValueError(family)
+
+
+def _run_selftest(behaviour):
+    if behaviour == "crash":
+        os.abort()
+    if behaviour == "hang":
+        import time
+        time.sleep(3600)
+    if behaviour == "bare_exception":
+        return outcome("bare_exception", "ValueError: raised on purpose")
+    return outcome("ran")
 
 
 def _run_onnx(case, send):

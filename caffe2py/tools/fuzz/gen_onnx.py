@@ -234,9 +234,10 @@ def compare(ours, ref, random=False):
         if a.dtype.kind == "f":
             wa, wb = a.astype(np.float64), b.astype(np.float64)
             tol = {2: 2e-2, 4: 1e-3, 8: 1e-6}[a.dtype.itemsize]
-            scale = np.maximum(1.0, np.abs(wb))
+            finite = np.abs(wb[np.isfinite(wb)])       # NaN/inf in the reference must not poison the scale
+            scale = np.maximum(1.0, finite) if finite.size else np.ones(1)
             with np.errstate(all="ignore"):
-                ok = np.isclose(wa, wb, rtol=tol, atol=tol * scale.max() if wb.size else tol, equal_nan=True)
+                ok = np.isclose(wa, wb, rtol=tol, atol=tol * scale.max(), equal_nan=True)
             if not ok.all():
                 i = int(np.argmin(ok.reshape(-1)))
                 return "output %d element %d is %r, reference %r" % (k, i, a.reshape(-1)[i], b.reshape(-1)[i])

@@ -91,9 +91,12 @@ def _arg_value(rng, arg):
         return [values.string_value(rng, choices) for _ in range(int(rng.integers(0, 4)))]
     if kind == "net":
         from caffe2py import core
-        net = core.Net("sub_%d" % int(rng.integers(100)))
-        net.ConstantFill([], ["sub_out"], shape=[2], value=1.0)
-        return net.Proto()
+        from caffe2py.proto import caffe2_pb2
+        # a NetDef built directly: core.Net would uniquify the name per process, and a
+        # case id must regenerate the same bytes anywhere
+        net = caffe2_pb2.NetDef(name="sub_%d" % int(rng.integers(100)))
+        net.op.extend([core.CreateOperator("ConstantFill", [], ["sub_out"], shape=[2], value=1.0)])
+        return net
     return None
 
 
@@ -204,7 +207,7 @@ def run(case):
         if changed and cls in ("our_error", "raw_text"):
             return outcome("workspace_changed", "%s; after it: %s" % (message, changed))
         return outcome(cls, message)
-    outputs = {o for op in net.op for o in op.output}
+    outputs = _all_outputs(net)
     modified = _workspace_changes({k: v for k, v in before.items() if k not in outputs},
                                   {k: v for k, v in ws.blobs.items() if k not in outputs})
     if modified:
@@ -222,6 +225,18 @@ def run(case):
         if problem:
             return outcome("wrong_result", problem)
     return outcome("ran")
+
+
+def _all_outputs(net):
+    """Blobs the net may write: its ops' outputs and those of the nets its ops carry as
+    arguments (If/While run them in the same workspace, as Caffe2 does)."""
+    out = set()
+    for op in net.op:
+        out.update(op.output)
+        for arg in op.arg:
+            for sub in ([arg.n] if arg.HasField("n") else []) + list(arg.nets):
+                out |= _all_outputs(sub)
+    return out
 
 
 def _copy(value):

@@ -58,7 +58,10 @@ def sigmoid_xent(logits, targets, log_d_trick=False, unjoined=False):
     else:
         value = x * (t - _nonneg(x)) - np.log1p(np.exp(-np.abs(x)))
     inner = logits.shape[-1] if logits.ndim else 1
-    return (-value.reshape(-1, inner).sum(axis=1) / inner).reshape(logits.shape[:-1]).astype(np.float32)
+    rows = int(np.prod(logits.shape[:-1], dtype=np.int64))      # explicit: -1 is ambiguous when inner is 0
+    with np.errstate(invalid="ignore", divide="ignore"):       # an empty last dim: 0 / 0, as Caffe2 computes
+        mean = -value.reshape(rows, inner).sum(axis=1) / inner
+    return mean.reshape(logits.shape[:-1]).astype(np.float32)
 
 
 def sigmoid_xent_grad(dy, logits, targets, log_d_trick=False, unjoined=False):
@@ -71,8 +74,9 @@ def sigmoid_xent_grad(dy, logits, targets, log_d_trick=False, unjoined=False):
     else:
         back = t - sig
     inner = logits.shape[-1] if logits.ndim else 1
-    factor = -np.asarray(dy, np.float64).reshape(-1, 1) / inner
-    return (back.reshape(-1, inner) * factor).reshape(logits.shape).astype(np.float32)
+    rows = int(np.prod(logits.shape[:-1], dtype=np.int64))
+    factor = -np.asarray(dy, np.float64).reshape(rows, 1) / max(inner, 1)
+    return (back.reshape(rows, inner) * factor).reshape(logits.shape).astype(np.float32)
 
 
 def make_two_class(x):
@@ -83,13 +87,18 @@ def make_two_class_grad(dy):
     return (dy[..., 1] - dy[..., 0]).astype(dy.dtype, copy=False)
 
 
+def _per_row(a, x):
+    """a (shaped like x) as [rows, rest]; explicit sizes, since -1 is ambiguous for 0 rows."""
+    rest = int(np.prod(x.shape[1:], dtype=np.int64)) if x.ndim else 1
+    return a.reshape(x.shape[0] if x.ndim else 1, rest)
+
+
 def squared_l2(x, y):
-    n = x.shape[0] if x.ndim else 1
-    d = (x.astype(np.float64) - y).reshape(n, -1)
+    d = _per_row(x.astype(np.float64) - y, x)
     return (0.5 * np.einsum("ij,ij->i", d, d)).astype(x.dtype)
 
 
 def squared_l2_grad(x, y, dd):
     n = x.shape[0] if x.ndim else 1
-    dx = ((x - y).reshape(n, -1) * dd.reshape(n, 1)).reshape(x.shape).astype(x.dtype, copy=False)
+    dx = (_per_row(x - y, x) * dd.reshape(n, 1)).reshape(x.shape).astype(x.dtype, copy=False)
     return dx, -dx

@@ -179,13 +179,17 @@ def weighted_sigmoid_xent(logits, targets, weights):
     x, pos, soft = _xent_terms(logits)
     value = weights * (x * (targets - pos) - soft)
     inner = logits.shape[-1]
-    return (-value.reshape(-1, inner).sum(axis=1) / inner).reshape(logits.shape[:-1]).astype(F32)
+    rows = int(np.prod(logits.shape[:-1], dtype=np.int64))     # explicit: -1 is ambiguous when inner is 0
+    with np.errstate(invalid="ignore", divide="ignore"):      # an empty last dim: 0 / 0, as Caffe2 computes
+        mean = -value.reshape(rows, inner).sum(axis=1) / inner
+    return mean.reshape(logits.shape[:-1]).astype(F32)
 
 
 def weighted_sigmoid_xent_gradient(dy, logits, targets, weights):
     x = logits.astype(np.float64)
     sig = 0.5 * (1.0 + np.tanh(0.5 * x))
     inner = logits.shape[-1]
-    factor = -np.asarray(dy, np.float64).reshape(-1, 1) / inner
-    back = (weights * (targets - sig)).reshape(-1, inner)
+    rows = int(np.prod(logits.shape[:-1], dtype=np.int64))
+    factor = -np.asarray(dy, np.float64).reshape(rows, 1) / max(inner, 1)
+    back = (weights * (targets - sig)).reshape(rows, inner)
     return (back * factor).reshape(logits.shape).astype(F32)

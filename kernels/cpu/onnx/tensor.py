@@ -113,7 +113,11 @@ def gather_nd(data, indices, batch_dims=0):
     batch = data.shape[:batch_dims]
     nb = math.prod(batch)
     d = data.reshape((nb,) + data.shape[batch_dims:])
-    ind = indices.reshape((nb, -1, k))
-    parts = [d[b][tuple(ind[b].T)] for b in range(nb)]
+    m = math.prod(indices.shape[batch_dims:-1])      # explicit: -1 is ambiguous when k is 0
+    ind = indices.reshape((nb, m, k))
+    if k == 0:      # empty index tuples select the whole slice, once per index
+        parts = [np.broadcast_to(d[b], (m,) + d[b].shape) for b in range(nb)]
+    else:
+        parts = [d[b][tuple(ind[b].T)] for b in range(nb)]
     out = np.stack(parts) if parts else np.zeros((0,) + data.shape[batch_dims + k:], data.dtype)
     return out.reshape(indices.shape[:-1] + data.shape[batch_dims + k:])

@@ -43,9 +43,11 @@ def gemm(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
     if c is not None and beta != 0.0:
         c = np.asarray(c)
         try:
-            np.broadcast_shapes(c.shape, y.shape)
+            fits = np.broadcast_shapes(c.shape, y.shape) == y.shape     # C broadcasts to Y, not Y to C
         except ValueError:
-            raise ValueError("Gemm C of shape %s does not broadcast to %s" % (list(c.shape), list(y.shape))) from None
+            fits = False
+        if not fits:
+            raise ValueError("Gemm C of shape %s does not broadcast to %s" % (list(c.shape), list(y.shape)))
         if beta == 1.0:
             y += c
         else:

@@ -46,9 +46,13 @@ def _shuffle_planes_numpy(x, y, group, blocks):
 def channel_shuffle(x, group):
     """See the module docstring; the caller checked that the channels split into groups."""
     n, c = x.shape[:2]
-    src = np.ascontiguousarray(x).reshape(n, c, -1)
+    plane = math.prod(x.shape[2:])            # explicit: -1 is ambiguous for empty tensors
+    src = np.ascontiguousarray(x).reshape(n, c, plane)
     y = np.empty(x.shape, x.dtype)
-    _shuffle_planes(src, y.reshape(n, c, -1), group, team_blocks(n * c, src.shape[2]))
+    if x.dtype.kind not in "biuf" or x.dtype == np.float16:     # types the compiled loop does not take
+        _shuffle_planes_numpy(src, y.reshape(n, c, plane), group, 1)
+    elif y.size:
+        _shuffle_planes(src, y.reshape(n, c, plane), group, team_blocks(n * c, plane))
     return y
 
 
@@ -87,8 +91,10 @@ def concat(xs, axis):
     shape = list(first.shape)
     shape[axis] = sum(x.shape[axis] for x in xs)
     y = np.empty(shape, first.dtype)
+    if y.size == 0:
+        return y
     lead = math.prod(shape[:axis])
-    y2 = y.reshape(lead, -1)
+    y2 = y.reshape(lead, y.size // lead)
     at = 0
     for x in xs:
         width = x.size // lead if lead else 0
