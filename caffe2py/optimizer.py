@@ -11,11 +11,13 @@ and per parameter `<param>_momentum` (SGD with momentum), `<param>_squared_sum` 
 `<param>_second_moment` / `<param>_avg_second_moment` (Adam). A dense gradient gets
 WeightedSum / MomentumSGDUpdate / Adagrad / Adam; a GradientSlice (indices, values)
 gets ScatterWeightedSum / SparseMomentumSGDUpdate / SparseAdagrad or
-RowWiseSparseAdagrad / SparseAdam or RowWiseSparseAdam.
+RowWiseSparseAdagrad / SparseAdam or RowWiseSparseAdam. FTRL (build_ftrl) keeps
+`<param>_ftrl_nz` and adds Ftrl / SparseFtrl; `lars=` (SGD, Adagrad) scales each dense
+parameter's learning rate by a Lars op.
 
-Options of Caffe2's optimizers whose ops caffe2py lacks (LARS, pruning masks, SWA,
-EMA, weight scaling, RAdam, lr adaption, gradient clipping by norm, sparse
-deduplication) raise a Caffe2Error naming the option when set.
+Options of Caffe2's optimizers whose ops caffe2py lacks (pruning masks, SWA, EMA,
+weight scaling, RAdam, lr adaption, sparse deduplication) raise a Caffe2Error naming
+the option when set.
 """
 import copy
 import logging
