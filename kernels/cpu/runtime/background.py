@@ -16,7 +16,7 @@ core's share from the run it is meant to speed up (measured: the cold demo took 
 of wall clock for 1.3 s of CPU), while a terminal's Ctrl-C still does not reach it.
 
     submit(kernel, sig)        queue one compile (no-op when already queued)
-    start_workers()            make sure workers are running for queued jobs
+    start_workers()            make sure workers are running for queued jobs (the new processes)
     job_state(kernel, sig)     "queued", "compiling", "failed: <reason>" or None (done / never queued)
     estimate_seconds(kernels)  from the compile times workers recorded on this machine
 """
@@ -132,20 +132,20 @@ def _try_lock(path):
 
 
 def start_workers():
-    """Start a worker in every free slot (slots whose lock nobody holds)."""
+    """Start a worker in every free slot (slots whose lock nobody holds); returns the
+    processes started."""
     os.makedirs(jobs_dir(), exist_ok=True)
-    started = 0
+    started = []
     for slot in range(_worker_count()):
         probe = _try_lock(_slot_path(slot))
         if probe is None:
             continue                  # a worker runs in this slot
         probe.close()
         log = open(os.path.join(jobs_dir(), "worker-%d.log" % slot), "ab")
-        subprocess.Popen([sys.executable, "-c", _WORKER_BOOT, str(slot)],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True,
-                         env=dict(os.environ, CAFFE2PY_JIT="inline"))
+        started.append(subprocess.Popen(
+            [sys.executable, "-c", _WORKER_BOOT, str(slot)], stdin=subprocess.DEVNULL,
+            stdout=log, stderr=log, close_fds=True, env=dict(os.environ, CAFFE2PY_JIT="inline")))
         log.close()
-        started += 1
     return started
 
 
