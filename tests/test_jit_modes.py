@@ -610,3 +610,31 @@ def test_background_leaves_one_cpu_to_the_caller(monkeypatch, cpus, workers):
     from caffe2py.kernels.cpu.runtime import background
     monkeypatch.setattr(background.os, "cpu_count", lambda: cpus)
     assert background._worker_count() == workers
+
+
+def test_a_process_whose_workers_are_starved_compiles_the_kernel_itself(tmp_path):
+    # idle-priority workers get no CPU while a job keeps every core busy: such a job must
+    # not stay on the NumPy twin to its end
+    env = dict(os.environ, CAFFE2PY_JIT="background", CAFFE2PY_CACHE=str(tmp_path / "cache"), CAFFE2PY_QUIET="1")
+    code = """
+        import time
+        import numpy as np
+        from caffe2py.kernels.cpu.runtime import background, jit
+        background.start_workers = lambda: []          # no worker ever claims the job
+        jit._COMPILE_HERE_AFTER = 0.5
+        from caffe2py.kernels.cpu.tensor import layout
+        x = np.arange(24, dtype=np.float32).reshape(1, 6, 2, 2)
+        shuffled = x.reshape(1, 2, 3, 2, 2).transpose(0, 2, 1, 3, 4).reshape(1, 6, 2, 2)
+        states = []
+        end = time.monotonic() + 60
+        while not (states and states[-1]) and time.monotonic() < end:
+            with jit.team():
+                assert np.array_equal(layout.channel_shuffle(x, 2), shuffled)
+            states.append(layout._shuffle_planes.ready())
+            time.sleep(0.05)
+        print(states[0], states[-1], len(states) > 5)
+    """
+    done = _run(code, env)
+    assert done.returncode == 0, done.stderr
+    # the twin first, for the wait (0.5 s at 0.05 s a call), then machine code
+    assert done.stdout.split() == ["False", "True", "True"]

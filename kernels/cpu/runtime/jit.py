@@ -92,7 +92,7 @@ class CompiledKernel:
         self._dispatcher = None
         self._run = None             # what a call runs once machine code is loaded
         self.twin = None             # NumPy function with the kernel's arguments and effect
-        self._waiting = None         # (signature, next time to look in the cache) while a worker compiles
+        self._waiting = None         # [signature, next time to look in the cache, time queued] while a worker compiles
         _all_kernels.append(self)
 
     def numpy_twin(self, fn):
@@ -161,10 +161,11 @@ class CompiledKernel:
             background.start_workers()
             _queued.append(self)
             _unannounced.append(self)
-            self._waiting = [sig, 0.0]
+            import time
+            self._waiting = [sig, 0.0, time.monotonic()]
         else:
             import time
-            sig, next_look = self._waiting
+            sig, next_look, queued_at = self._waiting
             now = time.monotonic()
             if now >= next_look:
                 self._waiting[1] = now + _LOOK_INTERVAL
@@ -172,7 +173,10 @@ class CompiledKernel:
                     self._waiting = None
                     self._use_machine_code()
                     return self._run(*args)
-                if self._background_failed(sig):
+                # Workers run at idle priority: a job that keeps every CPU busy starves
+                # them, and would stay on the twin to its end. Past this point the job is
+                # long enough that compiling here costs less than the twin's slowness.
+                if self._background_failed(sig) or now - queued_at > _COMPILE_HERE_AFTER:
                     self._waiting = None
                     _announce_inline_compile(self)
                     self._use_machine_code()    # compile here: the error surfaces, or it works
@@ -216,6 +220,7 @@ class CompiledKernel:
 
 
 _LOOK_INTERVAL = 0.1            # seconds between looks in the cache while a worker compiles
+_COMPILE_HERE_AFTER = 30.0      # seconds on the twin before a still-running process compiles itself
 _all_kernels = []
 _queued = []                    # kernels handed to background workers by this process
 _unannounced = []               # ... not yet reported on stderr
