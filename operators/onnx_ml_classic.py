@@ -5,6 +5,7 @@ follow onnx's specification; where the spec leaves room (binary linear classifie
 they follow onnxruntime, the runtime these models are converted for."""
 import numpy as np
 
+from caffe2py.kernels.cpu.onnx import svm_probability
 from caffe2py.kernels.cpu.onnx import trees as trees_k
 
 from .onnx_base import onnx_op
@@ -340,8 +341,12 @@ def svm_classifier(ctx):
         pairs = n_classes * (n_classes - 1) // 2
         if rho.size != pairs:
             raise ctx.error("rho has %d values for %d class pairs" % (rho.size, pairs))
-        if prob_a.size:
-            raise ctx.error("SVMClassifier with probability estimates (prob_a/prob_b) is not supported")
+        if prob_a.size or prob_b.size:
+            if prob_a.size != pairs or prob_b.size != pairs:
+                raise ctx.error("prob_a and prob_b need one value per class pair (%d), got %d and %d"
+                                % (pairs, prob_a.size, prob_b.size))
+            if not (np.isfinite(prob_a).all() and np.isfinite(prob_b).all()):
+                raise ctx.error("prob_a and prob_b must be finite")
     else:
         raise ctx.error("SVMClassifier without support vectors (linear form) is not supported")
     starts = np.concatenate([[0], np.cumsum(counts)])
@@ -367,6 +372,12 @@ def svm_classifier(ctx):
                 votes[:, j] += d <= 0
                 p += 1
         dec = np.stack(decisions, axis=1) if decisions else np.zeros((n, 0))
+        if prob_a.size:
+            # Platt-scaled pair probabilities coupled into class probabilities; the
+            # label stays the vote winner, as in onnxruntime
+            probs = svm_probability.couple(svm_probability.pairwise_probabilities(dec, prob_a, prob_b, n_classes))
+            picked = np.argmax(votes, axis=1) if n else np.zeros(0, np.int64)
+            return labels[picked], trees_k.post_transform(probs, transform).astype(np.float32)
         if n_classes == 2:
             picked = (dec[:, 0] <= 0).astype(np.int64)       # d > 0 votes for the first class
             # onnxruntime scores the pair [-d, d]

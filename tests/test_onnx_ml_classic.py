@@ -167,6 +167,54 @@ def test_svm_classifier(n_classes, kernel):
     _close(*_both(m, {"X": X}))
 
 
+@pytest.mark.parametrize("n_classes", [2, 3, 4, 5])
+@pytest.mark.parametrize("transform", ["NONE", "LOGISTIC", "SOFTMAX"])
+def test_svm_classifier_with_probability_estimates(n_classes, transform):
+    """prob_a/prob_b (scikit-learn's SVC(probability=True)): Platt-scaled pairs coupled
+    into class probabilities, label by votes, as onnxruntime. (onnx.reference's
+    coupling differs from libsvm's, so onnxruntime is the reference.)"""
+    rng = np.random.default_rng(n_classes)
+    counts = [2, 3, 2, 1, 2][:n_classes]
+    n_sv, pairs = sum(counts), n_classes * (n_classes - 1) // 2
+    m = _model("SVMClassifier", [("X", F, [None, 4])], [("label", I), ("scores", F)], kernel_type="RBF",
+               kernel_params=[0.3, 0.0, 3.0], classlabels_ints=list(range(10, 10 + n_classes)),
+               vectors_per_class=counts, support_vectors=rng.standard_normal(n_sv * 4).tolist(),
+               coefficients=rng.standard_normal((n_classes - 1) * n_sv).tolist(),
+               rho=rng.standard_normal(pairs).tolist(), prob_a=(-3 * rng.random(pairs)).tolist(),
+               prob_b=(0.3 * rng.standard_normal(pairs)).tolist(), post_transform=transform)
+    x = rng.standard_normal((200, 4)).astype(np.float32)
+    _close(*_both(m, {"X": x}))
+
+
+def test_pairwise_coupling_solves_the_constrained_quadratic_problem():
+    """Independent of libsvm's iteration: the minimiser of p'Qp with sum(p) = 1 is
+    Q^-1 1 / (1' Q^-1 1), and consistent pairs r_ij = p_i / (p_i + p_j) give back p."""
+    from caffe2py.kernels.cpu.onnx import svm_probability
+    rng = np.random.default_rng(7)
+    k = 4
+    truth = rng.dirichlet(np.ones(k), size=30)
+    consistent = truth[:, :, None] / (truth[:, :, None] + truth[:, None, :])
+    consistent[:, np.arange(k), np.arange(k)] = 0
+    np.testing.assert_allclose(svm_probability.couple(consistent), truth, atol=2e-3)
+    upper = np.triu(rng.uniform(0.05, 0.95, (30, k, k)), 1)
+    r = upper + np.transpose(np.where(upper > 0, 1 - upper, 0), (0, 2, 1))
+    q = -np.transpose(r, (0, 2, 1)) * r
+    q[:, np.arange(k), np.arange(k)] = (r * r).sum(axis=1)
+    solved = np.linalg.solve(q, np.ones((30, k, 1)))[:, :, 0]
+    expected = solved / solved.sum(axis=1, keepdims=True)
+    got = svm_probability.couple(r)
+    np.testing.assert_allclose(got.sum(axis=1), 1, atol=1e-9)
+    np.testing.assert_allclose(got, expected, atol=2e-3)
+
+
+def test_svm_probability_arguments_are_checked():
+    m = _model("SVMClassifier", [("X", F, [None, 4])], [("label", I), ("scores", F)], classlabels_ints=[0, 1, 2],
+               vectors_per_class=[1, 1, 1], support_vectors=[0.0] * 12, coefficients=[1.0] * 6,
+               rho=[0.0, 0.0, 0.0], prob_a=[1.0, 2.0], prob_b=[0.0, 0.0, 0.0])
+    with pytest.raises(Caffe2Error, match="prob_a and prob_b need one value per class pair \\(3\\), got 2 and 3"):
+        c2_backend.prepare(m).run([X])
+
+
 def test_ops_command_lists_the_ml_domain_with_opset_ranges(capsys):
     from caffe2py.cli import main
     assert main(["ops", "--domain", "ai.onnx.ml"]) == 0
