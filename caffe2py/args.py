@@ -133,7 +133,7 @@ class ArgumentHelper:
         if arg is None:
             return default
         if len(arg.ints):
-            return [int(v) for v in arg.ints]
+            return list(arg.ints)
         if arg.HasField("i"):
             return [int(arg.i)]
         if len(arg.floats) and all(float(v).is_integer() for v in arg.floats):
@@ -147,7 +147,7 @@ class ArgumentHelper:
         if arg is None:
             return default
         if len(arg.floats):
-            return [float(v) for v in arg.floats]
+            return list(arg.floats)
         if len(arg.ints):
             return [float(v) for v in arg.ints]
         if arg.HasField("f"):

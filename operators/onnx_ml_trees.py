@@ -50,51 +50,86 @@ def _classic_forest(ctx, prefix, n_targets):
     unknown = sorted(set(modes) - set(_MODES) - {"LEAF"})
     if unknown:
         raise ctx.error("unknown nodes_modes %s (expected %s or LEAF)" % (unknown, ", ".join(trees_k.MODE_NAMES)))
+    is_leaf = np.array([m == "LEAF" for m in modes], bool)
+    nodes = _NodeKeys(ctx, tree_ids, node_ids)
     # positions: internal nodes and leaves numbered separately, in attribute order
-    # each tree's root: its node id 0 (onnx: node ids start at 0), else its first node
-    internal, leaf, first = {}, {}, {}
-    for i, (t, nid, mode) in enumerate(zip(tree_ids.tolist(), node_ids.tolist(), modes)):
-        key = (t, nid)
-        if key in internal or key in leaf:
-            raise ctx.error("node (tree %d, id %d) is defined twice" % key)
-        first.setdefault(t, key)
-        (leaf if mode == "LEAF" else internal)[key] = len(leaf if mode == "LEAF" else internal)
-    roots = [(t, (t, 0) if (t, 0) in internal or (t, 0) in leaf else key) for t, key in first.items()]
+    position = np.empty(n, np.int64)
+    position[~is_leaf] = np.arange(int((~is_leaf).sum()))
+    position[is_leaf] = -np.arange(int(is_leaf.sum())) - 1     # leaf l is -l-1
+    keep = np.flatnonzero(~is_leaf)
+    true_child = position[nodes.find(tree_ids[keep], trues[keep], "nodes_truenodeids")]
+    false_child = position[nodes.find(tree_ids[keep], falses[keep], "nodes_falsenodeids")]
+    # each tree's root: its node id 0 (onnx: node ids start at 0), else its first node;
+    # trees in the order they first appear
+    trees_in_order, first = np.unique(tree_ids, return_index=True)
+    trees_in_order = tree_ids[np.sort(first)]
+    first_node = node_ids[np.sort(first)]
+    root_row = nodes.find(trees_in_order, np.zeros_like(trees_in_order), None)
+    missing_zero = root_row < 0
+    if missing_zero.any():
+        root_row[missing_zero] = nodes.find(trees_in_order[missing_zero], first_node[missing_zero], "tree root")
+    roots = position[root_row]
 
-    def ref(t, nid, what):
-        key = (t, nid)
-        if key in internal:
-            return internal[key]
-        if key in leaf:
-            return -leaf[key] - 1
-        raise ctx.error("%s of tree %d refers to node id %d, which the tree does not have" % (what, t, nid))
-
-    keep = [i for i, m in enumerate(modes) if m != "LEAF"]
-    true_child = [ref(int(tree_ids[i]), int(trues[i]), "nodes_truenodeids") for i in keep]
-    false_child = [ref(int(tree_ids[i]), int(falses[i]), "nodes_falsenodeids") for i in keep]
     v_tree, v_node, v_id = (_ints(ctx, "%s_%s" % (prefix, s)) for s in ("treeids", "nodeids", "ids"))
     v_weight = _floats(ctx, prefix + "_weights")
     if v_tree is None or v_node is None or v_id is None or v_weight is None:
         raise ctx.error("needs %s_treeids, _nodeids, _ids and _weights" % prefix)
     if not len(v_tree) == len(v_node) == len(v_id) == len(v_weight):
         raise ctx.error("%s_treeids, _nodeids, _ids and _weights differ in length" % prefix)
-    votes = [[] for _ in leaf]
-    for t, nid, target, w in zip(v_tree.tolist(), v_node.tolist(), v_id.tolist(), v_weight.tolist()):
-        key = (t, nid)
-        if key not in leaf:
-            raise ctx.error("%s_nodeids: (tree %d, id %d) is not a LEAF node" % ((prefix,) + key))
-        votes[leaf[key]].append((target, w))
-    leaf_lo = np.zeros(len(leaf) + 1, np.int64)
-    leaf_lo[1:] = np.cumsum([len(v) for v in votes])
-    flat = [v for vs in votes for v in vs]
+    vote_row = nodes.find(v_tree, v_node, None)
+    not_leaf = np.ones(vote_row.size, bool)
+    found = vote_row >= 0
+    not_leaf[found] = ~is_leaf[vote_row[found]]
+    if not_leaf.any():
+        k = int(np.flatnonzero(not_leaf)[0])
+        raise ctx.error("%s_nodeids: (tree %d, id %d) is not a LEAF node" % (prefix, v_tree[k], v_node[k]))
+    vote_leaf = -position[vote_row] - 1
+    order = np.argsort(vote_leaf, kind="stable")          # grouped by leaf, in attribute order
+    leaf_lo = np.zeros(int(is_leaf.sum()) + 1, np.int64)
+    leaf_lo[1:] = np.cumsum(np.bincount(vote_leaf, minlength=leaf_lo.size - 1))
     try:
         return trees_k.Forest(
-            features[keep], values[keep], [_MODES[modes[i]] for i in keep], true_child, false_child,
-            missing[keep] != 0, np.zeros(len(keep) + 1, np.int64), np.zeros(0),
-            [ref(t, key[1], "tree root") for t, key in roots], leaf_lo,
-            [v[0] for v in flat], [v[1] for v in flat], n_targets)
+            features[keep], values[keep], [_MODES[modes[i]] for i in keep.tolist()], true_child, false_child,
+            missing[keep] != 0, np.zeros(keep.size + 1, np.int64), np.zeros(0),
+            roots, leaf_lo, v_id[order], v_weight[order], n_targets)
     except trees_k.ForestError as exc:
         raise ctx.error(str(exc)) from None
+
+
+class _NodeKeys:
+    """Finds the attribute row of (tree id, node id) pairs, all at once: both ids are
+    replaced by their rank among the node list's ids, and rank pairs by one int64."""
+
+    def __init__(self, ctx, tree_ids, node_ids):
+        self.ctx = ctx
+        self.trees = np.unique(tree_ids)
+        self.ids = np.unique(node_ids)
+        keys = np.searchsorted(self.trees, tree_ids) * self.ids.size + np.searchsorted(self.ids, node_ids)
+        self.order = np.argsort(keys, kind="stable")
+        self.sorted = keys[self.order]
+        twice = np.flatnonzero(self.sorted[1:] == self.sorted[:-1])
+        if twice.size:
+            row = int(self.order[twice[0] + 1])
+            raise ctx.error("node (tree %d, id %d) is defined twice" % (tree_ids[row], node_ids[row]))
+
+    def find(self, tree_ids, node_ids, what):
+        """Rows of the pairs; a pair that is not a node is -1, or a named error when
+        `what` names the attribute that refers to it."""
+        tree_ids, node_ids = np.asarray(tree_ids, np.int64), np.asarray(node_ids, np.int64)
+        rows = np.full(tree_ids.size, -1, np.int64)
+        if self.sorted.size:
+            t = np.minimum(np.searchsorted(self.trees, tree_ids), self.trees.size - 1)
+            i = np.minimum(np.searchsorted(self.ids, node_ids), self.ids.size - 1)
+            keys = t * self.ids.size + i
+            at = np.minimum(np.searchsorted(self.sorted, keys), self.sorted.size - 1)
+            found = (self.trees[t] == tree_ids) & (self.ids[i] == node_ids) & (self.sorted[at] == keys)
+            rows[found] = self.order[at[found]]
+        ok = rows >= 0
+        if what is not None and not ok.all():
+            k = int(np.flatnonzero(~ok)[0])
+            raise self.ctx.error("%s of tree %d refers to node id %d, which the tree does not have"
+                                 % (what, tree_ids[k], node_ids[k]))
+        return rows
 
 
 def _post_transform(ctx):

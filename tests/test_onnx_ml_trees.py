@@ -187,6 +187,20 @@ def test_cycle_is_refused_by_name():
         _bad_regressor(edit)
 
 
+def test_a_deep_cycle_is_refused_and_a_shared_subtree_is_not():
+    from caffe2py.kernels.cpu.onnx import trees as trees_k
+    # internal nodes 0 -> 1 -> 2 -> 3 -> 1 (a cycle three levels below the root)
+    true_child = np.array([1, 2, 3, 1])
+    false_child = np.array([-1, -1, -1, -1])
+    with pytest.raises(trees_k.ForestError, match="own descendant"):
+        trees_k._check_acyclic(true_child, false_child, np.array([0]))
+    # 0 -> (1, 2), 1 -> (3, leaf), 2 -> (3, leaf): node 3 has two parents; no cycle
+    trees_k._check_acyclic(np.array([1, 3, 3, -1]), np.array([2, -1, -2, -2]), np.array([0]))
+    # a chain as deep as there are nodes is not a cycle
+    n = 500
+    trees_k._check_acyclic(np.append(np.arange(1, n), -1), np.full(n, -1), np.array([0]))
+
+
 def test_child_outside_the_tree_is_refused():
     def edit(a):
         a["nodes_falsenodeids"][0] = 999

@@ -86,7 +86,21 @@ class Forest:
 
 def _check_acyclic(true_child, false_child, roots):
     """Every walk from a root reaches a leaf: no internal node is its own descendant."""
-    state = np.zeros(true_child.size, np.int8)      # 0 new, 1 on the current path, 2 done
+    # level by level from the roots, all trees at once: acyclic trees run out of
+    # internal nodes within as many levels as there are nodes; a cycle never does
+    frontier = np.unique(roots[roots >= 0])
+    for _ in range(true_child.size + 1):
+        if not frontier.size:
+            return
+        children = np.concatenate([true_child[frontier], false_child[frontier]])
+        frontier = np.unique(children[children >= 0])
+    _name_a_cycle(true_child, false_child, roots)
+
+
+def _name_a_cycle(true_child, false_child, roots):
+    """A depth-first walk that raises naming a node that is its own descendant."""
+    trues, falses = true_child.tolist(), false_child.tolist()
+    state = [0] * len(trues)                     # 0 new, 1 on the current path, 2 done
     for root in roots.tolist():
         if root < 0 or state[root] == 2:
             continue
@@ -98,7 +112,7 @@ def _check_acyclic(true_child, false_child, roots):
                 state[node] = 2
                 continue
             stack.append((node, step + 1))
-            child = int(true_child[node] if step == 0 else false_child[node])
+            child = trues[node] if step == 0 else falses[node]
             if child < 0 or state[child] == 2:
                 continue
             if state[child] == 1:
