@@ -24,7 +24,7 @@ reference-counts array arguments on every call (~0.4 us per bag, measured).
 """
 import numpy as np
 
-from ..runtime.jit import LazyGlobal, compiled, prange
+from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant
 
 vzeros = LazyGlobal(".simd", "vzeros")
 vload = LazyGlobal(".simd", "vload")
@@ -405,3 +405,9 @@ def _relative_offsets_numpy(raw, offsets):
         return b, 0
     offsets[1:r.size] = r[1:] - r[0]
     return -1, int(max(0, steps.max())) if steps.size else 0
+
+
+# one-part lookups (small bags, a one-thread team) run these copies: no parallel region,
+# whose start and join cost more than a few hundred indices take to sum
+first_bad_index_serial = serial_variant(first_bad_index, "first_bad_index_serial")
+bags_serial = serial_variant(bags, "bags_serial")

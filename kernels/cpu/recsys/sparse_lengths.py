@@ -165,7 +165,8 @@ def check_lengths(lengths, n_indices):
 
 def _check_indices(indices, n_rows, parts):
     found = np.empty(parts, np.int64)
-    if loops.first_bad_index(indices, n_rows, parts, found) >= 0:
+    first_bad = loops.first_bad_index if parts > 1 else loops.first_bad_index_serial
+    if first_bad(indices, n_rows, parts, found) >= 0:
         check_indices(indices, n_rows)          # words the error (first bad position)
 
 
@@ -258,10 +259,11 @@ def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, 
         part_rows = np.empty((2 * parts, block), np.float32)
         part_bags = np.full((parts, 2), -1, np.int64)
         wmode = loops.NO_WEIGHTS if weights is None else loops.POSITIONAL if positional else loops.PER_INDEX
-        loops.bags(width, kind, table.ctypes.data, table.strides[0], sb_at, indices.ctypes.data,
-                   0 if weights is None else weights.ctypes.data, wmode, bool(mean), out, tiles, tile_bytes, offsets,
-                   PREFETCH_DISTANCE if row_bytes > 128 else PREFETCH_DISTANCE_SHORT_ROWS, parts, part_rows,
-                   part_bags)
+        sum_bags = loops.bags if parts > 1 else loops.bags_serial
+        sum_bags(width, kind, table.ctypes.data, table.strides[0], sb_at, indices.ctypes.data,
+                 0 if weights is None else weights.ctypes.data, wmode, bool(mean), out, tiles, tile_bytes, offsets,
+                 PREFETCH_DISTANCE if row_bytes > 128 else PREFETCH_DISTANCE_SHORT_ROWS, parts, part_rows,
+                 part_bags)
         if parts > 1:
             loops.merge_partials(out, offsets, bool(mean), part_rows, part_bags)
     return out
