@@ -33,6 +33,14 @@ def _with_absent_inputs(factory):
     return build
 
 
+def present_position(ctx, index):
+    """Where schema input `index` sits among the op's present inputs, for
+    ctx.input_error when optional inputs before it were left empty (its
+    own index when it is absent itself)."""
+    absent = ctx.ints(ABSENT_ARG, []) if ctx.has(ABSENT_ARG) else []
+    return index if index in absent else index - sum(1 for a in absent if a < index)
+
+
 def onnx_op(op_type, *ranges, domain=DOMAIN, doc="", cost=None, args=(), checks=()):
     """Register factory for op_type over the given (since, until) opset ranges;
     cost(ctx, input types) -> registry.Cost feeds the benchmark's flop tables.

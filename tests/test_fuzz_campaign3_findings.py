@@ -53,3 +53,33 @@ def run_onnx(model, inputs):
 def test_onnx_outputs_no_memory_holds_are_refused_by_size_before_allocating(op, inputs, opset, attrs):
     with pytest.raises(Caffe2Error, match=r"%s #0 .*holds \d+ elements \(\d+ bytes\), more than any memory" % op):
         run_onnx(onnx_model(op, inputs, opset, **attrs), inputs)
+
+
+# ----------------------------------------------------------------- ONNX pooling windows, MatMulInteger
+
+def test_onnx_pool_window_larger_than_the_padded_input_is_named():   # onnx:3:18047
+    x = RNG.standard_normal((3, 5, 2, 2))
+    for op, attrs in (("LpPool", dict(p=2)), ("MaxPool", {}), ("AveragePool", {})):
+        with pytest.raises(Caffe2Error, match=r"%s #0 .*kernel_shape \[1, 3\].*larger than the padded input on "
+                                              r"axis 3: a window of 3 over 2 values" % op):
+            run_onnx(onnx_model(op, [("x", x)], 11, kernel_shape=[1, 3], **attrs), [("x", x)])
+    # padding makes room: the window then fits and LpPool is the p-norm of each window
+    got = run_onnx(onnx_model("LpPool", [("x", x)], 11, kernel_shape=[1, 3], pads=[0, 1, 0, 0], p=2), [("x", x)])
+    xp = np.pad(x, [(0, 0), (0, 0), (0, 0), (1, 0)])
+    want = np.sqrt(np.stack([(xp[..., j:j + 3] ** 2).sum(-1) for j in range(1)], -1))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_onnx_matmul_integer_zero_points_must_keep_their_input_shape():   # onnx:3:37896
+    a = RNG.integers(-5, 5, (5, 3)).astype(np.int8)
+    b = RNG.integers(-5, 5, (3,)).astype(np.int8)
+    bad = [("a", a), ("b", b), ("", None), ("bz", np.array([[4]], np.int8))]
+    with pytest.raises(Caffe2Error, match=r"MatMulInteger #0 .*blob 'bz': zero point of shape \[1, 1\] .*B's shape \[3\]"):
+        run_onnx(onnx_model("MatMulInteger", bad, 14), bad)
+    # a per-column zero point of a 2-D B and a per-batch [.., 1, N] one: (A - az) @ (B - bz)
+    b2 = RNG.integers(-5, 5, (2, 3, 4)).astype(np.int8)
+    for bz in (RNG.integers(-3, 3, (4,)).astype(np.int8), RNG.integers(-3, 3, (2, 1, 4)).astype(np.int8)):
+        ins = [("a", a), ("b", b2), ("az", np.array(1, np.int8)), ("bz", bz)]
+        got = run_onnx(onnx_model("MatMulInteger", ins, 14), ins)
+        want = (a.astype(np.int32) - 1) @ (b2.astype(np.int32) - bz.astype(np.int32))
+        assert got.dtype == np.int32 and np.array_equal(got, want)
