@@ -83,3 +83,74 @@ def test_onnx_matmul_integer_zero_points_must_keep_their_input_shape():   # onnx
         got = run_onnx(onnx_model("MatMulInteger", ins, 14), ins)
         want = (a.astype(np.int32) - 1) @ (b2.astype(np.int32) - bz.astype(np.int32))
         assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+# ----------------------------------------------------------------- Caffe2 ops: named errors
+
+@pytest.mark.parametrize("op_type, inputs, args, expected", [
+    # op:3:37622: a dtype rule in Mean's schema
+    ("Mean", {"a": np.zeros((0, 3), object), "b": np.zeros((0, 3), object)}, {},
+     r"Mean #0 .*blob 'a': input 0 must be a tensor of .*float32.*, got object"),
+    # op:3:60603: Caffe2 reads the shape blob as int32 / int64 only
+    ("Reshape", {"x": f32(3), "s": np.array([1.0, 3.0, -np.inf], np.float32)}, {},
+     r"Reshape #0 .*blob 's': input 1 must be a tensor of int32/int64, got float32"),
+    # op:3:68258: every optimizer's scalar inputs (weights, lr) must be numbers
+    ("WeightedSum", {"x": np.array(0.5, np.float16), "w": np.array("a", object)}, {},
+     r"WeightedSum #0 .*blob 'w': weight_0 must hold one value as a number .*got dtype object"),
+    ("SparseAdagrad", {"p": f32(4, 2), "h": f32(4, 2), "i": np.array([1], np.int64), "g": f32(1, 2),
+                       "lr": np.array(["x"], object)}, dict(epsilon=1e-5), r"blob 'lr': .*as a number"),
+])
+def test_schema_and_shared_checks_name_the_problem(op_type, inputs, args, expected):
+    outputs = ("p", "h") if op_type == "SparseAdagrad" else ("Y",)
+    with pytest.raises(Caffe2Error, match=expected):
+        run_op(op_type, inputs, outputs, **args)
+
+
+def test_file_store_handler_on_a_path_through_a_file_is_named(tmp_path):   # op:3:71075
+    (tmp_path / "in0").write_bytes(b"not a directory")
+    path = str(tmp_path / "in0")
+    for p in (path, str(tmp_path / "in0" / "sub")):
+        with pytest.raises(Caffe2Error, match=r"FileStoreHandlerCreate #0 .*'path' = '%s': expected a directory "
+                                              r".*'%s' is a file" % (p, path)):
+            run_op("FileStoreHandlerCreate", {}, ("h",), path=p)
+    # and a path under a directory still works: the folder is made
+    run_op("FileStoreHandlerCreate", {}, ("h",), path=str(tmp_path / "store"), prefix="x")
+    assert (tmp_path / "store").is_dir()
+
+
+# ----------------------------------------------------------------- Caffe2 ops: empty but valid
+
+def test_sinusoid_position_encoding_of_rows_without_columns():   # op:3:15581, op:3:85452
+    for m in (2, 0):
+        y = run_op("SinusoidPositionEncoding", {"p": np.zeros((m, 0), np.int64)}, embedding_size=99)[0]
+        assert y.shape == (m, 0, 99) and y.dtype == np.float32
+
+
+def test_square_root_divide_of_empty_tensors_matches_the_formula():   # op:3:73141
+    for data, scale in ((np.zeros(0, np.float32), np.zeros(0, np.float32)),
+                        (np.zeros((0, 4), np.float32), np.zeros(0, np.int32)),
+                        (np.zeros((3, 0), np.float32), np.array([4, 0, 9], np.int64)),
+                        (f32(3, 2), np.array([4, 0, 9], np.int64))):
+        got = run_op("SquareRootDivide", {"d": data, "s": scale})[0]
+        s = scale.astype(np.float64).reshape((-1,) + (1,) * (data.ndim - 1))
+        want = np.where(s == 0, data, data / np.sqrt(np.where(s == 0, 1, s))).astype(np.float32)
+        assert got.shape == data.shape and np.allclose(got, want, rtol=1e-6)
+
+
+def test_instance_norm_of_empty_tensors():   # op:3:95427
+    x = np.zeros((4, 0, 1, 2), np.float16)
+    y, mean, inv = run_op("InstanceNorm", {"x": x, "s": x, "b": x}, ("y", "m", "r"))
+    assert y.shape == x.shape and mean.shape == inv.shape == (4, 0)
+    # no images: empty everything; channels with no pixels: an empty Y and NaN statistics (0 / 0)
+    for shape in ((0, 3, 2, 2), (2, 3, 0, 5)):
+        x = f32(*shape)
+        y, mean, inv = run_op("InstanceNorm", {"x": x, "s": f32(3), "b": f32(3)}, ("y", "m", "r"))
+        assert y.shape == shape and mean.shape == inv.shape == shape[:2]
+        assert np.isnan(mean).all() and np.isnan(inv).all()
+    # and a normal case against the formula, so the empty-input path changed nothing
+    x, s, b = f32(2, 3, 4, 5), f32(3), f32(3)
+    y = run_op("InstanceNorm", {"x": x, "s": s, "b": b}, epsilon=1e-5)[0]
+    mu = x.mean(axis=(2, 3), keepdims=True)
+    var = x.var(axis=(2, 3), keepdims=True)
+    want = (x - mu) / np.sqrt(var + 1e-5) * s.reshape(1, 3, 1, 1) + b.reshape(1, 3, 1, 1)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
