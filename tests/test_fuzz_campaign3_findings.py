@@ -27,14 +27,14 @@ def f32(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def onnx_model(op, inputs, opset, **attrs):
+def onnx_model(op, inputs, opset, out_type=0, **attrs):
     """A one-node model over named NumPy inputs (an empty name: an absent input)."""
     from onnx import helper
     from onnx.helper import np_dtype_to_tensor_dtype
     vi = [helper.make_tensor_value_info(n, np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
           for n, v in inputs if n]
     node = helper.make_node(op, [n for n, _ in inputs], ["y"], **attrs)
-    graph = helper.make_graph([node], "g", vi, [helper.make_tensor_value_info("y", 0, None)])
+    graph = helper.make_graph([node], "g", vi, [helper.make_tensor_value_info("y", out_type, None)])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
@@ -154,3 +154,30 @@ def test_instance_norm_of_empty_tensors():   # op:3:95427
     var = x.var(axis=(2, 3), keepdims=True)
     want = (x - mu) / np.sqrt(var + 1e-5) * s.reshape(1, 3, 1, 1) + b.reshape(1, 3, 1, 1)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------- the fuzz oracle
+
+def test_fuzz_oracle_compares_only_shapes_of_models_with_random_ops():   # mutate:3:52736
+    pytest.importorskip("onnxruntime")
+    from onnx import helper
+
+    from caffe2py.tools.fuzz import execute
+    from caffe2py.tools.fuzz.cases import Case
+    x = f32(2, 3, 4, 5)
+    # a mutated model with a node retyped to RandomNormalLike:
+    # the spec leaves the generator undefined, so values differ from onnxruntime's by design
+    model = onnx_model("RandomNormalLike", [("x", x)], 6, out_type=1)
+    case = Case("mutate:0:0", "mutate", {"model_onnx": model.SerializeToString(), "inputs": {"x": x}})
+    got = execute.run(case)
+    assert got["class"] == "ran" and got["note"] == "matches_reference_shapes"
+    # a deterministic model is still compared value by value
+    model = onnx_model("Neg", [("x", x)], 6, out_type=1)
+    case = Case("mutate:0:1", "mutate", {"model_onnx": model.SerializeToString(), "inputs": {"x": x}})
+    assert execute.run(case)["note"] == "matches_reference"
+    assert execute.gen_onnx.uses_random_ops(model.SerializeToString()) is False
+    # a random op inside a subgraph counts too
+    branch = helper.make_graph([helper.make_node("RandomUniformLike", ["x"], ["y"])], "branch", [], [])
+    outer = helper.make_model(helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=branch,
+                                                                  else_branch=branch)], "g", [], []))
+    assert execute.gen_onnx.uses_random_ops(outer.SerializeToString()) is True
