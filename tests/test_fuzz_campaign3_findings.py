@@ -181,3 +181,38 @@ def test_fuzz_oracle_compares_only_shapes_of_models_with_random_ops():   # mutat
     outer = helper.make_model(helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=branch,
                                                                   else_branch=branch)], "g", [], []))
     assert execute.gen_onnx.uses_random_ops(outer.SerializeToString()) is True
+
+
+def _while_net(write_condition):
+    sub = caffe2_pb2.NetDef(name="loop")
+    sub.op.extend([core.CreateOperator("ConstantFill", [], ["sub_out"], shape=[2], value=1.0)])
+    if write_condition:
+        sub.op.extend([core.CreateOperator("ConstantFill", [], ["c"], shape=[], value=0.0,
+                                           dtype=core.DataType.BOOL)])
+    op = core.CreateOperator("While", ["c"], [])
+    op.arg.add(name="loop_net").n.CopyFrom(sub)
+    net = caffe2_pb2.NetDef(name="n")
+    net.op.extend([op])
+    return net
+
+
+def test_fuzz_generator_ends_its_while_loops_and_the_oracle_names_endless_ones():   # op:3:5988
+    from caffe2py.tools.fuzz import gen_ops
+    from caffe2py.tools.fuzz.cases import Case, case_rng
+    # every While the generator draws writes its condition in one of its nets
+    drawn = 0
+    for i in range(300):
+        case = gen_ops.generate("op:5:%d" % i, case_rng("op", 5, i), types=["While"])
+        net = caffe2_pb2.NetDef.FromString(case.data["net"])
+        op = net.op[0]
+        loop_args = [a for a in op.arg if a.name in ("loop_net", "cond_net") and a.HasField("n")]
+        if op.input and any(a.name == "loop_net" for a in loop_args):
+            drawn += 1
+            assert any(op.input[0] in o.output for a in loop_args for o in a.n.op)
+    assert drawn > 50
+    feeds = {"c": np.array(True)}
+    endless = Case("op:0:0", "op", {"net": _while_net(False).SerializeToString(), "inputs": feeds})
+    got = gen_ops.run(endless)      # returns at once instead of looping forever
+    assert got["class"] == "skipped" and "neither loop_net nor cond_net writes it" in got["message"]
+    ends = Case("op:0:1", "op", {"net": _while_net(True).SerializeToString(), "inputs": feeds})
+    assert gen_ops.run(ends)["class"] == "ran"
