@@ -6,6 +6,8 @@ they follow onnxruntime, the runtime these models are converted for."""
 import numpy as np
 
 from caffe2py.kernels.cpu.onnx import trees as trees_k
+from caffe2py.registry import Arg
+from caffe2py.schema_rules import Range
 
 from .onnx_base import onnx_op
 
@@ -283,13 +285,17 @@ def _svm_kernel(ctx):
 
 
 def _support_vectors(ctx, n_supports):
+    """The (n_supports, features) support vectors; none when n_supports is 0, which
+    makes the SVM linear and its support_vectors unused (as onnxruntime reads it)."""
+    if not n_supports:
+        return np.zeros((0, 0), np.float64)
     sv = np.asarray(ctx.floats("support_vectors", []), np.float64)
-    if n_supports and sv.size % n_supports:
+    if sv.size % n_supports:
         raise ctx.error("support_vectors (%d values) do not split into %d vectors" % (sv.size, n_supports))
-    return sv.reshape(n_supports, -1) if n_supports else sv.reshape(0, 0)
+    return sv.reshape(n_supports, -1)
 
 
-@onnx_op("SVMRegressor", (1, None), domain=ML)
+@onnx_op("SVMRegressor", (1, None), domain=ML, args=(Arg("n_supports", "int", 0, check=Range(0)),))
 def svm_regressor(ctx):
     n_supports = ctx.int("n_supports", 0)
     sv = _support_vectors(ctx, n_supports)

@@ -216,3 +216,31 @@ def test_fuzz_generator_ends_its_while_loops_and_the_oracle_names_endless_ones()
     assert got["class"] == "skipped" and "neither loop_net nor cond_net writes it" in got["message"]
     ends = Case("op:0:1", "op", {"net": _while_net(True).SerializeToString(), "inputs": feeds})
     assert gen_ops.run(ends)["class"] == "ran"
+
+
+# ----------------------------------------------------------------- seed-11 slice
+
+def _svm_regressor(**attrs):
+    from onnx import TensorProto, helper
+    node = helper.make_node("SVMRegressor", ["x"], ["y"], domain="ai.onnx.ml", **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+
+
+def test_onnx_svm_regressor_support_vector_count():   # onnx:11:335, onnx:11:589
+    x = f32(4, 2)
+    with pytest.raises(Caffe2Error, match=r"SVMRegressor #0 .*'n_supports' must be >= 0, got -1"):
+        run_onnx(_svm_regressor(n_supports=-1, support_vectors=[2.0], coefficients=[1.0]), [("x", x)])
+    # no support vectors counted: a linear SVM, its support_vectors unused: y = x . coef + rho
+    model = _svm_regressor(support_vectors=[1e-4, -1e30], coefficients=[0.5, -2.0], rho=[0.25],
+                           kernel_type="LINEAR", kernel_params=[0.0, 0.0, 0.0])
+    got = run_onnx(model, [("x", x)])
+    want = (x.astype(np.float64) @ np.array([0.5, -2.0]) + 0.25).astype(np.float32)[:, None]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
