@@ -36,6 +36,14 @@ def _rows(ctx, x):
     return x2.astype(np.float64)
 
 
+def _feature_rows(x):
+    """Any X as (N, F) rows: 0-d is one value, 1-D one row, N-D N rows of the rest
+    (F spelled out: reshape(0, -1) is ambiguous for an empty batch)."""
+    if x.ndim < 2:
+        return x.reshape(1, x.size)
+    return x.reshape(x.shape[0], int(np.prod(x.shape[1:], dtype=np.int64)))
+
+
 def _transform(ctx):
     name = ctx.string("post_transform", "NONE")
     if name not in trees_k.POST_TRANSFORMS:
@@ -97,7 +105,7 @@ def imputer(ctx):
     def run(x):
         if (imputed.dtype.kind == "f") != (x.dtype.kind == "f"):
             raise ctx.input_error(0, "X of type %s does not take %s imputed values" % (x.dtype, imputed.dtype))
-        x2 = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1) if x.ndim else x.reshape(1, 1)
+        x2 = _feature_rows(x)
         fill = _per_feature(ctx, "imputed values", imputed, x2.shape[1]).astype(x.dtype)
         hit = np.isnan(x2) if isinstance(replaced, float) and replaced != replaced else x2 == replaced
         return np.where(hit, np.broadcast_to(fill, x2.shape), x2).reshape(x.shape)
@@ -162,7 +170,7 @@ def feature_vectorizer(ctx):
         parts = []
         rows = None
         for pos, (x, d) in enumerate(zip(xs, dims)):
-            x2 = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1) if x.ndim else x.reshape(1, 1)
+            x2 = _feature_rows(x)
             if rows is None:
                 rows = x2.shape[0]
             elif x2.shape[0] != rows:

@@ -244,3 +244,27 @@ def test_onnx_svm_regressor_support_vector_count():   # onnx:11:335, onnx:11:589
         return
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-5)
+
+
+def test_onnx_imputer_and_feature_vectorizer_of_an_empty_batch():   # onnx:11:5102
+    from onnx import TensorProto, helper
+
+    def ml_model(op, n_inputs, **attrs):
+        node = helper.make_node(op, ["x%d" % i for i in range(n_inputs)], ["y"], domain="ai.onnx.ml", **attrs)
+        ins = [helper.make_tensor_value_info("x%d" % i, TensorProto.FLOAT, None) for i in range(n_inputs)]
+        graph = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                       helper.make_opsetid("ai.onnx.ml", 2)])
+
+    x = np.zeros((0, 2, 2), np.float32)
+    imputer = ml_model("Imputer", 1, imputed_value_floats=[1.0, 2.0, 3.0, 4.0], replaced_value_float=0.0)
+    assert run_onnx(imputer, [("x0", x)]).shape == (0, 2, 2)
+    with pytest.raises(Caffe2Error, match=r"Imputer #0 .*imputed values has 2 values; X has 4 features"):
+        run_onnx(ml_model("Imputer", 1, imputed_value_floats=[1.0, 2.0]), [("x0", x)])
+    # and a filled batch against the formula: each feature's replaced value becomes its imputed value
+    x = np.array([[[0.0, 5.0], [0.0, 0.0]]], np.float32)
+    want = np.where(x == 0, np.array([1.0, 2.0, 3.0, 4.0], np.float32).reshape(1, 2, 2), x)
+    assert np.array_equal(run_onnx(imputer, [("x0", x)]), want)
+    vec = ml_model("FeatureVectorizer", 2, inputdimensions=[3, 1])
+    got = run_onnx(vec, [("x0", np.zeros((0, 3), np.float32)), ("x1", np.zeros((0, 1, 1), np.float32))])
+    assert got.shape == (0, 4)
