@@ -9,7 +9,7 @@ from caffe2py.kernels.cpu.onnx import quant as qk
 
 from caffe2py.schema_rules import Rank, Scalar, broadcast_problem
 
-from .onnx_base import axis_of, onnx_op, present_position
+from .onnx_base import axis_of, onnx_op
 
 def _param_axis(ctx, axis, x, scale, block):
     """The quantisation axis; only checked when the scale is per axis or blocked."""
@@ -102,7 +102,7 @@ def matmul_integer(ctx):
             a_zp = a_zp.reshape(-1, 1)
         for k, zp, x, name in ((2, a_zp, a, "A"), (3, b_zp, b, "B")):
             if zp is not None and not _broadcasts_onto(zp.shape, x.shape):
-                raise ctx.input_error(present_position(ctx, k), (
+                raise ctx.input_error(k, (
                     "zero point of shape %s must be one value, one per %s, or broadcast to %s's shape %s "
                     "without changing it" % (list(zp.shape), "row of A" if k == 2 else "column of B", name,
                                              list(x.shape))))
