@@ -268,3 +268,10 @@ def test_onnx_imputer_and_feature_vectorizer_of_an_empty_batch():   # onnx:11:51
     vec = ml_model("FeatureVectorizer", 2, inputdimensions=[3, 1])
     got = run_onnx(vec, [("x0", np.zeros((0, 3), np.float32)), ("x1", np.zeros((0, 1, 1), np.float32))])
     assert got.shape == (0, 4)
+
+
+def test_elementwise_linear_of_an_empty_batch():   # found reading for the reshape(0, -1) pattern
+    a, b = f32(3), f32(3)
+    for x in (np.zeros((0, 3), np.float32), f32(2, 3)):
+        got = run_op("ElementwiseLinear", {"x": x, "a": a, "b": b})[0]
+        assert got.shape == x.shape and np.allclose(got, x * a + b, rtol=1e-6)

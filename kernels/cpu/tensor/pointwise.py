@@ -71,7 +71,7 @@ def prelu(x, slope, channel_axis):
 def elementwise_linear(x, a, b, axis):
     """a * x + b with x viewed as (prod(dims[:axis]), D) and a, b of length D."""
     rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-    x2 = x.reshape(rows, -1)
+    x2 = x.reshape(rows, int(np.prod(x.shape[axis:], dtype=np.int64)))    # -1 is ambiguous with 0 rows
     return (x2 * a + b).astype(x.dtype, copy=False).reshape(x.shape)
 
 
