@@ -29,6 +29,21 @@ class StoreTimeout(Caffe2Error):
     """A store wait ran out of time."""
 
 
+def store_dir_problem(path):
+    """None when `path` is a directory or one can be made there, else why not: the
+    first part of the path that exists but is not a directory."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return None
+        probe = parent
+    if not os.path.isdir(probe):
+        return ("expected a directory (or a path where one can be made), but '%s' is a file, not a "
+                "directory" % probe)
+    return None
+
+
 class FileStoreHandler:
     def __init__(self, path, prefix=""):
         if not path:
@@ -36,6 +51,9 @@ class FileStoreHandler:
         base = os.path.realpath(path)
         if prefix:
             base = os.path.join(base, self._encode(prefix))
+        problem = store_dir_problem(base)
+        if problem:
+            raise Caffe2Error("FileStoreHandler path '%s': %s" % (path, problem))
         os.makedirs(base, exist_ok=True)
         self.base_path = base
         self._torch_stores = {}

@@ -471,6 +471,26 @@ class Broadcast(InputRule):
             for p in positions[1:]) + " and " + _tensor_expr(names[positions[0]], const))
 
 
+# ------------------------------------------------------------------ output sizes
+
+# Far beyond any memory (256 TiB); also keeps byte counts exact in int64.
+MAX_OUTPUT_BYTES = 1 << 48
+
+
+def output_size_problem(shape, itemsize):
+    """None when an output of `shape` and `itemsize` bytes per element could be
+    allocated at all, else a text giving its element and byte counts. Kernels whose
+    output shape comes from arguments or input values (pads, repeats, fills) call it
+    before allocating, so an absurd size is refused by name, not by NumPy's wording."""
+    count = 1
+    for d in shape:                      # Python ints: no int64 wrap-around
+        count *= int(d)
+    if count * int(itemsize) <= MAX_OUTPUT_BYTES:
+        return None
+    return ("the output shape %s holds %d elements (%d bytes), more than any memory holds"
+            % (list(int(d) for d in shape), count, count * int(itemsize)))
+
+
 # ------------------------------------------------------------------ applying rules
 
 def verify_arguments(schema, op_def, label):

@@ -16,6 +16,8 @@ def scalar(ctx, index, value, what="must hold one value"):
     """The one value of a [1] / [] blob (lr, weights, iteration) as a Python number."""
     if not isinstance(value, np.ndarray) or value.size != 1:
         raise ctx.input_error(index, "%s, got shape %s" % (what, list(np.shape(value))))
+    if value.dtype.kind not in "biuf":
+        raise ctx.input_error(index, "%s as a number (float or int), got dtype %s" % (what, value.dtype))
     return value.reshape(-1)[0].item()
 
 

@@ -14,7 +14,7 @@ import itertools
 
 import numpy as np
 
-from caffe2py.distributed import DEFAULT_TIMEOUT_S, CommonWorld, FileStoreHandler
+from caffe2py.distributed import DEFAULT_TIMEOUT_S, CommonWorld, FileStoreHandler, store_dir_problem
 from caffe2py.errors import Caffe2Error
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
@@ -337,7 +337,13 @@ def file_store_handler_create(ctx):
     path, prefix = ctx.string("path"), ctx.string("prefix")
     if not path:
         raise ctx.error("argument 'path' must be given")
-    return lambda: FileStoreHandler(path, prefix)
+
+    def run():
+        problem = store_dir_problem(path)      # checked when it runs: files come and go
+        if problem:
+            raise ctx.error("argument 'path' = '%s': %s" % (path, problem))
+        return FileStoreHandler(path, prefix)
+    return run
 
 
 @register_kernel("StoreSet")

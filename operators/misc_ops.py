@@ -84,8 +84,9 @@ def clip(ctx):
 
 register_schema(OpSchema(
     "Mean", num_inputs=(1, None), num_outputs=1, allow_inplace=lambda i, o: o == 0,
-    inference=same_as_input(0), cost=elementwise_cost,
-    doc="Elementwise mean of the inputs (all of the same shape)."))
+    inference=same_as_input(0), cost=elementwise_cost, checks=(DTypes("*", "numeric"),),
+    doc="Elementwise mean of the inputs (all of the same shape, numeric; Caffe2 takes float and "
+        "double only)."))
 
 
 @register_kernel("Mean")

@@ -15,11 +15,30 @@ DOMAIN = "ai.onnx"
 ABSENT_ARG = "_onnx_absent"
 
 
+class _SchemaIndexed:
+    """The context an ONNX kernel factory sees when optional inputs were left empty:
+    the kernel's arguments follow the schema's input indices (absent ones as None), so
+    `input_error(index, ...)` takes a schema index too and names the blob present at
+    that place (MatMulInteger's b_zero_point after an empty a_zero_point was '#3')."""
+    __slots__ = ("_ctx", "_absent")
+
+    def __init__(self, ctx, absent):
+        self._ctx, self._absent = ctx, absent
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    def input_error(self, index, message):
+        if index in self._absent:
+            return self._ctx.error(message, blob="(input %d, left empty)" % index)
+        return self._ctx.input_error(index - sum(1 for a in self._absent if a < index), message)
+
+
 def _with_absent_inputs(factory):
     def build(ctx):
         check_arity(ctx)
-        run = factory(ctx)
         absent = ctx.ints(ABSENT_ARG, []) if ctx.has(ABSENT_ARG) else []
+        run = factory(_SchemaIndexed(ctx, absent) if absent else ctx)
         if not absent:
             return run
         total = ctx.n_inputs + len(absent)

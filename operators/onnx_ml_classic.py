@@ -7,6 +7,8 @@ import numpy as np
 
 from caffe2py.kernels.cpu.onnx import svm_probability
 from caffe2py.kernels.cpu.onnx import trees as trees_k
+from caffe2py.registry import Arg
+from caffe2py.schema_rules import Range
 
 from .onnx_base import onnx_op
 
@@ -33,6 +35,14 @@ def _rows(ctx, x):
     if x2.ndim != 2:
         raise ctx.input_error(0, "X must have rank 1 or 2, got shape %s" % list(x.shape))
     return x2.astype(np.float64)
+
+
+def _feature_rows(x):
+    """Any X as (N, F) rows: 0-d is one value, 1-D one row, N-D N rows of the rest
+    (F spelled out: reshape(0, -1) is ambiguous for an empty batch)."""
+    if x.ndim < 2:
+        return x.reshape(1, x.size)
+    return x.reshape(x.shape[0], int(np.prod(x.shape[1:], dtype=np.int64)))
 
 
 def _transform(ctx):
@@ -96,7 +106,7 @@ def imputer(ctx):
     def run(x):
         if (imputed.dtype.kind == "f") != (x.dtype.kind == "f"):
             raise ctx.input_error(0, "X of type %s does not take %s imputed values" % (x.dtype, imputed.dtype))
-        x2 = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1) if x.ndim else x.reshape(1, 1)
+        x2 = _feature_rows(x)
         fill = _per_feature(ctx, "imputed values", imputed, x2.shape[1]).astype(x.dtype)
         hit = np.isnan(x2) if isinstance(replaced, float) and replaced != replaced else x2 == replaced
         return np.where(hit, np.broadcast_to(fill, x2.shape), x2).reshape(x.shape)
@@ -161,7 +171,7 @@ def feature_vectorizer(ctx):
         parts = []
         rows = None
         for pos, (x, d) in enumerate(zip(xs, dims)):
-            x2 = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1) if x.ndim else x.reshape(1, 1)
+            x2 = _feature_rows(x)
             if rows is None:
                 rows = x2.shape[0]
             elif x2.shape[0] != rows:
@@ -284,13 +294,17 @@ def _svm_kernel(ctx):
 
 
 def _support_vectors(ctx, n_supports):
+    """The (n_supports, features) support vectors; none when n_supports is 0, which
+    makes the SVM linear and its support_vectors unused (as onnxruntime reads it)."""
+    if not n_supports:
+        return np.zeros((0, 0), np.float64)
     sv = np.asarray(ctx.floats("support_vectors", []), np.float64)
-    if n_supports and sv.size % n_supports:
+    if sv.size % n_supports:
         raise ctx.error("support_vectors (%d values) do not split into %d vectors" % (sv.size, n_supports))
-    return sv.reshape(n_supports, -1) if n_supports else sv.reshape(0, 0)
+    return sv.reshape(n_supports, -1)
 
 
-@onnx_op("SVMRegressor", (1, None), domain=ML)
+@onnx_op("SVMRegressor", (1, None), domain=ML, args=(Arg("n_supports", "int", 0, check=Range(0)),))
 def svm_regressor(ctx):
     n_supports = ctx.int("n_supports", 0)
     sv = _support_vectors(ctx, n_supports)

@@ -38,6 +38,21 @@ def _geometry(ctx, x, kernel):
     return strides, pads, dilations
 
 
+def _pool_geometry(ctx, x, kernel):
+    """_geometry for the pooling ops, with every dilated window fitting the padded
+    input (a pool has at least one output per axis; onnxruntime refuses the rest)."""
+    strides, pads, dilations = _geometry(ctx, x, kernel)
+    k = len(kernel)
+    for i in range(k):
+        padded = x.shape[2 + i] + pads[i] + pads[k + i]
+        window = (kernel[i] - 1) * dilations[i] + 1
+        if window > padded:
+            raise ctx.input_error(0, "kernel_shape %s (dilations %s) is larger than the padded input on axis %d: "
+                                     "a window of %d over %d values (input shape %s, pads %s)"
+                                  % (list(kernel), list(dilations), 2 + i, window, padded, list(x.shape), list(pads)))
+    return strides, pads, dilations
+
+
 def _check_rank(ctx, x, k, what="input"):
     if x.ndim != k + 2:
         raise ctx.input_error(0, "%s of shape %s should have rank %d (N, C and %d spatial dims)"
@@ -176,7 +191,7 @@ def max_pool(ctx):
 
     def run(x):
         _check_rank(ctx, x, len(kernel))
-        strides, pads, dilations = _geometry(ctx, x, kernel)
+        strides, pads, dilations = _pool_geometry(ctx, x, kernel)
         try:
             if with_indices:
                 return nn_k.max_pool_with_indices(x, kernel, strides, pads, dilations, ceil_mode, storage_order)
@@ -197,7 +212,7 @@ def average_pool(ctx):
 
     def run(x):
         _check_rank(ctx, x, len(kernel))
-        strides, pads, dilations = _geometry(ctx, x, kernel)
+        strides, pads, dilations = _pool_geometry(ctx, x, kernel)
         try:
             if dilated:
                 return nn_k.average_pool_dilated(x, kernel, strides, pads, dilations, include_pad, ceil_mode)
@@ -215,7 +230,7 @@ def lp_pool(ctx):
 
     def run(x):
         _check_rank(ctx, x, len(kernel))
-        strides, pads, dilations = _geometry(ctx, x, kernel)
+        strides, pads, dilations = _pool_geometry(ctx, x, kernel)
         return nn_k.lp_pool(x, kernel, strides, pads, dilations, p)
     return run
 

@@ -85,15 +85,27 @@ def _centered(v, zp):
     return v.astype(np.int32) - (0 if zp is None else np.asarray(zp).astype(np.int32))
 
 
+def _broadcasts_onto(small, shape):
+    """True when `small` broadcasts to `shape` and leaves it as it is."""
+    return (len(small) <= len(shape) and broadcast_problem([tuple(shape), tuple(small)]) is None
+            and np.broadcast_shapes(tuple(shape), tuple(small)) == tuple(shape))
+
+
 @onnx_op("MatMulInteger", (10, None))
 def matmul_integer(ctx):
     def run(a, b, a_zp=None, b_zp=None):
         _matmul_shapes(ctx, a, b)
-        for k, zp, size in ((2, a_zp, a.shape[-2] if a.ndim > 1 else 1), (3, b_zp, b.shape[-1])):
-            if zp is not None and zp.size not in (1, size):
-                raise ctx.input_error(k, "zero point must hold 1 or %d values, got shape %s"
-                                      % (size, list(zp.shape)))
-        a_zp = None if a_zp is None else (a_zp if a_zp.size == 1 else a_zp.reshape(-1, 1))
+        # a zero point is a scalar, a 1-D tensor of one value per row of A / column of B,
+        # or an N-D tensor per matrix of a batch ([..., M, 1] / [..., 1, N]): whatever it
+        # is, it must broadcast to its input's shape without changing that shape
+        if a_zp is not None and a_zp.ndim == 1 and a.ndim > 1 and a_zp.size == a.shape[-2]:
+            a_zp = a_zp.reshape(-1, 1)
+        for k, zp, x, name in ((2, a_zp, a, "A"), (3, b_zp, b, "B")):
+            if zp is not None and not _broadcasts_onto(zp.shape, x.shape):
+                raise ctx.input_error(k, (
+                    "zero point of shape %s must be one value, one per %s, or broadcast to %s's shape %s "
+                    "without changing it" % (list(zp.shape), "row of A" if k == 2 else "column of B", name,
+                                             list(x.shape))))
         return np.matmul(_centered(a, a_zp), _centered(b, b_zp)).astype(np.int32)
     return run
 

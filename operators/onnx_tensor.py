@@ -10,7 +10,7 @@ from caffe2py.kernels.cpu.onnx import tensor as tk
 from caffe2py.tensors import tensor_to_numpy
 
 from caffe2py.registry import Arg
-from caffe2py.schema_rules import Axis, Broadcast, OneOf, Range, Rank, Scalar
+from caffe2py.schema_rules import Axis, Broadcast, OneOf, Range, Rank, Scalar, output_size_problem
 
 from .onnx_base import axis_of, onnx_op
 
@@ -43,6 +43,13 @@ def constant(ctx):
     return lambda: value
 
 
+def _refuse_huge(ctx, index, shape, dtype):
+    """Refuse by name an output whose shape, read from input `index`, no memory holds."""
+    problem = output_size_problem(shape, np.dtype(dtype).itemsize)
+    if problem:
+        raise ctx.input_error(index, problem)
+
+
 @onnx_op("ConstantOfShape", (9, None))
 def constant_of_shape(ctx):
     fill = tensor_to_numpy(ctx.tensor("value")).reshape(-1) if ctx.has("value") else \
@@ -54,6 +61,7 @@ def constant_of_shape(ctx):
         dims = _ints(shape)
         if any(d < 0 for d in dims):
             raise ctx.input_error(0, "shape %s has a negative dimension" % dims)
+        _refuse_huge(ctx, 0, dims, fill.dtype)
         return np.full(dims, fill[0], dtype=fill.dtype)
     return run
 
@@ -293,6 +301,9 @@ def pad(ctx):
             d = int(np.argmin(out))
             raise ctx.error("pads %s would give dim %d a negative size (%d + %d + %d = %d) for input shape %s"
                             % (p, d, x.shape[d], p[d], p[d + x.ndim], out[d], list(x.shape)))
+        too_big = output_size_problem(out, x.dtype.itemsize)
+        if too_big:
+            raise ctx.error("pads %s on input shape %s: %s" % (list(p), list(x.shape), too_big))
         try:
             return tk.pad(x, p, mode, v).astype(x.dtype, copy=False)
         except ValueError as exc:
@@ -318,6 +329,7 @@ def tile(ctx):
             raise ctx.input_error(1, "repeats has %d values for a rank-%d input" % (len(reps), x.ndim))
         if min(reps, default=0) < 0:
             raise ctx.input_error(1, "repeats must not be negative, got %s" % reps)
+        _refuse_huge(ctx, 1, [d * r for d, r in zip(x.shape, reps)], x.dtype)
         return np.tile(x, reps)
     return run
 
@@ -330,6 +342,7 @@ def expand(ctx):
             target = np.broadcast_shapes(x.shape, tuple(dims))
         except ValueError:
             raise ctx.input_error(1, "shape %s does not broadcast with input %s" % (dims, list(x.shape))) from None
+        _refuse_huge(ctx, 1, target, x.dtype)
         return np.broadcast_to(x, target).copy()
     return run
 

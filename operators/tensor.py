@@ -64,7 +64,8 @@ register_schema(OpSchema(
     "Reshape", num_inputs=(1, 2), num_outputs=(1, 2), allow_inplace={(0, 0)},
     args=(Arg("shape", "ints", None, doc="new shape; 0 copies a dim, one -1 is inferred"),),
     inference=_reshape_infer, inputs=("data", "new_shape"), outputs=("reshaped", "old_shape"),
-    doc="Reshape to `shape` (or input 1's values); output 1 holds the old shape (int64)."))
+    checks=(DTypes(1, "int32/64"),),     # as Caffe2 dispatches on the shape blob
+    doc="Reshape to `shape` (or input 1's int32/int64 values); output 1 holds the old shape (int64)."))
 
 
 @register_kernel("Reshape")

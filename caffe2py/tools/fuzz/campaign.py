@@ -134,6 +134,14 @@ def replay(case_id):
     if case is None:
         return {"class": "skipped", "case": case_id}
     print("case %s: %s" % (case_id, case.summary), file=sys.stderr)
-    result = execute.run(case)
+    # in a scratch folder, as the pool's workers run: ops that write files (stores,
+    # DBs) must not litter the caller's checkout, nor find its files in their way
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="caffe2py-replay-") as scratch:
+        os.chdir(scratch)
+        try:
+            result = execute.run(case, workdir=scratch)
+        finally:
+            os.chdir(here)
     result["case"] = case_id
     return result

@@ -201,6 +201,26 @@ def run_ours(model_bytes, feeds):
     return outcome("ran"), list(outputs)
 
 
+def uses_random_ops(model_bytes):
+    """True when any node of the model (subgraphs included) is a random op. The ONNX
+    spec leaves the generator undefined, so such a model's values can differ from
+    onnxruntime's whatever the seed: only shapes and dtypes are compared. Mutated
+    models get random ops by retyping nodes (mutate:3:52736: a RandomNormalLike)."""
+    try:
+        import onnx
+        model = onnx.load_model_from_string(model_bytes)
+    except Exception:  # noqa: BLE001 - unreadable: neither side will run it
+        return False
+
+    def graphs(graph):
+        yield graph
+        for node in graph.node:
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    yield from graphs(sub)
+    return any(node.op_type in RANDOM_OPS for g in graphs(model.graph) for node in g.node)
+
+
 def run_reference(model_bytes, feeds):
     """onnxruntime's outputs, or None when it refuses the model or is absent."""
     try:

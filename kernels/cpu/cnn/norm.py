@@ -66,11 +66,14 @@ def instance_norm(x, scale, bias, epsilon=1e-5, return_stats=False):
     if np.size(scale) != c or np.size(bias) != c:
         raise ValueError("scale and bias need %d elements (channels), got %d and %d"
                          % (c, np.size(scale), np.size(bias)))
-    flat = x.reshape(n, c, -1).astype(np.float64 if x.dtype == np.float64 else np.float32, copy=False)
-    mean = flat.mean(axis=2, keepdims=True)
-    centered = flat - mean
-    var = np.mean(np.square(centered), axis=2, keepdims=True)
-    inv_std = 1.0 / np.sqrt(var + epsilon)
+    spatial = int(np.prod(x.shape[2:], dtype=np.int64))     # explicit: -1 is ambiguous when n * c == 0
+    flat = x.reshape(n, c, spatial).astype(np.float64 if x.dtype == np.float64 else np.float32, copy=False)
+    count = flat.shape[2]
+    with np.errstate(invalid="ignore", divide="ignore"):   # no spatial values: NaN stats, as Caffe2's 0 / 0
+        mean = flat.sum(axis=2, keepdims=True) / flat.dtype.type(count)
+        centered = flat - mean
+        var = np.square(centered).sum(axis=2, keepdims=True) / flat.dtype.type(count)
+        inv_std = 1.0 / np.sqrt(var + epsilon)
     y = centered * (np.asarray(scale, centered.dtype).reshape(1, c, 1) * inv_std)
     y += np.asarray(bias, centered.dtype).reshape(1, c, 1)
     y = y.reshape(x.shape).astype(x.dtype, copy=False)

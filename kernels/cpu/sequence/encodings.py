@@ -12,6 +12,8 @@ def sinusoid_position_encoding(positions, size, alpha, amplitude):
     size)) for even k, amplitude * cos(...) for odd k. Computed directly rather than
     through log(p) as Caffe2 does, so position 0 gives sin 0 / cos 0 instead of NaN."""
     m, k = positions.shape
+    if k == 0:                       # no column 0 to read: an empty [M, 0, size] result
+        return np.zeros((m, 0, size), F32)
     p = positions[:, 0].astype(F32)[:, None]
     rates = np.exp(-F32(math.log(alpha)) * np.arange(size, dtype=F32) / F32(size)).astype(F32)
     angles = p * rates[None, :]

@@ -71,7 +71,7 @@ def prelu(x, slope, channel_axis):
 def elementwise_linear(x, a, b, axis):
     """a * x + b with x viewed as (prod(dims[:axis]), D) and a, b of length D."""
     rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-    x2 = x.reshape(rows, -1)
+    x2 = x.reshape(rows, int(np.prod(x.shape[axis:], dtype=np.int64)))    # -1 is ambiguous with 0 rows
     return (x2 * a + b).astype(x.dtype, copy=False).reshape(x.shape)
 
 
@@ -79,4 +79,5 @@ def square_root_divide(x, scale):
     """Row i of x divided by sqrt(scale[i]); rows with scale 0 are copied."""
     s = scale.astype(np.float64)
     multiplier = np.where(s == 0, 1.0, 1.0 / np.sqrt(np.where(s == 0, 1.0, s))).astype(x.dtype)
-    return (x.reshape(len(scale), -1) * multiplier[:, None]).reshape(x.shape)
+    row = int(np.prod(x.shape[1:], dtype=np.int64))     # explicit: -1 is ambiguous with 0 rows
+    return (x.reshape(len(scale), row) * multiplier[:, None]).reshape(x.shape)
