@@ -78,6 +78,9 @@ def argument_value(arg):
     return []  # an Argument with only a name: an empty list in Caffe2's reading
 
 
+# Caffe2 stores ints as int64: a whole float beyond that is no int argument
+_INT64_LIMIT = 2.0 ** 63
+
 class ArgumentHelper:
     """Reads an OperatorDef's arguments by name, with defaults and type checks."""
 
@@ -102,7 +105,7 @@ class ArgumentHelper:
             return default
         if arg.HasField("i"):
             return int(arg.i)
-        if arg.HasField("f") and float(arg.f).is_integer():
+        if arg.HasField("f") and float(arg.f).is_integer() and abs(arg.f) < _INT64_LIMIT:
             return int(arg.f)
         self._fail(name, "an int", arg)
 
@@ -136,7 +139,7 @@ class ArgumentHelper:
             return list(arg.ints)
         if arg.HasField("i"):
             return [int(arg.i)]
-        if len(arg.floats) and all(float(v).is_integer() for v in arg.floats):
+        if len(arg.floats) and all(float(v).is_integer() and abs(v) < _INT64_LIMIT for v in arg.floats):
             return [int(v) for v in arg.floats]
         if not arg.floats and not arg.strings and not arg.HasField("f") and not arg.HasField("s"):
             return []

@@ -335,6 +335,8 @@ class BlobAssembler:
         if blob_proto.HasField("content_num_chunks"):
             raise SerializationError("blob '%s': chunked content of type '%s' is not supported"
                                      % (name, blob_proto.type))
+        if blob_proto.type == TENSOR_BLOB_TYPE and not blob_proto.HasField("tensor"):
+            raise SerializationError("blob '%s': its type is Tensor but the record has no tensor" % name)
         if not blob_proto.HasField("tensor") or blob_proto.type != TENSOR_BLOB_TYPE:
             if name in self:
                 raise SerializationError("blob '%s' appears twice in the db" % name)
@@ -401,6 +403,8 @@ class BlobAssembler:
 def deserialize_blob(blob_proto, name=None):
     """The value of one complete BlobProto (a whole tensor, a string, a registered type)."""
     name = name or blob_proto.name
+    if blob_proto.type == TENSOR_BLOB_TYPE and not blob_proto.HasField("tensor"):
+        raise SerializationError("blob '%s': its type is Tensor but the record has no tensor" % name)
     if blob_proto.type == TENSOR_BLOB_TYPE or (not blob_proto.type and blob_proto.HasField("tensor")):
         assembler = BlobAssembler()
         proto = blob_proto

@@ -187,6 +187,9 @@ def pad_image(ctx):
 
     def run(x):
         _padded_dims(ctx, x.shape, True)
+        if mode == "constant" and x.dtype.kind in "iu" and not (
+                float(value).is_integer() and np.iinfo(x.dtype).min <= value <= np.iinfo(x.dtype).max):
+            raise ctx.input_error(0, "is %s; the pad value %r is not one of its values" % (x.dtype, value))
         for axis, before, after in ((axes[0], pads[0], pads[2]), (axes[1], pads[1], pads[3])):
             if mode == "reflect" and max(before, after) >= x.shape[axis]:
                 raise ctx.input_error(0, "reflect padding %s needs each pad below the dim's size; dim %d "

@@ -151,6 +151,11 @@ def constant_fill(ctx):
         value = ctx.string("value", "")
     elif isinstance(value, (str, bytes)):
         raise ctx.error("argument 'value' is a string but dtype is %s" % DT.DataType.Name(code))
+    elif isinstance(value, (list, tuple)):
+        raise ctx.error("argument 'value' must be one value, got a list of %d" % len(value))
+    elif np.dtype(dtype).kind in "iu" and not (
+            float(value).is_integer() and np.iinfo(dtype).min <= value <= np.iinfo(dtype).max):
+        raise ctx.error("argument 'value' %r is not a %s value" % (value, DT.DataType.Name(code)))
     scalar_only = ctx.bool("require_scalar_input", False)
 
     def fill(shape, inputs):

@@ -265,9 +265,18 @@ def _pool_geometry(ctx, spatial):
     kernel, strides, pads, dil = conv_geometry(ctx, rank)
     if ctx.bool("global_pooling"):
         return list(spatial), [1] * rank, [0] * (2 * rank), [1] * rank, False
+    _check_pads_below_kernel(ctx, kernel, pads)
     legacy = ctx.int("legacy_pad", 0)
     pads = legacy_pads(legacy, spatial, kernel, strides, dil, pads)
     return kernel, strides, pads, dil, legacy == LEGACY_CAFFE_POOLING or ctx.bool("ceil_mode")
+
+
+def _check_pads_below_kernel(ctx, kernel, pads):
+    """Caffe2's PoolOp (and onnxruntime's pools) refuse a pad as large as the kernel:
+    a window wholly in padding has no input value to pool."""
+    k = len(kernel)
+    if any(pads[i] >= kernel[i] or pads[k + i] >= kernel[i] for i in range(k)):
+        raise ctx.error("pads %s: each pad must be smaller than the kernel %s" % (list(pads), list(kernel)))
 
 
 def _pool_infer(ctx, ins):

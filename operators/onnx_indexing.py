@@ -140,6 +140,21 @@ def reverse_sequence(ctx):
     return run
 
 
+def _unique_slices(x, axis):
+    """np.unique(..., axis=axis) for object (string) tensors: slices compared as tuples,
+    in lexicographic order of their flattened values, as NumPy orders numeric slices."""
+    keys = [tuple(s.ravel().tolist()) for s in np.moveaxis(x, axis, 0)]
+    ordered = sorted(set(keys))
+    rank = {k: i for i, k in enumerate(ordered)}
+    inverse = np.array([rank[k] for k in keys], np.int64)
+    first = np.full(len(ordered), -1, np.int64)
+    for i, r in enumerate(inverse.tolist()):
+        if first[r] < 0:
+            first[r] = i
+    counts = np.bincount(inverse, minlength=len(ordered))
+    return np.take(x, first, axis=axis), first, inverse, counts
+
+
 @onnx_op("Unique", (11, None))
 def unique(ctx):
     axis = ctx.int("axis", None)
@@ -147,8 +162,11 @@ def unique(ctx):
 
     def run(x):
         a = None if axis is None else axis_of(ctx, axis, x.ndim)
-        values, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True,
-                                                   return_counts=True, axis=a)
+        if a is not None and x.dtype == object:       # strings: NumPy's axis mode takes numbers only
+            values, first, inverse, counts = _unique_slices(x, a)
+        else:
+            values, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True,
+                                                       return_counts=True, axis=a)
         inverse = inverse.reshape(-1)
         if not ordered:   # order of first occurrence
             order = np.argsort(first, kind="stable")

@@ -299,7 +299,7 @@ def _support_vectors(ctx, n_supports):
     if not n_supports:
         return np.zeros((0, 0), np.float64)
     sv = np.asarray(ctx.floats("support_vectors", []), np.float64)
-    if sv.size % n_supports:
+    if sv.size < n_supports or sv.size % n_supports:
         raise ctx.error("support_vectors (%d values) do not split into %d vectors" % (sv.size, n_supports))
     return sv.reshape(n_supports, -1)
 

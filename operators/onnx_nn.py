@@ -43,6 +43,9 @@ def _pool_geometry(ctx, x, kernel):
     input (a pool has at least one output per axis; onnxruntime refuses the rest)."""
     strides, pads, dilations = _geometry(ctx, x, kernel)
     k = len(kernel)
+    if any(pads[i] >= kernel[i] or pads[k + i] >= kernel[i] for i in range(k)):
+        # onnxruntime's rule (a window wholly in padding has nothing to pool)
+        raise ctx.error("pads %s: each pad must be smaller than kernel_shape %s" % (list(pads), list(kernel)))
     for i in range(k):
         padded = x.shape[2 + i] + pads[i] + pads[k + i]
         window = (kernel[i] - 1) * dilations[i] + 1

@@ -141,6 +141,8 @@ def squeeze(ctx):
         if not ax:
             return x.reshape([d for d in x.shape if d != 1])
         ax = [axis_of(ctx, a, x.ndim) for a in ax]
+        if len(set(ax)) != len(ax):
+            raise ctx.error("axes %s name an axis of a rank-%d input more than once" % (_ints(ax), x.ndim))
         for a in ax:
             if x.shape[a] != 1:
                 raise ctx.input_error(0, "cannot squeeze axis %d of shape %s (size is not 1)" % (a, list(x.shape)))

@@ -208,11 +208,24 @@ def test_onnx_maxpool_far_reaching_dilated_windows_match_the_reference():
 
     from caffe2py.onnx import backend
     x = f32(1, 2, 6, 6)
-    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[40, 3], strides=[1, 2], pads=[40, 1, 40, 1],
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[40, 3], strides=[1, 2], pads=[39, 1, 39, 1],
                             dilations=[2, 1])
     got = backend.run_node(node, [x], opset_version=13)[0]
-    want = _pool_reference(x, (40, 3), (1, 2), (40, 1, 40, 1), "max", dilations=(2, 1))
+    want = _pool_reference(x, (40, 3), (1, 2), (39, 1, 39, 1), "max", dilations=(2, 1))
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("pads", [[40, 1, 0, 1], [0, 1, 0, 3]])
+def test_pool_pads_as_large_as_the_kernel_are_refused_as_caffe2_and_onnxruntime_do(pads):
+    # fuzz mutate:4:25097: a pad of 2**31 - 1 left a MaxPool computing windows of padding for minutes
+    from onnx import helper
+
+    from caffe2py.onnx import backend
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[40, 3], pads=pads)
+    with pytest.raises(Caffe2Error, match="each pad must be smaller than kernel_shape"):
+        backend.run_node(node, [f32(1, 2, 6, 6)], opset_version=13)
+    with pytest.raises(Caffe2Error, match="each pad must be smaller than the kernel"):
+        run_op("AveragePool", {"X": f32(1, 2, 6, 6)}, kernels=[40, 3], pads=pads)
 
 
 @pytest.mark.parametrize("op_type", ["MaxPool", "AveragePool"])

@@ -20,6 +20,7 @@ class Case:
         import numpy as np
         out = {}
         plain = {k: v for k, v in self.data.items() if isinstance(v, (str, int, float, bool, type(None)))}
+        plain.update({k: _to_json(v) for k, v in self.data.items() if isinstance(v, (list, tuple))})
         out["case.json"] = json.dumps({"case_id": self.case_id, "family": self.family, "summary": self.summary,
                                        "data": plain}, indent=1).encode()
         for key, value in self.data.items():
@@ -30,6 +31,25 @@ class Case:
                 np.savez(buf, **{k.replace("/", "_"): v for k, v in value.items()}, allow_pickle=True)
                 out[key + ".npz"] = buf.getvalue()
         return out
+
+
+def _to_json(value):
+    """Lists of steps (the api family's) as JSON: bytes as {"bytes": hex}, tuples as lists."""
+    if isinstance(value, (bytes, bytearray)):
+        return {"bytes": bytes(value).hex()}
+    if isinstance(value, (list, tuple)):
+        return [_to_json(v) for v in value]
+    if hasattr(value, "item"):                  # NumPy scalars
+        return value.item()
+    return value
+
+
+def _from_json(value):
+    if isinstance(value, dict) and set(value) == {"bytes"}:
+        return bytes.fromhex(value["bytes"])
+    if isinstance(value, list):
+        return tuple(_from_json(v) for v in value)
+    return value
 
 
 def parse_id(case_id):
@@ -53,7 +73,7 @@ def case_from_folder(folder):
     import numpy as np
     with open(os.path.join(folder, "case.json")) as f:
         meta = json.load(f)
-    data = dict(meta["data"])
+    data = {k: list(_from_json(v)) if isinstance(v, list) else v for k, v in meta["data"].items()}
     for name in sorted(os.listdir(folder)):
         key, ext = os.path.splitext(name)
         path = os.path.join(folder, name)

@@ -110,6 +110,25 @@ def conv_output_size(size, kernel, stride, pad_begin, pad_end, dilation):
     return (size + pad_begin + pad_end - ((kernel - 1) * dilation + 1)) // stride + 1
 
 
+# Far beyond any memory (256 TiB). A window op with absurd pads would otherwise reach
+# NumPy's own refusal, worded for NumPy's developers, or wrap around in int64.
+MAX_ARRAY_BYTES = 1 << 48
+
+
+def check_window_sizes(x_shape, out_shape, pads, itemsize):
+    """ValueError, before anything is allocated, when the padded input or the output of
+    a window op (conv, pool) could not exist in any memory."""
+    k = len(pads) // 2
+    padded = tuple(x_shape[:2]) + tuple(int(x_shape[2 + i]) + int(pads[i]) + int(pads[k + i]) for i in range(k))
+    for what, shape in (("the padded input", padded), ("the output", tuple(out_shape))):
+        count = 1
+        for d in shape:                       # Python ints: no wrap-around
+            count *= max(int(d), 0)
+        if count * itemsize > MAX_ARRAY_BYTES:
+            raise ValueError("pads %s make %s %s: %d bytes, more than any memory holds"
+                             % (list(pads), what, list(shape), count * itemsize))
+
+
 def offset_view(xp, offset, dilations, strides, out_spatial, lead=1):
     """Strided view of xp (lead dims, *padded) holding the input each output position
     reads at kernel offset `offset`."""
@@ -206,6 +225,7 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     if c != w_shape[1] * group or m % group:
         raise ValueError("filter of shape %s with group %d does not fit %d input channels"
                          % (list(w_shape), group, c))
+    check_window_sizes(x_shape, (n, m) + out_spatial, pads, np.dtype(dtype).itemsize)
     plan = _Plan()
     plan.out_shape = (n, m) + out_spatial
     plan.fuses_output = True

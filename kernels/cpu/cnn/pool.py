@@ -30,7 +30,7 @@ import functools
 
 import numpy as np
 
-from .conv import default_scratch, padded_image
+from .conv import check_window_sizes, default_scratch, padded_image
 from ..runtime.jit import compiled, prange, team_blocks
 
 
@@ -68,6 +68,8 @@ def _check(x, kernel, strides, pads, dilations):
     if any(v <= 0 for v in list(kernel) + list(strides) + list(dilations)):
         raise ValueError("kernel %s, strides %s and dilations %s must be positive"
                          % (list(kernel), list(strides), list(dilations)))
+    out = pool_output_shape(x.shape[2:], kernel, strides, pads, dilations, False)
+    check_window_sizes(x.shape, x.shape[:2] + tuple(out), pads, x.itemsize)
 
 
 def _reduce_windows(x, kernel, strides, pads, dilations, ceil_mode, fill, combine, scratch):
