@@ -1,0 +1,249 @@
+"""caffe2.python.data_parallel_model on CPU devices: data-parallel SGD equals
+single-device SGD on the concatenated batch (checked against torch), dense and sparse
+gradients, a trimmed resnet50_trainer.py, and the named errors."""
+import numpy as np
+import pytest
+
+from caffe2py import brew, core, data_parallel_model, model_helper, optimizer, workspace
+from caffe2py.errors import Caffe2Error
+from caffe2py.proto import caffe2_pb2
+
+torch = pytest.importorskip("torch")
+
+DEVICES = [0, 1]
+
+
+@pytest.fixture(autouse=True)
+def fresh_workspace():
+    workspace.ResetWorkspace()
+    optimizer.reset_optimizer_instance_count()
+    yield
+    workspace.ResetWorkspace()
+
+
+def _fetch(name):
+    return np.array(workspace.FetchBlob(name))
+
+
+# ----------------------------------------------------------------- dense: an MLP
+
+def _mlp_model(momentum):
+    model = model_helper.ModelHelper(name="mlp")
+
+    def add_input(model):
+        return None  # the test feeds cpu_i/data and cpu_i/label
+
+    def forward(model, loss_scale):
+        hidden = brew.fc(model, "data", "fc1", dim_in=5, dim_out=7)
+        hidden = brew.relu(model, hidden, hidden)
+        logits = brew.fc(model, hidden, "fc2", dim_in=7, dim_out=3)
+        _, loss = model.net.SoftmaxWithLoss([logits, "label"], ["softmax", "loss"])
+        return [model.net.Scale(loss, "scaled_loss", scale=loss_scale)]
+
+    def add_optimizer(model):
+        return optimizer.build_sgd(model, base_learning_rate=0.1, policy="fixed", momentum=momentum)
+
+    data_parallel_model.Parallelize(model, input_builder_fun=add_input, forward_pass_builder_fun=forward,
+                                    optimizer_builder_fun=add_optimizer, devices=DEVICES, cpu_device=True)
+    return model
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_mlp_on_two_cpu_devices_equals_single_device_training_on_the_whole_batch(momentum):
+    model = _mlp_model(momentum)
+    rng = np.random.default_rng(0)
+    # the init net draws each device's parameters, then copies device 0's to device 1
+    data_parallel_model.RunInitNet(model)
+    names = ["fc1_w", "fc1_b", "fc2_w", "fc2_b"]
+    for name in names:
+        np.testing.assert_array_equal(_fetch("cpu_0/" + name), _fetch("cpu_1/" + name))
+    ref = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3)).double()
+    with torch.no_grad():
+        for param, name in zip(ref.parameters(), names):
+            param.copy_(torch.from_numpy(_fetch("cpu_0/" + name).astype(np.float64)))
+    sgd = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=momentum, nesterov=momentum > 0)
+    for _ in range(4):
+        batches = [(rng.standard_normal((4, 5)).astype(np.float32), rng.integers(0, 3, 4).astype(np.int32))
+                   for _ in DEVICES]
+        for device, (x, y) in zip(DEVICES, batches):
+            workspace.FeedBlob("cpu_%d/data" % device, x)
+            workspace.FeedBlob("cpu_%d/label" % device, y)
+        data_parallel_model.RunNet(model, 1)
+        x = torch.from_numpy(np.concatenate([b[0] for b in batches]).astype(np.float64))
+        y = torch.from_numpy(np.concatenate([b[1] for b in batches]).astype(np.int64))
+        sgd.zero_grad()
+        torch.nn.functional.cross_entropy(ref(x), y).backward()
+        sgd.step()
+    for param, name in zip(ref.parameters(), names):
+        np.testing.assert_array_equal(_fetch("cpu_0/" + name), _fetch("cpu_1/" + name))
+        np.testing.assert_allclose(_fetch("cpu_0/" + name), param.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_net_sums_gradients_across_devices_and_copies_them_back():
+    model = _mlp_model(0.0)
+    ops = model.net.Proto().op
+    sums = [op for op in ops if op.type == "Sum" and op.name == "dpm"]
+    assert {tuple(op.input) for op in sums} == {("cpu_0/%s_grad" % p, "cpu_1/%s_grad" % p)
+                                                for p in ("fc1_w", "fc1_b", "fc2_w", "fc2_b")}
+    assert all(list(op.output) == [op.input[0]] for op in sums)
+    copies = {(op.input[0], op.output[0]) for op in ops if op.type == "Copy"}
+    assert ("cpu_0/fc2_w_grad", "cpu_1/fc2_w_grad") in copies
+    init_copies = {(op.input[0], op.output[0]) for op in model.param_init_net.Proto().op if op.type == "Copy"}
+    assert ("cpu_0/fc1_w", "cpu_1/fc1_w") in init_copies
+    scales = [op for op in ops if op.type == "Scale" and not op.is_gradient_op]
+    assert [a.f for op in scales for a in op.arg if a.name == "scale"] == [0.5, 0.5]
+    assert model.net.Proto().type == "dag" and model.net.Proto().num_workers == 8
+
+
+def test_helpers_scripts_call():
+    model = _mlp_model(0.9)
+    assert data_parallel_model.GetDevices(model) == DEVICES
+    assert data_parallel_model.GetLearningRateBlobNames(model) == ["SgdOptimizer_0_lr_cpu"]
+    checkpoint = {str(b) for b in data_parallel_model.GetCheckpointParams(model)}
+    assert {"cpu_0/fc1_w", "cpu_0/fc1_b", "cpu_0/fc2_w", "cpu_0/fc2_b", "cpu_0/fc1_w_momentum",
+            "optimizer_iteration"} <= checkpoint
+    assert not any(b.startswith("cpu_1/") for b in checkpoint)
+    data_parallel_model.RunInitNet(model)
+    data_parallel_model.Synchronize(model)
+    # a checkpoint loaded into device 0 reaches device 1
+    loaded = np.full((7, 5), 3.0, np.float32)
+    workspace.FeedBlob("cpu_0/fc1_w", loaded)
+    data_parallel_model.FinalizeAfterCheckpoint(model, cpu_mode=True)
+    np.testing.assert_array_equal(_fetch("cpu_1/fc1_w"), loaded)
+
+
+def test_convert_net_for_device():
+    net = core.Net("other")
+    net.Relu("x", "y")
+    converted = data_parallel_model.ConvertNetForDevice(net, core.DeviceOption(caffe2_pb2.CPU, 1))
+    op = converted.Proto().op[0]
+    assert list(op.input) == ["cpu_1/x"] and list(op.output) == ["cpu_1/y"]
+    assert op.device_option.device_id == 1
+    assert list(converted.Proto().external_input) == ["cpu_1/x"]
+    assert list(net.Proto().op[0].input) == ["x"]          # the original is untouched
+
+
+def test_forward_only_model_has_no_gradients_and_no_syncs():
+    model = model_helper.ModelHelper(name="test_model", init_params=False)
+
+    def forward(model, loss_scale):  # noqa: ARG001
+        brew.fc(model, "data", "fc1", dim_in=5, dim_out=7)
+        return None
+
+    data_parallel_model.Parallelize_CPU(model, input_builder_fun=lambda m: None, forward_pass_builder_fun=forward,
+                                        devices=DEVICES)
+    assert [op.type for op in model.net.Proto().op] == ["FC", "FC"]
+    assert [op.input[0] for op in model.net.Proto().op] == ["cpu_0/data", "cpu_1/data"]
+    assert [op.device_option.device_id for op in model.net.Proto().op] == [0, 1]
+
+
+# ----------------------------------------------------------------- sparse: an embedding bag
+
+VOCAB, DIM = 6, 3
+
+
+def _embedding_model():
+    model = model_helper.ModelHelper(name="emb")
+
+    def forward(model, loss_scale):
+        table = model.create_param("table", [VOCAB, DIM], ("GaussianFill", {"std": 1.0}), tags="WEIGHT")
+        pooled = model.net.SparseLengthsSum([table, "indices", "lengths"], "pooled")
+        pred = brew.fc(model, pooled, "pred", dim_in=DIM, dim_out=1)
+        dist = model.net.SquaredL2Distance([pred, "target"], "dist")
+        loss = model.net.AveragedLoss(dist, "loss")
+        return [model.net.Scale(loss, "scaled_loss", scale=loss_scale)]
+
+    data_parallel_model.Parallelize(
+        model, input_builder_fun=lambda m: None, forward_pass_builder_fun=forward,
+        optimizer_builder_fun=lambda m: optimizer.build_sgd(m, base_learning_rate=0.2), devices=DEVICES,
+        cpu_device=True)
+    return model
+
+
+def test_sparse_embedding_gradients_across_two_devices_match_single_device_training():
+    model = _embedding_model()
+    grad = model.param_to_grad[core.BlobReference("cpu_0/table")]
+    assert hasattr(grad, "indices")                        # a GradientSlice: the sparse path
+    data_parallel_model.RunInitNet(model)
+    np.testing.assert_array_equal(_fetch("cpu_0/table"), _fetch("cpu_1/table"))
+    table = torch.tensor(_fetch("cpu_0/table").astype(np.float64), requires_grad=True)
+    w = torch.tensor(_fetch("cpu_0/pred_w").astype(np.float64), requires_grad=True)
+    b = torch.tensor(_fetch("cpu_0/pred_b").astype(np.float64), requires_grad=True)
+    sgd = torch.optim.SGD([table, w, b], lr=0.2)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        feeds = []
+        for device in DEVICES:
+            lengths = rng.integers(0, 4, 3).astype(np.int32)
+            # repeated ids inside and across devices: the concatenated update must add them
+            indices = rng.integers(0, VOCAB, int(lengths.sum())).astype(np.int64)
+            target = rng.standard_normal((3, 1)).astype(np.float32)
+            feeds.append((indices, lengths, target))
+            for name, value in zip(("indices", "lengths", "target"), feeds[-1]):
+                workspace.FeedBlob("cpu_%d/%s" % (device, name), value)
+        data_parallel_model.RunNet(model, 1)
+        indices = torch.from_numpy(np.concatenate([f[0] for f in feeds]))
+        lengths = np.concatenate([f[1] for f in feeds])
+        offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64))
+        target = torch.from_numpy(np.concatenate([f[2] for f in feeds]).astype(np.float64))
+        sgd.zero_grad()
+        pooled = torch.nn.functional.embedding_bag(indices, table, offsets, mode="sum")
+        pred = pooled @ w.T + b
+        (0.5 * ((pred - target) ** 2).sum(dim=1)).mean().backward()
+        sgd.step()
+    for name, ref in (("table", table), ("pred_w", w), ("pred_b", b)):
+        np.testing.assert_array_equal(_fetch("cpu_0/" + name), _fetch("cpu_1/" + name))
+        np.testing.assert_allclose(_fetch("cpu_0/" + name), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------- named errors
+
+def _parallelize(**kwargs):
+    model = model_helper.ModelHelper(name="m")
+    args = dict(input_builder_fun=lambda m: None,
+                forward_pass_builder_fun=lambda m, s: [brew.fc(m, "x", "y", 2, 2)],
+                optimizer_builder_fun=lambda m: optimizer.build_sgd(m, 0.1))
+    args.update(kwargs)
+    data_parallel_model.Parallelize(model, **args)
+    return model
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(devices=[], cpu_device=True), "device list is empty"),
+    (dict(devices=[0, 1], cpu_device=True, rendezvous={"num_shards": 2}), "rendezvous"),
+    (dict(devices=[0, 0], cpu_device=True), "distinct"),
+    (dict(devices=[0], cpu_device=True, shared_model=True), "shared_model"),
+    (dict(devices=[0], cpu_device=True, combine_spatial_bn=True), "combine_spatial_bn"),
+    (dict(devices=[0], cpu_device=True, param_update_builder_fun=lambda m: None), "only one of"),
+    (dict(devices=[0], cpu_device=True, forward_pass_builder_fun=lambda m, s: "loss"), "list of loss"),
+])
+def test_named_errors(kwargs, message):
+    with pytest.raises(Caffe2Error, match=message):
+        _parallelize(**kwargs)
+
+
+def test_gpu_devices_without_a_cuda_device_is_an_error(monkeypatch):
+    monkeypatch.setattr(workspace, "NumCudaDevices", lambda: 0)
+    with pytest.raises(Caffe2Error, match="no CUDA device"):
+        _parallelize(devices=[0, 1])
+    with pytest.raises(Caffe2Error, match="no CUDA device"):
+        data_parallel_model.Parallelize_GPU(model_helper.ModelHelper(name="g"), lambda m: None,
+                                            lambda m, s: [], devices=[0])
+
+
+def test_bmuf_and_multi_host_helpers_are_named_as_not_provided():
+    with pytest.raises(Caffe2Error, match="BMUF"):
+        data_parallel_model.Parallelize_BMUF(model_helper.ModelHelper(name="b"), None, None, None)
+    with pytest.raises(Caffe2Error, match="not made data parallel"):
+        data_parallel_model.GetDevices(model_helper.ModelHelper(name="plain"))
+
+
+def test_parameters_created_outside_a_device_scope_are_refused():
+    model = model_helper.ModelHelper(name="outside")
+    with pytest.raises(Caffe2Error, match="cpu_<device>/"):
+        def forward(model, loss_scale):  # noqa: ARG001
+            with core.NameScope("elsewhere", reset=True):
+                return [brew.fc(model, "x", "y", 2, 2)]
+        data_parallel_model.Parallelize(model, lambda m: None, forward,
+                                        optimizer_builder_fun=lambda m: optimizer.build_sgd(m, 0.1),
+                                        devices=DEVICES, cpu_device=True)
