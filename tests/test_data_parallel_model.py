@@ -4,6 +4,7 @@ gradients, a trimmed resnet50_trainer.py, and the named errors."""
 import numpy as np
 import pytest
 
+import caffe2py.compat  # noqa: F401  (the caffe2.python aliases, as a trainer script imports them)
 from caffe2py import brew, core, data_parallel_model, model_helper, optimizer, workspace
 from caffe2py.errors import Caffe2Error
 from caffe2py.proto import caffe2_pb2
@@ -247,3 +248,88 @@ def test_parameters_created_outside_a_device_scope_are_refused():
         data_parallel_model.Parallelize(model, lambda m: None, forward,
                                         optimizer_builder_fun=lambda m: optimizer.build_sgd(m, 0.1),
                                         devices=DEVICES, cpu_device=True)
+
+
+# ----------------------------------------------------------------- a trimmed resnet50_trainer.py
+
+def test_trimmed_resnet50_trainer_runs_through_caffe2_python_imports():
+    """resnet50_trainer.py's structure: ModelHelper with a CNN arg_scope, an input builder,
+    a residual net with SpatialBN in training mode, weight decay plus multi-precision SGD
+    (step policy), a post-sync builder, Parallelize on CPU devices, the learning-rate and
+    checkpoint helpers, and a test model sharing the trained blobs (init_params=False)."""
+    from caffe2.python import brew as c2_brew
+    from caffe2.python import data_parallel_model as dpm
+    from caffe2.python import model_helper as c2_model_helper
+    from caffe2.python import optimizer as c2_optimizer
+    from caffe2.python import workspace as c2_workspace
+    batch, num_labels = 2, 4
+
+    def add_image_input(model):
+        data = model.net.GaussianFill([], "data", shape=[batch, 3, 8, 8], std=1.0)
+        model.net.UniformIntFill([], "label", shape=[batch], min=0, max=num_labels - 1)
+        model.StopGradient(data, data)
+
+    def residual_block(model, blob_in, prefix, channels, is_test):
+        branch = c2_brew.conv(model, blob_in, prefix + "_conv1", channels, channels, kernel=3, pad=1, no_bias=1)
+        branch = c2_brew.spatial_bn(model, branch, prefix + "_bn1", channels, epsilon=1e-3, is_test=is_test)
+        branch = c2_brew.relu(model, branch, branch)
+        branch = c2_brew.conv(model, branch, prefix + "_conv2", channels, channels, kernel=3, pad=1, no_bias=1)
+        branch = c2_brew.spatial_bn(model, branch, prefix + "_bn2", channels, epsilon=1e-3, is_test=is_test)
+        out = c2_brew.sum(model, [branch, blob_in], prefix + "_sum")
+        return c2_brew.relu(model, out, out)
+
+    def create_model_ops(model, loss_scale, is_test=False):
+        conv1 = c2_brew.conv(model, "data", "conv1", 3, 8, kernel=3, pad=1, no_bias=1)
+        bn1 = c2_brew.spatial_bn(model, conv1, "conv1_spatbn", 8, epsilon=1e-3, is_test=is_test)
+        relu1 = c2_brew.relu(model, bn1, bn1)
+        res = residual_block(model, relu1, "comp_0", 8, is_test)
+        pool = c2_brew.average_pool(model, res, "final_avg", kernel=8, stride=1)
+        pred = c2_brew.fc(model, pool, "pred", 8, num_labels)
+        softmax, loss = model.SoftmaxWithLoss([pred, "label"], ["softmax", "loss"])
+        loss = model.Scale(loss, scale=loss_scale)
+        c2_brew.accuracy(model, [softmax, "label"], "accuracy")
+        return [loss]
+
+    def add_optimizer(model):
+        c2_optimizer.add_weight_decay(model, 1e-4)
+        return c2_optimizer.build_multi_precision_sgd(model, 0.1, momentum=0.9, nesterov=1, policy="step",
+                                                      stepsize=2, gamma=0.1)
+
+    def add_post_sync_ops(model):
+        for info in model.GetOptimizationParamInfo(model.GetParams()):
+            if info.blob_copy is not None:
+                model.param_init_net.HalfToFloat(info.blob_copy[core.DataType.FLOAT], info.blob)
+
+    arg_scope = {"order": "NCHW", "use_cudnn": True, "cudnn_exhaustive_search": True,
+                 "ws_nbytes_limit": 64 * 1024 * 1024}
+    train_model = c2_model_helper.ModelHelper(name="resnet50", arg_scope=arg_scope)
+    dpm.Parallelize(train_model, input_builder_fun=add_image_input, forward_pass_builder_fun=create_model_ops,
+                    optimizer_builder_fun=add_optimizer, post_sync_builder_fun=add_post_sync_ops,
+                    devices=DEVICES, rendezvous=None, optimize_gradient_memory=False, cpu_device=True)
+    c2_workspace.RunNetOnce(train_model.param_init_net)
+    c2_workspace.CreateNet(train_model.net)
+    lr_blob = dpm.GetLearningRateBlobNames(train_model)[0]
+    lrs, losses = [], []
+    for _ in range(3):
+        c2_workspace.RunNet(train_model.net.Proto().name)
+        lrs.append(float(np.asarray(c2_workspace.FetchBlob(lr_blob)).ravel()[0]))
+        losses.append(float(np.asarray(c2_workspace.FetchBlob("cpu_0/loss"))))
+        assert 0.0 <= float(np.asarray(c2_workspace.FetchBlob("cpu_0/accuracy"))) <= 1.0
+    # momentum SGD's LearningRate: base_lr +0.1 (MomentumSGDUpdate subtracts), step policy
+    # 0.1 * 0.1 ** floor(iter / 2) at iterations 1, 2, 3 (AtomicIter steps before it)
+    np.testing.assert_allclose(lrs, [0.1, 0.01, 0.01], rtol=1e-6)
+    assert all(np.isfinite(losses))
+    for blob in ("conv1_w", "comp_0_conv2_w", "pred_w", "conv1_spatbn_rm", "comp_0_bn1_riv"):
+        np.testing.assert_array_equal(_fetch("cpu_0/" + blob), _fetch("cpu_1/" + blob))
+    assert "cpu_0/conv1_w" in {str(b) for b in dpm.GetCheckpointParams(train_model)}
+    dpm.FinalizeAfterCheckpoint(train_model, cpu_mode=True)
+
+    test_model = c2_model_helper.ModelHelper(name="resnet50_test", arg_scope=arg_scope, init_params=False)
+    dpm.Parallelize(test_model, input_builder_fun=add_image_input,
+                    forward_pass_builder_fun=lambda m, s: create_model_ops(m, s, is_test=True),
+                    post_sync_builder_fun=add_post_sync_ops, param_update_builder_fun=None, devices=DEVICES,
+                    cpu_device=True)
+    c2_workspace.RunNetOnce(test_model.param_init_net)
+    c2_workspace.CreateNet(test_model.net)
+    c2_workspace.RunNet(test_model.net.Proto().name)
+    assert np.asarray(c2_workspace.FetchBlob("cpu_1/softmax")).shape == (batch, num_labels)
