@@ -13,6 +13,10 @@ from .proto import caffe2_pb2
 log = logging.getLogger("caffe2py")
 
 
+class StorageOrderError(Caffe2Error, ValueError):
+    """An order other than NCHW / NHWC (a ValueError in Caffe2)."""
+
+
 class CNNModelHelper(ModelHelper):
     """A ModelHelper with CNN layer methods (Conv, FC, Relu, MaxPool, SpatialBN, ...)."""
 
@@ -20,7 +24,7 @@ class CNNModelHelper(ModelHelper):
                  ws_nbytes_limit=None, init_params=True, skip_sparse_optim=False, param_model=None):
         log.warning("CNNModelHelper is deprecated in Caffe2: use ModelHelper with brew")
         if order not in ("NCHW", "NHWC"):
-            raise Caffe2Error("CNNModelHelper: cannot understand the CNN storage order %r (NCHW or NHWC)" % (order,))
+            raise StorageOrderError("CNNModelHelper: cannot understand the CNN storage order %r (NCHW or NHWC)" % (order,))
         arg_scope = {"order": order, "use_cudnn": use_cudnn, "cudnn_exhaustive_search": cudnn_exhaustive_search}
         if ws_nbytes_limit:
             arg_scope["ws_nbytes_limit"] = ws_nbytes_limit
