@@ -154,3 +154,52 @@ def test_bad_order_and_missing_image_input_are_named():
         cnn.CNNModelHelper(order="CHWN")
     with pytest.raises(Caffe2Error, match="ImageInput"):
         cnn.CNNModelHelper().ImageInput("reader", ["data", "label"], batch_size=2)
+
+
+def _run(model, feeds):
+    workspace.RunNetOnce(model.param_init_net)
+    for name, value in feeds.items():
+        workspace.FeedBlob(name, value)
+    workspace.RunNetOnce(model.net)
+
+
+def test_group_conv_conv_transpose_and_prelu_against_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 5, 5)).astype(np.float32)
+    model = cnn.CNNModelHelper(name="more", use_cudnn=False)
+    model.GroupConv("x", "gconv", 4, 6, kernel=3, group=2, bias_init=("GaussianFill", {"std": 1.0}))
+    model.ConvTranspose("x", "deconv", 4, 3, kernel=2, stride=2, bias_init=("GaussianFill", {"std": 1.0}))
+    model.PRelu("x", "prelu", num_channels=4)
+    _run(model, {"x": x})
+    fetch = lambda name: torch.from_numpy(np.array(workspace.FetchBlob(name)).astype(np.float64))  # noqa: E731
+    xt = torch.from_numpy(x.astype(np.float64))
+    assert tuple(fetch("gconv_w").shape) == (6, 2, 3, 3) and tuple(fetch("deconv_w").shape) == (4, 3, 2, 2)
+    np.testing.assert_allclose(workspace.FetchBlob("gconv"), torch.nn.functional.conv2d(
+        xt, fetch("gconv_w"), fetch("gconv_b"), groups=2).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(workspace.FetchBlob("deconv"), torch.nn.functional.conv_transpose2d(
+        xt, fetch("deconv_w"), fetch("deconv_b"), stride=2).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(fetch("prelu_slope").numpy(), np.full(4, 0.25))
+    np.testing.assert_allclose(workspace.FetchBlob("prelu"), np.where(x > 0, x, 0.25 * x), rtol=1e-6)
+
+
+def test_lstm_is_rnn_cells_lstm():
+    from caffe2.python import rnn_cell
+    rng = np.random.default_rng(4)
+    feeds = {"seq": rng.standard_normal((3, 2, 4)).astype(np.float32),
+             "lengths": np.array([3, 2], np.int32),
+             "h0": np.zeros((1, 2, 5), np.float32), "c0": np.zeros((1, 2, 5), np.float32)}
+    old = cnn.CNNModelHelper(name="lstm_old")
+    out_old = old.LSTM("seq", "lengths", ("h0", "c0"), dim_in=4, dim_out=5, scope="lstm")
+    _run(old, feeds)
+    params = {str(p): np.array(workspace.FetchBlob(str(p))) for p in old.params}
+    assert params, "LSTM created no parameters"
+    result_old = np.array(workspace.FetchBlob(str(out_old[0])))
+    workspace.ResetWorkspace()
+    new = model_helper.ModelHelper(name="lstm_new")
+    out_new = rnn_cell.LSTM(new, "seq", "lengths", ("h0", "c0"), dim_in=4, dim_out=5, scope="lstm")
+    for name, value in {**feeds, **params}.items():
+        workspace.FeedBlob(name, value)
+    workspace.RunNetOnce(new.net)
+    np.testing.assert_array_equal(result_old, np.array(workspace.FetchBlob(str(out_new[0]))))
+    assert result_old.shape == (3, 2, 5)
