@@ -333,3 +333,174 @@ def test_trimmed_resnet50_trainer_runs_through_caffe2_python_imports():
     c2_workspace.CreateNet(test_model.net)
     c2_workspace.RunNet(test_model.net.Proto().name)
     assert np.asarray(c2_workspace.FetchBlob("cpu_1/softmax")).shape == (batch, num_labels)
+
+
+# ----------------------------------------------------------------- Caffe2's data_parallel_model_test, on CPU
+
+def _run_equiv_model(devices):
+    """Caffe2's DataParallelModelTest.run_model: a CNNModelHelper FC + sigmoid regression
+    with clipped SGD and lr injection; the same 64-row batches split over the devices."""
+    from caffe2.python import cnn
+
+    def model_build_fun(model, loss_scale):
+        fc = model.FC("data", "fc", 16, 1, ("ConstantFill", {}), ("ConstantFill", {}))
+        fc_fl = model.FlattenToVec(fc, "fc_fl")
+        sigm = model.Sigmoid(fc_fl, "sigm")
+        sq = model.SquaredL2Distance([sigm, "label"], "sq")
+        loss = model.AveragedLoss(sq, "loss")
+        return [model.Scale(loss, scale=loss_scale)]
+
+    def add_optimizer(model):
+        return optimizer.build_sgd(model, 0.1, policy="fixed", max_gradient_norm=5.0, allow_lr_injection=True)
+
+    workspace.ResetWorkspace()
+    model = cnn.CNNModelHelper(order="NHWC", name="test{}".format(devices))
+    data_parallel_model.Parallelize(model, input_builder_fun=lambda m: None, forward_pass_builder_fun=model_build_fun,
+                                    optimizer_builder_fun=add_optimizer, devices=devices, cpu_device=True)
+    rng = np.random.RandomState(2603)
+    batch_size = 64
+    for i in range(10):
+        full_data = rng.rand(batch_size, 16)
+        full_labels = np.round(full_data[:, 0])
+        per_device = batch_size // len(devices)
+        for j, g in enumerate(devices):
+            rows = slice(j * per_device, (j + 1) * per_device)
+            workspace.FeedBlob("cpu_{}/data".format(g), full_data[rows].astype(np.float32))
+            workspace.FeedBlob("cpu_{}/label".format(g), full_labels[rows].astype(np.float32))
+        if i == 0:
+            workspace.RunNetOnce(model.param_init_net)
+            workspace.CreateNet(model.net)
+        workspace.RunNet(model.net.Proto().name)
+    return _fetch("cpu_{}/fc_w".format(devices[0]))
+
+
+def test_caffe2_equiv_one_two_and_four_cpu_devices_train_the_same_weights():
+    one = _run_equiv_model([0])
+    assert np.abs(one).max() > 0                          # training moved the zero-initialised weights
+    np.testing.assert_allclose(_run_equiv_model([0, 1]), one, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(_run_equiv_model([0, 1, 2, 3]), one, rtol=1e-5, atol=1e-7)
+
+
+def _nhwc_conv_model_ops(model, fc_dim_in, fc_dim_out):
+    model.NHWC2NCHW("data", "data_nchw")
+    model.Conv("data_nchw", "conv1", 3, 8, weight_init=("MSRAFill", {}), kernel=7, stride=2, pad=3, no_bias=0)
+    model.SpatialBN("conv1", "conv1_spatbn_relu", 8, epsilon=1e-3)
+    model.Relu("conv1_spatbn_relu", "conv1_spatbn_relu")
+    model.MaxPool("conv1_spatbn_relu", "pool1", kernel=3, stride=2)
+    model.FC("pool1", "fc", dim_in=fc_dim_in, dim_out=fc_dim_out)
+
+
+def test_caffe2_checkpoint_params_on_devices_1_2_3():
+    from caffe2.python import cnn
+
+    def add_model_ops(model, loss_scale):  # noqa: ARG001
+        _nhwc_conv_model_ops(model, 8 * 7 * 7, 10)
+        model.Sigmoid("fc", "fc_sigm")
+        model.Softmax("fc_sigm", "softmax")
+        model.LabelCrossEntropy(["softmax", "label"], "xent")
+        loss = model.AveragedLoss("xent", "loss")
+        model.param_init_net.ConstantFill([], ["fc_w"], shape=(8 * 7 * 7, 1000))   # a duplicate param init
+        return [loss]
+
+    model = cnn.CNNModelHelper(order="NHWC", name="test")
+    data_parallel_model.Parallelize_CPU(
+        model, input_builder_fun=lambda m: None, forward_pass_builder_fun=add_model_ops,
+        optimizer_builder_fun=lambda m: optimizer.build_sgd(m, 0.1, policy="fixed", momentum=0.9),
+        devices=[1, 2, 3])
+    checkpoint = data_parallel_model.GetCheckpointParams(model)
+    for p in model.GetParams("cpu_1/"):
+        assert p in checkpoint and p + "_momentum" in checkpoint
+    for p in model.GetParams("cpu_2/"):
+        assert p not in checkpoint
+    assert core.BlobReference("cpu_1/fc_w_momentum") in checkpoint
+    assert model.GetComputedParams("cpu_1/") and all(c in checkpoint for c in model.GetComputedParams("cpu_1/"))
+    assert not any(c in checkpoint for c in model.GetComputedParams("cpu_2/"))
+    assert core.BlobReference("cpu_1/data") not in checkpoint
+    assert core.BlobReference("optimizer_iteration") in checkpoint
+
+
+def test_caffe2_net_conversion_and_append_net():
+    from caffe2.python import cnn
+    other = model_helper.ModelHelper()
+    fc1 = brew.fc(other, "data", "other_fc1", dim_in=3 * 31 * 31, dim_out=10)
+    fc2 = brew.fc(other, fc1, "other_fc2", dim_in=10, dim_out=10)
+    brew.fc(other, fc2, "other_fc3", dim_in=10, dim_out=10)
+
+    def add_input_ops(model):
+        model.net.UniformFill([], ["data"], shape=[4, 31, 31, 3])
+        model.net.UniformFill([], ["label"], shape=[4])
+
+    def add_model_ops(model, loss_scale):  # noqa: ARG001
+        _nhwc_conv_model_ops(model, 8 * 7 * 7, 10)
+        model.net.AppendNet(data_parallel_model.ConvertNetForDevice(other.net))
+        model.param_init_net.AppendNet(data_parallel_model.ConvertNetForDevice(other.param_init_net))
+        model.Sigmoid("fc", "fc_sigm")
+        model.Softmax("fc_sigm", "softmax")
+        return [model.AveragedLoss("softmax", "loss")]
+
+    model = cnn.CNNModelHelper(order="NCHW", name="test")
+    data_parallel_model.Parallelize_CPU(
+        model, input_builder_fun=add_input_ops, forward_pass_builder_fun=add_model_ops,
+        optimizer_builder_fun=lambda m: optimizer.build_sgd(m, 0.1, policy="fixed", momentum=0.9),
+        devices=range(4))
+    workspace.RunNetOnce(model.param_init_net)
+    workspace.CreateNet(model.net)
+    workspace.RunNet(model.net)
+    assert _fetch("cpu_3/other_fc3").shape == (4, 10)
+    np.testing.assert_array_equal(_fetch("cpu_0/conv1_w"), _fetch("cpu_3/conv1_w"))
+
+
+def _run_recurrent_model(devices, T=4, batch_size=4, input_dim=3, hidden_dim=5):
+    """Caffe2's RecurrentNetworkParallelTest.run_model (GPU-only there), on CPU devices:
+    an LSTM with a per-device param_update_builder_fun, deterministic fills."""
+    from caffe2.python import cnn, rnn_cell
+    per_device = batch_size // len(devices)
+
+    def model_build_fun(model, loss_scale):
+        workspace.FeedBlob(core.ScopedBlobReference("seq_lengths"), np.array([T] * per_device, dtype=np.int32))
+        model.param_init_net.ConstantFill([], "hidden_init", value=0.0, shape=[1, per_device, hidden_dim])
+        model.param_init_net.ConstantFill([], "cell_init", value=0.0, shape=[1, per_device, hidden_dim])
+        output, _, _, _ = rnn_cell.LSTM(model=model, input_blob="data", seq_lengths="seq_lengths",
+                                        initial_states=("hidden_init", "cell_init"), dim_in=input_dim,
+                                        dim_out=hidden_dim, scope="partest")
+        loss = model.AveragedLoss(model.Sub([output, "target"], "dist"), "loss")
+        return [model.Scale(loss, "loss_scaled", scale=loss_scale)]
+
+    def param_update_fun(model):
+        ITER = model.Iter("ITER")
+        LR = model.net.LearningRate([ITER], "LR", base_lr=(-0.1), policy="fixed")
+        ONE = model.param_init_net.ConstantFill([], "ONE", shape=[1], value=1.0)
+        for param in model.GetParams():
+            model.WeightedSum([param, ONE, model.param_to_grad[param], LR], param)
+        assert len(model.GetParams()) == len(model.params) // len(model._devices)
+
+    workspace.ResetWorkspace()
+    model = cnn.CNNModelHelper(name="recurrent_test{}".format(devices))
+    data_parallel_model.Parallelize(model, input_builder_fun=lambda m: None, forward_pass_builder_fun=model_build_fun,
+                                    param_update_builder_fun=param_update_fun, devices=devices,
+                                    optimize_gradient_memory=True, cpu_device=True)
+    for op in model.param_init_net.Proto().op:   # deterministic: every fill a ConstantFill
+        if op.type.endswith("Fill"):
+            op.type = "ConstantFill"
+    rng = np.random.RandomState(20150210)
+    for i in range(4):
+        full_data = rng.rand(T, batch_size, input_dim)
+        full_target = rng.rand(T, batch_size, hidden_dim)
+        for j, g in enumerate(devices):
+            cols = slice(j * per_device, (j + 1) * per_device)
+            workspace.FeedBlob("cpu_{}/data".format(g), full_data[:, cols, :].astype(np.float32))
+            workspace.FeedBlob("cpu_{}/target".format(g), full_target[:, cols, :].astype(np.float32))
+        if i == 0:
+            workspace.RunNetOnce(model.param_init_net)
+            workspace.CreateNet(model.net)
+        workspace.RunNet(model.net.Proto().name)
+    assert data_parallel_model.GetLearningRateBlobNames(model) == ["cpu_{}/LR".format(g) for g in devices]
+    return {str(p)[len("cpu_0/"):]: _fetch(str(p)) for p in model.GetParams("cpu_0/")}
+
+
+def test_caffe2_recurrent_network_with_param_update_builder_one_vs_two_cpu_devices():
+    one = _run_recurrent_model([0])
+    two = _run_recurrent_model([0, 1])
+    assert one.keys() == two.keys() and len(one) >= 2
+    for name in one:
+        np.testing.assert_allclose(two[name], one[name], rtol=1e-5, atol=1e-6, err_msg=name)
