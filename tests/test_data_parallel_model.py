@@ -143,12 +143,16 @@ def test_forward_only_model_has_no_gradients_and_no_syncs():
 VOCAB, DIM = 6, 3
 
 
-def _embedding_model():
+def _embedding_model(two_tables=False, momentum=0.0, devices=DEVICES):
     model = model_helper.ModelHelper(name="emb")
 
     def forward(model, loss_scale):
         table = model.create_param("table", [VOCAB, DIM], ("GaussianFill", {"std": 1.0}), tags="WEIGHT")
         pooled = model.net.SparseLengthsSum([table, "indices", "lengths"], "pooled")
+        if two_tables:   # a second table read with the same indices blob: one shared indices concat
+            table2 = model.create_param("table2", [VOCAB, DIM], ("GaussianFill", {"std": 1.0}), tags="WEIGHT")
+            pooled2 = model.net.SparseLengthsSum([table2, "indices", "lengths"], "pooled2")
+            pooled = model.net.Mul([pooled, pooled2], "pooled_product")
         pred = brew.fc(model, pooled, "pred", dim_in=DIM, dim_out=1)
         dist = model.net.SquaredL2Distance([pred, "target"], "dist")
         loss = model.net.AveragedLoss(dist, "loss")
@@ -156,21 +160,27 @@ def _embedding_model():
 
     data_parallel_model.Parallelize(
         model, input_builder_fun=lambda m: None, forward_pass_builder_fun=forward,
-        optimizer_builder_fun=lambda m: optimizer.build_sgd(m, base_learning_rate=0.2), devices=DEVICES,
+        optimizer_builder_fun=lambda m: optimizer.build_sgd(m, base_learning_rate=0.2, momentum=momentum),
+        devices=devices,
         cpu_device=True)
     return model
 
 
-def test_sparse_embedding_gradients_across_two_devices_match_single_device_training():
-    model = _embedding_model()
+@pytest.mark.parametrize("two_tables", [False, True])
+def test_sparse_embedding_gradients_across_two_devices_match_single_device_training(two_tables):
+    momentum = 0.0
+    model = _embedding_model(two_tables, momentum)
     grad = model.param_to_grad[core.BlobReference("cpu_0/table")]
     assert hasattr(grad, "indices")                        # a GradientSlice: the sparse path
+    concats = [op for op in model.net.Proto().op if op.type == "Concat"]
+    assert len(concats) == (3 if two_tables else 2)        # indices once, values per table
     data_parallel_model.RunInitNet(model)
-    np.testing.assert_array_equal(_fetch("cpu_0/table"), _fetch("cpu_1/table"))
-    table = torch.tensor(_fetch("cpu_0/table").astype(np.float64), requires_grad=True)
-    w = torch.tensor(_fetch("cpu_0/pred_w").astype(np.float64), requires_grad=True)
-    b = torch.tensor(_fetch("cpu_0/pred_b").astype(np.float64), requires_grad=True)
-    sgd = torch.optim.SGD([table, w, b], lr=0.2)
+    names = ["table", "pred_w", "pred_b"] + (["table2"] if two_tables else [])
+    for name in names:
+        np.testing.assert_array_equal(_fetch("cpu_0/" + name), _fetch("cpu_1/" + name))
+    ref = {name: torch.tensor(_fetch("cpu_0/" + name).astype(np.float64), requires_grad=True) for name in names}
+    table, w, b = ref["table"], ref["pred_w"], ref["pred_b"]
+    sgd = torch.optim.SGD(list(ref.values()), lr=0.2, momentum=momentum, nesterov=momentum > 0)
     rng = np.random.default_rng(1)
     for _ in range(3):
         feeds = []
@@ -189,12 +199,14 @@ def test_sparse_embedding_gradients_across_two_devices_match_single_device_train
         target = torch.from_numpy(np.concatenate([f[2] for f in feeds]).astype(np.float64))
         sgd.zero_grad()
         pooled = torch.nn.functional.embedding_bag(indices, table, offsets, mode="sum")
+        if two_tables:
+            pooled = pooled * torch.nn.functional.embedding_bag(indices, ref["table2"], offsets, mode="sum")
         pred = pooled @ w.T + b
         (0.5 * ((pred - target) ** 2).sum(dim=1)).mean().backward()
         sgd.step()
-    for name, ref in (("table", table), ("pred_w", w), ("pred_b", b)):
+    for name in names:
         np.testing.assert_array_equal(_fetch("cpu_0/" + name), _fetch("cpu_1/" + name))
-        np.testing.assert_allclose(_fetch("cpu_0/" + name), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(_fetch("cpu_0/" + name), ref[name].detach().numpy(), rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------- named errors
@@ -502,5 +514,69 @@ def test_caffe2_recurrent_network_with_param_update_builder_one_vs_two_cpu_devic
     one = _run_recurrent_model([0])
     two = _run_recurrent_model([0, 1])
     assert one.keys() == two.keys() and len(one) >= 2
+    for name in one:
+        np.testing.assert_allclose(two[name], one[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_gpu_devices_build_gpu_scopes_on_the_cuda_device(monkeypatch):
+    monkeypatch.setattr(workspace, "NumCudaDevices", lambda: 1)
+    model = _parallelize(devices=[0])
+    assert [str(p) for p in model.params] == ["gpu_0/y_w", "gpu_0/y_b"]
+    assert all(op.device_option.device_type == caffe2_pb2.CUDA for op in model.net.Proto().op
+               if op.type in ("FC", "FCGradient"))
+    assert data_parallel_model.GetLearningRateBlobNames(model) == ["SgdOptimizer_0_lr_gpu0"]
+    with pytest.raises(Caffe2Error, match="only 1 CUDA device"):
+        _parallelize(devices=[0, 1])
+
+
+def test_parallelize_inside_a_gpu_device_scope_is_refused():
+    with core.DeviceScope(core.DeviceOption(caffe2_pb2.CUDA, 0)):
+        with pytest.raises(Caffe2Error, match="without a device scope"):
+            _parallelize(devices=[0], cpu_device=True)
+
+
+def _embedding_batches(seed, steps):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(steps):
+        lengths = rng.integers(0, 4, 6).astype(np.int32)
+        out.append((rng.integers(0, VOCAB, int(lengths.sum())).astype(np.int64), lengths,
+                    rng.standard_normal((6, 1)).astype(np.float32)))
+    return out
+
+
+def _train_embedding_on(devices, batches):
+    workspace.ResetWorkspace()
+    optimizer.reset_optimizer_instance_count()
+    model = _embedding_model(momentum=0.9, devices=devices)
+    data_parallel_model.RunInitNet(model)
+    # the same start for both runs: device 0 "loads a checkpoint", FinalizeAfterCheckpoint spreads it
+    workspace.FeedBlob("cpu_0/table", (np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM) - 8) / 10)
+    workspace.FeedBlob("cpu_0/pred_w", np.array([[0.3, -0.2, 0.1]], np.float32))
+    workspace.FeedBlob("cpu_0/pred_b", np.array([0.05], np.float32))
+    data_parallel_model.FinalizeAfterCheckpoint(model, cpu_mode=True)
+    for indices, lengths, target in batches:
+        rows = len(lengths) // len(devices)
+        for j, device in enumerate(devices):
+            part = lengths[j * rows:(j + 1) * rows]
+            start = int(lengths[:j * rows].sum())
+            feeds = (indices[start:start + int(part.sum())], part, target[j * rows:(j + 1) * rows])
+            for name, value in zip(("indices", "lengths", "target"), feeds):
+                workspace.FeedBlob("cpu_%d/%s" % (device, name), value)
+        data_parallel_model.RunNet(model, 1)
+    for device in devices[1:]:
+        for name in ("table", "pred_w", "table_momentum"):
+            np.testing.assert_array_equal(_fetch("cpu_0/" + name), _fetch("cpu_%d/%s" % (device, name)))
+    return {name: _fetch("cpu_0/" + name) for name in ("table", "pred_w", "pred_b", "table_momentum")}
+
+
+def test_sparse_momentum_sgd_two_devices_equal_one_device_on_the_concatenated_batch():
+    """Caffe2's equivalence property (its test_equiv) for SparseMomentumSGDUpdate, whose
+    per-touched-row momentum has no dense torch counterpart: the concatenated slice on
+    two devices is the one-device slice of the whole batch, row for row."""
+    batches = _embedding_batches(5, 3)
+    one = _train_embedding_on([0], batches)
+    two = _train_embedding_on([0, 1], batches)
+    assert np.abs(one["table_momentum"]).max() > 0
     for name in one:
         np.testing.assert_allclose(two[name], one[name], rtol=1e-5, atol=1e-6, err_msg=name)
