@@ -336,10 +336,17 @@ def ConvertNetForDevice(net, device=None):
     return converted
 
 
-def ExtractPredictorNet(model, inputs, outputs, device):  # noqa: ARG001
-    raise Caffe2Error("data_parallel_model.ExtractPredictorNet is not provided by caffe2py (it needs "
-                      "model_helper.ExtractPredictorNet); export device 0's blobs with ConvertNetForDevice "
-                      "or predictor_exporter instead")
+def ExtractPredictorNet(model, inputs, outputs, device):
+    """(predict net, blobs to export) of device 0's copy of the model, with the
+    inputs and outputs renamed to their unprefixed names (the parameters keep theirs);
+    see model_helper.ExtractPredictorNet."""
+    _check_parallelized(model, "ExtractPredictorNet")
+    prefix = "{}_{}/".format(model._device_prefix, model._devices[0])
+    prefixed_inputs = [prefix + str(b) for b in inputs]
+    prefixed_outputs = [prefix + str(b) for b in outputs]
+    return model_helper.ExtractPredictorNet(
+        net_proto=model.net.Proto(), input_blobs=prefixed_inputs, output_blobs=prefixed_outputs, device=device,
+        renames=dict(zip(prefixed_inputs + prefixed_outputs, [str(b) for b in list(inputs) + list(outputs)])))
 
 
 # ----------------------------------------------------------------- building blocks

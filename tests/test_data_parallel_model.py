@@ -580,3 +580,48 @@ def test_sparse_momentum_sgd_two_devices_equal_one_device_on_the_concatenated_ba
     assert np.abs(one["table_momentum"]).max() > 0
     for name in one:
         np.testing.assert_allclose(two[name], one[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_extract_predictor_net_of_device_0():
+    model = model_helper.ModelHelper(name="mlp_predict")
+
+    def forward(model, loss_scale):
+        hidden = brew.relu(model, brew.fc(model, "data", "fc1", dim_in=5, dim_out=7), "relu1")
+        softmax = brew.softmax(model, brew.fc(model, hidden, "fc2", dim_in=7, dim_out=3), "softmax")
+        xent = model.net.LabelCrossEntropy([softmax, "label"], "xent")
+        return [model.net.Scale(model.net.AveragedLoss(xent, "loss"), "scaled_loss", scale=loss_scale)]
+
+    data_parallel_model.Parallelize(model, lambda m: None, forward,
+                                    optimizer_builder_fun=lambda m: optimizer.build_sgd(m, 0.1),
+                                    devices=DEVICES, cpu_device=True)
+    data_parallel_model.RunInitNet(model)
+    rng = np.random.default_rng(7)
+    for device in DEVICES:
+        workspace.FeedBlob("cpu_%d/data" % device, rng.standard_normal((4, 5)).astype(np.float32))
+        workspace.FeedBlob("cpu_%d/label" % device, rng.integers(0, 3, 4).astype(np.int32))
+    data_parallel_model.RunNet(model, 1)
+    predict_net, export = data_parallel_model.ExtractPredictorNet(model, ["data"], ["softmax"],
+                                                                  core.DeviceOption(caffe2_pb2.CPU))
+    assert [op.type for op in predict_net.Proto().op] == ["FC", "Relu", "FC", "Softmax"]
+    assert export == ["cpu_0/fc1_b", "cpu_0/fc1_w", "cpu_0/fc2_b", "cpu_0/fc2_w"]
+    assert list(predict_net.Proto().external_output) == ["softmax"]
+    params = {name: _fetch(name) for name in export}
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    workspace.ResetWorkspace()
+    for name, value in params.items():
+        workspace.FeedBlob(name, value)
+    workspace.FeedBlob("data", x)
+    workspace.RunNetOnce(predict_net)
+    h = np.maximum(x @ params["cpu_0/fc1_w"].T + params["cpu_0/fc1_b"], 0)
+    logits = h @ params["cpu_0/fc2_w"].T + params["cpu_0/fc2_b"]
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(_fetch("softmax"), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_extract_predictor_net_refuses_a_training_mode_op():
+    net = core.Net("train")
+    net.SpatialBN(["x", "s", "b", "m", "v"], ["y", "m", "v", "sm", "siv"], is_test=0)
+    with pytest.raises(Caffe2Error, match="is_test=0"):
+        model_helper.ExtractPredictorNet(net.Proto(), ["x"], ["y"])
+    with pytest.raises(Caffe2Error, match="reads the inputs"):
+        model_helper.ExtractPredictorNet(net.Proto(), ["nothing"], ["y"])
