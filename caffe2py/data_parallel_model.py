@@ -441,6 +441,10 @@ def _blob_device_option(model, name, device):
 def _Broadcast(devices, model, net, param):
     """Copy device 0's copy of `param` to the other devices."""
     group = model._device_grouped_blobs[param]
+    missing = [d for d in devices if d not in group]
+    if missing:
+        raise Caffe2Error("data_parallel_model: '%s' has no copy on device(s) %s (every device's builder must "
+                          "create it)" % (param, missing))
     master = group[devices[0]]
     for device in devices[1:]:
         with core.DeviceScope(_blob_device_option(model, param, device)):

@@ -625,3 +625,12 @@ def test_extract_predictor_net_refuses_a_training_mode_op():
         model_helper.ExtractPredictorNet(net.Proto(), ["x"], ["y"])
     with pytest.raises(Caffe2Error, match="reads the inputs"):
         model_helper.ExtractPredictorNet(net.Proto(), ["nothing"], ["y"])
+
+
+def test_a_blob_made_on_one_device_only_is_named():
+    def forward(model, loss_scale):  # noqa: ARG001
+        if core.ScopedName("") == "cpu_0/":
+            model.param_init_net.ConstantFill([], "only_here", shape=[1], value=1.0)
+        return [brew.fc(model, "x", "y", 2, 2)]
+    with pytest.raises(Caffe2Error, match="'only_here' has no copy on device"):
+        _parallelize(devices=DEVICES, cpu_device=True, forward_pass_builder_fun=forward)
