@@ -9,8 +9,9 @@ indices and values are concatenated across devices), so each device applies the 
 update; param_init_net ends by copying device 0's parameters to the other devices.
 
 Caffe2's semantics on one host, without the parts that need more than caffe2py has:
-multi-host training (rendezvous), BMUF, shared_model, combine_spatial_bn, iDeep and
-more than one CUDA device raise a Caffe2Error saying so. The memory options
+multi-host training (rendezvous), BMUF, combine_spatial_bn, iDeep and more than one
+CUDA device raise a Caffe2Error saying so. shared_model=True (CPU devices) keeps one
+copy of the parameters, device 0's, that every device reads. The memory options
 (optimize_gradient_memory, dynamic_memory_management, blobs_to_keep) and use_nccl change
 only how Caffe2 allocates or communicates, never the numbers: they are accepted and
 the nets are built the plain way.
@@ -70,9 +71,8 @@ def _check_options(model, devices, rendezvous, cpu_device, ideep, shared_model, 
                           "caffe2py; data_parallel_model runs on one host (rendezvous=None)")
     if ideep:
         Parallelize_iDeep()
-    if shared_model:
-        raise Caffe2Error("Parallelize: shared_model=True (one parameter copy for all CPU devices) is not "
-                          "provided by caffe2py")
+    if shared_model and not cpu_device:
+        raise Caffe2Error("Parallelize: shared_model=True is only supported on CPU devices (as in Caffe2)")
     if combine_spatial_bn:
         raise Caffe2Error("Parallelize: combine_spatial_bn=True (batch-norm statistics across devices) is "
                           "not provided by caffe2py")
@@ -123,7 +123,7 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
     model = model_helper_obj
     model._device_type = caffe2_pb2.CPU if cpu_device else caffe2_pb2.CUDA
     model._device_prefix = "cpu" if cpu_device else "gpu"
-    model._shared_model = False
+    model._shared_model = bool(shared_model)
     model._devices = devices
     model._rendezvous = None
     model._sync_barrier_net = None
@@ -188,6 +188,9 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
     else:
         log.info("Parallelize: the forward pass created no parameters with gradients")
 
+    all_params = set(model.GetParams(""))
+    if model._shared_model:
+        _PruneParametersForSharing(model)
     if param_update_builder_fun is not None:
         for device in devices:
             with _device_scopes(model, device):
@@ -211,6 +214,8 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
                 post_sync_builder_fun(model)
     model._data_parallel_model_init_nets = [model.param_init_net]
     model._data_parallel_model_nets = [model.net]
+    if model._shared_model:
+        _RemapParameterBlobsForSharedModel(model, all_params)
 
 
 class _device_scopes:
@@ -289,6 +294,8 @@ def GetCheckpointParams(model):
     all_blobs, _ = _ComputeBlobsToSync(model)
     first = "{}_{}/".format(model._device_prefix, model._devices[0])
     blobs = {b for b in all_blobs if str(b).startswith(first)}
+    if model._shared_model:     # Caffe2 leaves the shared parameters out here; a checkpoint needs them
+        blobs |= {core.BlobReference(str(p)) for p in model.GetParams(first)}
     for op in model.net.Proto().op:
         if op.type in ("Iter", "AtomicIter") and not op.output[0].startswith(model._device_prefix + "_"):
             blobs.add(core.BlobReference(op.output[0]))
@@ -476,7 +483,8 @@ def _AllReduceBlobs(blob_names, devices, model, net):
         with core.DeviceScope(master if _IsGPUBlob(model, name) else core.DeviceOption(caffe2_pb2.CPU, 0)):
             if not isinstance(group[0], GradientSlice):
                 net.Sum(group, [group[0]], name="dpm")
-                _Broadcast(devices, model, net, name)
+                if not model._shared_model:     # a shared model updates device 0's copy only
+                    _Broadcast(devices, model, net, name)
                 continue
             # gradients sharing one indices blob (two tables read with the same ids) concat it once
             if not any(str(g.indices) in concatenated_indices for g in group):
@@ -502,6 +510,10 @@ def _ComputeBlobsToSync(model):
     parameters and the optimizer's per-parameter state, sorted by device then name."""
     prefix = model._device_prefix + "_"
     names, blobs = set(), set()
+    if model._shared_model:     # the parameters are shared: only computed ones have copies
+        blobs = {str(p) for p in model.GetComputedParams("")}
+        ordered = sorted(blobs, key=lambda b: (_device_of(model, b), b))
+        return [core.BlobReference(b) for b in ordered], {stripBlobName(b) for b in blobs}
     for op in model.param_init_net.Proto().op:
         for out in op.output:
             if out.startswith(prefix) and scope._NAMESCOPE_SEPARATOR in out:
@@ -534,3 +546,31 @@ def _AnalyzeOperators(model):
             if blob.startswith(prefix) and not blob.startswith(namescope):
                 raise Caffe2Error("Parallelize: blob '%s' of op %s should have name scope %s"
                                   % (blob, op.type, namescope))
+
+
+def _PruneParametersForSharing(model):
+    """A shared model trains device 0's parameters only: the others leave params,
+    param_to_grad, weights and biases (before the optimizer is built)."""
+    master = "{}_{}/".format(model._device_prefix, model._devices[0])
+    model.params = model.GetParams(master)
+    kept = set(model.params)
+    model.param_to_grad = {p: g for p, g in model.param_to_grad.items() if p in kept}
+    model.weights = [w for w in model.weights if w in kept]
+    model.biases = [b for b in model.biases if b in kept]
+
+
+def _RemapParameterBlobsForSharedModel(model, all_params):
+    """Drop the ops that make the other devices' parameter copies and point every
+    reader of such a copy at device 0's."""
+    master = "{}_{}/".format(model._device_prefix, model._devices[0])
+    master_params = {str(p) for p in model.GetParams(master)}
+    others = {str(p) for p in all_params} - master_params
+    for net in (model.param_init_net, model.net):
+        kept = []
+        for op in net.Proto().op:
+            if any(out in others for out in op.output):
+                continue
+            op.input[:] = [master + stripBlobName(b) if b in others else b for b in op.input]
+            kept.append(op)
+        del net.Proto().op[:]
+        net.Proto().op.extend(kept)

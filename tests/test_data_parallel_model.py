@@ -28,7 +28,7 @@ def _fetch(name):
 
 # ----------------------------------------------------------------- dense: an MLP
 
-def _mlp_model(momentum):
+def _mlp_model(momentum, shared_model=False):
     model = model_helper.ModelHelper(name="mlp")
 
     def add_input(model):
@@ -45,18 +45,25 @@ def _mlp_model(momentum):
         return optimizer.build_sgd(model, base_learning_rate=0.1, policy="fixed", momentum=momentum)
 
     data_parallel_model.Parallelize(model, input_builder_fun=add_input, forward_pass_builder_fun=forward,
-                                    optimizer_builder_fun=add_optimizer, devices=DEVICES, cpu_device=True)
+                                    optimizer_builder_fun=add_optimizer, devices=DEVICES, cpu_device=True,
+                                    shared_model=shared_model)
     return model
 
 
-@pytest.mark.parametrize("momentum", [0.0, 0.9])
-def test_mlp_on_two_cpu_devices_equals_single_device_training_on_the_whole_batch(momentum):
-    model = _mlp_model(momentum)
+@pytest.mark.parametrize("momentum, shared_model", [(0.0, False), (0.9, False), (0.9, True)])
+def test_mlp_on_two_cpu_devices_equals_single_device_training_on_the_whole_batch(momentum, shared_model):
+    model = _mlp_model(momentum, shared_model)
     rng = np.random.default_rng(0)
     # the init net draws each device's parameters, then copies device 0's to device 1
     data_parallel_model.RunInitNet(model)
     names = ["fc1_w", "fc1_b", "fc2_w", "fc2_b"]
-    for name in names:
+    if shared_model:     # one copy, device 0's: device 1's ops read it
+        assert [str(p) for p in model.params] == ["cpu_0/" + n for n in names]
+        used = {b for net in (model.param_init_net, model.net) for op in net.Proto().op
+                for b in list(op.input) + list(op.output)}
+        assert not any("cpu_1/" + n in used for n in names) and "cpu_1/fc1_w_grad" in used
+        assert not workspace.HasBlob("cpu_1/fc1_w")
+    for name in names if not shared_model else []:
         np.testing.assert_array_equal(_fetch("cpu_0/" + name), _fetch("cpu_1/" + name))
     ref = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3)).double()
     with torch.no_grad():
@@ -76,7 +83,8 @@ def test_mlp_on_two_cpu_devices_equals_single_device_training_on_the_whole_batch
         torch.nn.functional.cross_entropy(ref(x), y).backward()
         sgd.step()
     for param, name in zip(ref.parameters(), names):
-        np.testing.assert_array_equal(_fetch("cpu_0/" + name), _fetch("cpu_1/" + name))
+        if not shared_model:
+            np.testing.assert_array_equal(_fetch("cpu_0/" + name), _fetch("cpu_1/" + name))
         np.testing.assert_allclose(_fetch("cpu_0/" + name), param.detach().numpy(), rtol=1e-5, atol=1e-5)
 
 
@@ -225,7 +233,7 @@ def _parallelize(**kwargs):
     (dict(devices=[], cpu_device=True), "device list is empty"),
     (dict(devices=[0, 1], cpu_device=True, rendezvous={"num_shards": 2}), "rendezvous"),
     (dict(devices=[0, 0], cpu_device=True), "distinct"),
-    (dict(devices=[0], cpu_device=True, shared_model=True), "shared_model"),
+    (dict(devices=[0], shared_model=True), "only supported on CPU"),
     (dict(devices=[0], cpu_device=True, combine_spatial_bn=True), "combine_spatial_bn"),
     (dict(devices=[0], cpu_device=True, param_update_builder_fun=lambda m: None), "only one of"),
     (dict(devices=[0], cpu_device=True, forward_pass_builder_fun=lambda m, s: "loss"), "list of loss"),
@@ -264,11 +272,14 @@ def test_parameters_created_outside_a_device_scope_are_refused():
 
 # ----------------------------------------------------------------- a trimmed resnet50_trainer.py
 
-def test_trimmed_resnet50_trainer_runs_through_caffe2_python_imports():
+@pytest.mark.parametrize("use_cpu_shared_model", [False, True])
+def test_trimmed_resnet50_trainer_runs_through_caffe2_python_imports(use_cpu_shared_model):
     """resnet50_trainer.py's structure: ModelHelper with a CNN arg_scope, an input builder,
     a residual net with SpatialBN in training mode, weight decay plus multi-precision SGD
     (step policy), a post-sync builder, Parallelize on CPU devices, the learning-rate and
-    checkpoint helpers, and a test model sharing the trained blobs (init_params=False)."""
+    checkpoint helpers, and a test model sharing the trained blobs (init_params=False).
+    The trainer's --use_cpu passes shared_model=True (here too in the second run) and
+    combine_spatial_bn=True (not provided: left off)."""
     from caffe2.python import brew as c2_brew
     from caffe2.python import data_parallel_model as dpm
     from caffe2.python import model_helper as c2_model_helper
@@ -317,7 +328,8 @@ def test_trimmed_resnet50_trainer_runs_through_caffe2_python_imports():
     train_model = c2_model_helper.ModelHelper(name="resnet50", arg_scope=arg_scope)
     dpm.Parallelize(train_model, input_builder_fun=add_image_input, forward_pass_builder_fun=create_model_ops,
                     optimizer_builder_fun=add_optimizer, post_sync_builder_fun=add_post_sync_ops,
-                    devices=DEVICES, rendezvous=None, optimize_gradient_memory=False, cpu_device=True)
+                    devices=DEVICES, rendezvous=None, optimize_gradient_memory=False, cpu_device=True,
+                    shared_model=use_cpu_shared_model)
     c2_workspace.RunNetOnce(train_model.param_init_net)
     c2_workspace.CreateNet(train_model.net)
     lr_blob = dpm.GetLearningRateBlobNames(train_model)[0]
@@ -331,20 +343,25 @@ def test_trimmed_resnet50_trainer_runs_through_caffe2_python_imports():
     # 0.1 * 0.1 ** floor(iter / 2) at iterations 1, 2, 3 (AtomicIter steps before it)
     np.testing.assert_allclose(lrs, [0.1, 0.01, 0.01], rtol=1e-6)
     assert all(np.isfinite(losses))
-    for blob in ("conv1_w", "comp_0_conv2_w", "pred_w", "conv1_spatbn_rm", "comp_0_bn1_riv"):
+    for blob in ("conv1_spatbn_rm", "comp_0_bn1_riv") + (() if use_cpu_shared_model else
+                                                          ("conv1_w", "comp_0_conv2_w", "pred_w")):
         np.testing.assert_array_equal(_fetch("cpu_0/" + blob), _fetch("cpu_1/" + blob))
+    assert c2_workspace.HasBlob("cpu_1/conv1_w") != use_cpu_shared_model
     assert "cpu_0/conv1_w" in {str(b) for b in dpm.GetCheckpointParams(train_model)}
     dpm.FinalizeAfterCheckpoint(train_model, cpu_mode=True)
 
+    # a forward-only model reads its own device's parameters (Caffe2 remaps only trained
+    # shared models): after shared training only device 0 has them
+    test_devices = DEVICES[:1] if use_cpu_shared_model else DEVICES
     test_model = c2_model_helper.ModelHelper(name="resnet50_test", arg_scope=arg_scope, init_params=False)
     dpm.Parallelize(test_model, input_builder_fun=add_image_input,
                     forward_pass_builder_fun=lambda m, s: create_model_ops(m, s, is_test=True),
-                    post_sync_builder_fun=add_post_sync_ops, param_update_builder_fun=None, devices=DEVICES,
+                    post_sync_builder_fun=add_post_sync_ops, param_update_builder_fun=None, devices=test_devices,
                     cpu_device=True)
     c2_workspace.RunNetOnce(test_model.param_init_net)
     c2_workspace.CreateNet(test_model.net)
     c2_workspace.RunNet(test_model.net.Proto().name)
-    assert np.asarray(c2_workspace.FetchBlob("cpu_1/softmax")).shape == (batch, num_labels)
+    assert np.asarray(c2_workspace.FetchBlob("cpu_%d/softmax" % test_devices[-1])).shape == (batch, num_labels)
 
 
 # ----------------------------------------------------------------- Caffe2's data_parallel_model_test, on CPU
@@ -634,3 +651,10 @@ def test_a_blob_made_on_one_device_only_is_named():
         return [brew.fc(model, "x", "y", 2, 2)]
     with pytest.raises(Caffe2Error, match="'only_here' has no copy on device"):
         _parallelize(devices=DEVICES, cpu_device=True, forward_pass_builder_fun=forward)
+
+
+def test_shared_model_checkpoint_holds_the_shared_parameters():
+    model = _mlp_model(0.9, shared_model=True)
+    checkpoint = {str(b) for b in data_parallel_model.GetCheckpointParams(model)}
+    assert {"cpu_0/fc1_w", "cpu_0/fc2_b", "optimizer_iteration"} <= checkpoint
+    assert not any(b.startswith("cpu_1/") for b in checkpoint)
