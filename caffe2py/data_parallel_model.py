@@ -18,6 +18,7 @@ the nets are built the plain way.
 """
 import copy
 import logging
+import numbers
 import os
 from collections import OrderedDict
 
@@ -83,7 +84,7 @@ def _check_options(model, devices, rendezvous, cpu_device, ideep, shared_model, 
             "" if cpu_device else " (no CUDA device was found; pass cpu_device=True to train on CPU devices)"))
     if len(set(devices)) != len(list(devices)):
         raise Caffe2Error("Parallelize: devices must be distinct, got %s" % (list(devices),))
-    if any(not isinstance(d, int) or d < 0 for d in devices):
+    if any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 0 for d in devices):
         raise Caffe2Error("Parallelize: devices must be non-negative ints, got %s" % (list(devices),))
     if not cpu_device:
         available = workspace.NumCudaDevices()
@@ -115,7 +116,7 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
     the forward nets are built (a test or validation model)."""
     if devices is None:
         devices = list(range(os.cpu_count() or 1)) if cpu_device else list(range(workspace.NumCudaDevices()))
-    devices = list(devices)
+    devices = [int(d) if isinstance(d, numbers.Integral) and not isinstance(d, bool) else d for d in devices]
     _check_options(model_helper_obj, devices, rendezvous, cpu_device, ideep, shared_model, combine_spatial_bn,
                    param_update_builder_fun, optimizer_builder_fun)
     if optimize_gradient_memory and dynamic_memory_management:

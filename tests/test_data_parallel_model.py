@@ -121,6 +121,11 @@ def test_helpers_scripts_call():
     np.testing.assert_array_equal(_fetch("cpu_1/fc1_w"), loaded)
 
 
+def test_numpy_device_ids_are_accepted():
+    model = _parallelize(devices=np.arange(2), cpu_device=True)
+    assert data_parallel_model.GetDevices(model) == [0, 1] and type(model._devices[0]) is int
+
+
 def test_convert_net_for_device():
     net = core.Net("other")
     net.Relu("x", "y")
@@ -233,6 +238,8 @@ def _parallelize(**kwargs):
     (dict(devices=[], cpu_device=True), "device list is empty"),
     (dict(devices=[0, 1], cpu_device=True, rendezvous={"num_shards": 2}), "rendezvous"),
     (dict(devices=[0, 0], cpu_device=True), "distinct"),
+    (dict(devices=[0, -1], cpu_device=True), "non-negative ints"),
+    (dict(devices=["0"], cpu_device=True), "non-negative ints"),
     (dict(devices=[0], shared_model=True), "only supported on CPU"),
     (dict(devices=[0], cpu_device=True, combine_spatial_bn=True), "combine_spatial_bn"),
     (dict(devices=[0], cpu_device=True, param_update_builder_fun=lambda m: None), "only one of"),
