@@ -229,3 +229,63 @@ class ModelHelper:
         if not core.IsOperator(op_type):
             raise AttributeError("Method %s is not a registered operator." % op_type)
         return getattr(self.net, op_type)
+
+
+def ExtractPredictorNet(net_proto, input_blobs, output_blobs, device=None, renames=None, disabled_inputs=None):
+    """Caffe2's predictor extraction from a (test-mode) training net: the ops from the
+    first that reads an input to the last that writes an output whose inputs are all
+    known (the net's external inputs and `input_blobs`, less `disabled_inputs`), so
+    reader, loss, gradient and optimizer ops fall away. Ops get `device` when given;
+    blob names are renamed by `renames`. Returns (predict net, the external inputs
+    other than input_blobs: the parameters to export). An op with is_test=0 (a training
+    SpatialBN or Dropout) is an error: extract from the test model."""
+    renames = dict(renames or {})
+    inputs = {str(b) for b in input_blobs}
+    outputs = {str(b) for b in output_blobs}
+    original_inputs = set(net_proto.external_input)
+    original_outputs = set(net_proto.external_output)
+    known = (original_inputs | inputs) - {str(b) for b in (disabled_inputs or ())}
+    ops = list(net_proto.op)
+    readers = [i for i, op in enumerate(ops) if inputs & set(op.input) and op.type != "StopGradient"]
+    writers = [i for i, op in enumerate(ops) if outputs & set(op.output)]
+    if not readers:
+        raise Caffe2Error("ExtractPredictorNet: no op of net '%s' reads the inputs %s" % (net_proto.name, sorted(inputs)))
+    if not writers:
+        raise Caffe2Error("ExtractPredictorNet: no op of net '%s' writes the outputs %s" % (net_proto.name, sorted(outputs)))
+
+    def renamed(names):
+        return [renames.get(n, n) for n in names]
+
+    predict_net = core.Net(net_proto.name + "_predict")
+    proto = predict_net.Proto()
+    external_inputs, external_outputs = set(inputs), set(outputs)
+    for op in ops[min(readers):max(writers) + 1]:
+        if not known.issuperset(op.input):
+            continue              # fed by something the predictor does not have (labels, readers)
+        op = type(op).FromString(op.SerializeToString())
+        if any(a.name == "is_test" and a.i == 0 for a in op.arg):
+            raise Caffe2Error("ExtractPredictorNet: op %s '%s' has is_test=0: extract the predictor from a "
+                              "test model (is_test=1), not the training net" % (op.type, op.output[0] if op.output else ""))
+        for arg in op.arg:
+            if op.type == "RecurrentNetwork" and arg.name == "backward_step_net":
+                arg.ClearField("n")
+            elif op.type == "RecurrentNetwork" and arg.name == "step_net":
+                for step_op in arg.n.op:
+                    step_op.input[:] = renamed(step_op.input)
+                    step_op.output[:] = renamed(step_op.output)
+                    if device is not None:
+                        step_op.device_option.CopyFrom(device)
+                arg.n.external_input[:] = renamed(arg.n.external_input)
+                arg.n.external_output[:] = renamed(arg.n.external_output)
+                external_inputs |= set(arg.n.external_input) & original_inputs
+        if device is not None:
+            op.device_option.CopyFrom(device)
+        known.update(op.output)
+        external_inputs |= set(op.input) & original_inputs
+        external_outputs |= set(op.output) & original_outputs
+        op.input[:] = renamed(op.input)
+        op.output[:] = renamed(op.output)
+        proto.op.extend([op])
+    proto.external_input.extend(renamed(sorted(external_inputs)))
+    proto.external_output.extend(renamed(sorted(external_outputs)))
+    return predict_net, sorted(set(proto.external_input) - set(renamed(inputs)))

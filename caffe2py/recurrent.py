@@ -63,7 +63,8 @@ def recurrent_net(net, cell_net, inputs, initial_cell_inputs, links, timestep=No
         forward_links.append((cell_output, state, 1))
         aliases.append((state, cell_output + "_all", 1))
         aliases.append((state, cell_output + "_last", -1))
-        all_outputs.extend([cell_output + "_all", cell_output + "_last"])
+        # references, not strings: the net would add the current name scope a second time
+        all_outputs.extend([core.BlobReference(cell_output + "_all"), core.BlobReference(cell_output + "_last")])
         recurrent_states.append(state)
         if backward is not None:
             backward.link_state(cell_input, cell_output, state + "_grad")

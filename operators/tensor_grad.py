@@ -4,7 +4,7 @@ them with forward ops:
   Split -> Concat of the outputs' gradients (an output without one contributes zeros
     of its shape: Caffe2 leaves it out, which misplaces the others);
   Reshape -> Reshape of dY to the forward's old_shape output (no arguments copied);
-  Flatten -> ResizeLike(dY, X); Transpose -> Transpose with the inverse permutation;
+  Flatten, FlattenToVec -> ResizeLike(dY, X); Transpose -> Transpose with the inverse permutation;
   Copy / CopyFromCPUInput / EnsureDense -> Copy of dY; Sum: see elementwise_grad.
 Ops with no gradient by design: StopGradient, Iter, Shape, LengthsRangeFill,
 Bucketize and the fills (their outputs are constants)."""
@@ -44,7 +44,7 @@ def _reshape_maker(g):
     return [g.op("Reshape", [g.GO(0), g.O(1)], [g.GI(0), "_" + g.GI(0) + "_dims"])]
 
 
-@register_gradient("Flatten", copy_arguments=False)
+@register_gradient("Flatten", "FlattenToVec", copy_arguments=False)
 def _flatten_maker(g):
     return [g.op("ResizeLike", [g.GO(0), g.I(0)], [g.GI(0)])]
 

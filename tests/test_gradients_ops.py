@@ -321,6 +321,7 @@ def test_reshape_flatten_transpose(data):
             lambda X: [X.reshape(-1, shape[-1])]),
            (core.CreateOperator("Flatten", ["X"], ["Y"], axis=axis),
             lambda X: [X.reshape(int(np.prod(shape[:axis])), -1)]),
+           (core.CreateOperator("FlattenToVec", ["X"], ["Y"]), lambda X: [X.reshape(-1)]),
            (core.CreateOperator("Transpose", ["X"], ["Y"], axes=list(perm)), lambda X: [X.permute(*perm)]),
            (core.CreateOperator("Transpose", ["X"], ["Y"]), lambda X: [X.permute(*reversed(range(len(shape))))])]
     for op, fn in ops:
