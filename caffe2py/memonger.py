@@ -61,15 +61,17 @@ def _proto(net):
 
 class InterferenceGraph:
     """The ops of a net (nodes 0..n-1) and the hazards between them: an edge i -> j
-    (i < j) when j reads what i wrote, writes what i read, or writes what i wrote.
-    `deps[(i, j)]` names the blobs behind each edge."""
+    (i < j) when j reads what i wrote (from every earlier writer, as Caffe2's graph
+    has it), writes what i read since its last write, or writes what i wrote last.
+    Caffe2's graph has only the first kind; the other two keep in-place chains in
+    order when ops are reordered. `deps[(i, j)]` names the blobs behind each edge."""
 
     def __init__(self, ops):
         self.ops = list(ops)
         self._succ = [set() for _ in self.ops]
         self._pred = [set() for _ in self.ops]
         self.deps = {}
-        last_writer, readers = {}, collections.defaultdict(list)
+        last_writer, writers, readers = {}, collections.defaultdict(list), collections.defaultdict(list)
 
         def edge(i, j, blob):
             if i != j:
@@ -78,8 +80,8 @@ class InterferenceGraph:
                 self.deps.setdefault((i, j), set()).add(blob)
         for j, op in enumerate(self.ops):
             for blob in op.input:
-                if blob in last_writer:
-                    edge(last_writer[blob], j, blob)
+                for writer in writers[blob]:
+                    edge(writer, j, blob)
             for blob in op.output:
                 if blob in last_writer:
                     edge(last_writer[blob], j, blob)
@@ -89,6 +91,7 @@ class InterferenceGraph:
                 readers[blob].append(j)
             for blob in op.output:
                 last_writer[blob] = j
+                writers[blob].append(j)
 
     def nodes(self):
         return list(range(len(self.ops)))

@@ -234,3 +234,25 @@ def test_named_errors():
                                        algo=memonger.AssignmentAlgorithm.DYNAMIC_PROGRAMMING)
     with pytest.raises(Caffe2Error, match="Net or NetDef"):
         memonger.share_grad_blobs("not a net", [loss], [], "name_x")
+
+
+def test_interference_graph_and_orderings_follow_caffe2():
+    m = model_helper.ModelHelper()
+    for _ in range(3):
+        m.net.Copy("b1", "b1")
+    assert memonger.compute_interference_graph(m.net.Proto().op).edges() == [(0, 1), (0, 2), (1, 2)]
+
+    m = model_helper.ModelHelper()
+    m.net.Copy("conv0_w_comp", "conv0_w")              # 0
+    conv0 = brew.conv(m, "data", "conv0", 32, 32, 4)   # 1
+    m.net.Copy("conv2_w", "conv2_w")                   # 2
+    brew.conv(m, conv0, "conv2", 16, 32, 4)            # 3
+    g = memonger.compute_interference_graph(m.net.Proto().op)
+    assert memonger.topological_sort_traversal(g) == [0, 1, 2, 3]
+    # the op starting the longer chain goes first
+    assert memonger.topological_sort_traversal_longest_path(g) == [0, 1, 2, 3]
+    reordered = caffe2_pb2.NetDef()
+    reordered.op.extend([m.net.Proto().op[i] for i in (2, 0, 1, 3)])
+    g = memonger.compute_interference_graph(reordered.op)
+    assert memonger.topological_sort_traversal(g) == [0, 1, 2, 3]
+    assert memonger.topological_sort_traversal_longest_path(g) == [1, 0, 2, 3]
