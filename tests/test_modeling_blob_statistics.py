@@ -76,10 +76,13 @@ def test_norm_of_one_row():
     np.testing.assert_allclose(value[0], [np.abs(row).sum()], rtol=1e-5)
 
 
-def test_statistics():
+@pytest.mark.parametrize("logging_frequency", [0, 2])
+def test_statistics(logging_frequency):
     model = fc_model()
-    modifier = ComputeStatisticsForBlobs(["fc_w", "fc"], logging_frequency=10)
+    modifier = ComputeStatisticsForBlobs(["fc_w", "fc"], logging_frequency=logging_frequency)
     modifier(model.net)
+    prints = [op for op in model.net.Proto().op if op.type == "Print"]
+    assert len(prints) == (2 if logging_frequency else 0)
     run(model)
     assert modifier.field_name_suffix() == "_summary"
     for blob in ("fc_w", "fc"):

@@ -20,6 +20,7 @@ class ComputeStatisticsForBlobs(NetModifier):
             as_float = net.Cast(blob, to=core.DataType.FLOAT)
             stats = net.Summarize(as_float, net.NextScopedBlob(prefix=str(blob) + self._field_name_suffix),
                                   to_file=0)
-            net.Print(stats, [], every_n=self._logging_frequency)
+            if self._logging_frequency >= 1:      # Print refuses every_n < 1 (Caffe2 added it always)
+                net.Print(stats, [], every_n=self._logging_frequency)
             if modify_output_record:
                 append_output_record(net, str(blob) + self._field_name_suffix, stats, np.float64, (1,))
