@@ -256,3 +256,39 @@ def test_interference_graph_and_orderings_follow_caffe2():
     g = memonger.compute_interference_graph(reordered.op)
     assert memonger.topological_sort_traversal(g) == [0, 1, 2, 3]
     assert memonger.topological_sort_traversal_longest_path(g) == [1, 0, 2, 3]
+
+
+def test_blobs_valued_from_outside_the_run_are_kept():
+    """A blob read before the net writes it (a state carried across runs) and the
+    output of Accumulate (which reads its old value) keep their names; sharing them
+    would hand them another blob's value."""
+    proto = caffe2_pb2.NetDef(name="stateful")     # no external inputs declared (allowed)
+    proto.external_output.extend(["y"])
+    proto.op.extend([
+        core.CreateOperator("Relu", ["x"], ["a"]),
+        core.CreateOperator("Add", ["a", "state"], ["b"]),       # state: from the previous run
+        core.CreateOperator("Relu", ["b"], ["state"]),
+        core.CreateOperator("Accumulate", ["state"], ["acc"]),    # acc: gamma * old acc + state
+        core.CreateOperator("Tanh", ["acc"], ["c"]),
+        core.CreateOperator("Sigmoid", ["c"], ["y"]),
+    ])
+    optim = memonger.optimize_inference_fast(proto, ["x"])
+    names = {b for op in optim.op for b in list(op.input) + list(op.output)}
+    assert {"state", "acc"} <= names
+    assert memonger.count_blobs(optim) < memonger.count_blobs(proto)
+    interference = memonger.optimize_interference(proto, ["x"])
+    assert "state" not in interference.blob_assignments and "acc" not in interference.blob_assignments
+
+    def two_runs(p):
+        workspace.ResetWorkspace()
+        workspace.FeedBlob("state", np.ones((2, 3), np.float32))
+        workspace.FeedBlob("x", RNG.standard_normal((2, 3)).astype(np.float32))
+        workspace.CreateNet(p)
+        for _ in range(2):
+            workspace.RunNet(p.name)
+        return workspace.FetchBlob("y")
+    state = RNG.bit_generator.state
+    expected = two_runs(proto)
+    RNG.bit_generator.state = state
+    optim.name = "stateful_memonger"
+    np.testing.assert_array_equal(two_runs(optim), expected)
