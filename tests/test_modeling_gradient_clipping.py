@@ -143,3 +143,32 @@ def test_named_errors():
     net = core.Net("n")
     with pytest.raises(Caffe2Error, match="grad_map"):
         GradientClipping("by_norm")(net)
+
+
+@pytest.mark.parametrize("kwargs,n_ops", [
+    (dict(grad_clip_method="by_norm", clip_norm_type="l2_norm"), 17),        # LpNorm, Pow, ClipTensorByScaling
+    (dict(grad_clip_method="by_norm", clip_norm_type="l1_norm"), 15),        # LpNorm, ClipTensorByScaling
+    (dict(grad_clip_method="by_norm", use_parameter_norm=True), 21),          # + LpNorm, Pow of the param
+    (dict(grad_clip_method="by_norm", use_parameter_norm=True, compute_norm_ratio=True), 23),   # + Div
+    (dict(grad_clip_method="by_value", clip_max=1e-8, clip_min=0), 13),      # Clip
+])
+def test_op_counts_of_caffe2s_two_layer_net(kwargs, n_ops):
+    """Caffe2's gradient_clipping_test net: 5 forward + 6 backward ops, then the
+    clipping ops of fc1_w and fc2_w (the counts Caffe2's test asserts)."""
+    model = model_helper.ModelHelper(name="test")
+    data = model.net.AddExternalInput("data")
+    fc1 = brew.fc(model, data, "fc1", dim_in=4, dim_out=2)
+    fc2 = brew.fc(model, fc1, "fc2", dim_in=2, dim_out=1)
+    sigm = model.net.Sigmoid(fc2, "sigm")
+    sq = model.net.SquaredL2Distance([sigm, "label"], "sq")
+    loss = model.net.SumElements(sq, "loss")
+    grad_map = model.AddGradientOperators([loss])
+    GradientClipping(clip_threshold=0.1, **kwargs)(model.net, grad_map={k: grad_map[k] for k in ["fc1_w", "fc2_w"]})
+    workspace.FeedBlob("data", RNG.random((10, 4)).astype(np.float32))
+    workspace.FeedBlob("label", RNG.random((10, 1)).astype(np.float32))
+    workspace.RunNetOnce(model.param_init_net)
+    workspace.RunNetOnce(model.net)
+    assert len(model.net.Proto().op) == n_ops
+    if kwargs["grad_clip_method"] == "by_value":
+        g = workspace.FetchBlob("fc1_w_grad")
+        assert g.max() <= 1e-8 and g.min() >= 0
