@@ -314,11 +314,21 @@ class Net:
         self._next_name_index += 1
         return name
 
-    def NextBlob(self, prefix=None):
-        return BlobReference(self.NextName(prefix), self)
+    def NextBlob(self, prefix="unnamed"):
+        """A new blob named `prefix` itself (Caffe2's rule), or `<prefix>_auto_<i>` when
+        this net defines that name or handed it out before."""
+        base = "unnamed" if prefix is None else str(prefix)
+        handed_out = self.__dict__.setdefault("_registered_blob_names", set())
+        name, index = base, 0
+        while name in handed_out or self.BlobIsDefined(name):
+            name = "%s_auto_%d" % (base, index)
+            index += 1
+        handed_out.add(name)
+        return BlobReference(name, self)
 
-    def NextScopedBlob(self, prefix=None):
-        return ScopedBlobReference(self.NextName(prefix), self)
+    def NextScopedBlob(self, prefix="unnamed"):
+        """NextBlob of `prefix` in the current name scope."""
+        return self.NextBlob(scope.CurrentNameScope() + ("unnamed" if prefix is None else str(prefix)))
 
     # -- external inputs and outputs
     def AddExternalInput(self, *inputs):

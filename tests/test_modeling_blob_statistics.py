@@ -42,11 +42,10 @@ def output_blob(model, field):
     return workspace.FetchBlob(fields[field])
 
 
-def written(model, prefix):
-    # named NextScopedBlob-style: <net name>/<blob><suffix>
-    names = [b for b in model.net.UsedBlobNames() if b.split("/")[-1] == prefix]
-    assert len(names) == 1, names
-    return workspace.FetchBlob(names[0])
+def written(model, name):
+    """A blob the modifier wrote; Caffe2 names it <blob><suffix> (NextScopedBlob)."""
+    assert name in model.net.UsedBlobNames(), name
+    return workspace.FetchBlob(name)
 
 
 @pytest.mark.parametrize("p,averaged", [(1, False), (2, False), (2, True), (1, True)])
@@ -71,9 +70,7 @@ def test_norm_of_one_row():
     ComputeNormForBlobs(["fc_w"], logging_frequency=0, p=1, row_index=2)(model.net)
     run(model)
     row = workspace.FetchBlob("fc_w")[2].astype(np.float64)
-    value = [workspace.FetchBlob(b) for b in model.net.UsedBlobNames() if b.endswith("_l1_norm")]
-    assert len(value) == 1
-    np.testing.assert_allclose(value[0], [np.abs(row).sum()], rtol=1e-5)
+    np.testing.assert_allclose(written(model, "fc_w_row_2_l1_norm"), [np.abs(row).sum()], rtol=1e-5)
 
 
 @pytest.mark.parametrize("logging_frequency", [0, 2])
