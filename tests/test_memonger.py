@@ -292,3 +292,34 @@ def test_blobs_valued_from_outside_the_run_are_kept():
     RNG.bit_generator.state = state
     optim.name = "stateful_memonger"
     np.testing.assert_array_equal(two_runs(optim), expected)
+
+
+def test_blobs_of_nested_nets_keep_their_names():
+    """`t` is read inside If's then_net: renaming it outside would leave the nested
+    net reading a stale name, so it is never shared."""
+    then_net = core.Net("then_branch")
+    then_net.Sigmoid("t", "u")
+    proto = caffe2_pb2.NetDef(name="with_if")
+    proto.external_input.extend(["x", "cond"])
+    proto.external_output.extend(["y"])
+    proto.op.extend([
+        core.CreateOperator("Relu", ["x"], ["a"]),
+        core.CreateOperator("Tanh", ["a"], ["b"]),
+        core.CreateOperator("Relu", ["b"], ["t"]),
+        core.CreateOperator("If", ["cond"], [], then_net=then_net.Proto()),
+        core.CreateOperator("Tanh", ["t"], ["c"]),
+        core.CreateOperator("Sigmoid", ["c"], ["y"]),
+    ])
+    optim = memonger.optimize_inference_for_dag(proto, ["x", "cond"])
+    names = {b for op in optim.op for b in list(op.input) + list(op.output)}
+    assert "t" in names
+    assert memonger.count_blobs(optim) < memonger.count_blobs(proto)   # a, b, c still share
+
+    def run(p):
+        workspace.ResetWorkspace()
+        workspace.FeedBlob("x", np.linspace(-1, 1, 6, dtype=np.float32))
+        workspace.FeedBlob("cond", np.array(True))
+        workspace.RunNetOnce(p)
+        return workspace.FetchBlob("y"), workspace.FetchBlob("u")
+    for got, want in zip(run(optim), run(proto)):
+        np.testing.assert_array_equal(got, want)
