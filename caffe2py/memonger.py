@@ -294,6 +294,10 @@ def share_grad_blobs(net, losses, param_grads, namescope, dont_share_blobs=None,
         namescope += "/"
     param_grads = {str(g) for g in param_grads or ()}
     losses = {str(b) for b in losses or ()}
+    used = {b for op in proto.op for b in list(op.input) + list(op.output)}
+    missing = sorted(losses - used)
+    if missing:
+        raise Caffe2Error("share_grad_blobs: loss blob '%s' is not used by net '%s'" % (missing[0], proto.name))
     dont_share = {str(b) for b in dont_share_blobs or ()} | losses
 
     def is_grad_blob(name):

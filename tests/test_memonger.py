@@ -232,6 +232,8 @@ def test_named_errors():
     with pytest.raises(Caffe2Error, match="GREEDY"):
         memonger.optimize_interference(branchy_predict_net().Proto(), [],
                                        algo=memonger.AssignmentAlgorithm.DYNAMIC_PROGRAMMING)
+    with pytest.raises(Caffe2Error, match="loss blob 'no_loss' is not used"):
+        memonger.share_grad_blobs(model.net, ["no_loss"], [], "name_x")
     with pytest.raises(Caffe2Error, match="Net or NetDef"):
         memonger.share_grad_blobs("not a net", [loss], [], "name_x")
 
