@@ -24,8 +24,8 @@ Never shared: external inputs and outputs, blobs read before the net writes them
 (their value comes from outside or from an earlier run), blobs written by an op
 that reads its outputs' previous values (schema reads_outputs), blobs named inside
 nested nets (RecurrentNetwork step nets, If/While bodies), losses and
-dont_share_blobs. Blobs that another net reads are the caller's business: list
-them in dont_share_blobs / static_blobs.
+dont_share_blobs, and names that ops carry as string arguments. Blobs that another
+net reads are the caller's business: list them in dont_share_blobs / static_blobs.
 """
 import collections
 import copy
@@ -169,8 +169,23 @@ def topological_sort_traversal_longest_path(g):
 # --------------------------------------------------------------------------- DAG-safe recycling
 
 def _nested_blobs(proto):
-    """Blob names that appear in nets nested in op arguments (step nets, If/While bodies)."""
+    """Blob names that appear in nets nested in op arguments (step nets, If/While
+    bodies) or as string arguments (RecurrentNetwork's links and aliases name outer
+    blobs that way): renaming them would leave those references stale."""
     names = set()
+
+    def decode(value):
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+    def walk_args(op):
+        for arg in op.arg:
+            if arg.HasField("s"):
+                names.add(decode(arg.s))
+            names.update(decode(v) for v in arg.strings)
+            if arg.HasField("n"):
+                walk(arg.n)
+            for sub in arg.nets:
+                walk(sub)
 
     def walk(net):
         names.update(net.external_input)
@@ -178,17 +193,9 @@ def _nested_blobs(proto):
         for op in net.op:
             names.update(op.input)
             names.update(op.output)
-            for arg in op.arg:
-                if arg.HasField("n"):
-                    walk(arg.n)
-                for sub in arg.nets:
-                    walk(sub)
+            walk_args(op)
     for op in proto.op:
-        for arg in op.arg:
-            if arg.HasField("n"):
-                walk(arg.n)
-            for sub in arg.nets:
-                walk(sub)
+        walk_args(op)
     return names
 
 

@@ -325,3 +325,36 @@ def test_blobs_of_nested_nets_keep_their_names():
         return workspace.FetchBlob("y"), workspace.FetchBlob("u")
     for got, want in zip(run(optim), run(proto)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_share_grad_blobs_on_an_lstm_training_net():
+    """Caffe2's RNN case: an LSTM (RecurrentNetwork and its gradient, step nets
+    with links to outer blobs) + fc + softmax loss; sharing gradients and
+    activations keeps the loss and every parameter gradient identical."""
+    from caffe2py import rnn_cell
+    T_, N_, D_, H_ = 5, 3, 4, 6
+    model = model_helper.ModelHelper(name="lstm_memonger")
+    hidden_all, _, _, _ = rnn_cell.LSTM(model, "input", "seq_lengths", ("h0", "c0"), D_, H_, scope="lstm")
+    flat = model.net.Reshape(hidden_all, ["flat", "flat_old_shape"], shape=[T_ * N_, H_])[0]
+    logits = brew.fc(model, flat, "logits", H_, 3)
+    _, loss = model.net.SoftmaxWithLoss([logits, "labels"], ["softmax", "loss"])
+    model.AddGradientOperators([loss])
+    feeds = {"input": RNG.standard_normal((T_, N_, D_)).astype(np.float32),
+             "seq_lengths": np.array([T_, 3, 2], np.int32),
+             "h0": RNG.standard_normal((1, N_, H_)).astype(np.float32),
+             "c0": RNG.standard_normal((1, N_, H_)).astype(np.float32),
+             "labels": RNG.integers(0, 3, T_ * N_).astype(np.int32)}
+    for name, value in feeds.items():
+        workspace.FeedBlob(name, value)
+    workspace.RunNetOnce(model.param_init_net)
+    init_values = {b: workspace.FetchBlob(b).copy() for b in workspace.Blobs()
+                   if isinstance(workspace.FetchBlob(b), np.ndarray)}
+    param_grads = {str(g) for g in model.param_to_grad.values()}
+    optim = memonger.share_grad_blobs(model.net, ["loss"], param_grads, "", share_activations=True)
+    assert memonger.count_blobs(optim) < memonger.count_blobs(model.net.Proto())
+    fetch = ["loss"] + sorted(param_grads)
+    optim.name = "lstm_memonger_optim"
+    reference = run_steps(model.param_init_net, init_values, model.net.Proto(), fetch)
+    shared = run_steps(model.param_init_net, init_values, optim, fetch)
+    for blob in fetch:
+        np.testing.assert_array_equal(shared[0][blob], reference[0][blob], err_msg=blob)
