@@ -262,6 +262,26 @@ class Net:
             names.update(op.output)
         return names
 
+    # -- output record (a schema.Struct naming the blobs a net reports; net modifiers append)
+    def output_record(self):
+        return self.__dict__.get("_output_record")
+
+    def set_output_record(self, record):
+        if self.output_record() is not None:
+            raise Caffe2Error("net '%s' already has an output record" % self.Name())
+        for blob in record.field_blobs():
+            if not self.BlobIsDefined(blob):
+                raise Caffe2Error("output record of net '%s': blob '%s' is not defined" % (self.Name(), blob))
+        self.__dict__["_output_record"] = record
+        self.AddExternalOutput(*record.field_blobs())
+
+    def AppendOutputRecordField(self, field_name, record):
+        from . import schema
+        if self.output_record() is None:
+            raise Caffe2Error("net '%s' has no output record to append '%s' to" % (self.Name(), field_name))
+        self.__dict__["_output_record"] = self.output_record() + schema.Struct((field_name, record))
+        self.AddExternalOutput(*record.field_blobs())
+
     def add_attribute(self, name, obj):
         self.__dict__.setdefault("_attr_dict", {}).setdefault(name, []).append(obj)
 
@@ -294,11 +314,21 @@ class Net:
         self._next_name_index += 1
         return name
 
-    def NextBlob(self, prefix=None):
-        return BlobReference(self.NextName(prefix), self)
+    def NextBlob(self, prefix="unnamed"):
+        """A new blob named `prefix` itself (Caffe2's rule), or `<prefix>_auto_<i>` when
+        this net defines that name or handed it out before."""
+        base = "unnamed" if prefix is None else str(prefix)
+        handed_out = self.__dict__.setdefault("_registered_blob_names", set())
+        name, index = base, 0
+        while name in handed_out or self.BlobIsDefined(name):
+            name = "%s_auto_%d" % (base, index)
+            index += 1
+        handed_out.add(name)
+        return BlobReference(name, self)
 
-    def NextScopedBlob(self, prefix=None):
-        return ScopedBlobReference(self.NextName(prefix), self)
+    def NextScopedBlob(self, prefix="unnamed"):
+        """NextBlob of `prefix` in the current name scope."""
+        return self.NextBlob(scope.CurrentNameScope() + ("unnamed" if prefix is None else str(prefix)))
 
     # -- external inputs and outputs
     def AddExternalInput(self, *inputs):

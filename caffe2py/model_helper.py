@@ -7,6 +7,7 @@ from . import core, scope
 from .errors import Caffe2Error
 from .modeling import initializers
 from .modeling.parameter_info import ParameterInfo, ParameterTags
+from .modeling.parameter_sharing import parameter_sharing_context
 from .optimizer_context import DEFAULT_OPTIM, OptimizerContext
 
 log = logging.getLogger("caffe2py")
@@ -72,12 +73,13 @@ class ModelHelper:
 
     def create_param(self, param_name, shape, initializer, tags=None):
         """Create (or return the existing) parameter `param_name` in the current name
-        scope (a BlobReference is used as given), filled by `initializer` in
+        scope (or the scope ParameterSharing maps it to; a BlobReference is used as given), filled by `initializer` in
         param_init_net, registered with its tags."""
         if isinstance(param_name, core.BlobReference):
             name = str(param_name)
         elif isinstance(param_name, str):
-            name = scope.CurrentNameScope() + param_name
+            # the current scope, or the scope it shares parameters with (ParameterSharing)
+            name = parameter_sharing_context.get_parameter_name(param_name)
         else:
             raise Caffe2Error("create_param: unsupported type for param_name: %s" % type(param_name).__name__)
         shape = list(shape) if shape is not None else None

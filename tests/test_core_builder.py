@@ -138,3 +138,16 @@ def test_plan_and_execution_step_protos():
     plan.AddStep(step)
     proto = plan.Proto()
     assert proto.execution_step[0].num_iter == 3 and proto.network[0].name == "stepnet"
+
+
+def test_next_blob_names_follow_caffe2():
+    """Caffe2's NextBlob: the prefix itself, then `<prefix>_auto_<i>` when the net
+    defines it or handed it out; NextScopedBlob prefixes the current name scope."""
+    net = core.Net("naming")
+    net.AddExternalInput("x")
+    assert str(net.NextBlob("y")) == "y"
+    assert str(net.NextBlob("y")) == "y_auto_0"         # handed out before
+    assert str(net.NextBlob("x")) == "x_auto_0"         # defined in the net
+    with scope.NameScope("s"):
+        assert str(net.NextScopedBlob("z")) == "s/z"
+    assert str(net.NextBlob()) == "unnamed"
