@@ -98,6 +98,20 @@ def normalized_ops(net_def):
     return ops
 
 
+def _check_text_fields(label, op):
+    """protobuf hands a proto2 string field that is not UTF-8 over as bytes (a damaged
+    file); every name the executor compares or splits must be text."""
+    for field in ("type", "engine", "name"):
+        if isinstance(getattr(op, field), bytes):
+            raise Caffe2Error("%s: its %s %r is not UTF-8 text (a damaged net file?)"
+                              % (_printable(label), field, getattr(op, field)[:40]))
+    for kind in ("input", "output"):
+        bad = next((b for b in getattr(op, kind) if isinstance(b, bytes)), None)
+        if bad is not None:
+            raise Caffe2Error("%s: an %s blob name %r is not UTF-8 text (a damaged net file?)"
+                              % (_printable(label), kind, bad[:40]))
+
+
 def check_net(net_def, known_blobs):
     """Caffe2's NetBase checks plus 'every input exists' (op construction's check)."""
     name = net_def.name or "<unnamed>"
@@ -109,6 +123,7 @@ def check_net(net_def, known_blobs):
     produced = set()
     for index, op in enumerate(net_def.op):
         label = describe_op(index, op)
+        _check_text_fields(label, op)
         if op.device_option.node_name:
             raise Caffe2Error("%s: node_name '%s' must be empty when the net is executed"
                               % (label, op.device_option.node_name))

@@ -160,6 +160,9 @@ def conv_transpose(ctx):
         if x.shape[1] != w.shape[0]:
             raise ctx.input_error(1, "W of shape %s needs %d input channels, X has %d"
                                   % (list(w.shape), w.shape[0], x.shape[1]))
+        if b is not None and b.shape != (w.shape[1] * group,):
+            raise ctx.input_error(2, "B must have shape [%d] (one bias per output channel: W's dim 1 x group "
+                                     "%d), got %s" % (w.shape[1] * group, group, list(b.shape)))
         strides = ctx.ints("strides", None) or [1] * k
         dilations = ctx.ints("dilations", None) or [1] * k
         output_padding = ctx.ints("output_padding", None) or [0] * k

@@ -6,7 +6,7 @@ from caffe2py.kernels.cpu.recsys import recsys_ops as K
 from caffe2py.kernels.cpu.recsys.sparse_lengths import LookupInputError
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
-from caffe2py.schema_rules import Rank
+from caffe2py.schema_rules import DTypes, Rank
 
 INT32 = caffe2_pb2.TensorProto.INT32
 
@@ -82,7 +82,7 @@ def _lengths_infer(ctx, ins):
 for _name, _mean in (("LengthsSum", False), ("LengthsMean", True)):
     register_schema(OpSchema(
         _name, num_inputs=2, num_outputs=1, inputs=("DATA", "LENGTHS"), outputs=("OUTPUT",),
-        inference=_lengths_infer,
+        inference=_lengths_infer, checks=(DTypes(1, "int"),),   # lengths are counts (NaN was read as one)
         doc="%s of consecutive DATA rows per segment given by LENGTHS (sum = DATA.shape[0]); "
             "empty segments give zeros." % ("Mean" if _mean else "Sum")))
 
