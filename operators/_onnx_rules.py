@@ -278,20 +278,28 @@ def _type_proto(x):
     return helper.make_tensor_type_proto(elem, list(x.shape))
 
 
-def _beyond_int32(node):
-    """Whether an int attribute lies outside int32. onnx's inference narrows some (an
-    axis) to int and then indexes with the wrapped value: LayerNormalization's axis
-    2**31 crashed the process (fuzz onnx:5:30261). The kernel's own checks judge them."""
+def _axis_beyond_int32(node):
+    """A complaint about an axis attribute outside int32, else None. onnx's inference
+    narrows an axis to int and indexes with the wrapped value: LayerNormalization's
+    axis 2**31 crashed the process (fuzz onnx:5:30261). No tensor has that many dims.
+    Other int attributes may be that large (Slice-1's ends of INT64_MAX) and go on to
+    onnx as before."""
     limit = 1 << 31
-    return any((a.type == a.INT and not -limit <= a.i < limit)
-               or (a.type == a.INTS and any(not -limit <= v < limit for v in a.ints)) for a in node.attribute)
+    for a in node.attribute:
+        if a.name in ("axis", "axes") and (
+                (a.type == a.INT and not -limit <= a.i < limit)
+                or (a.type == a.INTS and any(not -limit <= v < limit for v in a.ints))):
+            return "attribute %s = %s is not an axis of any tensor" % (
+                a.name, a.i if a.type == a.INT else list(a.ints))
+    return None
 
 
 def _infer(schema, node, names, inputs, opsets):
     """None when onnx's inference accepts the inputs, else its complaint."""
     from onnx import numpy_helper, shape_inference
-    if _beyond_int32(node):
-        return None                  # onnx's C++ inference keeps such attributes in 32-bit ints
+    bad_axis = _axis_beyond_int32(node)
+    if bad_axis:
+        return bad_axis              # onnx's C++ inference narrows an axis to a 32-bit int and crashes
     types, data = {}, {}
     for name, x in zip(names, inputs):
         proto = _type_proto(x)

@@ -143,7 +143,7 @@ def reverse_sequence(ctx):
 def _unique_slices(x, axis):
     """np.unique(..., axis=axis) for object (string) tensors: slices compared as tuples,
     in lexicographic order of their flattened values, as NumPy orders numeric slices."""
-    keys = [tuple(s.ravel().tolist()) for s in np.moveaxis(x, axis, 0)]
+    keys = [tuple(np.asarray(s, dtype=object).ravel().tolist()) for s in np.moveaxis(x, axis, 0)]
     ordered = sorted(set(keys))
     rank = {k: i for i, k in enumerate(ordered)}
     inverse = np.array([rank[k] for k in keys], np.int64)

@@ -64,7 +64,7 @@ def test_window_pads_beyond_any_memory_are_named_before_allocating(op_type):
     if op_type == "Conv":
         inputs.update(W=f32(3, 2, 2, 2), B=f32(3))
     pads = [4, 1 << 62, 0, 2]
-    expected = "more than any memory holds" if op_type == "Conv" else "each pad must be smaller than the kernel"
+    expected = "more than this process can hold" if op_type == "Conv" else "each pad must be smaller than the kernel"
     with pytest.raises(Caffe2Error, match=expected):
         run_op(op_type, inputs, kernels=[2, 2], pads=pads)
 

@@ -74,7 +74,7 @@ def _run_onnx(case, send):
     if outputs is None:
         return dict(ours, note="reference_ran")          # we refuse what onnxruntime runs
     random = case.data.get("random", False) or gen_onnx.uses_random_ops(model)
-    problem = gen_onnx.compare(outputs, ref, random=random)
+    problem = gen_onnx.compare(outputs, ref, random=random, nonfinite=gen_onnx.holds_nonfinite(model, feeds))
     if problem:
         return outcome("wrong_result", problem)
     return dict(ours, note="matches_reference_shapes" if random else "matches_reference")

@@ -110,23 +110,40 @@ def conv_output_size(size, kernel, stride, pad_begin, pad_end, dilation):
     return (size + pad_begin + pad_end - ((kernel - 1) * dilation + 1)) // stride + 1
 
 
-# Far beyond any memory (256 TiB). A window op with absurd pads would otherwise reach
-# NumPy's own refusal, worded for NumPy's developers, or wrap around in int64.
-MAX_ARRAY_BYTES = 1 << 48
+def memory_bytes():
+    """What this process could ever allocate: the machine's memory, or less under an
+    address-space limit (ulimit -v)."""
+    import os
+    total = 1 << 48
+    try:
+        total = min(total, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            total = min(total, soft)
+    except (ImportError, OSError, ValueError):
+        pass
+    return total
 
 
 def check_window_sizes(x_shape, out_shape, pads, itemsize):
-    """ValueError, before anything is allocated, when the padded input or the output of
-    a window op (conv, pool) could not exist in any memory."""
+    """ValueError, before anything is planned or allocated, when the padded input or the
+    output of a window op (conv, pool) is larger than this process could ever hold.
+    Absurd pads would otherwise reach NumPy's own refusal, worded for NumPy's developers,
+    or a plan whose tiles are counted in billions (fuzz mutate:6:224: a 2**31 pad)."""
     k = len(pads) // 2
     padded = tuple(x_shape[:2]) + tuple(int(x_shape[2 + i]) + int(pads[i]) + int(pads[k + i]) for i in range(k))
+    limit = memory_bytes()
     for what, shape in (("the padded input", padded), ("the output", tuple(out_shape))):
         count = 1
         for d in shape:                       # Python ints: no wrap-around
             count *= max(int(d), 0)
-        if count * itemsize > MAX_ARRAY_BYTES:
-            raise ValueError("pads %s make %s %s: %d bytes, more than any memory holds"
-                             % (list(pads), what, list(shape), count * itemsize))
+        if count * itemsize > limit:
+            raise ValueError("pads %s make %s %s: %d bytes, more than this process can hold (%d bytes)"
+                             % (list(pads), what, list(shape), count * itemsize, limit))
 
 
 def offset_view(xp, offset, dilations, strides, out_spatial, lead=1):
@@ -215,6 +232,8 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     if any(v <= 0 for v in strides + dilations) or group <= 0:
         raise ValueError("strides %s, dilations %s and group %d must be positive"
                          % (list(strides), list(dilations), group))
+    if any(kk <= 0 for kk in kernel):
+        raise ValueError("filter of shape %s has an empty kernel window" % list(w_shape))
     n, c = x_shape[:2]
     m = w_shape[0]
     out_spatial = tuple(conv_output_size(x_shape[2 + i], kernel[i], strides[i], pads[i], pads[k + i],

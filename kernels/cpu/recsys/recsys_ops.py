@@ -66,5 +66,6 @@ def batch_matmul(a, b, trans_a=False, trans_b=False, broadcast=False):
         raise LookupInputError("data", "inner dimensions differ: A %s vs B %s" % (ka, kb))
     try:
         return np.matmul(a, b)
-    except ValueError as exc:
-        raise LookupInputError("data", "A and B do not broadcast: %s" % exc) from None
+    except ValueError:
+        raise LookupInputError("data", "the batch dims of A %s and B %s do not broadcast"
+                               % (list(a.shape[:-2]), list(b.shape[:-2]))) from None
