@@ -83,7 +83,7 @@ def flexible_top_k_grad(ctx):
         if x.ndim < 1:
             raise ctx.input_error(0, "original input must have at least one dimension, got a 0-d tensor")
         check_int(ctx, 1, k, "K")
-        return call(ctx, {"indices": 3}, K.flexible_top_k_grad, x.shape, k, grad, indices)
+        return call(ctx, {"indices": 3, "k": 1}, K.flexible_top_k_grad, x.shape, k, grad, indices)
     return run
 
 

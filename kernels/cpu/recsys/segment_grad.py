@@ -148,6 +148,10 @@ def flexible_top_k_grad(x_shape, k, grad, indices):
     its last-dim index."""
     r = x_shape[-1]
     kk = int_vector(k)
+    rows = int(np.prod(x_shape[:-1], dtype=np.int64))
+    if kk.size != rows:
+        raise LookupInputError("k", "K must hold one count per row of X %s (%d rows), got %d"
+                               % (list(x_shape), rows, kk.size))
     out = np.zeros((kk.size, r), grad.dtype)
     idx = int_vector(indices)
     if idx.size != int(kk.sum()) or np.size(grad) != idx.size:
