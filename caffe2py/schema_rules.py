@@ -187,7 +187,8 @@ class FileName(ArgRule):
     """A file or folder name: text without NUL bytes (no file system takes them)."""
 
     def static(self, value):
-        if any("\x00" in v for v in _values(value) if isinstance(v, str)):
+        if any(("\x00" if isinstance(v, str) else b"\x00") in v for v in _values(value)
+               if isinstance(v, (str, bytes))):
             return "names a file and cannot hold a NUL byte, got %r" % (value,)
         return None
 

@@ -362,6 +362,8 @@ def check_arity(ctx):
                                                                   ctx.n_outputs))
     for index in absent:
         name = required.get(index)
+        if name is None and "*" in required and index >= required["*"][0]:
+            name = required["*"][1]            # a variadic tensor list has no empty members
         if name is not None:
             raise ctx.error("input %d ('%s') of onnx's %s is required, but the node leaves it empty"
                             % (index, name, label))
@@ -390,6 +392,8 @@ def _read_arity(op_type, domain, version):
             continue
     if schema is None:
         return None
-    single = onnx.defs.OpSchema.FormalParameterOption.Single
-    required = {i: p.name for i, p in enumerate(schema.inputs) if p.option == single}
+    options = onnx.defs.OpSchema.FormalParameterOption
+    required = {i: p.name for i, p in enumerate(schema.inputs) if p.option == options.Single}
+    if schema.inputs and schema.inputs[-1].option == options.Variadic:
+        required["*"] = (len(schema.inputs) - 1, schema.inputs[-1].name)   # from here on
     return (schema.min_input, schema.max_input), (schema.min_output, schema.max_output), required

@@ -83,6 +83,8 @@ def _register_reducer(op_type, kind, allowed, what):
     @register_kernel(op_type + "Gradient")
     def reducer_gradient(ctx):
         def run(dy, x, y):
+            for index, v in ((0, dy), (1, x), (2, y)):     # the forward's dtype rule holds here too
+                check_dtype(ctx, index, v, allowed)
             axes = reduce_axes(ctx, x.ndim)
             want = math.prod(1 if i in axes else d for i, d in enumerate(x.shape))
             for index, v in ((0, dy), (2, y)):

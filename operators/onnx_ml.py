@@ -63,7 +63,10 @@ def label_encoder(ctx):
     else:
         out_dtype = np.dtype(np.int64)
     if ctx.has("default_tensor"):
-        default = _key(tensor_to_numpy(ctx.tensor("default_tensor")).reshape(-1)[0])
+        given = tensor_to_numpy(ctx.tensor("default_tensor")).reshape(-1)
+        if given.size != 1:
+            raise ctx.error("default_tensor must hold one value, got %d" % given.size)
+        default = _key(given[0])
     elif out_dtype.kind == "O":
         default = ctx.string("default_string", "_Unused")
     elif out_dtype.kind == "f":

@@ -257,7 +257,7 @@ def _load_inference(ctx, ins):
 register_schema(OpSchema(
     "Load", num_inputs=(0, None), num_outputs=(0, None),
     args=_PATH_ARGS + (
-        Arg("dbs", "strings", None, doc="several dbs to load from"),
+        Arg("dbs", "strings", None, check=FileName(), doc="several dbs to load from"),
         Arg("add_prefix", "string", "", doc="prepended to every loaded name"),
         Arg("strip_prefix", "string", "", doc="db keys lose everything up to and including this"),
         Arg("keep_device", "int", 0, doc="load onto the device recorded in the db, not the op's"),
