@@ -96,6 +96,15 @@ def col2im(ctx):
         dilations = ctx.ints("dilations", None) or [1] * k
         pads = ctx.ints("pads", None) or [0] * (2 * k)
         strides = ctx.ints("strides", None) or [1] * k
+        if len(block) != k:
+            raise ctx.input_error(2, "block_shape %s must have one size per image dim %s" % (block, image))
+        if min(image, default=1) < 0 or min(block, default=1) <= 0:
+            raise ctx.input_error(1, "image_shape %s must be >= 0 and block_shape %s > 0" % (image, block))
+        if len(dilations) != k or len(strides) != k or len(pads) != 2 * k:
+            raise ctx.error("dilations %s, strides %s and pads %s do not suit a %d-D image"
+                            % (dilations, strides, pads, k))
+        if min(dilations + strides, default=1) <= 0 or min(pads, default=0) < 0:
+            raise ctx.error("dilations %s and strides %s must be positive, pads %s >= 0" % (dilations, strides, pads))
         return mk.col2im(x, image, block, dilations, pads, strides)
     return run
 

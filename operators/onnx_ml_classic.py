@@ -205,7 +205,7 @@ def linear_regressor(ctx):
     targets = ctx.int("targets", 1)
     coef = np.asarray(ctx.floats("coefficients", []), np.float64)
     intercepts = np.asarray(ctx.floats("intercepts", []), np.float64)
-    if targets < 1 or coef.size % targets:
+    if targets < 1 or coef.size % targets or coef.size < targets:
         raise ctx.error("coefficients (%d values) must hold `targets` (%d) rows" % (coef.size, targets))
     if intercepts.size not in (0, targets):
         raise ctx.error("intercepts has %d values for %d targets" % (intercepts.size, targets))

@@ -5,6 +5,7 @@ import numpy as np
 from caffe2py.kernels.cpu.recsys import ranges as R
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.schema_rules import output_size_problem
 
 from ._checks import call, check_int, check_int_vector
 
@@ -126,6 +127,11 @@ def add_padding(ctx):
                 raise ctx.input_error(i, "padding has %d values, a row of data_in has %d" % (pad.size, block))
         if end_pad is None:
             end_pad = start_pad
+        segments = 1 if lengths is None else int(np.size(lengths))
+        rows = data.shape[0] + (start + end) * segments
+        problem = output_size_problem((rows,) + tuple(data.shape[1:]), data.itemsize)
+        if problem:                  # padding widths are arguments: an absurd one is refused by size
+            raise ctx.error("padding widths %d and %d: %s" % (start, end, problem))
         out, lengths_out = call(ctx, {"lengths": 1}, R.add_padding, data, lengths,
                                 None if start_pad is None else start_pad.astype(data.dtype, copy=False),
                                 None if end_pad is None else end_pad.astype(data.dtype, copy=False), start, end)

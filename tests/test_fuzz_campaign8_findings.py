@@ -64,3 +64,49 @@ def test_load_refuses_a_db_path_with_a_nul_byte():
     net.Load([], ["a"], dbs=["a\x00b"], db_type="minidb", load_all=0)
     with pytest.raises(Caffe2Error, match="argument 'dbs' names a file and cannot hold a NUL byte"):
         workspace.RunNetOnce(net)
+
+
+def test_col2im_image_and_block_shapes_are_checked():
+    # onnx:8:55396: a negative image dim reached NumPy's "negative dimensions"
+    node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"])
+    x = np.ones((1, 4, 4), np.float32)
+    with pytest.raises(Caffe2Error, match=r"image_shape \[3, -2\] must be >= 0"):
+        backend.run_node(node, [x, np.array([3, -2], np.int64), np.array([2, 2], np.int64)], opset_version=18)
+    # a valid Col2Im: 2x2 blocks of a 3x3 image, each column summed back where it came from
+    (y,) = backend.run_node(node, [x, np.array([3, 3], np.int64), np.array([2, 2], np.int64)], opset_version=18)
+    np.testing.assert_array_equal(y[0, 0], [[1, 2, 1], [2, 4, 2], [1, 2, 1]])
+
+
+def test_linear_regressor_needs_a_coefficient_per_target():
+    # onnx:8:70348: targets 2**62 with no coefficients reshaped into "array is too big"
+    node = helper.make_node("LinearRegressor", ["x"], ["y"], domain="ai.onnx.ml", targets=1 << 62)
+    model = _model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [("", 17), ("ai.onnx.ml", 3)])
+    with pytest.raises(Caffe2Error, match="must hold `targets`"):
+        backend.prepare(model).run([np.ones((2, 2), np.float32)])
+
+
+def test_add_padding_widths_beyond_any_memory_are_refused_by_size():
+    # op:8:80701: NumPy's "Maximum allowed dimension exceeded"
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("x", np.ones((3, 1), np.float32))
+    net = core.Net("add_padding")
+    net.AddPadding(["x"], ["y"], padding_width=1 << 62)
+    with pytest.raises(Caffe2Error, match="more than any memory holds"):
+        workspace.RunNetOnce(net)
+    net = core.Net("add_padding_ok")
+    net.AddPadding(["x"], ["y"], padding_width=1)
+    workspace.RunNetOnce(net)
+    np.testing.assert_array_equal(workspace.FetchBlob("y"), np.array([[0], [1], [1], [1], [0]], np.float32))
+
+
+def test_the_fuzz_oracle_compares_large_outputs_in_pieces(monkeypatch):
+    # mutate:8:87545: the comparison's float64 copies of a 0.6 GB output exceeded the
+    # worker's 4 GiB; they are made a piece at a time now
+    from caffe2py.tools.fuzz import gen_onnx
+    monkeypatch.setattr(gen_onnx, "_CHUNK", 4)
+    a = np.arange(10, dtype=np.float32)
+    b = a.copy()
+    assert gen_onnx.compare([a], [b]) is None
+    b[9] += 1
+    assert gen_onnx.compare([a], [b]) == "output 0 element 9 is np.float32(9.0), reference np.float32(10.0)"

@@ -261,6 +261,29 @@ def holds_nonfinite(model_bytes, feeds):
     return False
 
 
+_CHUNK = 1 << 20      # float64 copies in pieces: an output may be most of the 4 GiB a worker has
+
+
+def _compare_floats(k, a, b, nonfinite):
+    tol = {2: 2e-2, 4: 1e-3, 8: 1e-6}[a.dtype.itemsize]
+    scale = 1.0                     # NaN/inf in the reference must not poison the scale
+    for start in range(0, b.size, _CHUNK):
+        part = np.abs(b[start:start + _CHUNK].astype(np.float64))
+        part = part[np.isfinite(part)]
+        if part.size:
+            scale = max(scale, float(part.max()))
+    for start in range(0, a.size, _CHUNK):
+        wa, wb = a[start:start + _CHUNK].astype(np.float64), b[start:start + _CHUNK].astype(np.float64)
+        with np.errstate(all="ignore"):
+            ok = np.isclose(wa, wb, rtol=tol, atol=tol * scale, equal_nan=True)
+            if nonfinite:
+                ok |= np.isnan(wa) & np.isfinite(wb)
+        if not ok.all():
+            i = start + int(np.argmin(ok))
+            return "output %d element %d is %r, reference %r" % (k, i, a[i], b[i])
+    return None
+
+
 def compare(ours, ref, random=False, nonfinite=False):
     """A text describing how caffe2py's outputs differ from the reference's (None: agree).
     nonfinite: the model's data hold a NaN or infinity. Then a NaN of ours where the
@@ -277,17 +300,9 @@ def compare(ours, ref, random=False, nonfinite=False):
         if random or a.size == 0:
             continue
         if a.dtype.kind == "f":
-            wa, wb = a.astype(np.float64), b.astype(np.float64)
-            tol = {2: 2e-2, 4: 1e-3, 8: 1e-6}[a.dtype.itemsize]
-            finite = np.abs(wb[np.isfinite(wb)])       # NaN/inf in the reference must not poison the scale
-            scale = np.maximum(1.0, finite) if finite.size else np.ones(1)
-            with np.errstate(all="ignore"):
-                ok = np.isclose(wa, wb, rtol=tol, atol=tol * scale.max(), equal_nan=True)
-                if nonfinite:
-                    ok |= np.isnan(wa) & np.isfinite(wb)
-            if not ok.all():
-                i = int(np.argmin(ok.reshape(-1)))
-                return "output %d element %d is %r, reference %r" % (k, i, a.reshape(-1)[i], b.reshape(-1)[i])
+            problem = _compare_floats(k, a.reshape(-1), b.reshape(-1), nonfinite)
+            if problem:
+                return problem
         elif a.dtype.kind in "OUS":
             if [str(v) for v in a.reshape(-1)] != [str(v) for v in b.reshape(-1)]:
                 return "output %d strings differ" % k
