@@ -429,6 +429,12 @@ def depth_to_space(ctx):
         n, c, h, w = x.shape
         if c % (b * b):
             raise ctx.input_error(0, "%d channels do not divide into blocks of %d x %d" % (c, b, b))
+        out = (n, c // (b * b), h * b, w * b)
+        if x.size == 0:      # no values to move; NumPy refuses the 6-D view's dims (fuzz onnx:9:10454)
+            if output_size_problem([d for d in out if d], x.itemsize):
+                raise ctx.input_error(0, "blocksize %d makes the output %s, whose dims no array can have, even "
+                                         "an empty one" % (b, list(out)))
+            return np.empty(out, x.dtype)
         if crd:
             y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
         else:
