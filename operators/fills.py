@@ -38,7 +38,7 @@ def check_fill_args(ctx, n_shape_inputs=1):
     if any(d < 0 for d in shape):
         raise ctx.error("shape %s has a negative dimension" % shape)
     if any(d > _MAX_ELEMENTS for d in shape):    # even beside a 0: NumPy refuses such a dim
-        raise ctx.error("shape %s has a dimension of more elements than any memory holds" % shape)
+        raise ctx.error("shape %s has a dimension of %d elements, more than any memory holds" % (shape, max(shape)))
 
 
 _MAX_ELEMENTS = 1 << 48      # far beyond any memory; keeps element counts exact in int64

@@ -75,7 +75,7 @@ def test_a_fill_shape_dimension_beyond_any_memory_is_named_even_beside_a_zero():
     workspace.ResetWorkspace()
     net = core.Net("fill")
     net.GivenTensorInt16Fill([], ["y"], shape=[2, 0, 1, 1 << 62], values=[])
-    with pytest.raises(Caffe2Error, match="has a dimension of more elements than any memory holds"):
+    with pytest.raises(Caffe2Error, match="has a dimension of 4611686018427387904 elements, more than any memory holds"):
         workspace.RunNetOnce(net)
 
 

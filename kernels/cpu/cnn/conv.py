@@ -129,15 +129,17 @@ def memory_bytes():
     return total
 
 
-def check_window_sizes(x_shape, out_shape, pads, itemsize):
+def check_window_sizes(x_shape, out_shape, pads, itemsize, pads_input=True):
     """ValueError, before anything is planned or allocated, when the padded input or the
     output of a window op (conv, pool) is larger than this process could ever hold.
     Absurd pads would otherwise reach NumPy's own refusal, worded for NumPy's developers,
-    or a plan whose tiles are counted in billions (fuzz mutate:6:224: a 2**31 pad)."""
+    or a plan whose tiles are counted in billions (fuzz mutate:6:224: a 2**31 pad).
+    pads_input=False for the pools, which clip their windows and never pad the input."""
     k = len(pads) // 2
     padded = tuple(x_shape[:2]) + tuple(int(x_shape[2 + i]) + int(pads[i]) + int(pads[k + i]) for i in range(k))
     limit = memory_bytes()
-    for what, shape in (("the padded input", padded), ("the output", tuple(out_shape))):
+    checked = (("the padded input", padded),) if pads_input else ()
+    for what, shape in checked + (("the output", tuple(out_shape)),):
         count = 1
         for d in shape:                       # Python ints: no wrap-around
             count *= max(int(d), 0)

@@ -69,7 +69,7 @@ def _check(x, kernel, strides, pads, dilations):
         raise ValueError("kernel %s, strides %s and dilations %s must be positive"
                          % (list(kernel), list(strides), list(dilations)))
     out = pool_output_shape(x.shape[2:], kernel, strides, pads, dilations, False)
-    check_window_sizes(x.shape, x.shape[:2] + tuple(out), pads, x.itemsize)
+    check_window_sizes(x.shape, x.shape[:2] + tuple(out), pads, x.itemsize, pads_input=False)
 
 
 def _reduce_windows(x, kernel, strides, pads, dilations, ceil_mode, fill, combine, scratch):
