@@ -165,8 +165,10 @@ class ArgumentHelper:
 
     def get_tensor(self, name, default=None):
         arg = self._args.get(name)
-        if arg is None or not arg.HasField("t"):
+        if arg is None:
             return default
+        if not arg.HasField("t"):             # present but not a tensor (a damaged file: fuzz mutate:10:27846)
+            self._fail(name, "a tensor", arg)
         return arg.t
 
     def get_net(self, name, default=None):
