@@ -50,7 +50,10 @@ def _timestep(ctx, index, t):
     t = np.asarray(t)
     if t.size != 1:
         raise ctx.input_error(index, "timestep must hold one value, got shape %s" % list(t.shape))
-    return int(t.reshape(-1)[0])
+    value = t.reshape(-1)[0]
+    if t.dtype.kind not in "iub" and not (np.isfinite(value) and float(value).is_integer()):
+        raise ctx.input_error(index, "timestep must be a whole number, got %r" % (value,))
+    return int(value)
 
 
 def _check_shapes(ctx, h_prev, c_prev, gates, seq, seq_index):

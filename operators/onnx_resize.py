@@ -14,7 +14,8 @@ def _check_output(ctx, x, out_shape, scales):
     if not all(np.isfinite(scales)) or min(scales, default=1.0) <= 0:
         raise ctx.error("scales %s must be positive and finite" % list(scales))
     if len(out_shape) != x.ndim or min(out_shape, default=1) < 0 or \
-            float(np.prod(np.asarray(out_shape, np.float64))) > _MAX_VALUES:
+            float(np.prod(np.maximum(np.asarray(out_shape, np.float64), 1))) > _MAX_VALUES:
+        # zeros do not excuse the other dims: NumPy refuses such a shape even when it is empty
         raise ctx.error("scales/sizes give an output of shape %s for input %s (dims must be >= 0, at most "
                         "%d values)" % (out_shape, list(x.shape), _MAX_VALUES))
 

@@ -23,3 +23,27 @@ def test_a_tensor_attribute_whose_type_says_otherwise_is_a_named_error():
         backend.prepare(_constant_model(attribute)).run([])
     (y,) = backend.prepare(_constant_model(helper.make_attribute("value", numpy_helper.from_array(value)))).run([])
     np.testing.assert_array_equal(y, value)
+
+
+def test_upsample_to_an_empty_output_with_an_absurd_dim_is_a_named_error():
+    # onnx:10:75003: scales (1e30, 1e-5) give shape [1e30, 0]: empty, but no array has it
+    node = helper.make_node("Upsample", ["x"], ["y"], scales=[1e30, 1e-5])
+    with pytest.raises(Caffe2Error, match="scales/sizes give an output of shape"):
+        backend.run_node(node, [np.ones((1, 4), np.float32)], opset_version=8)
+    node = helper.make_node("Upsample", ["x"], ["y"], scales=[2.0, 1.0])
+    (y,) = backend.run_node(node, [np.array([[1.0, 2.0]], np.float32)], opset_version=8)
+    np.testing.assert_array_equal(y, [[1.0, 2.0], [1.0, 2.0]])
+
+
+def test_lstm_unit_timestep_must_be_a_whole_number():
+    # op:10:65920: a NaN timestep reached int()
+    from caffe2py import core, workspace
+    workspace.ResetWorkspace()
+    zeros = np.zeros((1, 1, 1), np.float32)
+    for name, value in (("h", zeros), ("c", zeros), ("g", np.zeros((1, 1, 4), np.float32)),
+                        ("seq", np.ones(1, np.int32)), ("t", np.array(np.nan, np.float32))):
+        workspace.FeedBlob(name, value)
+    net = core.Net("lstm_unit")
+    net.LSTMUnit(["h", "c", "g", "seq", "t"], ["h_out", "c_out"], sequence_lengths=1)
+    with pytest.raises(Caffe2Error, match="timestep must be a whole number"):
+        workspace.RunNetOnce(net)
