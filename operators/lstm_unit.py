@@ -50,8 +50,10 @@ def _timestep(ctx, index, t):
     t = np.asarray(t)
     if t.size != 1:
         raise ctx.input_error(index, "timestep must hold one value, got shape %s" % list(t.shape))
+    if t.dtype.kind not in "iubf":         # before any numeric test (fuzz op:13:90242)
+        raise ctx.input_error(index, "timestep must be a number, got dtype %s" % t.dtype)
     value = t.reshape(-1)[0]
-    if t.dtype.kind not in "iub" and not (np.isfinite(value) and float(value).is_integer()):
+    if t.dtype.kind == "f" and not (np.isfinite(value) and float(value).is_integer()):
         raise ctx.input_error(index, "timestep must be a whole number, got %r" % (value,))
     return int(value)
 

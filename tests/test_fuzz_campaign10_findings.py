@@ -47,3 +47,17 @@ def test_lstm_unit_timestep_must_be_a_whole_number():
     net.LSTMUnit(["h", "c", "g", "seq", "t"], ["h_out", "c_out"], sequence_lengths=1)
     with pytest.raises(Caffe2Error, match="timestep must be a whole number"):
         workspace.RunNetOnce(net)
+
+
+def test_lstm_unit_timestep_of_strings_is_named_before_any_numeric_test():
+    # op:13:90242 (campaign 11): the check above called np.isfinite on an object timestep
+    from caffe2py import core, workspace
+    workspace.ResetWorkspace()
+    zeros = np.zeros((1, 1, 1), np.float32)
+    for name, value in (("h", zeros), ("c", zeros), ("g", np.zeros((1, 1, 4), np.float32)),
+                        ("t", np.array("3", dtype=object))):
+        workspace.FeedBlob(name, value)
+    net = core.Net("lstm_unit_strings")
+    net.LSTMUnit(["h", "c", "g", "t"], ["h_out", "c_out"], sequence_lengths=0)
+    with pytest.raises(Caffe2Error, match="timestep must be a number, got dtype object"):
+        workspace.RunNetOnce(net)
