@@ -200,6 +200,8 @@ def _register_front_back(op_type, front, kind, allowed):
             # Input 1 is X, or (models from before Caffe2 changed it) X's shape as 1-D int64
             shape = tuple(int(v) for v in x) if kind != "max" and x.ndim == 1 and x.dtype == np.int64 \
                 else x.shape
+            if min(shape, default=0) < 0:
+                raise ctx.input_error(1, "holds X's shape %s, which has a negative dim" % list(shape))
             rows, cols, out = _front_back_view(ctx, shape, front)
             if dy.size != math.prod(out):
                 raise ctx.input_error(0, "has %d values; the reduction of %s has %d" % (dy.size, list(shape),
