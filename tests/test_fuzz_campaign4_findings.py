@@ -13,6 +13,8 @@ from caffe2py.onnx import backend
 from caffe2py.proto import caffe2_pb2
 from caffe2py.workspace import Workspace
 
+from _unique_strings import assert_unique_of_strings_matches_onnxruntime
+
 RNG = np.random.default_rng(4)
 
 
@@ -109,17 +111,8 @@ def test_svm_regressor_with_more_support_vectors_than_values_is_a_named_error():
 @pytest.mark.parametrize("is_sorted", [1, 0])
 def test_unique_of_strings_along_an_axis_matches_onnxruntime(is_sorted):
     # onnx:4:65098: NumPy's unique(axis=) refuses object arrays
-    ort = pytest.importorskip("onnxruntime")
     x = np.array([["b", "a"], ["a", "c"], ["b", "a"], ["a", "b"]], dtype=object)
-    node = helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], axis=0, sorted=is_sorted)
-    got = backend.run_node(node, [x], opset_version=13)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.STRING, [4, 2])],
-                              [helper.make_tensor_value_info(n, TensorProto.STRING if n == "y" else TensorProto.INT64,
-                                                             None) for n in ("y", "first", "inverse", "counts")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    for a, b in zip(got, want):
-        assert np.asarray(a).tolist() == np.asarray(b).tolist()
+    assert_unique_of_strings_matches_onnxruntime(x, axis=0, sorted=is_sorted)
 
 
 def test_constant_fill_value_must_be_one_value_of_its_dtype():

@@ -4,11 +4,13 @@ import time
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 from caffe2py import core, workspace
 from caffe2py.errors import Caffe2Error
 from caffe2py.onnx import backend
+
+from _unique_strings import assert_unique_of_strings_matches_onnxruntime
 
 RNG = np.random.default_rng(6)
 
@@ -40,17 +42,8 @@ def test_a_conv_filter_with_an_empty_window_is_a_named_error():
 
 def test_unique_of_a_string_vector_along_axis_0_matches_onnxruntime():
     # onnx:6:50088: the slices of a 1-D object array are str, not arrays
-    ort = pytest.importorskip("onnxruntime")
     x = np.array(["b", "a", "b", "c", "a"], dtype=object)
-    node = helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], axis=0)
-    got = backend.run_node(node, [x], opset_version=13)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.STRING, [5])],
-                              [helper.make_tensor_value_info(n, TensorProto.STRING if n == "y" else TensorProto.INT64,
-                                                             None) for n in ("y", "first", "inverse", "counts")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    for a, b in zip(got, want):
-        assert np.asarray(a).tolist() == np.asarray(b).tolist()
+    assert_unique_of_strings_matches_onnxruntime(x, axis=0)
 
 
 def test_batch_matmul_batch_dims_that_do_not_broadcast_are_named_in_our_words():
