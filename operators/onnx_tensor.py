@@ -283,12 +283,17 @@ def pad(ctx):
         mode = ctx.string("mode", "constant")
 
     def run(x, pads=None, constant_value=None, axes=None):
+        if x.ndim == 0:                       # as onnxruntime: a scalar has no axis to pad
+            raise ctx.input_error(0, "is a scalar; Pad needs an input of rank 1 or more")
         if ctx.op_version < 11:
             p, v = attr_pads, value
             if p is None:
                 raise ctx.error("Pad before opset 11 needs the attribute 'pads'")
         else:
             p = _ints(pads)
+            if constant_value is not None and constant_value.size > 1:
+                raise ctx.input_error(2, "constant_value must be one value, got shape %s"
+                                      % list(constant_value.shape))
             v = 0 if constant_value is None or constant_value.size == 0 else constant_value.reshape(-1)[0]
             if axes is not None:
                 ax = [axis_of(ctx, a, x.ndim) for a in _ints(axes)]

@@ -110,15 +110,20 @@ def conv_output_size(size, kernel, stride, pad_begin, pad_end, dilation):
     return (size + pad_begin + pad_end - ((kernel - 1) * dilation + 1)) // stride + 1
 
 
+@functools.lru_cache(maxsize=1)
+def _physical_memory_bytes():
+    import os
+    try:
+        return min(1 << 48, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 1 << 48
+
+
 def memory_bytes():
     """What this process could ever allocate: the machine's memory, or less under an
-    address-space limit (ulimit -v)."""
-    import os
-    total = 1 << 48
-    try:
-        total = min(total, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):
-        pass
+    address-space limit (ulimit -v). The machine's memory is read once; the limit every
+    call, since a process may lower it after its first op (the fuzz workers do)."""
+    total = _physical_memory_bytes()
     try:
         import resource
         soft = resource.getrlimit(resource.RLIMIT_AS)[0]
@@ -129,6 +134,13 @@ def memory_bytes():
     return total
 
 
+def _element_count(shape):
+    count = 1
+    for d in shape:                           # Python ints: no wrap-around
+        count *= max(int(d), 0)
+    return count
+
+
 def check_window_sizes(x_shape, out_shape, pads, itemsize, pads_input=True):
     """ValueError, before anything is planned or allocated, when the padded input or the
     output of a window op (conv, pool) is larger than this process could ever hold.
@@ -136,16 +148,19 @@ def check_window_sizes(x_shape, out_shape, pads, itemsize, pads_input=True):
     or a plan whose tiles are counted in billions (fuzz mutate:6:224: a 2**31 pad).
     pads_input=False for the pools, which clip their windows and never pad the input."""
     k = len(pads) // 2
-    padded = tuple(x_shape[:2]) + tuple(int(x_shape[2 + i]) + int(pads[i]) + int(pads[k + i]) for i in range(k))
+    checked = [("the output", tuple(out_shape))]
+    if pads_input:
+        padded = tuple(x_shape[:2]) + tuple(int(x_shape[2 + i]) + int(pads[i]) + int(pads[k + i])
+                                            for i in range(k))
+        checked.insert(0, ("the padded input", padded))
+    sizes = [(what, shape, _element_count(shape) * itemsize) for what, shape in checked]
+    if max(size for _, _, size in sizes) <= (1 << 30):
+        return                                # 1 GiB: well within any machine we run on; skip the limit lookup
     limit = memory_bytes()
-    checked = (("the padded input", padded),) if pads_input else ()
-    for what, shape in checked + (("the output", tuple(out_shape)),):
-        count = 1
-        for d in shape:                       # Python ints: no wrap-around
-            count *= max(int(d), 0)
-        if count * itemsize > limit:
+    for what, shape, size in sizes:
+        if size > limit:
             raise ValueError("pads %s make %s %s: %d bytes, more than this process can hold (%d bytes)"
-                             % (list(pads), what, list(shape), count * itemsize, limit))
+                             % (list(pads), what, list(shape), size, limit))
 
 
 def offset_view(xp, offset, dilations, strides, out_spatial, lead=1):
