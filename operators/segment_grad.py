@@ -28,7 +28,7 @@ from caffe2py.kernels.cpu.recsys import segment_grad as K
 from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import DTypes, Rank
 
-from ._checks import call, check_float_data, check_int_vector
+from ._checks import call, check_float_data, check_int_vector, check_rank
 
 
 def _like_input(i):
@@ -146,10 +146,26 @@ register_schema(OpSchema(
         "DATA[i]>)."))
 
 
+def _check_weighted_sum_grad(ctx, scalars, grad, lengths, data=None):
+    """SCALARS a float32 vector, SEGMENT_GRADS float32 with one row per segment, and
+    DATA (WithMainInput) one row per scalar, each row shaped like a gradient row."""
+    check_float_data(ctx, 0, scalars, "SCALARS")
+    check_rank(ctx, 0, scalars, 1, "SCALARS")
+    check_float_data(ctx, 1, grad, "SEGMENT_GRADS")
+    check_int_vector(ctx, 2, lengths, "LENGTHS")
+    if grad.shape[0] != lengths.size:
+        raise ctx.input_error(1, "SEGMENT_GRADS has %d rows; LENGTHS has %d segments" % (grad.shape[0], lengths.size))
+    if data is not None:
+        check_float_data(ctx, 3, data, "DATA_INPUT")
+        if data.shape[0] != scalars.size or data.shape[1:] != grad.shape[1:]:
+            raise ctx.input_error(3, "DATA_INPUT of shape %s must have %d rows (one per scalar) shaped like "
+                                     "SEGMENT_GRADS' rows %s" % (list(data.shape), scalars.size, list(grad.shape[1:])))
+
+
 @register_kernel("LengthsWeightedSumGradient")
 def lengths_weighted_sum_grad(ctx):
     def run(scalars, grad, lengths):
-        check_int_vector(ctx, 2, lengths, "LENGTHS")
+        _check_weighted_sum_grad(ctx, scalars, grad, lengths)
         return call(ctx, {"lengths": 2}, K.lengths_weighted_sum_grad, scalars, grad, lengths)
     return run
 
@@ -157,7 +173,7 @@ def lengths_weighted_sum_grad(ctx):
 @register_kernel("LengthsWeightedSumWithMainInputGradient")
 def lengths_weighted_sum_main_grad(ctx):
     def run(scalars, grad, lengths, data):
-        check_int_vector(ctx, 2, lengths, "LENGTHS")
+        _check_weighted_sum_grad(ctx, scalars, grad, lengths, data)
         d, dw = call(ctx, {"lengths": 2, "data": 3}, K.lengths_weighted_sum_grad, scalars, grad, lengths, data)
         return (d, dw) if ctx.n_outputs == 2 else d
     return run

@@ -1,0 +1,61 @@
+"""What fuzz campaign 13 (seed 15, docs/reliability.md) found, fixed at its source."""
+import numpy as np
+import pytest
+
+from caffe2py import core, workspace
+from caffe2py.errors import Caffe2Error
+
+
+def _run(op_type, inputs, n_outputs):
+    workspace.ResetWorkspace()
+    names = ["in%d" % i for i in range(len(inputs))]
+    for name, value in zip(names, inputs):
+        workspace.FeedBlob(name, value)
+    outputs = ["out%d" % i for i in range(n_outputs)]
+    net = core.Net(op_type)
+    getattr(net, op_type)(names, outputs)
+    workspace.RunNetOnce(net)
+    return [workspace.FetchBlob(name) for name in outputs]
+
+
+SCALARS = np.array([0.5, 2.0, -1.0], np.float32)
+LENGTHS = np.array([2, 1], np.int32)
+GRAD = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+DATA = np.arange(6, dtype=np.float32).reshape(3, 2)
+
+
+BAD_SHARED = [   # wrong for both gradients: (SCALARS, SEGMENT_GRADS, LENGTHS), message
+    ((SCALARS, np.array(9, np.float32), LENGTHS), "SEGMENT_GRADS must be at least 1-D"),
+    ((SCALARS, GRAD[:1], LENGTHS), "SEGMENT_GRADS has 1 rows; LENGTHS has 2 segments"),
+    ((SCALARS.reshape(1, 1, 3), GRAD, LENGTHS), "SCALARS must be 1-D"),
+    ((SCALARS.astype(np.float16), GRAD, LENGTHS), "Unsupported input type"),
+]
+
+
+@pytest.mark.parametrize("bad, message", BAD_SHARED + [
+    ((SCALARS, GRAD, LENGTHS, DATA[:, :1]), "DATA_INPUT of shape \\[3, 1\\] must have 3 rows"),
+])
+def test_lengths_weighted_sum_with_main_input_gradient_names_bad_inputs(bad, message):
+    # op:15:10119: a 0-d int32 SEGMENT_GRADS (and 3-D float16 SCALARS) reached a tuple index
+    inputs = list(bad) + ([DATA] if len(bad) == 3 else [])
+    with pytest.raises(Caffe2Error, match=message):
+        _run("LengthsWeightedSumWithMainInputGradient", inputs, 2)
+    assert not workspace.HasBlob("out0")
+
+
+@pytest.mark.parametrize("bad, message", BAD_SHARED)
+def test_lengths_weighted_sum_gradient_names_bad_inputs(bad, message):
+    with pytest.raises(Caffe2Error, match=message):
+        _run("LengthsWeightedSumGradient", list(bad), 1)
+    assert not workspace.HasBlob("out0")
+
+
+def test_lengths_weighted_sum_gradient_matches_the_formula():
+    segment_of_row = np.repeat(np.arange(LENGTHS.size), LENGTHS)
+    want_d = SCALARS[:, None] * GRAD[segment_of_row]
+    want_dw = (GRAD[segment_of_row] * DATA).sum(axis=1)
+    d, dw = _run("LengthsWeightedSumWithMainInputGradient", [SCALARS, GRAD, LENGTHS, DATA], 2)
+    np.testing.assert_allclose(d, want_d)
+    np.testing.assert_allclose(dw, want_dw)
+    (d_only,) = _run("LengthsWeightedSumGradient", [SCALARS, GRAD, LENGTHS], 1)
+    np.testing.assert_allclose(d_only, want_d)
