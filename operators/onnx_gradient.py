@@ -14,6 +14,9 @@ def gradient(ctx):
     from caffe2py.executor import compile_net
 
     xs, y = ctx.strings("xs"), ctx.string("y")
+    if len(xs) != ctx.n_outputs:
+        raise ctx.error("xs names %d tensors (%s) but the node has %d outputs: one gradient per name"
+                        % (len(xs), ", ".join(xs), ctx.n_outputs))
     forward = ctx.net("_forward")
     if forward is None:
         raise ctx.error("Gradient needs its forward subgraph; convert the model with caffe2py.onnx.convert")

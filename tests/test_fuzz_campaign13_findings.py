@@ -59,3 +59,23 @@ def test_lengths_weighted_sum_gradient_matches_the_formula():
     np.testing.assert_allclose(dw, want_dw)
     (d_only,) = _run("LengthsWeightedSumGradient", [SCALARS, GRAD, LENGTHS], 1)
     np.testing.assert_allclose(d_only, want_d)
+
+
+def _gradient_of_mul_model(xs, outputs):
+    from onnx import TensorProto, helper
+    scalar = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [])  # noqa: E731
+    nodes = [helper.make_node("Mul", ["a", "b"], ["c"]),
+             helper.make_node("Gradient", ["a", "b"], outputs, xs=xs, y="c", domain="ai.onnx.preview.training")]
+    graph = helper.make_graph(nodes, "g", [scalar("a"), scalar("b")], [scalar(n) for n in ["c"] + outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                   helper.make_opsetid("ai.onnx.preview.training", 1)])
+
+
+def test_onnx_gradient_with_fewer_xs_than_outputs_is_a_named_error():
+    # mutate:15:62684: xs lost a name; one gradient came back for two outputs and the plan's unpacking failed
+    from caffe2py.onnx import backend
+    a, b = np.array(3.0, np.float32), np.array(5.0, np.float32)
+    with pytest.raises(Caffe2Error, match="xs names 1 tensors \\(b\\) but the node has 2 outputs"):
+        backend.prepare(_gradient_of_mul_model(["b"], ["da", "db"])).run([a, b])
+    c, da, db = backend.prepare(_gradient_of_mul_model(["a", "b"], ["da", "db"])).run([a, b])
+    assert (float(c), float(da), float(db)) == (15.0, 5.0, 3.0)      # d(ab)/da = b, d(ab)/db = a
