@@ -190,10 +190,15 @@ def split(ctx):
     axis = ctx.int("axis", 0)
     attr_split = ctx.ints("split", None) if ctx.op_version < 13 else None
     n = ctx.n_outputs
+    if ctx.op_version >= 18 and ctx.has("num_outputs") and ctx.int("num_outputs") != n:
+        raise ctx.error("num_outputs is %d but the node has %d outputs" % (ctx.int("num_outputs"), n))
 
     def run(x, split_in=None):
         a = axis_of(ctx, axis, x.ndim)
         sizes = attr_split if split_in is None else _ints(split_in)
+        if sizes and min(sizes) < 0:
+            message = "split sizes %s must be non-negative" % list(sizes)
+            raise ctx.error(message) if split_in is None else ctx.input_error(1, message)
         try:
             sizes = tk.split_sizes(x.shape[a], sizes, n)
         except ValueError as exc:

@@ -79,3 +79,30 @@ def test_onnx_gradient_with_fewer_xs_than_outputs_is_a_named_error():
         backend.prepare(_gradient_of_mul_model(["b"], ["da", "db"])).run([a, b])
     c, da, db = backend.prepare(_gradient_of_mul_model(["a", "b"], ["da", "db"])).run([a, b])
     assert (float(c), float(da), float(db)) == (15.0, 5.0, 3.0)      # d(ab)/da = b, d(ab)/db = a
+
+
+def _split(node, inputs, opset):
+    from caffe2py.onnx import backend
+    return [part.tolist() for part in backend.run_node(node, inputs, opset_version=opset)]
+
+
+def test_split_num_outputs_must_match_the_outputs_as_in_onnxruntime():
+    # found beside mutate:15:62684 (an output count an attribute must agree with): Split-18 ignored num_outputs
+    from onnx import helper
+    x = np.arange(7, dtype=np.float32)
+    with pytest.raises(Caffe2Error, match="num_outputs is 3 but the node has 2 outputs"):
+        _split(helper.make_node("Split", ["x"], ["a", "b"], num_outputs=3), [x], 18)
+    # uneven: ceil(7 / 3) = 3 per part, the last smaller (the ONNX spec)
+    assert _split(helper.make_node("Split", ["x"], ["a", "b", "c"], num_outputs=3), [x], 18) == \
+        [[0, 1, 2], [3, 4, 5], [6]]
+
+
+def test_split_sizes_must_be_non_negative():
+    # [9, -2] adds up to 7 and split a 7-vector into 7 and 0 values
+    from onnx import helper
+    x = np.arange(7, dtype=np.float32)
+    with pytest.raises(Caffe2Error, match="split sizes \\[9, -2\\] must be non-negative"):
+        _split(helper.make_node("Split", ["x", "s"], ["a", "b"]), [x, np.array([9, -2], np.int64)], 13)
+    with pytest.raises(Caffe2Error, match="split sizes \\[9, -2\\] must be non-negative"):
+        _split(helper.make_node("Split", ["x"], ["a", "b"], split=[9, -2]), [x], 11)
+    assert _split(helper.make_node("Split", ["x"], ["a", "b"], split=[2, 5]), [x], 11) == [[0, 1], [2, 3, 4, 5, 6]]
