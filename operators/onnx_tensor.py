@@ -19,6 +19,18 @@ def _ints(arr):
     return [int(v) for v in np.asarray(arr).reshape(-1)]
 
 
+def _whole_numbers(ctx, index, arr):
+    """_ints of an input that early opsets type as float (Split-1's split, Tile-1's tiles
+    and axis): each value must be a finite whole number."""
+    values = np.asarray(arr).reshape(-1)
+    if values.dtype.kind == "f":
+        bad = np.flatnonzero(~(np.isfinite(values) & (values == np.trunc(values))))
+        if bad.size:
+            raise ctx.input_error(index, "must hold whole numbers, got %r at position %d"
+                                  % (float(values[bad[0]]), bad[0]))
+    return _ints(values)
+
+
 # ----------------------------------------------------------------- constants
 
 @onnx_op("Constant", (1, None))
@@ -195,7 +207,7 @@ def split(ctx):
 
     def run(x, split_in=None):
         a = axis_of(ctx, axis, x.ndim)
-        sizes = attr_split if split_in is None else _ints(split_in)
+        sizes = attr_split if split_in is None else _whole_numbers(ctx, 1, split_in)
         if sizes and min(sizes) < 0:
             message = "split sizes %s must be non-negative" % list(sizes)
             raise ctx.error(message) if split_in is None else ctx.input_error(1, message)
@@ -334,7 +346,7 @@ def tile(ctx):
                     raise ctx.input_error(index, "opset-1 Tile takes one value for %s, got shape %s"
                                           % (("tiles", "axis")[index - 1], list(value.shape)))
             reps = [1] * x.ndim
-            reps[axis_of(ctx, int(axis.reshape(-1)[0]), x.ndim)] = int(repeats.reshape(-1)[0])
+            reps[axis_of(ctx, _whole_numbers(ctx, 2, axis)[0], x.ndim)] = _whole_numbers(ctx, 1, repeats)[0]
         else:
             reps = _ints(repeats)
         if len(reps) != x.ndim:

@@ -1,0 +1,31 @@
+"""What fuzz campaign 15 (seed 17, docs/reliability.md) found, fixed at its source."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from caffe2py.errors import Caffe2Error
+from caffe2py.onnx import backend
+
+X = np.arange(6, dtype=np.float32)
+
+
+def test_split_1_sizes_typed_float_must_be_whole_numbers():
+    # onnx:17:35290: Split-1 types `split` like the input (float); an inf reached int()
+    node = helper.make_node("Split", ["x", "split"], ["a", "b"])
+    with pytest.raises(Caffe2Error, match="blob 'split': must hold whole numbers, got inf at position 1"):
+        backend.run_node(node, [X, np.array([2.0, np.inf], np.float32)], opset_version=1)
+    with pytest.raises(Caffe2Error, match="got 2.5 at position 0"):
+        backend.run_node(node, [X, np.array([2.5, 3.5], np.float32)], opset_version=1)
+    a, b = backend.run_node(node, [X, np.array([2.0, 4.0], np.float32)], opset_version=1)
+    assert (a.tolist(), b.tolist()) == ([0, 1], [2, 3, 4, 5])
+
+
+def test_tile_1_tiles_and_axis_typed_float_must_be_whole_numbers():
+    # the same float typing in Tile-1 (tiles and axis): NaN reached int()
+    node = helper.make_node("Tile", ["x", "tiles", "axis"], ["y"])
+    with pytest.raises(Caffe2Error, match="blob 'tiles': must hold whole numbers, got nan"):
+        backend.run_node(node, [X, np.array([np.nan], np.float32), np.array([0.0], np.float32)], opset_version=1)
+    with pytest.raises(Caffe2Error, match="blob 'axis': must hold whole numbers, got -inf"):
+        backend.run_node(node, [X, np.array([2.0], np.float32), np.array([-np.inf], np.float32)], opset_version=1)
+    (y,) = backend.run_node(node, [X, np.array([2.0], np.float32), np.array([0.0], np.float32)], opset_version=1)
+    np.testing.assert_array_equal(y, np.tile(X, 2))
