@@ -98,7 +98,13 @@ def _mod(ctx):
     if divisor == 0:
         raise ctx.error("argument divisor must not be 0")
     follow = ctx.bool("sign_follow_divisor")
-    return lambda x: pw.c_mod(x, divisor, follow)
+
+    def run(x):
+        info = np.iinfo(x.dtype)
+        if not info.min <= divisor <= info.max:   # Caffe2 reads divisor as the data's type and refuses this too
+            raise ctx.error("divisor %d does not fit X's type %s [%d, %d]" % (divisor, x.dtype, info.min, info.max))
+        return pw.c_mod(x, divisor, follow)
+    return run
 
 
 _register_unary("Mod", _mod, INTS,

@@ -29,3 +29,24 @@ def test_tile_1_tiles_and_axis_typed_float_must_be_whole_numbers():
         backend.run_node(node, [X, np.array([2.0], np.float32), np.array([-np.inf], np.float32)], opset_version=1)
     (y,) = backend.run_node(node, [X, np.array([2.0], np.float32), np.array([0.0], np.float32)], opset_version=1)
     np.testing.assert_array_equal(y, np.tile(X, 2))
+
+
+def _mod(x, **args):
+    from caffe2py import core, workspace
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("x", x)
+    net = core.Net("mod")
+    net.Mod(["x"], ["y"], **args)
+    workspace.RunNetOnce(net)
+    return workspace.FetchBlob("y")
+
+
+def test_mod_divisor_must_fit_the_data_type():
+    # op:17:63070: divisor 2**31 on int32 X reached NumPy's "out of bounds for int32"
+    x = np.array([-7, 0, 10, np.iinfo(np.int32).min], np.int32)
+    with pytest.raises(Caffe2Error, match="divisor 2147483648 does not fit X's type int32"):
+        _mod(x, divisor=2 ** 31)
+    # int64 data holds it; C's truncating remainder: the result takes x's sign
+    np.testing.assert_array_equal(_mod(x.astype(np.int64), divisor=2 ** 31), np.fmod(x.astype(np.int64), 2 ** 31))
+    np.testing.assert_array_equal(_mod(x, divisor=-1), np.zeros(4, np.int32))
+    np.testing.assert_array_equal(_mod(x, divisor=3), np.fmod(x, 3))
