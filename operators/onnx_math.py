@@ -188,7 +188,14 @@ def cast(ctx):
     if dtype is None:
         raise ctx.error("Cast to ONNX data type %s is not supported" % to)
     saturate, round_mode = bool(ctx.int("saturate", 1)), _round_mode(ctx)
-    return lambda x: om.cast(x, dtype, saturate, round_mode)
+    return lambda x: _cast(ctx, x, dtype, saturate, round_mode)
+
+
+def _cast(ctx, x, dtype, saturate, round_mode):
+    try:
+        return om.cast(x, dtype, saturate, round_mode)
+    except ValueError as exc:          # a string that is not a number
+        raise ctx.input_error(0, str(exc)) from None
 
 
 def _round_mode(ctx):
@@ -202,7 +209,7 @@ def _round_mode(ctx):
 @onnx_op("CastLike", (15, None))
 def cast_like(ctx):
     saturate, round_mode = bool(ctx.int("saturate", 1)), _round_mode(ctx)
-    return lambda x, like: om.cast(x, like.dtype, saturate, round_mode)
+    return lambda x, like: _cast(ctx, x, like.dtype, saturate, round_mode)
 
 
 # ----------------------------------------------------------------- reductions

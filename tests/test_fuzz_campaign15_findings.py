@@ -50,3 +50,13 @@ def test_mod_divisor_must_fit_the_data_type():
     np.testing.assert_array_equal(_mod(x.astype(np.int64), divisor=2 ** 31), np.fmod(x.astype(np.int64), 2 ** 31))
     np.testing.assert_array_equal(_mod(x, divisor=-1), np.zeros(4, np.int32))
     np.testing.assert_array_equal(_mod(x, divisor=3), np.fmod(x, 3))
+
+
+def test_cast_of_strings_reads_numbers_and_names_what_is_not_one():
+    # probing beside campaign 15's float-typed inputs: 'abc' got a message saying Cast takes no strings
+    node = helper.make_node("Cast", ["x"], ["y"], to=1)        # FLOAT
+    strings = lambda *v: np.array(v, dtype=object)  # noqa: E731
+    (y,) = backend.run_node(node, [strings("1.5", " -2 ", "1e999", "nan")], opset_version=13)
+    np.testing.assert_array_equal(y, np.array([1.5, -2.0, np.inf, np.nan], np.float32))
+    with pytest.raises(Caffe2Error, match="blob 'x': cannot read 'abc' as a number"):
+        backend.run_node(node, [strings("1", "abc")], opset_version=13)

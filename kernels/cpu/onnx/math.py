@@ -140,8 +140,16 @@ def cast(x, dtype, saturate=True, round_mode="up"):
         if dtype.kind == "O":
             return np.array([str(v) if not isinstance(v, (str, bytes)) else v for v in x.reshape(-1)],
                             dtype=object).reshape(x.shape)
-        return np.array([float(v) for v in x.reshape(-1)]).astype(dtype).reshape(x.shape)
+        return np.array([_number(v) for v in x.reshape(-1)]).astype(dtype).reshape(x.shape)
     return x.astype(dtype)
+
+
+def _number(text):
+    """A string element read as a number (ValueError naming it when it is not one)."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise ValueError("cannot read %r as a number" % (text,)) from None
 
 
 def _keep_type(fn):
