@@ -58,6 +58,20 @@ class Step:
         self.takes_blobs = bool(getattr(kernel, "takes_blobs", False))
 
 
+def memory_problem(exc):
+    """The named text for an exception that means "more memory than there is" (a
+    MemoryError, one NumPy raised inside a compiled call, or NumPy's refusal of a size no
+    address space holds), else None. Used at plan time and at run time alike."""
+    if isinstance(exc, MemoryError):
+        return out_of_memory_text(exc)
+    if isinstance(exc, SystemError) and isinstance(exc.__cause__ or exc.__context__, MemoryError):
+        return out_of_memory_text(exc.__cause__ or exc.__context__)
+    if isinstance(exc, ValueError) and ("array is too big" in str(exc) or "Maximum allowed size" in str(exc)):
+        return ("asks for an array larger than any memory can hold (check the input sizes and the shape "
+                "arguments)")
+    return None
+
+
 def foreign_input_problem(op_def, inputs, exc):
     """Why an op failed with a bare exception, when an input is not what any tensor op
     can read: Caffe2 refuses a blob that is not a tensor (a queue, a counter, a DB
@@ -75,7 +89,7 @@ def foreign_input_problem(op_def, inputs, exc):
                 return ("blob '%s' (input %d) holds %s, not a tensor; %s reads it as a tensor"
                         % (op_def.input[i], i, "a %s object" % kind if x is not None else "None (an empty blob)", op_def.type))
         elif getattr(getattr(x, "dtype", None), "kind", "") in "OSU" and isinstance(exc, (TypeError, ValueError)) \
-                and any(w in text for w in ("str", "literal", "string", "bytes", "sequence", "object")):
+                and any(w in text for w in ("str", "literal", "string", "bytes", "sequence", "object", "dtype('O')")):
             return ("blob '%s' (input %d) holds strings (dtype %s); %s computes on numbers"
                     % (op_def.input[i], i, x.dtype, op_def.type))
     return None
@@ -303,12 +317,9 @@ class Plan:
 
     def step_error(self, step, exc, inputs=None):
         label = describe_op(step.index, step.op_def)
-        if isinstance(exc, MemoryError) or (isinstance(exc, SystemError)
-                                            and isinstance(exc.__cause__ or exc.__context__, MemoryError)):
-            exc = Caffe2Error(out_of_memory_text(exc.__cause__ or exc.__context__ or exc))
-        elif isinstance(exc, ValueError) and ("array is too big" in str(exc) or "Maximum allowed size" in str(exc)):
-            exc = Caffe2Error("asks for an array larger than any memory can hold (check the input sizes and "
-                              "the shape arguments)")
+        memory = memory_problem(exc)
+        if memory:
+            exc = Caffe2Error(memory)
         elif inputs and not isinstance(exc, Caffe2Error):
             problem = foreign_input_problem(step.op_def, inputs, exc)
             if problem:
@@ -428,9 +439,10 @@ def compile_net(net_def, known_blobs=(), input_types=None, blob_values=None, kee
             kernel = entry.factory(ctx)
         except Caffe2Error:
             raise
-        except MemoryError as exc:
-            raise Caffe2Error("%s: %s" % (ctx.label, out_of_memory_text(exc))) from None
         except Exception as exc:  # noqa: BLE001 - factories validate args
+            memory = memory_problem(exc)
+            if memory:
+                raise Caffe2Error("%s: %s" % (ctx.label, memory)) from None
             raise Caffe2Error("%s: %s: %s" % (ctx.label, type(exc).__name__, exc)) from exc
         steps.append(Step(index, op, kernel, engine, ctx,
                           reads_outputs=schema is not None and schema.reads_outputs,

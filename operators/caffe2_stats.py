@@ -7,6 +7,7 @@ import numpy as np
 from caffe2py.kernels.cpu.tensor import stats as K
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.schema_rules import output_size_problem
 
 from ._caffe2_binary import FLOATS, check_dtype
 from ._gradient_hooks import should_not_do_gradient
@@ -44,6 +45,9 @@ def accumulate_histogram(ctx):
         raise ctx.error("num_buckets must be > 0, got %d" % buckets)
     if not upper > lower:
         raise ctx.error("upper_bound (%g) must be greater than lower_bound (%g)" % (upper, lower))
+    too_big = output_size_problem([buckets + 2], 8)
+    if too_big:
+        raise ctx.error("num_buckets %d: %s" % (buckets, too_big))
     accumulated = np.zeros(buckets + 2, np.int64)     # this op instance's running total
 
     def run(x):

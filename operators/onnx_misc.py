@@ -186,6 +186,8 @@ def grid_sample(ctx):
         raise ctx.error("unsupported mode '%s' / padding_mode '%s'" % (mode, padding))
 
     def run(x, grid):
+        if x.dtype.kind in "OSU":     # opset 20 allows any type; interpolating strings means nothing
+            raise ctx.input_error(0, "holds strings; GridSample samples numeric tensors (as onnxruntime)")
         if grid.shape[-1] != x.ndim - 2 or grid.shape[0] != x.shape[0]:
             raise ctx.input_error(1, "grid of shape %s does not fit X of shape %s"
                                   % (list(grid.shape), list(x.shape)))

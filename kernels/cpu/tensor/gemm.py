@@ -38,8 +38,6 @@ def gemm(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
         raise ValueError("Gemm inner dimensions differ: op(A) is %s and op(B) is %s"
                          % (list(a2.shape), list(b2.shape)))
     y = _product(a2, b2)
-    if alpha != 1.0:
-        y *= y.dtype.type(alpha)
     if c is not None and beta != 0.0:
         c = np.asarray(c)
         try:
@@ -48,11 +46,29 @@ def gemm(a, b, c=None, alpha=1.0, beta=1.0, trans_a=False, trans_b=False):
             fits = False
         if not fits:
             raise ValueError("Gemm C of shape %s does not broadcast to %s" % (list(c.shape), list(y.shape)))
+    if y.dtype.kind in "iu" and not (alpha == 1.0 and beta in (0.0, 1.0)):
+        return _integer_scaled(y, c, alpha, beta)
+    if alpha != 1.0:
+        y *= y.dtype.type(alpha)
+    if c is not None and beta != 0.0:
         if beta == 1.0:
             y += c
         else:
             y += c * y.dtype.type(beta)
     return y
+
+
+def _integer_scaled(y, c, alpha, beta):
+    """alpha * y + beta * c for integer y with float alpha / beta: computed in float64 (as
+    the ONNX reference's NumPy does), truncated toward zero, and wrapped into y's type as
+    integer arithmetic wraps (beta -1 on uint32 subtracts C). Float `alpha * y` on uint32 would
+    otherwise refuse a negative beta as "out of bounds for uint32"."""
+    scaled = y.astype(np.float64) * alpha
+    if c is not None and beta != 0.0:
+        scaled += c.astype(np.float64) * beta
+    limit = float(2 ** 63)        # beyond int64 (an infinite alpha): saturate, then wrap
+    whole = np.clip(np.trunc(np.nan_to_num(scaled, nan=0.0)), -limit, np.nextafter(limit, 0.0))
+    return whole.astype(np.int64).astype(y.dtype)
 
 
 def fc(x, w, b, transposed=False):
