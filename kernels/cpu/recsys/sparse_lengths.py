@@ -217,6 +217,50 @@ def _tile_plan(block, per_byte, value_bytes):
 
 # --------------------------------------------------------------------------- lookups
 
+# one-part lookups: part_rows / part_bags that _part never touches, no weights
+_NO_PART_ROWS = np.zeros((2, 1), np.float32)
+_NO_PART_BAGS = np.full((1, 2), -1, np.int64)
+_NO_WEIGHTS = np.zeros(0, np.float32)
+
+
+def _encoding(data, layout, block):
+    """(kernel's value kind, values per byte, bytes per value, scale/bias byte offset)."""
+    if layout is FLOAT:
+        return (loops.FLOAT32 if data.dtype == np.float32 else loops.FLOAT16), 1, data.itemsize, 0
+    if layout.name == "fused8":
+        return loops.FUSED8, 1, 1, block
+    return (loops.FUSED4 if layout.bit_rate == 4 else loops.FUSED2), layout.values_per_byte, 1, data.shape[1] - 4
+
+
+def _one_part(data, indices, offsets, longest, weights, positional, mean, layout, block, row_bytes):
+    """The lookup in one compiled call on this thread (checks included), or None when
+    it cannot run so (a table whose row bytes are not contiguous) or a check failed:
+    the caller's checked path then words the error (or gathers the rows)."""
+    # the table's address: a C-contiguous float32 / uint8 table's from a compiled call (~1 us;
+    # NumPy's .ctypes.data costs ~3, as does a byte view); other tables' (float16: numba has
+    # no float16 arrays; strided views) from their byte rows, which must be contiguous
+    if data.flags.c_contiguous and data.dtype != np.float16:
+        table, address = data, loops.address_of(data)
+    else:
+        table = _byte_rows(data, layout)
+        if table is None:
+            return None
+        address = table.ctypes.data
+    kind, per_byte, value_bytes, sb_at = _encoding(data, layout, block)
+    width, tiles, tile_bytes = _tile_plan(block, per_byte, value_bytes)
+    if weights is None:
+        weights, wmode = _NO_WEIGHTS, loops.NO_WEIGHTS
+    else:
+        weights = np.ascontiguousarray(weights, dtype=np.float32)
+        wmode = loops.POSITIONAL if positional else loops.PER_INDEX
+    out = np.empty((offsets.size - 1, block), np.float32)
+    done = loops.lookup_one_part(width, kind, address, table.strides[0], table.shape[0], sb_at,
+                                 indices, weights, wmode, bool(mean), out, tiles, tile_bytes, offsets, longest,
+                                 PREFETCH_DISTANCE if row_bytes > 128 else PREFETCH_DISTANCE_SHORT_ROWS,
+                                 _NO_PART_ROWS, _NO_PART_BAGS)
+    return out if done == loops.DONE else None
+
+
 def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, threads):
     layout = LAYOUTS[layout] if isinstance(layout, str) else layout
     block = layout.block_size(data)
@@ -231,6 +275,10 @@ def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, 
     # int64, contiguous: the kernel reads indices through their address (int32 input costs
     # one conversion pass, ~0.02 ms for 81,920, less than a per-row width test did)
     indices = np.ascontiguousarray(indices, dtype=np.int64)
+    if parts == 1 and block and m:
+        out = _one_part(data, indices, offsets, longest, weights, positional, mean, layout, block, row_bytes)
+        if out is not None:
+            return out
     with team():
         _check_indices(indices, data.shape[0], parts)
         if weights is not None:
@@ -247,14 +295,7 @@ def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, 
         if table is None:        # values of a row not contiguous: gather the rows needed
             table = _byte_rows(np.ascontiguousarray(data[indices]), layout)
             indices = np.arange(n_idx, dtype=np.int64)
-        if layout is FLOAT:
-            kind = loops.FLOAT32 if data.dtype == np.float32 else loops.FLOAT16
-            per_byte, value_bytes, sb_at = 1, data.itemsize, 0
-        elif layout.name == "fused8":
-            kind, per_byte, value_bytes, sb_at = loops.FUSED8, 1, 1, block
-        else:
-            kind = loops.FUSED4 if layout.bit_rate == 4 else loops.FUSED2
-            per_byte, value_bytes, sb_at = layout.values_per_byte, 1, data.shape[1] - 4
+        kind, per_byte, value_bytes, sb_at = _encoding(data, layout, block)
         width, tiles, tile_bytes = _tile_plan(block, per_byte, value_bytes)
         part_rows = np.empty((2 * parts, block), np.float32)
         part_bags = np.full((parts, 2), -1, np.int64)
