@@ -164,30 +164,46 @@ def test_the_compiled_check_refuses_every_bad_index_before_writing(spy, bad_at, 
     assert spy == [loops.BAD_INDEX]
 
 
-def kernel_args(table, indices, offsets, weights, wmode, longest, out):
+@pytest.mark.parametrize("lengths", [[3, -1, 2], [3, 1], [3, 1, 3]])
+def test_the_compiled_check_refuses_bad_lengths_before_writing(spy, lengths):
+    table = TABLES["float32"]()[0]
+    with pytest.raises(K.LookupInputError) as exc:
+        K.segment_reduce(table, np.array([1, 2, 3, 4, 5], np.int64), np.array(lengths, np.int32))
+    assert str(exc.value) == ("LENGTHS must be non-negative, lengths[1] = -1" if -1 in lengths else K.SUM_MESSAGE)
+    assert spy == [loops.BAD_LENGTHS]
+
+
+def kernel_args(table, indices, segments, from_lengths, weights, wmode, longest, out):
     width, tiles, tile_bytes = K._tile_plan(table.shape[1], 1, 4)
     return (width, loops.FLOAT32, loops.address_of(table), table.strides[0], table.shape[0], 0, indices, weights,
-            wmode, False, out, tiles, tile_bytes, offsets, longest, 16, K._NO_PART_ROWS, K._NO_PART_BAGS)
+            wmode, False, out, tiles, tile_bytes, segments, from_lengths, longest, 16, K._NO_PART_ROWS,
+            K._NO_PART_BAGS)
 
 
-@pytest.mark.parametrize("case", ["ok", "bad index", "short positional", "per-index count"])
-def test_kernel_and_numpy_twin_agree(case):
+@pytest.mark.parametrize("from_lengths", [True, False])
+@pytest.mark.parametrize("case", ["ok", "bad index", "short positional", "per-index count", "bad lengths"])
+def test_kernel_and_numpy_twin_agree(case, from_lengths):
     table = RNG.standard_normal((40, 16)).astype(np.float32)
     indices = RNG.integers(0, 40, 12).astype(np.int64)
-    offsets = np.array([0, 5, 5, 12], np.int64)
-    weights, wmode, longest = RNG.random(12).astype(np.float32), loops.PER_INDEX, 7
+    segments = np.array([5, 0, 7] if from_lengths else [0, 5, 5, 12], np.int64)
+    weights, wmode, longest = RNG.random(12).astype(np.float32), loops.PER_INDEX, 0 if from_lengths else 7
     if case == "bad index":
         indices[11] = 40
     elif case == "short positional":
         weights, wmode = weights[:6], loops.POSITIONAL
     elif case == "per-index count":
         weights = weights[:11]
+    elif case == "bad lengths":
+        if not from_lengths:
+            pytest.skip("offsets are checked by the caller")
+        segments[1] = -1
     outs, answers = [], []
     for fn in (loops.lookup_one_part, loops.lookup_one_part.twin):
         out = np.full((3, 16), 7.0, np.float32)
-        answers.append(fn(*kernel_args(table, indices, offsets, weights, wmode, longest, out)))
+        answers.append(fn(*kernel_args(table, indices, segments, from_lengths, weights, wmode, longest, out)))
         outs.append(out)
-    assert answers[0] == answers[1] == {"ok": loops.DONE, "bad index": loops.BAD_INDEX}.get(case, loops.BAD_WEIGHTS)
+    want = {"ok": loops.DONE, "bad index": loops.BAD_INDEX, "bad lengths": loops.BAD_LENGTHS}.get(case, loops.BAD_WEIGHTS)
+    assert answers[0] == answers[1] == want
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
     if case == "ok":
         assert_close(outs[0], ref_lookup(table.astype(np.float64), indices, [5, 0, 7], weights))

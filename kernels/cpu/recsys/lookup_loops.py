@@ -205,20 +205,29 @@ def merge_partials(out, offsets, mean, part_rows, part_bags):
 
 
 # lookup_one_part's answers: done, or which check failed (nothing written then)
-DONE, BAD_INDEX, BAD_WEIGHTS = -1, 0, 1
+DONE, BAD_INDEX, BAD_WEIGHTS, BAD_LENGTHS = -1, 0, 1, 2
 
 
 @compiled
 def lookup_one_part(width, kind, table, row_stride, n_rows, sb_at, indices, weights, wmode, mean, out, tiles,
-                    tile_bytes, offsets, longest, dist, part_rows, part_bags):
+                    tile_bytes, segments, from_lengths, longest, dist, part_rows, part_bags):
     """A whole lookup as one part on the calling thread, its checks first, in one call
     (a small lookup's cost is mostly fixed: calls, addresses, allocations). table: the
     address of n_rows rows (as in bags); indices: int64; weights: float32 (any size with
-    NO_WEIGHTS). Returns BAD_INDEX when an index is outside [0, n_rows), BAD_WEIGHTS
-    when WEIGHT has fewer entries than the longest bag (POSITIONAL) or not one per
-    index (PER_INDEX), both before anything is written; else DONE after _part(t=0,
-    parts=1), which writes every bag into out and never touches part_rows/part_bags."""
+    NO_WEIGHTS); segments: int64 LENGTHS when from_lengths (longest is then found
+    here), else offsets relative to the first, checked by the caller. Returns
+    BAD_LENGTHS (a negative length, or lengths that do not add up to the indices),
+    BAD_INDEX (an index outside [0, n_rows)), BAD_WEIGHTS (fewer weights than the
+    longest bag for POSITIONAL, not one per index for PER_INDEX), in that order and
+    before anything is written; else DONE after _part(t=0, parts=1), which writes
+    every bag into out and never touches part_rows / part_bags."""
     n = indices.size
+    offsets = segments
+    if from_lengths:
+        offsets = np.empty(segments.size + 1, np.int64)
+        bad, longest = _lengths_to_offsets(segments, offsets)
+        if bad >= 0 or offsets[segments.size] != n:
+            return BAD_LENGTHS
     if _count_bad(indices, 0, n, np.uint64(n_rows)):
         return BAD_INDEX
     if (wmode == POSITIONAL and weights.size < longest) or (wmode == PER_INDEX and weights.size != n):
@@ -321,7 +330,13 @@ def _bags_numpy(width, kind, table, row_stride, sb_at, indices, weights, wmode, 
 
 @lookup_one_part.numpy_twin
 def _lookup_one_part_numpy(width, kind, table, row_stride, n_rows, sb_at, indices, weights, wmode, mean, out, tiles,
-                           tile_bytes, offsets, longest, dist, part_rows, part_bags):
+                           tile_bytes, segments, from_lengths, longest, dist, part_rows, part_bags):
+    offsets = segments
+    if from_lengths:
+        offsets = np.empty(segments.size + 1, np.int64)
+        bad, longest = _offsets_of_lengths_numpy(segments, offsets)
+        if bad >= 0 or offsets[segments.size] != indices.size:
+            return BAD_LENGTHS
     if indices.size and bool((indices.view(np.uint64) >= np.uint64(n_rows)).any()):
         return BAD_INDEX
     if (wmode == POSITIONAL and weights.size < longest) or (wmode == PER_INDEX and weights.size != indices.size):
@@ -392,6 +407,14 @@ def first_bad_index(indices, n_rows, parts, found):
 def offsets_of_lengths(lengths, offsets):
     """offsets[0] = 0, offsets[b + 1] = lengths[0] + ... + lengths[b]. Returns (first
     negative length's position or -1, the largest length)."""
+    return _lengths_to_offsets(lengths, offsets)
+
+
+@compiled
+def _lengths_to_offsets(lengths, offsets):
+    # offsets_of_lengths' loop, for lookup_one_part too (a kernel that calls a kernel
+    # puts the callee's numba dispatcher in place of its name in this module, so public
+    # kernels with twins are never called from compiled code)
     total = 0
     longest = 0
     offsets[0] = 0

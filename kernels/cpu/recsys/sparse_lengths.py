@@ -232,10 +232,11 @@ def _encoding(data, layout, block):
     return (loops.FUSED4 if layout.bit_rate == 4 else loops.FUSED2), layout.values_per_byte, 1, data.shape[1] - 4
 
 
-def _one_part(data, indices, offsets, longest, weights, positional, mean, layout, block, row_bytes):
-    """The lookup in one compiled call on this thread (checks included), or None when
-    it cannot run so (a table whose row bytes are not contiguous) or a check failed:
-    the caller's checked path then words the error (or gathers the rows)."""
+def _one_part(data, indices, segments, from_lengths, longest, weights, positional, mean, layout, block, row_bytes):
+    """The lookup in one compiled call on this thread (checks included: LENGTHS too when
+    from_lengths), or None when it cannot run so (a table whose row bytes are not
+    contiguous) or a check failed: the checked path then words the error (or gathers
+    the rows). indices: int64, contiguous; segments: int64 LENGTHS or relative offsets."""
     # the table's address: a C-contiguous float32 / uint8 table's from a compiled call (~1 us;
     # NumPy's .ctypes.data costs ~3, as does a byte view); other tables' (float16: numba has
     # no float16 arrays; strided views) from their byte rows, which must be contiguous
@@ -253,32 +254,47 @@ def _one_part(data, indices, offsets, longest, weights, positional, mean, layout
     else:
         weights = np.ascontiguousarray(weights, dtype=np.float32)
         wmode = loops.POSITIONAL if positional else loops.PER_INDEX
-    out = np.empty((offsets.size - 1, block), np.float32)
-    done = loops.lookup_one_part(width, kind, address, table.strides[0], table.shape[0], sb_at,
-                                 indices, weights, wmode, bool(mean), out, tiles, tile_bytes, offsets, longest,
+    out = np.empty((segments.size - (0 if from_lengths else 1), block), np.float32)
+    done = loops.lookup_one_part(width, kind, address, table.strides[0], table.shape[0], sb_at, indices, weights,
+                                 wmode, bool(mean), out, tiles, tile_bytes, segments, from_lengths, longest,
                                  PREFETCH_DISTANCE if row_bytes > 128 else PREFETCH_DISTANCE_SHORT_ROWS,
                                  _NO_PART_ROWS, _NO_PART_BAGS)
     return out if done == loops.DONE else None
 
 
-def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, threads):
-    layout = LAYOUTS[layout] if isinstance(layout, str) else layout
+def _split(data, n_idx, layout, threads):
+    """(values per row, bytes per row, parts to split n_idx index positions into)."""
     block = layout.block_size(data)
-    m = offsets.size - 1
-    n_idx = indices.size
     if threads is None:
         threads = team_size()
     row_bytes = data.shape[1] if layout is not FLOAT else block * data.itemsize
     parts = 1
     if threads > 1 and n_idx * block >= _PARALLEL_MIN_VALUES:
         parts = threads * max(1, -(-n_idx * row_bytes // (threads * _CHUNK_BYTES)))
+    return block, row_bytes, parts
+
+
+def _small(data, indices, segments, from_lengths, longest, weights, positional, mean, layout, threads):
+    """The lookup through _one_part when it is one part of a non-empty output, else None
+    (then, or when a check failed, the caller takes the checked path)."""
+    m = segments.size - (0 if from_lengths else 1)
+    if indices.size == 0 or m <= 0:
+        return None
+    block, row_bytes, parts = _split(data, indices.size, layout, threads)
+    if parts != 1 or block == 0:
+        return None
+    return _one_part(data, np.ascontiguousarray(indices, dtype=np.int64), segments, from_lengths, longest, weights,
+                     positional, mean, layout, block, row_bytes)
+
+
+def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, threads):
+    """The checked path: every check in NumPy-worded order, then the kernel on the team."""
+    m = offsets.size - 1
+    n_idx = indices.size
+    block, row_bytes, parts = _split(data, n_idx, layout, threads)
     # int64, contiguous: the kernel reads indices through their address (int32 input costs
     # one conversion pass, ~0.02 ms for 81,920, less than a per-row width test did)
     indices = np.ascontiguousarray(indices, dtype=np.int64)
-    if parts == 1 and block and m:
-        out = _one_part(data, indices, offsets, longest, weights, positional, mean, layout, block, row_bytes)
-        if out is not None:
-            return out
     with team():
         _check_indices(indices, data.shape[0], parts)
         if weights is not None:
@@ -322,6 +338,11 @@ def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=
     """
     layout_obj = LAYOUTS[layout] if isinstance(layout, str) else layout
     lengths = np.asarray(lengths)
+    if lengths.dtype.kind in "iu":        # small lookups: LENGTHS are checked in the one call
+        out = _small(data, indices, lengths.reshape(-1).astype(np.int64, copy=False), True, 0, weights, positional,
+                     mean, layout_obj, threads)
+        if out is not None:
+            return out
     # LENGTHS is checked even when INDICES is empty (Caffe2 skipped the check there,
     # so LENGTHS [-5] or [5, 0] gave zeros that one index more would have refused)
     offsets, longest = _offsets_from_lengths(lengths, indices.size)
@@ -342,4 +363,7 @@ def offsets_reduce(data, indices, offsets, include_last_offset=True, weights=Non
         raise LookupInputError("lengths", SUM_MESSAGE)
     if indices.size == 0:
         return np.zeros((rel.size - 1, layout_obj.block_size(data)), dtype=np.float32)
+    out = _small(data, indices, rel, False, longest, weights, positional, mean, layout_obj, threads)
+    if out is not None:
+        return out
     return _reduce(data, indices, rel, longest, weights, positional, mean, layout_obj, threads)
