@@ -85,8 +85,12 @@ LAYOUTS = {"float": FLOAT, "fused8": Fused8Bit(), "fused4": FUSED4, "fused2": FU
 # 2-vCPU EPYC VM, 1 and 2 threads, hot and cold: docs/perfkernels.md.
 PREFETCH_DISTANCE = 8
 PREFETCH_DISTANCE_SHORT_ROWS = 16
-# Below this many gathered values one part (no team): a parallel region costs ~5 us.
-_PARALLEL_MIN_VALUES = 1 << 15
+# Below this many gathered values one part (no team): a parallel region costs ~5 us on
+# an idle machine (far more on a loaded one), the split path ~20 us more Python than the
+# one-call path (lookup_one_part), and hot rows of 64 floats sum at ~10 ns each, so the
+# split pays from a few thousand rows. 64 bags x 10 (40,960 values) in 2 parts took
+# ~0.10 ms against ~0.03 as one part on the loaded 2-vCPU VM (benchmarks/RESULTS.md).
+_PARALLEL_MIN_VALUES = 1 << 16
 # At most this many table bytes per part: larger lookups get more parts than threads
 # (numba gives each thread a run of consecutive parts; every part boundary inside a
 # bag costs one partial row, nothing else).
