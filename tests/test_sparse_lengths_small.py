@@ -10,30 +10,24 @@ from caffe2py import core, workspace
 from caffe2py.errors import Caffe2Error
 from caffe2py.kernels.cpu.recsys import lookup_loops as loops, sparse_lengths as K
 
-from _lookups import ref_dequant8, ref_dequant_nbit, ref_lookup
+from _lookups import ref_dequant8, ref_dequant_nbit, ref_lookup, run_op
+from test_sparse_lengths_compiled import assert_close, fused_table
 
 RNG = np.random.default_rng(27)
 
 
-def fused(n_rows, dim, bits):
-    """Random fused rows: random value bytes, then scale and bias of both signs."""
-    if bits == 8:
-        sb = np.stack([RNG.uniform(-0.05, 0.05, n_rows), RNG.uniform(-2, 2, n_rows)], 1).astype("<f4")
-        return np.concatenate([RNG.integers(0, 256, (n_rows, dim), dtype=np.uint8), sb.view(np.uint8)], 1)
-    sb = np.stack([RNG.uniform(-0.5, 0.5, n_rows), RNG.uniform(-2, 2, n_rows)], 1).astype("<f2")
-    packed = RNG.integers(0, 256, (n_rows, -(-dim // (8 // bits))), dtype=np.uint8)
-    return np.concatenate([packed, sb.view(np.uint8)], 1)
+def make_table(name):
+    """(table, layout, op-name suffix, float64 rows) for a table kind."""
+    if name in ("float32", "float16"):
+        table = RNG.standard_normal((500, 64 if name == "float32" else 24)).astype(name)
+        return table, "float", "", table.astype(np.float64)
+    bits, dim = {"fused8": (8, 40), "fused4": (4, 32), "fused2": (2, 16)}[name]
+    q = fused_table(500, dim, bits, RNG)
+    rows = ref_dequant8(q) if bits == 8 else ref_dequant_nbit(q, bits)
+    return q, name, "Fused%dBitRowwise" % bits, rows
 
 
-TABLES = {   # name -> (table, layout, op-name suffix, float64 rows)
-    "float32": lambda: (lambda t: (t, "float", "", t.astype(np.float64)))(
-        RNG.standard_normal((500, 64)).astype(np.float32)),
-    "float16": lambda: (lambda t: (t, "float", "", t.astype(np.float64)))(
-        RNG.standard_normal((500, 24)).astype(np.float16)),
-    "fused8": lambda: (lambda q: (q, "fused8", "Fused8BitRowwise", ref_dequant8(q)))(fused(500, 40, 8)),
-    "fused4": lambda: (lambda q: (q, "fused4", "Fused4BitRowwise", ref_dequant_nbit(q, 4)))(fused(500, 32, 4)),
-    "fused2": lambda: (lambda q: (q, "fused2", "Fused2BitRowwise", ref_dequant_nbit(q, 2)))(fused(500, 16, 2)),
-}
+TABLES = ("float16", "float32", "fused2", "fused4", "fused8")
 
 
 @pytest.fixture
@@ -49,32 +43,14 @@ def spy(monkeypatch):
     return answers
 
 
-def assert_close(got, want):
-    assert got.dtype == np.float32 and got.shape == want.shape
-    scale = max(1.0, float(np.abs(want).max(initial=0)))
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6 * scale)
-
-
-def run_op(op_type, inputs, out_before=None):
-    workspace.ResetWorkspace()
-    names = ["in%d" % i for i in range(len(inputs))]
-    for name, value in zip(names, inputs):
-        workspace.FeedBlob(name, value)
-    if out_before is not None:
-        workspace.FeedBlob("out", out_before)
-    workspace.RunOperatorOnce(core.CreateOperator(op_type, names, ["out"]))
-    return workspace.FetchBlob("out")
-
-
-@pytest.mark.parametrize("name", sorted(TABLES))
+@pytest.mark.parametrize("name", TABLES)
 @pytest.mark.parametrize("reduction", ["Sum", "WeightedSum", "Mean", "PositionalWeightedSum"])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_small_lookups_through_the_op_match_the_reference(spy, name, reduction, index_dtype):
-    table, layout, suffix, rows = TABLES[name]()
+    table, layout, suffix, rows = make_table(name)
     if reduction == "PositionalWeightedSum" and layout != "float":
         pytest.skip("Caffe2 has no fused positional op")
-    lengths = np.array([10, 0, 3, 1, 17, 0, 9], np.int32)       # empty bags first, inside and last
-    lengths = np.append(lengths, 0).astype(np.int32)
+    lengths = np.array([0, 10, 0, 3, 1, 17, 0, 9, 0], np.int32)     # empty bags first, inside and last
     indices = RNG.integers(0, table.shape[0], int(lengths.sum())).astype(index_dtype)
     indices[[0, -1]] = [table.shape[0] - 1, 0]                 # both ends of the table
     positional = reduction == "PositionalWeightedSum"
@@ -89,7 +65,7 @@ def test_small_lookups_through_the_op_match_the_reference(spy, name, reduction, 
 
 @pytest.mark.parametrize("name", ["float32", "fused8", "fused4"])
 def test_offsets_ops_take_the_same_path(spy, name):
-    table, layout, suffix, rows = TABLES[name]()
+    table, layout, suffix, rows = make_table(name)
     lengths = np.array([4, 0, 7, 2], np.int32)
     indices = RNG.integers(0, table.shape[0], int(lengths.sum())).astype(np.int64)
     offsets = np.concatenate([[5], 5 + np.cumsum(lengths)]).astype(np.int64)      # need not start at 0
@@ -143,10 +119,15 @@ CASES = [   # (what is bad, op, inputs builder, message part, bad input's blob)
 
 @pytest.mark.parametrize("what,op,build,message,blob", CASES, ids=[c[0] for c in CASES])
 def test_bad_inputs_give_the_named_errors_and_leave_the_output(what, op, build, message, blob):
-    table = TABLES["fused8" if "Fused8" in op else "float32"]()[0]
+    table = make_table("fused8" if "Fused8" in op else "float32")[0]
     before = np.full((2, 3), 7.0, np.float32)
+    workspace.ResetWorkspace()
+    inputs = build(table)
+    names = ["in%d" % i for i in range(len(inputs))]
+    for name, value in zip(names + ["out"], inputs + [before]):
+        workspace.FeedBlob(name, value)
     with pytest.raises(Caffe2Error) as exc:
-        run_op(op, build(table), out_before=before)
+        workspace.RunOperatorOnce(core.CreateOperator(op, names, ["out"]))
     text = str(exc.value)
     assert message in text and op in text and "'%s'" % blob in text
     np.testing.assert_array_equal(workspace.FetchBlob("out"), before)
@@ -156,7 +137,7 @@ def test_bad_inputs_give_the_named_errors_and_leave_the_output(what, op, build, 
 @pytest.mark.parametrize("bad", [500, 1 << 40, -1, -(1 << 62)])
 def test_the_compiled_check_refuses_every_bad_index_before_writing(spy, bad_at, bad):
     """The one-call kernel itself answers BAD_INDEX (the error is worded afterwards)."""
-    table = TABLES["float32"]()[0]
+    table = make_table("float32")[0]
     indices = RNG.integers(0, 500, 40).astype(np.int64)
     indices[bad_at] = bad
     with pytest.raises(K.LookupInputError, match="Index %d is out of bounds: %d" % (bad_at, bad)):
@@ -166,7 +147,7 @@ def test_the_compiled_check_refuses_every_bad_index_before_writing(spy, bad_at, 
 
 @pytest.mark.parametrize("lengths", [[3, -1, 2], [3, 1], [3, 1, 3]])
 def test_the_compiled_check_refuses_bad_lengths_before_writing(spy, lengths):
-    table = TABLES["float32"]()[0]
+    table = make_table("float32")[0]
     with pytest.raises(K.LookupInputError) as exc:
         K.segment_reduce(table, np.array([1, 2, 3, 4, 5], np.int64), np.array(lengths, np.int32))
     assert str(exc.value) == ("LENGTHS must be non-negative, lengths[1] = -1" if -1 in lengths else K.SUM_MESSAGE)
