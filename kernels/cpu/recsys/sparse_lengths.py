@@ -225,6 +225,7 @@ def _tile_plan(block, per_byte, value_bytes):
 _NO_PART_ROWS = np.zeros((2, 1), np.float32)
 _NO_PART_BAGS = np.full((1, 2), -1, np.int64)
 _NO_WEIGHTS = np.zeros(0, np.float32)
+_ADDRESSED_DTYPES = (np.dtype(np.float32), np.dtype(np.uint8))     # native order: numba takes them
 
 
 def _encoding(data, layout, block):
@@ -243,8 +244,9 @@ def _one_part(data, indices, segments, from_lengths, longest, weights, positiona
     the rows). indices: int64, contiguous; segments: int64 LENGTHS or relative offsets."""
     # the table's address: a C-contiguous float32 / uint8 table's from a compiled call (~1 us;
     # NumPy's .ctypes.data costs ~3, as does a byte view); other tables' (float16: numba has
-    # no float16 arrays; strided views) from their byte rows, which must be contiguous
-    if data.flags.c_contiguous and data.dtype != np.float16:
+    # no float16 arrays; strided views; other byte orders) from their byte rows, which must
+    # be contiguous
+    if data.flags.c_contiguous and data.dtype in _ADDRESSED_DTYPES:
         table, address = data, loops.address_of(data)
     else:
         table = _byte_rows(data, layout)
