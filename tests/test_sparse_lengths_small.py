@@ -1,4 +1,4 @@
-"""Small lookups' one-call path (sparse_lengths._one_part -> lookup_loops.lookup_one_part):
+"""Small lookups' one-call path (sparse_lengths._small -> lookup_loops.lookup_one_part):
 the index and weight checks and one part of bags in one compiled call on the calling
 thread. The sums are compared with float64 references written out in tests/_lookups.py;
 the checks must catch every bad index / length / weight before anything is written, with

@@ -237,11 +237,41 @@ def _encoding(data, layout, block):
     return (loops.FUSED4 if layout.bit_rate == 4 else loops.FUSED2), layout.values_per_byte, 1, data.shape[1] - 4
 
 
-def _one_part(data, indices, segments, from_lengths, longest, weights, positional, mean, layout, block, row_bytes):
-    """The lookup in one compiled call on this thread (checks included: LENGTHS too when
-    from_lengths), or None when it cannot run so (a table whose row bytes are not
-    contiguous) or a check failed: the checked path then words the error (or gathers
-    the rows). indices: int64, contiguous; segments: int64 LENGTHS or relative offsets."""
+_ROW_FACTS = {}
+
+
+def _row_facts(data, layout):
+    """What the one-call path needs to know of a table's rows: (values per row, bytes per
+    row, value kind, scale/bias offset, lane width, tiles, tile byte offsets, prefetch
+    distance). They depend only on the row shape, dtype and layout, which key them: the
+    table itself may be replaced or rewritten between calls."""
+    key = (data.shape[1:], data.dtype, layout)
+    facts = _ROW_FACTS.get(key)
+    if facts is None:
+        block = layout.block_size(data)
+        row_bytes = data.shape[1] if layout is not FLOAT else block * data.itemsize
+        kind, per_byte, value_bytes, sb_at = _encoding(data, layout, block)
+        width, tiles, tile_bytes = _tile_plan(block, per_byte, value_bytes) if block > 0 else (0, None, None)
+        dist = PREFETCH_DISTANCE if row_bytes > 128 else PREFETCH_DISTANCE_SHORT_ROWS
+        if len(_ROW_FACTS) > 1024:            # many row shapes (a fuzzer): start again
+            _ROW_FACTS.clear()
+        facts = _ROW_FACTS[key] = (block, row_bytes, kind, sb_at, width, tiles, tile_bytes, dist)
+    return facts
+
+
+def _small(data, indices, segments, from_lengths, longest, weights, positional, mean, layout, threads):
+    """A lookup that runs as one part (see _split) of a non-empty output, in one compiled
+    call on this thread, checks included (LENGTHS too when from_lengths); None when it
+    is not such a lookup, when a check failed, or when the table's row bytes are not
+    contiguous: the caller's checked path then words the error (or gathers the rows).
+    segments: int64 LENGTHS, or offsets relative to the first."""
+    n = indices.size
+    m = segments.size - (0 if from_lengths else 1)
+    if n == 0 or m <= 0:
+        return None
+    block, row_bytes, kind, sb_at, width, tiles, tile_bytes, dist = _row_facts(data, layout)
+    if block <= 0 or ((team_size() if threads is None else threads) > 1 and n * block >= _PARALLEL_MIN_VALUES):
+        return None
     # the table's address: a C-contiguous float32 / uint8 table's from a compiled call (~1 us;
     # NumPy's .ctypes.data costs ~3, as does a byte view); other tables' (float16: numba has
     # no float16 arrays; strided views; other byte orders) from their byte rows, which must
@@ -253,18 +283,16 @@ def _one_part(data, indices, segments, from_lengths, longest, weights, positiona
         if table is None:
             return None
         address = table.ctypes.data
-    kind, per_byte, value_bytes, sb_at = _encoding(data, layout, block)
-    width, tiles, tile_bytes = _tile_plan(block, per_byte, value_bytes)
     if weights is None:
         weights, wmode = _NO_WEIGHTS, loops.NO_WEIGHTS
     else:
         weights = np.ascontiguousarray(weights, dtype=np.float32)
         wmode = loops.POSITIONAL if positional else loops.PER_INDEX
-    out = np.empty((segments.size - (0 if from_lengths else 1), block), np.float32)
-    done = loops.lookup_one_part(width, kind, address, table.strides[0], table.shape[0], sb_at, indices, weights,
-                                 wmode, bool(mean), out, tiles, tile_bytes, segments, from_lengths, longest,
-                                 PREFETCH_DISTANCE if row_bytes > 128 else PREFETCH_DISTANCE_SHORT_ROWS,
-                                 _NO_PART_ROWS, _NO_PART_BAGS)
+    out = np.empty((m, block), np.float32)
+    done = loops.lookup_one_part(width, kind, address, table.strides[0], table.shape[0], sb_at,
+                                 np.ascontiguousarray(indices, dtype=np.int64), weights, wmode, bool(mean), out,
+                                 tiles, tile_bytes, segments, from_lengths, longest, dist, _NO_PART_ROWS,
+                                 _NO_PART_BAGS)
     return out if done == loops.DONE else None
 
 
@@ -278,19 +306,6 @@ def _split(data, n_idx, layout, threads):
     if threads > 1 and n_idx * block >= _PARALLEL_MIN_VALUES:
         parts = threads * max(1, -(-n_idx * row_bytes // (threads * _CHUNK_BYTES)))
     return block, row_bytes, parts
-
-
-def _small(data, indices, segments, from_lengths, longest, weights, positional, mean, layout, threads):
-    """The lookup through _one_part when it is one part of a non-empty output, else None
-    (then, or when a check failed, the caller takes the checked path)."""
-    m = segments.size - (0 if from_lengths else 1)
-    if indices.size == 0 or m <= 0:
-        return None
-    block, row_bytes, parts = _split(data, indices.size, layout, threads)
-    if parts != 1 or block == 0:
-        return None
-    return _one_part(data, np.ascontiguousarray(indices, dtype=np.int64), segments, from_lengths, longest, weights,
-                     positional, mean, layout, block, row_bytes)
 
 
 def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, threads):
