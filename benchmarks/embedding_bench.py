@@ -16,6 +16,9 @@ measured in the same run). Every call of ours includes the index/length checks.
 
 Usage: python benchmarks/embedding_bench.py [--threads 1 2] [--tables 1000000x64 4000000x128]
        [--rounds 5] [--calls 10] [--cases f32,fp16,...] [--temps hot,cold] [--clock wall|cpu]
+       [--via net|kernel]
+Small lookups (per-call latency): --bags 64 --length 10 --calls 200 --temps hot, once
+--via net and once --via kernel.
 torch is optional (benchmark-only): without it the peer columns say "absent".
 The measurements behind the kernel's design (prefetch distance, split, tiles) are
 benchmarks/embedding_design.py.
@@ -76,6 +79,33 @@ class OneOpNet:
 
     def output(self):
         return self.ws.fetch_blob(self.out)
+
+
+class KernelCall:
+    """The same lookup as OneOpNet through the kernel itself
+    (kernels/cpu/recsys/sparse_lengths.segment_reduce, checks included): what an op
+    costs without the net run and the operator wrapper around it."""
+
+    def __init__(self, op_type, inputs, idx_pos):
+        from caffe2py.kernels.cpu.recsys import sparse_lengths
+        rest = op_type[len("SparseLengths"):]
+        reduction = next(r for r in ("PositionalWeightedSum", "WeightedSum", "Mean", "Sum") if rest.startswith(r))
+        fused = rest[len(reduction):]
+        layout = "fused" + fused[len("Fused")] if fused else "float"
+        self.inputs, self.idx_pos = list(inputs), idx_pos
+        self.call = lambda data, *rest: sparse_lengths.segment_reduce(
+            data, rest[-2], rest[-1], rest[0] if len(rest) == 3 else None,
+            reduction == "PositionalWeightedSum", reduction == "Mean", layout)
+        self.out = None
+
+    def feed_indices(self, value):
+        self.inputs[self.idx_pos] = value
+
+    def run(self):
+        self.out = self.call(*self.inputs)
+
+    def output(self):
+        return self.out
 
 
 class SharedWorkspace:
@@ -214,7 +244,10 @@ def summary(values):
 def run_case(p, case, temp, args, evict):
     op, inputs, idx_pos, peer, row_bytes, skewed = make_case(p, case)
     sets = p.skew_sets if skewed else p.index_sets
-    net = OneOpNet(p.ws, op, inputs(sets[0]), "%s_%s" % (case, temp), idx_pos)
+    if args.via == "kernel":
+        net = KernelCall(op, inputs(sets[0]), idx_pos)
+    else:
+        net = OneOpNet(p.ws, op, inputs(sets[0]), "%s_%s" % (case, temp), idx_pos)
     peers = [peer(s) for s in sets] if peer is not None else None
     state = {"i": 0}
 
@@ -262,8 +295,8 @@ def one_thread_count(args):
     for spec in args.tables:
         rows, dim = (int(v) for v in spec.lower().split("x"))
         p = Problem(rows, dim, args.bags, args.length, sets=8)
-        print("\n## table %d x %d, %d bags x %d, %d thread(s), %d rounds x %d calls"
-              % (rows, dim, args.bags, args.length, threads, args.rounds, args.calls))
+        print("\n## table %d x %d, %d bags x %d, %d thread(s), %d rounds x %d calls, via %s"
+              % (rows, dim, args.bags, args.length, threads, args.rounds, args.calls, args.via))
         print("| case | temp | ours ms median [range] | peer ms median [range] | ratio median [range] "
               "| ours GB/s | peer GB/s | copy GB/s | max abs diff |")
         print("|---|---|---|---|---|---|---|---|---|")
@@ -294,6 +327,9 @@ def main():
     ap.add_argument("--rest", type=float, default=0.2, help="seconds of rest before each timed block")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--temps", default="hot,cold")
+    ap.add_argument("--via", choices=("net", "kernel"), default="net",
+                    help="net: each call runs a prepared one-op net (RunNet); kernel: each call is "
+                         "sparse_lengths.segment_reduce itself (no operator wrapper, no net run)")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                     help="cpu: process CPU time per call (all threads), for a machine so loaded that "
                          "wall time is mostly waiting for a core; spinning idle threads count too")

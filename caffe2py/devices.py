@@ -96,8 +96,13 @@ def placement_text(placement):
 def cpu_run_context():
     """The context CPU plans run in: caffe2py's compiled kernels and GEMMs share one
     thread team, with NumPy's OpenBLAS on one thread meanwhile (kernels/cpu/runtime/jit.py)."""
-    from .kernels.cpu.runtime.jit import team
-    return team()
+    if not _team:           # imported on first use, then held (~2 us a net run)
+        from .kernels.cpu.runtime.jit import team
+        _team.append(team)
+    return _team[0]()
+
+
+_team = []
 
 
 def wait_for_compiled_kernels(timeout=None):

@@ -132,20 +132,20 @@ def _register(spec):
                     raise ctx.input_error(i_w, "WEIGHTS should have the same length as INDICES." if spec.fused
                                           else "Weight should have the same length as indices.")
 
+        roles = {"data": i_data, "indices": i_idx, "lengths": i_seg, "weights": i_w}
+        positional, mean = spec.reduction == "PositionalWeightedSum", spec.reduction == "Mean"
+
         def run(*ins):
             data, indices, seg = ins[i_data], ins[i_idx], ins[i_seg]
             weights = ins[i_w] if i_w is not None else None
             check(data, weights, indices, seg)
-            roles = {"data": i_data, "indices": i_idx, "lengths": i_seg, "weights": i_w}
-            kw = dict(weights=weights, positional=spec.reduction == "PositionalWeightedSum",
-                      mean=spec.reduction == "Mean", layout=spec.layout)
             try:
                 if spec.offsets:
                     if seg.size == 0 and include_last:
                         raise K.LookupInputError("lengths", "OFFSETS must have output_size + 1 entries, got none")
-                    out = K.offsets_reduce(data, indices, seg, include_last, **kw)
+                    out = K.offsets_reduce(data, indices, seg, include_last, weights, positional, mean, spec.layout)
                 else:
-                    out = K.segment_reduce(data, indices, seg, **kw)
+                    out = K.segment_reduce(data, indices, seg, weights, positional, mean, spec.layout)
             except K.LookupInputError as exc:
                 raise ctx.input_error(roles[exc.input], str(exc)) from None
             if not spec.fused and data.ndim != 2:

@@ -256,6 +256,8 @@ def _lookup_results(rng):
         for weights, positional, mean in ((None, False, True), (w, False, False), (w[:14], True, True)):
             out.append(SL.segment_reduce(data, idx, lengths, weights, positional, mean, layout))
     out.append(SL.offsets_reduce(f32, idx, np.array([5, 9, 9, 30]), True, None, False, True, "float"))
+    # values of a row not contiguous: the checked path (serial copies), not lookup_one_part
+    out.append(SL.segment_reduce(np.asfortranarray(f32), idx, lengths, w, False, False, "float"))
     # big enough to split in 2 parts (the parallel kernels; the calls above run the serial copies)
     many = rng.integers(0, 30, SL._PARALLEL_MIN_VALUES // 37 + 40)
     out.append(SL.segment_reduce(f32, many, np.array([many.size - 40, 40]), None, False, False, "float", threads=2))

@@ -8,6 +8,9 @@ checks bounds).
         over `parts` parts of the index positions on the team (see _part); bags cut by a
         part boundary are summed in part_rows and finished by merge_partials.
     merge_partials(out, offsets, mean, part_rows, part_bags)
+    lookup_one_part(..., longest, dist, part_rows, part_bags) -> DONE, or the check
+        that failed: the index and weight checks and one part of bags, one call
+    address_of(a) -> a.ctypes.data, cheaply
     first_bad_index(indices, n_rows, parts, found) -> first position with an index
         outside [0, n_rows), or -1
     offsets_of_lengths(lengths, offsets) -> (first negative length or -1, max length)
@@ -19,7 +22,8 @@ and a row stride (row r starts at table + r * row_stride: any dtype, strides, or
 sliced view), the indices an address (int64), the value encoding `kind` (a code of
 simd.KINDS) and the tile `width`. The row loop itself (_tile) is compiled once per
 (width, kind) of simd.LOOKUP_LANES, each copy with its encoding's loads and no
-per-row branches, and _tile_of picks the copy. _tile takes no arrays: numba
+per-row branches, and _part picks the copy once per part (_part_of, _piece, _tile
+are compiled per copy). _tile takes no arrays: numba
 reference-counts array arguments on every call (~0.4 us per bag, measured).
 """
 import numpy as np
@@ -95,31 +99,21 @@ def _tile(lanes, table, row_stride, sb_at, indices, weights, woff, weighted, a, 
 
 
 @compiled
-def _tile_of(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale, dest, at, next_at,
-             dist, limit, warm):
-    """_tile with the copy for `width` lanes of encoding `kind`."""
-    for lanes in literal_unroll(LOOKUP_LANES):
-        if lanes_are(lanes, width, kind):
-            _tile(lanes, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale, dest, at, next_at,
-                  dist, limit, warm)
-
-
-@compiled
-def _piece(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale, dest, ntiles, tiles,
+def _piece(lanes, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale, dest, ntiles, tiles,
            tile_bytes, dist, hi):
     """Positions [a, z) of one bag into the float32 row at address `dest`, tile by tile
     (tiles, tile_bytes: addresses of ntiles int64 column / byte offsets); the last
     tile's prefetch stream runs on to hi."""
     first_at = load_index(tile_bytes, 0, True)
     for ti in range(ntiles):
-        _tile_of(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale,
-                 dest + 4 * load_index(tiles, ti, True), load_index(tile_bytes, ti, True), first_at, dist,
-                 hi if ti == ntiles - 1 else z, ti > 0)
+        _tile(lanes, table, row_stride, sb_at, indices, weights, woff, weighted, a, z, scale,
+              dest + 4 * load_index(tiles, ti, True), load_index(tile_bytes, ti, True), first_at, dist,
+              hi if ti == ntiles - 1 else z, ti > 0)
 
 
 @compiled
-def _part(width, kind, table, row_stride, sb_at, indices, weights, wmode, mean, out, tiles, tile_bytes, offsets,
-          dist, t, parts, part_rows, part_bags):
+def _part_of(lanes, table, row_stride, sb_at, indices, weights, wmode, mean, out, tiles, tile_bytes, offsets,
+             dist, t, parts, part_rows, part_bags):
     """Part t of `parts`: index positions [lo, hi) with lo = total * t // parts. It writes
     the bags that start in [lo, hi) (the last part also the empty bags at the end);
     a bag that starts before lo (its head here) or runs past hi (its tail here) is
@@ -143,7 +137,7 @@ def _part(width, kind, table, row_stride, sb_at, indices, weights, wmode, mean, 
     one = np.float32(1.0)
     if lo < hi and first > 0 and (first == m or offsets[first] > lo):
         head = first - 1                           # a bag that began in an earlier part
-        _piece(width, kind, table, row_stride, sb_at, indices, weights, 0 if per_index else offsets[head], weighted, lo,
+        _piece(lanes, table, row_stride, sb_at, indices, weights, 0 if per_index else offsets[head], weighted, lo,
                min(offsets[head + 1], hi), one, part_at + 2 * t * part_step, ntiles, tiles_at, bytes_at, dist, hi)
         part_bags[t, 0] = head
     for b in range(first, end):
@@ -151,14 +145,26 @@ def _part(width, kind, table, row_stride, sb_at, indices, weights, wmode, mean, 
         e = offsets[b + 1]
         woff = 0 if per_index else s
         if e > hi:                                 # runs on into the next part
-            _piece(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, s, hi, one,
+            _piece(lanes, table, row_stride, sb_at, indices, weights, woff, weighted, s, hi, one,
                    part_at + (2 * t + 1) * part_step, ntiles, tiles_at, bytes_at, dist, hi)
             part_bags[t, 1] = b
         else:
             scale = one / np.float32(e - s) if mean and e > s else one
-            _piece(width, kind, table, row_stride, sb_at, indices, weights, woff, weighted, s, e, scale,
+            _piece(lanes, table, row_stride, sb_at, indices, weights, woff, weighted, s, e, scale,
                    out_at + b * out_step,
                    ntiles, tiles_at, bytes_at, dist, hi)
+
+
+@compiled
+def _part(width, kind, table, row_stride, sb_at, indices, weights, wmode, mean, out, tiles, tile_bytes, offsets,
+          dist, t, parts, part_rows, part_bags):
+    """_part_of with the copy for `width` lanes of encoding `kind`, picked once per part
+    (picking it per tile, a walk over every copy, cost ~0.15 us a tile: 10 of a
+    small lookup's 17 us, measured)."""
+    for lanes in literal_unroll(LOOKUP_LANES):
+        if lanes_are(lanes, width, kind):
+            _part_of(lanes, table, row_stride, sb_at, indices, weights, wmode, mean, out, tiles, tile_bytes,
+                     offsets, dist, t, parts, part_rows, part_bags)
 
 
 @compiled(parallel=True)
@@ -196,6 +202,45 @@ def merge_partials(out, offsets, mean, part_rows, part_bags):
             piece = part_rows[slot]
             for k in range(n):
                 acc[k] += piece[k]
+
+
+# lookup_one_part's answers: done, or which check failed (nothing written then)
+DONE, BAD_INDEX, BAD_WEIGHTS, BAD_LENGTHS = -1, 0, 1, 2
+
+
+@compiled
+def lookup_one_part(width, kind, table, row_stride, n_rows, sb_at, indices, weights, wmode, mean, out, tiles,
+                    tile_bytes, segments, from_lengths, longest, dist, part_rows, part_bags):
+    """A whole lookup as one part on the calling thread, its checks first, in one call
+    (a small lookup's cost is mostly fixed: calls, addresses, allocations). table: the
+    address of n_rows rows (as in bags); indices: int64; weights: float32 (any size with
+    NO_WEIGHTS); segments: int64 LENGTHS when from_lengths (longest is then found
+    here), else offsets relative to the first, checked by the caller. Returns
+    BAD_LENGTHS (a negative length, or lengths that do not add up to the indices),
+    BAD_INDEX (an index outside [0, n_rows)), BAD_WEIGHTS (fewer weights than the
+    longest bag for POSITIONAL, not one per index for PER_INDEX), in that order and
+    before anything is written; else DONE after _part(t=0, parts=1), which writes
+    every bag into out and never touches part_rows / part_bags."""
+    n = indices.size
+    offsets = segments
+    if from_lengths:
+        offsets = np.empty(segments.size + 1, np.int64)
+        bad, longest = _lengths_to_offsets(segments, offsets)
+        if bad >= 0 or offsets[segments.size] != n:
+            return BAD_LENGTHS
+    if _count_bad(indices, 0, n, np.uint64(n_rows)):
+        return BAD_INDEX
+    if (wmode == POSITIONAL and weights.size < longest) or (wmode == PER_INDEX and weights.size != n):
+        return BAD_WEIGHTS
+    _part(width, kind, table, row_stride, sb_at, indices.ctypes.data, weights.ctypes.data, wmode, mean, out, tiles,
+          tile_bytes, offsets, dist, 0, 1, part_rows, part_bags)
+    return DONE
+
+
+@compiled
+def address_of(a):
+    """The address of array a's first element (NumPy's a.ctypes.data costs ~3 us)."""
+    return a.ctypes.data
 
 
 # ------------------------------------------------------------------ NumPy twins
@@ -283,6 +328,29 @@ def _bags_numpy(width, kind, table, row_stride, sb_at, indices, weights, wmode, 
     out[full] = sums
 
 
+@lookup_one_part.numpy_twin
+def _lookup_one_part_numpy(width, kind, table, row_stride, n_rows, sb_at, indices, weights, wmode, mean, out, tiles,
+                           tile_bytes, segments, from_lengths, longest, dist, part_rows, part_bags):
+    offsets = segments
+    if from_lengths:
+        offsets = np.empty(segments.size + 1, np.int64)
+        bad, longest = _offsets_of_lengths_numpy(segments, offsets)
+        if bad >= 0 or offsets[segments.size] != indices.size:
+            return BAD_LENGTHS
+    if indices.size and bool((indices.view(np.uint64) >= np.uint64(n_rows)).any()):
+        return BAD_INDEX
+    if (wmode == POSITIONAL and weights.size < longest) or (wmode == PER_INDEX and weights.size != indices.size):
+        return BAD_WEIGHTS
+    _bags_numpy(width, kind, table, row_stride, sb_at, indices.ctypes.data, weights.ctypes.data, wmode, mean, out,
+                tiles, tile_bytes, offsets, dist, 1, part_rows, part_bags)
+    return DONE
+
+
+@address_of.numpy_twin
+def _address_of_numpy(a):
+    return a.ctypes.data
+
+
 @merge_partials.numpy_twin
 def _merge_partials_numpy(out, offsets, mean, part_rows, part_bags):
     # a handful of slots (two per part): the kernel's loop, with row adds in NumPy
@@ -339,6 +407,14 @@ def first_bad_index(indices, n_rows, parts, found):
 def offsets_of_lengths(lengths, offsets):
     """offsets[0] = 0, offsets[b + 1] = lengths[0] + ... + lengths[b]. Returns (first
     negative length's position or -1, the largest length)."""
+    return _lengths_to_offsets(lengths, offsets)
+
+
+@compiled
+def _lengths_to_offsets(lengths, offsets):
+    # offsets_of_lengths' loop, for lookup_one_part too (a kernel that calls a kernel
+    # puts the callee's numba dispatcher in place of its name in this module, so public
+    # kernels with twins are never called from compiled code)
     total = 0
     longest = 0
     offsets[0] = 0

@@ -85,8 +85,12 @@ LAYOUTS = {"float": FLOAT, "fused8": Fused8Bit(), "fused4": FUSED4, "fused2": FU
 # 2-vCPU EPYC VM, 1 and 2 threads, hot and cold: docs/perfkernels.md.
 PREFETCH_DISTANCE = 8
 PREFETCH_DISTANCE_SHORT_ROWS = 16
-# Below this many gathered values one part (no team): a parallel region costs ~5 us.
-_PARALLEL_MIN_VALUES = 1 << 15
+# Below this many gathered values one part (no team): a parallel region costs ~5 us on
+# an idle machine (far more on a loaded one), the split path ~20 us more Python than the
+# one-call path (lookup_one_part), and hot rows of 64 floats sum at ~10 ns each, so the
+# split pays from a few thousand rows. 64 bags x 10 (40,960 values) in 2 parts took
+# ~0.10 ms against ~0.03 as one part on the loaded 2-vCPU VM (benchmarks/RESULTS.md).
+_PARALLEL_MIN_VALUES = 1 << 16
 # At most this many table bytes per part: larger lookups get more parts than threads
 # (numba gives each thread a run of consecutive parts; every part boundary inside a
 # bag costs one partial row, nothing else).
@@ -217,17 +221,98 @@ def _tile_plan(block, per_byte, value_bytes):
 
 # --------------------------------------------------------------------------- lookups
 
-def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, threads):
-    layout = LAYOUTS[layout] if isinstance(layout, str) else layout
+# one-part lookups: part_rows / part_bags that _part never touches, no weights
+_NO_PART_ROWS = np.zeros((2, 1), np.float32)
+_NO_PART_BAGS = np.full((1, 2), -1, np.int64)
+_NO_WEIGHTS = np.zeros(0, np.float32)
+_ADDRESSED_DTYPES = (np.dtype(np.float32), np.dtype(np.uint8))     # native order: numba takes them
+
+
+def _encoding(data, layout, block):
+    """(kernel's value kind, values per byte, bytes per value, scale/bias byte offset)."""
+    if layout is FLOAT:
+        return (loops.FLOAT32 if data.dtype == np.float32 else loops.FLOAT16), 1, data.itemsize, 0
+    if layout.name == "fused8":
+        return loops.FUSED8, 1, 1, block
+    return (loops.FUSED4 if layout.bit_rate == 4 else loops.FUSED2), layout.values_per_byte, 1, data.shape[1] - 4
+
+
+_ROW_FACTS = {}
+
+
+def _row_facts(data, layout):
+    """What the one-call path needs to know of a table's rows: (values per row, bytes per
+    row, value kind, scale/bias offset, lane width, tiles, tile byte offsets, prefetch
+    distance). They depend only on the row shape, dtype and layout, which key them: the
+    table itself may be replaced or rewritten between calls."""
+    key = (data.shape[1:], data.dtype, layout)
+    facts = _ROW_FACTS.get(key)
+    if facts is None:
+        block = layout.block_size(data)
+        row_bytes = data.shape[1] if layout is not FLOAT else block * data.itemsize
+        kind, per_byte, value_bytes, sb_at = _encoding(data, layout, block)
+        width, tiles, tile_bytes = _tile_plan(block, per_byte, value_bytes) if block > 0 else (0, None, None)
+        dist = PREFETCH_DISTANCE if row_bytes > 128 else PREFETCH_DISTANCE_SHORT_ROWS
+        if len(_ROW_FACTS) > 1024:            # many row shapes (a fuzzer): start again
+            _ROW_FACTS.clear()
+        facts = _ROW_FACTS[key] = (block, row_bytes, kind, sb_at, width, tiles, tile_bytes, dist)
+    return facts
+
+
+def _small(data, indices, segments, from_lengths, longest, weights, positional, mean, layout, threads):
+    """A lookup that runs as one part (see _split) of a non-empty output, in one compiled
+    call on this thread, checks included (LENGTHS too when from_lengths); None when it
+    is not such a lookup, when a check failed, or when the table's row bytes are not
+    contiguous: the caller's checked path then words the error (or gathers the rows).
+    segments: int64 LENGTHS, or offsets relative to the first."""
+    n = indices.size
+    m = segments.size - (0 if from_lengths else 1)
+    if n == 0 or m <= 0:
+        return None
+    block, row_bytes, kind, sb_at, width, tiles, tile_bytes, dist = _row_facts(data, layout)
+    if block <= 0 or ((team_size() if threads is None else threads) > 1 and n * block >= _PARALLEL_MIN_VALUES):
+        return None
+    # the table's address: a C-contiguous float32 / uint8 table's from a compiled call (~1 us;
+    # NumPy's .ctypes.data costs ~3, as does a byte view); other tables' (float16: numba has
+    # no float16 arrays; strided views; other byte orders) from their byte rows, which must
+    # be contiguous
+    if data.flags.c_contiguous and data.dtype in _ADDRESSED_DTYPES:
+        table, address = data, loops.address_of(data)
+    else:
+        table = _byte_rows(data, layout)
+        if table is None:
+            return None
+        address = table.ctypes.data
+    if weights is None:
+        weights, wmode = _NO_WEIGHTS, loops.NO_WEIGHTS
+    else:
+        weights = np.ascontiguousarray(weights, dtype=np.float32)
+        wmode = loops.POSITIONAL if positional else loops.PER_INDEX
+    out = np.empty((m, block), np.float32)
+    done = loops.lookup_one_part(width, kind, address, table.strides[0], table.shape[0], sb_at,
+                                 np.ascontiguousarray(indices, dtype=np.int64), weights, wmode, bool(mean), out,
+                                 tiles, tile_bytes, segments, from_lengths, longest, dist, _NO_PART_ROWS,
+                                 _NO_PART_BAGS)
+    return out if done == loops.DONE else None
+
+
+def _split(data, n_idx, layout, threads):
+    """(values per row, bytes per row, parts to split n_idx index positions into)."""
     block = layout.block_size(data)
-    m = offsets.size - 1
-    n_idx = indices.size
     if threads is None:
         threads = team_size()
     row_bytes = data.shape[1] if layout is not FLOAT else block * data.itemsize
     parts = 1
     if threads > 1 and n_idx * block >= _PARALLEL_MIN_VALUES:
         parts = threads * max(1, -(-n_idx * row_bytes // (threads * _CHUNK_BYTES)))
+    return block, row_bytes, parts
+
+
+def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, threads):
+    """The checked path: every check in NumPy-worded order, then the kernel on the team."""
+    m = offsets.size - 1
+    n_idx = indices.size
+    block, row_bytes, parts = _split(data, n_idx, layout, threads)
     # int64, contiguous: the kernel reads indices through their address (int32 input costs
     # one conversion pass, ~0.02 ms for 81,920, less than a per-row width test did)
     indices = np.ascontiguousarray(indices, dtype=np.int64)
@@ -247,14 +332,7 @@ def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, 
         if table is None:        # values of a row not contiguous: gather the rows needed
             table = _byte_rows(np.ascontiguousarray(data[indices]), layout)
             indices = np.arange(n_idx, dtype=np.int64)
-        if layout is FLOAT:
-            kind = loops.FLOAT32 if data.dtype == np.float32 else loops.FLOAT16
-            per_byte, value_bytes, sb_at = 1, data.itemsize, 0
-        elif layout.name == "fused8":
-            kind, per_byte, value_bytes, sb_at = loops.FUSED8, 1, 1, block
-        else:
-            kind = loops.FUSED4 if layout.bit_rate == 4 else loops.FUSED2
-            per_byte, value_bytes, sb_at = layout.values_per_byte, 1, data.shape[1] - 4
+        kind, per_byte, value_bytes, sb_at = _encoding(data, layout, block)
         width, tiles, tile_bytes = _tile_plan(block, per_byte, value_bytes)
         part_rows = np.empty((2 * parts, block), np.float32)
         part_bags = np.full((parts, 2), -1, np.int64)
@@ -281,6 +359,11 @@ def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=
     """
     layout_obj = LAYOUTS[layout] if isinstance(layout, str) else layout
     lengths = np.asarray(lengths)
+    if lengths.dtype.kind in "iu":        # small lookups: LENGTHS are checked in the one call
+        out = _small(data, indices, lengths.reshape(-1).astype(np.int64, copy=False), True, 0, weights, positional,
+                     mean, layout_obj, threads)
+        if out is not None:
+            return out
     # LENGTHS is checked even when INDICES is empty (Caffe2 skipped the check there,
     # so LENGTHS [-5] or [5, 0] gave zeros that one index more would have refused)
     offsets, longest = _offsets_from_lengths(lengths, indices.size)
@@ -301,4 +384,7 @@ def offsets_reduce(data, indices, offsets, include_last_offset=True, weights=Non
         raise LookupInputError("lengths", SUM_MESSAGE)
     if indices.size == 0:
         return np.zeros((rel.size - 1, layout_obj.block_size(data)), dtype=np.float32)
+    out = _small(data, indices, rel, False, longest, weights, positional, mean, layout_obj, threads)
+    if out is not None:
+        return out
     return _reduce(data, indices, rel, longest, weights, positional, mean, layout_obj, threads)

@@ -380,11 +380,11 @@ class team:
         with _team_lock:
             _blas_depth[0] += 1
             if _blas_depth[0] == 1:
-                from .blas import blas_threads, set_blas_threads
-                before = blas_threads()
+                blas = _blas_module()
+                before = blas.blas_threads()
                 _blas_depth[1] = before
                 if before != 1:
-                    set_blas_threads(1)
+                    blas.set_blas_threads(1)
         _use_team_size()
         return self
 
@@ -397,12 +397,20 @@ class team:
         with _team_lock:
             _blas_depth[0] -= 1
             if _blas_depth[0] == 0 and _blas_depth[1] not in (None, 1):
-                from .blas import set_blas_threads
-                set_blas_threads(_blas_depth[1])
+                _blas_module().set_blas_threads(_blas_depth[1])
         return False
 
 
 _this_thread = threading.local()      # team() nesting depth, numba thread count last set
+_blas = []
+
+
+def _blas_module():
+    # imported on first use, then held: an import statement costs ~2 us a net run
+    if not _blas:
+        from . import blas
+        _blas.append(blas)
+    return _blas[0]
 
 
 def _use_team_size():
