@@ -27,6 +27,11 @@ def gradient(ctx):
                         % (", ".join(unsupported), ", ".join(sorted(onnx_grad.RULES))))
     plan = compile_net(forward, known_blobs=list(forward.external_input)) if forward.op else None
     names = list(forward.external_input)
+    known = set(names) | {out for _, _, out in steps}
+    unknown = [x for x in xs if x not in known]
+    if unknown:
+        raise ctx.error("xs names %s, which the forward subgraph to y '%s' neither takes nor computes (it has: %s)"
+                        % (", ".join("'%s'" % x for x in unknown), y, ", ".join(sorted(known))))
 
     def run(*inputs):
         values = dict(zip(names, inputs))

@@ -106,3 +106,12 @@ def test_split_sizes_must_be_non_negative():
     with pytest.raises(Caffe2Error, match="split sizes \\[9, -2\\] must be non-negative"):
         _split(helper.make_node("Split", ["x"], ["a", "b"], split=[9, -2]), [x], 11)
     assert _split(helper.make_node("Split", ["x"], ["a", "b"], split=[2, 5]), [x], 11) == [[0, 1], [2, 3, 4, 5, 6]]
+
+
+def test_onnx_gradient_xs_naming_a_tensor_outside_the_forward_subgraph_is_a_named_error():
+    # mutate:19:10116 (campaign 17, beside campaign 13's Gradient finding): xs 'b' flipped to 'r'
+    from caffe2py.onnx import backend
+    a, b = np.array(3.0, np.float32), np.array(5.0, np.float32)
+    with pytest.raises(Caffe2Error, match="xs names 'r', which the forward subgraph to y 'c' neither takes nor "
+                                          "computes \\(it has: a, b, c\\)"):
+        backend.prepare(_gradient_of_mul_model(["a", "r"], ["da", "dr"])).run([a, b])
