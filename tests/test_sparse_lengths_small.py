@@ -191,3 +191,23 @@ def test_kernel_and_numpy_twin_agree(case, from_lengths):
     else:
         assert (outs[0] == 7.0).all()
     assert loops.address_of(table) == loops.address_of.twin(table) == table.ctypes.data
+
+
+@pytest.mark.parametrize("reduce", ["lengths", "offsets"])
+def test_kernel_api_refuses_tables_its_loops_would_misread(reduce):
+    """A big-endian float32 table has dtype != float32 and was read as float16 rows;
+    a float64 table likewise. Native tables give the NumPy sums."""
+    table = np.arange(12, dtype=np.float32).reshape(3, 4)
+    indices = np.array([0, 2, 2], np.int64)
+
+    def lookup(data, layout="float"):
+        if reduce == "lengths":
+            return K.segment_reduce(data, indices, np.array([1, 2], np.int32), layout=layout)
+        return K.offsets_reduce(data, indices, np.array([0, 1, 3], np.int64), layout=layout)
+    for bad in (table.astype(">f4"), table.astype(np.float64)):
+        with pytest.raises(K.LookupInputError, match="DATA must be a float32 or float16 table in native byte order"):
+            lookup(bad)
+    with pytest.raises(K.LookupInputError, match="fused8 DATA must be 2-D uint8 rows"):
+        lookup(table, layout="fused8")
+    np.testing.assert_array_equal(lookup(table), np.stack([table[0], table[2] + table[2]]))
+    np.testing.assert_array_equal(lookup(table.astype(">f4").astype(np.float32)), lookup(table))

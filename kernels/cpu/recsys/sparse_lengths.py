@@ -347,6 +347,22 @@ def _reduce(data, indices, offsets, longest, weights, positional, mean, layout, 
     return out
 
 
+_FLOAT_TABLES = (np.dtype(np.float32), np.dtype(np.float16))    # native byte order
+
+
+def _check_table(data, layout):
+    """DATA of a type the layout's compiled loops read: native float32/float16 for the float
+    layout (a big-endian float32 table would otherwise be read as float16), uint8 rows for
+    the fused ones."""
+    if layout is FLOAT:
+        if data.dtype not in _FLOAT_TABLES or data.ndim < 1:
+            raise LookupInputError("data", "DATA must be a float32 or float16 table in native byte order, got %s %s"
+                                   % (data.dtype.str, list(data.shape)))
+    elif data.dtype != np.uint8 or data.ndim != 2:
+        raise LookupInputError("data", "%s DATA must be 2-D uint8 rows, got %s %s"
+                               % (layout.name, data.dtype.str, list(data.shape)))
+
+
 def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=False,
                    layout="float", threads=None):
     """Caffe2's EmbeddingLookup. Returns float32 [len(lengths), block].
@@ -358,6 +374,7 @@ def segment_reduce(data, indices, lengths, weights=None, positional=False, mean=
     Raises LookupInputError with Caffe2's messages, before anything is computed.
     """
     layout_obj = LAYOUTS[layout] if isinstance(layout, str) else layout
+    _check_table(data, layout_obj)
     lengths = np.asarray(lengths)
     if lengths.dtype.kind in "iu":        # small lookups: LENGTHS are checked in the one call
         out = _small(data, indices, lengths.reshape(-1).astype(np.int64, copy=False), True, 0, weights, positional,
@@ -379,6 +396,7 @@ def offsets_reduce(data, indices, offsets, include_last_offset=True, weights=Non
     include_last_offset=False (torch style, output_size offsets) the last bag ends at
     the end of INDICES. OFFSETS must be non-decreasing."""
     layout_obj = LAYOUTS[layout] if isinstance(layout, str) else layout
+    _check_table(data, layout_obj)
     rel, longest = _offsets_from_raw(offsets, indices.size, include_last_offset)
     if int(rel[-1]) != indices.size:
         raise LookupInputError("lengths", SUM_MESSAGE)
