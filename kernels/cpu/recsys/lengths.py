@@ -15,6 +15,12 @@ def _lengths(lengths):
     if flat.size and flat.min() < 0:
         k = int(np.flatnonzero(flat < 0)[0])
         raise LookupInputError("lengths", "unexpected negative length value: lengths[%d] = %d" % (k, flat[k]))
+    # their int64 sum and running offsets must not wrap around: a float sum cannot wrap,
+    # and near the limit the exact sum (Python ints) decides
+    if flat.size > 1 and float(flat.sum(dtype=np.float64)) >= 2.0 ** 62:
+        total = int(flat.astype(object).sum())
+        if total > np.iinfo(np.int64).max:
+            raise LookupInputError("lengths", "LENGTHS add up to %d, more than an int64 count holds" % total)
     return flat
 
 
