@@ -6,7 +6,7 @@ LookupInputError(role, message) with Caffe2's texts where Caffe2 has one.
 """
 import numpy as np
 
-from .sparse_lengths import LookupInputError
+from .sparse_lengths import LookupInputError, check_lengths_sum
 
 
 def _lengths(lengths):
@@ -15,12 +15,7 @@ def _lengths(lengths):
     if flat.size and flat.min() < 0:
         k = int(np.flatnonzero(flat < 0)[0])
         raise LookupInputError("lengths", "unexpected negative length value: lengths[%d] = %d" % (k, flat[k]))
-    # their int64 sum and running offsets must not wrap around: a float sum cannot wrap,
-    # and near the limit the exact sum (Python ints) decides
-    if flat.size > 1 and float(flat.sum(dtype=np.float64)) >= 2.0 ** 62:
-        total = int(flat.astype(object).sum())
-        if total > np.iinfo(np.int64).max:
-            raise LookupInputError("lengths", "LENGTHS add up to %d, more than an int64 count holds" % total)
+    check_lengths_sum(flat)
     return flat
 
 

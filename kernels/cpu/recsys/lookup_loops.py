@@ -415,14 +415,18 @@ def _lengths_to_offsets(lengths, offsets):
     # offsets_of_lengths' loop, for lookup_one_part too (a kernel that calls a kernel
     # puts the callee's numba dispatcher in place of its name in this module, so public
     # kernels with twins are never called from compiled code)
-    total = 0
+    # the running total saturates at the int64 maximum instead of wrapping (LENGTHS
+    # [2**63 - 1, 2**63 - 1, 4] wrapped to 2 and passed as two indices' lengths): the
+    # last offset then never equals an index count, and the caller refuses the lengths
+    top = np.int64(9223372036854775807)
+    total = np.int64(0)
     longest = 0
     offsets[0] = 0
     for b in range(lengths.size):
         n = np.int64(lengths[b])
         if n < 0:
             return b, 0
-        total += n
+        total = top if n > top - total else total + n
         offsets[b + 1] = total
         longest = max(longest, n)
     return -1, longest
@@ -465,7 +469,11 @@ def _offsets_of_lengths_numpy(lengths, offsets):
         b = int(negative[0])
         offsets[1:b + 1] = np.cumsum(n[:b])
         return b, 0
-    offsets[1:n.size + 1] = np.cumsum(n)
+    sums = np.cumsum(n)
+    wrapped = np.flatnonzero(sums < 0)          # non-negative terms: the first wrap turns negative
+    if wrapped.size:
+        sums[wrapped[0]:] = np.iinfo(np.int64).max       # saturate, as the kernel does
+    offsets[1:n.size + 1] = sums
     return -1, int(max(0, n.max())) if n.size else 0
 
 

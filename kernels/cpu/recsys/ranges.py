@@ -12,7 +12,7 @@ checks); errors are LookupInputError(role, message).
 import numpy as np
 
 from ..runtime.jit import compiled, prange, team_blocks
-from .sparse_lengths import LookupInputError
+from .sparse_lengths import LookupInputError, check_lengths_sum
 
 _WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -156,6 +156,7 @@ def lengths_gather(items, lengths, indices):
     lengths = np.asarray(lengths, np.int64).reshape(-1)
     if lengths.size and lengths.min() < 0:
         raise LookupInputError("lengths", "LENGTHS must be non-negative")
+    check_lengths_sum(lengths)
     if int(lengths.sum()) != items.shape[0]:
         raise LookupInputError("lengths", "LENGTHS must match the first dimension of ITEMS")
     idx = np.asarray(indices, np.int64).reshape(-1)
@@ -178,6 +179,7 @@ def pack_segments(data, lengths, max_length=-1, pad_minf=False, presence_mask=Fa
     lengths = np.asarray(lengths, np.int64).reshape(-1)
     if lengths.size and lengths.min() < 0:
         raise LookupInputError("lengths", "LENGTHS must be non-negative")
+    check_lengths_sum(lengths)
     total = int(lengths.sum())
     if total != data.shape[0]:
         raise LookupInputError("lengths", " PackSegments requires that the sum of the lengths %d is equal to "
@@ -277,5 +279,6 @@ def gather_padding(data, lengths, start_width, end_width):
 def _check_lengths_cover(lengths, n):
     if lengths.size and lengths.min() < 0:
         raise LookupInputError("lengths", "LENGTHS must be non-negative")
+    check_lengths_sum(lengths)
     if int(lengths.sum()) != n:
         raise LookupInputError("lengths", "LENGTHS sum to %d, but DATA has %d rows" % (int(lengths.sum()), n))

@@ -2,7 +2,7 @@
 BatchGather, LengthsRangeFill, LengthsSum/LengthsMean and BatchMatMul."""
 import numpy as np
 
-from .sparse_lengths import LookupInputError, segment_reduce
+from .sparse_lengths import LookupInputError, check_lengths_sum, segment_reduce
 
 
 def gather(data, indices, axis=0, wrap_indices=False):
@@ -28,6 +28,7 @@ def lengths_range_fill(lengths):
     lengths = np.asarray(lengths).astype(np.int64, copy=False).reshape(-1)
     if lengths.size and lengths.min() < 0:
         raise LookupInputError("lengths", "LENGTHS must be non-negative")
+    check_lengths_sum(lengths)
     total = int(lengths.sum())
     starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
     return (np.arange(total, dtype=np.int64) - starts).astype(np.int32)
@@ -38,6 +39,7 @@ def lengths_reduce(data, lengths, mean=False):
     lengths = np.asarray(lengths).reshape(-1)
     if lengths.size and lengths.min() < 0:
         raise LookupInputError("lengths", "LENGTHS must be non-negative")
+    check_lengths_sum(lengths)
     if int(lengths.sum()) != data.shape[0]:
         raise LookupInputError("lengths", "LENGTHS must sum to the first dimension of DATA (%d), got %d"
                                % (data.shape[0], int(lengths.sum())))

@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from ..runtime.jit import compiled, prange, team_blocks
-from .sparse_lengths import LookupInputError
+from .sparse_lengths import LookupInputError, check_lengths_sum
 
 # reduction modes of the compiled kernels
 SUM, MEAN, MAX, RANGE_MAX, RANGE_MEAN, LOG_SUM_EXP, LOG_MEAN_EXP = range(7)
@@ -300,6 +300,7 @@ def offsets_from_lengths(lengths, entries, role="lengths"):
     if lengths.size and lengths.min() < 0:
         k = int(np.flatnonzero(lengths < 0)[0])
         raise LookupInputError(role, "LENGTHS must be non-negative, lengths[%d] = %d" % (k, lengths[k]))
+    check_lengths_sum(lengths, role)
     offsets = np.zeros(lengths.size + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     total = int(offsets[-1])

@@ -36,6 +36,18 @@ class LookupInputError(ValueError):
         self.input = input
 
 
+def check_lengths_sum(lengths, role="lengths"):
+    """Raise unless non-negative int LENGTHS add up to at most the int64 maximum: past it
+    their int64 sum and offsets wrap (LENGTHS [2**63 - 1, 2**63 - 1, 4] summed to 2),
+    which passes a count check and sends compiled loops and np.repeat out of bounds.
+    A float sum cannot wrap; near the limit the exact sum (Python ints) decides."""
+    flat = np.asarray(lengths).reshape(-1)
+    if flat.size > 1 and float(flat.sum(dtype=np.float64)) >= 2.0 ** 62:
+        total = int(flat.astype(object).sum())
+        if total > np.iinfo(np.int64).max:
+            raise LookupInputError(role, "LENGTHS add up to %d, more than an int64 count holds" % total)
+
+
 # --------------------------------------------------------------------------- layouts
 
 class Layout:
