@@ -134,13 +134,6 @@ def memory_bytes():
     return total
 
 
-def _element_count(shape):
-    count = 1
-    for d in shape:                           # Python ints: no wrap-around
-        count *= max(int(d), 0)
-    return count
-
-
 def check_window_sizes(x_shape, out_shape, pads, itemsize, pads_input=True):
     """ValueError, before anything is planned or allocated, when the padded input or the
     output of a window op (conv, pool) is larger than this process could ever hold.
@@ -153,14 +146,14 @@ def check_window_sizes(x_shape, out_shape, pads, itemsize, pads_input=True):
         padded = tuple(x_shape[:2]) + tuple(int(x_shape[2 + i]) + int(pads[i]) + int(pads[k + i])
                                             for i in range(k))
         checked.insert(0, ("the padded input", padded))
-    sizes = [(what, shape, _element_count(shape) * itemsize) for what, shape in checked]
-    if max(size for _, _, size in sizes) <= (1 << 30):
-        return                                # 1 GiB: well within any machine we run on; skip the limit lookup
     limit = memory_bytes()
-    for what, shape, size in sizes:
-        if size > limit:
+    for what, shape in checked:
+        count = 1
+        for d in shape:                       # Python ints: no wrap-around
+            count *= max(int(d), 0)
+        if count * itemsize > limit:
             raise ValueError("pads %s make %s %s: %d bytes, more than this process can hold (%d bytes)"
-                             % (list(pads), what, list(shape), size, limit))
+                             % (list(pads), what, list(shape), count * itemsize, limit))
 
 
 def offset_view(xp, offset, dilations, strides, out_spatial, lead=1):
