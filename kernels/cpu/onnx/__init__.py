@@ -1,1 +1,0 @@
-"""Kernels of ONNX-semantics ops that Caffe2 has no counterpart for."""

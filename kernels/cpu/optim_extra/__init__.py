@@ -1,2 +1,0 @@
-"""Optimizer kernels beyond the training work's SGD / Adagrad / Adam: FTRL (dense and
-row-sparse), RMSProp, LARS, YellowFin and SparseNormalize."""
