@@ -58,5 +58,5 @@ def machine_label():
     except OSError:
         pass
     label = "%d-CPU %s" % (os.cpu_count() or 1, model)
-    from caffe2py.kernels.cpu.tensor.gemm import blas_summary
+    from caffe2py.kernels.cpu.math.gemm import blas_summary
     return label + ", " + blas_summary()

@@ -164,7 +164,7 @@ def our_layer(node, weights):
         return lambda x: norm_k.lrn(x, attrs["size"], attrs.get("alpha", 1e-4), attrs.get("beta", 0.75),
                                     attrs.get("bias", 1.0))
     if node.op_type == "Gemm":
-        from caffe2py.kernels.cpu.tensor import gemm as gemm_k
+        from caffe2py.kernels.cpu.math import gemm as gemm_k
         w, b = weights[0], weights[1] if len(weights) > 1 else None
         return lambda x: gemm_k.gemm(x, w, b, alpha=attrs.get("alpha", 1.0), beta=attrs.get("beta", 1.0),
                                      trans_a=attrs.get("transA", 0), trans_b=attrs.get("transB", 0))
@@ -209,7 +209,7 @@ def gemm_floor(name, runs):
     convolution on this BLAS, with no copies, no other op and no Python in between."""
     import onnx
     from caffe2py.kernels.cpu.runtime.jit import team
-    from caffe2py.kernels.cpu.tensor.team_gemm import gemm_into
+    from caffe2py.kernels.cpu.math.team_gemm import gemm_into
     model = onnx.load(os.path.join(light_dir(), "light_%s.onnx" % name))
     total_ms = flops = 0.0
     dims = blob_dims(model)

@@ -403,7 +403,7 @@ class Net:
         """Caffe2's Net.Python: returns a builder of `Python` ops running f(inputs,
         outputs[, workspace]) on TensorCPU-like wrappers. f and grad_f are callables
         (registered under a token in this process) or (func, args, kwargs) builder
-        tuples (pickled into the op). See operators/python_ops.py."""
+        tuples (pickled into the op). See operators/utility/python_ops.py."""
         from . import python_op_registry as P
         f_builder, grad_builder = P.pickle_builder(f), P.pickle_builder(grad_f)
         if grad_f and bool(f_builder) != bool(grad_builder):

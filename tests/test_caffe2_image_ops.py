@@ -1,5 +1,5 @@
 """Caffe2's convolution / pooling aliases, ConvTranspose, LpPool, image layout ops,
-statistics and compressed-weight ops (operators/caffe2_conv_pool.py,
+statistics and compressed-weight ops (operators/cnn/caffe2_conv_pool.py,
 caffe2_conv_transpose.py, caffe2_layout.py, caffe2_stats.py, caffe2_compressed.py)
 with hypothesis_test_util, against references written out here (loops from Caffe2's
 definitions, and torch where it is installed), through the caffe2.python aliases."""

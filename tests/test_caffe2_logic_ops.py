@@ -1,4 +1,4 @@
-"""Caffe2's comparison and logic ops (operators/caffe2_logic.py): legacy broadcast=1
+"""Caffe2's comparison and logic ops (operators/math/caffe2_logic.py): legacy broadcast=1
 and NumPy broadcasting, Not, Where, IsMemberOf; hypothesis_test_util against NumPy
 references written here, through the caffe2.python aliases."""
 import caffe2py.compat  # noqa: F401  (the caffe2.python aliases)

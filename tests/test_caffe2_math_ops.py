@@ -1,4 +1,4 @@
-"""Caffe2's elementwise math and activation ops (operators/caffe2_math.py), tested as
+"""Caffe2's elementwise math and activation ops (operators/math/caffe2_math.py), tested as
 Caffe2's operator tests were: hypothesis_test_util against NumPy references written
 out here, through the caffe2.python aliases."""
 import caffe2py.compat  # noqa: F401  (the caffe2.python aliases)

@@ -1,4 +1,4 @@
-"""Caffe2's MatMul on the CPU (operators/caffe2_matmul.py): forward and gradient against
+"""Caffe2's MatMul on the CPU (operators/math/caffe2_matmul.py): forward and gradient against
 NumPy formulas (and torch's autograd where installed), the axis_a/axis_b flattening, and
 named errors. Also: every catalogued op that is registered has a CPU kernel (MatMul had
 only a CUDA one)."""

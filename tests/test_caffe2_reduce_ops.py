@@ -1,4 +1,4 @@
-"""Caffe2's reductions (operators/caffe2_reduce.py) with hypothesis_test_util, against
+"""Caffe2's reductions (operators/math/caffe2_reduce.py) with hypothesis_test_util, against
 NumPy references written out here from Caffe2's definitions, through the
 caffe2.python aliases. Gradient ops are checked against their formulas directly, and the
 makers through assertGradientChecks (finite differences)."""

@@ -1,4 +1,4 @@
-"""Caffe2's selection, normalisation and row-similarity ops (operators/caffe2_select.py,
+"""Caffe2's selection, normalisation and row-similarity ops (operators/math/caffe2_select.py,
 caffe2_norm.py, caffe2_distance.py) with hypothesis_test_util, against NumPy references
 written out here (and torch where it is installed), through the caffe2.python aliases."""
 import caffe2py.compat  # noqa: F401  (the caffe2.python aliases)

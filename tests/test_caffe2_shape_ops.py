@@ -1,4 +1,4 @@
-"""Caffe2's shape and tensor-utility ops (operators/caffe2_shape.py) with
+"""Caffe2's shape and tensor-utility ops (operators/tensor/caffe2_shape.py) with
 hypothesis_test_util against NumPy references written here, through the
 caffe2.python aliases."""
 import caffe2py.compat  # noqa: F401  (the caffe2.python aliases)

@@ -11,7 +11,7 @@ from caffe2py import core, workspace
 from caffe2py.errors import Caffe2Error
 from caffe2py.executor import compile_net
 from caffe2py.kernels.cpu.cnn import conv as conv_k
-from caffe2py.kernels.cpu.tensor import gemm as gemm_k
+from caffe2py.kernels.cpu.math import gemm as gemm_k
 from caffe2py.kernels.cpu.cnn import norm as norm_k
 from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.kernels.cpu.cnn import winograd as winograd_k
@@ -364,8 +364,8 @@ def test_conv_on_the_team_matches_onnxruntime(monkeypatch, xs, ws, strides, pads
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_team_gemm_blocks_views_transposes_and_the_output_pass(monkeypatch, dtype, split):
     from caffe2py.kernels.cpu.runtime import jit
-    from caffe2py.kernels.cpu.tensor import team_gemm
-    from caffe2py.kernels.cpu.tensor.team_gemm import gemm_into
+    from caffe2py.kernels.cpu.math import team_gemm
+    from caffe2py.kernels.cpu.math.team_gemm import gemm_into
     monkeypatch.setattr(jit, "TEAM_MIN_WORK", 1)
     # split: every product over the team's blocks; serial: these small products run on
     # the calling thread (team_gemm's serial copy of the kernel, no parallel region)

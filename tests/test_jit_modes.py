@@ -15,10 +15,11 @@ from caffe2py.kernels.cpu.cnn import conv as conv_k
 from caffe2py.kernels.cpu.cnn import conv_transpose as conv_transpose_k
 from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.kernels.cpu.runtime import jit
-from caffe2py.kernels.cpu.tensor import epilogue, layout
-from caffe2py.kernels.cpu.tensor import normalize as normalize_k
-from caffe2py.kernels.cpu.tensor import reduce as reduce_k
-from caffe2py.kernels.cpu.tensor.team_gemm import gemm_into
+from caffe2py.kernels.cpu.math import epilogue
+from caffe2py.kernels.cpu.tensor import layout
+from caffe2py.kernels.cpu.cnn import normalize as normalize_k
+from caffe2py.kernels.cpu.math import reduce as reduce_k
+from caffe2py.kernels.cpu.math.team_gemm import gemm_into
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -286,7 +287,8 @@ def _conversion_and_lstm_results(rng):
     one vector, inf, a NaN row: its scale and bias only), float <-> half casts
     (overflow to inf, NaN), and the LSTM unit forward and backward (scalar and vector
     widths, sequence lengths, drop_states, float16)."""
-    from caffe2py.kernels.cpu.recsys import fused_rowwise as fr, lstm
+    from caffe2py.kernels.cpu.recsys import fused_rowwise as fr
+    from caffe2py.kernels.cpu.rnn import lstm
     out = []
     for d in (13, 5, 3):
         x = _rand(rng, 6, d) * 4
@@ -323,9 +325,17 @@ def _conversion_and_lstm_results(rng):
 
 
 TWINS_TESTED_ELSEWHERE = (
-    "caffe2py.kernels.cpu.detection.",      # tests/test_detection_image_ops.py
-    "caffe2py.kernels.cpu.optim_extra.",    # tests/test_optim_extra_ops.py
-    "caffe2py.kernels.cpu.onnx.trees",      # tests/test_onnx_ml_trees.py
+    "caffe2py.kernels.cpu.detection.boxes",         # tests/test_detection_image_ops.py
+    "caffe2py.kernels.cpu.detection.image_ops",
+    "caffe2py.kernels.cpu.detection.nms",
+    "caffe2py.kernels.cpu.detection.proposals",
+    "caffe2py.kernels.cpu.detection.roi_align",
+    "caffe2py.kernels.cpu.detection.roi_pool",
+    "caffe2py.kernels.cpu.optim.dense_updates",     # tests/test_optim_extra_ops.py
+    "caffe2py.kernels.cpu.optim.ftrl",
+    "caffe2py.kernels.cpu.optim.sparse_normalize",
+    "caffe2py.kernels.cpu.optim.yellowfin",
+    "caffe2py.kernels.cpu.onnx_ml.trees",      # tests/test_onnx_ml_trees.py
 )
 
 @pytest.fixture
@@ -370,7 +380,7 @@ def test_numpy_twins_agree_with_the_compiled_kernels_on_every_path(restore_mode)
 
 
 def test_a_serial_copy_answers_with_its_kernels_twin_even_one_attached_later(restore_mode, monkeypatch):
-    from caffe2py.kernels.cpu.tensor import team_gemm
+    from caffe2py.kernels.cpu.math import team_gemm
     serial = team_gemm._gemm_blocks_serial
     assert serial.py_func.__name__ == "_gemm_blocks_serial" and "parallel" not in serial._options
     assert serial.twin is team_gemm._gemm_blocks.twin is not None

@@ -1,11 +1,11 @@
-"""The compiled LSTMUnit / LSTMUnitGradient (kernels/cpu/recsys/lstm.py) on what the
+"""The compiled LSTMUnit / LSTMUnitGradient (kernels/cpu/rnn/lstm.py) on what the
 small tests in test_lstm_unit.py do not reach: the 8-wide vector path (D >= 8, with
 the overlapping last chunk), rows split over the team, extreme gates, float16 and
 mixed dtypes. References: the formulas in float64 NumPy, written here."""
 import numpy as np
 import pytest
 
-from caffe2py.kernels.cpu.recsys import lstm as K
+from caffe2py.kernels.cpu.rnn import lstm as K
 
 RNG = np.random.default_rng(77)
 

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 import caffe2py.onnx.backend as c2_backend
 from caffe2py.errors import Caffe2Error
-from caffe2py.kernels.cpu.onnx import image as image_k
+from caffe2py.kernels.cpu.cnn import onnx_image as image_k
 
 Image = pytest.importorskip("PIL.Image")
 

@@ -189,7 +189,7 @@ def test_svm_classifier_with_probability_estimates(n_classes, transform):
 def test_pairwise_coupling_solves_the_constrained_quadratic_problem():
     """Independent of libsvm's iteration: the minimiser of p'Qp with sum(p) = 1 is
     Q^-1 1 / (1' Q^-1 1), and consistent pairs r_ij = p_i / (p_i + p_j) give back p."""
-    from caffe2py.kernels.cpu.onnx import svm_probability
+    from caffe2py.kernels.cpu.onnx_ml import svm_probability
     rng = np.random.default_rng(7)
     k = 4
     truth = rng.dirichlet(np.ones(k), size=30)

@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 
 import caffe2py.onnx.backend as c2_backend
 from caffe2py.errors import Caffe2Error
-from caffe2py.kernels.cpu.onnx import trees as trees_k
+from caffe2py.kernels.cpu.onnx_ml import trees as trees_k
 from caffe2py.kernels.cpu.runtime import jit
 
 from _tree_models import ML, classic_attrs, classifier, random_trees, regressor, tree_ensemble
@@ -132,7 +132,7 @@ def test_kernel_agrees_with_numpy_twin():
     trees = random_trees(rng, 9, 6, 5, 3, modes=ALL_MODES)
     model = regressor(trees, 5, 3, missing_true=True)
     x = _x(rng, 257, 5, nan=True, ties_from=_thresholds(trees)).astype(np.float64)
-    from caffe2py.operators import onnx_ml_trees
+    from caffe2py.operators.onnx_ml import onnx_ml_trees
 
     class _Ctx:       # the attributes the factory reads, from the model's node
         def __init__(self, node):
@@ -188,7 +188,7 @@ def test_cycle_is_refused_by_name():
 
 
 def test_a_deep_cycle_is_refused_and_a_shared_subtree_is_not():
-    from caffe2py.kernels.cpu.onnx import trees as trees_k
+    from caffe2py.kernels.cpu.onnx_ml import trees as trees_k
     # internal nodes 0 -> 1 -> 2 -> 3 -> 1 (a cycle three levels below the root)
     true_child = np.array([1, 2, 3, 1])
     false_child = np.array([-1, -1, -1, -1])

@@ -206,7 +206,7 @@ class TestYellowFin(hu.HypothesisTestCase):
 
 
 def test_sparse_kernel_twins_agree_with_the_compiled_kernels():
-    from caffe2py.kernels.cpu.optim_extra import ftrl, sparse_normalize
+    from caffe2py.kernels.cpu.optim import ftrl, sparse_normalize
     from caffe2py.kernels.cpu.runtime import jit
     rng = np.random.default_rng(1)
     idx = np.array([2, 0, 2, 4], np.int64)

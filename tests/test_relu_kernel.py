@@ -1,10 +1,10 @@
-"""ReLU through the shared zero buffer (caffe2py.kernels.cpu.tensor.elementwise.relu) keeps
+"""ReLU through the shared zero buffer (caffe2py.kernels.cpu.math.elementwise.relu) keeps
 np.maximum(x, 0)'s results exactly: NaN kept, -inf to 0, any dtype, strided outputs,
 inputs too big for the buffer."""
 import numpy as np
 import pytest
 
-from caffe2py.kernels.cpu.tensor import elementwise as ew
+from caffe2py.kernels.cpu.math import elementwise as ew
 
 
 def _special(shape, dtype, seed=0):

@@ -415,7 +415,7 @@ def test_python_op_forward_inplace_and_gradient_op():
     workspace.RunNetOnce(net)
     np.testing.assert_array_equal(fetch("y"), x * 4)
     np.testing.assert_array_equal(fetch("x"), x)
-    from caffe2py.operators.python_ops import gradient_defs
+    from caffe2py.operators.utility.python_ops import gradient_defs
     (grad_op,) = gradient_defs(net.Proto().op[0])
     assert list(grad_op.input) == ["x", "y", "y_grad"] and list(grad_op.output) == ["x_grad"]
     workspace.FeedBlob("y_grad", np.ones(4, np.float32))

@@ -8,7 +8,7 @@ import numpy as np
 
 from caffe2py.benchmark import benchmark_net
 from caffe2py.errors import Caffe2Error
-from caffe2py.kernels.cpu.tensor.gemm import blas_summary
+from caffe2py.kernels.cpu.math.gemm import blas_summary
 from caffe2py.progress import Progress
 from caffe2py.profiling import ChromeTraceObserver, format_latency_summary, latency_summary
 from caffe2py.shape_report import build_report

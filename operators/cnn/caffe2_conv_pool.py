@@ -12,8 +12,8 @@ from caffe2py.kernels.cpu.cnn.pool import pool_output_shape
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_alias, register_kernel, register_schema
 
 from . import conv_grad, nn, pool_grad  # noqa: F401  (the ops and gradient ops aliased here)
-from ._caffe2_binary import FLOATS, check_dtype
-from ._gradient_hooks import delegate_gradient, register_gradient
+from .._caffe2_binary import FLOATS, check_dtype
+from .._gradient_hooks import delegate_gradient, register_gradient
 
 
 def _conv_schema_changes(rank):

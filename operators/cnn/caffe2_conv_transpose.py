@@ -8,9 +8,9 @@ import numpy as np
 from caffe2py.kernels.cpu.cnn import conv_transpose as K
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 
-from ._caffe2_binary import FLOATS, check_dtype
-from ._common import LEGACY_CAFFE_POOLING, LEGACY_NOTSET, _pick, conv_geometry
-from ._gradient_hooks import register_gradient
+from .._caffe2_binary import FLOATS, check_dtype
+from .._common import LEGACY_CAFFE_POOLING, LEGACY_NOTSET, _pick, conv_geometry
+from .._gradient_hooks import register_gradient
 
 _ARGS = (Arg("kernel", "int"), Arg("kernels", "ints"), Arg("kernel_h", "int"), Arg("kernel_w", "int"),
          Arg("stride", "int", 1), Arg("strides", "ints"), Arg("stride_h", "int"), Arg("stride_w", "int"),

@@ -1,17 +1,17 @@
 """Caffe2's normalisation ops in the caffe2 domain: LayerNorm (`axis`, `epsilon`,
 `elementwise_affine`; outputs Y, mean, std), Normalize (L2 along `axis`), NormalizeL1,
 NormalizePlanarYUV and ClipTensorByScaling, with LayerNormGradient and
-NormalizeGradient. Kernels: kernels/cpu/tensor/normalize.py."""
+NormalizeGradient. Kernels: kernels/cpu/cnn/normalize.py."""
 import math
 
 import numpy as np
 
-from caffe2py.kernels.cpu.tensor import normalize as K
+from caffe2py.kernels.cpu.cnn import normalize as K
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 
-from ._caffe2_binary import FLOATS, check_dtype
-from ._common import same_as_input
-from ._gradient_hooks import register_gradient
+from .._caffe2_binary import FLOATS, check_dtype
+from .._common import same_as_input
+from .._gradient_hooks import register_gradient
 
 
 def canonical_axis_index(ctx, axis, ndim):

@@ -13,7 +13,7 @@ from caffe2py.kernels.cpu.cnn import conv_grad as K
 from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Rank
 
-from ._common import conv_geometry, legacy_pads
+from .._common import conv_geometry, legacy_pads
 from .nn import _CONV_ARGS, _CONV_CHECKS, _from_nchw, _nchw, _to_nchw
 
 

@@ -13,11 +13,11 @@ from caffe2py.kernels.cpu.cnn import conv as conv_k
 from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.registry import CUDA, register_kernel
 
-from . import cuda_ops
-from ._common import conv_geometry, legacy_pads
-from .cuda_ops import _elementwise_launch, _prod, _ptr
+from .. import cuda_ops
+from .._common import conv_geometry, legacy_pads
+from ..cuda_ops import _elementwise_launch, _prod, _ptr
 from .nn import _pool_geometry
-from .tensor import _resolve_shape
+from ..tensor.tensor import _resolve_shape
 
 _CONV_FORMAT = "Pq" + "qqqqq" + "i" * 8 + "P"
 _POOL_FORMAT = "Pq" + "qqqq" + "i" * 12 + "P"

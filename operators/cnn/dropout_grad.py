@@ -6,7 +6,7 @@ import numpy as np
 from caffe2py.gradients import register_gradient
 from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
 
-from ._common import elementwise_cost, same_as_input
+from .._common import elementwise_cost, same_as_input
 
 register_schema(OpSchema(
     "DropoutGrad", num_inputs=(1, 2), num_outputs=1, allow_inplace={(0, 0)},

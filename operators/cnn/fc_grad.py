@@ -6,7 +6,7 @@ a vector of N, dX has X's shape. The products run on the team's GEMM."""
 import numpy as np
 
 from caffe2py.gradients import register_gradient
-from caffe2py.kernels.cpu.tensor import gemm as gemm_k
+from caffe2py.kernels.cpu.math import gemm as gemm_k
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 
 from .nn import _fc_dims

@@ -8,7 +8,7 @@ from caffe2py.gradients import register_gradient
 from caffe2py.kernels.cpu.cnn import locally_connected as K
 from caffe2py.registry import UNKNOWN, Arg, OpSchema, TensorType, register_kernel, register_schema
 
-from ._common import conv_geometry
+from .._common import conv_geometry
 
 _ARGS = (Arg("kernel", "int"), Arg("kernels", "ints"), Arg("stride", "int", 1), Arg("strides", "ints"),
          Arg("pad", "int", 0), Arg("pads", "ints"), Arg("dilation", "int", 1), Arg("dilations", "ints"),

@@ -5,13 +5,13 @@ allocated at the first run and reused afterwards."""
 import numpy as np
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
-from caffe2py.kernels.cpu.tensor import gemm as gemm_k
+from caffe2py.kernels.cpu.math import gemm as gemm_k
 from caffe2py.kernels.cpu.cnn import norm as norm_k
 from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Axis, DTypes, Finite, OneOf, Range, Rank, SameDType
 
-from ._common import LEGACY_CAFFE_POOLING, conv_geometry, legacy_pads
+from .._common import LEGACY_CAFFE_POOLING, conv_geometry, legacy_pads
 
 # ----------------------------------------------------------------- FC
 

@@ -5,7 +5,7 @@ import numpy as np
 
 from caffe2py.onnx.export_registry import register_exporter
 
-from ._common import LEGACY_CAFFE_POOLING, LEGACY_SAME, LEGACY_VALID, conv_geometry, legacy_pads
+from .._common import LEGACY_CAFFE_POOLING, LEGACY_SAME, LEGACY_VALID, conv_geometry, legacy_pads
 
 
 # ----------------------------------------------------------------- layout

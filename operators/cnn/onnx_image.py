@@ -1,9 +1,9 @@
 """ONNX ImageDecoder (opset 20): an encoded image (1-D uint8) to HWC uint8 pixels,
 decoded by Pillow (an optional extra: `pip install caffe2py[image]`)."""
-from caffe2py.kernels.cpu.onnx import image as image_k
+from caffe2py.kernels.cpu.cnn import onnx_image as image_k
 from caffe2py.schema_rules import Rank
 
-from .onnx_base import onnx_op
+from ..onnx_base import onnx_op
 
 
 @onnx_op("ImageDecoder", (20, None), checks=(Rank(0, 1),))

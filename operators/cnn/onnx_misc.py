@@ -5,13 +5,13 @@ import re
 
 import numpy as np
 
-from caffe2py.kernels.cpu.onnx import math as om
-from caffe2py.kernels.cpu.onnx import misc as mk
+from caffe2py.kernels.cpu.math import onnx_math as om
+from caffe2py.kernels.cpu.cnn import onnx_misc as mk
 
 from caffe2py.registry import Arg
 from caffe2py.schema_rules import Range, Rank, Scalar
 
-from .onnx_base import axis_of, onnx_op
+from ..onnx_base import axis_of, onnx_op
 
 _MAX_WINDOW = 1 << 26       # values a generated window / matrix may hold
 
@@ -177,7 +177,7 @@ def regex_full_match(ctx):
 
 @onnx_op("GridSample", (16, 19), (20, None))
 def grid_sample(ctx):
-    from caffe2py.kernels.cpu.onnx import grid as onnx_grid
+    from caffe2py.kernels.cpu.cnn import grid as onnx_grid
     mode = ctx.string("mode", "bilinear" if ctx.op_version < 20 else "linear")
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
     padding = ctx.string("padding_mode", "zeros")
@@ -197,7 +197,7 @@ def grid_sample(ctx):
 
 @onnx_op("RoiAlign", (10, 15), (16, None))
 def roi_align(ctx):
-    from caffe2py.kernels.cpu.onnx import roi as onnx_roi
+    from caffe2py.kernels.cpu.detection import onnx_roi
     mode = ctx.string("mode", "avg")
     out_h, out_w = ctx.int("output_height", 1), ctx.int("output_width", 1)
     ratio, scale = ctx.int("sampling_ratio", 0), ctx.float("spatial_scale", 1.0)

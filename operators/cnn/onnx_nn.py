@@ -5,9 +5,9 @@ import numpy as np
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
 from caffe2py.kernels.cpu.cnn import conv_transpose as conv_transpose_k
-from caffe2py.kernels.cpu.tensor import gemm as gemm_k
+from caffe2py.kernels.cpu.math import gemm as gemm_k
 from caffe2py.kernels.cpu.cnn import norm as norm_k
-from caffe2py.kernels.cpu.onnx import nn as nn_k
+from caffe2py.kernels.cpu.cnn import onnx_nn as nn_k
 from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.registry import Cost
 from caffe2py.tensors import numpy_dtype
@@ -15,7 +15,7 @@ from caffe2py.tensors import numpy_dtype
 from caffe2py.registry import Arg
 from caffe2py.schema_rules import Finite, OneOf, Range, Rank
 
-from .onnx_base import axis_of, onnx_op
+from ..onnx_base import axis_of, onnx_op
 
 # Window geometry shared by the convolutions and pools: onnx's attribute rules.
 _WINDOW_ARGS = (Arg("kernel_shape", "ints", check=Range(1)), Arg("strides", "ints", check=Range(1)),
@@ -453,7 +453,7 @@ def _check_deform_shapes(ctx, x, w, offset, b, mask, strides, pads, dilations, g
 
 @onnx_op("DeformConv", (19, None))
 def deform_conv(ctx):
-    from caffe2py.kernels.cpu.onnx import deform as onnx_deform
+    from caffe2py.kernels.cpu.cnn import deform as onnx_deform
     group, offset_group = ctx.int("group", 1), ctx.int("offset_group", 1)
 
     def run(x, w, offset, b=None, mask=None):

@@ -3,14 +3,14 @@ GroupNormalization, RMSNormalization, LpNormalization,
 MeanVarianceNormalization, Gelu, Mish, Swish."""
 import numpy as np
 
-from caffe2py.kernels.cpu.tensor import elementwise as ew
-from caffe2py.kernels.cpu.onnx import math as om
-from caffe2py.kernels.cpu.onnx import nn as nn_k
+from caffe2py.kernels.cpu.math import elementwise as ew
+from caffe2py.kernels.cpu.math import onnx_math as om
+from caffe2py.kernels.cpu.cnn import onnx_nn as nn_k
 
 from caffe2py.registry import Arg
 from caffe2py.schema_rules import Axes, Range, Rank
 
-from .onnx_base import axis_of, onnx_op
+from ..onnx_base import axis_of, onnx_op
 
 
 def _check_fits(ctx, index, name, param, target):

@@ -1,11 +1,11 @@
 """ONNX Resize (10, 11, 13, 18, 19) and Upsample (7, 9): output size from
 scales or sizes (with axes and keep_aspect_ratio_policy from 18), compute in
-kernels/cpu/onnx/resize.py."""
+kernels/cpu/cnn/resize.py."""
 import numpy as np
 
-from caffe2py.kernels.cpu.onnx import resize as rk
+from caffe2py.kernels.cpu.cnn import resize as rk
 
-from .onnx_base import axis_of, onnx_op
+from ..onnx_base import axis_of, onnx_op
 
 _MAX_VALUES = 1 << 31         # elements a resized output may hold
 

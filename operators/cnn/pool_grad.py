@@ -8,7 +8,7 @@ from caffe2py.kernels.cpu.cnn.pool import pool_output_shape
 from caffe2py.registry import OpSchema, register_kernel, register_schema
 from caffe2py.schema_rules import DTypes, Rank, SameDType
 
-from ._common import same_as_input
+from .._common import same_as_input
 from .nn import _POOL_ARGS, _from_nchw, _nchw, _pool_geometry, _to_nchw
 
 

@@ -4,7 +4,7 @@ extra trailing inputs named in the `_onnx_captured` argument. Each body is
 compiled once at plan time and run on a fresh dict of blobs per iteration."""
 import numpy as np
 
-from .onnx_base import onnx_op
+from ..onnx_base import onnx_op
 
 CAPTURED_ARG = "_onnx_captured"
 

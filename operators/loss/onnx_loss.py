@@ -2,9 +2,9 @@
 (reduction none/sum/mean, class weights, ignore_index)."""
 import numpy as np
 
-from caffe2py.kernels.cpu.onnx import nn as nn_k
+from caffe2py.kernels.cpu.cnn import onnx_nn as nn_k
 
-from .onnx_base import onnx_op
+from ..onnx_base import onnx_op
 
 
 def _nll(ctx, logp, target, weight, reduction, ignore_index):

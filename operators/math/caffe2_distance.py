@@ -1,14 +1,14 @@
 """Caffe2's row-wise similarity ops in the caffe2 domain: DotProduct, CosineSimilarity
 and DotProductWithPadding (`pad_value`, `replicate`), with their gradient ops. Each
 input is viewed as (N, D): N its first dim (1 for a 0-d input), D the rest. Kernels:
-kernels/cpu/tensor/distance.py."""
+kernels/cpu/math/distance.py."""
 import math
 
-from caffe2py.kernels.cpu.tensor import distance as K
+from caffe2py.kernels.cpu.math import distance as K
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 
-from ._caffe2_binary import FLOATS, check_dtype
-from ._gradient_hooks import register_gradient
+from .._caffe2_binary import FLOATS, check_dtype
+from .._gradient_hooks import register_gradient
 
 
 def _rows_infer(ctx, ins):

@@ -6,8 +6,8 @@ import numpy as np
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
 
-from ._caffe2_binary import BINARY_ARGS, NUMERIC, binary_inference, binary_runner, check_dtype
-from ._common import elementwise_cost, same_as_input
+from .._caffe2_binary import BINARY_ARGS, NUMERIC, binary_inference, binary_runner, check_dtype
+from .._common import elementwise_cost, same_as_input
 
 DT = caffe2_pb2.TensorProto
 _COMPARABLE = (np.bool_,) + NUMERIC

@@ -9,13 +9,13 @@ import math
 import numpy as np
 
 from caffe2py.gradients import register_gradient
-from caffe2py.kernels.cpu.onnx import math as om
-from caffe2py.kernels.cpu.tensor import pointwise as pw
+from caffe2py.kernels.cpu.math import onnx_math as om
+from caffe2py.kernels.cpu.math import pointwise as pw
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 
-from ._caffe2_binary import (BINARY_ARGS, FLOATS, INTS, NUMERIC, check_dtype, legacy_axis, legacy_view)
-from ._common import same_as_input
+from .._caffe2_binary import BINARY_ARGS, FLOATS, INTS, NUMERIC, check_dtype, legacy_axis, legacy_view
+from .._common import same_as_input
 
 DT = caffe2_pb2.TensorProto
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from caffe2py.gradients import register_gradient
-from caffe2py.kernels.cpu.tensor.team_gemm import gemm_into
+from caffe2py.kernels.cpu.math.team_gemm import gemm_into
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import DTypes, SameDType
 

@@ -3,17 +3,17 @@ ReduceL1, ReduceL2 (`axes`, `keepdims`), ReduceFront{Sum,Mean,Max} and
 ReduceBack{Sum,Mean,Max} (`num_reduce_dim` leading / trailing dims, optional lengths),
 ReduceTailSum, SumElements, SumElementsInt, SumSqrElements, SumInt, SumReduceLike and
 ColwiseMax, with the gradient ops Caffe2 registers for them. Kernels:
-kernels/cpu/tensor/reduce.py."""
+kernels/cpu/math/reduce.py."""
 import math
 
 import numpy as np
 
-from caffe2py.kernels.cpu.tensor import reduce as K
+from caffe2py.kernels.cpu.math import reduce as K
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 
-from ._caffe2_binary import BINARY_ARGS, FLOATS, INTS, NUMERIC, check_dtype, legacy_axis, legacy_view
-from ._gradient_hooks import register_gradient, should_not_do_gradient
+from .._caffe2_binary import BINARY_ARGS, FLOATS, INTS, NUMERIC, check_dtype, legacy_axis, legacy_view
+from .._gradient_hooks import register_gradient, should_not_do_gradient
 
 DT = caffe2_pb2.TensorProto
 

@@ -1,16 +1,16 @@
 """Caffe2's selection ops in the caffe2 domain: ArgMax, ArgMin (`axis`, `keepdims`) and
 TopK (`k` or a k input, `axis`; values, int64 indices and optionally indices into the
-flattened input), with TopKGradient. Kernels: kernels/cpu/tensor/reduce.py."""
+flattened input), with TopKGradient. Kernels: kernels/cpu/math/reduce.py."""
 import math
 
 import numpy as np
 
-from caffe2py.kernels.cpu.tensor import reduce as K
+from caffe2py.kernels.cpu.math import reduce as K
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 
-from ._caffe2_binary import NUMERIC, check_dtype
-from ._gradient_hooks import register_gradient, should_not_do_gradient
+from .._caffe2_binary import NUMERIC, check_dtype
+from .._gradient_hooks import register_gradient, should_not_do_gradient
 
 DT = caffe2_pb2.TensorProto
 

@@ -1,16 +1,16 @@
 """Caffe2's statistics ops in the caffe2 domain: AccumulateHistogram, ChannelStats and
-ChannelBackpropStats. Kernels: kernels/cpu/tensor/stats.py."""
+ChannelBackpropStats. Kernels: kernels/cpu/math/stats.py."""
 import math
 
 import numpy as np
 
-from caffe2py.kernels.cpu.tensor import stats as K
+from caffe2py.kernels.cpu.math import stats as K
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import output_size_problem
 
-from ._caffe2_binary import FLOATS, check_dtype
-from ._gradient_hooks import should_not_do_gradient
+from .._caffe2_binary import FLOATS, check_dtype
+from .._gradient_hooks import should_not_do_gradient
 
 DT = caffe2_pb2.TensorProto
 

@@ -2,12 +2,12 @@
 and the activations Relu, Sigmoid, Tanh, Softmax."""
 import numpy as np
 
-from caffe2py.kernels.cpu.tensor import elementwise as K
+from caffe2py.kernels.cpu.math import elementwise as K
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Axis, DTypes, SameDType
 
-from ._caffe2_binary import legacy_axis
-from ._common import elementwise_cost, legacy_broadcast_shape, same_as_input
+from .._caffe2_binary import legacy_axis
+from .._common import elementwise_cost, legacy_broadcast_shape, same_as_input
 
 
 def _binary_inference(ctx, ins):

@@ -7,12 +7,12 @@ without an op."""
 import numpy as np
 
 from caffe2py.gradients import register_gradient
-from caffe2py.kernels.cpu.tensor import elementwise_grad as K
+from caffe2py.kernels.cpu.math import elementwise_grad as K
 from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
 from caffe2py.schema_rules import Axis, DTypes, SameDType
 
-from ._caffe2_binary import legacy_axis
-from ._common import elementwise_cost, legacy_broadcast_shape, same_as_input
+from .._caffe2_binary import legacy_axis
+from .._common import elementwise_cost, legacy_broadcast_shape, same_as_input
 
 
 def _check_same_shape(ctx, y, dy, y_index=0, dy_index=1):

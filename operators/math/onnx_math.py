@@ -3,16 +3,16 @@
 Sum/Max/Min/Mean, Clip, Cast, reductions and ArgMax/ArgMin."""
 import numpy as np
 
-from caffe2py.kernels.cpu.tensor import elementwise as ew
-from caffe2py.kernels.cpu.onnx import math as om
+from caffe2py.kernels.cpu.math import elementwise as ew
+from caffe2py.kernels.cpu.math import onnx_math as om
 
-from ._common import legacy_broadcast_shape
+from .._common import legacy_broadcast_shape
 from caffe2py.registry import Arg
 from caffe2py.schema_rules import OneOf, Rank, Scalar, broadcast_problem
 
-from ._onnx_rules import OnnxBroadcast
+from .._onnx_rules import OnnxBroadcast
 
-from .onnx_base import axis_of, onnx_op
+from ..onnx_base import axis_of, onnx_op
 
 # ----------------------------------------------------------------- binary
 

@@ -3,12 +3,12 @@ They are never constant-folded (see caffe2py.onnx.convert NONDETERMINISTIC);
 a `seed` attribute makes a generator reproducible from plan time on."""
 import numpy as np
 
-from caffe2py.kernels.cpu.onnx import math as om
+from caffe2py.kernels.cpu.math import onnx_math as om
 
 from caffe2py.registry import Arg
 from caffe2py.schema_rules import Finite, Range
 
-from .onnx_base import onnx_op
+from ..onnx_base import onnx_op
 
 _ARGS = (Arg("seed", "float", check=Finite()), Arg("mean", "float", check=Finite()),
          Arg("scale", "float", check=Range(0.0, 1e300)), Arg("low", "float", check=Range(-1e300, 1e300)),

@@ -4,7 +4,7 @@ import numpy as np
 
 from caffe2py.schema_rules import Rank, Scalar
 
-from .onnx_base import axis_of, onnx_op
+from ..onnx_base import axis_of, onnx_op
 
 _MAX_FRAMES = 1 << 26
 

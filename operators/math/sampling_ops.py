@@ -8,8 +8,8 @@ from caffe2py.kernels.cpu.recsys import selection as K
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
 
-from ._checks import call, check_rank
-from .fills import _FILL_ARGS, check_fill_args, _fill_inference, _rng, _shape
+from ..recsys._checks import call, check_rank
+from ..tensor.fills import _FILL_ARGS, check_fill_args, _fill_inference, _rng, _shape
 
 DT = caffe2_pb2.TensorProto
 

@@ -6,7 +6,7 @@ from caffe2py.tensors import tensor_to_numpy
 
 from caffe2py.schema_rules import Rank
 
-from .onnx_base import onnx_op
+from ..onnx_base import onnx_op
 
 ML = "ai.onnx.ml"
 

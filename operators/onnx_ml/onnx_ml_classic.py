@@ -5,12 +5,12 @@ follow onnx's specification; where the spec leaves room (binary linear classifie
 they follow onnxruntime, the runtime these models are converted for."""
 import numpy as np
 
-from caffe2py.kernels.cpu.onnx import svm_probability
-from caffe2py.kernels.cpu.onnx import trees as trees_k
+from caffe2py.kernels.cpu.onnx_ml import svm_probability
+from caffe2py.kernels.cpu.onnx_ml import trees as trees_k
 from caffe2py.registry import Arg
 from caffe2py.schema_rules import Range
 
-from .onnx_base import onnx_op
+from ..onnx_base import onnx_op
 
 ML = "ai.onnx.ml"
 

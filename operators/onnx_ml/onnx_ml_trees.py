@@ -1,16 +1,16 @@
 """ai.onnx.ml tree ensembles: TreeEnsembleRegressor and TreeEnsembleClassifier
 (opsets 1-3 of the domain, the form scikit-learn/LightGBM/XGBoost converters emit)
 and TreeEnsemble (opset 5). Each factory turns the node/leaf attributes into one
-validated Forest at plan time; kernels/cpu/onnx/trees.py walks it in a compiled
+validated Forest at plan time; kernels/cpu/onnx_ml/trees.py walks it in a compiled
 loop. Scores follow onnxruntime: base values added after aggregation, then the
 post transform; the classifier's binary case (two labels, every vote for class
 0) as onnxruntime scores it (see _binary)."""
 import numpy as np
 
-from caffe2py.kernels.cpu.onnx import trees as trees_k
+from caffe2py.kernels.cpu.onnx_ml import trees as trees_k
 from caffe2py.tensors import tensor_to_numpy
 
-from .onnx_base import onnx_op
+from ..onnx_base import onnx_op
 
 ML = "ai.onnx.ml"
 _MODES = {name: code for code, name in enumerate(trees_k.MODE_NAMES)}

@@ -1,10 +1,10 @@
 """ONNX Gradient (domain ai.onnx.preview.training): d y / d xs through the
 forward subgraph the converter attaches as the `_forward` NetDef argument
 (see caffe2py.onnx.convert). The forward subgraph is compiled once and run on
-the op's inputs; the derivative rules live in kernels/cpu/onnx/grad.py."""
-from caffe2py.kernels.cpu.onnx import grad as onnx_grad
+the op's inputs; the derivative rules live in kernels/cpu/optim/onnx_grad.py."""
+from caffe2py.kernels.cpu.optim import onnx_grad
 
-from .onnx_base import onnx_op
+from ..onnx_base import onnx_op
 
 TRAINING_DOMAIN = "ai.onnx.preview.training"
 

@@ -3,9 +3,9 @@ Adam. Inputs are R (learning rate), T (step count), then the tensors of each
 group (X..., G..., and the optimizer's state) as the spec orders them."""
 import numpy as np
 
-from caffe2py.kernels.cpu.onnx import optim as ok
+from caffe2py.kernels.cpu.optim import onnx_optim as ok
 
-from .onnx_base import onnx_op
+from ..onnx_base import onnx_op
 
 DOMAIN = "ai.onnx.preview.training"
 

@@ -10,10 +10,10 @@ import numpy as np
 
 from caffe2py import inplace
 from caffe2py.gradients import should_not_do_gradient
-from caffe2py.kernels.cpu.optim_extra import dense_updates as D
-from caffe2py.kernels.cpu.optim_extra import ftrl as F
-from caffe2py.kernels.cpu.optim_extra import sparse_normalize as SN
-from caffe2py.kernels.cpu.optim_extra import yellowfin as Y
+from caffe2py.kernels.cpu.optim import dense_updates as D
+from caffe2py.kernels.cpu.optim import ftrl as F
+from caffe2py.kernels.cpu.optim import sparse_normalize as SN
+from caffe2py.kernels.cpu.optim import yellowfin as Y
 from caffe2py.registry import UNKNOWN, Arg, OpSchema, TensorType, register_kernel, register_schema
 
 F32 = np.float32

@@ -1,15 +1,15 @@
 """Caffe2's compressed-weight ops in the caffe2 domain: QuantDecode (codebook lookup,
 with QuantDecodeGradient) and TT (a linear layer whose weight matrix is a tensor
-train). Kernels: kernels/cpu/tensor/compressed.py."""
+train). Kernels: kernels/cpu/quant/compressed.py."""
 import math
 
 import numpy as np
 
-from caffe2py.kernels.cpu.tensor import compressed as K
+from caffe2py.kernels.cpu.quant import compressed as K
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 
-from ._caffe2_binary import FLOATS, check_dtype
-from ._gradient_hooks import register_gradient
+from .._caffe2_binary import FLOATS, check_dtype
+from .._gradient_hooks import register_gradient
 
 _CODE_TYPES = (np.uint8, np.uint16, np.int32)
 

@@ -3,13 +3,13 @@ MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv (8-bit integer types)."""
 import numpy as np
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
-from caffe2py.kernels.cpu.onnx import math as om
-from caffe2py.kernels.cpu.onnx import nn as nn_k
-from caffe2py.kernels.cpu.onnx import quant as qk
+from caffe2py.kernels.cpu.math import onnx_math as om
+from caffe2py.kernels.cpu.cnn import onnx_nn as nn_k
+from caffe2py.kernels.cpu.quant import onnx_quant as qk
 
 from caffe2py.schema_rules import Rank, Scalar, broadcast_problem
 
-from .onnx_base import axis_of, onnx_op
+from ..onnx_base import axis_of, onnx_op
 
 def _param_axis(ctx, axis, x, scale, block):
     """The quantisation axis; only checked when the scale is per axis or blocked."""

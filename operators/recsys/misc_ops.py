@@ -8,7 +8,7 @@ from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Ascending, DTypes, Finite, Rank, Scalar
 
-from ._common import elementwise_cost, same_as_input
+from .._common import elementwise_cost, same_as_input
 
 DT = caffe2_pb2.TensorProto
 

@@ -1,8 +1,8 @@
 """GRUUnit and GRUUnitGradient (one GRU timestep; gates laid out reset, update,
-output). Owned here because rnn_cell.GRU needs it; see kernels/cpu/recsys/gru.py."""
+output). Owned here because rnn_cell.GRU needs it; see kernels/cpu/rnn/gru.py."""
 import numpy as np
 
-from caffe2py.kernels.cpu.recsys import gru as K
+from caffe2py.kernels.cpu.rnn import gru as K
 from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
 
 _ARGS = (Arg("drop_states", "bool", False, doc="rows past their length get a zero state instead of "

@@ -2,7 +2,7 @@
 import numpy as np
 
 from caffe2py.gradients import register_gradient
-from caffe2py.kernels.cpu.recsys import lstm as K
+from caffe2py.kernels.cpu.rnn import lstm as K
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, register_kernel, register_schema
 
 _ARGS = (Arg("forget_bias", "float", 0.0, doc="added to the forget gate before its sigmoid"),

@@ -2,9 +2,9 @@
 initial states, peepholes, clip, custom activations, layout 0/1)."""
 import numpy as np
 
-from caffe2py.kernels.cpu.onnx import rnn as rk
+from caffe2py.kernels.cpu.rnn import onnx_rnn as rk
 
-from .onnx_base import onnx_op
+from ..onnx_base import onnx_op
 
 _DEFAULT_ACTS = {"RNN": ["Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"] * 2,
                  "LSTM": ["Sigmoid", "Tanh", "Tanh"] * 2}

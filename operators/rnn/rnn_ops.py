@@ -25,7 +25,7 @@ from caffe2py.errors import Caffe2Error
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
 
-from .control_flow import build_subnet
+from ..control.control_flow import build_subnet
 
 _STRING = caffe2_pb2.TensorProto.STRING
 

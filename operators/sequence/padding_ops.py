@@ -7,7 +7,7 @@ from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import output_size_problem
 
-from ._checks import call, check_int, check_int_vector
+from ..recsys._checks import call, check_int, check_int_vector
 
 DT = caffe2_pb2.TensorProto
 

@@ -10,8 +10,8 @@ from caffe2py.kernels.cpu.tensor import image_layout as K
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_alias, register_kernel, register_schema
 
 from . import tensor as _tensor_ops  # noqa: F401  (Concat and Split, aliased below)
-from ._common import conv_geometry
-from ._gradient_hooks import delegate_gradient, register_gradient
+from .._common import conv_geometry
+from .._gradient_hooks import delegate_gradient, register_gradient
 
 
 def _copy_cost(ctx, ins):

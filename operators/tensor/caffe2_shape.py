@@ -9,8 +9,8 @@ from caffe2py.kernels.cpu.tensor import fill_scatter as fs
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 
-from ._caffe2_binary import check_dtype
-from ._common import same_as_input
+from .._caffe2_binary import check_dtype
+from .._common import same_as_input
 from .fills import _CONSTANT_DTYPES, _FILL_ARGS, _fill_inference, _shape
 
 DT = caffe2_pb2.TensorProto

@@ -3,12 +3,12 @@ GatherND, Trilu, EyeLike, Compress, ReverseSequence, Unique, CumProd, Einsum,
 Det."""
 import numpy as np
 
-from caffe2py.kernels.cpu.onnx import tensor as tk
+from caffe2py.kernels.cpu.tensor import onnx_tensor as tk
 
 from caffe2py.registry import Arg
 from caffe2py.schema_rules import InputRule, Range, Rank, Scalar
 
-from .onnx_base import axis_of, onnx_op
+from ..onnx_base import axis_of, onnx_op
 
 
 def _check_indices(ctx, idx, dims, which=1):
@@ -95,7 +95,7 @@ def trilu(ctx):
 
 @onnx_op("EyeLike", (9, None), checks=(Rank(0, 2, 2),))
 def eye_like(ctx):
-    from caffe2py.kernels.cpu.onnx import math as om
+    from caffe2py.kernels.cpu.math import onnx_math as om
     k = ctx.int("k", 0)
     dtype = om.onnx_dtype(ctx.int("dtype")) if ctx.has("dtype") else None
     return lambda x: np.eye(x.shape[0], x.shape[1], k, dtype=dtype or x.dtype)

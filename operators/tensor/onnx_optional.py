@@ -2,8 +2,8 @@
 are Python lists."""
 import numpy as np
 
-from .onnx_base import onnx_op
-from .onnx_control import Body, _split_captured
+from ..onnx_base import onnx_op
+from ..control.onnx_control import Body, _split_captured
 
 
 @onnx_op("Optional", (15, None))

@@ -2,10 +2,10 @@
 StringNormalizer over object (str) arrays."""
 import numpy as np
 
-from caffe2py.kernels.cpu.onnx import math as om
+from caffe2py.kernels.cpu.math import onnx_math as om
 from caffe2py.registry import Arg
 
-from .onnx_base import axis_of, onnx_op
+from ..onnx_base import axis_of, onnx_op
 
 
 def _position(ctx, seq, pos, insert=False):

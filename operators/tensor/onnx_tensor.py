@@ -6,13 +6,13 @@ import math
 import numpy as np
 
 from caffe2py.kernels.cpu.tensor import layout as layout_k
-from caffe2py.kernels.cpu.onnx import tensor as tk
+from caffe2py.kernels.cpu.tensor import onnx_tensor as tk
 from caffe2py.tensors import tensor_to_numpy
 
 from caffe2py.registry import Arg
 from caffe2py.schema_rules import Axis, Broadcast, OneOf, Range, Rank, Scalar, output_size_problem
 
-from .onnx_base import axis_of, onnx_op
+from ..onnx_base import axis_of, onnx_op
 
 
 def _ints(arr):

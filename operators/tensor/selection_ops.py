@@ -7,7 +7,7 @@ from caffe2py.kernels.cpu.recsys import selection as K
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, OpSchema, TensorType, register_kernel, register_schema
 
-from ._checks import call, check_int, check_int_vector, check_rank, type_name
+from ..recsys._checks import call, check_int, check_int_vector, check_rank, type_name
 
 DT = caffe2_pb2.TensorProto
 

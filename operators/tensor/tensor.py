@@ -8,7 +8,7 @@ from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Axis, DTypes, OneOf, Permutation
 
-from ._common import same_as_input
+from .._common import same_as_input
 
 INT64 = caffe2_pb2.TensorProto.INT64
 INT32 = caffe2_pb2.TensorProto.INT32

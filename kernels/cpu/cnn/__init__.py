@@ -1,1 +1,1 @@
-"""Convolution, pooling and normalisation kernels of CNNs."""
+"""Convolution, pooling, normalisation, resize and the other image kernels of CNNs (Caffe2 and ONNX)."""

@@ -43,10 +43,10 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..runtime.blas import gemm_entry
 from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import depthwise_plan
-from ..tensor.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
+from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
 from ..runtime.jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
 from .shift_conv import shift_plan
-from ..tensor.team_gemm import gemm_into
+from ..math.team_gemm import gemm_into
 from .winograd import winograd_plan, winograd_tile
 
 # im2col tiles are kept around this size so they stay in L2/L3 while the GEMM reads them.

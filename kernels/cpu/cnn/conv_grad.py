@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ..tensor.team_gemm import gemm_into
+from ..math.team_gemm import gemm_into
 from .conv import offset_view, pad_input
 
 

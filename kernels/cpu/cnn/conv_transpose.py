@@ -17,7 +17,7 @@ positive output size, W of shape (C, M / group, *kernel).
 import numpy as np
 
 from ..runtime.jit import compiled, prange, team_blocks
-from ..tensor.team_gemm import gemm_into
+from ..math.team_gemm import gemm_into
 from .conv import windows
 
 

@@ -19,7 +19,7 @@ in registers, with bias and ReLU on the way out (one thread: 272 channels at 14x
 """
 import numpy as np
 
-from ..tensor.epilogue import bias_values
+from ..math.epilogue import bias_values
 from ..runtime.jit import compiled, prange, team_blocks
 
 

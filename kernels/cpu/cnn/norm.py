@@ -19,9 +19,9 @@ Public:
 import math
 import numpy as np
 
-from ..tensor.elementwise import relu as relu_into
-from ..tensor.elementwise import row_scalars
-from ..tensor.epilogue import channel_affine
+from ..math.elementwise import relu as relu_into
+from ..math.elementwise import row_scalars
+from ..math.epilogue import channel_affine
 
 
 def bn_affine(scale, bias, mean, var, epsilon, dtype=np.float32):

@@ -5,7 +5,7 @@ softmax along one axis."""
 import math
 import numpy as np
 
-from ..cnn.conv import windows
+from .conv import windows
 
 
 def auto_pads(auto_pad, spatial, kernel, strides, dilations, pads):

@@ -23,10 +23,10 @@ import numpy as np
 
 from ..runtime.blas import gemm_entry
 from ..runtime.buffers import DerivedWeights, team_work
-from ..tensor.epilogue import bias_values
+from ..math.epilogue import bias_values
 from ..runtime.jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
 from ..tensor.layout import copy_planes
-from ..tensor.team_gemm import gemm_into
+from ..math.team_gemm import gemm_into
 
 # Z tiles are kept around this size so the shift-add reads them from cache.
 _Z_TILE_BYTES = 1 << 20

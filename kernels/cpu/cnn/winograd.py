@@ -19,10 +19,10 @@ import numpy as np
 
 from ..runtime.buffers import DerivedWeights, team_work, temp_buffer
 from ..runtime.blas import gemm_entry
-from ..tensor.epilogue import bias_values
+from ..math.epilogue import bias_values
 from ..runtime.jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
 from ..tensor.layout import copy_planes
-from ..tensor.team_gemm import gemm_into
+from ..math.team_gemm import gemm_into
 
 
 _WINOGRAD = {

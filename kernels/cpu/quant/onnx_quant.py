@@ -35,7 +35,7 @@ def quantize(x, scale, zero_point, dtype, axis=1, block_size=0, saturate=True):
     dtype = np.dtype(dtype)
     if is_small_float(dtype):
         # float8 / float4 targets round by the cast itself, saturating at the range
-        from .math import cast
+        from ..math.onnx_math import cast
         return cast((scaled.astype(np.float64) + zp).astype(np.float32), dtype, saturate)
     q = np.rint(scaled).astype(np.float64) + zp
     info = integer_info(dtype)

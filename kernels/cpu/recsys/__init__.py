@@ -1,1 +1,1 @@
-"""Recommendation kernels: SparseLengths lookups, fused rowwise-quantised tables, segment ops, LSTMUnit."""
+"""Recommendation kernels: SparseLengths lookups, fused rowwise-quantised tables, segment ops, lengths and ranges, feature and index hashing."""

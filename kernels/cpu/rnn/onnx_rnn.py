@@ -6,7 +6,7 @@ c; GRU z, r, h. Batch entries shorter than the sequence (sequence_lens) stop
 updating their state and output zeros past their length."""
 import numpy as np
 
-from ..tensor.elementwise import sigmoid
+from ..math.elementwise import sigmoid
 
 
 def _act(name, alpha, beta):

@@ -1,1 +1,1 @@
-"""General tensor math: elementwise passes, layout copies, GEMMs on the team and their output passes (bias, residual, ReLU)."""
+"""Tensor layout and data movement: layout copies (Concat, Transpose, image layouts), fills and scatters, selection, strings, ONNX tensor ops."""

@@ -1,0 +1,1 @@
+"""ai.onnx.ml kernels: tree ensembles (compiled), SVM probabilities."""

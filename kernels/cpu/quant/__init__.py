@@ -1,0 +1,1 @@
+"""Quantisation kernels: ONNX QuantizeLinear and friends, codebook-compressed weights."""

@@ -1,0 +1,1 @@
+"""Recurrent units: LSTMUnit and GRUUnit steps, ONNX's RNN/GRU/LSTM sequences."""

@@ -1,0 +1,1 @@
+"""Control flow: If, While, Do, ONNX's If/Loop/Scan."""

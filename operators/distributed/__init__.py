@@ -1,0 +1,1 @@
+"""Collective communication (Gloo through torch.distributed) and key-value stores."""

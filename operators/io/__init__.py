@@ -1,0 +1,1 @@
+"""Persistence (Save/Load/Checkpoint, DBs), data readers, datasets and queues."""

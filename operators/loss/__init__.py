@@ -1,0 +1,1 @@
+"""Losses and evaluation metrics, with their gradients."""

@@ -1,0 +1,1 @@
+"""Elementwise math, logic, matrix products, reductions, statistics and random samplers."""

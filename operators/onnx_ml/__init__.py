@@ -1,0 +1,1 @@
+"""The ai.onnx.ml domain: tree ensembles, linear models, SVMs, scalers and encoders."""

@@ -1,0 +1,1 @@
+"""Optimizer updates, learning-rate policies, iteration counters, ONNX training ops."""

@@ -1,0 +1,1 @@
+"""Quantised tensors and ops: ONNX quantisation, compressed weights."""

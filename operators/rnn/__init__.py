@@ -1,0 +1,1 @@
+"""LSTM and GRU units, RecurrentNetwork, ONNX's RNN/GRU/LSTM."""

@@ -1,0 +1,1 @@
+"""Packed and padded sequences and hierarchical softmax."""

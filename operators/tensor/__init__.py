@@ -1,0 +1,1 @@
+"""Shape, layout, fill, indexing and selection ops (Caffe2's and ONNX's)."""

@@ -1,0 +1,1 @@
+"""Runtime utilities: counters, atomics, mutexes, Print, Assert, stats, the Python op."""
