@@ -22,7 +22,6 @@ def family_modules():
 def load_all():
     for name in family_modules():
         importlib.import_module(name)
-    from . import cuda_ops  # noqa: F401  (until its registrations move into the families)
 
 
 load_all()

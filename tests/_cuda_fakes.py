@@ -78,15 +78,15 @@ class FakeAllocator:
 
 
 class FakeRuntime:
-    """Duck-types operators.cuda_ops._Runtime."""
+    """Duck-types operators._cuda_runtime._Runtime."""
 
     def __init__(self, ctx):
-        from caffe2py.operators import cuda_ops  # noqa: PLC0415
+        from caffe2py.operators import _cuda_runtime  # noqa: PLC0415
         self.ctx, self.device_id, self.stream = ctx, 0, None
         self.adapter, self.allocator, self.launch = FakeAdapterModule, FakeAllocator, launch
         self.launches = []
         self._status = FakeStatus()
-        self.expect = lambda *a, **k: cuda_ops._Runtime.expect(self, *a, **k)
+        self.expect = lambda *a, **k: _cuda_runtime._Runtime.expect(self, *a, **k)
 
     def fn(self, source, function, arg_format):
         return FakeProgram(self, source, function, arg_format)
@@ -105,13 +105,13 @@ class FakeRuntime:
 def run_fake(monkeypatch, op_def, *inputs):
     """Create op_def's CUDA kernel on a FakeRuntime and run it on host arrays.
     Returns (outputs, runtime)."""
-    from caffe2py.operators import cuda_ops  # noqa: PLC0415
+    from caffe2py.operators import _cuda_runtime  # noqa: PLC0415
     made = []
 
     def fake_runtime(ctx):
         made.append(FakeRuntime(ctx))
         return made[-1]
-    monkeypatch.setattr(cuda_ops, "_runtime", fake_runtime)
+    monkeypatch.setattr(_cuda_runtime, "_runtime", fake_runtime)
     entry, _engine, schema = select_kernel(op_def)
     kernel = entry.factory(OpContext(op_def, schema, 0))
     out = kernel(*[FakeDeviceArray(x) for x in inputs])

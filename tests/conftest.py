@@ -46,7 +46,7 @@ def _prebuild_emulator_libraries():
     import glob
     from caffe2py.cuda.emulator import build
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    sources = sorted(glob.glob(os.path.join(root, "kernels", "cuda", "*.cu")) +
+    sources = sorted(glob.glob(os.path.join(root, "kernels", "cuda", "*", "*.cu")) +
                      glob.glob(os.path.join(root, "tests", "cuda_kernels", "*.cu")))
     build.prebuild(sources)
 

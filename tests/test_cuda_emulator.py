@@ -407,11 +407,14 @@ def test_bad_launch_configuration(bad):
 
 # --------------------------------------------------------------------------- our kernels, with a bug injected
 
+_FAMILY_OF = {"embedding.cu": "recsys", "quantize.cu": "recsys"}   # kernels/cuda/<family>/<fname>
+
+
 def _mutated_copy(tmp_path, fname, old, new):
     """A copy of kernels/cuda with one source edited (the edit must apply)."""
     dst = tmp_path / "kernels"
     shutil.copytree(KERNELS, dst, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
-    path = dst / fname
+    path = dst / _FAMILY_OF.get(fname, "") / fname
     text = path.read_text()
     assert text.count(old) == 1, (fname, old)
     path.write_text(text.replace(old, new))
@@ -422,7 +425,7 @@ def test_an_off_by_one_in_the_lookup_loop_is_caught(tmp_path):
     """embedding.cu with `p <= end` in its tail loop: the read past the indices fails."""
     from caffe2py.cuda.emulator import runtime
     dst = _mutated_copy(tmp_path, "embedding.cu", "for (; p < end; ++p) {", "for (; p <= end; ++p) {")
-    dev = Device(str(dst / "embedding.cu"))
+    dev = Device(str(dst / "recsys" / "embedding.cu"))
     table = dev.put(np.ones((10, 3), np.float32))
     indices = dev.put(np.array([1, 2, 3], np.int32))
     offsets = dev.put(np.array([0, 3], np.int64))
@@ -438,14 +441,14 @@ def test_a_missing_barrier_in_block_reduce_is_caught(tmp_path):
     quantiser (a min then a max reduction) races on the scratch words."""
     dst = _mutated_copy(tmp_path, "common.cuh", "    __syncthreads();  // scratch may still be read by a previous "
                         "reduction\n", "")
-    dev = Device(str(dst / "quantize.cu"))
+    dev = Device(str(dst / "recsys" / "quantize.cu"))
     rows, cols = 3, 100
     x = dev.put(np.random.default_rng(6).standard_normal((rows, cols)).astype(np.float32))
     with pytest.raises(emulator.EmulatorError, match=r"float_to_fused8 \(quantize.cu\) gives different results"):
         dev.launch("float_to_fused8", "PqqP", (rows, 1, 1), (128, 1, 1), x, rows, cols,
                    dev.empty((rows, cols + 8), np.uint8))
     # the unmodified kernel agrees in every order
-    good = Device(os.path.join(KERNELS, "quantize.cu"))
+    good = Device(os.path.join(KERNELS, "recsys", "quantize.cu"))
     good.launch("float_to_fused8", "PqqP", (rows, 1, 1), (128, 1, 1), good.put(x.get()), rows, cols,
                 good.empty((rows, cols + 8), np.uint8))
 
@@ -464,10 +467,9 @@ def test_every_kernel_source_builds_with_every_kernel():
     """Each kernels/cuda/*.cu compiles unchanged for the emulator, and its library has
     every kernel written out in the source (tests/test_cuda_sources.py checks the full
     list, macro-generated kernels included, against nvcc's PTX)."""
-    for fname in sorted(os.listdir(KERNELS)):
-        if not fname.endswith(".cu"):
-            continue
-        path = os.path.join(KERNELS, fname)
+    from caffe2py.cuda import compiler
+    for name, path in sorted(compiler.source_paths().items()):
+        fname = name + ".cu"
         with open(path, encoding="utf-8") as f:
             written = _kernels_outside_macros(f.read())
         found = set(emulator.module_from_file(path).library.kernels)

@@ -13,6 +13,12 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "tools", "check_cuda_sources.py")
+
+
+def _kernel_sources():
+    """(file name, path) of every kernels/cuda/<family>/*.cu."""
+    from caffe2py.cuda import compiler
+    return [(os.path.basename(p), p) for _, p in sorted(compiler.source_paths().items())]
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 
@@ -22,7 +28,7 @@ def test_every_source_compiles_for_sm80_and_sm90():
     proc = subprocess.run([sys.executable, TOOL], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("kernels/")]
-    sources = [f for f in os.listdir(os.path.join(ROOT, "kernels", "cuda")) if f.endswith(".cu")]
+    sources = _kernel_sources()
     assert len(lines) == 2 * len(sources) and all(" ok " in ln for ln in lines)
     # the resource table: a row per kernel, both archs, and no spilling lookup or LSTM kernel
     rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| embedding.cu | sls_")]
@@ -168,18 +174,15 @@ def test_kernel_parameters_match_host_argument_formats(monkeypatch):
     """PTX parameter lists against the host's argument formats, and the emulator's
     build of each source against the PTX: the same kernels with the same layout."""
     formats = _recorded_formats(monkeypatch)
-    kernel_dir = os.path.join(ROOT, "kernels", "cuda")
     checked = 0
-    for fname in sorted(os.listdir(kernel_dir)):
-        if not fname.endswith(".cu"):
-            continue
-        entries = _ptx_entries(os.path.join(kernel_dir, fname))
+    for fname, path in _kernel_sources():
+        entries = _ptx_entries(path)
         for name, params in entries.items():
             family = _family(name)
             assert family in formats, "no host-side launch of %s (%s) was exercised" % (name, fname)
             assert _matches(params, formats[family]), "%s: PTX params %s vs format %s" % (name, params, formats[family])
             checked += 1
-        emulated = _emulator_kernels(os.path.join(kernel_dir, fname))
+        emulated = _emulator_kernels(path)
         if emulated is not None:
             assert set(emulated) == set(entries), fname
             for name, params in entries.items():
@@ -201,13 +204,10 @@ _BIG_BLOCKS = {"lengths_to_offsets": 1024, "softmax_rows": 1024}
 def test_registers_fit_the_largest_block_each_kernel_is_launched_with():
     """65,536 registers per SM: a kernel launched with B threads may use 65536 / B
     registers per thread or the launch fails ("too many resources requested")."""
-    kernel_dir = os.path.join(ROOT, "kernels", "cuda")
     seen = 0
-    for fname in sorted(os.listdir(kernel_dir)):
-        if not fname.endswith(".cu"):
-            continue
+    for fname, path in _kernel_sources():
         proc = subprocess.run([NVCC, "--cubin", "-arch=sm_80", "-O3", "-Xptxas", "-v", "-o", os.devnull,
-                               os.path.join(kernel_dir, fname)], capture_output=True, text=True, check=True)
+                               path], capture_output=True, text=True, check=True)
         current = None
         for line in proc.stderr.splitlines():
             m = re.search(r"Compiling entry function '(\w+)'", line)

@@ -1,4 +1,7 @@
-"""kernels/cuda/<name>.cu -> a loaded module of the device's arch.
+"""kernels/cuda/<family>/<name>.cu -> a loaded module of the device's arch.
+
+Sources are named by their file stem (unique across the family folders); shared
+headers (*.cuh) sit in kernels/cuda itself and sources include them as "../common.cuh".
 
 Compilation goes through pycuda.compiler.compile (what SourceModule does before
 loading) with `arch` set explicitly from the device's compute capability (PyCUDA
@@ -22,8 +25,26 @@ def kernel_dir():
     return os.path.dirname(os.path.abspath(pkg.__file__))
 
 
+def source_paths():
+    """{name: path} of every kernel source, kernels/cuda/<family>/<name>.cu."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(kernel_dir()):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for fname in sorted(filenames):
+            if fname.endswith(".cu"):
+                found[fname[:-3]] = os.path.join(dirpath, fname)
+    return found
+
+
+def source_path(name):
+    path = source_paths().get(name)
+    if path is None:
+        raise Caffe2Error("CUDA kernel source %s.cu is missing from %s" % (name, kernel_dir()))
+    return path
+
+
 def read_source(name):
-    path = os.path.join(kernel_dir(), name + ".cu")
+    path = source_path(name)
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
@@ -96,8 +117,9 @@ def find_nvcc(environ=None):
     return "nvcc"
 
 
-def compile_cubin(source, arch, options=OPTIONS, headers=""):
-    """The cubin for source, from the disk cache or nvcc (through PyCUDA)."""
+def compile_cubin(source, arch, options=OPTIONS, headers="", include_dir=None):
+    """The cubin for source, from the disk cache or nvcc (through PyCUDA); include_dir is
+    the source's own folder, against which its "../common.cuh" resolves."""
     key = cache_key(source, options, arch, headers)
     path = os.path.join(cache_dir(), key + ".cubin")
     if os.path.exists(path):
@@ -106,7 +128,7 @@ def compile_cubin(source, arch, options=OPTIONS, headers=""):
     from pycuda.compiler import compile as nvcc_compile  # noqa: PLC0415
     try:
         cubin = nvcc_compile(source, nvcc=find_nvcc(), options=list(options), arch=arch, no_extern_c=True,
-                             include_dirs=[kernel_dir()], cache_dir=False)
+                             include_dirs=[include_dir or kernel_dir()], cache_dir=False)
     except Exception as exc:  # noqa: BLE001 - CompileError carries nvcc's text
         raise Caffe2Error("nvcc failed for a CUDA kernel (%s): %s" % (arch, exc)) from None
     tmp = "%s.%d.tmp" % (path, os.getpid())
@@ -117,7 +139,7 @@ def compile_cubin(source, arch, options=OPTIONS, headers=""):
 
 
 def module(name, device_id=0):
-    """The loaded module for kernels/cuda/<name>.cu on device_id (a cubin through PyCUDA,
+    """The loaded module for kernels/cuda/<family>/<name>.cu on device_id (a cubin through PyCUDA,
     or a host library through the emulator)."""
     mod = _modules.get((name, device_id))
     if mod is None:
@@ -125,13 +147,12 @@ def module(name, device_id=0):
         from . import backend  # noqa: PLC0415
         if backend.is_emulator():
             from .emulator import driver as emu  # noqa: PLC0415
-            read_source(name)  # a clear error when the source is missing
-            mod = _modules[(name, device_id)] = emu.module_from_file(os.path.join(kernel_dir(), name + ".cu"))
+            mod = _modules[(name, device_id)] = emu.module_from_file(source_path(name))
             return mod
         import pycuda.driver as drv  # noqa: PLC0415
         arch = arch_for(context.compute_capability(device_id))
         mod = _modules[(name, device_id)] = drv.module_from_buffer(
-            compile_cubin(read_source(name), arch, OPTIONS, headers_text()))
+            compile_cubin(read_source(name), arch, OPTIONS, headers_text(), os.path.dirname(source_path(name))))
     return mod
 
 

@@ -5,7 +5,7 @@ The library is looked for in: $CAFFE2PY_CUBLAS (a file), the loader's search pat
 nvidia-cublas wheel (site-packages/nvidia/cublas/lib). cuBLAS uses the CUDA
 runtime's primary context, which is the context caffe2py's device pushes.
 
-Fallback: when no libcublas can be loaded, GEMMs run on kernels/cuda/gemm.cu (a
+Fallback: when no libcublas can be loaded, GEMMs run on kernels/cuda/math/gemm.cu (a
 16x16 shared-memory tiled kernel: correct, several times slower than cuBLAS);
 `backend()` says which one is in use.
 """

@@ -3,7 +3,7 @@ spellings and legacy_pad; optional bias), MaxPool / AveragePool (2-D, NCHW,
 global_pooling, count_include_pad, ceil mode) and Reshape (a view; no copy).
 
 Arguments are parsed and checked exactly as by the CPU ops (their schemas and
-geometry helpers); the compute is kernels/cuda/cnn.cu: im2col per chunk of images and
+geometry helpers); the compute is kernels/cuda/cnn/cnn.cu: im2col per chunk of images and
 a strided-batched GEMM (cuBLAS, or gemm.cu's fallback) per group, one thread per
 output for pooling.
 """
@@ -13,9 +13,9 @@ from caffe2py.kernels.cpu.cnn import conv as conv_k
 from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.registry import CUDA, register_kernel
 
-from .. import cuda_ops
+from .. import _cuda_runtime
 from .._common import conv_geometry, legacy_pads
-from ..cuda_ops import _elementwise_launch, _prod, _ptr
+from .._cuda_runtime import _elementwise_launch, _prod, _ptr
 from .nn import _pool_geometry
 from ..tensor.tensor import _resolve_shape
 
@@ -31,7 +31,7 @@ def _nchw_only(ctx, what):
 
 @register_kernel("Conv", device=CUDA)
 def conv(ctx):
-    rt = cuda_ops._runtime(ctx)  # looked up on the module: tests swap it for a fake
+    rt = _cuda_runtime._runtime(ctx)  # looked up on the module: tests swap it for a fake
     _nchw_only(ctx, "Conv")
     if ctx.has("concat_channels"):
         raise ctx.error("the CUDA Conv does not write into a concat buffer (concat_channels)")
@@ -101,7 +101,7 @@ def conv(ctx):
 def _register_pool(op_type, function):
     @register_kernel(op_type, device=CUDA)
     def pool(ctx):
-        rt = cuda_ops._runtime(ctx)  # looked up on the module: tests swap it for a fake
+        rt = _cuda_runtime._runtime(ctx)  # looked up on the module: tests swap it for a fake
         _nchw_only(ctx, op_type)
         include_pad = int(ctx.bool("count_include_pad"))
         plans = {}
@@ -143,7 +143,7 @@ _register_pool("AveragePool", "avg_pool2d_f32")
 
 @register_kernel("Reshape", device=CUDA)
 def reshape(ctx):
-    rt = cuda_ops._runtime(ctx)  # looked up on the module: tests swap it for a fake
+    rt = _cuda_runtime._runtime(ctx)  # looked up on the module: tests swap it for a fake
     if ctx.n_inputs != 1 or not ctx.has("shape"):
         raise ctx.error("the CUDA Reshape takes its shape from argument 'shape' (a shape input lives on the host)")
     target = ctx.ints("shape")

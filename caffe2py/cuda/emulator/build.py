@@ -288,7 +288,8 @@ def kernel_library(path):
     runtime = runtime_library()
     folder = os.path.dirname(os.path.abspath(path))
     key = _key(_BUILD_VERSION, ident, " ".join(COMMON_FLAGS + KERNEL_FLAGS), runtime,
-               _headers_text(INCLUDE), _read(path), _headers_text(folder), os.path.abspath(path))
+               _headers_text(INCLUDE), _read(path), _headers_text(folder),
+               _headers_text(os.path.dirname(folder)), os.path.abspath(path))  # "../common.cuh" too
     stem = os.path.join(cache_dir(), "%s-%s" % (os.path.splitext(os.path.basename(path))[0], key))
     lib, meta = stem + ".so", stem + ".json"
     if os.path.exists(lib) and os.path.exists(meta):

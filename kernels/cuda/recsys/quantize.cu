@@ -1,6 +1,6 @@
 // Rowwise 8-bit quantisation (fused rows: dim uint8 values, float32 scale, float32
 // bias) and float32 <-> float16 conversion.
-#include "common.cuh"
+#include "../common.cuh"
 
 // A block per row: min and max by block reduction, then each thread quantises its
 // columns. scale = range / 255, bias = min, q = rint((x - min) * 255 / (range + 1e-8)).

@@ -2,7 +2,7 @@
 // Transpose, Gather and the FC bias add. Broadcast/transpose geometry (collapsed
 // dims and element strides, at most 6 dims) is computed on the host and passed by
 // value, so no launch needs a host-to-device copy.
-#include "common.cuh"
+#include "../common.cuh"
 
 #define C2_MAX_DIMS 6
 

@@ -2,7 +2,7 @@
 // A thread handles V consecutive columns of one row, loading them as one vector
 // (float4, or 4/2 halves); math is float32 for both float and half tensors.
 // The timestep is read on the device, so nothing is copied back to the host.
-#include "common.cuh"
+#include "../common.cuh"
 
 template <typename T, int V>
 C2_INLINE void load_f(const T* p, float* out) {

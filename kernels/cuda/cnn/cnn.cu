@@ -1,7 +1,7 @@
 // 2-D convolution (im2col, then a GEMM per image: cuBLAS or gemm.cu) and 2-D max /
 // average pooling, NCHW float32. Geometry is computed on the host (the CPU op's
 // argument parsing, legacy pads and ceil-mode sizes) and passed by value.
-#include "common.cuh"
+#include "../common.cuh"
 
 struct Conv2dGeometry {
     long long channels, height, width;   // one image of the input

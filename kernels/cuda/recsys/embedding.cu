@@ -3,7 +3,7 @@
 // offsets. `lanes` threads (blockDim.x) share one bag and span its row in vectors;
 // blockDim.y bags per block. float32 accumulation. Out-of-range indices are skipped
 // and reported through status (see common.cuh); the host then raises the CPU op's error.
-#include "common.cuh"
+#include "../common.cuh"
 
 // ---------------------------------------------------------------- table kinds
 // Each kind: VEC (elements per vector load), and add<V>(row, col, w, acc) adding

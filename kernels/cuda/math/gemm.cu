@@ -1,6 +1,6 @@
 // Fallback GEMM, used only when cuBLAS cannot be loaded: row-major, batched with
 // element strides, C = alpha * op(A) op(B) + beta * C, 16x16 shared-memory tiles.
-#include "common.cuh"
+#include "../common.cuh"
 
 #define TILE 16
 
