@@ -27,6 +27,7 @@ wrapper over it.
 from collections import defaultdict, namedtuple
 
 from .args import make_argument
+from .definition_sites import caller_site
 from .errors import Caffe2Error, describe_op
 from .proto import caffe2_pb2
 
@@ -35,6 +36,7 @@ GradientSlice = namedtuple("GradientSlice", ["indices", "values"])
 # op type -> callable(op_def, g_output) -> (gradient ops, g_input); Caffe2's
 # GradientRegistry (C++ makers and Python RegisterGradient share one table here)
 _REGISTRY = {}
+_SITES = {}      # op type -> the maker function, or (file, line) of a no_gradient call
 _NO_GRADIENT = "no gradient"
 _SHOULD_NOT = "should not do gradient"
 
@@ -188,6 +190,7 @@ def register_gradient(*op_types, copy_arguments=True, copy_device_option=True, c
             return ops, g.g_input
         for op_type in op_types:
             _REGISTRY[op_type] = make
+            _SITES[op_type] = maker
         return maker
     return wrap
 
@@ -195,14 +198,18 @@ def register_gradient(*op_types, copy_arguments=True, copy_device_option=True, c
 def no_gradient(*op_types):
     """Caffe2's NO_GRADIENT: these ops produce no input gradients; a backward pass
     simply stops at them."""
+    site = caller_site()
     for op_type in op_types:
         _REGISTRY[op_type] = _NO_GRADIENT
+        _SITES[op_type] = site
 
 
 def should_not_do_gradient(*op_types):
     """Caffe2's SHOULD_NOT_DO_GRADIENT: asking for a gradient through these is an error."""
+    site = caller_site()
     for op_type in op_types:
         _REGISTRY[op_type] = _SHOULD_NOT
+        _SITES[op_type] = site
 
 
 def has_gradient(op_type):
@@ -216,6 +223,18 @@ def gradient_status(op_type):
     if entry is None or entry in (_NO_GRADIENT, _SHOULD_NOT):
         return entry
     return "gradient"
+
+
+def record_gradient_site(op_type, site):
+    """Say where op_type's gradient is defined when its maker is a shared helper's
+    (operators/_gradient_hooks.delegate_gradient)."""
+    _SITES[op_type] = site
+
+
+def gradient_site(op_type):
+    """The maker function of op_type (a no_gradient / should_not_do_gradient entry: the
+    (file, line) that declared it), or None."""
+    return _SITES.get(op_type)
 
 
 def registered_gradient_types():

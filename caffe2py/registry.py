@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from .args import ArgumentHelper
+from .definition_sites import caller_site
 from .errors import Caffe2Error, describe_op
 from .proto import caffe2_pb2
 from .schema_rules import verify_arguments
@@ -281,6 +282,7 @@ class KernelEntry:
 
 _schemas = {}        # (domain, type) -> list of OpSchema sorted by since_version
 _kernels = {}        # (domain, type, device) -> {engine: [KernelEntry]}
+_schema_sites = {}   # (domain, type, since_version) -> (file, line) of the registering op module
 _per_op_engine_pref = {}   # device -> {op type: [engines]}
 _global_engine_pref = {}   # device -> [engines]
 
@@ -289,7 +291,13 @@ def register_schema(schema):
     entries = _schemas.setdefault((schema.domain, schema.name), [])
     entries[:] = [s for s in entries if s.since_version != schema.since_version] + [schema]
     entries.sort(key=lambda s: s.since_version)
+    _schema_sites[(schema.domain, schema.name, schema.since_version)] = caller_site()
     return schema
+
+
+def schema_site(schema):
+    """(file, line) where `schema` was registered (`caffe2py ops --where`)."""
+    return _schema_sites.get((schema.domain, schema.name, schema.since_version))
 
 
 def register_kernel(op_type, device=CPU, engine="", domain=CAFFE2_DOMAIN,

@@ -1,7 +1,9 @@
 """Gradient registration helpers for the caffe2-domain operator modules: the
 registry's own functions, and delegate_gradient for ops that are another name of an
 op (Conv2D of Conv, DepthConcat of Concat) whose maker may load later."""
-from caffe2py.gradients import get_gradient_for_op, no_gradient, register_gradient, should_not_do_gradient
+from caffe2py.definition_sites import caller_site
+from caffe2py.gradients import (get_gradient_for_op, no_gradient, record_gradient_site, register_gradient,
+                                should_not_do_gradient)
 
 
 def delegate_gradient(alias, op_type, rename=()):
@@ -22,6 +24,7 @@ def delegate_gradient(alias, op_type, rename=()):
         for op in ops:
             op.type = renames.get(op.type, op.type)
         return ops
+    record_gradient_site(alias, caller_site())
     return _maker
 
 

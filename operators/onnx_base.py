@@ -49,6 +49,7 @@ def _with_absent_inputs(factory):
         return run_with_gaps
     build.__name__ = getattr(factory, "__name__", "onnx_kernel")
     build.__doc__ = factory.__doc__
+    build.__wrapped__ = factory       # inspect.unwrap finds the op's own factory (ops --where)
     return build
 
 

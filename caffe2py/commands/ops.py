@@ -9,6 +9,10 @@ def add_arguments(parser):
     parser.add_argument("--domain", default=None, help="only this domain (caffe2 or ai.onnx)")
     parser.add_argument("--filter", default=None, help="only op types containing this text")
     parser.add_argument("--schema", default=None, metavar="OP", help="print one op's schema and docs")
+    parser.add_argument("--where", default=None, metavar="OP",
+                        help="where OP lives: file and line of its schema, kernels per device and engine "
+                             "(and the compiled or CUDA kernels they call), gradient maker, ONNX translator, "
+                             "and the tests that name it")
     parser.add_argument("--catalogue", action="store_true",
                         help="coverage of Caffe2's operator catalogue: how many of its forward ops are "
                              "registered, and which are not (with the reason when left out on purpose)")
@@ -65,7 +69,22 @@ def print_schema(name, domain):
     return 0
 
 
+def print_where(name, domain):
+    from caffe2py import op_locations
+    from caffe2py.errors import Caffe2Error
+    try:
+        loc = op_locations.locate(name, domain or "")
+    except KeyError:
+        hints = registry.close_matches(name, domain or "")
+        raise Caffe2Error("no op '%s' is registered%s" % (name, "; did you mean %s?" % " or ".join(hints)
+                                                           if hints else "")) from None
+    print(op_locations.format_location(loc))
+    return 0
+
+
 def run(args):
+    if args.where:
+        return print_where(args.where, args.domain)
     if args.schema:
         return print_schema(args.schema, args.domain)
     if args.catalogue:
