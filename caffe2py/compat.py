@@ -4,7 +4,10 @@ After `import caffe2py.compat`, `from caffe2.python import core, workspace, ...`
 `import caffe2.python.X.Y` for any caffe2py module `caffe2py.X.Y`, and
 `from caffe2.proto import caffe2_pb2` resolve to caffe2py's modules (the same module
 objects, so state such as the current workspace is shared).
-`python -m caffe2py.compat script.py [args]` runs such a script unmodified.
+`python -m caffe2py.compat script.py [args]` runs such a script unmodified
+(`python -m caffe2py.compat -m module [args]` a module, e.g. pytest); with
+`--legacy-numpy` first, the NumPy names Caffe2-era code used and NumPy removed (np.int,
+np.float, np.asscalar, ...) are put back for that run (caffe2py/legacy_numpy.py).
 """
 import importlib
 import importlib.abc
@@ -89,14 +92,28 @@ def _lazy_attribute(package):
     return __getattr__
 
 
+USAGE = "usage: python -m caffe2py.compat [--legacy-numpy] (SCRIPT.py | -m MODULE) [ARGS...]\n"
+
+
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        sys.stderr.write("usage: python -m caffe2py.compat SCRIPT.py [ARGS...]\n")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    legacy_numpy = bool(argv) and argv[0] == "--legacy-numpy"
+    if legacy_numpy:
+        argv = argv[1:]
+    as_module = bool(argv) and argv[0] == "-m"
+    if not argv or (as_module and len(argv) < 2):
+        sys.stderr.write(USAGE)
         return 2
     install()
-    sys.argv = list(argv)
-    runpy.run_path(argv[0], run_name="__main__")
+    if legacy_numpy:
+        from . import legacy_numpy as legacy  # noqa: PLC0415 - only for the runs that ask
+        legacy.install()
+    if as_module:
+        sys.argv = argv[1:]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = argv
+        runpy.run_path(argv[0], run_name="__main__")
     return 0
 
 

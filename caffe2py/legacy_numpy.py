@@ -1,0 +1,58 @@
+"""NumPy names that Caffe2-era scripts use and NumPy removed (np.int, np.float,
+np.bool, np.object, np.str, np.asscalar, np.float_, np.NaN, ...), put back for one run
+of a legacy script: `python -m caffe2py.compat --legacy-numpy script.py`.
+
+Never installed by `import caffe2py` or by the compat alias alone: a program that
+does not ask for them meets NumPy's own errors, as it would anywhere else.
+"""
+import builtins
+import sys
+
+import numpy as np
+
+
+def _asscalar(a):
+    """np.asscalar(a): a one-element array's value as a Python scalar (a.item())."""
+    return np.asarray(a).item()
+
+
+def _asfarray(a, dtype=np.float64):
+    """np.asfarray(a, dtype): the array as a floating type (float64 unless a float dtype)."""
+    dtype = np.dtype(dtype)
+    if not np.issubdtype(dtype, np.inexact):
+        dtype = np.dtype(np.float64)
+    return np.asarray(a, dtype=dtype)
+
+
+def _removed_aliases():
+    """name -> what it meant before NumPy removed it (builtins for the np.int family,
+    NumPy's own replacement for the rest)."""
+    return {
+        # removed in NumPy 1.24: the builtin-type aliases
+        "int": builtins.int, "float": builtins.float, "bool": builtins.bool, "object": builtins.object,
+        "str": builtins.str, "complex": builtins.complex, "long": builtins.int, "unicode": builtins.str,
+        # removed in NumPy 1.23 / 2.0
+        "asscalar": _asscalar, "asfarray": _asfarray,
+        "float_": np.float64, "complex_": np.complex128, "string_": np.bytes_, "unicode_": np.str_,
+        "int0": np.intp, "uint0": np.uintp, "bool8": np.bool_, "object0": np.object_, "str0": np.str_,
+        "bytes0": np.bytes_, "void0": np.void, "cfloat": np.complex128, "singlecomplex": np.complex64,
+        "longfloat": np.longdouble, "longcomplex": np.clongdouble, "clongfloat": np.clongdouble,
+        "NaN": np.nan, "NAN": np.nan, "Inf": np.inf, "Infinity": np.inf, "infty": np.inf, "PINF": np.inf,
+        "NINF": -np.inf, "PZERO": 0.0, "NZERO": -0.0,
+        "product": np.prod, "cumproduct": np.cumprod, "alltrue": np.all, "sometrue": np.any,
+        "round_": np.round, "rank": np.ndim,
+    }
+
+
+def install(stream=None):
+    """Put back every removed name this NumPy lacks; returns the names set. Says so in
+    one line on stderr (stream)."""
+    added = []
+    for name, value in _removed_aliases().items():
+        if name in np.__dict__:
+            continue          # this NumPy still has it (np.long is back in NumPy 2)
+        setattr(np, name, value)
+        added.append(name)
+    (stream or sys.stderr).write("caffe2py.compat --legacy-numpy: NumPy %s given back %d removed name(s) "
+                                 "for this run (np.int, np.float, np.asscalar, ...)\n" % (np.__version__, len(added)))
+    return added

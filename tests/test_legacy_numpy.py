@@ -1,0 +1,57 @@
+"""`python -m caffe2py.compat --legacy-numpy script.py`: the NumPy names Caffe2-era
+scripts use and NumPy removed are back for that run only, with one line on stderr."""
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent("""
+    import numpy as np
+    from caffe2.python import workspace
+    x = np.zeros(3, dtype=np.float)
+    workspace.FeedBlob("x", x.astype(np.float32))
+    print(np.asscalar(np.array([7])), np.int(3.7), np.bool(1), x.dtype, np.float_ is np.float64)
+""")
+
+
+def _run(tmp_path, *args):
+    script = tmp_path / "legacy.py"
+    script.write_text(SCRIPT)
+    return subprocess.run([sys.executable, "-m", "caffe2py.compat", *args, str(script)], capture_output=True,
+                          text=True, cwd=tmp_path)
+
+
+def test_a_legacy_script_runs_with_the_flag(tmp_path):
+    proc = _run(tmp_path, "--legacy-numpy")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["7", "3", "True", "float64", "True"]
+    said = [line for line in proc.stderr.splitlines() if "--legacy-numpy" in line]
+    assert len(said) == 1 and "np.int" in said[0]
+
+
+def test_without_the_flag_numpy_says_why(tmp_path):
+    proc = _run(tmp_path)
+    assert proc.returncode != 0
+    # NumPy's own message, not one of ours
+    assert "AttributeError: module 'numpy' has no attribute 'float'" in proc.stderr
+    assert "--legacy-numpy" not in proc.stderr
+
+
+def test_never_on_by_importing_caffe2py():
+    code = ("import numpy as np, caffe2py, caffe2py.compat\n"
+            "print(any(n in np.__dict__ for n in ('int', 'float', 'asscalar', 'object')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "False"
+
+
+def test_a_module_runs_through_the_alias(tmp_path):
+    """`python -m caffe2py.compat -m MODULE`: the module sees the caffe2 alias."""
+    (tmp_path / "probe_mod.py").write_text("from caffe2.python import core\nimport sys\n"
+                                           "print(core.__name__, sys.argv[1:])\n")
+    proc = subprocess.run([sys.executable, "-m", "caffe2py.compat", "-m", "probe_mod", "a", "b"],
+                          capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert proc.stdout.split() == ["caffe2py.core", "['a',", "'b']"]
+
+
+def test_usage_without_a_script():
+    proc = subprocess.run([sys.executable, "-m", "caffe2py.compat", "--legacy-numpy"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("usage:")
