@@ -16,7 +16,9 @@ Caffe2's serialized operator tests run unmodified as plain property tests:
         serial.testWithArgs()
 """
 import argparse
+import os
 import sys
+import threading
 import unittest
 
 import hypothesis
@@ -24,6 +26,10 @@ import hypothesis
 from .. import hypothesis_test_util as hu
 
 operator_test_type = "operator_test"
+# Caffe2's operator_test/conftest.py reads DATA_DIR (the stored outputs' folder) and sets
+# its flags on _output_context; nothing is ever written there.
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+_output_context = threading.local()
 
 
 def given(*given_args, **given_kwargs):
