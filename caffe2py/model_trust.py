@@ -168,10 +168,19 @@ def check_path(path, write, where, policy=None):
         real = None
     if real is not None and policy.allows(real, write):
         return
-    shown = "" if real is None or real == os.fsdecode(path) else " (resolved: '%s')" % real
+    verb = "write" if write else "read"
+    if real is None:
+        raise ModelTrustError("%s: '%s' is no file name a folder can hold (a NUL byte?), so a model file may not "
+                              "%s it; %s" % (where, _printable(path), verb, HOW_TO_TRUST))
+    shown = "" if real == os.fsdecode(path) else " (resolved: '%s')" % _printable(real)
     raise ModelTrustError("%s: %s '%s'%s is outside the folders a model file may %s (%s); %s"
-                          % (where, "writing" if write else "reading", os.fsdecode(path), shown,
-                             "write" if write else "read", policy.describe(write), HOW_TO_ALLOW))
+                          % (where, "writing" if write else "reading", _printable(path), shown, verb,
+                             policy.describe(write), HOW_TO_ALLOW))
+
+
+def _printable(path):
+    text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else repr(path)
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def check_op_path(ctx, arg, path, write):

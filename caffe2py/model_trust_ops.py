@@ -37,7 +37,7 @@ def _db_paths(*names, write):
             values = helper.get_strings(name, []) if name == "dbs" else [helper.get_string(name, "")]
             for value in values:
                 if value:
-                    yield name, value, value if absolute else "./" + value, write
+                    yield name, value if absolute else "./" + value, write
     return paths
 
 
@@ -46,7 +46,7 @@ def _given_path(name):
     def paths(helper, op):
         value = helper.get_string(name, "")
         if value:
-            yield name, value, value, False
+            yield name, value, False
     return paths
 
 
@@ -54,7 +54,7 @@ def _log_file(extension):
     """Print / Summarize with to_file write <input name>.<ext> in the current folder."""
     def paths(helper, op):
         if helper.get_int("to_file", 0) and len(op.input):
-            yield "to_file", 1, os.path.join(os.getcwd(), op.input[0].replace("/", "_") + extension), True
+            yield "to_file", os.path.join(os.getcwd(), op.input[0].replace("/", "_") + extension), True
     return paths
 
 
@@ -88,8 +88,8 @@ def check_op(index, op, policy, prefix=""):
                                                          for a in op.arg if a.s)[:200], HOW_TO_TRUST))
     rule = FILE_OPS.get(op.type)
     if rule is not None:
-        for arg, value, path, write in rule(ArgumentHelper(op), op):
-            check_path(path, write, "%s: argument '%s' = %r" % (label, arg, value), policy)
+        for arg, path, write in rule(ArgumentHelper(op), op):
+            check_path(path, write, "%s: argument '%s'" % (label, arg), policy)
     for arg in op.arg:          # subnets (If, While, Do, RecurrentNetwork, ONNX Loop/If/Scan)
         for k, net in enumerate([arg.n] if arg.HasField("n") else list(arg.nets)):
             where = "%s, argument '%s'%s (a net): " % (label, arg.name, "" if arg.HasField("n") else " #%d" % k)
