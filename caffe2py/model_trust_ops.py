@@ -21,7 +21,7 @@ from .model_trust import HOW_TO_TRUST, check_path
 PYTHON_OPS = frozenset(("Python", "PythonGradient", "PythonDLPack", "PythonDLPackGradient"))
 PICKLED_ARGS = ("pickled_builder", "pickled_grad_builder")
 
-# operators/distributed_ops.py: rendezvous, collectives and stores shared between processes
+# the distributed ops (distributed_ops.py): rendezvous, collectives and stores shared between processes
 NETWORK_OPS = frozenset((
     "FileStoreHandlerCreate", "RedisStoreHandlerCreate", "StoreSet", "StoreGet", "StoreAdd", "StoreWait",
     "CreateCommonWorld", "CloneCommonWorld", "DestroyCommonWorld", "Allreduce", "Allgather", "Broadcast",
@@ -30,7 +30,7 @@ NETWORK_OPS = frozenset((
 
 def _db_paths(*names, write):
     """Save/Load/Checkpoint/DBExists: Caffe2 prefixes the root folder ('.', the
-    current folder) unless absolute_path (operators/persistence.py db_path)."""
+    current folder) unless absolute_path (db_path in the persistence ops' module)."""
     def paths(helper, op):
         absolute = helper.get_int("absolute_path", 0)
         for name in names:
@@ -82,10 +82,9 @@ def check_op(index, op, policy, prefix=""):
                     "it was refused without unpickling it; register the function in your program and refer to "
                     "it by token, or %s" % (label, arg.name, HOW_TO_TRUST))
     if op.type in NETWORK_OPS:
+        named = "".join(", argument '%s' = %r" % (a.name, a.s.decode("utf-8", "replace")) for a in op.arg if a.s)
         raise ModelTrustError("%s: a model file may not open network connections or stores shared with other "
-                              "processes (%s%s); %s"
-                              % (label, op.type, "".join(", argument '%s' = %r" % (a.name, a.s.decode("utf-8", "replace"))
-                                                         for a in op.arg if a.s)[:200], HOW_TO_TRUST))
+                              "processes (%s%s); %s" % (label, op.type, named[:200], HOW_TO_TRUST))
     rule = FILE_OPS.get(op.type)
     if rule is not None:
         for arg, path, write in rule(ArgumentHelper(op), op):

@@ -57,7 +57,8 @@ FILE_OPS = {
 }
 _CWD_OPS = ("Print", "Summarize")           # their path is the current folder's <blob>.log
 _TAKES_ABSOLUTE = ("Save", "Checkpoint", "Snapshot", "Load", "LoadDbs", "DBExists")
-# where -> whether the policy must refuse it (for a reading op; writes also refuse "model")
+# places (see _place) the policy must refuse, and places it must let through ("model":
+# beside the model files, drawn for reading ops only)
 HOSTILE = ("outside", "dotdot", "newdotdot", "link_dir", "link_file", "relative", "relative_dotdot",
            "absolute_as_relative", "nul", "pattern_c", "dbreader_blob")
 GOOD = ("inside", "inside_dotdot", "model")
