@@ -10,7 +10,25 @@ def _common_options():
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS,
                         help="no notes on stderr (such as the one-time kernel compile notice)")
+    common.add_argument("--data-root", action="append", default=argparse.SUPPRESS, metavar="DIR",
+                        help="a folder the model's ops may read and write (repeatable); without it a model "
+                             "file may only read files in its own folder (docs/security.md)")
+    common.add_argument("--trust-model", action="store_true", default=argparse.SUPPRESS,
+                        help="trust the model files as code: Python ops may unpickle their builders and ops "
+                             "may touch any file and the network, as in Caffe2 (also CAFFE2PY_TRUST_MODEL=1)")
     return common
+
+
+# the arguments that name model files (their folders may be read by the model's ops)
+MODEL_FILE_ARGS = ("model", "predict_net", "init_net")
+
+
+def trust_policy(args):
+    """The model-trust policy of a command: every net it reads from a file follows it."""
+    from .model_trust import policy_for
+    files = [getattr(args, name, None) for name in MODEL_FILE_ARGS]
+    return policy_for([f for f in files if isinstance(f, str)], getattr(args, "data_root", ()),
+                      getattr(args, "trust_model", False))
 
 
 def build_parser():
@@ -36,8 +54,10 @@ def main(argv=None):
     if getattr(args, "quiet", False):
         import os
         os.environ["CAFFE2PY_QUIET"] = "1"      # read by the kernel runtime's notices
+    from .model_trust import applying
     try:
-        return handlers[args.command](args)
+        with applying(trust_policy(args)):
+            return handlers[args.command](args)
     except Caffe2Error as exc:
         sys.stderr.write("caffe2py %s: error: %s\n" % (args.command, exc))
         return 1

@@ -25,6 +25,12 @@ class ProtoError(Caffe2Error):
     """A protobuf file or message could not be read."""
 
 
+class ModelTrustError(Caffe2Error):
+    """A net from a model file asked for something the model-trust policy does not
+    allow (code, a path outside the allowed folders, the network): caffe2py/model_trust.py.
+    Names the op, the argument, the path and the option that would allow it."""
+
+
 def describe_op(index, op_def):
     """'Conv #3 'conv1'' style label used in every op error message."""
     label = op_def.type if index is None else "%s #%d" % (op_def.type, index)

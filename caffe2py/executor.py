@@ -25,6 +25,7 @@ from .devices import cpu_run_context
 from .errors import Caffe2Error, OperatorError, describe_op, out_of_memory_text
 from .host_memory import keep_freed_memory
 from .inplace import undo_on_failure
+from . import model_trust, model_trust_ops
 from .proto import caffe2_pb2
 from .registry import OpContext, select_kernel
 from .schema_rules import runtime_guard
@@ -164,10 +165,13 @@ def _wants_workspace(step):
 class Plan:
     """A compiled net: steps plus the generated fast runner."""
 
-    def __init__(self, net_def, steps, keep=None):
+    def __init__(self, net_def, steps, keep=None, policy=None):
         self.net_def = net_def
         self.name = net_def.name
         self.steps = steps
+        # the model-trust policy of a net from a model file (None: trusted); each run
+        # sets it again, for the paths ops only know when they run (model_trust.py)
+        self.policy = policy
         # None: every blob the net writes goes to the workspace (Caffe2's semantics);
         # else only these, and every other blob is dropped after its last use.
         self.keep = None if keep is None else frozenset(keep)
@@ -289,11 +293,15 @@ class Plan:
         leave blobs untouched. A plan with workspace ops (control flow) runs on an
         overlay of blobs that is applied only when the whole run succeeded."""
         target = BlobOverlay(blobs) if self.uses_workspace else blobs
+        trust = model_trust.enter(self.policy) if self.policy is not None else None
         try:
             with cpu_run_context(), undo_on_failure():   # undoes optimizer ops' in-place writes
                 self._runner(target)
         except Exception as exc:  # noqa: BLE001 - re-raised with the op named
             raise self._explain(exc) from exc
+        finally:
+            if trust is not None:
+                model_trust.leave(trust)
         if target is not blobs:
             target.commit(self.keep)
 
@@ -350,11 +358,15 @@ class Plan:
             args = (env if isinstance(env, BlobOverlay) else BlobOverlay(blobs, env),) + args
         if step.takes_blobs:
             args = (blobs,) + args
+        trust = model_trust.enter(self.policy) if self.policy is not None else None
         try:
             result = step.kernel(*args)     # the one tuple: no second holder of any input
         except Exception as exc:  # noqa: BLE001
             raise self.step_error(step, exc, args[-len(step.inputs):][:len(step.op_def.input)]
                                   if step.inputs else None) from exc
+        finally:
+            if trust is not None:
+                model_trust.leave(trust)
         n = len(step.outputs)
         if n == 1:
             env[step.outputs[0]] = result
@@ -421,6 +433,17 @@ def compile_net(net_def, known_blobs=(), input_types=None, blob_values=None, kee
     does) or the names of the only blobs a run commits; the others are intermediate
     and are released right after their last use."""
     check_net(net_def, known_blobs)
+    policy = model_trust.net_policy(net_def)
+    if policy is None:
+        return _compile(net_def, known_blobs, input_types, blob_values, keep)
+    # a net from a model file: every op is checked before any is built (factories may
+    # open files or unpickle), and subnets built by factories follow the same policy
+    model_trust_ops.check_net(net_def, policy)
+    with model_trust.applying(policy):
+        return _compile(net_def, known_blobs, input_types, blob_values, keep, policy)
+
+
+def _compile(net_def, known_blobs, input_types, blob_values, keep, policy=None):
     keep_freed_memory()     # once per process: runs reuse heap memory instead of faulting it in
     if blob_values is None:
         blob_values = getattr(known_blobs, "mapping", None)  # dict_keys -> its dict
@@ -447,7 +470,7 @@ def compile_net(net_def, known_blobs=(), input_types=None, blob_values=None, kee
         steps.append(Step(index, op, kernel, engine, ctx,
                           reads_outputs=schema is not None and schema.reads_outputs,
                           guard=runtime_guard(schema, ctx)))
-    return Plan(net_def, steps, keep)
+    return Plan(net_def, steps, keep, policy)
 
 
 # --------------------------------------------------------------------------- observers

@@ -4,6 +4,7 @@ import os
 import numpy as np
 from google.protobuf import text_format
 
+from . import model_trust, model_trust_ops
 from .errors import Caffe2Error, ProtoError
 from .proto import caffe2_pb2
 from .tensors import tensor_to_numpy
@@ -38,8 +39,16 @@ def _looks_valid(msg):
     return msg.ByteSize() > 0
 
 
-def read_net(path):
-    return read_proto(path, caffe2_pb2.NetDef)
+def read_net(path, trusted=None, data_roots=None):
+    """A NetDef from a model file. Unless trusted (or CAFFE2PY_TRUST_MODEL=1), it is
+    checked against the model-trust policy now (nothing in it is unpickled, and ops
+    may only touch files in data_roots, or read in the file's own folder) and marked
+    so that it keeps that policy wherever it runs (caffe2py/model_trust.py). With
+    neither argument, a policy set by the caller (the command line's) applies."""
+    net = read_proto(path, caffe2_pb2.NetDef)
+    policy = model_trust.loader_policy([path], data_roots, trusted)
+    model_trust_ops.check_net(net, policy)
+    return model_trust.mark(net, policy)
 
 
 def read_input(path):

@@ -60,8 +60,12 @@ def model_spec(args):
     if onnx_path and predict:
         raise Caffe2Error("give either --model (ONNX) or --predict-net, not both")
     keep = tuple(b for item in args.keep for b in item.split(",") if b)
+    # the workers (processes, Ray actors) get the command's model-trust policy from the spec
+    from caffe2py.model_trust import env_trusts
     return ModelSpec(onnx=onnx_path, predict_net=predict, init_net=args.init_net, outputs=keep,
-                     shapes=_shapes(args.shape), dtypes=_pairs(args.dtype, "--dtype"))
+                     shapes=_shapes(args.shape), dtypes=_pairs(args.dtype, "--dtype"),
+                     trusted=bool(getattr(args, "trust_model", False) or env_trusts()),
+                     data_roots=tuple(getattr(args, "data_root", ())))
 
 
 def run(args):

@@ -7,6 +7,7 @@ minidb) and transactions (write). minidb is built in; lmdb and leveldb use their
 PyPI bindings (the `[lmdb]` / `[leveldb]` extras) and say how to install them when
 they are missing.
 """
+from .. import model_trust
 from ..errors import Caffe2Error
 
 READ, WRITE, NEW = "read", "write", "new"
@@ -129,12 +130,23 @@ def check_db_type(db_type):
 
 def create_db(db_type, source, mode):
     """Open `source` as a db of `db_type` in `mode` (READ, WRITE or NEW)."""
-    return _opener(db_type)(source, mode)
+    opener = _opener(db_type)
+    _check_trust(db_type, source, mode)
+    return opener(source, mode)
+
+
+def _check_trust(db_type, source, mode):
+    """Under a net from a model file, the db must lie in an allowed folder: the
+    ops' arguments were checked at plan time; this also covers names only known
+    when they run (a DBReader blob loaded from a db names its own source)."""
+    if model_trust.active() is not None:
+        model_trust.check_path(source, mode != READ, "a %s db opened to %s" % (db_type, mode))
 
 
 def db_exists(db_type, source):
     """Caffe2's DBExists: whether opening the db for reading succeeds."""
     opener = _opener(db_type)
+    _check_trust(db_type, source, READ)
     exists = getattr(opener, "exists", None)
     if exists is not None:
         return bool(exists(source))

@@ -12,6 +12,7 @@ import os
 import numpy as np
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
+from caffe2py import model_trust
 from caffe2py.errors import Caffe2Error
 from caffe2py.executor import compile_net
 from caffe2py.proto import caffe2_pb2
@@ -123,14 +124,26 @@ def _apply_optimizer(optimize, constants, predict_net):
     return constants, result
 
 
+def _trust_policy(model, trusted, data_roots):
+    if isinstance(model, (str, os.PathLike)):
+        return model_trust.loader_policy([os.fspath(model)], data_roots, trusted)
+    if trusted is not None or data_roots is not None:
+        return model_trust.policy_for((), data_roots or (), bool(trusted))
+    return model_trust.current()
+
+
 class Caffe2pyBackend(Backend):
     @classmethod
-    def prepare(cls, model, device="CPU", **kwargs):
+    def prepare(cls, model, device="CPU", trusted=None, data_roots=None, **kwargs):
+        """A model file (a path) follows the model-trust policy unless trusted: its
+        caffe2-domain nodes may not unpickle code nor touch files outside data_roots
+        (caffe2py/model_trust.py). A ModelProto or bytes follows the caller's policy."""
         if not cls.supports_device(device):
             raise Caffe2Error("caffe2py's ONNX backend runs on CPU only, not '%s'" % device)
-        model = load_model(model)
-        init_net, predict_net = convert(model)
-        return Caffe2pyRep(init_net, predict_net, graph_inputs(model), declared_inputs(model))
+        with model_trust.applying(_trust_policy(model, trusted, data_roots)):
+            model = load_model(model)
+            init_net, predict_net = convert(model)
+            return Caffe2pyRep(init_net, predict_net, graph_inputs(model), declared_inputs(model))
 
     @classmethod
     def run_model(cls, model, inputs, device="CPU", **kwargs):

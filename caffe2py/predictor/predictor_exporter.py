@@ -9,7 +9,7 @@ both init nets and returns the predict net, created in the workspace.
 """
 import collections
 
-from caffe2py import core, scope, workspace
+from caffe2py import core, model_trust, model_trust_ops, scope, workspace
 from caffe2py.predictor_constants import predictor_constants
 from caffe2py.proto import caffe2_pb2, metanet_pb2
 
@@ -80,14 +80,17 @@ class PredictorExportMeta(collections.namedtuple(
         return self.trainer_prefix + "_" + plan_name if self.trainer_prefix else plan_name
 
 
-def prepare_prediction_net(filename, db_type, device_option=None):
+def prepare_prediction_net(filename, db_type, device_option=None, trusted=None, data_roots=None):
     """Load a predictor db into the current workspace and return its predict net
-    (a core.Net, already created in the workspace)."""
-    metanet_def = load_from_db(filename, db_type, device_option)
-    workspace.RunNetOnce(utils.GetNet(metanet_def, predictor_constants.GLOBAL_INIT_NET_TYPE))
-    workspace.RunNetOnce(utils.GetNet(metanet_def, predictor_constants.PREDICT_INIT_NET_TYPE))
-    predict_net = core.Net(utils.GetNet(metanet_def, predictor_constants.PREDICT_NET_TYPE))
-    workspace.CreateNet(predict_net)
+    (a core.Net, already created in the workspace). The nets follow the model-trust
+    policy (caffe2py/model_trust.py) unless trusted: no pickled Python builders,
+    files only in data_roots (or read beside the db)."""
+    with model_trust.applying(model_trust.loader_policy([filename], data_roots, trusted)):
+        metanet_def = load_from_db(filename, db_type, device_option)
+        workspace.RunNetOnce(utils.GetNet(metanet_def, predictor_constants.GLOBAL_INIT_NET_TYPE))
+        workspace.RunNetOnce(utils.GetNet(metanet_def, predictor_constants.PREDICT_INIT_NET_TYPE))
+        predict_net = core.Net(utils.GetNet(metanet_def, predictor_constants.PREDICT_NET_TYPE))
+        workspace.CreateNet(predict_net)
     return predict_net
 
 
@@ -137,23 +140,30 @@ def save_to_db(db_type, db_destination, predictor_export_meta, use_ideep=False, 
     workspace.RunOperatorOnce(op)
 
 
-def load_from_db(filename, db_type, device_option=None, *args, **kwargs):  # noqa: ARG001
+def load_from_db(filename, db_type, device_option=None, *args, trusted=None, data_roots=None,
+                 **kwargs):  # noqa: ARG001
     """The MetaNetDef of a predictor db; leaves the db's reader in "!!PREDICTOR_DBREADER"
     for the global init net. device_option (default: the current device scope) is set
-    on every op of the loaded nets."""
-    create_db = core.CreateOperator("CreateDB", [], [core.BlobReference(predictor_constants.PREDICTOR_DBREADER)],
-                                    db=filename, db_type=db_type)
-    assert workspace.RunOperatorOnce(create_db), "Failed to create db {}".format(filename)
-    # the MetaNetDef is always stored before the parameters
-    load_meta_net_def = core.CreateOperator(
-        "Load", [core.BlobReference(predictor_constants.PREDICTOR_DBREADER)],
-        [core.BlobReference(predictor_constants.META_NET_DEF)])
-    assert workspace.RunOperatorOnce(load_meta_net_def)
+    on every op of the loaded nets. Unless trusted, the nets are checked against the
+    model-trust policy now and marked to keep it wherever they run (model_trust.py)."""
+    policy = model_trust.loader_policy([filename], data_roots, trusted)
+    with model_trust.applying(policy):      # the db itself lies in a folder the policy reads
+        create_db = core.CreateOperator("CreateDB", [], [core.BlobReference(predictor_constants.PREDICTOR_DBREADER)],
+                                        db=filename, db_type=db_type)
+        assert workspace.RunOperatorOnce(create_db), "Failed to create db {}".format(filename)
+        # the MetaNetDef is always stored before the parameters
+        load_meta_net_def = core.CreateOperator(
+            "Load", [core.BlobReference(predictor_constants.PREDICTOR_DBREADER)],
+            [core.BlobReference(predictor_constants.META_NET_DEF)])
+        assert workspace.RunOperatorOnce(load_meta_net_def)
     blob = workspace.FetchBlob(predictor_constants.META_NET_DEF)
     if not isinstance(blob, bytes):
         blob = blob.item() if hasattr(blob, "item") else blob
         blob = blob if isinstance(blob, bytes) else str(blob).encode("utf-8")
     meta_net_def = serde.deserialize_protobuf_struct(blob, metanet_pb2.MetaNetDef)
+    for net in [kv.value for kv in meta_net_def.nets] + [n for kv in meta_net_def.plans for n in kv.value.network]:
+        model_trust_ops.check_net(net, policy)
+        model_trust.mark(net, policy)
     if device_option is None:
         device_option = scope.CurrentDeviceScope()
     if device_option is not None:

@@ -18,13 +18,17 @@ class ModelSpec:
     """What to load: an .onnx file, a Caffe2 predict net (with its init net), or,
     with neither, the built-in demo net. `outputs`: blobs to keep (default the
     net's external outputs); `shapes` / `dtypes`: per-row shapes and dtypes of
-    inputs the model does not declare ({name: [d1, ...]} / {name: "float32"})."""
+    inputs the model does not declare ({name: [d1, ...]} / {name: "float32"}).
+    `trusted` / `data_roots`: the model-trust policy the model runs under, in every
+    worker (caffe2py/model_trust.py; untrusted by default)."""
     onnx: str = None
     predict_net: str = None
     init_net: str = None
     outputs: tuple = ()
     shapes: dict = field(default_factory=dict)
     dtypes: dict = field(default_factory=dict)
+    trusted: bool = False
+    data_roots: tuple = ()
 
     def __post_init__(self):
         if self.onnx and (self.predict_net or self.init_net):
@@ -63,6 +67,11 @@ class ModelSpec:
 
     def load_nets(self):
         """(init_net or None, predict_net, input names, {input: (row shape or None, dtype or None)})."""
+        from caffe2py.model_trust import applying
+        with applying(self.policy()):       # read_net checks and marks the nets by it; folding follows it
+            return self._load_nets()
+
+    def _load_nets(self):
         if self.onnx:
             return _onnx_nets(self.onnx)
         if self.predict_net:
@@ -76,6 +85,10 @@ class ModelSpec:
 
     def prepare(self):
         return PreparedModel(self)
+
+    def policy(self):
+        from caffe2py.model_trust import policy_for
+        return policy_for([self.onnx, self.predict_net, self.init_net], self.data_roots, self.trusted)
 
 
 def _onnx_nets(path):
@@ -103,6 +116,12 @@ class PreparedModel:
     """A model ready to score batches: `run({input: [rows, ...]}) -> {output: [rows, ...]}`."""
 
     def __init__(self, spec):
+        from caffe2py.model_trust import applying
+        # the plans compiled here keep the policy for every batch they run
+        with applying(spec.policy()):
+            self._prepare(spec)
+
+    def _prepare(self, spec):
         from caffe2py.onnx.backend import Caffe2pyRep
         from caffe2py.proto import caffe2_pb2
         init_net, predict_net, inputs, declared = spec.load_nets()

@@ -12,7 +12,7 @@ import re
 import numpy as np
 
 from caffe2py import db as dbs
-from caffe2py import devices
+from caffe2py import devices, model_trust
 from caffe2py.errors import Caffe2Error
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import (CPU, UNKNOWN, Arg, OpSchema, TensorType, register_kernel,
@@ -212,6 +212,7 @@ def checkpoint(ctx):
         if step % every:
             return
         path = db_path(ctx, _format_db(pattern, step))
+        model_trust.check_op_path(ctx, "db", path, write=True)      # the name is only known now
         write_db(ctx, db_type, path, save_records(ctx, (iteration,) + values, names, options))
     return run
 

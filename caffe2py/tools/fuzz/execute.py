@@ -2,7 +2,7 @@
 worker, or `--replay` in the foreground)."""
 import os
 
-from . import gen_files, gen_hostile, gen_onnx, gen_ops
+from . import gen_files, gen_hostile, gen_onnx, gen_ops, gen_trust
 from .cases import Case, case_rng, parse_id
 from .outcomes import outcome
 
@@ -14,6 +14,7 @@ FAMILIES = {
     "netdef": (gen_files.generate_netdef, 0.10),
     "external": (gen_hostile.generate_external, 0.03),
     "api": (gen_hostile.generate_api, 0.03),
+    "trust": (gen_trust.generate, 0.03),
 }
 
 
@@ -45,6 +46,8 @@ def run(case, send=None, workdir=None):
         return gen_hostile.run_external(case, workdir)
     if family == "api":
         return gen_hostile.run_api(case, workdir)
+    if family == "trust":
+        return gen_trust.run(case, workdir)
     if family == "selftest":
         return _run_selftest(case.data["behaviour"])
     raise ValueError(family)

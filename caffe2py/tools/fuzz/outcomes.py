@@ -13,12 +13,14 @@ and a message a user can act on (`our_error`). Everything else is a finding:
   silent_accept      it ran although the op's schema rules reject the case
   workspace_changed  a failing run left the workspace different from before
   input_modified     a run wrote into a blob that is not one of its outputs
+  code_executed      a model file's pickled code ran under the model-trust policy
+  file_escaped       a model file created or changed a file outside the folders it may write
 """
 import re
 
 GOOD = ("ran", "our_error")
 FINDINGS = ("raw_text", "bare_exception", "hang", "crash", "wrong_result", "silent_accept",
-            "workspace_changed", "input_modified")
+            "workspace_changed", "input_modified", "code_executed", "file_escaped")
 CLASSES = GOOD + FINDINGS
 
 # An exception type name as the executor (or a loader) quotes it after a label:
@@ -40,7 +42,7 @@ _LIBRARY_PHRASES = ("operands could not be broadcast", "cannot reshape array", "
                     "array is too big", "Unable to allocate", "non-broadcastable output operand",
                     "repeats may not contain negative values", "bad operand type", "math domain error",
                     "Python int too large to convert", "OverflowError", "Maximum allowed size exceeded")
-_OURS = {"Caffe2Error", "OperatorError", "ProtoError", "ModelLoadError", "SerializationError"}
+_OURS = {"Caffe2Error", "OperatorError", "ProtoError", "ModelLoadError", "SerializationError", "ModelTrustError"}
 
 
 def raw_exception_name(message):
