@@ -431,7 +431,7 @@ def test_importing_caffe2py_and_its_cpu_kernels_does_not_import_numba():
     import sys
     code = ("import sys, caffe2py, caffe2py.onnx.backend\n"
             "from caffe2py.kernels.cpu.cnn import conv, pool, winograd, shift_conv\n"
-            "from caffe2py.kernels.cpu.tensor import gemm, team_gemm, layout\n"
+            "from caffe2py.kernels.cpu.math import gemm, team_gemm\nfrom caffe2py.kernels.cpu.tensor import layout\n"
             "print('numba' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
