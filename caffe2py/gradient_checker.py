@@ -161,8 +161,13 @@ class GradientChecker:
                  if isinstance(workspace.FetchBlob(b), np.ndarray)}
         net = caffe2_pb2.NetDef()
         net.op.extend(grad_ops)
-        inferred = infer_net([net], {b: t for b, t in known.items()
-                                     if not any(b in g.output for g in grad_ops)})
+        # seed inference with the blobs the gradient ops read before writing them (an
+        # in-place op such as Sqr's Scale of dY reads and writes the same blob)
+        written, read_first = set(), set()
+        for grad_op in grad_ops:
+            read_first.update(b for b in grad_op.input if b not in written)
+            written.update(grad_op.output)
+        inferred = infer_net([net], {b: t for b, t in known.items() if b in read_first or b not in written})
         for grad_op in grad_ops:
             for blob in grad_op.output:
                 want = inferred.get(blob)

@@ -21,7 +21,9 @@ a version per blob (so in-place ops and overwritten blobs are tracked), walks
 them in reverse calling the makers, checks that every gradient op reads the
 blob versions it needs, and sums the partial gradients of a blob read by several
 ops (`_<name>_grad_autosplit_<k>` renamed outputs into one Sum; sparse ones by
-Concat of their indices and values). `core.Net.AddGradientOperators` is a thin
+Concat of their indices and values). Where one op's gradient ops write a gradient
+blob and read it back (Sqrt: Scale, then Div), only the last write is a partial
+gradient, and a rename moves the scratch writes with it. `core.Net.AddGradientOperators` is a thin
 wrapper over it.
 """
 from collections import defaultdict, namedtuple
@@ -279,7 +281,9 @@ def _load_operators():
 
 # --------------------------------------------------------------------------- backward pass
 
-_Dense = namedtuple("_Dense", ["grad_op", "index", "gradient"])
+# chain: the forward op's other gradient ops that wrote the same gradient blob before
+# grad_op (as a scratch value grad_op reads, Sqrt's Scale then Div) or read it since
+_Dense = namedtuple("_Dense", ["grad_op", "index", "gradient", "chain"], defaults=((),))
 _Sparse = namedtuple("_Sparse", ["op_indices", "index_indices", "op_values", "index_values", "gradient"])
 _Versioned = namedtuple("_Versioned", ["op", "in_versions", "out_versions"])
 
@@ -290,6 +294,37 @@ def _index_in(gradients, name):
         if g == name or (isinstance(g, GradientSlice) and name in (g.indices, g.values)):
             return i
     return None
+
+
+def _last_writes(grad_ops, writes):
+    """The dense gradient writes of one forward op's gradient ops. A write that a
+    later gradient op of the same forward op reads back is a scratch value (Sqrt's
+    Scale, read by its Div): only the last write of such a run is a partial gradient,
+    with the run's other ops as its chain. Writes nobody reads back are partial
+    gradients each (BatchMatMul([z, z]) writes z_grad once per operand)."""
+    position = {id(op): k for k, op in enumerate(grad_ops)}
+    by_blob = defaultdict(list)
+    for w in writes:
+        by_blob[w.grad_op.output[w.index]].append(w)
+    out = []
+    for blob, ws in by_blob.items():
+        first = current = ws[0]
+        for w in ws[1:]:
+            later = grad_ops[position[id(current.grad_op)] + 1:position[id(w.grad_op)] + 1]
+            if any(blob in op.input for op in later):
+                current = w
+                continue
+            out.append(_with_chain(grad_ops, position, first, current, blob))
+            first = current = w
+        out.append(_with_chain(grad_ops, position, first, current, blob))
+    return out
+
+
+def _with_chain(grad_ops, position, first, last, blob):
+    if first is last:
+        return last
+    run = grad_ops[position[id(first.grad_op)]:position[id(last.grad_op)]]
+    return last._replace(chain=tuple(op for op in run if blob in op.input or blob in op.output))
 
 
 def _same_device(a, b):
@@ -368,6 +403,7 @@ class BackwardPass:
         op, ins, _outs = self.ssa[position]
         local = set()
         sparse = defaultdict(lambda: defaultdict(list))
+        dense = defaultdict(list)
         for grad_op in grad_ops:
             for blob in grad_op.input:
                 self._check_grad_op_input(blob, g_output, position, local)
@@ -383,7 +419,9 @@ class BackwardPass:
                             else _Sparse(None, 0, grad_op, i, g))
                     sparse[name][version].append(meta)
                 else:
-                    self.generators[name][version].append(_Dense(grad_op, i, g))
+                    dense[name, version].append(_Dense(grad_op, i, g))
+        for (name, version), writes in dense.items():
+            self.generators[name][version].extend(_last_writes(grad_ops, writes))
         for name, by_version in sparse.items():
             for version, parts in by_version.items():
                 if len(parts) == 1:
@@ -441,9 +479,18 @@ class BackwardPass:
         return True
 
     @staticmethod
-    def _rename(grad_op, index, counter):
-        grad_op.output[index] = "_%s_autosplit_%d" % (grad_op.output[index], counter)
-        return grad_op.output[index], counter + 1
+    def _rename(grad_op, index, counter, chain=()):
+        old = grad_op.output[index]
+        new = "_%s_autosplit_%d" % (old, counter)
+        # the scratch writes and reads of the same blob by the op's other gradient ops
+        # move with it, or they would overwrite the partial gradient kept under `old`
+        for op in chain + ((grad_op,) if chain else ()):
+            for blobs in (op.input, op.output):
+                for k, blob in enumerate(blobs):
+                    if blob == old:
+                        blobs[k] = new
+        grad_op.output[index] = new
+        return new, counter + 1
 
     def _sum_ops(self, name, producers):
         base = name + "_grad"
@@ -477,7 +524,7 @@ class BackwardPass:
                     first = False
                     parts.append(p.grad_op.output[p.index])
                 else:
-                    out, counter = self._rename(p.grad_op, p.index, counter)
+                    out, counter = self._rename(p.grad_op, p.index, counter, p.chain)
                     parts.append(out)
             else:
                 if p.gradient == base:

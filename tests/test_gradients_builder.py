@@ -205,19 +205,24 @@ def test_mixing_sparse_and_dense_gradients_is_an_error():
 
 
 def test_python_registered_gradient():
-    @gradients.GradientRegistry.RegisterGradient("Exp")
-    def exp_gradient(op, g_output):
-        return [core.CreateOperator("Mul", [op.output[0], g_output[0]], [op.input[0] + "_grad"])], \
+    # Ceil has no gradient of its own: a Python maker gives it a straight-through one
+    previous = gradients._REGISTRY.get("Ceil")
+
+    @gradients.GradientRegistry.RegisterGradient("Ceil")
+    def ceil_gradient(op, g_output):
+        return [core.CreateOperator("Copy", [g_output[0]], [op.input[0] + "_grad"])], \
             [op.input[0] + "_grad"]
     try:
-        net = core.Net("exp")
-        net.Exp("x", "y")
+        net = core.Net("ceil")
+        net.Ceil("x", "y")
         net.AddGradientOperators({"y": "dy"})
-        x = f32(4)
-        run(net, x=x, dy=np.ones(4, np.float32))
-        np.testing.assert_allclose(workspace.FetchBlob("x_grad"), np.exp(x), rtol=1e-6)
+        dy = f32(4)
+        run(net, x=f32(4), dy=dy)
+        np.testing.assert_array_equal(workspace.FetchBlob("x_grad"), dy)
     finally:
-        gradients._REGISTRY.pop("Exp", None)
+        gradients._REGISTRY.pop("Ceil", None)
+        if previous is not None:
+            gradients._REGISTRY["Ceil"] = previous
 
 
 def test_net_gradient_checker():
@@ -359,3 +364,18 @@ def test_mnist_tutorial_loss_chain():
     p /= p.sum(axis=1, keepdims=True)
     dlogits = (p - np.eye(4)[labels]) / 5
     np.testing.assert_allclose(workspace.FetchBlob("tc_fc_w_grad"), dlogits.T @ (x / 256), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("sqrt_first", [True, False])
+def test_a_gradient_written_twice_by_one_ops_gradient_is_one_partial(sqrt_first):
+    # Sqrt's gradient ops write a_grad twice (Scale, then Div reading it): only the
+    # second write is Sqrt's partial gradient of a, and both move together when renamed
+    net = core.Net("sqrt_shared_%d" % sqrt_first)
+    for op_type, out in (("Sqrt", "f"), ("Log1p", "b"))[::1 if sqrt_first else -1]:
+        getattr(net, op_type)("a", out)
+    net.Add(["b", "f"], "y")
+    grad_map = net.AddGradientOperators({"y": "dy"})
+    a, dy = np.abs(f32(2, 3)) + 0.5, f32(2, 3)
+    run(net, a=a, dy=dy)
+    np.testing.assert_allclose(workspace.FetchBlob(grad_map["a"]), dy * (0.5 / np.sqrt(a) + 1 / (1 + a)),
+                               rtol=1e-5)

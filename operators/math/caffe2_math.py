@@ -28,7 +28,7 @@ def pointwise_cost(flops_per_element=1, n_inputs=1):
     return cost
 
 
-def _register_unary(op_type, make, allowed, doc, args=(), flops=1):
+def register_unary(op_type, make, allowed, doc, args=(), flops=1):
     """make(ctx) -> fn(x), built once at plan time (argument checks go there)."""
     register_schema(OpSchema(
         op_type, num_inputs=1, num_outputs=1, allow_inplace={(0, 0)}, args=args,
@@ -45,35 +45,35 @@ def _register_unary(op_type, make, allowed, doc, args=(), flops=1):
     factory.__name__ = op_type.lower()
 
 
-def _keep_dtype(fn):
+def keep_dtype(fn):
     """fn in float32 for float16 input, result in the input's dtype."""
     return om.via_float32(lambda x: np.asarray(fn(x)).astype(x.dtype, copy=False))
 
 
-_register_unary("Ceil", lambda ctx: np.ceil, FLOATS, "Round each element up to an integer value.")
-_register_unary("Floor", lambda ctx: np.floor, FLOATS, "Round each element down to an integer value.")
-_register_unary("Sin", lambda ctx: _keep_dtype(np.sin), FLOATS, "Sine of each element (radians).", flops=4)
-_register_unary("Cos", lambda ctx: _keep_dtype(np.cos), FLOATS, "Cosine of each element (radians).", flops=4)
-_register_unary("Sign", lambda ctx: np.sign, NUMERIC, "-1, 0 or 1 by each element's sign (NaN stays NaN).")
-_register_unary("Sqr", lambda ctx: np.square, FLOATS, "Each element squared.")
-_register_unary("Softsign", lambda ctx: pw.softsign, FLOATS, "x / (1 + |x|).", flops=3)
-_register_unary("Softplus", lambda ctx: _keep_dtype(om.softplus), FLOATS, "log(1 + exp(x)).", flops=4)
-_register_unary("Swish", lambda ctx: pw.swish, FLOATS, "x * sigmoid(x).", flops=5)
-_register_unary(
-    "Elu", lambda ctx: _keep_dtype(lambda x: om.elu(x, ctx.float("alpha"))), FLOATS,
+register_unary("Ceil", lambda ctx: np.ceil, FLOATS, "Round each element up to an integer value.")
+register_unary("Floor", lambda ctx: np.floor, FLOATS, "Round each element down to an integer value.")
+register_unary("Sin", lambda ctx: keep_dtype(np.sin), FLOATS, "Sine of each element (radians).", flops=4)
+register_unary("Cos", lambda ctx: keep_dtype(np.cos), FLOATS, "Cosine of each element (radians).", flops=4)
+register_unary("Sign", lambda ctx: np.sign, NUMERIC, "-1, 0 or 1 by each element's sign (NaN stays NaN).")
+register_unary("Sqr", lambda ctx: np.square, FLOATS, "Each element squared.")
+register_unary("Softsign", lambda ctx: pw.softsign, FLOATS, "x / (1 + |x|).", flops=3)
+register_unary("Softplus", lambda ctx: keep_dtype(om.softplus), FLOATS, "log(1 + exp(x)).", flops=4)
+register_unary("Swish", lambda ctx: pw.swish, FLOATS, "x * sigmoid(x).", flops=5)
+register_unary(
+    "Elu", lambda ctx: keep_dtype(lambda x: om.elu(x, ctx.float("alpha"))), FLOATS,
     "x for x > 0, alpha * (exp(x) - 1) otherwise.", args=(Arg("alpha", "float", 1.0),), flops=4)
-_register_unary(
-    "Selu", lambda ctx: _keep_dtype(lambda x: om.selu(x, ctx.float("alpha"), ctx.float("scale"))), FLOATS,
+register_unary(
+    "Selu", lambda ctx: keep_dtype(lambda x: om.selu(x, ctx.float("alpha"), ctx.float("scale"))), FLOATS,
     "scale * x for x > 0, scale * alpha * (exp(x) - 1) otherwise.",
     args=(Arg("alpha", "float", 1.6732632423543772848170429916717),
           Arg("scale", "float", 1.0507009873554804934193349852946)), flops=5)
-_register_unary(
-    "LeakyRelu", lambda ctx: _keep_dtype(lambda x: om.leaky_relu(x, ctx.float("alpha"))), FLOATS,
+register_unary(
+    "LeakyRelu", lambda ctx: keep_dtype(lambda x: om.leaky_relu(x, ctx.float("alpha"))), FLOATS,
     "x for x >= 0, alpha * x otherwise.", args=(Arg("alpha", "float", 0.01),), flops=2)
-_register_unary(
-    "ThresholdedRelu", lambda ctx: _keep_dtype(lambda x: om.thresholded_relu(x, ctx.float("alpha"))), FLOATS,
+register_unary(
+    "ThresholdedRelu", lambda ctx: keep_dtype(lambda x: om.thresholded_relu(x, ctx.float("alpha"))), FLOATS,
     "x for x > alpha, 0 otherwise.", args=(Arg("alpha", "float", 1.0),))
-_register_unary(
+register_unary(
     "Logit", lambda ctx: lambda x: pw.logit(x, ctx.float("eps")), FLOATS,
     "log(p / (1 - p)) with p = x clamped to [eps, 1 - eps].", args=(Arg("eps", "float", 1e-6),), flops=4)
 
@@ -83,13 +83,13 @@ def _scale(ctx):
     return om.via_float32(lambda x: x * x.dtype.type(scale))
 
 
-_register_unary("Scale", _scale, FLOATS, "scale * x.", args=(Arg("scale", "float", 1.0),))
+register_unary("Scale", _scale, FLOATS, "scale * x.", args=(Arg("scale", "float", 1.0),))
 
 
 @register_gradient("Scale")
 def _scale_gradient(g):
     return [g.op("Scale", [g.GO(0)], [g.GI(0)])]
-_register_unary("ReplaceNaN", lambda ctx: lambda x: pw.replace_nan(x, ctx.float("value")), FLOATS,
+register_unary("ReplaceNaN", lambda ctx: lambda x: pw.replace_nan(x, ctx.float("value")), FLOATS,
                 "x with every NaN replaced by `value`.", args=(Arg("value", "float", 0.0),))
 
 
@@ -107,7 +107,7 @@ def _mod(ctx):
     return run
 
 
-_register_unary("Mod", _mod, INTS,
+register_unary("Mod", _mod, INTS,
                 "x % divisor with C's truncation (the result has x's sign), or the divisor's sign with "
                 "sign_follow_divisor=1. int32 or int64.",
                 args=(Arg("divisor", "int", 0, doc="nonzero"), Arg("sign_follow_divisor", "bool", False)))
