@@ -7,6 +7,8 @@ from .args import make_argument
 from .errors import Caffe2Error
 from .proto import caffe2_pb2
 from .scope import DeviceScope, NameScope, CurrentNameScope, CurrentDeviceScope  # noqa: F401
+from .blob_reference import BlobReference, unknown_op_message as _unknown_op_message  # noqa: F401
+from . import gradients
 from .gradients import IR, GradientRegistry, GradientSlice  # noqa: F401
 
 DataType = caffe2_pb2.TensorProto.DataType
@@ -73,66 +75,6 @@ def ScopedName(name):
     return scope.CurrentNameScope() + name
 
 
-class BlobReference:
-    """A blob name, optionally tied to the net that produces it."""
-
-    def __init__(self, name, net=None):
-        self._name = name.decode() if isinstance(name, bytes) else str(name)
-        self._from_net = net
-
-    def __hash__(self):
-        return hash(self._name)
-
-    def __eq__(self, other):
-        if isinstance(other, str):
-            return self._name == other
-        if isinstance(other, BlobReference):
-            return self._name == other._name
-        return False
-
-    def __ne__(self, other):
-        return not self == other
-
-    def __str__(self):
-        return self._name
-
-    def __repr__(self):
-        return "BlobReference(%r)" % self._name
-
-    def __add__(self, other):
-        if not isinstance(other, str):
-            raise Caffe2Error("cannot add BlobReference and %s" % type(other).__name__)
-        return BlobReference(self._name + other, self._from_net)
-
-    def __radd__(self, other):
-        if not isinstance(other, str):
-            raise Caffe2Error("cannot add %s and BlobReference" % type(other).__name__)
-        return BlobReference(other + self._name, self._from_net)
-
-    def Net(self):
-        return self._from_net
-
-    def GetNameScope(self):
-        return self._name[:self._name.rfind(scope._NAMESCOPE_SEPARATOR) + 1]
-
-    def GetUnscopedName(self):
-        return self._name[self._name.rfind(scope._NAMESCOPE_SEPARATOR) + 1:]
-
-    def __getattr__(self, op_type):
-        if op_type.startswith("__"):
-            raise AttributeError(op_type)
-        if self._from_net is None:
-            raise AttributeError("BlobReference '%s' is not tied to a net; cannot call %s on it"
-                                 % (self._name, op_type))
-        if not IsOperator(op_type):
-            raise AttributeError(_unknown_op_message(op_type))
-
-        def call(inputs=None, *args, **kwargs):
-            extra = [] if inputs is None else (list(inputs) if isinstance(inputs, (list, tuple)) else [inputs])
-            return self._from_net.__getattr__(op_type)([self] + extra, *args, **kwargs)
-        return call
-
-
 def ScopedBlobReference(name, *args, **kwargs):
     return BlobReference(scope.CurrentNameScope() + str(name), *args, **kwargs)
 
@@ -186,10 +128,33 @@ def CreateOperator(operator_type, inputs, outputs, name="", control_input=None,
     return op
 
 
-def _unknown_op_message(op_type):
-    hints = registry.close_matches(op_type)
-    return "Method %s is not a registered operator.%s" % (
-        op_type, " Did you mean: [%s]" % ", ".join(hints) if hints else "")
+# --------------------------------------------------------------------------- extension points
+# Modules above core (net_builder, schema) plug in here when they are imported, so
+# core imports none of them (docs/architecture.md, "Layers and imports").
+
+def _no_builder_prefix():
+    return ""
+
+
+_net_name_prefix = [_no_builder_prefix]   # the active NetBuilder's name: nets built in it take it
+_step_sources = {}                        # class -> obj -> (nets, stop blob or None)
+_record_field_appender = [None]           # (output record, field name, record) -> output record
+
+
+def set_net_name_prefix(prefix_of_current_builder):
+    """net_builder: names of new nets start with the active builder's name."""
+    _net_name_prefix[0] = prefix_of_current_builder
+
+
+def register_step_source(cls, nets_and_stop_blob):
+    """net_builder: to_execution_step accepts instances of cls, as the nets and stop
+    blob nets_and_stop_blob(obj) returns."""
+    _step_sources[cls] = nets_and_stop_blob
+
+
+def set_record_field_appender(append):
+    """schema: how Net.AppendOutputRecordField adds a field to an output record."""
+    _record_field_appender[0] = append
 
 
 class Net:
@@ -199,9 +164,7 @@ class Net:
 
     @staticmethod
     def current_prefix():
-        from .net_builder import NetBuilder
-        builder = NetBuilder.current(required=False)
-        return builder.name if builder else ""
+        return _net_name_prefix[0]()
 
     @staticmethod
     def _get_next_net_name(basename):
@@ -276,10 +239,12 @@ class Net:
         self.AddExternalOutput(*record.field_blobs())
 
     def AppendOutputRecordField(self, field_name, record):
-        from . import schema
         if self.output_record() is None:
             raise Caffe2Error("net '%s' has no output record to append '%s' to" % (self.Name(), field_name))
-        self.__dict__["_output_record"] = self.output_record() + schema.Struct((field_name, record))
+        append = _record_field_appender[0]
+        if append is None:   # schema sets it on import; output records are its Structs
+            raise Caffe2Error("net '%s': its output record is not a caffe2py.schema record" % self.Name())
+        self.__dict__["_output_record"] = append(self.output_record(), field_name, record)
         self.AddExternalOutput(*record.field_blobs())
 
     def add_attribute(self, name, obj):
@@ -469,8 +434,7 @@ class Net:
         """Append the gradient ops of this net's ops (from `skip` on) for ys (a list:
         gradients seeded with 1.0; a dict: blob -> its gradient blob, None = 1.0).
         Returns {blob: gradient BlobReference or GradientSlice}; see caffe2py.gradients."""
-        from .gradients import add_gradient_operators
-        return add_gradient_operators(self, ys, skip)
+        return gradients.add_gradient_operators(self, ys, skip)
 
     def RunAllOnGPU(self, gpu_id=0, use_cudnn=False):
         self._net.device_option.CopyFrom(DeviceOption(caffe2_pb2.CUDA, gpu_id))
@@ -609,15 +573,15 @@ class Plan:
 def to_execution_step(step_or_nets, default_name=None):
     """An ExecutionStep from a step, a net or list of nets, or a NetBuilder (whose
     stop blob becomes the step's should_stop_blob)."""
-    from .net_builder import NetBuilder
     if isinstance(step_or_nets, ExecutionStep):
         return step_or_nets
     stop_blob = None
     if not default_name and hasattr(step_or_nets, "name"):
         default_name = step_or_nets.name
-    if isinstance(step_or_nets, NetBuilder):
-        stop_blob = step_or_nets._stop_blob
-        step_or_nets = step_or_nets.get()
+    for cls, nets_and_stop_blob in _step_sources.items():
+        if isinstance(step_or_nets, cls):
+            step_or_nets, stop_blob = nets_and_stop_blob(step_or_nets)
+            break
     if isinstance(step_or_nets, Net):
         step_or_nets = [step_or_nets]
     return execution_step(default_name, step_or_nets, should_stop_blob=stop_blob)

@@ -1,5 +1,6 @@
 """Where blobs live. CPU blobs are numpy arrays; other devices register a small
-adapter (the CUDA one lives in caffe2py.cuda and is loaded lazily)."""
+adapter (the CUDA one lives in caffe2py.cuda, above this module: caffe2py's package
+__init__ registers a loader that imports it on first use)."""
 import numpy as np
 
 from .errors import Caffe2Error
@@ -31,19 +32,39 @@ class DeviceAdapter:
 
 
 _adapters = {}
+_adapter_loaders = {}    # device type -> imports the module that registers its adapter
+_change_listeners = []
 
 
 def register_adapter(adapter):
     _adapters[adapter.device_type] = adapter
 
 
+def register_adapter_loader(device_type, load):
+    """load() imports the device's module, which registers its adapter; adapter()
+    calls it the first time the device is asked for."""
+    _adapter_loaders[device_type] = load
+
+
 def adapter(device_type):
-    if device_type not in _adapters and device_type == CUDA:
-        try:  # the CUDA device registers itself on import; PyCUDA is optional
-            from . import cuda  # noqa: F401
+    load = _adapter_loaders.get(device_type)
+    if device_type not in _adapters and load is not None:
+        try:  # the device registers itself on import; PyCUDA is optional
+            load()
         except ImportError:
             pass
     return _adapters.get(device_type)
+
+
+def on_devices_changed(listener):
+    """listener() runs when a device's availability may have changed (the CUDA
+    backend switched): modules above this one keep their constants true with it."""
+    _change_listeners.append(listener)
+
+
+def devices_changed():
+    for listener in _change_listeners:
+        listener()
 
 
 def to_device(array, device_option):

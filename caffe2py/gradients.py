@@ -29,6 +29,7 @@ wrapper over it.
 from collections import defaultdict, namedtuple
 
 from .args import make_argument
+from .blob_reference import BlobReference
 from .definition_sites import caller_site
 from .errors import Caffe2Error, describe_op
 from .proto import caffe2_pb2
@@ -245,7 +246,6 @@ def registered_gradient_types():
 
 def get_gradient_for_op(op_def, g_output):
     """Caffe2's GetGradientForOp: (gradient OperatorDefs, gradient of each input)."""
-    _load_operators()
     g_output = [_as_gradient(g) for g in g_output]
     if len(g_output) != len(op_def.output):
         raise Caffe2Error("%s: %d output gradients given for %d outputs"
@@ -272,11 +272,6 @@ def get_gradient_for_op(op_def, g_output):
         raise Caffe2Error("%s: the gradient maker returned %d input gradients for %d inputs"
                           % (label, len(g_input), len(op_def.input)))
     return list(ops), g_input
-
-
-def _load_operators():
-    # gradient makers are registered by the operator modules
-    from . import operators  # noqa: F401
 
 
 # --------------------------------------------------------------------------- backward pass
@@ -619,7 +614,6 @@ class BackwardPass:
 
 def backward_pass(operators, ys, scalar_losses=False):
     """(gradient ops, {blob name: gradient name or GradientSlice}) for the forward ops."""
-    _load_operators()
     return BackwardPass(list(operators)).build(ys, scalar_losses)
 
 
@@ -628,7 +622,6 @@ def add_gradient_operators(net, ys, skip=0, scalar_losses=False):
     Caffe2's map {BlobReference: BlobReference or GradientSlice of BlobReferences}.
     scalar_losses: the ys whose gradient is seeded with 1.0 must hold one value (checked
     when the net runs; ModelHelper asks for it)."""
-    from .core import BlobReference
     ops, grads = backward_pass(net.Proto().op[skip:], ys, scalar_losses)
     if isinstance(ys, dict):
         # explicit gradient blobs come from outside the net: declare them
@@ -669,7 +662,6 @@ class GradientRegistry:
     @classmethod
     def GetBackwardPass(cls, operators, ys, ys_generate_gradient=False):  # noqa: ARG003
         ops, grads = backward_pass(operators, ys)
-        from .core import BlobReference
         return ops, {BlobReference(k): (GradientSlice(BlobReference(v.indices), BlobReference(v.values))
                                         if isinstance(v, GradientSlice) else BlobReference(v))
                      for k, v in grads.items()}

@@ -411,3 +411,20 @@ class _RunWhileCondition(NetBuilder):
             self._current_net = self._cond_net
             self._children = [self._cond_net]
         NetBuilder.__exit__(self, etype, *args)
+
+
+# --------------------------------------------------------------------------- core's hooks
+# core is below this module: it asks through these rather than importing NetBuilder.
+
+def _current_builder_name():
+    builder = NetBuilder.current(required=False)
+    return builder.name if builder else ""
+
+
+def _nets_and_stop_blob(builder):
+    stop_blob = builder._stop_blob
+    return builder.get(), stop_blob
+
+
+core.set_net_name_prefix(_current_builder_name)
+core.register_step_source(NetBuilder, _nets_and_stop_blob)

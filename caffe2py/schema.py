@@ -612,3 +612,11 @@ def schema_check(schema, previous=None):
 def attach_metadata_to_scalars(field, metadata):
     for f in field.all_scalars():
         f.set_metadata(metadata)
+
+
+def _append_field(record, field_name, field):
+    return record + Struct((field_name, field))
+
+
+# core is below this module: Net.AppendOutputRecordField adds fields through this
+core.set_record_field_appender(_append_field)

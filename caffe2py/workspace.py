@@ -376,6 +376,15 @@ has_gpu_support = _has_gpu_support()
 has_cuda_support = has_gpu_support
 
 
+def _refresh_gpu_support():
+    # module constants in Caffe2: keep them true to the device in use
+    global has_gpu_support, has_cuda_support
+    has_gpu_support = has_cuda_support = _has_gpu_support()
+
+
+devices.on_devices_changed(_refresh_gpu_support)
+
+
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR}
 
 

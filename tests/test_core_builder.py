@@ -151,3 +151,34 @@ def test_next_blob_names_follow_caffe2():
     with scope.NameScope("s"):
         assert str(net.NextScopedBlob("z")) == "s/z"
     assert str(net.NextBlob()) == "unnamed"
+
+
+def test_append_output_record_field_extends_the_schema_record_and_external_outputs():
+    # core reaches schema.Struct through the hook schema sets on import (issue 30)
+    from caffe2py import schema
+    net = core.Net("record")
+    a = net.ConstantFill([], "a", shape=[1], value=1.0)
+    b = net.ConstantFill([], "b", shape=[2], value=2.0)
+    with pytest.raises(core.Caffe2Error, match="has no output record"):
+        net.AppendOutputRecordField("b", schema.Scalar(blob=b))
+    net.set_output_record(schema.Struct(("a", schema.Scalar(blob=a))))
+    net.AppendOutputRecordField("b", schema.Scalar(blob=b))
+    record = net.output_record()
+    assert isinstance(record, schema.Struct) and record.field_names() == ["a", "b"]
+    assert [str(x) for x in record.field_blobs()] == ["a", "b"]
+    assert list(net.Proto().external_output) == ["a", "b"]
+
+
+def test_nets_built_in_a_net_builder_take_its_name_and_it_becomes_a_step():
+    # core asks net_builder through hooks it fills on import (issue 30)
+    from caffe2py.net_builder import NetBuilder, ops
+    with NetBuilder("outer"):
+        inner = core.Net("inner")
+    assert inner.Name() == "outer/inner"
+    assert core.Net("after").Name() == "after"
+    with NetBuilder("loop") as nb:
+        ops.Const(1)
+        stop = nb.stop_blob()
+    step = core.to_execution_step(nb)
+    assert step.Name() == "loop" and step.Proto().should_stop_blob == str(stop)
+    assert len(step.Proto().network) == 1 and step.Proto().network[0].startswith("loop/")

@@ -9,6 +9,13 @@ from . import backend, context
 _pools = {}
 
 
+def _forget():
+    _pools.clear()
+
+
+backend.on_select(_forget)   # a new backend: the old one's pools are no use
+
+
 def pool(device_id=0):
     p = _pools.get(device_id)
     if p is None:

@@ -12,8 +12,8 @@ CAFFE2PY_CUDA_BACKEND (read when the device is first probed):
 is present); it forgets every cached context, stream, pool and module.
 """
 import os
-import sys
 
+from .. import devices
 from ..errors import Caffe2Error
 
 NAMES = ("auto", "pycuda", "emulator")
@@ -39,20 +39,23 @@ def is_emulator():
     return name() == "emulator"
 
 
+_forgetters = []    # what the modules above this one cache per backend, dropped by select()
+
+
+def on_select(forget):
+    """Run forget() whenever select() switches backends: context, allocator, compiler
+    and cublas register theirs at import (this module imports none of them)."""
+    _forgetters.append(forget)
+
+
 def select(backend):
     """Use backend ('auto', 'pycuda' or 'emulator') from now on in this process."""
     if backend not in NAMES:
         raise Caffe2Error("CUDA backend must be one of %s, got %r" % (", ".join(NAMES), backend))
-    from . import allocator, compiler, context, cublas  # noqa: PLC0415
     _selected[:] = [backend]
-    context.forget()
-    allocator._pools.clear()
-    compiler._modules.clear()
-    compiler._functions.clear()
-    cublas._state.clear()
-    ws = sys.modules.get("caffe2py.workspace")
-    if ws is not None:  # module constants in Caffe2: keep them true to the device in use
-        ws.has_gpu_support = ws.has_cuda_support = ws._has_gpu_support()
+    for forget in _forgetters:  # context first: the others import it before registering
+        forget()
+    devices.devices_changed()   # e.g. workspace.has_gpu_support follows the device in use
 
 
 def driver():

@@ -13,11 +13,20 @@ import hashlib
 import os
 
 from ..errors import Caffe2Error
-from . import context
+from . import backend, context
+from .cache_root import user_cache_root  # noqa: F401  (the emulator's build shares it)
 
 OPTIONS = ("-O3",)
 _modules = {}   # (name, device id) -> pycuda Module
 _functions = {}  # (name, function, device id) -> prepared Function
+
+
+def _forget():
+    _modules.clear()
+    _functions.clear()
+
+
+backend.on_select(_forget)   # a new backend loads its own modules
 
 
 def kernel_dir():
@@ -77,25 +86,6 @@ def cache_key(source, options, arch, headers=""):
     return h.hexdigest()
 
 
-def user_cache_root(environ=None, platform=None):
-    """caffe2py's cache folder, never inside the package: $CAFFE2PY_CACHE, else the
-    platform's user cache folder (~/.cache/caffe2py or $XDG_CACHE_HOME/caffe2py on
-    Linux, ~/Library/Caches/caffe2py on macOS, %LOCALAPPDATA%\\caffe2py on Windows)."""
-    import sys  # noqa: PLC0415
-    environ = os.environ if environ is None else environ
-    platform = sys.platform if platform is None else platform
-    if environ.get("CAFFE2PY_CACHE"):
-        return environ["CAFFE2PY_CACHE"]
-    home = os.path.expanduser("~")
-    if platform == "darwin":
-        base = os.path.join(home, "Library", "Caches")
-    elif platform.startswith("win"):
-        base = environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
-    else:
-        base = environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
-    return os.path.join(base, "caffe2py")
-
-
 def cache_dir():
     """Where cubins are kept: $CAFFE2PY_CUDA_CACHE, else <user cache root>/cuda."""
     root = os.environ.get("CAFFE2PY_CUDA_CACHE") or os.path.join(user_cache_root(), "cuda")
@@ -144,7 +134,6 @@ def module(name, device_id=0):
     mod = _modules.get((name, device_id))
     if mod is None:
         context.activate(device_id)
-        from . import backend  # noqa: PLC0415
         if backend.is_emulator():
             from .emulator import driver as emu  # noqa: PLC0415
             mod = _modules[(name, device_id)] = emu.module_from_file(source_path(name))

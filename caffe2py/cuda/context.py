@@ -6,6 +6,7 @@ import atexit
 import threading
 
 from ..errors import Caffe2Error
+from . import backend
 
 _lock = threading.RLock()
 _probe = {}          # "ok": bool, "reason": str, "count": int
@@ -15,8 +16,7 @@ _current = [None]    # device id whose context is on top of the stack
 
 
 def _driver():
-    from . import backend  # noqa: PLC0415 - PyCUDA is optional: imported lazily
-    return backend.driver()
+    return backend.driver()     # PyCUDA is optional: the backend imports it on first use
 
 
 _EMULATOR_HINT = "; CAFFE2PY_CUDA_BACKEND=emulator runs the CUDA kernels on the CPU emulator"
@@ -27,7 +27,6 @@ def probe():
     cached after the first call."""
     with _lock:
         if not _probe:
-            from . import backend  # noqa: PLC0415
             if backend.is_emulator():
                 from . import emulator  # noqa: PLC0415
                 ok, reason = emulator.available()
@@ -58,6 +57,9 @@ def forget():
         _contexts.clear()
         _streams.clear()
         _current[0] = None
+
+
+backend.on_select(forget)
 
 
 def available():

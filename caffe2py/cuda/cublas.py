@@ -16,11 +16,19 @@ import os
 import site
 import sys
 
+from . import backend as _cuda_backend   # this module's backend() says cublas or fallback
 from . import context
 
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
 FALLBACK_FORMAT = "iiqqqfPqPqfPq"  # sgemm_tiled's parameters, packed as PyCUDA does
 _state = {}
+
+
+def _forget():
+    _state.clear()
+
+
+_cuda_backend.on_select(_forget)   # a new backend: look for cuBLAS again
 
 
 def candidate_paths(environ=None, site_dirs=None):
@@ -76,8 +84,7 @@ def handle(device_id=0):
     """(lib, handle) bound to the device's stream, or None when cuBLAS is unavailable."""
     key = ("handle", device_id)
     if key not in _state:
-        from . import backend  # noqa: PLC0415
-        if backend.is_emulator():
+        if _cuda_backend.is_emulator():
             _state[key], _state["where"] = None, "the CUDA emulator has no cuBLAS: gemm.cu runs instead"
             return None
         lib = _state.get("lib")

@@ -16,7 +16,7 @@ import os
 import struct
 import threading
 
-from . import NEW, READ, WRITE, CorruptDBError, Cursor, DB, DBError, Transaction, register_db
+from .base import NEW, READ, WRITE, CorruptDBError, Cursor, DB, DBError, Transaction, register_db
 
 _HEADER = struct.Struct("<ii")
 _tmp_ids = itertools.count()

@@ -10,7 +10,7 @@ create_if_missing unless reading and error_if_exists in NEW mode.
 import os
 import shutil
 
-from . import NEW, READ, CorruptDBError, Cursor, DB, DBError, MissingBackendError, Transaction, register_db
+from .base import NEW, READ, CorruptDBError, Cursor, DB, DBError, MissingBackendError, Transaction, register_db
 
 LMDB_MAP_SIZE = 1 << 40
 

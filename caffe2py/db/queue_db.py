@@ -9,7 +9,7 @@ reader never waits for a record beyond the one it returns.
 """
 import numpy as np
 
-from . import READ, Cursor, DB, DBError
+from .base import READ, Cursor, DB, DBError
 
 
 def _string_of(value, what):

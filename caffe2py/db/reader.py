@@ -6,7 +6,7 @@ the first record, so several input ops can read one db for ever. With num_shards
 """
 import threading
 
-from . import READ, DBError, create_db
+from .base import READ, DBError, create_db
 
 
 class DBReader:

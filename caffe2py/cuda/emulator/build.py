@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ...errors import Caffe2Error
+from ..cache_root import user_cache_root
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(HERE, "include")
@@ -72,7 +73,6 @@ def compiler_identity(cxx):
 
 
 def cache_dir():
-    from ..compiler import user_cache_root  # noqa: PLC0415
     root = os.path.join(user_cache_root(), "cuda-emulator")
     os.makedirs(root, exist_ok=True)
     return root

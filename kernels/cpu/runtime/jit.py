@@ -47,6 +47,7 @@ Loops vectorise when their inner index runs over plain slices: write
 `x0 = row[a:a + n]` then `x0[i]`, not `row[i + a]` (numba must allow a negative
 index there, which stops LLVM's vectoriser: 5-9x slower, measured).
 """
+import atexit
 import threading
 
 from .threads import num_threads
@@ -258,6 +259,13 @@ def _announce_background():
     kernels = list(_unannounced)
     del _unannounced[:]
     announce_background(kernels)
+
+
+@atexit.register
+def _announce_at_exit():
+    # kernels queued outside a team() block (whose exit announces them) are told at exit
+    if _unannounced:
+        _announce_background()
 
 
 def wait_for_kernels(timeout=None):

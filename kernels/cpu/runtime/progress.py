@@ -6,7 +6,6 @@ nothing with CAFFE2PY_QUIET=1 (the command line's --quiet sets it).
     announce_inline(kernel)        once per process: this call compiles first
     wait_for(kernels, timeout)     block until they run machine code
 """
-import atexit
 import os
 import sys
 import time
@@ -89,10 +88,3 @@ def wait_for(kernels, timeout=None):
     if show:
         sys.stderr.write("\n")
     return not pending
-
-
-@atexit.register
-def _at_exit():
-    from . import jit
-    if jit._unannounced:
-        jit._announce_background()
