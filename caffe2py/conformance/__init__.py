@@ -1,0 +1,7 @@
+"""Running Caffe2-style test files on caffe2py (`caffe2py conformance`).
+
+Each test file runs in a pytest child process of its own (runner.py) with the
+`caffe2` import aliases installed and the Caffe2 folder layout mapped (plugin.py,
+layout.py); the child's plugin counts its results into a small JSON report that
+the parent reads (report.py). Files are found by discover.py.
+"""
