@@ -28,18 +28,20 @@ except ImportError:          # no hypothesis: only files that use it fail, at th
     pass
 
 
-def _one_line(text, limit=300):
+def _one_line(text, limit=300, first=False):
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     # pytest marks the exception lines of a formatted traceback with "E "
     marked = [line[1:].strip() for line in lines if line.startswith("E ")]
-    line = (marked[-1] if marked else lines[-1]) if lines else ""
+    lines = marked or lines
+    line = (lines[0] if first else lines[-1]) if lines else ""
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 def short_message(report):
     crash = getattr(report.longrepr, "reprcrash", None)
     if crash is not None:
-        return _one_line(crash.message)
+        # "AssertionError: the test's message" first, assertion rewriting's detail after
+        return _one_line(crash.message, first=True)
     if isinstance(report.longrepr, tuple):          # a skip: (file, line, reason)
         return _one_line(report.longrepr[2])
     return _one_line(report.longrepr)
