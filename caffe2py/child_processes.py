@@ -41,6 +41,7 @@ ENV_PARENT = "CAFFE2PY_PARENT_PID"
 CHECK_SECONDS = 0.25            # the watchdog's period: an orphan is gone within about this long
 ORPHAN_EXIT_STATUS = 75         # status of a child that ended because its parent was gone
 _PR_SET_PDEATHSIG = 1
+_KILL = getattr(signal, "SIGKILL", signal.SIGTERM)     # Windows has no SIGKILL (os.kill terminates)
 
 _protected = []                 # the parent pid this process watches (once per process)
 
@@ -58,7 +59,7 @@ def _prctl():
     return prctl
 
 
-def set_death_signal(signum=signal.SIGKILL):
+def set_death_signal(signum=_KILL):
     """Ask Linux to send `signum` to this process when its parent ends; False
     where that is not available."""
     prctl = _prctl()
@@ -101,7 +102,7 @@ def child_env(env=None):
     return env
 
 
-def death_signal_preexec(signum=signal.SIGKILL):
+def death_signal_preexec(signum=_KILL):
     """A preexec_fn for subprocess.Popen that sets the death signal in the child
     before it execs (it survives exec); None off Linux."""
     prctl = _prctl()
@@ -178,7 +179,7 @@ def stop(processes, grace=2.0):
         for p in running:
             # a group outlives its leader when the leader's children ignored SIGTERM
             if groups[p.pid] or _is_running(p):
-                _signal(p.pid, signal.SIGKILL, groups[p.pid])
+                _signal(p.pid, _KILL, groups[p.pid])
         for p in processes:
             _reap(p)
 

@@ -58,6 +58,13 @@ FILES = {
         def test_never():
             pass
     """,
+    "skip_module_test.py": """
+        import pytest
+        pytest.importorskip("caffe2_optional_extra_not_installed")
+
+        def test_never():
+            pass
+    """,
     "crash_test.py": """
         import ctypes
 
@@ -122,6 +129,7 @@ EXPECTED = {
     "failing_test.py": ("ran", True, 3, 1, 1, 1, 0, "test_bad", "one is not two"),
     "import_error_test.py": ("ran", False, 0, 0, 0, 1, 0, "(import)",
                              "No module named 'caffe2_no_such_module_anywhere'"),
+    "skip_module_test.py": ("ran", True, 0, 0, 0, 0, 1, None, None),
     "crash_test.py": ("crashed", True, 3, 1, 0, 1, 0, "test_segfault", "SIGSEGV"),
     "hang_test.py": ("timeout", True, 2, 1, 0, 1, 0, "test_hang", "timed out after 20 s"),
     "helper_test.py": ("ran", True, 1, 1, 0, 0, 0, None, None),
@@ -184,11 +192,11 @@ def test_suite_counts_per_file_and_totals(tmp_path, capsys, clean_env):
     assert wall < 20 + 60
     t = data["totals"]
     assert (t["files"], t["imported"], t["collected"], t["passed"], t["failed"], t["errors"], t["skipped"],
-            t["timed_out"], t["crashed"]) == (7, 6, 16, 10, 1, 4, 1, 1, 1)
-    assert t["percent"] == {"files_imported": 85.7, "tests_passed": 62.5}
+            t["timed_out"], t["crashed"]) == (8, 7, 16, 10, 1, 4, 2, 1, 1)
+    assert t["percent"] == {"files_imported": 87.5, "tests_passed": 62.5}
     summary = out.strip().splitlines()[-1]
-    assert summary.startswith("7 file(s): 6 imported (85.7%); 16 test(s) collected: 10 passed (62.5%), "
-                              "1 failed, 4 errors, 1 skipped; files: 1 timed out, 1 crashed; "), summary
+    assert summary.startswith("8 file(s): 7 imported (87.5%); 16 test(s) collected: 10 passed (62.5%), "
+                              "1 failed, 4 errors, 2 skipped; files: 1 timed out, 1 crashed; "), summary
     # nothing written into the test folders or the current directory
     assert tree(tmp_path / "caffe2") == before and not any("pycache" in p for p in before)
     assert os.listdir(clean_env) == []

@@ -79,6 +79,9 @@ class Report:
             nodeid = report.nodeid if "::" in report.nodeid else "(import)"
             self.fail("errors", nodeid, short_message(report))
             self.write()
+        elif report.skipped:                # pytest.skip(allow_module_level=True), as pytest counts it
+            self.data["skipped"] += 1
+            self.write()
 
     def pytest_collection_finish(self, session):
         self.data["collected"] = len(session.items)
