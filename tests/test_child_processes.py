@@ -122,20 +122,20 @@ def test_a_protected_child_exits_when_its_parent_is_killed(tmp_path):
     assert results["protect"] <= GONE_WITHIN
 
 
-def test_the_watchdog_alone_ends_an_orphan():
+def test_the_watchdog_alone_ends_an_orphan(tmp_path):
     """Where prctl is not available, the watchdog thread must do it within about a second."""
     token = uuid.uuid4().hex
+    ready = tmp_path / "ready"
     middle = textwrap.dedent("""
-        import os, subprocess, sys, time
+        import subprocess, sys, time
         from caffe2py import child_processes
         code = ("import caffe2py.child_processes as c, time; c.set_death_signal = lambda *a: False; "
-                "c.protect_from_env(); time.sleep(600)")
+                "c.protect_from_env(); open(%r, 'w').close(); time.sleep(600)" % sys.argv[1])
         subprocess.Popen([sys.executable, "-c", code], env=child_processes.child_env())
         time.sleep(600)
     """)
-    parent = start([sys.executable, "-c", middle], token)
-    wait_for(lambda: len(marked(token)) == 2, "the child", parent=parent)
-    time.sleep(1.0)                          # its watchdog is running
+    parent = start([sys.executable, "-c", middle, str(ready)], token)
+    wait_for(ready.exists, "the child's watchdog", parent=parent)
     assert kill_and_time(parent, token) <= child_processes.CHECK_SECONDS + 1.0
 
 
@@ -163,15 +163,27 @@ def _scoring(tmp_path, token, signum=signal.SIGKILL):
     the parent and the seconds until the run's processes were gone."""
     pytest.importorskip("pyarrow")
     from _scoring_data import demo_dataset
-    demo_dataset(tmp_path / "data", shards=6, rows=96)
+    demo_dataset(tmp_path / "data", shards=6, rows=160)
     out = tmp_path / "out"
     parent = start(_score_cmd(tmp_path / "data", out), token, sigint=signum == signal.SIGINT)
     from caffe2py.scoring.outputs import TEMP_PREFIX
 
+    writers = set()
+
     def working():
-        names = os.listdir(out) if out.is_dir() else []
-        return len(workers_of(token, "spawn_main")) == 2 and any(n.startswith(TEMP_PREFIX) for n in names)
-    wait_for(working, "both score workers scoring", parent=parent)
+        # both workers past their start-up (each has written a temporary output, named
+        # after its pid) and a shard being written now
+        temps = [n for n in (os.listdir(out) if out.is_dir() else []) if n.startswith(TEMP_PREFIX)]
+        writers.update(n[len(TEMP_PREFIX):].split("-", 1)[0] for n in temps)
+        return len(writers) == 2 and bool(temps)
+    deadline = time.monotonic() + 180
+    while not working():
+        if parent.poll() is not None or time.monotonic() > deadline:
+            parent.kill()
+            gone_after(token)
+            pytest.skip("the run ended (%s) before both workers were seen scoring" % parent.returncode)
+        time.sleep(0.01)
+    assert len(workers_of(token, "spawn_main")) == 2
     return parent, kill_and_time(parent, token, signum)
 
 
@@ -185,7 +197,7 @@ def test_score_workers_die_with_a_sigkilled_parent_and_the_run_resumes(tmp_path)
     out, whole = str(tmp_path / "out"), str(tmp_path / "whole")
     # as the killed run: 2 workers (the thread count per worker decides the float sums)
     clean = run_job(ModelSpec(), [str(tmp_path / "data")], whole, batch_size=4, workers=2, progress=False)
-    assert clean.rows == 6 * 96 and not clean.failed
+    assert clean.rows == 6 * 160 and not clean.failed
     resumed = run_job(ModelSpec(), [str(tmp_path / "data")], out, batch_size=4, workers=2, progress=False)
     assert not resumed.failed and len(resumed.skipped) + len(resumed.results) == 6
     assert sorted(os.listdir(out)) == sorted(os.listdir(whole))          # no temporary files left
@@ -240,8 +252,13 @@ def test_fuzz_command_line_workers_die_with_a_sigkilled_parent(tmp_path):
     token = uuid.uuid4().hex
     parent = start([sys.executable, "-m", "caffe2py.tools.fuzz", "--budget", "100000", "--seed", "1",
                     "--jobs", "2", "--family", "api"], token, cwd=str(tmp_path), TMPDIR=str(tmp_path))
-    wait_for(lambda: len(workers_of(token, "caffe2py.tools.fuzz.worker")) == 2, "two fuzz workers", parent=parent)
-    time.sleep(2.0)                          # they are running cases by now
+    import glob
+
+    def in_cases():          # past their start-up (imports, then the protection), running cases
+        logs = glob.glob(str(tmp_path / "caffe2py-fuzz-*" / "logs" / "worker*.log"))
+        return len(logs) == 2 and all("case api:" in open(p).read() for p in logs)
+    wait_for(in_cases, "two fuzz workers running cases", parent=parent)
+    assert len(workers_of(token, "caffe2py.tools.fuzz.worker")) == 2
     assert kill_and_time(parent, token) <= GONE_WITHIN
 
 
