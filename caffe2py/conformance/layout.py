@@ -32,5 +32,5 @@ def install(root):
     python_dir = os.path.join(root, "caffe2", "python")
     if any(isinstance(f, FolderFinder) and f.python_dir == python_dir for f in sys.meta_path):
         return
-    aliases = [i for i, f in enumerate(sys.meta_path) if type(f).__name__ == "_AliasFinder"]
+    aliases = [i for i, f in enumerate(sys.meta_path) if isinstance(f, compat._AliasFinder)]
     sys.meta_path.insert(aliases[0] + 1 if aliases else 0, FolderFinder(python_dir))

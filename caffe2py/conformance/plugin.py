@@ -11,8 +11,7 @@ import os
 
 from caffe2py import child_processes
 
-REPORT_ENV = "CAFFE2PY_CONFORMANCE_REPORT"
-ROOT_ENV = "CAFFE2PY_CONFORMANCE_CAFFE2_ROOT"
+from . import REPORT_ENV, ROOT_ENV
 
 child_processes.protect_from_env()
 import caffe2py.compat  # noqa: E402,F401  (caffe2.python -> caffe2py, before the test file imports)

@@ -16,7 +16,7 @@ import time
 
 from caffe2py import child_processes
 
-from . import plugin
+from . import REPORT_ENV, ROOT_ENV
 from .report import from_report
 
 POLL_SECONDS = 0.05
@@ -38,9 +38,9 @@ class _Child:
                "--basetemp", os.path.join(folder, "basetemp")]
         if keyword:
             cmd += ["-k", keyword]
-        env = dict(env, **{plugin.REPORT_ENV: self.report_path})
+        env = dict(env, **{REPORT_ENV: self.report_path})
         if test_file.caffe2_root:
-            env[plugin.ROOT_ENV] = test_file.caffe2_root
+            env[ROOT_ENV] = test_file.caffe2_root
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
@@ -70,7 +70,7 @@ class _Child:
 def child_env():
     env = child_processes.child_env()
     env["PYTHONDONTWRITEBYTECODE"] = "1"      # no __pycache__ in the test folders
-    env.pop(plugin.ROOT_ENV, None)
+    env.pop(ROOT_ENV, None)
     return env
 
 
