@@ -61,6 +61,10 @@ def main(argv=None):
     except Caffe2Error as exc:
         sys.stderr.write("caffe2py %s: error: %s\n" % (args.command, exc))
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C: the command's worker processes were stopped on the way out
+        sys.stderr.write("caffe2py %s: interrupted\n" % args.command)
+        return 130
     except BrokenPipeError:
         # the reader went away (`caffe2py ops | head`): stop quietly, as Unix tools do
         import os

@@ -5,15 +5,21 @@ Workers are started with the spawn method: numba's OpenMP runtime (GNU libgomp)
 is not fork-safe once it has run, so forked children of a process that has
 scored could hang. Each worker's kernel team gets CPUs // workers threads unless
 CAFFE2PY_NUM_THREADS says otherwise, so workers do not oversubscribe the cores.
+
+Workers end with the run (caffe2py.child_processes): each watches this process
+and exits when it is gone (even SIGKILLed); Ctrl-C and SIGTERM here stop them
+before this process exits; a terminal's Ctrl-C is for this process alone.
 """
 import multiprocessing
 import os
 import queue as queue_module
+import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
+from caffe2py import child_processes
 from caffe2py.errors import Caffe2Error
 
 from .outputs import OutputWriter
@@ -59,7 +65,9 @@ def score_shard(model, shard, out_dir, batch_size, fingerprint, id_column="id", 
 _worker = {}
 
 
-def _init_worker(spec, threads, progress_queue):
+def _init_worker(spec, threads, progress_queue, parent_pid):
+    child_processes.protect(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C: the parent stops us
     if threads and "CAFFE2PY_NUM_THREADS" not in os.environ:
         os.environ["CAFFE2PY_NUM_THREADS"] = str(threads)
     os.environ.setdefault("CAFFE2PY_QUIET", "1")      # notices once, from the parent
@@ -102,29 +110,49 @@ def _run_pool(spec, shards, out_dir, batch_size, fingerprint, workers, id_column
     rows_queue = context.Queue()
     results = {}
     workers = min(workers, len(shards))
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
-                             initargs=(spec, default_threads(workers), rows_queue)) as pool:
-        futures = {pool.submit(_worker_score, shard, out_dir, batch_size, fingerprint, id_column): shard
-                   for shard in shards}
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
+                               initargs=(spec, default_threads(workers), rows_queue, os.getpid()))
+    finished = False
+    try:
+        with child_processes.terminate_unwinds():
+            futures = {pool.submit(_worker_score, shard, out_dir, batch_size, fingerprint, id_column): shard
+                       for shard in shards}
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                _drain(rows_queue, progress)
+                for future in done:
+                    results[futures[future].name] = _result(future, futures[future])
             _drain(rows_queue, progress)
-            for future in done:
-                shard = futures[future]
-                try:
-                    results[shard.name] = future.result()
-                except BrokenProcessPool:
-                    results[shard.name] = ShardResult(shard.name, error="shard '%s': its worker process died "
-                                                      "(killed, or out of memory)" % shard.name)
-                except Exception as exc:  # noqa: BLE001 - reported per shard
-                    results[shard.name] = ShardResult(shard.name, error="shard '%s': %s" % (shard.name, exc))
-        _drain(rows_queue, progress)
+        finished = True
+    finally:
+        if finished:
+            pool.shutdown(wait=True)
+        else:
+            _stop_pool(pool)
     rows_queue.close()
     model_errors = {r.error for r in results.values() if r.error and r.error.startswith("the model could not")}
     if model_errors and len(model_errors) == 1 and all(r.error for r in results.values()):
         raise Caffe2Error(model_errors.pop())
     return [results[s.name] for s in shards]
+
+
+def _result(future, shard):
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        return ShardResult(shard.name, error="shard '%s': its worker process died "
+                           "(killed, or out of memory)" % shard.name)
+    except Exception as exc:  # noqa: BLE001 - reported per shard
+        return ShardResult(shard.name, error="shard '%s': %s" % (shard.name, exc))
+
+
+def _stop_pool(pool):
+    """Interrupted (Ctrl-C, SIGTERM, an error): end the workers now rather than
+    let them finish their shards (shutdown() alone would wait for them)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())   # no public accessor before 3.14
+    pool.shutdown(wait=False, cancel_futures=True)
+    child_processes.stop(processes, grace=2.0)
 
 
 def _drain(rows_queue, progress):

@@ -1,6 +1,8 @@
 """A pool of worker processes that run fuzz cases, catching what a case can do to
 the process that runs it: a case that dies (signal, abort, exit) is a `crash`, one
-that runs past the time limit a `hang`; the worker is replaced and the pool goes on."""
+that runs past the time limit a `hang`; the worker is replaced and the pool goes on.
+Workers end with the pool (caffe2py.child_processes): each exits when this process
+is gone, and an error, Ctrl-C or SIGTERM here stops them before this process exits."""
 import json
 import os
 import selectors
@@ -8,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+
+from caffe2py import child_processes
 
 
 class Worker:
@@ -65,7 +69,7 @@ def worker_env(threads=1):
 
 def run_pool(case_ids, jobs, timeout, workdir, on_result, startup_timeout=300):
     """Run every case id on `jobs` workers; on_result(result dict) for each."""
-    env = worker_env()
+    env = child_processes.child_env(worker_env())
     log_dir = os.path.join(workdir, "logs")
     os.makedirs(log_dir, exist_ok=True)
     pending = list(reversed(case_ids))
@@ -100,47 +104,52 @@ def run_pool(case_ids, jobs, timeout, workdir, on_result, startup_timeout=300):
             result = dict(base, note="reference_crashed" if cls == "crash" else "reference_hung", phase="done")
         on_result(result)
 
-    for _ in range(min(jobs, len(pending)) or 1):
-        start()
-    while workers:
-        now = time.monotonic()
-        wait = min((w.deadline for w in workers if w.deadline is not None), default=now + 1) - now
-        for key, _mask in selector.select(timeout=max(0.05, wait)):
-            w = key.data
-            chunk = os.read(w.proc.stdout.fileno(), 1 << 16).decode("utf-8", "replace")
-            if not chunk:               # the process is gone
-                code = w.proc.wait()
-                if w.case is not None:
-                    how = "killed by signal %d" % -code if code < 0 else "exited with status %d" % code
-                    lost(w, "crash", "worker %s while running the case" % how)
-                elif not w.ready:
-                    raise RuntimeError("a fuzz worker failed to start (exit %s); its log: %s"
-                                       % (code, w.log_tail()))
-                retire(w)
-                if pending:
-                    start()
-                continue
-            w.buffer += chunk
-            while "\n" in w.buffer:
-                line, w.buffer = w.buffer.split("\n", 1)
-                message = json.loads(line)
-                if "ready" in message:
-                    w.ready = True
-                    dispatch(w)
-                elif message.get("phase") == "ours":
-                    w.partial = message
-                else:
-                    on_result(message)
-                    dispatch(w)
-            if w.case is None and w.ready and not pending and w in workers:
-                retire(w)
-        now = time.monotonic()
-        for w in list(workers):
-            if w.deadline is not None and now > w.deadline:
-                if not w.ready:
-                    raise RuntimeError("a fuzz worker did not start within %d s" % startup_timeout)
-                lost(w, "hang", "no answer within %.0f s" % timeout)
-                retire(w)
-                if pending:
-                    start()
-    selector.close()
+    try:
+        with child_processes.terminate_unwinds():
+            for _ in range(min(jobs, len(pending)) or 1):
+                start()
+            while workers:
+                now = time.monotonic()
+                wait = min((w.deadline for w in workers if w.deadline is not None), default=now + 1) - now
+                for key, _mask in selector.select(timeout=max(0.05, wait)):
+                    w = key.data
+                    chunk = os.read(w.proc.stdout.fileno(), 1 << 16).decode("utf-8", "replace")
+                    if not chunk:               # the process is gone
+                        code = w.proc.wait()
+                        if w.case is not None:
+                            how = "killed by signal %d" % -code if code < 0 else "exited with status %d" % code
+                            lost(w, "crash", "worker %s while running the case" % how)
+                        elif not w.ready:
+                            raise RuntimeError("a fuzz worker failed to start (exit %s); its log: %s"
+                                               % (code, w.log_tail()))
+                        retire(w)
+                        if pending:
+                            start()
+                        continue
+                    w.buffer += chunk
+                    while "\n" in w.buffer:
+                        line, w.buffer = w.buffer.split("\n", 1)
+                        message = json.loads(line)
+                        if "ready" in message:
+                            w.ready = True
+                            dispatch(w)
+                        elif message.get("phase") == "ours":
+                            w.partial = message
+                        else:
+                            on_result(message)
+                            dispatch(w)
+                    if w.case is None and w.ready and not pending and w in workers:
+                        retire(w)
+                now = time.monotonic()
+                for w in list(workers):
+                    if w.deadline is not None and now > w.deadline:
+                        if not w.ready:
+                            raise RuntimeError("a fuzz worker did not start within %d s" % startup_timeout)
+                        lost(w, "hang", "no answer within %.0f s" % timeout)
+                        retire(w)
+                        if pending:
+                            start()
+    finally:
+        # an error, Ctrl-C or SIGTERM: the workers (each its own session) end with the pool
+        child_processes.stop([w.proc for w in workers], grace=1.0)
+        selector.close()

@@ -19,6 +19,8 @@ def _limit_memory():
 
 
 def main():
+    from caffe2py.child_processes import protect_from_env
+    protect_from_env()            # end with the pool's process, even when it is SIGKILLed
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     log = open(sys.argv[1] if len(sys.argv) > 1 else os.devnull, "a", buffering=1)
     os.dup2(log.fileno(), 1)
