@@ -186,20 +186,16 @@ external_output: "mpool"
     return predict, init, w
 
 
-def test_shapes_report_of_a_net_with_kernel_zero_global_pools(tmp_path, capsys):
-    predict, init, _ = _write_global_pool_model(tmp_path)
+def test_shapes_report_and_export_of_kernel_zero_global_pools(tmp_path, capsys):
+    onnx = pytest.importorskip("onnx")
+    from onnx.reference import ReferenceEvaluator
+    predict, init, w = _write_global_pool_model(tmp_path)
     assert main(["shapes", "--quiet", "--predict-net", str(predict), "--init-net", str(init),
                  "--hint", "data,8,3,7,6", "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     dims = {b["name"]: b["dims"] for b in report["blobs"]}
     assert dims["c"] == [8, 4, 7, 6]
     assert dims["pool"] == [8, 4, 1, 1] and dims["mpool"] == [8, 4, 1, 1]
-
-
-def test_export_writes_global_pools_for_kernel_zero_global_pools(tmp_path):
-    onnx = pytest.importorskip("onnx")
-    from onnx.reference import ReferenceEvaluator
-    predict, init, w = _write_global_pool_model(tmp_path)
     out = tmp_path / "model.onnx"
     assert main(["export", "--quiet", "--predict-net", str(predict), "--init-net", str(init),
                  "--input", "data:float32:2x3x5x4", "-o", str(out)]) == 0
@@ -485,22 +481,23 @@ def _while_body(scan_shape):
     return body
 
 
-@pytest.mark.parametrize("trips", [0, 1, 4])
+@pytest.mark.parametrize("trips", [1, 4])
 def test_onnx_while_scan_outputs_grow_by_a_row_per_iteration(trips):
     workspace.FeedBlob("trips", np.array(trips, np.int64))
     workspace.FeedBlob("cond", np.array(True))
     workspace.FeedBlob("acc0", np.zeros((), np.float32))
     run("ONNXWhile", ["trips", "cond", "acc0"], ["acc", "scans"], body=_while_body([1, 2]), has_trip_count=1)
     np.testing.assert_array_equal(fetch("acc"), np.float32(sum(range(trips))))
-    if trips == 0:
-        assert fetch("scans").dtype == np.int32 and fetch("scans").shape == (0,)
-    else:   # per-iteration [1, 2]: rows stack on the existing first axis, [T, 2] (not [T, 1, 2])
-        np.testing.assert_array_equal(fetch("scans"), np.repeat(np.arange(trips, dtype=np.float32), 2).reshape(-1, 2))
+    # per-iteration [1, 2]: rows stack on the existing first axis, [T, 2] (not [T, 1, 2])
+    np.testing.assert_array_equal(fetch("scans"), np.repeat(np.arange(trips, dtype=np.float32), 2).reshape(-1, 2))
 
 
 def test_onnx_while_scan_output_layouts_caffe2_defines_and_refuses():
     workspace.FeedBlob("cond", np.array(True))
     workspace.FeedBlob("acc0", np.zeros((), np.float32))
+    workspace.FeedBlob("trips", np.array(0, np.int64))
+    run("ONNXWhile", ["trips", "cond", "acc0"], ["acc", "scans"], body=_while_body([1, 2]), has_trip_count=1)
+    assert fetch("scans").dtype == np.int32 and fetch("scans").shape == (0,)    # no iteration
     workspace.FeedBlob("trips", np.array(1, np.int64))
     run("ONNXWhile", ["trips", "cond", "acc0"], ["acc", "scans"], body=_while_body([]), has_trip_count=1)
     assert fetch("scans").shape == ()                   # one iteration: the value as it is
