@@ -298,6 +298,10 @@ def test_iter_retypes_an_int32_counter_to_int64_and_counts():
     assert fetch("it").dtype == np.int64 and fetch("it").tolist() == [1]
     run("Iter", ["it"], ["it"])
     assert fetch("it").tolist() == [2]
+    net = core.Net("div_iter_types")
+    net.Iter(["it32"], ["it32"])
+    _, types = workspace.InferShapesAndTypes([net], {"it32": [1]}, blob_types={"it32": DT.INT32})
+    assert types["it32"] == DT.INT64                    # shape inference knows the re-typing
     counter = np.array([7.0], np.float64)         # 8 bytes: Caffe2 keeps the buffer and reads its bits
     workspace.FeedBlob("wide", counter)
     run("Iter", ["wide"], ["wide"])

@@ -7,6 +7,7 @@ import threading
 import numpy as np
 
 from caffe2py import inplace
+from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import OpSchema, TensorType, register_kernel, register_schema
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -67,7 +68,7 @@ def next_count(ctx, index, counter):
 
 register_schema(OpSchema(
     "Iter", num_inputs=(0, 1), num_outputs=1, enforce_inplace={(0, 0)},
-    inference=lambda ctx, ins: [TensorType(ins[0].dims if ins else (1,), np.int64)],
+    inference=lambda ctx, ins: [TensorType(ins[0].dims if ins else (1,), caffe2_pb2.TensorProto.INT64)],
     doc="Increments a one-value iteration counter (in place on input 0), re-typing it to int64 as "
         "Caffe2 does (an int32 counter restarts from 0). Caffe2's older form has no input: the "
         "output blob is incremented, or starts at 0 (so 1 after the first run) when it holds no tensor."))
