@@ -185,10 +185,11 @@ class Net:
             self._net.CopyFrom(name_or_proto)
             for op in self._net.op:
                 self._op_outputs.update(op.output)
-            if not self._net.name:
-                self._net.name = Net._get_next_net_name("net")
-            else:
-                Net._net_names_used.add(self._net.name)
+            # Caffe2 names a net built from a NetDef like one built from a name: the
+            # proto's name when unused, else name_1, name_2, ... so a copy can be
+            # created beside its original. (An unnamed proto gets "net": CreateNet
+            # here refuses empty names.)
+            self._net.name = Net._get_next_net_name(self._net.name or "net")
         else:
             self._net = caffe2_pb2.NetDef()
             self._net.name = Net._get_next_net_name(str(name_or_proto))

@@ -75,6 +75,30 @@ def as_blob_value(value):
     return arr if arr.flags.c_contiguous else np.array(arr, order="C")
 
 
+def _as_bytes(s):
+    return s.encode("utf-8", "surrogateescape") if isinstance(s, str) else s
+
+
+def fetched_value(value):
+    """What FetchBlob hands back for a host value, as Caffe2's Python 3 binding does:
+    a string tensor is an object array of `bytes` (std::string has no encoding; str
+    elements are given back UTF-8 encoded), and a string blob (FeedBlob of one str or
+    bytes, kept as a 0-d object array) is one `bytes`. Other values are unchanged."""
+    if isinstance(value, (str, bytes)):
+        return _as_bytes(value)
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "OSU":
+        return value
+    if value.ndim == 0 and isinstance(value.item(), (str, bytes)):
+        return _as_bytes(value.item())
+    if value.dtype.kind == "O" and not any(isinstance(v, str) for v in value.flat):
+        return value
+    out = np.empty(value.shape, dtype=object)
+    flat = out.reshape(-1)
+    for i, v in enumerate(value.flat):
+        flat[i] = _as_bytes(v) if isinstance(v, (str, bytes)) else v
+    return out
+
+
 def tensor_to_numpy(t):
     """Decode a TensorProto (any storage field Caffe2 writes) into an ndarray."""
     dims = tuple(int(d) for d in t.dims)

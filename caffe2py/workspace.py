@@ -15,7 +15,7 @@ from .executor import Net, compile_net
 from .proto import caffe2_pb2
 from .registry import CUDA, registered_operator_keys
 from .schema_inference import infer_net, type_of_value
-from .tensors import as_blob_value
+from .tensors import as_blob_value, fetched_value
 
 
 def _name(x):
@@ -84,7 +84,7 @@ class Workspace:
         except KeyError:
             raise Caffe2Error("Can't find blob: %s" % name) from None
         try:
-            return devices.to_host(value)
+            return fetched_value(devices.to_host(value))
         except MemoryError:
             raise Caffe2Error("cannot fetch blob '%s' (%s): the copy handed to the caller does not fit "
                               "in the memory this process may use" % (name, _size_text(value))) from None

@@ -82,6 +82,35 @@ def conv_geometry(ctx, rank, kernel_from=None):
     return kernel, strides, pads, dilations
 
 
+POOL_KERNEL_ARGS = ("kernel", "kernels", "kernel_h", "kernel_w")
+
+
+def pool_window_problem(ctx):
+    """None when a pool's window arguments pass Caffe2's ConvPoolOpBase, else why not.
+    A kernel of 0 (what Caffe2's model-zoo nets store for their global pools) is taken
+    exactly when global_pooling is set, the window then being the input's spatial
+    size; global_pooling refuses any pad, stride or dilation other than 0 / 1 / 1.
+    Negative values are the schema's Range checks' business."""
+    if not ctx.bool("global_pooling"):
+        for name in POOL_KERNEL_ARGS:
+            if ctx.has(name):
+                values = ctx.ints(name) if name == "kernels" else [ctx.int(name)]
+                if any(v < 1 for v in values):
+                    return ("argument '%s' must be >= 1 unless global_pooling is set, got %s"
+                            % (name, values if name == "kernels" else values[0]))
+        return None
+    for names, neutral in ((("pad", "pads", "pad_t", "pad_l", "pad_b", "pad_r"), 0),
+                           (("stride", "strides", "stride_h", "stride_w"), 1),
+                           (("dilation", "dilations", "dilation_h", "dilation_w"), 1)):
+        for name in names:
+            if ctx.has(name):
+                values = ctx.ints(name) if name.endswith("s") else [ctx.int(name)]
+                if any(v != neutral for v in values):
+                    return ("global_pooling takes no %s: argument '%s' must be %d, got %s"
+                            % (names[0], name, neutral, values if name.endswith("s") else values[0]))
+    return None
+
+
 LEGACY_NOTSET, LEGACY_VALID, LEGACY_SAME, LEGACY_CAFFE_POOLING = 0, 1, 2, 3
 
 

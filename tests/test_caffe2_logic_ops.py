@@ -196,7 +196,7 @@ class TestWhere(OpTest):
         Y = np.array(["x", "y", "z"], dtype=object)
         C = np.array([True, False, True])
         op = core.CreateOperator("Where", ["C", "X", "Y"], ["Z"])
-        self.assertReferenceChecks(hu.cpu_do, op, [C, X, Y], lambda C, X, Y: (np.array(["a", "y", "c"], dtype=object),))
+        self.assertReferenceChecks(hu.cpu_do, op, [C, X, Y], lambda C, X, Y: (np.array([b"a", b"y", b"c"], dtype=object),))
         self.assertRunOpRaises(hu.cpu_do, op, [C[:2], X, Y], exception=Caffe2Error,
                                regexp=r"blob 'C': shape \[2\] differs from X's \[3\]")
         self.assertRunOpRaises(hu.cpu_do, op, [C.astype(np.int32), X, Y], exception=Caffe2Error,

@@ -407,7 +407,8 @@ def test_onnx_while_matches_onnx_loop_semantics(trips, bound):
         cond = acc < bound
         i += 1
     np.testing.assert_array_equal(workspace.FetchBlob("acc"), f32(acc))
-    expect_scans = np.array(scans, np.float32) if scans else np.zeros((0,), np.int32)
+    # Caffe2's ONNXWhile extends the first iteration's [1] value by a row per iteration: [T], not [T, 1]
+    expect_scans = np.array(scans, np.float32).reshape(-1) if scans else np.zeros((0,), np.int32)
     np.testing.assert_array_equal(workspace.FetchBlob("scans"), expect_scans)
     assert not workspace.HasBlob("acc_out")          # the body ran in its own scope
 

@@ -155,7 +155,7 @@ def test_fills():
         out = run_op(op, [], shape=[2], values=values)
         assert out.dtype == dtype and out.tolist() == list(np.asarray(values, dtype))
     s = run_op("GivenTensorStringFill", [], shape=[2], values=["a", "b"])
-    assert list(s) == ["a", "b"]
+    assert list(s) == [b"a", b"b"]                 # string tensors are fetched as bytes
     u = run_op("UniformFill", [], shape=[1000], min=-2.0, max=3.0)
     assert u.min() >= -2 and u.max() < 3 and abs(u.mean() - 0.5) < 0.3
     g = run_op("GaussianFill", [], shape=[4000], mean=1.0, std=2.0)

@@ -100,7 +100,7 @@ class TestHSoftmax(hu.HypothesisTestCase):
                                  beam=beam, topN=top_n)
 
         def reference(x, w, b):
-            names = np.full((m, top_n), "", dtype=object)
+            names = np.full((m, top_n), b"", dtype=object)          # string outputs are fetched as bytes
             scores = np.zeros((m, top_n), np.float32)
             for s in range(m):
                 found = []
@@ -118,7 +118,7 @@ class TestHSoftmax(hu.HypothesisTestCase):
                             found.append((str(word), score - math.log(p[j])))
                 found.sort(key=lambda e: e[1])
                 for j, (name, score) in enumerate(found[:top_n]):
-                    names[s, j], scores[s, j] = name, score
+                    names[s, j], scores[s, j] = name.encode(), score
             return [names, scores]
         self.assertReferenceChecks(hu.cpu_do, op, [x, w, b], reference, threshold=1e-4)
 

@@ -175,8 +175,8 @@ def test_timers_and_the_global_stat_registry():
         run("TimerEnd", ["timer"], [])
     run("StatRegistryExport", [], ["keys", "values", "ts"], reset=False)
     stats = dict(zip(fetch("keys").tolist(), fetch("values").tolist()))
-    assert stats["my_timer/time_ns"] == int(fetch("ns_end")[0])
-    assert stats["my_timer/time_ns/count"] == 1
+    assert stats[b"my_timer/time_ns"] == int(fetch("ns_end")[0])      # string tensors come back as bytes
+    assert stats[b"my_timer/time_ns/count"] == 1
     before = time.time_ns()
     run("WallClockTime", [], ["now"])
     assert before <= int(fetch("now")) <= time.time_ns()
@@ -188,7 +188,7 @@ def test_stat_registry_update_export_and_reset():
     workspace.FeedBlob("vals", np.array([1, 10, 5], np.int64))
     run("StatRegistryUpdate", ["keys", "vals", "reg"], [])
     run("StatRegistryExport", ["reg"], ["k", "v", "t"], reset=False)
-    assert fetch("k").tolist() == ["a", "b"] and fetch("v").tolist() == [6, 10]
+    assert fetch("k").tolist() == [b"a", b"b"] and fetch("v").tolist() == [6, 10]
     run("StatRegistryExport", ["reg"], ["k", "v", "t"])        # reset (default)
     run("StatRegistryExport", ["reg"], ["k", "v", "t"])
     assert fetch("v").tolist() == [0, 0]
@@ -196,7 +196,7 @@ def test_stat_registry_update_export_and_reset():
     run("StatRegistryExport", [], ["k", "v", "t"])
     run("CpuUtilizationReport", ["util"], [], stats_name="cpu")
     run("StatRegistryExport", [], ["k", "v", "t"])
-    assert dict(zip(fetch("k").tolist(), fetch("v").tolist()))["cpu/cpu_utilization"] == 50
+    assert dict(zip(fetch("k").tolist(), fetch("v").tolist()))[b"cpu/cpu_utilization"] == 50
 
 
 # --------------------------------------------------------------------------- strings
@@ -204,21 +204,21 @@ def test_stat_registry_update_export_and_reset():
 def test_string_ops():
     workspace.FeedBlob("s", np.array([["hello", "hi"], ["", "caffe2"]], dtype=object))
     run("StringPrefix", ["s"], ["p"], length=3)
-    assert fetch("p").tolist() == [["hel", "hi"], ["", "caf"]]
+    assert fetch("p").tolist() == [[b"hel", b"hi"], [b"", b"caf"]]     # fetched as bytes, as Caffe2
     run("StringSuffix", ["s"], ["q"], length=2)
-    assert fetch("q").tolist() == [["lo", "hi"], ["", "e2"]]
+    assert fetch("q").tolist() == [[b"lo", b"hi"], [b"", b"e2"]]
     run("StringStartsWith", ["s"], ["b"], prefix="h")
     assert fetch("b").tolist() == [[True, True], [False, False]]
     run("StringEndsWith", ["s"], ["e"], suffix="2")
     assert fetch("e").tolist() == [[False, False], [False, True]]
     workspace.FeedBlob("m", np.array([[1.5, 2.0], [3.0, 4.25]], np.float32))
     run("StringJoin", ["m"], ["rows"], delimiter="|")
-    assert fetch("rows").tolist() == ["1.5|2|", "3|4.25|"]       # every element is followed by it
+    assert fetch("rows").tolist() == [b"1.5|2|", b"3|4.25|"]       # every element is followed by it
     run("StringJoin", ["m"], ["cols"], axis=1)
-    assert fetch("cols").tolist() == ["1.5,3,", "2,4.25,"]
+    assert fetch("cols").tolist() == [b"1.5,3,", b"2,4.25,"]
     workspace.FeedBlob("v", np.array([1, 2, 3], np.int64))
     run("StringJoin", ["v"], ["j"])
-    assert fetch("j").tolist() == ["1,", "2,", "3,"]
+    assert fetch("j").tolist() == [b"1,", b"2,", b"3,"]
     with pytest.raises(Caffe2Error, match="string tensor"):
         run("StringPrefix", ["m"], ["p"])
 
@@ -234,7 +234,7 @@ def test_free_get_all_blob_names_and_feed_blob_op():
     net.Relu("b", "c")
     net.GetAllBlobNames([], ["names"])
     workspace.RunNetOnce(net)
-    assert fetch("names").tolist() == ["a", "b", "c"]        # 'c' was written earlier in the run
+    assert fetch("names").tolist() == [b"a", b"b", b"c"]     # 'c' was written earlier in the run
     run("FeedBlob", [], ["s"], value="hello")
     assert fetch("s") == b"hello"
     # In a Do child workspace, include_shared=0 lists only the child's own blobs.
@@ -249,8 +249,8 @@ def test_free_get_all_blob_names_and_feed_blob_op():
     outer.Do(["b", "ws"], ["o1", "o2", "ws"], net=body.Proto(), inner_blobs=["x_in", "own_out", "all_out"],
              outer_blobs_idx=[0, 1, 2])
     workspace.RunNetOnce(outer)
-    assert fetch("o1").tolist() == ["tmp"]
-    assert fetch("o2").tolist() == ["own", "tmp", "x_in"]     # bound outputs do not exist yet
+    assert fetch("o1").tolist() == [b"tmp"]
+    assert fetch("o2").tolist() == [b"own", b"tmp", b"x_in"]     # bound outputs do not exist yet
 
 
 def test_maps_round_trip():
@@ -353,7 +353,7 @@ def test_index_ops_against_a_dict():
     run("IndexGet", ["idx", "keys"], ["ids"])
     assert fetch("ids").tolist() == [0, 1]
     run("IndexStore", ["idx"], ["stored"])
-    assert fetch("stored").tolist() == sorted(reference, key=reference.get)
+    assert fetch("stored").tolist() == [k.encode() for k in sorted(reference, key=reference.get)]
     run("LongIndexCreate", [], ["li"])
     workspace.FeedBlob("items", np.array([0, 40, 30], np.int64))
     run("IndexLoad", ["li", "items"], ["li"], skip_first_entry=1)

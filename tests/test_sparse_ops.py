@@ -71,7 +71,7 @@ class TestSparseOps(ReferenceTestCase):
         words = np.array(["a", "bb", "c"], dtype=object)
         out, _ = run(core.CreateOperator("GatherRanges", ["D", "R"], ["O", "L"]),
                      [words, np.array([[[1, 2]], [[0, 1]]])])
-        assert out.tolist() == ["bb", "c", "a"]
+        assert out.tolist() == [b"bb", b"c", b"a"]       # string tensors are fetched as bytes
         with pytest.raises(Caffe2Error, match="blob 'R': range 1 \\(start 5, length 2\\) is outside DATA of 6"):
             run(core.CreateOperator("GatherRanges", ["D", "R"], ["O", "L"]), [data, np.array([[[0, 1], [5, 2]]])])
         with pytest.raises(Caffe2Error, match="Ranges must be 3-D"):

@@ -30,7 +30,7 @@ def test_feed_fetch_every_dtype(dtype):
 def test_feed_strings_scalars_and_tensorproto():
     workspace.FeedBlob("s", np.array(["ab", "c"]))
     assert workspace.FetchBlob("s").dtype == object
-    assert list(workspace.FetchBlob("s")) == ["ab", "c"]
+    assert list(workspace.FetchBlob("s")) == [b"ab", b"c"]     # Caffe2 gives string tensors back as bytes
     workspace.FeedBlob("k", 3.5)
     assert workspace.FetchBlob("k").shape == ()
     workspace.FeedBlob("t", numpy_to_tensor(np.array([[1, 2]], dtype=np.int64)))

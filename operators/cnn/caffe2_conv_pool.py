@@ -60,6 +60,7 @@ def _lp_geometry(ctx, x_dims):
 
 
 def _lp_infer(ctx, ins):
+    nn.check_pool_window(ctx)
     x = ins[0].dims
     nchw, _, _, _, out = _lp_geometry(ctx, x)
     dims = (x[0], x[1]) + tuple(out) if nchw else (x[0],) + tuple(out) + (x[-1],)
@@ -93,6 +94,7 @@ register_schema(OpSchema(
 
 @register_kernel("LpPool")
 def lp_pool(ctx):
+    nn.check_pool_window(ctx)
     p = _p(ctx)
 
     def run(x):
@@ -105,6 +107,7 @@ def lp_pool(ctx):
 
 @register_kernel("LpPoolGradient")
 def lp_pool_gradient(ctx):
+    nn.check_pool_window(ctx)
     p = _p(ctx)
 
     def run(x, y, dy):

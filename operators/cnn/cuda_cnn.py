@@ -16,7 +16,7 @@ from caffe2py.registry import CUDA, register_kernel
 from .. import _cuda_runtime
 from .._common import conv_geometry, legacy_pads
 from .._cuda_runtime import _elementwise_launch, _prod, _ptr
-from .nn import _pool_geometry
+from .nn import _pool_geometry, check_pool_window
 from ..tensor.tensor import _resolve_shape
 
 _CONV_FORMAT = "Pq" + "qqqqq" + "i" * 8 + "P"
@@ -103,6 +103,7 @@ def _register_pool(op_type, function):
     def pool(ctx):
         rt = _cuda_runtime._runtime(ctx)  # looked up on the module: tests swap it for a fake
         _nchw_only(ctx, op_type)
+        check_pool_window(ctx)
         include_pad = int(ctx.bool("count_include_pad"))
         plans = {}
 

@@ -2,6 +2,8 @@
 AveragePool, SpatialBN, LRN, InstanceNorm, Dropout (Caffe2 argument spellings).
 Conv and pooling kernels own a Scratch so padding and im2col buffers are
 allocated at the first run and reused afterwards."""
+import dataclasses
+
 import numpy as np
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
@@ -11,7 +13,7 @@ from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Axis, DTypes, Finite, OneOf, Range, Rank, SameDType
 
-from .._common import LEGACY_CAFFE_POOLING, conv_geometry, legacy_pads
+from .._common import LEGACY_CAFFE_POOLING, POOL_KERNEL_ARGS, conv_geometry, legacy_pads, pool_window_problem
 
 # ----------------------------------------------------------------- FC
 
@@ -256,15 +258,25 @@ register_kernel("ConvSumRelu")(_conv_factory("relu"))
 
 # ----------------------------------------------------------------- pooling
 
-_POOL_ARGS = _CONV_ARGS + (Arg("global_pooling", "bool", False), Arg("count_include_pad", "bool", False),
-                           Arg("ceil_mode", "bool", False))
+# A pool's kernel may be 0 (global_pooling: the window is the input; check_pool_window)
+_POOL_ARGS = tuple(dataclasses.replace(a, check=_NOT_NEGATIVE) if a.name in POOL_KERNEL_ARGS else a
+                   for a in _CONV_ARGS) + (
+    Arg("global_pooling", "bool", False), Arg("count_include_pad", "bool", False), Arg("ceil_mode", "bool", False))
+
+
+def check_pool_window(ctx):
+    """Plan-time: Caffe2's rules tying the kernel, pads, strides and dilations to
+    global_pooling (operators/_common.pool_window_problem)."""
+    problem = pool_window_problem(ctx)
+    if problem:
+        raise ctx.error(problem)
 
 
 def _pool_geometry(ctx, spatial):
     rank = len(spatial)
-    kernel, strides, pads, dil = conv_geometry(ctx, rank)
-    if ctx.bool("global_pooling"):
+    if ctx.bool("global_pooling"):      # the stored kernel (often 0) is not used
         return list(spatial), [1] * rank, [0] * (2 * rank), [1] * rank, False
+    kernel, strides, pads, dil = conv_geometry(ctx, rank)
     _check_pads_below_kernel(ctx, kernel, pads)
     legacy = ctx.int("legacy_pad", 0)
     pads = legacy_pads(legacy, spatial, kernel, strides, dil, pads)
@@ -280,6 +292,7 @@ def _check_pads_below_kernel(ctx, kernel, pads):
 
 
 def _pool_infer(ctx, ins):
+    check_pool_window(ctx)
     x = ins[0].dims
     nchw = _nchw(ctx)
     spatial = list(x[2:]) if nchw else list(x[1:-1])
@@ -305,6 +318,7 @@ def _register_pool(op_type, kind):
 
     @register_kernel(op_type)
     def pool(ctx):
+        check_pool_window(ctx)
         nchw = _nchw(ctx)
         include_pad = ctx.bool("count_include_pad")
         scratch = conv_k.Scratch()

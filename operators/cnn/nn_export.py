@@ -146,14 +146,15 @@ def export_conv(ex):
 
 # ----------------------------------------------------------------- pooling
 
-@register_exporter("MaxPool", "AveragePool",
-                   onnx_form="MaxPool / AveragePool (count_include_pad; legacy_pad=3 or ceil_mode as "
+@register_exporter("MaxPool", "AveragePool", *("%s%dD" % (p, r) for p in ("MaxPool", "AveragePool") for r in (1, 2, 3)),
+                   onnx_form="MaxPool / AveragePool (also Caffe2's MaxPool1D..3D / AveragePool1D..3D "
+                             "names; count_include_pad; legacy_pad=3 or ceil_mode as "
                              "ceil_mode=1; MaxPool dilations); global_pooling as "
                              "GlobalMaxPool / GlobalAveragePool; NHWC through Transposes")
 def export_pool(ex):
     x = ex.inputs[0]
     rank = ex.need_rank(x, "pooling needs the number of spatial dims") - 2
-    kind = "Max" if ex.type == "MaxPool" else "Average"
+    kind = "Max" if ex.type.startswith("MaxPool") else "Average"
     if ex.args.bool("global_pooling"):
         _channels_first(ex, x, rank, lambda xc, out: ex.node("Global%sPool" % kind, [xc], [out]))
         return
@@ -176,7 +177,7 @@ def export_pool(ex):
         attrs["dilations"] = dilations
     if kind == "Average":
         attrs["count_include_pad"] = int(ex.args.bool("count_include_pad"))
-    _channels_first(ex, x, rank, lambda xc, out: ex.node(ex.type, [xc], [out], **attrs))
+    _channels_first(ex, x, rank, lambda xc, out: ex.node(kind + "Pool", [xc], [out], **attrs))
 
 
 # ----------------------------------------------------------------- SpatialBN

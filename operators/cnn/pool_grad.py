@@ -9,7 +9,7 @@ from caffe2py.registry import OpSchema, register_kernel, register_schema
 from caffe2py.schema_rules import DTypes, Rank, SameDType
 
 from .._common import same_as_input
-from .nn import _POOL_ARGS, _from_nchw, _nchw, _pool_geometry, _to_nchw
+from .nn import _POOL_ARGS, _from_nchw, _nchw, _pool_geometry, _to_nchw, check_pool_window
 
 
 def _register(op_type, kind):
@@ -22,6 +22,7 @@ def _register(op_type, kind):
 
     @register_kernel(op_type + "Gradient")
     def pool_gradient(ctx):
+        check_pool_window(ctx)
         nchw = _nchw(ctx)
         include_pad = ctx.bool("count_include_pad")
         is_global = ctx.bool("global_pooling")

@@ -241,8 +241,41 @@ register_schema(OpSchema(
           Arg("num_loop_carried_deps", "int", -1, doc="number of loop-carried dependencies "
                                                        "(-1: all inputs after the first two)")),
     inputs=("max_trip_count", "first_iter_condition"),
-    doc="ONNX Loop semantics: outputs the final loop-carried dependencies, then the scan "
-        "outputs stacked along a new first axis."))
+    doc="ONNX Loop semantics: outputs the final loop-carried dependencies, then the scan outputs "
+        "as Caffe2's ONNXWhile builds them: the first iteration's value, grown by one row of its "
+        "first axis per further iteration (per-iteration outputs [1, ...] over T iterations give "
+        "[T, ...]); an int32 [0] after no iteration. The body sees the iteration number (int64 "
+        "scalar) and the condition ([1], the condition input's type)."))
+
+
+def _caffe2_scan_output(ctx, name, steps):
+    """Scan output `name` from its per-iteration values, as Caffe2's ONNXWhile lays it
+    out: the first value copied as it is, then for each later iteration its first dim
+    extended by one while the whole value is written at offset (iteration * value size).
+    Caffe2 reads and writes only inside its buffer when the values are [1, ...], when
+    there are two iterations, or when they hold nothing; other layouts overrun it (and
+    0-d values cannot be extended), so they are refused."""
+    if not steps:
+        return np.zeros((0,), np.int32)
+    first = steps[0]
+    if len(steps) == 1:
+        return first
+    if first.ndim == 0:
+        raise ctx.error("scan output '%s' is 0-d: Caffe2's ONNXWhile can only extend scan outputs of at "
+                        "least 1 dim past the first iteration" % name)
+    rows, rest = first.shape[0] + len(steps) - 1, first.shape[1:]
+    row_size = int(np.prod(rest, dtype=np.int64))
+    if row_size and (first.shape[0] == 0 or (first.shape[0] > 1 and len(steps) > 2)):
+        raise ctx.error("scan output '%s' of per-iteration shape %s: Caffe2's ONNXWhile grows it by one "
+                        "row per iteration, which %s; use per-iteration shape [1, ...]"
+                        % (name, list(first.shape), "leaves rows unwritten" if first.shape[0] == 0
+                           else "its writes overrun after two iterations"))
+    for k, step in enumerate(steps[1:], start=1):
+        if step.dtype.itemsize != first.dtype.itemsize:
+            raise ctx.error("scan output '%s' changed element size across iterations: %s then %s (iteration %d)"
+                            % (name, first.dtype, step.dtype, k))
+    flat = np.concatenate([np.ascontiguousarray(s).reshape(-1).view(first.dtype) for s in steps])
+    return flat[:rows * row_size].reshape((rows,) + rest)
 
 
 @register_kernel("ONNXWhile")
@@ -290,7 +323,7 @@ def onnx_while(ctx):
         i = 0
         while (trips is None or i < trips) and (not has_cond or cond):
             scope[body_in[0]] = np.array(i, dtype=np.int64)
-            scope[body_in[1]] = np.array(cond, dtype=cond_dtype)
+            scope[body_in[1]] = np.array([cond], dtype=cond_dtype)      # Caffe2 sizes it [1]
             for name, value in zip(body_in[2:2 + n_deps], state):
                 scope[name] = value
             plan.run(scope)
@@ -310,7 +343,7 @@ def onnx_while(ctx):
             i += 1
             if save_scopes:
                 scope = stack.push_forward(blobs, {})
-        results = state + [np.stack(s) if s else np.zeros((0,), np.int32) for s in scans]
+        results = state + [_caffe2_scan_output(ctx, body_out[1 + n_deps + k], s) for k, s in enumerate(scans)]
         return results[0] if len(results) == 1 else (tuple(results) or None)
     return run
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from caffe2py import db as dbs
 from caffe2py import devices, model_trust
+from caffe2py import runtime_object_records  # noqa: F401  (counters, indexes, maps, mutexes as records)
 from caffe2py.errors import Caffe2Error
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import (CPU, UNKNOWN, Arg, OpSchema, TensorType, register_kernel,

@@ -55,51 +55,65 @@ _LAMBDA_ARGS = (Arg("use_ndcg_as_loss", "bool", False, doc="loss = IDCG - DCG in
                 Arg("use_idcg_normalization", "bool", True, doc="divide loss and gradient by the ideal DCG"),
                 Arg("use_exp_gain", "bool", True, doc="gain 2^rel (with use_ndcg_as_loss=1 and 0: gain rel)"))
 
-register_schema(OpSchema(
-    "LambdaRankNdcg", num_inputs=3, num_outputs=2, args=_LAMBDA_ARGS, inputs=("y_pred", "rel", "session_lengths"),
-    outputs=("loss", "dy_pred"),
-    inference=lambda ctx, ins: [TensorType(ins[2].dims, DT.FLOAT) if ins[2].known else UNKNOWN, ins[0]],
-    doc="LambdaRank (Wu et al. 2010) per session of consecutive rows (session_lengths, int32): scores y_pred "
-        "[N], relevance rel [N]. Outputs the loss per session and its gradient with respect to y_pred "
-        "(the gradient op scales it by the loss gradient). A session whose labels are all 0 adds nothing."))
+def _lambda_infer(ctx, ins):
+    if len(ins) == 2:                   # Caffe2's older form: one session, one loss
+        return [TensorType((1,), DT.FLOAT), ins[0]]
+    return [TensorType(ins[2].dims, DT.FLOAT) if ins[2].known else UNKNOWN, ins[0]]
+
 
 register_schema(OpSchema(
-    "LambdaRankNdcgGradient", num_inputs=4, num_outputs=1, args=_LAMBDA_ARGS,
-    inputs=("y", "session_lengths", "dy_cache", "dLoss"), outputs=("dy",), inference=_shape_of(2),
-    doc="dy = dLoss[session] * dy_cache, per session."))
+    "LambdaRankNdcg", num_inputs=(2, 3), num_outputs=2, args=_LAMBDA_ARGS, inputs=("y_pred", "rel", "session_lengths"),
+    outputs=("loss", "dy_pred"), inference=_lambda_infer,
+    doc="LambdaRank (Wu et al. 2010) per session of consecutive rows (session_lengths, int32): scores y_pred "
+        "[N], relevance rel [N]. Outputs the loss per session and its gradient with respect to y_pred "
+        "(the gradient op scales it by the loss gradient). A session whose labels are all 0 adds nothing. "
+        "Without session_lengths (Caffe2's first, two-input form) all rows are one session and that "
+        "form's formula applies: loss [1] and dy_pred of the opposite sign (the lambda-weighted sum of "
+        "log-sigmoids), no options."))
+
+register_schema(OpSchema(
+    "LambdaRankNdcgGradient", num_inputs=(3, 4), num_outputs=1, args=_LAMBDA_ARGS,
+    inputs=("y", "session_lengths", "dy_cache", "dLoss"), outputs=("dy",),
+    inference=lambda ctx, ins: [ins[-2]],
+    doc="dy = dLoss[session] * dy_cache, per session. Caffe2's older three-input form (y, dy_cache, "
+        "dLoss) has one session and a one-value dLoss."))
 
 
 @register_kernel("LambdaRankNdcg")
 def lambda_rank_ndcg(ctx):
     flags = ctx.bool("use_ndcg_as_loss"), ctx.bool("use_idcg_normalization"), ctx.bool("use_exp_gain")
 
-    def run(y, r, lengths):
+    def run(y, r, *lengths):
         _float(ctx, 0, y, "y_pred")
         if y.ndim != 1:
             raise ctx.input_error(0, "y_pred must be 1-D, got shape %s" % list(y.shape))
         _float(ctx, 1, r, "rel")
         _same_size(ctx, 1, r, y.size, "rel")
-        lens = _lengths(ctx, 2, lengths, y.size)
-        return K.lambda_rank_ndcg(y, r.reshape(-1), lens, *flags)
+        if not lengths:                 # Caffe2's first form: its own formula (see lambda_rank_ndcg_v1)
+            return K.lambda_rank_ndcg_v1(y, r.reshape(-1))
+        return K.lambda_rank_ndcg(y, r.reshape(-1), _lengths(ctx, 2, lengths[0], y.size), *flags)
     return run
 
 
 @register_kernel("LambdaRankNdcgGradient")
 def lambda_rank_ndcg_gradient(ctx):
-    def run(y, lengths, dy_cache, dloss):
-        _float(ctx, 2, dy_cache, "dy_cache")
+    def run(y, *rest):
+        lengths, (dy_cache, dloss) = (rest[0], rest[1:]) if len(rest) == 3 else (None, rest)
+        at = len(rest) - 1              # position of dy_cache: 2, or 1 in the older form
+        _float(ctx, at, dy_cache, "dy_cache")
         if dy_cache.ndim != 1 or dy_cache.size != y.size:
-            raise ctx.input_error(2, "dy_cache must be 1-D like y (%d values)" % y.size)
-        lens = _lengths(ctx, 1, lengths, y.size)
-        _float(ctx, 3, dloss, "dLoss")
-        _same_size(ctx, 3, dloss, lens.size, "dLoss (one per session)")
+            raise ctx.input_error(at, "dy_cache must be 1-D like y (%d values)" % y.size)
+        lens = _lengths(ctx, 1, lengths, y.size) if lengths is not None else np.array([y.size], np.int64)
+        _float(ctx, at + 1, dloss, "dLoss")
+        _same_size(ctx, at + 1, dloss, lens.size, "dLoss (one per session)")
         return K.scale_by_session(dy_cache, dloss.reshape(-1), lens)
     return run
 
 
 @register_gradient("LambdaRankNdcg")
 def _lambda_rank_grad(g):
-    return [g.op("LambdaRankNdcgGradient", [g.I(0), g.I(2), g.O(1), g.GO(0)], [g.GI(0)])]
+    lengths = [g.I(2)] if len(g.def_.input) == 3 else []       # the older form has no session lengths
+    return [g.op("LambdaRankNdcgGradient", [g.I(0)] + lengths + [g.O(1), g.GO(0)], [g.GI(0)])]
 
 
 # ----------------------------------------------------------------- PairWiseLoss

@@ -1,11 +1,13 @@
-"""AtomicIter (and CreateMutex where the runtime-object ops do not provide it): the
-shared iteration counter Caffe2's optimizers step (utils.BuildUniqueMutexIter puts
-both in the init/train nets). Iter, the unguarded counter, lives in tensor.py."""
+"""Iter and AtomicIter (and CreateMutex where the runtime-object ops do not provide
+it): the iteration counter Caffe2's optimizers step (utils.BuildUniqueMutexIter puts
+the mutex and AtomicIter in the init/train nets). Both follow Caffe2's IncrementIter:
+one value, re-typed to int64 when it is not, never negative, never past int64's max."""
 import threading
 
 import numpy as np
 
 from caffe2py import inplace
+from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import OpSchema, TensorType, register_kernel, register_schema
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -44,12 +46,55 @@ if _OWN_CREATE_MUTEX:
     register_kernel("CreateMutex")(lambda ctx: Mutex)
 
 
+def next_count(ctx, index, counter):
+    """(the counter's int64 value + 1, as an int64 array of the counter's shape), by
+    Caffe2's IncrementIter. A counter of another dtype is re-typed the way Caffe2's
+    mutable_data<int64_t> does it: an 8-byte numeric buffer is reused (its bits read as
+    int64), any other is replaced by a fresh zero-filled one (Caffe2's CPU allocator
+    zero-fills), so an int32 counter restarts from 0 and counts on in int64."""
+    if not isinstance(counter, np.ndarray) or counter.size != 1:
+        raise ctx.input_error(index, "the counter must hold one value, got %s %s"
+                              % (getattr(counter, "dtype", type(counter).__name__), list(np.shape(counter))))
+    if counter.dtype != np.int64:
+        reused = counter.dtype.itemsize == 8 and counter.dtype.kind in "fiu"
+        counter = np.ascontiguousarray(counter).view(np.int64) if reused else np.zeros(counter.shape, np.int64)
+    value = int(counter.reshape(-1)[0])
+    if value < 0:
+        raise ctx.input_error(index, "the previous iteration number is negative (%d)" % value)
+    if value == _INT64_MAX:
+        raise ctx.input_error(index, "maximum iterations reached (%d): the counter would overflow" % value)
+    return np.full(counter.shape, value + 1, np.int64)
+
+
+register_schema(OpSchema(
+    "Iter", num_inputs=(0, 1), num_outputs=1, enforce_inplace={(0, 0)},
+    inference=lambda ctx, ins: [TensorType(ins[0].dims if ins else (1,), caffe2_pb2.TensorProto.INT64)],
+    doc="Increments a one-value iteration counter (in place on input 0), re-typing it to int64 as "
+        "Caffe2 does (an int32 counter restarts from 0). Caffe2's older form has no input: the "
+        "output blob is incremented, or starts at 0 (so 1 after the first run) when it holds no tensor."))
+
+
+@register_kernel("Iter")
+def iter_kernel(ctx):
+    if ctx.n_inputs:
+        return lambda counter: next_count(ctx, 0, counter)
+    ctx.use_workspace()
+    name = ctx.outputs[0]
+
+    def run(blobs):
+        counter = blobs.get(name)
+        if not isinstance(counter, np.ndarray):     # Caffe2: not a CPU tensor yet -> a new {0}
+            counter = np.zeros((1,), np.int64)
+        return next_count(ctx, 0, counter)
+    return run
+
+
 register_schema(OpSchema(
     "AtomicIter", num_inputs=2, num_outputs=1, enforce_inplace={(1, 0)},
     inputs=("mutex", "iter"), outputs=("iter",),
     inference=lambda ctx, ins: [ins[1]],
-    doc="Increments the int64 counter `iter` by one under `mutex`, in place, so nets run from "
-        "several threads share one count."))
+    doc="Increments the counter `iter` by one under `mutex`, in place, so nets run from "
+        "several threads share one count (re-typed to int64 as Iter does)."))
 
 
 @register_kernel("AtomicIter")
@@ -57,15 +102,12 @@ def atomic_iter(ctx):
     def run(mutex, counter):
         if not isinstance(mutex, Mutex):
             raise ctx.input_error(0, "must be a mutex created by CreateMutex, got %s" % type(mutex).__name__)
-        if not isinstance(counter, np.ndarray) or counter.dtype != np.int64 or counter.size != 1:
-            raise ctx.input_error(1, "the counter must be one int64 value, got %s %s"
-                                  % (getattr(counter, "dtype", type(counter).__name__), list(np.shape(counter))))
-        counter = inplace.claim(counter)
         with mutex:
-            flat = counter.reshape(-1)
-            if flat[0] == _INT64_MAX:
-                raise ctx.input_error(1, "maximum iterations reached (%d)" % _INT64_MAX)
+            following = next_count(ctx, 1, counter)
+            if counter.dtype != np.int64:
+                return following              # re-typed: a new int64 blob, as Caffe2's
+            counter = inplace.claim(counter)
             inplace.restore_all(counter)
-            flat[0] += 1
+            counter.reshape(-1)[0] = following.reshape(-1)[0]
         return counter
     return run

@@ -175,11 +175,13 @@ def rmsprop(ctx):
 # ----------------------------------------------------------------- Lars
 
 register_schema(OpSchema(
-    "Lars", num_inputs=5, num_outputs=1, args=(Arg("offset", "float", 0.5), Arg("lr_min", "float", 0.02)),
+    "Lars", num_inputs={2, 3, 5}, num_outputs=1, args=(Arg("offset", "float", 0.5), Arg("lr_min", "float", 0.02)),
     inputs=("X", "dX", "wd", "trust", "lr_max"), outputs=("lr_rescaled",),
     inference=lambda ctx, ins: [TensorType((1,), ins[0].dtype)],
     doc="Layer-wise adaptive rate scaling: [trust / (|dX| / |X| + wd + offset)] clipped to [lr_min, lr_max] "
-        "(l2 norms; 1 clipped when |X| is 0). wd, trust and lr_max hold one value each."))
+        "(l2 norms; 1 clipped when |X| is 0). wd, trust and lr_max hold one value each. Caffe2's older "
+        "forms are told by arity: (X, dX) gives [1 / (|dX| / |X| + offset)] and (X, dX, wd) "
+        "[1 / (|dX| / |X| + wd + offset)] (1 when |X| is 0), neither trust nor clipping."))
 
 
 @register_kernel("Lars")
@@ -188,12 +190,15 @@ def lars(ctx):
     if offset < 0 or lr_min < 0:
         raise ctx.error("offset and lr_min must be >= 0, got %g and %g" % (offset, lr_min))
 
-    def run(x, dx, wd, trust, lr_max):
+    def run(x, dx, *rate_inputs):
         _float(ctx, 0, x, "X")
         _float(ctx, 1, dx, "dX")
         if dx.size != x.size:
             raise ctx.input_error(1, "Gradient size doesn't match parameter size.")
-        rate = [_scalar(ctx, 2, wd, "wd"), _scalar(ctx, 3, trust, "trust"), _scalar(ctx, 4, lr_max, "lr_max")]
+        names = ("wd", "trust", "lr_max")
+        rate = [_scalar(ctx, 2 + k, v, names[k]) for k, v in enumerate(rate_inputs)]
+        if len(rate) < 3:               # Caffe2's older Lars: no trust, no clipping
+            return np.array([D.lars_rescale(x, dx, rate[0] if rate else 0.0, offset)], np.float32)
         return D.lars(x, dx, *rate, offset, lr_min)
     return run
 

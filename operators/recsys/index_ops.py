@@ -33,8 +33,8 @@ def _keys(ctx, index, value, slot):
         raise ctx.input_error(slot, "wrong dictionary type given input keys: the index holds %s keys, got %s"
                               % (index.key_kind, value.dtype))
     flat = value.reshape(-1)
-    if index.key_kind == "string":
-        return [v.decode() if isinstance(v, bytes) else str(v) for v in flat]
+    if index.key_kind == "string":      # keys are bytes, as Caffe2's std::string: b"a" and "a" are one key
+        return [v if isinstance(v, bytes) else str(v).encode() for v in flat]
     return flat.tolist()
 
 

@@ -117,9 +117,14 @@ _PACK = (Arg("pack_first_input", "bool", False, doc="the first tensor's values b
 
 
 def _check_extras(ctx, main_index, main, extras):
+    """Caffe2 asks each leading dim of an extra input to be at least the main input's
+    (not equal): the rows it partitions are then the extra input's first main.size
+    blocks, in memory order."""
     for i, x in enumerate(extras, start=main_index + 1):
-        if x.ndim < main.ndim or tuple(x.shape[:main.ndim]) != tuple(main.shape):
-            raise ctx.input_error(i, "Prefix of extra input's shape must match main input's shape, input: %d" % i)
+        if x.ndim < main.ndim or any(a < b for a, b in zip(x.shape, main.shape)):
+            raise ctx.input_error(i, "Prefix of extra input's shape must match main input's shape (each of "
+                                     "its first %d dims at least %s), input: %d, got shape %s"
+                                  % (main.ndim, list(main.shape), i, list(x.shape)))
 
 
 register_schema(OpSchema(

@@ -150,10 +150,24 @@ def _pad_args(ctx):
     if ctx.int("legacy_pad", 0) != 0:
         raise ctx.error("PadImage takes explicit pads only, not legacy_pad %d" % ctx.int("legacy_pad", 0))
     _, _, pads, _ = conv_geometry(ctx, 2)
-    if len(pads) != 4 or min(pads) < 0:
-        raise ctx.error("pads must be 4 values >= 0 (top, left, bottom, right), got %s" % list(pads))
+    if len(pads) != 4:
+        raise ctx.error("pads must be 4 values (top, left, bottom, right), got %s" % list(pads))
     axes = (2, 3) if order == "NCHW" else (1, 2)
     return mode, ctx.float("value"), tuple(pads), axes
+
+
+def _check_sources(ctx, pads, mode, axes, image_dims, what):
+    """Reflect and edge read the pixel Caffe2's formula names; refuse pads for which it
+    names none (Caffe2 would read outside the image: large reflect pads, an empty image)."""
+    if mode == "constant":
+        return
+    for axis, before, after in ((axes[0], pads[0], pads[2]), (axes[1], pads[1], pads[3])):
+        size = image_dims[axis]
+        src = K.source_index(size, before, after, mode)
+        if src.size and (src.min() < 0 or src.max() >= size):
+            raise ctx.input_error(0, "%s padding %s reads outside %s dim %d of size %d (reflect takes a "
+                                     "top/left pad up to 2 * size - 2 and a bottom/right one up to size - 1; "
+                                     "edge needs a non-empty dim)" % (mode, list(pads), what, axis, size))
 
 
 def _padded_dims(ctx, dims, grow):
@@ -172,13 +186,16 @@ def _padded_dims(ctx, dims, grow):
 register_schema(OpSchema(
     "PadImage", num_inputs=1, num_outputs=1, args=_PAD_ARGS, inputs=("X",), outputs=("Y",), cost=_copy_cost,
     inference=lambda ctx, ins: [TensorType(_padded_dims(ctx, ins[0].dims, True), ins[0].dtype)],
-    doc="Pads the two spatial dims of a 4-D NCHW or NHWC X (pad / pads [t, l, b, r] / pad_t.. as Conv): "
-        "mode constant fills `value`, reflect mirrors without repeating the edge (each pad below the "
-        "dim's size), edge repeats the edge."))
+    doc="Pads the two spatial dims of a 4-D NCHW or NHWC X (pad / pads [t, l, b, r] / pad_t.. as Conv; "
+        "a negative pad crops that side, in every mode, as Caffe2): mode constant fills `value`, "
+        "reflect mirrors without repeating the edge (Caffe2's index formula: a top/left pad up to "
+        "2 * size - 2, a bottom/right one up to size - 1), "
+        "edge repeats the edge."))
 register_schema(OpSchema(
     "PadImageGradient", num_inputs=1, num_outputs=1, args=_PAD_ARGS, inputs=("dY",), outputs=("dX",),
     inference=lambda ctx, ins: [TensorType(_padded_dims(ctx, ins[0].dims, False), ins[0].dtype)],
-    doc="Gradient of PadImage: each gradient value added to the input pixel its output copied."))
+    doc="Gradient of PadImage: each gradient value added to the input pixel its output copied "
+        "(pixels a negative pad cropped get 0)."))
 
 
 @register_kernel("PadImage")
@@ -190,13 +207,7 @@ def pad_image(ctx):
         if mode == "constant" and x.dtype.kind in "iu" and not (
                 float(value).is_integer() and np.iinfo(x.dtype).min <= value <= np.iinfo(x.dtype).max):
             raise ctx.input_error(0, "is %s; the pad value %r is not one of its values" % (x.dtype, value))
-        for axis, before, after in ((axes[0], pads[0], pads[2]), (axes[1], pads[1], pads[3])):
-            if mode == "reflect" and max(before, after) >= x.shape[axis]:
-                raise ctx.input_error(0, "reflect padding %s needs each pad below the dim's size; dim %d "
-                                         "of %s is %d" % (list(pads), axis, list(x.shape), x.shape[axis]))
-            if mode == "edge" and x.shape[axis] == 0 and max(before, after) > 0:
-                raise ctx.input_error(0, "edge padding repeats the edge, but dim %d of %s is empty"
-                                      % (axis, list(x.shape)))
+        _check_sources(ctx, pads, mode, axes, x.shape, "the input's")
         return K.pad_image(x, pads, mode, value, axes)
     return run
 
@@ -207,12 +218,8 @@ def pad_image_gradient(ctx):
 
     def run(dy):
         dims = _padded_dims(ctx, dy.shape, False)
-        if mode == "reflect" and max(pads[0], pads[2]) >= max(dims[axes[0]], 1) or \
-                mode == "reflect" and max(pads[1], pads[3]) >= max(dims[axes[1]], 1):
-            raise ctx.input_error(0, "reflect padding %s needs each pad below the input's size %s"
-                                  % (list(pads), list(dims)))
-        if mode == "edge" and (dims[axes[0]] == 0 or dims[axes[1]] == 0) and dy.size:
-            raise ctx.input_error(0, "edge padding of an empty image has no gradient target")
+        if dy.size:
+            _check_sources(ctx, pads, mode, axes, dims, "the forward input's")
         return K.pad_image_gradient(dy, pads, mode, axes)
     return run
 

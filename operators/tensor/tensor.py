@@ -281,20 +281,3 @@ def split(ctx):
         parts = [np.squeeze(p, axis=axis) if add_axis else np.ascontiguousarray(p) for p in parts]
         return parts[0] if n == 1 else tuple(parts)
     return run
-
-
-# ----------------------------------------------------------------- Iter
-
-register_schema(OpSchema("Iter", num_inputs=1, num_outputs=1, enforce_inplace={(0, 0)},
-                         inference=same_as_input(0),
-                         doc="Increments an int64 counter in place."))
-
-
-@register_kernel("Iter")
-def iter_kernel(ctx):
-    def run(counter):
-        if counter.size != 1 or counter.dtype != np.int64:
-            raise ctx.input_error(0, "the counter must be one int64 value, got %s %s"
-                                  % (counter.dtype, list(counter.shape)))
-        return (counter + 1).astype(np.int64)
-    return run

@@ -522,7 +522,7 @@ def feed_blob(ctx):
 _MAP_TYPES = {DT.INT32: np.int32, DT.INT64: np.int64}
 _schema("CreateMap", 0, 1, "Outputs an empty map with int32/int64 keys and values.",
         (Arg("key_dtype", "int", DT.INT32, doc="TensorProto data type of the keys"),
-         Arg("value_dtype", "int", DT.INT64, doc="TensorProto data type of the values")))
+         Arg("value_dtype", "int", DT.INT32, doc="TensorProto data type of the values (Caffe2's default INT32)")))
 _schema("KeyValueToMap", 2, 1, "A map from 1-D keys and values of the same length.")
 _schema("MapToKeyValue", 1, 2, "The keys and values of a map, as two 1-D tensors.")
 

@@ -64,6 +64,17 @@ def lambda_rank_ndcg(y, r, lengths, use_ndcg_as_loss, use_idcg_normalization, us
     return loss, dy
 
 
+def lambda_rank_ndcg_v1(y, r):
+    """Caffe2's first LambdaRankNdcg (inputs y, rel; no session lengths, no options):
+    one session, exp gains, normalised by the ideal DCG, with the opposite sign to
+    the later op's loss and gradient (its loss is the lambda-weighted sum of
+    log-sigmoids, not its negation). An empty input gives loss NaN (0 / 0)."""
+    if y.size == 0:
+        return np.full(1, np.nan, F32), np.zeros(0, F32)
+    loss, dy = lambda_rank_ndcg(y, r, np.array([y.size]), False, True, True)
+    return -loss, -dy
+
+
 def scale_by_session(dy_cache, dloss, lengths):
     return (dy_cache * np.repeat(dloss.astype(F32), lengths)).astype(F32)
 

@@ -12,12 +12,18 @@ def rmsprop(g, ms, mom, lr, decay, momentum, epsilon):
     return new_mom.copy(), new_ms, new_mom
 
 
+def lars_rescale(x, dx, wd, offset, trust=1.0):
+    """float32 trust / (|dx| / |x| + wd + offset), or 1 when |x| is 0 (l2 norms): the
+    whole of Caffe2's older Lars forms (2 inputs: wd = 0; 3 inputs)."""
+    x_norm = F32(np.sqrt(np.square(x, dtype=F32).sum(dtype=F32)))
+    if not x_norm > 0:
+        return F32(1.0)
+    dx_norm = F32(np.sqrt(np.square(dx, dtype=F32).sum(dtype=F32)))
+    return F32(trust) / (dx_norm / x_norm + F32(wd) + F32(offset))
+
+
 def lars(x, dx, wd, trust, lr_max, offset, lr_min):
     """[1] float32: clip(trust / (|dx| / |x| + wd + offset), lr_min, lr_max), or
     clip(1, ...) when |x| is 0 (l2 norms)."""
-    x_norm = F32(np.sqrt(np.square(x, dtype=F32).sum(dtype=F32)))
-    val = F32(1.0)
-    if x_norm > 0:
-        dx_norm = F32(np.sqrt(np.square(dx, dtype=F32).sum(dtype=F32)))
-        val = F32(trust) / (dx_norm / x_norm + F32(wd) + F32(offset))
+    val = lars_rescale(x, dx, wd, offset, trust)
     return np.array([max(min(val, F32(lr_max)), F32(lr_min))], F32)

@@ -127,8 +127,9 @@ def partition(main, extras, partitions, pack_first_input=False):
     main_out = (keys - shard) // partitions if pack_first_input else keys
     main_out = main_out.astype(main.dtype, copy=False)
     blocks = []
-    for x in extras:
-        blocks.append(x.reshape((keys.size,) + x.shape[main.ndim:]))
+    for x in extras:                # leading dims may exceed MAIN's: its first keys.size blocks
+        rows = x.reshape((int(np.prod(x.shape[:main.ndim], dtype=np.int64)),) + x.shape[main.ndim:])
+        blocks.append(rows[:keys.size])
     shards = []
     for j in range(partitions):
         sel = order[bounds[j]:bounds[j + 1]]

@@ -26,37 +26,54 @@ def batch_to_space(x, pads, block):
     return np.ascontiguousarray(full[:, :, pt:h * block - pb, pl:w * block - pr])
 
 
-def _source_index(size, before, after, mode):
+def source_index(size, before, after, mode):
     """For each padded position along one axis, the input position it copies (-1:
-    the constant value)."""
+    the constant value), by Caffe2's PadImage formulas. A negative pad crops: the
+    positions start inside the input (before < 0) or stop short of its end (after < 0).
+    Reflect and edge may give positions outside [0, size) (pads too large for the
+    size, an empty axis): callers refuse those."""
     pos = np.arange(-before, size + after)
     if mode == "constant":
         return np.where((pos >= 0) & (pos < size), pos, -1)
     if mode == "edge":
-        return np.clip(pos, 0, size - 1)
+        return np.minimum(np.maximum(pos, 0), size - 1)
     pos = np.abs(pos)                                    # reflect about 0 ...
     return np.minimum(pos, 2 * size - pos - 2)           # ... and about size - 1
 
 
 def pad_image(x, pads, mode, value, spatial_axes):
-    """x padded on its two spatial axes (pads = (top, left, bottom, right)); modes
-    constant (value), reflect (mirror without repeating the edge; pads below the
-    size), edge (repeat the edge)."""
-    width = [(0, 0)] * x.ndim
+    """x padded on its two spatial axes (pads = (top, left, bottom, right); a negative
+    pad crops that side); modes constant (value), reflect (mirror without repeating
+    the edge), edge (repeat the edge)."""
     (ha, wa), (pt, pl, pb, pr) = spatial_axes, pads
-    width[ha], width[wa] = (pt, pb), (pl, pr)
-    if mode == "constant":
-        return np.pad(x, width, mode="constant", constant_values=x.dtype.type(value))
-    return np.pad(x, width, mode="reflect" if mode == "reflect" else "edge")
+    if min(pads) >= 0 and (mode != "reflect" or max(pt, pb) < x.shape[ha] and max(pl, pr) < x.shape[wa]):
+        width = [(0, 0)] * x.ndim        # np.pad agrees with Caffe2's formulas here
+        width[ha], width[wa] = (pt, pb), (pl, pr)
+        if mode == "constant":
+            return np.pad(x, width, mode="constant", constant_values=x.dtype.type(value))
+        return np.pad(x, width, mode="reflect" if mode == "reflect" else "edge")
+    y = x
+    for axis, before, after in ((ha, pt, pb), (wa, pl, pr)):
+        src = source_index(y.shape[axis], before, after, mode)
+        shape = list(y.shape)
+        shape[axis] = len(src)
+        out = np.full(shape, value, x.dtype) if mode == "constant" else np.empty(shape, x.dtype)
+        copied = np.nonzero(src >= 0)[0]
+        index = [slice(None)] * y.ndim
+        index[axis] = copied
+        out[tuple(index)] = np.take(y, src[copied], axis=axis)
+        y = out
+    return y
 
 
 def pad_image_gradient(dy, pads, mode, spatial_axes):
-    """dX of pad_image: each output gradient added to the input pixel it copied."""
+    """dX of pad_image: each output gradient added to the input pixel it copied
+    (pixels a negative pad cropped get 0)."""
     (ha, wa), (pt, pl, pb, pr) = spatial_axes, pads
     h, w = dy.shape[ha] - pt - pb, dy.shape[wa] - pl - pr
     out = dy
     for axis, size, before, after in ((ha, h, pt, pb), (wa, w, pl, pr)):
-        src = _source_index(size, before, after, mode)
+        src = source_index(size, before, after, mode)
         keep = src >= 0
         shape = list(out.shape)
         shape[axis] = size

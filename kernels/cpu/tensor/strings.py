@@ -1,13 +1,12 @@
 """Element-wise string functions over object arrays of str or bytes (Caffe2's
 string ops). Caffe2's strings are bytes: lengths count bytes, and a str element
-is cut at a byte position of its UTF-8 form (a partial character is dropped)."""
+is cut at a byte position of its UTF-8 form, giving bytes (a partial character is
+kept, as Caffe2's std::string keeps it)."""
 import numpy as np
 
 
 def _cut(value, cut):
-    if isinstance(value, bytes):
-        return cut(value)
-    return cut(str(value).encode("utf-8")).decode("utf-8", "ignore")
+    return cut(value if isinstance(value, bytes) else str(value).encode("utf-8"))
 
 
 def _map(strings, fn, dtype=object):
