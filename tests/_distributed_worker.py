@@ -4,10 +4,11 @@ import sys
 
 import numpy as np
 
-from caffe2py import core, workspace
+from caffe2py import child_processes, core, workspace
 
 
 def main(rank, size, store_dir, out_path):
+    child_processes.protect_from_env()     # a killed test run leaves no rank behind
     def op(op_type, inputs, outputs, **kwargs):
         workspace.RunOperatorOnce(core.CreateOperator(op_type, inputs, outputs, engine="GLOO", **kwargs))
 

@@ -27,15 +27,20 @@ def test_two_processes_run_every_collective(tmp_path):
     if importlib.util.find_spec("torch") is None:      # the workers import it; this process need not
         pytest.skip("the GLOO engine needs torch")
     worker = Path(__file__).with_name("_distributed_worker.py")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1])] + sys.path),
-               CAFFE2PY_NUM_THREADS="1")
+    from caffe2py import child_processes
+    # the workers end with this process (child_processes.protect_from_env in the worker)
+    env = child_processes.child_env(dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1])]
+                                                                              + sys.path), CAFFE2PY_NUM_THREADS="1"))
     procs = [subprocess.Popen([sys.executable, str(worker), str(rank), "2", str(tmp_path),
                                str(tmp_path / ("rank%d.npz" % rank))], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for rank in range(2)]
-    for p in procs:
-        out, _ = p.communicate(timeout=240)
-        assert p.returncode == 0, out.decode(errors="replace")[-3000:]
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=240)
+            assert p.returncode == 0, out.decode(errors="replace")[-3000:]
+    finally:
+        child_processes.stop(procs, grace=5)
     r0, r1 = (np.load(tmp_path / ("rank%d.npz" % rank)) for rank in range(2))
     base = [np.arange(6, dtype=np.float32).reshape(2, 3) + 10 * rank for rank in range(2)]
     for r in (r0, r1):
