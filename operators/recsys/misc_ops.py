@@ -124,17 +124,24 @@ register_schema(OpSchema(
     doc="Repeat the whole input `tiles` times along `axis` (inputs 1 and 2 override the args)."))
 
 
+def tile_params(ctx, x, tiles_blob=None, axis_blob=None):
+    """(tiles, axis in [0, ndim)) of Tile and TileGradient: inputs 1 and 2 override the
+    arguments; x is the array the axis indexes (X, or dY for the gradient)."""
+    tiles = int(np.asarray(tiles_blob).reshape(-1)[0]) if tiles_blob is not None else ctx.int("tiles")
+    axis = int(np.asarray(axis_blob).reshape(-1)[0]) if axis_blob is not None else ctx.int("axis")
+    if tiles < 0:
+        raise ctx.error("tiles must be >= 0, got %d" % tiles)
+    if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+        raise ctx.input_error(0, "axis %d is out of range for %d-D input" % (axis, x.ndim))
+    return tiles, axis % x.ndim
+
+
 @register_kernel("Tile")
 def tile(ctx):
     def run(x, tiles_blob=None, axis_blob=None):
-        tiles = int(np.asarray(tiles_blob).reshape(-1)[0]) if tiles_blob is not None else ctx.int("tiles")
-        axis = int(np.asarray(axis_blob).reshape(-1)[0]) if axis_blob is not None else ctx.int("axis")
-        if tiles < 0:
-            raise ctx.error("tiles must be >= 0, got %d" % tiles)
-        if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
-            raise ctx.input_error(0, "axis %d is out of range for %d-D input" % (axis, x.ndim))
+        tiles, axis = tile_params(ctx, x, tiles_blob, axis_blob)
         reps = [1] * x.ndim
-        reps[axis % x.ndim] = tiles
+        reps[axis] = tiles
         return np.tile(x, reps)
     return run
 
