@@ -82,21 +82,37 @@ def clip(ctx):
     return run
 
 
+def _mean_infer(ctx, ins):
+    if not all(t.known for t in ins):
+        return [UNKNOWN]
+    try:
+        return [TensorType(np.broadcast_shapes(*(t.dims for t in ins)), ins[0].dtype)]
+    except ValueError:
+        raise ctx.error("input shapes %s do not broadcast" % [list(t.dims) for t in ins]) from None
+
+
 register_schema(OpSchema(
     "Mean", num_inputs=(1, None), num_outputs=1, allow_inplace=lambda i, o: o == 0,
-    inference=same_as_input(0), cost=elementwise_cost, checks=(DTypes("*", "numeric"),),
-    doc="Elementwise mean of the inputs (all of the same shape, numeric; Caffe2 takes float and "
-        "double only)."))
+    inference=_mean_infer, cost=elementwise_cost, checks=(DTypes("*", "numeric"),),
+    doc="Elementwise mean of the inputs, broadcast against each other as NumPy does (late Caffe2; "
+        "numeric types, where Caffe2 takes float only). In place on input 0 only when the output has "
+        "input 0's shape."))
 
 
 @register_kernel("Mean")
 def mean(ctx):
+    in_place = ctx.outputs[0] == ctx.inputs[0]
+
     def run(*xs):
-        for k, x in enumerate(xs[1:], 1):
-            if x.shape != xs[0].shape:
-                raise ctx.input_error(k, "shape %s differs from input 0's %s" % (list(x.shape), list(xs[0].shape)))
-        total = np.array(xs[0], dtype=np.float64)
-        for x in xs[1:]:
+        try:
+            shape = np.broadcast_shapes(*(x.shape for x in xs))
+        except ValueError:
+            raise ctx.error("input shapes %s do not broadcast" % [list(x.shape) for x in xs]) from None
+        if in_place and shape != xs[0].shape:
+            raise ctx.input_error(0, "is also the output, but the inputs broadcast to %s, not its shape %s"
+                                  % (list(shape), list(xs[0].shape)))
+        total = np.zeros(shape, dtype=np.float64)
+        for x in xs:
             total += x
         return (total / len(xs)).astype(xs[0].dtype)
     return run

@@ -5,11 +5,13 @@ half-float casts, as Caffe2 makes them:
   LpNorm -> LpNormGradient(X, dY): sign(X) (0 within 1e-12 of zero) for p=1, 2 X for
     p=2, times dY, divided by X's size when average=1;
   Clip -> ClipGradient(Y, dY): dY where min < Y < max, 0 elsewhere (at the bounds too);
-  Mean -> MeanGradient(dY): dY / n for each of the n inputs;
+  Mean -> MeanGradient(dY, X_0, ..., X_n-1) (late Caffe2, for broadcast inputs): dY / n
+    summed to each input's shape; MeanGradient(dY) alone (the older form) still runs;
   FloatToHalf -> HalfToFloat(dY) and HalfToFloat -> FloatToHalf(dY)."""
 import numpy as np
 
 from caffe2py.gradients import register_gradient
+from caffe2py.kernels.cpu.math.elementwise_grad import reduce_to_shape
 from caffe2py.registry import Arg, OpSchema, TensorType, UNKNOWN, register_kernel, register_schema
 from caffe2py.schema_rules import DTypes, Scalar
 
@@ -125,24 +127,45 @@ def _clip_maker(g):
 # ----------------------------------------------------------------- Mean
 
 register_schema(OpSchema(
-    "MeanGradient", num_inputs=1, num_outputs=(1, None), allow_inplace={(0, 0)}, inputs=("dY",),
-    inference=lambda ctx, ins: [ins[0]] * ctx.n_outputs, checks=(DTypes(0, "float"),),
-    doc="Gradient of Mean over n inputs (n = the output count): each output is dY / n."))
+    "MeanGradient", num_inputs=(1, None), num_outputs=(1, None), allow_inplace={(0, 0)},
+    inputs=("dY", "X_0"), inference=lambda ctx, ins: [ins[0]] * ctx.n_outputs if ctx.n_inputs == 1 else list(ins[1:]),
+    inputs_outputs_check=lambda n_in, n_out: n_in in (1, n_out + 1),
+    checks=(DTypes(0, "float"),),
+    doc="Gradient of Mean over n inputs (n = the output count): dY / n, summed over the axes input i "
+        "was broadcast along when the forward inputs follow dY (late Caffe2: dY, X_0, ..., X_n-1); "
+        "with dY alone (the older form) every output is dY / n."))
+
+
+def _broadcasts_to(shape, target):
+    try:
+        return np.broadcast_shapes(shape, target) == tuple(target)
+    except ValueError:
+        return False
 
 
 @register_kernel("MeanGradient")
 def mean_gradient(ctx):
     n = ctx.n_outputs
 
-    def run(dy):
+    def run(dy, *xs):
         share = (dy / dy.dtype.type(n)).astype(dy.dtype, copy=False)
-        return share if n == 1 else tuple([share] + [share.copy() for _ in range(n - 1)])
+        if not xs:
+            return share if n == 1 else tuple([share] + [share.copy() for _ in range(n - 1)])
+        grads = []
+        for k, x in enumerate(xs, 1):
+            if not _broadcasts_to(x.shape, dy.shape):
+                raise ctx.input_error(k, "shape %s does not broadcast to dY's %s" % (list(x.shape), list(dy.shape)))
+            g = reduce_to_shape(share, x.shape)
+            grads.append(g.copy() if g is share else g)
+        return grads[0] if n == 1 else tuple(grads)
     return run
 
 
 @register_gradient("Mean")
 def _mean_maker(g):
-    return [g.op("MeanGradient", [g.GO(0)], [g.GI(i) for i in range(len(g.def_.input))])]
+    # the inputs give only their shapes: in place, X_0 is the output, of X_0's shape
+    n = len(g.def_.input)
+    return [g.op("MeanGradient", [g.GO(0)] + list(g.def_.input), [g.GI(i) for i in range(n)])]
 
 
 # ----------------------------------------------------------------- half-float casts
