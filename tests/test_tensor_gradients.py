@@ -498,7 +498,8 @@ class TestGradients(hu.HypothesisTestCase):
     # ------------------------------------------------------------- ops Caffe2 gives no gradient
 
     def test_no_gradient_marks(self):
-        for op_type in ("ResizeLike", "HasElements", "IsEmpty", "UnsafeCoalesce", "ScatterAssign", "Append"):
+        for op_type in ("ResizeLike", "HasElements", "IsEmpty", "UnsafeCoalesce", "ScatterAssign", "Append",
+                        "ClipTensorByScaling"):
             assert gradient_status(op_type) == "should not do gradient", op_type
         for op_type in ("Size", "Range", "DiagonalFill", "EnsureCPUOutput", "Float16ConstantFill"):
             assert gradient_status(op_type) == "no gradient", op_type
