@@ -103,7 +103,9 @@ class GradientChecker:
                                                                            op.input[input_to_check]))
         device_options = dict(self._input_device_options)
         device_options.update(input_device_options or {})
-        inputs = [np.array(v, copy=True) for v in inputs]
+        # C order: the perturbation loop below writes through x.reshape(-1), which is a
+        # copy (so the steps were lost and every estimate 0) for a transposed input
+        inputs = [np.array(v, copy=True, order="C") for v in inputs]
         x = inputs[input_to_check]
 
         self._feed(op, inputs, device_options)
@@ -126,8 +128,14 @@ class GradientChecker:
         workspace.CreateNet(net, overwrite=True)
         name = op.input[input_to_check]
         option = device_options.get(name, self._device_option)
+        # inputs the op overwrites (in place) are fed again before every run, as Caffe2's
+        # checker feeds all of them: otherwise the next run reads the last run's output
+        overwritten = [(n, v, device_options.get(n, self._device_option)) for n, v in zip(op.input, inputs)
+                       if n in op.output and n != name]
 
         def loss_at(value):
+            for other, other_value, other_option in overwritten:
+                workspace.FeedBlob(other, other_value, other_option)
             workspace.FeedBlob(name, value, option)
             workspace.RunNet(net.name)
             return self._loss(op, outputs_with_grads, feed_grads=False)

@@ -11,7 +11,7 @@ from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, 
 
 from .._caffe2_binary import FLOATS, check_dtype
 from .._common import same_as_input
-from .._gradient_hooks import register_gradient
+from .._gradient_hooks import register_gradient, should_not_do_gradient
 
 
 def canonical_axis_index(ctx, axis, ndim):
@@ -233,3 +233,6 @@ def clip_tensor_by_scaling(ctx):
             return (x * x.dtype.type(limit / value)).astype(x.dtype, copy=False)
         return np.array(x, copy=True)
     return run
+
+
+should_not_do_gradient("ClipTensorByScaling")      # Caffe2's SHOULD_NOT_DO_GRADIENT

@@ -82,21 +82,37 @@ def clip(ctx):
     return run
 
 
+def _mean_infer(ctx, ins):
+    if not all(t.known for t in ins):
+        return [UNKNOWN]
+    try:
+        return [TensorType(np.broadcast_shapes(*(t.dims for t in ins)), ins[0].dtype)]
+    except ValueError:
+        raise ctx.error("input shapes %s do not broadcast" % [list(t.dims) for t in ins]) from None
+
+
 register_schema(OpSchema(
     "Mean", num_inputs=(1, None), num_outputs=1, allow_inplace=lambda i, o: o == 0,
-    inference=same_as_input(0), cost=elementwise_cost, checks=(DTypes("*", "numeric"),),
-    doc="Elementwise mean of the inputs (all of the same shape, numeric; Caffe2 takes float and "
-        "double only)."))
+    inference=_mean_infer, cost=elementwise_cost, checks=(DTypes("*", "numeric"),),
+    doc="Elementwise mean of the inputs, broadcast against each other as NumPy does (late Caffe2; "
+        "numeric types, where Caffe2 takes float only). In place on input 0 only when the output has "
+        "input 0's shape."))
 
 
 @register_kernel("Mean")
 def mean(ctx):
+    in_place = ctx.outputs[0] == ctx.inputs[0]
+
     def run(*xs):
-        for k, x in enumerate(xs[1:], 1):
-            if x.shape != xs[0].shape:
-                raise ctx.input_error(k, "shape %s differs from input 0's %s" % (list(x.shape), list(xs[0].shape)))
-        total = np.array(xs[0], dtype=np.float64)
-        for x in xs[1:]:
+        try:
+            shape = np.broadcast_shapes(*(x.shape for x in xs))
+        except ValueError:
+            raise ctx.error("input shapes %s do not broadcast" % [list(x.shape) for x in xs]) from None
+        if in_place and shape != xs[0].shape:
+            raise ctx.input_error(0, "is also the output, but the inputs broadcast to %s, not its shape %s"
+                                  % (list(shape), list(xs[0].shape)))
+        total = np.zeros(shape, dtype=np.float64)
+        for x in xs:
             total += x
         return (total / len(xs)).astype(xs[0].dtype)
     return run
@@ -124,17 +140,24 @@ register_schema(OpSchema(
     doc="Repeat the whole input `tiles` times along `axis` (inputs 1 and 2 override the args)."))
 
 
+def tile_params(ctx, x, tiles_blob=None, axis_blob=None):
+    """(tiles, axis in [0, ndim)) of Tile and TileGradient: inputs 1 and 2 override the
+    arguments; x is the array the axis indexes (X, or dY for the gradient)."""
+    tiles = int(np.asarray(tiles_blob).reshape(-1)[0]) if tiles_blob is not None else ctx.int("tiles")
+    axis = int(np.asarray(axis_blob).reshape(-1)[0]) if axis_blob is not None else ctx.int("axis")
+    if tiles < 0:
+        raise ctx.error("tiles must be >= 0, got %d" % tiles)
+    if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+        raise ctx.input_error(0, "axis %d is out of range for %d-D input" % (axis, x.ndim))
+    return tiles, axis % x.ndim
+
+
 @register_kernel("Tile")
 def tile(ctx):
     def run(x, tiles_blob=None, axis_blob=None):
-        tiles = int(np.asarray(tiles_blob).reshape(-1)[0]) if tiles_blob is not None else ctx.int("tiles")
-        axis = int(np.asarray(axis_blob).reshape(-1)[0]) if axis_blob is not None else ctx.int("axis")
-        if tiles < 0:
-            raise ctx.error("tiles must be >= 0, got %d" % tiles)
-        if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
-            raise ctx.input_error(0, "axis %d is out of range for %d-D input" % (axis, x.ndim))
+        tiles, axis = tile_params(ctx, x, tiles_blob, axis_blob)
         reps = [1] * x.ndim
-        reps[axis % x.ndim] = tiles
+        reps[axis] = tiles
         return np.tile(x, reps)
     return run
 

@@ -196,7 +196,7 @@ def range_kernel(ctx):
 
 # ----------------------------------------------------------------- Slice
 
-def _slice_bounds(ctx, shape, starts, ends):
+def slice_bounds(ctx, shape, starts, ends):
     """Per-dim (start, end) by Caffe2's rule: a negative index i means dim + 1 + i
     (so -1 is the end), indices past the dim are clamped, and end >= start."""
     if len(starts) != len(ends):
@@ -223,7 +223,7 @@ def _slice_bounds(ctx, shape, starts, ends):
 def _slice_infer(ctx, ins):
     if ctx.n_inputs != 1 or not (ctx.has("starts") and ctx.has("ends")):
         return [UNKNOWN]
-    bounds = _slice_bounds(ctx, ins[0].dims, ctx.ints("starts"), ctx.ints("ends"))
+    bounds = slice_bounds(ctx, ins[0].dims, ctx.ints("starts"), ctx.ints("ends"))
     return [TensorType(tuple(e - s for s, e in bounds), ins[0].dtype)]
 
 
@@ -236,23 +236,32 @@ register_schema(OpSchema(
         "given ones are kept whole. (Caffe2 sliced one dim per op; several are allowed here.)"))
 
 
+def slice_arguments(ctx, n_blob_inputs):
+    """Plan time: (starts, ends) from the arguments when the op has no starts/ends
+    inputs (n_blob_inputs = its input count without them), else (None, None)."""
+    if ctx.n_inputs != n_blob_inputs:
+        return None, None
+    if not (ctx.has("starts") and ctx.has("ends")):
+        raise ctx.error("needs arguments starts and ends, or inputs starts and ends")
+    return ctx.ints("starts"), ctx.ints("ends")
+
+
+def slice_blob_bounds(ctx, shape, starts, ends, first_index=1):
+    """Per-dim (start, end) from starts/ends blobs (inputs first_index and next: 1-D int32/int64)."""
+    for k, v in ((first_index, starts), (first_index + 1, ends)):
+        check_dtype(ctx, k, v, (np.int32, np.int64))
+        if v.ndim != 1:
+            raise ctx.input_error(k, "must be 1-D, got shape %s" % list(v.shape))
+    return slice_bounds(ctx, shape, starts.tolist(), ends.tolist())
+
+
 @register_kernel("Slice")
 def slice_kernel(ctx):
-    from_args = ctx.n_inputs == 1
-    if from_args and not (ctx.has("starts") and ctx.has("ends")):
-        raise ctx.error("needs arguments starts and ends, or inputs starts and ends")
-    arg_starts, arg_ends = (ctx.ints("starts"), ctx.ints("ends")) if from_args else (None, None)
+    arg_starts, arg_ends = slice_arguments(ctx, 1)
 
     def run(x, starts=None, ends=None):
-        if from_args:
-            starts, ends = arg_starts, arg_ends
-        else:
-            for k, v in ((1, starts), (2, ends)):
-                check_dtype(ctx, k, v, (np.int32, np.int64))
-                if v.ndim != 1:
-                    raise ctx.input_error(k, "must be 1-D, got shape %s" % list(v.shape))
-            starts, ends = starts.tolist(), ends.tolist()
-        bounds = _slice_bounds(ctx, x.shape, starts, ends)
+        bounds = (slice_bounds(ctx, x.shape, arg_starts, arg_ends) if arg_starts is not None
+                  else slice_blob_bounds(ctx, x.shape, starts, ends))
         return np.ascontiguousarray(x[tuple(slice(s, e) for s, e in bounds)])
     return run
 

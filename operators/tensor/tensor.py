@@ -145,26 +145,38 @@ register_schema(OpSchema(
         "caffe2py.optimize makes it of ONNX's Reshape -> Transpose -> Reshape spelling."))
 
 
-@register_kernel("ChannelShuffle")
-def channel_shuffle(ctx):
+def shuffle_channels(ctx, x, group, nchw, inverse=False):
+    """ChannelShuffle's copy: the channels read as a (group, C / group) grid, written
+    transposed. inverse (its gradient): the same copy with C / group groups."""
+    axis = 1 if nchw else x.ndim - 1
+    if x.ndim < 2 or x.shape[axis] % group:
+        raise ctx.input_error(0, "%d channels (shape %s, %s) do not split into %d groups"
+                              % (x.shape[axis] if x.ndim >= 2 else 0, list(x.shape),
+                                 "NCHW" if nchw else "NHWC", group))
+    if inverse:
+        group = max(x.shape[axis] // group, 1)
+    if nchw:
+        return layout_k.channel_shuffle(x, group)
+    lead = math.prod(x.shape[:axis])           # explicit sizes: -1 is ambiguous when empty
+    grid = x.reshape(lead, group, x.shape[axis] // group)
+    return np.ascontiguousarray(grid.transpose(0, 2, 1)).reshape(x.shape)
+
+
+def channel_shuffle_args(ctx):
+    """(group, NCHW?) checked at plan time."""
     group = ctx.int("group", 1)
     order = ctx.string("order", "NCHW")
     if order not in ("NCHW", "NHWC"):
         raise ctx.error("order must be NCHW or NHWC, got '%s'" % order)
     if group < 1:
         raise ctx.error("group must be positive, got %d" % group)
+    return group, order == "NCHW"
 
-    def run(x):
-        axis = 1 if order == "NCHW" else x.ndim - 1
-        if x.ndim < 2 or x.shape[axis] % group:
-            raise ctx.input_error(0, "%d channels (shape %s, %s) do not split into %d groups"
-                                  % (x.shape[axis] if x.ndim >= 2 else 0, list(x.shape), order, group))
-        if order == "NCHW":
-            return layout_k.channel_shuffle(x, group)
-        lead = math.prod(x.shape[:axis])
-        grid = x.reshape(lead, group, x.shape[axis] // group, -1)
-        return np.ascontiguousarray(grid.transpose(0, 2, 1, 3)).reshape(x.shape)
-    return run
+
+@register_kernel("ChannelShuffle")
+def channel_shuffle(ctx):
+    group, nchw = channel_shuffle_args(ctx)
+    return lambda x: shuffle_channels(ctx, x, group, nchw)
 
 
 # ----------------------------------------------------------------- Concat / Split

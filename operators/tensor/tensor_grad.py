@@ -5,11 +5,19 @@ them with forward ops:
     of its shape: Caffe2 leaves it out, which misplaces the others);
   Reshape -> Reshape of dY to the forward's old_shape output (no arguments copied);
   Flatten, FlattenToVec -> ResizeLike(dY, X); Transpose -> Transpose with the inverse permutation;
-  Copy / CopyFromCPUInput / EnsureDense -> Copy of dY; Sum: see elementwise_grad.
+  Copy / CopyFromCPUInput / EnsureDense -> Copy of dY; Sum: see elementwise_grad;
+  ChannelShuffle -> ChannelShuffleGradient(dY) (the shuffle with C / group groups);
+  Alias -> dY itself (no op); CopyGPUToCPU <-> CopyCPUToGPU of dY (of a sparse dY's
+    indices and values, one op each).
 Ops with no gradient by design: StopGradient, Iter, Shape, LengthsRangeFill,
-Bucketize and the fills (their outputs are constants)."""
+Bucketize, EnsureCPUOutput and the fills (their outputs are constants); Append
+refuses one (Caffe2's SHOULD_NOT_DO_GRADIENT)."""
 from caffe2py.errors import Caffe2Error
-from caffe2py.gradients import no_gradient, register_gradient
+from caffe2py.gradients import GradientSlice, no_gradient, register_gradient, should_not_do_gradient
+from caffe2py.registry import OpSchema, register_kernel, register_schema
+
+from .._common import same_as_input
+from .tensor import channel_shuffle_args, shuffle_channels
 
 
 @register_gradient("Concat")
@@ -65,6 +73,48 @@ def _copy_maker(g):
     return [g.op("Copy", [g.GO(0)], [g.GI(0)])]
 
 
+# ----------------------------------------------------------------- ChannelShuffle
+
+register_schema(OpSchema(
+    "ChannelShuffleGradient", num_inputs=1, num_outputs=1, inputs=("dY",), outputs=("dX",),
+    inference=same_as_input(0),
+    doc="Gradient of ChannelShuffle (same `group` and `order`): the inverse shuffle, i.e. the "
+        "shuffle with C / group groups."))
+
+
+@register_kernel("ChannelShuffleGradient")
+def channel_shuffle_gradient(ctx):
+    group, nchw = channel_shuffle_args(ctx)
+    return lambda dy: shuffle_channels(ctx, dy, group, nchw, inverse=True)
+
+
+@register_gradient("ChannelShuffle")
+def _channel_shuffle_maker(g):
+    return [g.op("ChannelShuffleGradient", [g.GO(0)], [g.GI(0)])]
+
+
+# ----------------------------------------------------------------- Alias, device copies
+
+@register_gradient("Alias")
+def _alias_maker(g):
+    g.SetDense(0, g.GO(0))         # the output is the input: its gradient passes through
+    return []
+
+
+def _device_copy_maker(copy_type):
+    def maker(g):
+        grad = g.GradOut(0)
+        if isinstance(grad, GradientSlice):
+            return [g.op(copy_type, [g.GO_I(0)], [g.GI_I(0)]), g.op(copy_type, [g.GO_V(0)], [g.GI_V(0)])]
+        return [g.op(copy_type, [g.GO(0)], [g.GI(0)])]
+    return maker
+
+
+register_gradient("CopyGPUToCPU")(_device_copy_maker("CopyCPUToGPU"))
+register_gradient("CopyCPUToGPU")(_device_copy_maker("CopyGPUToCPU"))
+
+should_not_do_gradient("Append")
+no_gradient("EnsureCPUOutput", "Float16ConstantFill")
 no_gradient("StopGradient", "Iter", "Shape", "LengthsRangeFill", "Bucketize",
             "ConstantFill", "GivenTensorFill", "GivenTensorDoubleFill", "GivenTensorIntFill",
             "GivenTensorInt64Fill", "GivenTensorBoolFill", "GivenTensorStringFill",
