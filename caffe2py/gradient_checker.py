@@ -103,7 +103,9 @@ class GradientChecker:
                                                                            op.input[input_to_check]))
         device_options = dict(self._input_device_options)
         device_options.update(input_device_options or {})
-        inputs = [np.array(v, copy=True) for v in inputs]
+        # C order: the perturbation loop below writes through x.reshape(-1), which is a
+        # copy (so the writes are lost and the estimate is 0) for a transposed input
+        inputs = [np.array(v, copy=True, order="C") for v in inputs]
         x = inputs[input_to_check]
 
         self._feed(op, inputs, device_options)
