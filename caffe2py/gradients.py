@@ -260,7 +260,9 @@ def _load_operators():
 
 # --------------------------------------------------------------------------- backward pass
 
-_Dense = namedtuple("_Dense", ["grad_op", "index", "gradient"])
+# chain: the gradient ops of one maker that write this gradient one after another
+# (Pow: Pow, Mul, Scale into X_grad); renaming the gradient renames it in all of them
+_Dense = namedtuple("_Dense", ["grad_op", "index", "gradient", "chain"], defaults=(None,))
 _Sparse = namedtuple("_Sparse", ["op_indices", "index_indices", "op_values", "index_values", "gradient"])
 _Versioned = namedtuple("_Versioned", ["op", "in_versions", "out_versions"])
 
@@ -349,6 +351,7 @@ class BackwardPass:
         op, ins, _outs = self.ssa[position]
         local = set()
         sparse = defaultdict(lambda: defaultdict(list))
+        dense = defaultdict(list)               # (input, version, gradient) -> [(grad_op, output index)]
         for grad_op in grad_ops:
             for blob in grad_op.input:
                 self._check_grad_op_input(blob, g_output, position, local)
@@ -364,6 +367,13 @@ class BackwardPass:
                             else _Sparse(None, 0, grad_op, i, g))
                     sparse[name][version].append(meta)
                 else:
+                    dense[name, version, g].append((grad_op, i))
+        for (name, version, g), writes in dense.items():
+            if len({id(w[0]) for w in writes}) > 1:     # a chain: its last op holds the gradient
+                chain = [o for o in grad_ops if g in o.output or g in o.input]
+                self.generators[name][version].append(_Dense(writes[-1][0], writes[-1][1], g, chain))
+            else:                                       # one op (twice for Mul(x, x))
+                for grad_op, i in writes:
                     self.generators[name][version].append(_Dense(grad_op, i, g))
         for name, by_version in sparse.items():
             for version, parts in by_version.items():
@@ -422,9 +432,15 @@ class BackwardPass:
         return True
 
     @staticmethod
-    def _rename(grad_op, index, counter):
-        grad_op.output[index] = "_%s_autosplit_%d" % (grad_op.output[index], counter)
-        return grad_op.output[index], counter + 1
+    def _rename(grad_op, index, counter, chain=None):
+        old = grad_op.output[index]
+        new = "_%s_autosplit_%d" % (old, counter)
+        for op in chain or (grad_op,):
+            for blobs in ((op.input, op.output) if chain else (op.output,)):
+                for k, blob in enumerate(blobs):
+                    if blob == old and (chain or k == index):
+                        blobs[k] = new
+        return new, counter + 1
 
     def _sum_ops(self, name, producers):
         base = name + "_grad"
@@ -458,7 +474,7 @@ class BackwardPass:
                     first = False
                     parts.append(p.grad_op.output[p.index])
                 else:
-                    out, counter = self._rename(p.grad_op, p.index, counter)
+                    out, counter = self._rename(p.grad_op, p.index, counter, p.chain)
                     parts.append(out)
             else:
                 if p.gradient == base:
@@ -509,7 +525,8 @@ class BackwardPass:
     def _step(self, position, grads):
         op, _ins, _outs = self.ssa[position]
         g_output = [grads.get(name) for name in op.output]
-        if all(g is None for g in g_output):
+        # ZeroGradient has no outputs: as in Caffe2 its maker runs anyway (zeros for its input)
+        if all(g is None for g in g_output) and op.type != "ZeroGradient":
             return {}, []
         try:
             grad_ops, g_input = get_gradient_for_op(op, g_output)

@@ -5,11 +5,13 @@ them with forward ops:
     of its shape: Caffe2 leaves it out, which misplaces the others);
   Reshape -> Reshape of dY to the forward's old_shape output (no arguments copied);
   Flatten, FlattenToVec -> ResizeLike(dY, X); Transpose -> Transpose with the inverse permutation;
-  Copy / CopyFromCPUInput / EnsureDense -> Copy of dY; Sum: see elementwise_grad.
+  Copy / CopyFromCPUInput / EnsureDense -> Copy of dY; Sum: see elementwise_grad;
+  Alias -> dY itself (no op); CopyCPUToGPU / CopyGPUToCPU -> the copy back (of a
+    sparse dY's indices and values each).
 Ops with no gradient by design: StopGradient, Iter, Shape, LengthsRangeFill,
 Bucketize and the fills (their outputs are constants)."""
 from caffe2py.errors import Caffe2Error
-from caffe2py.gradients import no_gradient, register_gradient
+from caffe2py.gradients import GradientSlice, no_gradient, register_gradient
 
 
 @register_gradient("Concat")
@@ -63,6 +65,28 @@ def _transpose_maker(g):
 @register_gradient("Copy", "CopyFromCPUInput", "EnsureDense", copy_arguments=False)
 def _copy_maker(g):
     return [g.op("Copy", [g.GO(0)], [g.GI(0)])]
+
+
+@register_gradient("Alias")
+def _alias_maker(g):
+    """Caffe2's GetAliasGradient: dY is X's gradient as it is, no op."""
+    g.SetDense(0, g.GO(0))
+    return []
+
+
+def _device_copy_maker(copy_back):
+    """Caffe2's GetCPUToGPUGradient / GetGPUToCPUGradient: the copy the other way,
+    of dY, or of a sparse dY's indices and values one copy each."""
+    def maker(g):
+        grad = g.GradOut(0)
+        if isinstance(grad, GradientSlice):
+            return [g.op(copy_back, [g.GO_I(0)], [g.GI_I(0)]), g.op(copy_back, [g.GO_V(0)], [g.GI_V(0)])]
+        return [g.op(copy_back, [g.GO(0)], [g.GI(0)])]
+    return maker
+
+
+register_gradient("CopyCPUToGPU")(_device_copy_maker("CopyGPUToCPU"))
+register_gradient("CopyGPUToCPU")(_device_copy_maker("CopyCPUToGPU"))
 
 
 no_gradient("StopGradient", "Iter", "Shape", "LengthsRangeFill", "Bucketize",
