@@ -13,11 +13,11 @@ RNG = np.random.default_rng(16)
 BATCH, FEATURES, CLASSES = 8, 5, 3
 
 
-def _forward(name, clip=False):
+def _forward(name, floor=False):
     model = model_helper.ModelHelper(name=name)
     h = brew.relu(model, brew.fc(model, "data", name + "_h", dim_in=FEATURES, dim_out=6), name + "_hr")
-    if clip:
-        h = model.net.Clip(h, name + "_clipped", min=0.0, max=1.0)
+    if floor:            # Floor has no gradient (in Caffe2 neither)
+        h = model.net.Floor(h, name + "_floored")
     return model, brew.fc(model, h, name + "_pred", dim_in=6, dim_out=CLASSES)
 
 
@@ -31,11 +31,11 @@ def _snapshot(model):
 
 
 def test_a_gradient_through_an_op_without_one_is_named_and_leaves_the_net_as_it_was():
-    model, pred = _forward("nograd", clip=True)
+    model, pred = _forward("nograd", floor=True)
     _, loss = model.net.SoftmaxWithLoss([pred, "label"], ["prob", "loss"])
     before = [op.type for op in model.net.Proto().op]
-    with pytest.raises(Caffe2Error, match="Clip #\\d+ 'nograd_clipped': no gradient is defined for operator "
-                                          "type 'Clip'"):
+    with pytest.raises(Caffe2Error, match="Floor #\\d+ 'nograd_floored': no gradient is defined for operator "
+                                          "type 'Floor'"):
         model.AddGradientOperators([loss])
     assert [op.type for op in model.net.Proto().op] == before        # no half-built backward pass
     assert not model.param_to_grad

@@ -171,8 +171,11 @@ def _pow_maker(g):
                 raise Caffe2Error("%s: in place with exponent %g, the gradient cannot recover X from Y"
                                   % (g.label, exponent))
             power = (exponent - np.float32(1)) / exponent
-        return [g.op("Pow", [x], [dx], exponent=float(power)),
-                g.op("Mul", [dx, dy], [dx]),
+        # in place, dY and dX are one blob (X_grad): Caffe2 wrote the power over dY and
+        # then squared it; the power goes to a blob of its own here
+        powered = dx + "_autogen_pow" if dx == dy else dx
+        return [g.op("Pow", [x], [powered], exponent=float(power)),
+                g.op("Mul", [powered, dy], [dx]),
                 g.op("Scale", [dx], [dx], scale=float(exponent))]
     if x == g.O(0) or g.I(1) == g.O(0):
         raise Caffe2Error("%s: the gradient cannot be computed when Pow runs in place (as in Caffe2)" % g.label)
