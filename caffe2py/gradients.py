@@ -369,7 +369,11 @@ class BackwardPass:
                 else:
                     dense[name, version, g].append((grad_op, i))
         for (name, version, g), writes in dense.items():
-            if len({id(w[0]) for w in writes}) > 1:     # a chain: its last op holds the gradient
+            # one input position with several writer ops is a chain (Pow: Pow, Mul, Scale
+            # into X_grad), whose last op holds the gradient; a blob read at several
+            # positions (BatchMatMul(z, z)) has one separate gradient per position
+            positions = sum(1 for k, blob in enumerate(op.input) if blob == name and g_input[k] == g)
+            if positions == 1 and len({id(w[0]) for w in writes}) > 1:
                 chain = [o for o in grad_ops if g in o.output or g in o.input]
                 self.generators[name][version].append(_Dense(writes[-1][0], writes[-1][1], g, chain))
             else:                                       # one op (twice for Mul(x, x))
