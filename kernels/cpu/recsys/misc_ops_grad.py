@@ -14,6 +14,7 @@ _SIGN_DEAD_ZONE = 1e-12          # Caffe2's kEps: values this close to 0 get no 
 
 
 def clip_grad(y, dy, lo, hi):
+    lo, hi = np.float64(lo), np.float64(hi)      # float32's bounds overflow float16
     inside = (y > lo) & (y < hi)
     return np.where(inside, dy, dy.dtype.type(0)).reshape(y.shape)
 
