@@ -437,13 +437,18 @@ class BackwardPass:
 
     @staticmethod
     def _rename(grad_op, index, counter, chain=None):
+        """A partial gradient's own name: on its one output, or (a chain) on every
+        read and write of it in the chain's ops."""
         old = grad_op.output[index]
         new = "_%s_autosplit_%d" % (old, counter)
-        for op in chain or (grad_op,):
-            for blobs in ((op.input, op.output) if chain else (op.output,)):
-                for k, blob in enumerate(blobs):
-                    if blob == old and (chain or k == index):
-                        blobs[k] = new
+        if chain is None:
+            grad_op.output[index] = new
+        else:
+            for op in chain:
+                for blobs in (op.input, op.output):
+                    for k, blob in enumerate(blobs):
+                        if blob == old:
+                            blobs[k] = new
         return new, counter + 1
 
     def _sum_ops(self, name, producers):
