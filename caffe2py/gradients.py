@@ -276,9 +276,9 @@ def get_gradient_for_op(op_def, g_output):
 
 # --------------------------------------------------------------------------- backward pass
 
-# chain: the forward op's other gradient ops that wrote the same gradient blob before
-# grad_op (as a scratch value grad_op reads, Sqrt's Scale then Div) or read it since
-_Dense = namedtuple("_Dense", ["grad_op", "index", "gradient", "chain"], defaults=((),))
+# chain: the gradient ops of one maker that write this gradient one after another
+# (Pow: Pow, Mul, Scale into X_grad); renaming the gradient renames it in all of them
+_Dense = namedtuple("_Dense", ["grad_op", "index", "gradient", "chain"], defaults=(None,))
 _Sparse = namedtuple("_Sparse", ["op_indices", "index_indices", "op_values", "index_values", "gradient"])
 _Versioned = namedtuple("_Versioned", ["op", "in_versions", "out_versions"])
 
@@ -289,37 +289,6 @@ def _index_in(gradients, name):
         if g == name or (isinstance(g, GradientSlice) and name in (g.indices, g.values)):
             return i
     return None
-
-
-def _last_writes(grad_ops, writes):
-    """The dense gradient writes of one forward op's gradient ops. A write that a
-    later gradient op of the same forward op reads back is a scratch value (Sqrt's
-    Scale, read by its Div): only the last write of such a run is a partial gradient,
-    with the run's other ops as its chain. Writes nobody reads back are partial
-    gradients each (BatchMatMul([z, z]) writes z_grad once per operand)."""
-    position = {id(op): k for k, op in enumerate(grad_ops)}
-    by_blob = defaultdict(list)
-    for w in writes:
-        by_blob[w.grad_op.output[w.index]].append(w)
-    out = []
-    for blob, ws in by_blob.items():
-        first = current = ws[0]
-        for w in ws[1:]:
-            later = grad_ops[position[id(current.grad_op)] + 1:position[id(w.grad_op)] + 1]
-            if any(blob in op.input for op in later):
-                current = w
-                continue
-            out.append(_with_chain(grad_ops, position, first, current, blob))
-            first = current = w
-        out.append(_with_chain(grad_ops, position, first, current, blob))
-    return out
-
-
-def _with_chain(grad_ops, position, first, last, blob):
-    if first is last:
-        return last
-    run = grad_ops[position[id(first.grad_op)]:position[id(last.grad_op)]]
-    return last._replace(chain=tuple(op for op in run if blob in op.input or blob in op.output))
 
 
 def _same_device(a, b):
@@ -398,7 +367,7 @@ class BackwardPass:
         op, ins, _outs = self.ssa[position]
         local = set()
         sparse = defaultdict(lambda: defaultdict(list))
-        dense = defaultdict(list)
+        dense = defaultdict(list)               # (input, version, gradient) -> [(grad_op, output index)]
         for grad_op in grad_ops:
             for blob in grad_op.input:
                 self._check_grad_op_input(blob, g_output, position, local)
@@ -414,9 +383,18 @@ class BackwardPass:
                             else _Sparse(None, 0, grad_op, i, g))
                     sparse[name][version].append(meta)
                 else:
-                    dense[name, version].append(_Dense(grad_op, i, g))
-        for (name, version), writes in dense.items():
-            self.generators[name][version].extend(_last_writes(grad_ops, writes))
+                    dense[name, version, g].append((grad_op, i))
+        for (name, version, g), writes in dense.items():
+            # one input position with several writer ops is a chain (Pow: Pow, Mul, Scale
+            # into X_grad), whose last op holds the gradient; a blob read at several
+            # positions (BatchMatMul(z, z)) has one separate gradient per position
+            positions = sum(1 for k, blob in enumerate(op.input) if blob == name and g_input[k] == g)
+            if positions == 1 and len({id(w[0]) for w in writes}) > 1:
+                chain = [o for o in grad_ops if g in o.output or g in o.input]
+                self.generators[name][version].append(_Dense(writes[-1][0], writes[-1][1], g, chain))
+            else:                                       # one op (twice for Mul(x, x))
+                for grad_op, i in writes:
+                    self.generators[name][version].append(_Dense(grad_op, i, g))
         for name, by_version in sparse.items():
             for version, parts in by_version.items():
                 if len(parts) == 1:
@@ -474,17 +452,19 @@ class BackwardPass:
         return True
 
     @staticmethod
-    def _rename(grad_op, index, counter, chain=()):
+    def _rename(grad_op, index, counter, chain=None):
+        """A partial gradient's own name: on its one output, or (a chain) on every
+        read and write of it in the chain's ops."""
         old = grad_op.output[index]
         new = "_%s_autosplit_%d" % (old, counter)
-        # the scratch writes and reads of the same blob by the op's other gradient ops
-        # move with it, or they would overwrite the partial gradient kept under `old`
-        for op in chain + ((grad_op,) if chain else ()):
-            for blobs in (op.input, op.output):
-                for k, blob in enumerate(blobs):
-                    if blob == old:
-                        blobs[k] = new
-        grad_op.output[index] = new
+        if chain is None:
+            grad_op.output[index] = new
+        else:
+            for op in chain:
+                for blobs in (op.input, op.output):
+                    for k, blob in enumerate(blobs):
+                        if blob == old:
+                            blobs[k] = new
         return new, counter + 1
 
     def _sum_ops(self, name, producers):
@@ -570,7 +550,8 @@ class BackwardPass:
     def _step(self, position, grads):
         op, _ins, _outs = self.ssa[position]
         g_output = [grads.get(name) for name in op.output]
-        if all(g is None for g in g_output):
+        # ZeroGradient has no outputs: as in Caffe2 its maker runs anyway (zeros for its input)
+        if all(g is None for g in g_output) and op.type != "ZeroGradient":
             return {}, []
         try:
             grad_ops, g_input = get_gradient_for_op(op, g_output)

@@ -52,9 +52,15 @@ def wrap(cpu_factory):
 
 def matmul(ctx):
     ta, tb = ctx.int("trans_a", 0), ctx.int("trans_b", 0)
-    def go(a, b):
+    def go(a, b, like=None):
         a, b = host(a), host(b)
-        return to_dev((a.T if ta else a) @ (b.T if tb else b))
+        y = (a.T if ta else a) @ (b.T if tb else b)
+        if like is not None:
+            if y.size != host(like).size:
+                raise ctx.input_error(2, "shape %s does not hold the %d x %d product"
+                                      % (list(like.shape), y.shape[0], y.shape[1]))
+            y = y.reshape(like.shape)
+        return to_dev(y)
     return go
 
 special = {"MatMul": matmul,

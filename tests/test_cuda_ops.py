@@ -379,6 +379,19 @@ def test_matmul_and_batch_matmul(rng, ta, tb):
     close(run_gpu("BatchMatMul", [ab, bb], trans_a=ta, trans_b=tb), want, _gemm_tol(k), rng.seed_text)
 
 
+def test_matmul_third_input_shapes_the_output(rng):
+    """Caffe2's gradient ops pass the input whose gradient they make as input 2: the
+    product takes its shape."""
+    dy = rng.standard_normal((4, 5)).astype(np.float32)
+    b = rng.standard_normal((3, 5)).astype(np.float32)
+    like = np.zeros((2, 6), np.float32)
+    got = run_gpu("MatMul", [dy, b, like], trans_b=1)
+    assert got.shape == (2, 6)
+    close(got, (dy.astype(np.float64) @ b.T).reshape(2, 6), _gemm_tol(5), rng.seed_text)
+    with pytest.raises(Caffe2Error, match="does not hold the 4 x 3 product"):
+        run_gpu("MatMul", [dy, b, np.zeros((5,), np.float32)], trans_b=1)
+
+
 # --------------------------------------------------------------------------- devices
 
 def test_copy_ops_and_feed_fetch_round_trip(rng):

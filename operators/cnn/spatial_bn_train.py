@@ -2,6 +2,8 @@
 training_kernel), SpatialBNGradient and the SpatialBN maker (Caffe2's
 GetSpatialBNGradient: inputs X, scale, dY and the saved mean / inverse std in
 training, the running mean / variance with is_test=1; outputs dX, dscale, dbias)."""
+import numpy as np
+
 from caffe2py.errors import Caffe2Error
 from caffe2py.gradients import register_gradient
 from caffe2py.kernels.cpu.cnn import norm_train as K
@@ -35,8 +37,13 @@ def training_kernel(ctx):
     def run(x, scale, bias, running_mean, running_var):
         axis = _channel_axis(ctx, x)
         _check_channels(ctx, x, axis, ((1, scale), (2, bias), (3, running_mean), (4, running_var)))
+        if x.shape[0] == 0:
+            # Caffe2: an empty batch leaves the running statistics as they were and saves zeros
+            zeros = np.zeros(x.shape[axis], x.dtype)
+            return (np.empty_like(x), running_mean.copy(), running_var.copy(), zeros, zeros.copy())
         if x.size == 0:
-            raise ctx.input_error(0, "batch statistics of an empty batch are undefined")
+            raise ctx.input_error(0, "batch statistics over zero values per channel (shape %s) are undefined"
+                                  % list(x.shape))
         return K.batch_norm_train(x, scale, bias, running_mean, running_var, eps, momentum, axis)
     return run
 
@@ -60,6 +67,9 @@ def spatial_bn_gradient(ctx):
         _check_channels(ctx, x, axis, ((1, scale), (3, mean), (4, second)))
         if dy.shape != x.shape:
             raise ctx.input_error(2, "gradient of shape %s does not match X's %s" % (list(dy.shape), list(x.shape)))
+        if x.shape[0] == 0:          # Caffe2: an empty batch has zero scale and bias gradients
+            zeros = np.zeros(scale.shape, x.dtype)
+            return np.empty_like(x), zeros, zeros.copy()
         if is_test:
             return K.batch_norm_backward_fixed(x, scale, dy, mean, second, eps, axis)
         return K.batch_norm_backward(x, scale, dy, mean, second, axis)

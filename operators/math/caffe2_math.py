@@ -171,14 +171,22 @@ register_schema(OpSchema(
     doc="Y = w * X + b per column of X viewed as a 2-D (N, D) matrix."))
 
 
+def linear_axis(ctx, x, axis, index=0):
+    """ElementwiseLinear's axis for X, negative counting from the end as Caffe2's
+    canonical axis (axis = ndim, a D of 1, is kept from before)."""
+    if not -x.ndim <= axis <= x.ndim:
+        raise ctx.input_error(index, "axis %d is out of range [%d, %d] for X of shape %s"
+                              % (axis, -x.ndim, x.ndim, list(x.shape)))
+    return axis % x.ndim if axis < 0 else axis
+
+
 @register_kernel("ElementwiseLinear")
 def elementwise_linear(ctx):
-    axis = ctx.int("axis")
+    axis_arg = ctx.int("axis")
 
     def run(x, w, b):
         check_dtype(ctx, 0, x, FLOATS)
-        if not 0 <= axis <= x.ndim:
-            raise ctx.error("axis %d is out of range [0, %d] for X of shape %s" % (axis, x.ndim, list(x.shape)))
+        axis = linear_axis(ctx, x, axis_arg)
         d = math.prod(x.shape[axis:])
         for index, v in ((1, w), (2, b)):
             if v.ndim != 1 or v.shape[0] != d:
@@ -311,23 +319,29 @@ _CAST_TARGETS = {DT.FLOAT: np.float32, DT.DOUBLE: np.float64, DT.FLOAT16: np.flo
 _CASTABLE = tuple(_CAST_TARGETS.values())
 
 
-def cast_target(ctx, name="to"):
-    """Caffe2's DataType from `to`: an enum value, or its name in any case."""
-    value = ctx.arg(name, DT.FLOAT)
+def data_type_value(value, name, fail):
+    """Caffe2's DataType from an argument value: an enum value, or its name in any
+    case; fail(message) makes the error raised for anything else."""
     if isinstance(value, bytes):
         value = value.decode()
     if isinstance(value, str):
         try:
             value = DT.DataType.Value(value.upper())
         except ValueError:
-            raise ctx.error("unknown '%s' argument '%s' (expected a TensorProto.DataType name: %s)"
-                            % (name, value, ", ".join(DT.DataType.keys()))) from None
+            raise fail("unknown '%s' argument '%s' (expected a TensorProto.DataType name: %s)"
+                       % (name, value, ", ".join(DT.DataType.keys()))) from None
     if not isinstance(value, (int, float)) or (isinstance(value, float) and not value.is_integer()):
-        raise ctx.error("'%s' must be one TensorProto.DataType (its value or name), got %r" % (name, value))
+        raise fail("'%s' must be one TensorProto.DataType (its value or name), got %r" % (name, value))
     value = int(value)
     if value not in DT.DataType.values():
-        raise ctx.error("unknown '%s' value %d (expected a TensorProto.DataType: %s)"
-                        % (name, value, ", ".join("%s=%d" % kv for kv in DT.DataType.items())))
+        raise fail("unknown '%s' value %d (expected a TensorProto.DataType: %s)"
+                   % (name, value, ", ".join("%s=%d" % kv for kv in DT.DataType.items())))
+    return value
+
+
+def cast_target(ctx, name="to"):
+    """Caffe2's DataType from `to`: an enum value, or its name in any case."""
+    value = data_type_value(ctx.arg(name, DT.FLOAT), name, ctx.error)
     if value not in _CAST_TARGETS:
         raise ctx.error("casting to %s is not supported" % DT.DataType.Name(value))
     return value

@@ -100,7 +100,7 @@ def matmul(ctx):
     rt = _cuda_runtime._runtime(ctx)  # looked up on the module: tests swap it for a fake
     ta, tb = bool(ctx.int("trans_a", 0)), bool(ctx.int("trans_b", 0))
 
-    def run(a, b):
+    def run(a, b, like=None):
         rt.expect(0, a, (np.float32,))
         rt.expect(1, b, (np.float32,))
         if a.ndim != 2 or b.ndim != 2:
@@ -111,5 +111,9 @@ def matmul(ctx):
             raise ctx.input_error(1, "inner dimensions differ: %d vs %d" % (k, kb))
         out = rt.empty((m, n), np.float32)
         _gemm(rt, a, b, out, m, n, k, 1, ta, tb)
+        if like is not None and tuple(like.shape) != (m, n):   # Caffe2's gradient form: input 2's shape
+            if _prod(like.shape) != m * n:
+                raise ctx.input_error(2, "shape %s does not hold the %d x %d product" % (list(like.shape), m, n))
+            out = rt.adapter.tag(out.reshape(tuple(like.shape)), rt.device_id)
         return out
     return run

@@ -46,6 +46,8 @@ def batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1, relu=False):
         if np.size(v) != c:
             raise ValueError("%s has %d elements, expected %d channels" % (name, np.size(v), c))
     dtype = x.dtype if x.dtype.kind == "f" else np.float32
+    if x.size == 0:                  # an empty batch (Caffe2 returns the empty Y at once)
+        return np.empty(x.shape, dtype)
     mul, add = bn_affine(scale, bias, mean, var, epsilon, dtype)
     if x.ndim < 2:
         y = (x * mul + add).astype(dtype, copy=False)

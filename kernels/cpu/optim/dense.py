@@ -1,5 +1,5 @@
-"""Dense optimizer updates (Caffe2's WeightedSum, MomentumSGD(Update), Adagrad, Adam) as
-NumPy expressions in float32, in Caffe2's order of operations. Each returns new
+"""Dense optimizer updates (Caffe2's WeightedSum and its gradient, MomentumSGD(Update),
+Adagrad, Adam) as NumPy expressions in float32, in Caffe2's order of operations. Each returns new
 arrays: a dense update reads and writes every element anyway, so writing into a fresh
 array costs what writing in place would, and the inputs stay untouched (a failing net
 needs no undo for them).
@@ -19,6 +19,17 @@ def weighted_sum(arrays, weights):
     for x, w in zip(arrays[1:], weights[1:]):
         out += w * x.reshape(x0.shape).astype(np.float32, copy=False)
     return out if x0.dtype == np.float32 else out.astype(x0.dtype)
+
+
+def weighted_sum_grad(dy, xs, weights, grad_on_w):
+    """(dX_i = weights[i] * dy in dy's dtype, and with grad_on_w dw_i = sum(dy * X_i)
+    as float32 [1] arrays, summed in float64)."""
+    dxs = [np.multiply(dy, w, dtype=np.float32).astype(dy.dtype, copy=False) for w in weights]
+    dws = []
+    if grad_on_w:
+        flat = dy.reshape(-1).astype(np.float64)
+        dws = [np.array([flat @ x.reshape(-1).astype(np.float64)], F32) for x in xs]
+    return dxs, dws
 
 
 def momentum_sgd(grad, moment, lr, momentum, nesterov):
