@@ -254,3 +254,27 @@ def test_bad_requests_are_errors(tmp_path, capsys):
     assert "no test files" in capsys.readouterr().err
     assert main(["conformance", str(tmp_path), "--jobs", "0"]) == 1
     assert "--jobs must be at least 1" in capsys.readouterr().err
+
+
+def test_legacy_numpy_for_caffe2_era_tests(tmp_path, capsys, clean_env):
+    """--legacy-numpy: a Caffe2-era test using np.float passes; without it NumPy's own
+    AttributeError is the test's first failure."""
+    folder = tmp_path / "legacy"
+    folder.mkdir()
+    (folder / "old_numpy_test.py").write_text(textwrap.dedent("""
+        import numpy as np
+
+        def test_old_names():
+            assert np.zeros(2, dtype=np.float).dtype == np.float64 and np.asscalar(np.array([3])) == 3
+    """).lstrip())
+    report = tmp_path / "plain.json"
+    assert main(["conformance", str(folder), "--json", str(report)]) == 0
+    plain = json.loads(report.read_text())["files"][0]
+    assert (plain["passed"], plain["failed"]) == (0, 1)
+    assert "has no attribute 'float'" in plain["first_failure"]["message"]
+    report = tmp_path / "legacy.json"
+    assert main(["conformance", str(folder), "--legacy-numpy", "--json", str(report)]) == 0
+    legacy = json.loads(report.read_text())
+    assert (legacy["files"][0]["passed"], legacy["files"][0]["failed"]) == (1, 0)
+    assert legacy["options"]["legacy_numpy"] is True
+    capsys.readouterr()

@@ -19,6 +19,9 @@ def add_arguments(parser):
                         help="seconds one file may take before it is stopped (default 600)")
     parser.add_argument("--json", metavar="FILE", help="write per-file results and totals as JSON here")
     parser.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest's -k: only tests matching EXPR")
+    parser.add_argument("--legacy-numpy", action="store_true",
+                        help="put back the NumPy names Caffe2-era tests use and NumPy removed (np.float, "
+                             "np.asscalar, ...) in each child, as `python -m caffe2py.compat --legacy-numpy`")
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 when any test failed or errored or any file did not import, hung or crashed")
 
@@ -40,11 +43,13 @@ def run(args):
         print(row(result, width))
         sys.stdout.flush()
     began = time.monotonic()
-    results = run_files(files, jobs=args.jobs, timeout=args.timeout, keyword=args.keyword, on_result=show)
+    results = run_files(files, jobs=args.jobs, timeout=args.timeout, keyword=args.keyword, on_result=show,
+                        legacy_numpy=args.legacy_numpy)
     t = totals(results, time.monotonic() - began)
     print(summary_line(t))
     if args.json:
-        options = {"paths": args.paths, "jobs": args.jobs, "timeout": args.timeout, "keyword": args.keyword}
+        options = {"paths": args.paths, "jobs": args.jobs, "timeout": args.timeout, "keyword": args.keyword,
+                   "legacy_numpy": args.legacy_numpy}
         try:
             with open(args.json, "w") as fh:
                 json.dump(to_json(results, t, options), fh, indent=1)

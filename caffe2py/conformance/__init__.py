@@ -10,3 +10,4 @@ the parent reads (report.py). Files are found by discover.py.
 # folder is (here, not in plugin.py: importing the plugin installs the aliases).
 REPORT_ENV = "CAFFE2PY_CONFORMANCE_REPORT"
 ROOT_ENV = "CAFFE2PY_CONFORMANCE_CAFFE2_ROOT"
+LEGACY_NUMPY_ENV = "CAFFE2PY_CONFORMANCE_LEGACY_NUMPY"   # "1": the child puts back np.int & co.

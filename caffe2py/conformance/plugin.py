@@ -11,10 +11,14 @@ import os
 
 from caffe2py import child_processes
 
-from . import REPORT_ENV, ROOT_ENV
+from . import LEGACY_NUMPY_ENV, REPORT_ENV, ROOT_ENV
 
 child_processes.protect_from_env()
 import caffe2py.compat  # noqa: E402,F401  (caffe2.python -> caffe2py, before the test file imports)
+
+if os.environ.get(LEGACY_NUMPY_ENV) == "1":     # `conformance --legacy-numpy`
+    from caffe2py import legacy_numpy
+    legacy_numpy.install()
 
 if os.environ.get(ROOT_ENV):
     from .layout import install as _install_layout
