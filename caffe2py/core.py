@@ -26,6 +26,16 @@ def SetEnginePref(per_op_pref, global_pref):
     registry.set_engine_pref(per_op_pref, global_pref)
 
 
+def IsGPUDeviceType(device_type):
+    """Caffe2's core.IsGPUDeviceType: CUDA or HIP."""
+    return device_type in (caffe2_pb2.CUDA, caffe2_pb2.HIP)
+
+
+def IsCPUDeviceType(device_type):
+    """Caffe2's core.IsCPUDeviceType: the host device types (CPU, MKLDNN, IDEEP)."""
+    return device_type in (caffe2_pb2.CPU, caffe2_pb2.MKLDNN, caffe2_pb2.IDEEP)
+
+
 def DeviceOption(device_type, device_id=0, random_seed=None, node_name=None,
                  numa_node_id=None, extra_info=None):
     option = caffe2_pb2.DeviceOption()

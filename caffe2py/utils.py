@@ -55,3 +55,15 @@ def BuildUniqueMutexIter(init_net, net, iter=None, iter_mutex=None, iter_val=0):
 __all__ = ["MakeArgument", "ArgumentHelper", "Caffe2TensorToNumpyArray",
            "NumpyArrayToCaffe2Tensor", "MakeNDArray", "GetArgumentValue", "debug", "BuildUniqueMutexIter",
            "OPTIMIZER_ITERATION_NAME", "ITERATION_MUTEX_NAME"]
+
+
+def NHWC2NCHW(tensor):
+    """Caffe2's utils.NHWC2NCHW: a NumPy array's channel axis moved from last to second."""
+    assert tensor.ndim >= 1
+    return tensor.transpose((0, tensor.ndim - 1) + tuple(range(1, tensor.ndim - 1)))
+
+
+def NCHW2NHWC(tensor):
+    """Caffe2's utils.NCHW2NHWC: a NumPy array's channel axis moved from second to last."""
+    assert tensor.ndim >= 2
+    return tensor.transpose((0,) + tuple(range(2, tensor.ndim)) + (1,))

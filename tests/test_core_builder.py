@@ -182,3 +182,18 @@ def test_nets_built_in_a_net_builder_take_its_name_and_it_becomes_a_step():
     step = core.to_execution_step(nb)
     assert step.Name() == "loop" and step.Proto().should_stop_blob == str(stop)
     assert len(step.Proto().network) == 1 and step.Proto().network[0].startswith("loop/")
+
+
+def test_device_type_predicates_and_layout_utils():
+    """Caffe2's core.IsGPUDeviceType / IsCPUDeviceType and utils.NCHW2NHWC / NHWC2NCHW,
+    which its operator tests call."""
+    import numpy as np
+    from caffe2py import utils
+    from caffe2py.proto import caffe2_pb2
+    assert core.IsGPUDeviceType(caffe2_pb2.CUDA) and core.IsGPUDeviceType(caffe2_pb2.HIP)
+    assert not core.IsGPUDeviceType(caffe2_pb2.CPU)
+    assert core.IsCPUDeviceType(caffe2_pb2.CPU) and not core.IsCPUDeviceType(caffe2_pb2.CUDA)
+    x = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
+    nhwc = utils.NCHW2NHWC(x)
+    assert nhwc.shape == (2, 4, 5, 3) and nhwc[1, 2, 3, 0] == x[1, 0, 2, 3]
+    np.testing.assert_array_equal(utils.NHWC2NCHW(nhwc), x)
