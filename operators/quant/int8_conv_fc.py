@@ -34,22 +34,6 @@ def _requant_params(ctx, x, w, y_scale):
         raise requant_error(ctx, exc) from None
 
 
-class _PackedWeights:
-    """W packed for the GEMM once per weight blob (the blob's data stays referenced, so
-    an identity test cannot mistake a new array for it)."""
-
-    def __init__(self):
-        self._key = None
-        self._value = None
-
-    def get(self, w, group, pack):
-        key = (w.data, w.zero_point, group)
-        if self._key is None or self._key[0] is not w.data or self._key[1:] != key[1:]:
-            self._value = pack(w.data, w.zero_point, group)
-            self._key = key
-        return self._value
-
-
 def _bias(ctx, b, m):
     if b is None:
         return np.zeros(m, np.int32)
@@ -105,8 +89,8 @@ def _int8_conv_factory(relu):
         group = ctx.int("group", 1)
         y_scale, y_zp = output_params(ctx)
         lo = rq.relu_floor(y_scale, y_zp) if relu else 0
-        packed = _PackedWeights()
-        depthwise_w = _PackedWeights()
+        packed = K.PackedWeights()
+        depthwise_w = K.PackedWeights()
 
         def run(x, w, b=None):
             x = int8_input(ctx, 0, x)
@@ -122,11 +106,11 @@ def _int8_conv_factory(relu):
             multiplier, shift = _requant_params(ctx, x, w, y_scale)
             with team():
                 if group == c == m and group > 1:
-                    w16 = depthwise_w.get(w, group, lambda d, z, g: K.depthwise_weights(d, z))
+                    w16 = depthwise_w.get(w.data, w.zero_point, group, lambda d, z, g: K.depthwise_weights(d, z))
                     y = K.depthwise_nhwc(x.data, x.zero_point, w16, bias, multiplier, shift, y_zp, lo, 255,
                                          kernel, strides, pads, dil, out_shape)
                 else:
-                    y = K.conv_nhwc(x.data, x.zero_point, packed.get(w, group, K.pack_weights), bias, multiplier,
+                    y = K.conv_nhwc(x.data, x.zero_point, packed.get(w.data, w.zero_point, group), bias, multiplier,
                                     shift, y_zp, lo, 255, kernel, strides, pads, dil, group, out_shape)
             return output(y, y_scale, y_zp)
         return run
@@ -205,7 +189,7 @@ register_schema(OpSchema(
 @register_kernel("Int8FC")
 def int8_fc(ctx):
     y_scale, y_zp = output_params(ctx)
-    packed = _PackedWeights()
+    packed = K.PackedWeights()
 
     def run(x, w, b, qparam=None):
         x = int8_input(ctx, 0, x)
@@ -214,7 +198,7 @@ def int8_fc(ctx):
         bias = _bias(ctx, b, n)
         s, z = qparam_override(ctx, 3, qparam, y_scale, y_zp)
         multiplier, shift = _requant_params(ctx, x, w, s)
-        weights = packed.get(w, 1, lambda d, zp, g: K.pack_weights(d.reshape(n, 1, 1, k), zp, 1))
+        weights = packed.get(w.data, w.zero_point, 1, lambda d, zp, g: K.pack_weights(d.reshape(n, 1, 1, k), zp, 1))
         with team():
             y = K.fc(np.ascontiguousarray(x.data.reshape(-1, k)), x.zero_point, weights, bias, multiplier, shift, z)
         return output(y.reshape(out_dims), s, z)

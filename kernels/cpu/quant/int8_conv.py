@@ -34,18 +34,38 @@ ROWS = 64            # output pixels per packed block (a multiple of MR)
 
 
 def pack_weights(w, w_zero_point, groups):
-    """w: uint8 (M, KH, KW, CG); -> int16 (groups, column blocks, K/2, 16, 2) of
-    w - w_zero_point, zero-padded to whole column blocks and an even K."""
+    """w: uint8 or int8 (M, KH, KW, CG); -> int16 (groups, column blocks, K/2, 16, 2) of
+    w - w_zero_point (one value, or one per output channel M), zero-padded to whole
+    column blocks and an even K."""
     m = w.shape[0]
     mg = m // groups
     k = int(np.prod(w.shape[1:]))
     kpairs = (k + 1) // 2
     nblk = (mg + NR - 1) // NR
     flat = np.zeros((groups, nblk * NR, 2 * kpairs), np.int16)
-    flat[:, :mg, :k] = (w.reshape(groups, mg, k).astype(np.int16) - np.int16(w_zero_point))
+    zero = np.asarray(w_zero_point, np.int16).reshape(-1)
+    zero = zero.reshape(groups, mg, 1) if zero.size == m and m > 1 else zero.reshape(())
+    flat[:, :mg, :k] = (w.reshape(groups, mg, k).astype(np.int16) - zero)
     # (g, nblk, NR, kpairs, 2) -> (g, nblk, kpairs, NR, 2)
     packed = flat.reshape(groups, nblk, NR, kpairs, 2).transpose(0, 1, 3, 2, 4)
     return np.ascontiguousarray(packed)
+
+
+class PackedWeights:
+    """pack_weights' result for one weight array, kept while the same array (and zero
+    points) comes back: the array stays referenced, so an identity test cannot mistake a
+    new array for it."""
+
+    def __init__(self):
+        self._key = None
+        self._value = None
+
+    def get(self, w, zero_point, groups, pack=None):
+        zero = tuple(np.asarray(zero_point).reshape(-1).tolist())
+        if self._key is None or self._key[0] is not w or self._key[1:] != (zero, groups):
+            self._value = (pack or pack_weights)(w, zero_point, groups)
+            self._key = (w, zero, groups)
+        return self._value
 
 
 def _unpack(packed, mg, k):
@@ -56,11 +76,12 @@ def _unpack(packed, mg, k):
 
 
 @compiled(parallel=True)
-def _conv_gemm(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out,
+def _conv_gemm(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out, raw, sums,
                kh, kw, sh, sw, dh, dw, pt, pl, groups, mg, blocks):
-    """x uint8 (N, H, W, C); wp = pack_weights(...) (groups, nblk, kpairs, 16, 2);
+    """x uint8 or int8 (N, H, W, C); wp = pack_weights(...) (groups, nblk, kpairs, 16, 2);
     bias int32 (M,); out uint8 (N, OH, OW, M) with M = groups * mg; C % groups == 0;
-    2 * kpairs >= kh * kw * C / groups; nblk * 16 >= mg; shift in [0, 31]."""
+    2 * kpairs >= kh * kw * C / groups; nblk * 16 >= mg; shift in [0, 31]. With `raw`
+    the int32 sums + bias go to sums (N * OH * OW, M) and out is not written."""
     n, h, wd, c = x.shape
     oh, ow, m = out.shape[1], out.shape[2], out.shape[3]
     cg = c // groups
@@ -117,6 +138,14 @@ def _conv_gemm(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out,
                     w_addr = wp[g, b].ctypes.data
                     for r in range(0, rows4, MR):
                         qgemm_4x16(a_base + r * a_step, a_step, w_addr, kpairs, c_base + r * c_step + b * 64, c_step)
+                if raw:
+                    for r in range(rows):
+                        srow = sums[m0 + r, g * mg:(g + 1) * mg]
+                        arow = acc[r]
+                        brow = bias[g * mg:(g + 1) * mg]
+                        for j in range(mg):
+                            srow[j] = np.int32(np.int64(arow[j]) + np.int64(brow[j]))
+                    continue
                 for r in range(rows):
                     orow = flat_out[m0 + r, g * mg:(g + 1) * mg]
                     arow = acc[r]
@@ -155,7 +184,7 @@ def _windows(x, x_zp, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):
 
 
 @_conv_gemm.numpy_twin
-def _conv_gemm_numpy(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out,
+def _conv_gemm_numpy(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out, raw, sums,
                      kh, kw, sh, sw, dh, dw, pt, pl, groups, mg, blocks):
     n, oh, ow, m = out.shape
     cg = x.shape[3] // groups
@@ -164,7 +193,10 @@ def _conv_gemm_numpy(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out,
     for g in range(groups):
         cols = win[..., g * cg:(g + 1) * cg].reshape(n * oh * ow, -1)
         acc = cols @ w[g].T + bias[g * mg:(g + 1) * mg]
-        out.reshape(-1, m)[:, g * mg:(g + 1) * mg] = _requantize_numpy(acc, mult, shift, y_zp, lo, hi)
+        if raw:
+            sums[:, g * mg:(g + 1) * mg] = ((acc + 2 ** 31) & (2 ** 32 - 1)) - 2 ** 31
+        else:
+            out.reshape(-1, m)[:, g * mg:(g + 1) * mg] = _requantize_numpy(acc, mult, shift, y_zp, lo, hi)
 
 
 @compiled(parallel=True)
@@ -220,17 +252,33 @@ def conv_nhwc(x, x_zp, packed, bias, multiplier, shift, y_zp, lo, hi, kernel, st
               groups, out_shape):
     """The GEMM path; see the module docstring."""
     out = np.empty(out_shape, np.uint8)
-    if out.size == 0:
-        return out
+    if out.size:
+        _run_gemm(x, x_zp, packed, bias, multiplier, shift, y_zp, lo, hi, out, False, np.empty((1, 1), np.int32),
+                  kernel, strides, pads, dilations, groups)
+    return out
+
+
+def conv_sums_nhwc(x, x_zp, packed, bias, kernel, strides, pads, dilations, groups, out_shape):
+    """int32 (N, OH, OW, M): the sums of (x - x_zp) * (w - w_zp) + bias, before any
+    requantization (what ONNX's QLinearConv / ConvInteger requantize their own way)."""
+    sums = np.empty(out_shape, np.int32)
+    if sums.size:
+        _run_gemm(x, x_zp, packed, bias, 1 << 30, 0, 0, 0, 255, np.empty(out_shape, np.uint8), True,
+                  sums.reshape(-1, out_shape[3]), kernel, strides, pads, dilations, groups)
+    return sums
+
+
+def _run_gemm(x, x_zp, packed, bias, multiplier, shift, y_zp, lo, hi, out, raw, sums, kernel, strides, pads,
+              dilations, groups):
     kh, kw = kernel
+    out_shape = out.shape
     mg = out_shape[3] // groups
     pixels = out_shape[0] * out_shape[1] * out_shape[2]
     chunks = -(-pixels // ROWS)
     work = ROWS * kh * kw * (x.shape[3] // groups) * out_shape[3]
     _conv_gemm(np.ascontiguousarray(x), np.int64(x_zp), packed, bias, np.int64(multiplier), np.int64(shift),
-               np.int64(y_zp), np.int64(lo), np.int64(hi), out, kh, kw, strides[0], strides[1],
+               np.int64(y_zp), np.int64(lo), np.int64(hi), out, raw, sums, kh, kw, strides[0], strides[1],
                dilations[0], dilations[1], pads[0], pads[1], groups, mg, team_blocks(chunks, work))
-    return out
 
 
 def depthwise_weights(w, w_zero_point):
@@ -251,6 +299,14 @@ def depthwise_nhwc(x, x_zp, w16, bias, multiplier, shift, y_zp, lo, hi, kernel, 
                np.int64(y_zp), np.int64(lo), np.int64(hi), out, kh, kw, strides[0], strides[1],
                dilations[0], dilations[1], pads[0], pads[1], team_blocks(lines, work))
     return out
+
+
+def fc_sums(x2d, x_zp, packed, bias):
+    """int32 (rows, N) sums of a 1x1 convolution of the rows of x2d."""
+    rows, k = x2d.shape
+    n = bias.shape[0]
+    return conv_sums_nhwc(x2d.reshape(rows, 1, 1, k), x_zp, packed, bias, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1,
+                          (rows, 1, 1, n)).reshape(rows, n)
 
 
 def fc(x2d, x_zp, packed, bias, multiplier, shift, y_zp, lo=0, hi=255):
