@@ -655,10 +655,13 @@ class BoundShapeInferencer:
             types = ([first] + [DimType.CONSTANT] * (len(dims) - 1)) if dims else []
             dtype = out.dtype if out.dtype is not None else DT.FLOAT
             q_info = None
-            if quantized:
+            # an Int8 op's Int8 tensor outputs; its plain ones (Int8Reshape's old shape,
+            # Int8Concat's split sizes) keep the schema's type
+            is_int8 = quantized and (out.dtype in (None, DT.UINT8) or op.type in _INT8_DTYPE)
+            if is_int8:
                 dtype = _INT8_DTYPE.get(op.type, DT.UINT8)
                 q_info = self._quant_info(op)
-            self.check_and_set(blob, types, dims, dtype, quantized, q_info=q_info)
+            self.check_and_set(blob, types, dims, dtype, is_int8, q_info=q_info)
 
     # -- backward pass
     def _infer_backward(self, index, op):
