@@ -187,6 +187,33 @@ def test_fc_weights_fed_again_are_used():
         assert np.array_equal(workspace.FetchInt8Blob("y").data, R.requantize(acc, R.conv_multiplier(0.1, 0.01, 1.0), 0))
 
 
+def test_numpy_twins_of_the_compiled_gemm_agree_bit_for_bit():
+    """The NumPy twins (what runs while a kernel compiles in the background) give the
+    compiled kernels' bytes: the GEMM (grouped) and depthwise paths."""
+    from caffe2py.kernels.cpu.runtime import jit
+    x, w, wd = u8(2, 9, 8, 12), u8(10, 3, 3, 6), u8(12, 3, 3, 1)
+    feed("x", x, 0.05, 120)
+    feed("w", w, 0.01, 130)
+    feed("wd", wd, 0.02, 125)
+    feed("b", rng.integers(-999, 999, 12).astype(np.int32), 0.0005)
+    feed("b10", rng.integers(-999, 999, 10).astype(np.int32), 0.0005)
+    net = core.Net("twins")
+    net.Int8ConvRelu(["x", "w", "b10"], "g", kernel=3, stride=2, pad=1, group=2, order="NHWC", Y_scale=0.2,
+                     Y_zero_point=9)
+    net.Int8Conv(["x", "wd", "b"], "d", kernel=3, pad=1, group=12, order="NHWC", Y_scale=0.1, Y_zero_point=128)
+    before = jit.jit_mode()
+    results = []
+    try:
+        for mode in ("inline", "numpy"):
+            jit.set_jit_mode(mode)
+            workspace.RunNetOnce(net)
+            results.append([workspace.FetchInt8Blob(b).data for b in ("g", "d")])
+    finally:
+        jit.set_jit_mode(before)
+    for compiled, twin in zip(*results):
+        assert np.array_equal(compiled, twin)
+
+
 # ----------------------------------------------------------------- Int8ConvTranspose
 
 @pytest.mark.parametrize("stride, pads, adj", [(1, (0, 0, 0, 0), 0), (2, (1, 1, 1, 1), 1), (2, (0, 1, 1, 0), 0)])

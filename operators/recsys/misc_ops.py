@@ -5,7 +5,7 @@ scope here). Int8Quantize and Int8FC live with the Int8 family in operators/quan
 import numpy as np
 
 from caffe2py.proto import caffe2_pb2
-from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.registry import UNKNOWN, Arg, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Ascending, DTypes, Finite, Rank, Scalar
 
 from .._common import elementwise_cost, same_as_input
