@@ -91,6 +91,8 @@ def _conv_gemm(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out, raw, sums,
     plane = oh * ow
     flat_out = out.reshape(pixels, m)
     chunks = (pixels + ROWS - 1) // ROWS
+    # the multiplier fits int32: LLVM multiplies sign-extended 32-bit lanes (vpmuldq)
+    m32 = np.int64(np.int32(mult))
     mask = (np.int64(1) << shift) - 1
     threshold = mask >> 1
     lo_n, hi_n = np.int64(lo - y_zp), np.int64(hi - y_zp)
@@ -153,9 +155,9 @@ def _conv_gemm(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out, raw, sums,
                     for j in range(mg):
                         v = np.int64(arow[j]) + np.int64(brow[j])
                         v = ((v + 2147483648) & 4294967295) - 2147483648        # int32 wrap, as in C
-                        q31 = (v * mult + 1073741824) >> 31
-                        rem = (q31 & mask) - (1 if v < 0 else 0)
-                        y = (q31 >> shift) + (1 if rem > threshold else 0)
+                        q31 = (v * m32 + 1073741824) >> 31
+                        rem = (q31 & mask) + (v >> 63)                   # - 1 when v < 0
+                        y = (q31 >> shift) - ((threshold - rem) >> 63)  # + 1 when rem > threshold
                         y = min(max(y, lo_n), hi_n)
                         orow[j] = np.uint8(y + y_zp)
 
@@ -206,6 +208,7 @@ def _depthwise(x, x_zp, w16, bias, mult, shift, y_zp, lo, hi, out, kh, kw, sh, s
     n, h, wd, c = x.shape
     oh, ow = out.shape[1], out.shape[2]
     lines = n * oh
+    m32 = np.int64(np.int32(mult))
     mask = (np.int64(1) << shift) - 1
     threshold = mask >> 1
     lo_n, hi_n = np.int64(lo - y_zp), np.int64(hi - y_zp)
@@ -233,9 +236,9 @@ def _depthwise(x, x_zp, w16, bias, mult, shift, y_zp, lo, hi, out, kh, kw, sh, s
                 orow = out[img, oy, ox]
                 for j in range(c):
                     v = np.int64(acc[j])
-                    q31 = (v * mult + 1073741824) >> 31
-                    rem = (q31 & mask) - (1 if v < 0 else 0)
-                    y = (q31 >> shift) + (1 if rem > threshold else 0)
+                    q31 = (v * m32 + 1073741824) >> 31
+                    rem = (q31 & mask) + (v >> 63)
+                    y = (q31 >> shift) - ((threshold - rem) >> 63)
                     y = min(max(y, lo_n), hi_n)
                     orow[j] = np.uint8(y + y_zp)
 
