@@ -90,6 +90,7 @@ def _conv_gemm(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out, raw, sums,
     pixels = n * oh * ow
     plane = oh * ow
     flat_out = out.reshape(pixels, m)
+    rows_of_x = x.reshape(n * h, wd * c)
     chunks = (pixels + ROWS - 1) // ROWS
     # the multiplier fits int32: LLVM multiplies sign-extended 32-bit lanes (vpmuldq)
     m32 = np.int64(np.int32(mult))
@@ -117,8 +118,18 @@ def _conv_gemm(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out, raw, sums,
                     oy = (p % plane) // ow
                     ox = p % ow
                     col = 0
+                    ix0 = ox * sw - pl
+                    whole_rows = groups == 1 and dw == 1 and ix0 >= 0 and ix0 + kw <= wd
                     for ky in range(kh):
                         iy = oy * sh - pt + ky * dh
+                        if whole_rows and iy >= 0 and iy < h:
+                            # the window's row is one run of kw * C bytes: one copy, not kw
+                            src = rows_of_x[img * h + iy, ix0 * c:(ix0 + kw) * c]
+                            dst = arow[col:col + kw * c]
+                            for j in range(kw * c):
+                                dst[j] = np.int16(src[j]) - x_zp
+                            col += kw * c
+                            continue
                         for kx in range(kw):
                             ix = ox * sw - pl + kx * dw
                             dst = arow[col:col + cg]
