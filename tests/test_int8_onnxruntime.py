@@ -6,7 +6,9 @@ even of x / scale) and DequantizeLinear. Where they differ the results are withi
 quantization step: Caffe2 requantizes with gemmlowp's / QNNPACK's fixed-point multiplier
 (ties up, then away from zero; QNNPACK's add and pooling their own integer rounding),
 onnxruntime with a float32 scale product rounded half to even (QLinearConv,
-QLinearMatMul, com.microsoft's QLinearAdd, QLinearAveragePool and QLinearSigmoid)."""
+QLinearMatMul, com.microsoft's QLinearAdd, QLinearAveragePool, QLinearGlobalAveragePool,
+QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax). Int8MaxPool and Int8Concat move bytes:
+equal to uint8 MaxPool and QLinearConcat at the same scale."""
 import numpy as np
 import pytest
 
@@ -145,3 +147,34 @@ def test_add_pool_sigmoid_within_one_step_of_onnxruntimes_contrib_ops():
     assert within_one_step(add.data, want_add) > 0.9
     assert within_one_step(pool.data, want_pool) > 0.9
     assert within_one_step(sig.data, want_sig) > 0.9
+
+
+def test_leaky_relu_softmax_global_pool_within_one_step_and_max_pool_concat_equal_to_onnxruntimes():
+    a = rng.integers(0, 256, (2, 5, 5, 8), dtype=np.uint8)
+    feed("a", a, 0.04, 120)
+    leaky = int8_run("Int8LeakyRelu", ["a"], alpha=0.1, Y_scale=0.03, Y_zero_point=140)
+    gap = int8_run("Int8AveragePool", ["a"], global_pooling=1, order="NHWC", Y_scale=0.02, Y_zero_point=125)
+    mp = int8_run("Int8MaxPool", ["a"], kernel=2, stride=1, order="NHWC", Y_scale=0.04, Y_zero_point=120)
+    cat = int8_run("Int8Concat", ["a", "a"], order="NHWC", Y_scale=0.04, Y_zero_point=120)
+    rows = rng.integers(0, 256, (4, 30), dtype=np.uint8)
+    feed("r", rows, 0.15, 100)
+    soft = int8_run("Int8Softmax", ["r"], Y_scale=1 / 256, Y_zero_point=0)
+    ms = dict(domain="com.microsoft")
+    nodes = [helper.make_node("QLinearLeakyRelu", ["a", "as", "az", "ls", "lz"], ["leaky"], alpha=0.1, **ms),
+             helper.make_node("QLinearGlobalAveragePool", ["a", "as", "az", "gs", "gz"], ["gap"], channels_last=1, **ms),
+             helper.make_node("Transpose", ["a"], ["a_nchw"], perm=[0, 3, 1, 2]),
+             helper.make_node("MaxPool", ["a_nchw"], ["mp_nchw"], kernel_shape=[2, 2]),     # uint8 MaxPool
+             helper.make_node("Transpose", ["mp_nchw"], ["mp"], perm=[0, 2, 3, 1]),
+             helper.make_node("QLinearConcat", ["as", "az", "a", "as", "az", "a", "as", "az"], ["cat"], axis=3, **ms),
+             helper.make_node("QLinearSoftmax", ["r", "rs", "rz", "ss", "sz"], ["soft"], axis=1, opset=13, **ms)]
+    m = model(nodes, [helper.make_tensor_value_info("a", U8, a.shape), helper.make_tensor_value_info("r", U8, rows.shape)],
+              [helper.make_tensor_value_info(o, U8, None) for o in ("leaky", "gap", "mp", "cat", "soft")],
+              [scalar("as", 0.04, TensorProto.FLOAT), scalar("az", 120, U8), scalar("ls", 0.03, TensorProto.FLOAT),
+               scalar("lz", 140, U8), scalar("gs", 0.02, TensorProto.FLOAT), scalar("gz", 125, U8),
+               scalar("rs", 0.15, TensorProto.FLOAT), scalar("rz", 100, U8), scalar("ss", 1 / 256, TensorProto.FLOAT),
+               scalar("sz", 0, U8)], ms=True)
+    want = dict(zip(("leaky", "gap", "mp", "cat", "soft"), ort_run(m, {"a": a, "r": rows})))
+    assert np.array_equal(mp.data, want["mp"]) and np.array_equal(cat.data, want["cat"])      # no rounding
+    assert within_one_step(leaky.data, want["leaky"]) > 0.9
+    assert within_one_step(gap.data.reshape(want["gap"].shape), want["gap"]) > 0.9
+    assert within_one_step(soft.data, want["soft"]) > 0.9
