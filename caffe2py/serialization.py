@@ -443,3 +443,10 @@ def blob_name_from_db_key(key, strip_prefix="", add_prefix=""):
         if at >= 0:
             key = key[at + len(strip_prefix):]
     return add_prefix + key
+
+
+# Caffe2's Int8 tensors (int8_tensor.py) serialize as BlobProto type "Int8TensorCPU"
+from . import int8_tensor as _int8  # noqa: E402 - registered after the registries exist
+
+register_serializer(_int8.Int8TensorCPU, _int8.to_blob_proto)
+register_deserializer(_int8.INT8_BLOB_TYPE, _int8.from_blob_proto)

@@ -120,6 +120,12 @@ def constant_shape_info(value):
         data_type = data_type_of(np.dtype(dtype))
     except Caffe2Error:
         return None
+    from .int8_tensor import Int8TensorCPU
+    if isinstance(value, Int8TensorCPU):
+        # Caffe2's getShapeInfoFromBlob for an Int8TensorCPU: quantized, its scale and
+        # zero point as the (per-tensor) q_info
+        return ShapeInfo(list(shape), [DimType.CONSTANT] * len(shape), data_type, True,
+                         QInfo(1, [float(value.zero_point)], [float(value.scale)]))
     # numpy int8 arrays are plain tensors, not Caffe2's Int8TensorCPU: not quantized
     return ShapeInfo(list(shape), [DimType.CONSTANT] * len(shape), data_type)
 
@@ -168,7 +174,18 @@ CONVERSION_OPS = {"FloatToFused8BitRowwiseQuantized", "HalfFloatToFused8BitRowwi
 COPY_INPUT0_DIM_TYPES = {"Bucketize", "Clip", "Div", "Mean"}
 NOT_QUANTIZED_INT8 = {"Int8Dequantize", "Int8QuantSchemeBlobFill", "ComputeEqualizationScale",
                       "Int8GenQuantParams", "Int8GenQuantParamsMinMax"}
-_INT8_DTYPE = {"Int8Quantize": DT.UINT8}   # every other quantized Int8 op: UINT8 too
+_INT8_DTYPE = {"Int8Quantize": DT.UINT8, "Int8GivenIntTensorFill": DT.INT32}   # every other one: UINT8
+
+
+def is_quantized_int8_op(op):
+    """Whether an op writes Caffe2 Int8 tensors (Int8TensorCPU)."""
+    return op.type.startswith("Int8") and op.type not in NOT_QUANTIZED_INT8
+
+
+def int8_q_info(op):
+    """The per-tensor QInfo of an Int8 op's output: its Y_scale / Y_zero_point."""
+    ctx = OpContext(op)
+    return QInfo(1, [float(ctx.int("Y_zero_point", 0))], [float(ctx.float("Y_scale", 1.0))])
 
 
 # ----------------------------------------------------------------- built-in layouts
@@ -439,8 +456,7 @@ class BoundShapeInferencer:
         return op.type == "Int8FC" or op.engine == "DNNLOWP"
 
     def _quant_info(self, op):
-        ctx = OpContext(op)
-        return QInfo(1, [float(ctx.int("Y_zero_point", 0))], [float(ctx.float("Y_scale", 1.0))])
+        return int8_q_info(op)
 
     def _infer_fc(self, op, index):
         if len(op.input) not in (3, 4):
@@ -629,7 +645,7 @@ class BoundShapeInferencer:
             self._warn("%s: shape inference failed: %s" % (self._label, exc))
             self._skip(op, index, "shape inference failed: %s" % exc)
             return
-        quantized = op.type.startswith("Int8") and op.type not in NOT_QUANTIZED_INT8
+        quantized = is_quantized_int8_op(op)
         for blob, out in zip(op.output, outs):
             if out is None or not out.known:
                 self.unknown.setdefault(blob, "%s: the schema cannot tell this output's shape" % self._label)
@@ -639,10 +655,13 @@ class BoundShapeInferencer:
             types = ([first] + [DimType.CONSTANT] * (len(dims) - 1)) if dims else []
             dtype = out.dtype if out.dtype is not None else DT.FLOAT
             q_info = None
-            if quantized:
+            # an Int8 op's Int8 tensor outputs; its plain ones (Int8Reshape's old shape,
+            # Int8Concat's split sizes) keep the schema's type
+            is_int8 = quantized and (out.dtype in (None, DT.UINT8) or op.type in _INT8_DTYPE)
+            if is_int8:
                 dtype = _INT8_DTYPE.get(op.type, DT.UINT8)
                 q_info = self._quant_info(op)
-            self.check_and_set(blob, types, dims, dtype, quantized, q_info=q_info)
+            self.check_and_set(blob, types, dims, dtype, is_int8, q_info=q_info)
 
     # -- backward pass
     def _infer_backward(self, index, op):

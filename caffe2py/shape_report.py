@@ -8,7 +8,7 @@ from .proto import caffe2_pb2
 from .schema_inference import infer_net
 from .shape_hints import check_hints_against_net
 from .shape_inference import (SHORT_DIM_NAMES, BoundShapeInferencer, DimType, ShapeInfo, constant_shape_info,
-                              dtype_name, with_default_dim_types)
+                              dtype_name, int8_q_info, is_quantized_int8_op, with_default_dim_types)
 
 
 def parameter_shapes(init_net=None, workspace_blobs=None):
@@ -25,6 +25,11 @@ def parameter_shapes(init_net=None, workspace_blobs=None):
             if t.known and name not in params:
                 params[name] = ShapeInfo(list(t.dims), [DimType.CONSTANT] * len(t.dims),
                                          t.dtype if t.dtype is not None else caffe2_pb2.TensorProto.FLOAT)
+        for op in init_net.op:      # Int8GivenTensorFill and friends make quantized blobs
+            if is_quantized_int8_op(op):
+                for b in op.output:
+                    if b in params and not params[b].is_quantized:
+                        params[b].is_quantized, params[b].q_info = True, int8_q_info(op)
         produced = [b for op in init_net.op for b in op.output]
         if any(b not in params for b in produced):
             params.update(_run_init_net(init_net, [b for b in produced if b not in params]))

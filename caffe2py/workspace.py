@@ -12,6 +12,7 @@ from . import devices
 from .benchmark import benchmark_net
 from .errors import Caffe2Error, ProtoError
 from .executor import Net, compile_net
+from . import int8_tensor
 from .proto import caffe2_pb2
 from .registry import CUDA, registered_operator_keys
 from .schema_inference import infer_net, type_of_value
@@ -67,6 +68,12 @@ class Workspace:
 
     # -- blobs
     def feed_blob(self, name, value, device_option=None):
+        if int8_tensor.is_int8_feed(value):
+            if device_option is not None and device_option.device_type != caffe2_pb2.PROTO_CPU:
+                raise Caffe2Error("cannot feed Int8 blob '%s' to %s: Int8 tensors live on the CPU"
+                                  % (_name(name), devices.device_name(device_option.device_type)))
+            self.blobs[_name(name)] = int8_tensor.from_feed(value, _name(name))
+            return True
         try:
             array = as_blob_value(value)
             if isinstance(value, np.ndarray) and array is value:
@@ -83,6 +90,8 @@ class Workspace:
             value = self.blobs[name]
         except KeyError:
             raise Caffe2Error("Can't find blob: %s" % name) from None
+        if isinstance(value, int8_tensor.Int8TensorCPU):
+            return value.python_form()          # Caffe2's fetcher: (data, scale, zero_point)
         try:
             return fetched_value(devices.to_host(value))
         except MemoryError:
@@ -253,6 +262,18 @@ def FeedBlob(name, arr, device_option=None):
 
 def FetchBlob(name):
     return _ws().fetch_blob(name)
+
+
+def FetchInt8Blob(name):
+    """Caffe2's FetchInt8Blob: Int8Tensor(data, scale, zero_point) of an Int8 blob."""
+    result = FetchBlob(name)
+    if not isinstance(result, tuple):
+        raise Caffe2Error("blob '%s' is not an Int8 blob (it holds %s); use FetchBlob"
+                          % (_name(name), type(result).__name__))
+    return int8_tensor.Int8Tensor(*result)
+
+
+Int8Tensor = int8_tensor.Int8Tensor
 
 
 def FetchBlobs(names):

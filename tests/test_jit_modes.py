@@ -336,6 +336,7 @@ TWINS_TESTED_ELSEWHERE = (
     "caffe2py.kernels.cpu.optim.sparse_normalize",
     "caffe2py.kernels.cpu.optim.yellowfin",
     "caffe2py.kernels.cpu.onnx_ml.trees",      # tests/test_onnx_ml_trees.py
+    "caffe2py.kernels.cpu.quant.int8_conv",    # tests/test_int8_ops.py
 )
 
 @pytest.fixture

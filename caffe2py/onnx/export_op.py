@@ -42,6 +42,7 @@ class GraphBuilder:
         self.opsets = {"": opset}
         self.derived = {}                   # translators' cache of constants made from others
         self.known_values = {}              # value name -> ndarray a translator knows it will hold
+        self.quant = {}                     # value name -> (scale, zero point) of a Caffe2 Int8 tensor
         self._node_names = set()
         self._small_constants = {}
 

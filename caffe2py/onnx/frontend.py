@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from caffe2py.errors import Caffe2Error, describe_op
+from caffe2py.int8_tensor import Int8TensorCPU
 from caffe2py.proto import caffe2_pb2
 
 from . import export_onnx_ops  # noqa: F401 - registers the ai.onnx translator
@@ -112,8 +113,9 @@ def parse_value_info(value_info):
     return parsed
 
 
-def run_init_net(init_net, skip=()):
-    """{blob: ndarray} the init net writes (ops writing only `skip` blobs are left out)."""
+def run_init_net(init_net, skip=(), quant=None):
+    """{blob: ndarray} the init net writes (ops writing only `skip` blobs are left out).
+    Int8 tensors give their data; `quant` (a dict) receives their (scale, zero point)."""
     if init_net is None:
         return {}
     from caffe2py.workspace import Workspace
@@ -133,6 +135,11 @@ def run_init_net(init_net, skip=()):
         for name in op.output:
             if name not in skip and name in ws.blobs:
                 value = ws.blobs[name]      # read only: no copy of what may be gigabytes
+                if isinstance(value, Int8TensorCPU):
+                    values[name] = value.data
+                    if quant is not None:
+                        quant[name] = (value.scale, value.zero_point)
+                    continue
                 values[name] = value if isinstance(value, np.ndarray) else ws.fetch_blob(name)
     return values
 
@@ -268,7 +275,8 @@ def export(predict_net, init_net=None, value_info=None, opset=None):
     notes = []
 
     _check_translatable(predict, opset)
-    constants = run_init_net(init, skip=given)
+    quant = {}
+    constants = run_init_net(init, skip=given, quant=quant)
     input_names = _graph_input_names(predict, given, constants, notes)
     scope = NameScope(all_names(predict) | (all_names(init) if init is not None else set())
                       | set(constants) | set(given))
@@ -286,6 +294,7 @@ def export(predict_net, init_net=None, value_info=None, opset=None):
             reads[name] = reads.get(name, 0) + 1
     builder = GraphBuilder(opset, scope, types, dict(constants), reads,
                            [ssa.outputs[n] for n in predict.external_output], ssa.original)
+    builder.quant.update(quant)
     mapped = _translate(builder, ssa, predict, set(input_names) | set(constants))
     _constant_outputs(builder, ssa, predict, constants, notes)
 

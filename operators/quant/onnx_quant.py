@@ -1,11 +1,19 @@
 """ONNX quantisation ops: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
-MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv (8-bit integer types)."""
+MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv (8-bit integer types).
+
+The integer sums of 2-D ConvInteger / QLinearConv and of 2-D MatMulInteger /
+QLinearMatMul with 8-bit operands and one input zero point run on the Int8 GEMM that
+Caffe2's Int8Conv / Int8FC use (kernels/cpu/quant/int8_conv.py: int32 sums of the
+zero-point-centred bytes); each op then requantizes with ONNX's rounding (the float
+scale product, round half to even), not Caffe2's fixed-point multiplier."""
 import numpy as np
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
 from caffe2py.kernels.cpu.math import onnx_math as om
 from caffe2py.kernels.cpu.cnn import onnx_nn as nn_k
+from caffe2py.kernels.cpu.quant import int8_conv as int8_k
 from caffe2py.kernels.cpu.quant import onnx_quant as qk
+from caffe2py.kernels.cpu.runtime.jit import team
 
 from caffe2py.schema_rules import Rank, Scalar, broadcast_problem
 
@@ -76,6 +84,55 @@ def _matmul_shapes(ctx, a, b, ia=0, ib=1):
         raise ctx.error("batch dims: " + problem)
 
 
+_BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+def _one_value(zp):
+    return zp is None or np.size(zp) == 1
+
+
+def _gemm_matmul(a, b, a_zp, b_zp, packed):
+    """int64 A @ B of 2-D 8-bit A and B (zero points: A one value, B one or one per
+    column) on the Int8 GEMM, or None when it does not cover the case."""
+    if a.ndim != 2 or b.ndim != 2 or a.dtype not in _BYTES or b.dtype not in _BYTES or not _one_value(a_zp) \
+            or not (b_zp is None or np.size(b_zp) in (1, b.shape[1])):
+        return None
+    k, n = b.shape
+    bt = np.ascontiguousarray(b.T).reshape(n, 1, 1, k)
+    weights = packed.get(b, 0 if b_zp is None else b_zp, 1, lambda w, z, g: int8_k.pack_weights(bt, z, 1))
+    with team():
+        sums = int8_k.fc_sums(np.ascontiguousarray(a), 0 if a_zp is None else np.asarray(a_zp).item(), weights,
+                              np.zeros(n, np.int32))
+    return sums.astype(np.int64)
+
+
+def _gemm_conv(ctx, x, w, x_zp, w_zp, bias, packed):
+    """int64 NCHW sums of a 2-D 8-bit convolution (+ int32 bias) on the Int8 GEMM, or None."""
+    if x.ndim != 4 or x.dtype not in _BYTES or w.dtype not in _BYTES or not _one_value(x_zp):
+        return None
+    kernel = list(w.shape[2:])
+    strides = ctx.ints("strides", None) or [1, 1]
+    dilations = ctx.ints("dilations", None) or [1, 1]
+    pads = nn_k.auto_pads(ctx.string("auto_pad", "NOTSET"), x.shape[2:], kernel, strides, dilations,
+                          ctx.ints("pads", None) or [0] * 4)
+    if min(pads) < 0 or min(strides) < 1 or min(dilations) < 1:
+        return None
+    out = [conv_k.conv_output_size(x.shape[2 + i], kernel[i], strides[i], pads[i], pads[2 + i], dilations[i])
+           for i in range(2)]
+    if min(out) < 1:
+        return None
+    group = ctx.int("group", 1)
+    m = w.shape[0]
+    weights = packed.get(w, 0 if w_zp is None else w_zp, group,
+                         lambda wa, z, g: int8_k.pack_weights(np.ascontiguousarray(wa.transpose(0, 2, 3, 1)), z, g))
+    b32 = np.zeros(m, np.int32) if bias is None else np.ascontiguousarray(bias.reshape(m).astype(np.int32))
+    with team():
+        sums = int8_k.conv_sums_nhwc(np.ascontiguousarray(x.transpose(0, 2, 3, 1)),
+                                     0 if x_zp is None else np.asarray(x_zp).item(), weights, b32, kernel, strides,
+                                     pads, dilations, group, (x.shape[0], out[0], out[1], m))
+    return sums.transpose(0, 3, 1, 2).astype(np.int64)
+
+
 @onnx_op("DynamicQuantizeLinear", (11, None))
 def dynamic_quantize_linear(ctx):
     return lambda x: qk.dynamic_quantize(x)
@@ -93,6 +150,8 @@ def _broadcasts_onto(small, shape):
 
 @onnx_op("MatMulInteger", (10, None))
 def matmul_integer(ctx):
+    packed = int8_k.PackedWeights()
+
     def run(a, b, a_zp=None, b_zp=None):
         _matmul_shapes(ctx, a, b)
         # a zero point is a scalar, a 1-D tensor of one value per row of A / column of B,
@@ -106,19 +165,26 @@ def matmul_integer(ctx):
                     "zero point of shape %s must be one value, one per %s, or broadcast to %s's shape %s "
                     "without changing it" % (list(zp.shape), "row of A" if k == 2 else "column of B", name,
                                              list(x.shape))))
+        fast = _gemm_matmul(a, b, a_zp, b_zp, packed)
+        if fast is not None:
+            return fast.astype(np.int32)
         return np.matmul(_centered(a, a_zp), _centered(b, b_zp)).astype(np.int32)
     return run
 
 
 @onnx_op("QLinearMatMul", (10, None), checks=(Scalar((1, 2, 6, 7)),))
 def qlinear_matmul(ctx):
+    packed = int8_k.PackedWeights()
+
     def run(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
         _matmul_shapes(ctx, a, b, 0, 3)
         if np.size(b_scale) not in (1, b.shape[-1]) or np.size(b_zp) != np.size(b_scale):
             raise ctx.input_error(4, "b's scale and zero point must hold 1 or %d values, got %d and %d"
                                   % (b.shape[-1], np.size(b_scale), np.size(b_zp)))
-        acc = np.matmul(_centered(a, a_zp).astype(np.float64), _centered(b, b_zp).astype(np.float64))
-        real = acc * np.float64(a_scale) * np.asarray(b_scale, np.float64)
+        acc = _gemm_matmul(a, b, a_zp, b_zp, packed)
+        if acc is None:
+            acc = np.matmul(_centered(a, a_zp).astype(np.float64), _centered(b, b_zp).astype(np.float64))
+        real = acc.astype(np.float64) * np.float64(a_scale) * np.asarray(b_scale, np.float64)
         return qk.quantize(real, y_scale, y_zp, y_zp.dtype)
     return run
 
@@ -148,10 +214,15 @@ def _check_int_conv(ctx, x, w, w_index, w_zp=None, w_zp_index=None):
 
 @onnx_op("ConvInteger", (10, None), checks=(Rank(0, 3), Rank(1, 3)))
 def conv_integer(ctx):
+    packed = int8_k.PackedWeights()
+
     def run(x, w, x_zp=None, w_zp=None):
         _check_int_conv(ctx, x, w, 1, w_zp, 3)
         if x_zp is not None and x_zp.size != 1:
             raise ctx.input_error(2, "X's zero point must be one value, got shape %s" % list(x_zp.shape))
+        fast = _gemm_conv(ctx, x, w, x_zp, w_zp, None, packed)
+        if fast is not None:
+            return fast.astype(np.int32)
         wz = None if w_zp is None else (w_zp if w_zp.size == 1 else w_zp.reshape(-1, *([1] * (w.ndim - 1))))
         xc = _centered(x, x_zp).astype(np.float64)
         wc = _centered(w, wz).astype(np.float64)
@@ -161,16 +232,21 @@ def conv_integer(ctx):
 
 @onnx_op("QLinearConv", (10, None), checks=(Rank(0, 3), Rank(3, 3), Scalar((1, 2, 6, 7))))
 def qlinear_conv(ctx):
+    packed = int8_k.PackedWeights()
+
     def run(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, b=None):
         _check_int_conv(ctx, x, w, 3, w_zp, 5)
         if np.size(w_scale) not in (1, w.shape[0]):
             raise ctx.input_error(4, "W's scale must hold 1 or %d values, got %d" % (w.shape[0], np.size(w_scale)))
         if b is not None and b.size != w.shape[0]:
             raise ctx.input_error(8, "B must hold %d values, got shape %s" % (w.shape[0], list(b.shape)))
-        wz = w_zp if np.size(w_zp) == 1 else np.asarray(w_zp).reshape(-1, *([1] * (w.ndim - 1)))
-        acc = _int_conv(ctx, _centered(x, x_zp).astype(np.float64), _centered(w, wz).astype(np.float64), None)
-        if b is not None:
-            acc = acc + b.astype(np.float64).reshape((1, -1) + (1,) * (x.ndim - 2))
+        acc = _gemm_conv(ctx, x, w, x_zp, w_zp, b, packed)
+        if acc is None:
+            wz = w_zp if np.size(w_zp) == 1 else np.asarray(w_zp).reshape(-1, *([1] * (w.ndim - 1)))
+            acc = _int_conv(ctx, _centered(x, x_zp).astype(np.float64), _centered(w, wz).astype(np.float64), None)
+            if b is not None:
+                acc = acc + b.astype(np.float64).reshape((1, -1) + (1,) * (x.ndim - 2))
+        acc = acc.astype(np.float64)
         ws = np.asarray(w_scale, np.float64)
         ws = ws.reshape((1, -1) + (1,) * (x.ndim - 2)) if ws.size > 1 else ws
         real = acc * np.float64(x_scale) * ws

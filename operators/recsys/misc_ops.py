@@ -1,11 +1,11 @@
 """Small Caffe2 ops that bound shape inference meets in recommendation nets:
 Bucketize, LpNorm, Clip, Mean, Tile, Shape, SparseLengthsSumSparseLookup (with
-CPU kernels), and schema-only Int8Quantize, Int8FC, the row-wise sparse SLS
-variants (their kernels are out of scope here)."""
+CPU kernels), and schema-only row-wise sparse SLS variants (their kernels are out of
+scope here). Int8Quantize and Int8FC live with the Int8 family in operators/quant/."""
 import numpy as np
 
 from caffe2py.proto import caffe2_pb2
-from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.registry import UNKNOWN, Arg, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Ascending, DTypes, Finite, Rank, Scalar
 
 from .._common import elementwise_cost, same_as_input
@@ -221,33 +221,6 @@ def sparse_lookup(ctx):
 
 
 # ----------------------------------------------------------------- schema-only ops
-
-def _int8_quantize_infer(ctx, ins):
-    return [TensorType(ins[0].dims, DT.UINT8)]
-
-
-register_schema(OpSchema(
-    "Int8Quantize", num_inputs=(1, 2), num_outputs=1,
-    args=(Arg("Y_scale", "float", 1.0), Arg("Y_zero_point", "int", 0)),
-    inference=_int8_quantize_infer,
-    doc="Quantise float to uint8 with Y_scale / Y_zero_point (schema only: no kernel)."))
-
-
-def _int8_fc_infer(ctx, ins):
-    x, w = ins[0].dims, ins[1].dims
-    axis, axis_w = ctx.int("axis") % len(x), ctx.int("axis_w") % len(w)
-    n = int(np.prod(w[:axis_w], dtype=np.int64))
-    return [TensorType(tuple(x[:axis]) + (n,), DT.UINT8)]
-
-
-register_schema(OpSchema(
-    "Int8FC", num_inputs=(3, 4), num_outputs=(1, 2),
-    args=(Arg("axis", "int", 1), Arg("axis_w", "int", 1), Arg("Y_scale", "float", 1.0),
-          Arg("Y_zero_point", "int", 0)),
-    inference=_int8_fc_infer, inputs=("X", "W", "b", "quant_param"), outputs=("Y",),
-    cost=lambda ctx, ins: Cost(flops=2.0 * np.prod(ins[0].dims) * ins[1].dims[0]),
-    doc="Quantised FC: uint8 Y = requantise(X W^T + b) (schema only: no kernel)."))
-
 
 def _rowwise_sparse_infer(bits, weighted):
     def infer(ctx, ins):

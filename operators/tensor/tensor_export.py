@@ -49,6 +49,16 @@ def export_transpose(ex):
     ex.transpose(ex.inputs[0], axes, ex.outputs[0])
 
 
+@register_exporter("NCHW2NHWC", "NHWC2NCHW", onnx_form="Transpose moving the channel dim last / second")
+def export_layout_change(ex):
+    rank = ex.need_rank(ex.inputs[0], "the permutation depends on the number of dims")
+    if ex.type == "NCHW2NHWC":
+        perm = [0] + list(range(2, rank)) + [1]
+    else:
+        perm = [0, rank - 1] + list(range(1, rank - 1))
+    ex.transpose(ex.inputs[0], perm, ex.outputs[0])
+
+
 @register_exporter("ChannelShuffle", onnx_form="Reshape to (group, C / group) channel grid -> Transpose "
                                                "-> Reshape back (NCHW and NHWC)")
 def export_channel_shuffle(ex):
