@@ -25,6 +25,10 @@ class ProtoError(Caffe2Error):
     """A protobuf file or message could not be read."""
 
 
+class SerializationError(ProtoError):
+    """A blob cannot be serialized or a serialized blob cannot be read back."""
+
+
 class ModelTrustError(Caffe2Error):
     """A net from a model file asked for something the model-trust policy does not
     allow (code, a path outside the allowed folders, the network): caffe2py/model_trust.py.

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from .errors import Caffe2Error
+from .errors import Caffe2Error, SerializationError
 from .proto import caffe2_pb2
 
 DT = caffe2_pb2.TensorProto
@@ -123,7 +123,6 @@ def to_blob_proto(value, name):
 
 def from_blob_proto(blob_proto):
     """Caffe2's Int8TensorCPUDeserializer, with the sizes checked."""
-    from .serialization import SerializationError
     q = blob_proto.qtensor
     name = blob_proto.name
     if not blob_proto.HasField("qtensor"):

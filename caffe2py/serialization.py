@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from . import devices, tensor_records
-from .errors import Caffe2Error, ProtoError
+from .errors import Caffe2Error, SerializationError  # noqa: F401  (SerializationError re-exported)
 from .proto import caffe2_pb2
 from .registry import CPU
 from .tensors import data_type_name, data_type_of
@@ -38,10 +38,6 @@ OPTION_DEFAULT_CHUNK, OPTION_NO_CHUNKING = 0, -1
 
 _NARROW = {DT.BOOL: np.bool_, DT.UINT8: np.uint8, DT.INT8: np.int8, DT.UINT16: np.uint16,
            DT.INT16: np.int16}
-
-
-class SerializationError(ProtoError):
-    """A blob cannot be serialized or a serialized blob cannot be read back."""
 
 
 # ----------------------------------------------------------------- registries

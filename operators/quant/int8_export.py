@@ -16,7 +16,7 @@ from caffe2py.onnx.export_registry import register_exporter
 
 from .._common import conv_geometry
 from ..cnn.nn_export import _conv_attrs
-from ..tensor.caffe2_shape import _slice_bounds
+from ..tensor.caffe2_shape import slice_bounds
 
 _QDQ = "QDQ: DequantizeLinear of the inputs, %s, QuantizeLinear at Y_scale / Y_zero_point"
 
@@ -251,7 +251,7 @@ def export_slice(ex):
         starts[ex.args.int("dim")], ends[ex.args.int("dim")] = ex.args.int("start_idx"), ex.args.int("end_idx")
     else:
         starts, ends = ex.args.ints("starts"), ex.args.ints("ends")
-    bounds = _slice_bounds(ex.args, dims, starts, ends)
+    bounds = slice_bounds(ex.args, dims, starts, ends)
     ex.node("Slice", [x, ex.int64s([s for s, _ in bounds], "starts"), ex.int64s([e for _, e in bounds], "ends"),
                       ex.int64s(list(range(len(dims))), "axes")], [ex.outputs[0]])
     _keep(ex, ex.outputs[0], x)

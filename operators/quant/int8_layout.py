@@ -9,7 +9,7 @@ from caffe2py.kernels.cpu.quant import int8_pool as K
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, OpSchema, TensorType, register_kernel, register_schema
 
-from ..tensor.caffe2_shape import _slice_bounds
+from ..tensor.caffe2_shape import slice_bounds
 from ..tensor.tensor import _flatten_dims, _perm, _resolve_shape
 from ._int8 import (Y_ARGS, RequantizationError, describe, int8_input, output, output_params,
                     require_input_params, requant_error, uint8_like)
@@ -160,7 +160,7 @@ def _slice_infer(ctx, ins):
     if ctx.n_inputs != 1:
         return [UNKNOWN]
     starts, ends = _slice_args(ctx, len(ins[0].dims))
-    return [TensorType(tuple(e - s for s, e in _slice_bounds(ctx, ins[0].dims, starts, ends)), DT.UINT8)]
+    return [TensorType(tuple(e - s for s, e in slice_bounds(ctx, ins[0].dims, starts, ends)), DT.UINT8)]
 
 
 register_schema(OpSchema(
@@ -188,7 +188,7 @@ def int8_slice(ctx):
                 if not isinstance(v, np.ndarray) or v.dtype not in (np.int32, np.int64) or v.ndim != 1:
                     raise ctx.input_error(k, "must be a 1-D int32/int64 tensor, got %s" % describe(v))
             starts, ends = starts.tolist(), ends.tolist()
-        bounds = _slice_bounds(ctx, x.shape, starts, ends)
+        bounds = slice_bounds(ctx, x.shape, starts, ends)
         return output(np.ascontiguousarray(x.data[tuple(slice(s, e) for s, e in bounds)]), x.scale, x.zero_point)
     return run
 
