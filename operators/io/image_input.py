@@ -229,9 +229,9 @@ def _bounded(img, box):
     return img[ymin:ymin + height, xmin:xmin + width]
 
 
-def transform(img, box, s, rng):
-    """Caffe2's DecodeAndTransform after decoding: float32 crop x crop x C (NHWC), or the
-    cropped, normalised CHW image with use_gpu_transform."""
+def transform(img, box, s, rng, rgb=False):
+    """Caffe2's DecodeAndTransform after decoding: float32 crop x crop x C (NHWC, BGR;
+    `rgb`: img's channels are RGB)."""
     img = _bounded(img, box if box is not None else s.default_box)
     jittered = None
     if s.inception and not s.is_test:
@@ -239,7 +239,7 @@ def transform(img, box, s, rng):
     img = jittered if jittered is not None else _scale(img, s, rng)
     if img.shape[0] < s.crop or img.shape[1] < s.crop:
         raise R.RecordError("the scaled image is %dx%d, smaller than crop %d" % (img.shape[0], img.shape[1], s.crop))
-    out = T.crop_and_mirror(img, s.crop, s.is_test, s.mirror, rng)
+    out = T.crop_and_mirror(img, s.crop, s.is_test, s.mirror, rng, reverse_channels=rgb)
     if s.channels == 3 and not s.is_test and not s.gpu_transform:
         if s.color_jitter:
             T.color_jitter(out, s.saturation, s.brightness, s.contrast, rng)
@@ -323,7 +323,7 @@ class Prefetcher:
                 # Caffe2's substitute: a black 224 x 224 image (its label stays 0)
                 img = R.to_channels(_PLACEHOLDER, s.color)
                 return transform(img, None, s, self._rng()), None, exc
-            return transform(rec.image, rec.bbox, s, self._rng()), rec, None
+            return transform(rec.image, rec.bbox, s, self._rng(), rec.rgb), rec, None
         except R.RecordError as exc:
             raise BatchError(key, exc) from None
 

@@ -7,9 +7,12 @@ then one tensor per additional output, then optionally a bounding box (INT32 ymi
 xmin, height, width). A Caffe record (use_caffe_datum) is a Datum: encoded or raw
 channels x height x width pixels and one int label.
 
-Pixels come back HWC uint8 in BGR order (OpenCV's, which Caffe2 decoded with), 3
-channels when `color`, else 1. Problems raise RecordError; the op adds the key.
+Pixels come back HWC uint8, 3 channels when `color`, else 1; decoded images in RGB
+order (`rgb`: Pillow's, turned into OpenCV's BGR, which Caffe2 worked in, only on the
+small crop), raw pixels as stored (BGR by Caffe's convention). Problems raise
+RecordError; the op adds the key.
 """
+import io
 from dataclasses import dataclass
 from typing import Optional
 
@@ -39,31 +42,37 @@ class MissingCodec(RecordError):
 
 @dataclass
 class ImageRecord:
-    image: np.ndarray                 # HWC uint8, BGR or gray
+    image: np.ndarray                 # HWC uint8: RGB when rgb, else BGR, or gray
     label: np.ndarray                 # the label tensor's values (int32 or float32)
     weights: Optional[np.ndarray]     # protos[2]'s float values for the weighted label types
     extras: list                      # additional outputs' value arrays
     bbox: Optional[tuple]             # (ymin, xmin, height, width) from the record
+    rgb: bool = False
 
 
 def _decode(data, color):
+    """(pixels, rgb): Pillow's decoding, RGB (no copy) when color, else grayscale."""
     module = codec.pillow()
     if module is None:
         raise MissingCodec("the image is encoded and ImageInput decodes through Pillow, which is not "
                            "installed (pip install 'caffe2py[image]' or pip install pillow)")
     try:
-        return codec.decode_image(np.frombuffer(data, np.uint8), "BGR" if color else "Grayscale", module)
-    except codec.DecodeError as exc:
-        raise UndecodableImage(str(exc)) from None
+        with module.open(io.BytesIO(data)) as img:
+            img.load()
+            if color:
+                return np.asarray(img.convert("RGB")), True
+            return np.asarray(img.convert("L"))[:, :, None], False
+    except Exception as exc:  # noqa: BLE001 - Pillow raises many types for bad data
+        raise UndecodableImage("cannot decode the image (%s: %s)" % (type(exc).__name__, exc)) from None
 
 
-def to_channels(img, color):
-    """img with 3 channels (gray repeated) when color, else 1 (BGR -> gray, rounded)."""
+def to_channels(img, color, rgb=False):
+    """img with 3 channels (gray repeated) when color, else 1 (-> gray, rounded)."""
     c = img.shape[2]
     if color and c == 1:
         return np.repeat(img, 3, axis=2)
     if not color and c == 3:
-        gray = np.rint(img.astype(np.float32) @ _GRAY)
+        gray = np.rint(img.astype(np.float32) @ (_GRAY[::-1] if rgb else _GRAY))
         return np.clip(gray, 0, 255).astype(np.uint8)[:, :, None]
     return img
 
@@ -112,10 +121,11 @@ def parse_caffe2_record(value, color, weighted, n_extras):
         raise RecordError("the record holds %d tensors; the label type and %d additional output(s) need %d"
                           % (n, n_extras, need))
     image_proto = protos.protos[0]
+    rgb = False
     if image_proto.data_type == DT.STRING:
         if len(image_proto.string_data) != 1:
             raise RecordError("an encoded image tensor must hold one string, got %d" % len(image_proto.string_data))
-        image = _decode(image_proto.string_data[0], color)
+        image, rgb = _decode(image_proto.string_data[0], color)
     elif image_proto.data_type == DT.BYTE:
         image = _raw_image(image_proto)
     else:
@@ -135,7 +145,7 @@ def parse_caffe2_record(value, color, weighted, n_extras):
         if box.data_type != DT.INT32 or len(box.int32_data) != 4:
             raise RecordError("the bounding box tensor must be INT32 (ymin, xmin, height, width)")
         bbox = tuple(int(v) for v in box.int32_data)
-    return ImageRecord(to_channels(image, color), label, weights, extras, bbox)
+    return ImageRecord(to_channels(image, color, rgb), label, weights, extras, bbox, rgb and color)
 
 
 def parse_datum_record(value, color):
@@ -147,8 +157,9 @@ def parse_datum_record(value, color):
         raise RecordError("the value is not a serialized Caffe Datum (%s)" % type(exc).__name__) from None
     if not datum.data:
         raise RecordError("the Datum holds no image data (a TensorProtos db is read with use_caffe_datum=0)")
+    rgb = False
     if datum.encoded:
-        image = _decode(datum.data, color)
+        image, rgb = _decode(datum.data, color)
     else:
         c, h, w = datum.channels, datum.height, datum.width
         if c not in (1, 3):
@@ -156,5 +167,5 @@ def parse_datum_record(value, color):
         if len(datum.data) != c * h * w:
             raise RecordError("a raw %dx%dx%d Datum needs %d bytes, it holds %d" % (c, h, w, c * h * w, len(datum.data)))
         image = np.frombuffer(datum.data, np.uint8).reshape(c, h, w).transpose(1, 2, 0)
-    return ImageRecord(to_channels(np.ascontiguousarray(image), color), np.array([datum.label], np.int32),
-                       None, [], None)
+    return ImageRecord(to_channels(np.ascontiguousarray(image), color, rgb), np.array([datum.label], np.int32),
+                       None, [], None, rgb and color)

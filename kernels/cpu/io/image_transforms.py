@@ -1,5 +1,5 @@
-"""Caffe2 ImageInput's image transforms on HWC uint8 images in BGR order (OpenCV's,
-which Caffe2 decoded with): OpenCV's INTER_AREA resize, the short-side scaling rule,
+"""Caffe2 ImageInput's image transforms on HWC uint8 images (BGR, OpenCV's order which
+Caffe2 decoded with, or RGB turned into BGR by the crop): OpenCV's INTER_AREA resize, the short-side scaling rule,
 Inception-style random-sized cropping, crop + mirror, colour jitter, PCA lighting
 and per-channel mean / std normalisation.
 
@@ -164,9 +164,10 @@ def random_sized_crop(img, crop, rng):
     return None
 
 
-def crop_and_mirror(img, crop, is_test, mirror, rng):
+def crop_and_mirror(img, crop, is_test, mirror, rng, reverse_channels=False):
     """float32 crop x crop x C: the centre crop when is_test, else a random one (width
-    offset drawn first), mirrored left-right with probability 1/2 when mirror."""
+    offset drawn first), mirrored left-right with probability 1/2 when mirror;
+    reverse_channels turns RGB into BGR on the way (the crop is the small copy)."""
     rows, cols = img.shape[:2]
     if is_test:
         x0, y0 = (cols - crop) // 2, (rows - crop) // 2
@@ -176,6 +177,8 @@ def crop_and_mirror(img, crop, is_test, mirror, rng):
     out = img[y0:y0 + crop, x0:x0 + crop]
     if not is_test and mirror and rng.random() < 0.5:
         out = out[:, ::-1]
+    if reverse_channels:
+        out = out[:, :, ::-1]
     return out.astype(F32)
 
 
