@@ -165,7 +165,8 @@ def parse_datum_record(value, color):
         if c not in (1, 3):
             raise RecordError("a raw Datum must have 1 or 3 channels, got %d" % c)
         if len(datum.data) != c * h * w:
-            raise RecordError("a raw %dx%dx%d Datum needs %d bytes, it holds %d" % (c, h, w, c * h * w, len(datum.data)))
+            raise RecordError("a raw %dx%dx%d Datum needs %d bytes, it holds %d"
+                              % (c, h, w, c * h * w, len(datum.data)))
         image = np.frombuffer(datum.data, np.uint8).reshape(c, h, w).transpose(1, 2, 0)
     return ImageRecord(to_channels(np.ascontiguousarray(image), color, rgb), np.array([datum.label], np.int32),
                        None, [], None, rgb and color)
