@@ -1,6 +1,9 @@
 """caffe2.python.brew: helper functions that add ops (and their parameters) to a
 ModelHelper, with the model's arg_scope applied."""
+import contextlib
+import copy
 import functools
+import threading
 
 from . import core, scope
 from .errors import Caffe2Error
@@ -29,11 +32,43 @@ def __getattr__(name):  # brew.fc etc. resolve through the registry (PEP 562)
 def _wrap(helper):
     @functools.wraps(helper)
     def call(model, *args, **kwargs):
+        for key, value in get_current_scope().get(helper.__name__, {}).items():
+            kwargs.setdefault(key, value)
         for key, value in getattr(model, "arg_scope", {}).items():
             if key in _SCOPED_KEYS.get(helper.__name__, ()) and key not in kwargs:
                 kwargs[key] = value
         return helper(model, *args, **kwargs)
     return call
+
+
+_scope = threading.local()
+
+
+def get_current_scope():
+    """{helper name: default keyword arguments} set by the enclosing arg_scope blocks
+    (this thread's)."""
+    if not hasattr(_scope, "current"):
+        _scope.current = {}
+    return _scope.current
+
+
+@contextlib.contextmanager
+def arg_scope(single_helper_or_list, **kwargs):
+    """Within the block, calls of the given brew helpers get kwargs as defaults (an
+    explicit argument wins; an inner block's value wins over an outer one's)."""
+    helpers = single_helper_or_list if isinstance(single_helper_or_list, (list, tuple)) else [single_helper_or_list]
+    for helper in helpers:
+        if not callable(helper):
+            raise Caffe2Error("brew.arg_scope takes brew helpers (brew.conv, ...), got %r" % (helper,))
+    old = get_current_scope()
+    new = copy.copy(old)
+    for helper in helpers:
+        new[helper.__name__] = dict(old.get(helper.__name__, {}), **kwargs)
+    _scope.current = new
+    try:
+        yield
+    finally:
+        _scope.current = old
 
 
 _SCOPED_KEYS = {"conv": ("order",), "max_pool": ("order",), "average_pool": ("order",),
@@ -143,6 +178,21 @@ def db_input(model, blobs_out, batch_size, db, db_type):
     return model.net.TensorProtosDBInput(reader, blobs_out, batch_size=batch_size)
 
 
+def image_input(model, blob_in, blob_out, order="NCHW", use_gpu_transform=False, **kwargs):
+    """ImageInput reading `blob_in` (a DBReader) into blob_out = [data, label, ...]. In
+    NCHW order without use_gpu_transform the op writes `<data>_nhwc` and an NHWC2NCHW
+    gives `data` (the GPU transform, here its CPU equivalent, outputs NCHW itself).
+    Returns the output blobs (data, label for two)."""
+    blob_out = [str(b) for b in blob_out]
+    if order == "NCHW" and not use_gpu_transform:
+        outputs = list(model.net.ImageInput(blob_in, [blob_out[0] + "_nhwc"] + blob_out[1:], **kwargs))
+        outputs[0] = model.net.NHWC2NCHW(outputs[0], blob_out[0])
+        return tuple(outputs)
+    if use_gpu_transform:
+        kwargs["use_gpu_transform"] = 1
+    return tuple(model.net.ImageInput(blob_in, blob_out, **kwargs))
+
+
 def add_weight_decay(model, weight_decay):
     """L2 regularisation: grad += weight_decay * param for the model's weights (those
     tagged WEIGHT) in the current name scope; needs model.param_to_grad."""
@@ -166,7 +216,7 @@ def softmax(model, blob_in, blob_out=None, use_cudnn=False, **kwargs):  # noqa: 
 
 
 for _fn in (fc, conv, spatial_bn, max_pool, average_pool, concat, dropout, sum, transpose, iter, softmax,
-            add_weight_decay, db_input, accuracy):
+            add_weight_decay, db_input, accuracy, image_input):
     Register(_fn)
 for _op, _name in (("Relu", "relu"), ("Sigmoid", "sigmoid"), ("Tanh", "tanh")):
     Register(_simple(_op, _name))

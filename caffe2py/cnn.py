@@ -138,9 +138,9 @@ class CNNModelHelper(ModelHelper):
     def Accuracy(self, blob_in, blob_out, **kwargs):
         return brew.accuracy(self, blob_in, blob_out, **kwargs)
 
-    def ImageInput(self, *args, **kwargs):  # noqa: ARG002
-        raise Caffe2Error("CNNModelHelper.ImageInput: caffe2py has no ImageInput op (image decoding "
-                          "and augmentation); feed decoded batches with workspace.FeedBlob or a DB reader")
+    def ImageInput(self, blob_in, blob_out, use_gpu_transform=False, **kwargs):
+        return brew.image_input(self, blob_in, blob_out, order=self.order, use_gpu_transform=use_gpu_transform,
+                                **kwargs)
 
     # -- parameters and initialisers
 

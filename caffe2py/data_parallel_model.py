@@ -74,9 +74,12 @@ def _check_options(model, devices, rendezvous, cpu_device, ideep, shared_model, 
         Parallelize_iDeep()
     if shared_model and not cpu_device:
         raise Caffe2Error("Parallelize: shared_model=True is only supported on CPU devices (as in Caffe2)")
-    if combine_spatial_bn:
+    if combine_spatial_bn and len(list(devices)) > 1:
+        # one device: its batch statistics are the combined ones (resnet50_trainer.py passes
+        # combine_spatial_bn=use_cpu), so only several devices need what is missing here
         raise Caffe2Error("Parallelize: combine_spatial_bn=True (batch-norm statistics across devices) is "
-                          "not provided by caffe2py")
+                          "not provided by caffe2py for more than one device; use one device or "
+                          "combine_spatial_bn=False")
     if param_update_builder_fun is not None and optimizer_builder_fun is not None:
         raise Caffe2Error("Parallelize: give only one of param_update_builder_fun, optimizer_builder_fun")
     if not list(devices):
@@ -319,6 +322,13 @@ def FinalizeAfterCheckpoint(model, blobs=None, cpu_mode=False):
         _SyncAllParams(model._devices, model, model._checkpoint_net, names)
         workspace.CreateNet(model._checkpoint_net)
     workspace.RunNet(model._checkpoint_net.Proto().name)
+
+
+def OptimizeGradientMemory(model, input_shapes, excluded_blobs, recycle_activations):  # noqa: ARG001
+    """Caffe2 shared the gradient blobs of each device through memonger to save GPU
+    memory. caffe2py keeps every blob: the call checks the model and changes nothing
+    (training results are the same either way; only peak memory differs)."""
+    _check_parallelized(model, "OptimizeGradientMemory")
 
 
 def ConvertNetForDevice(net, device=None):

@@ -203,6 +203,11 @@ class ModelHelper:
         from . import brew
         return brew.db_input(self, blob_out, batch_size, db, db_type)
 
+    def CreateDB(self, blob_out, db, db_type, **kwargs):
+        """A DBReader blob `blob_out` made by CreateDB in param_init_net (Caffe2's
+        ModelHelper.CreateDB; kwargs such as num_shards / shard_id go to the op)."""
+        return self.param_init_net.CreateDB([], blob_out, db=db, db_type=db_type, **kwargs)
+
     def AddGradientOperators(self, *args, **kwargs):
         """net.AddGradientOperators, recording grad_map and param_to_grad. Losses
         given as a list must be scalars (checked when the net runs)."""

@@ -149,11 +149,14 @@ def test_trains_with_the_optimizer_like_a_model_helper():
     assert float(np.asarray(workspace.FetchBlob("loss"))) < first
 
 
-def test_bad_order_and_missing_image_input_are_named():
+def test_bad_order_is_named_and_image_input_goes_through_brew():
     with pytest.raises(Caffe2Error, match="storage order"):
         cnn.CNNModelHelper(order="CHWN")
-    with pytest.raises(Caffe2Error, match="ImageInput"):
-        cnn.CNNModelHelper().ImageInput("reader", ["data", "label"], batch_size=2)
+    model = cnn.CNNModelHelper()
+    data, label = model.ImageInput("reader", ["data", "label"], batch_size=2, scale=8, crop=8, is_test=1)
+    ops = model.net.Proto().op
+    assert [op.type for op in ops] == ["ImageInput", "NHWC2NCHW"]
+    assert list(ops[0].output) == ["data_nhwc", "label"] and str(data) == "data" and str(label) == "label"
 
 
 def _run(model, feeds):

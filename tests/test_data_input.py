@@ -164,8 +164,8 @@ def test_text_file_reader_errors(tmp_path):
             field_types=[core.DataType.STRING])
 
 
-def test_image_input_is_left_out_with_a_reason():
-    assert "OpenCV" in left_out_reasons()["ImageInput"]
+def test_image_input_is_no_longer_left_out():
+    assert "ImageInput" not in left_out_reasons()
 
 
 @pytest.mark.parametrize("db_type,module", [("minidb", None), ("leveldb", "plyvel")])

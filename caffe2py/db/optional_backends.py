@@ -9,6 +9,8 @@ create_if_missing unless reading and error_if_exists in NEW mode.
 """
 import os
 import shutil
+import threading
+import weakref
 
 from .base import NEW, READ, CorruptDBError, Cursor, DB, DBError, MissingBackendError, Transaction, register_db
 
@@ -81,6 +83,35 @@ class _LMDBTransaction(Transaction):
         self._txn.abort()
 
 
+# lmdb allows one environment per path and process: readers of one path share it
+# (two CreateDB readers of one db, a reader still held by an input op's prefetch)
+_read_envs = {}          # real path -> [environment, users]
+_read_envs_lock = threading.Lock()
+
+
+def _open_read_env(lmdb, source):
+    key = os.path.realpath(source)
+    with _read_envs_lock:
+        entry = _read_envs.get(key)
+        if entry is None:
+            env = lmdb.open(source, map_size=LMDB_MAP_SIZE, readonly=True, create=False, subdir=True, lock=False)
+            entry = _read_envs[key] = [env, 0]
+        entry[1] += 1
+        return entry[0]
+
+
+def _close_read_env(source):
+    key = os.path.realpath(source)
+    with _read_envs_lock:
+        entry = _read_envs.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del _read_envs[key]
+            entry[0].close()
+
+
 class LMDB(DB):
     def __init__(self, source, mode):
         super().__init__(source, mode)
@@ -89,11 +120,23 @@ class LMDB(DB):
             raise DBError("cannot create lmdb '%s': the path already exists (NEW mode makes a new "
                           "directory, as Caffe2 does)" % source)
         try:
-            self._env = lmdb.open(source, map_size=LMDB_MAP_SIZE, readonly=(mode == READ),
-                                  create=(mode != READ), subdir=True, lock=(mode != READ))
+            if mode == READ:
+                self._env = _open_read_env(lmdb, source)
+                # a reader dropped without close() gives its share back when collected
+                self._finalizer = weakref.finalize(self, _close_read_env, source)
+            else:
+                self._env = lmdb.open(source, map_size=LMDB_MAP_SIZE, readonly=False, create=True, subdir=True,
+                                      lock=True)
         except lmdb.Error as exc:
             raise DBError("cannot open lmdb '%s': %s" % (source, exc)) from None
         self._txns = []
+
+    def _release_env(self):
+        if self.mode == READ:
+            self._finalizer()           # runs _close_read_env once
+        else:
+            self._env.close()
+        self._env = None
 
     def new_cursor(self):
         return _LMDBCursor(self._env, self.source)
@@ -110,16 +153,14 @@ class LMDB(DB):
             for txn in self._txns:
                 txn.commit()
             self._txns = []
-            self._env.close()
-            self._env = None
+            self._release_env()
 
     def abort(self):
         if self._env is not None:
             for txn in self._txns:
                 txn.abort()
             self._txns = []
-            self._env.close()
-            self._env = None
+            self._release_env()
             if self.mode == NEW:        # NEW made the directory: a failed save leaves nothing
                 shutil.rmtree(self.source, ignore_errors=True)
 

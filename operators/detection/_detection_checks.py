@@ -42,7 +42,7 @@ def rois(ctx, index, r, n_images, cols=(4, 5), what="RoIs"):
         raise ctx.input_error(index, "%s must be [R, %s], got shape %s"
                               % (what, " or ".join(str(c) for c in cols), list(r.shape)))
     finite(ctx, index, r, what)
-    if r.shape[1] == min(cols):
+    if r.shape[1] == 4:
         if r.shape[0] and n_images < 1:
             raise ctx.input_error(index, "%s without a batch column refer to image 0, but the "
                                          "input holds no image" % what)

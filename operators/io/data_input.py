@@ -1,12 +1,12 @@
 """Data readers: CreateDB + TensorProtosDBInput (records of serialized TensorProtos
 read through a shared DBReader) and CreateTextFileReader + TextFileReaderRead
-(tab-separated text files). ImageInput is left out (see below)."""
+(tab-separated text files). ImageInput is in image_input.py."""
 import numpy as np
 
 from caffe2py import db as dbs
 from caffe2py.kernels.cpu.io import text as T
 from caffe2py.proto import caffe2_pb2
-from caffe2py.registry import UNKNOWN, Arg, OpSchema, leave_out, register_kernel, register_schema
+from caffe2py.registry import UNKNOWN, Arg, OpSchema, register_kernel, register_schema
 from caffe2py.schema_rules import FileName
 from caffe2py.serialization import SerializationError, chunk_values, register_deserializer, register_serializer
 
@@ -169,10 +169,6 @@ def text_file_reader_read(ctx):
         return outs[0] if len(outs) == 1 else tuple(outs)
     return run
 
-
-leave_out("ImageInput", "decodes JPEG/PNG records with OpenCV and applies Caffe2's crop, scale, "
-          "colour and mirror augmentations on its own thread pool; caffe2py has no image codec "
-          "dependency, and a partial ImageInput without decoding would not read Caffe2's image dbs")
 
 
 # ----------------------------------------------------------------- DBReader (de)serialization

@@ -1,11 +1,12 @@
-"""RoIPool (Fast R-CNN max pooling over regions; Caffe2's RoIPool, NCHW) and its
-gradient.
+"""RoIPool (Fast R-CNN max pooling over regions; Caffe2's RoIPool and Detectron's
+RoIPoolF, NCHW) and its gradient.
 
 Region corners are rounded to the feature map (half away from zero, C's round);
 each of pooled_h x pooled_w bins covers floor(p * size / pooled) .. ceil((p + 1) *
 size / pooled) of the region, clipped to the map; an empty bin is 0 with argmax -1.
 The argmax is the flat position within the H x W plane. The forward pass spreads
-regions over the team; callers check batch indices and finiteness first.
+regions over the team, the backward pass channels; callers check batch indices,
+finiteness and argmaxes first. Detectron's RoIPoolF is the same computation.
 """
 import numpy as np
 
@@ -99,16 +100,45 @@ def roi_pool(x, rois, spatial_scale, pooled_h, pooled_w):
     return out, argmax
 
 
+@compiled(parallel=True)
+def _roi_pool_backward(dy, argmax, batch, dx, blocks):
+    """dy / argmax [R, C, PH * PW] (argmax in [-1, H * W)) added into dx [N, C, H * W].
+    Thread t owns a slice of the channels, so no two threads add into one plane."""
+    R, C, P = dy.shape
+    for t in prange(blocks):
+        c0 = t * C // blocks
+        c1 = (t + 1) * C // blocks
+        for r in range(R):
+            img = dx[batch[r]]
+            for c in range(c0, c1):
+                plane = img[c]
+                g = dy[r, c]
+                a = argmax[r, c]
+                for k in range(P):
+                    if a[k] >= 0:
+                        plane[a[k]] += g[k]
+
+
+@_roi_pool_backward.numpy_twin
+def _roi_pool_backward_numpy(dy, argmax, batch, dx, blocks):
+    R, C, P = dy.shape
+    N, _, HW = dx.shape
+    plane = (batch[:, None] * C + np.arange(C)[None, :]) * HW
+    flat = (plane[:, :, None] + argmax).reshape(-1)
+    g = dy.reshape(-1)
+    hit = argmax.reshape(-1) >= 0
+    dx += np.bincount(flat[hit], weights=g[hit], minlength=dx.size).astype(F32).reshape(dx.shape)
+
+
 def roi_pool_gradient(x_shape, rois, argmax, dy):
-    """dX: each dY value added at its bin's argmax (bins with argmax -1 add nothing)."""
+    """dX: each dY value added at its bin's argmax (bins with argmax -1 add nothing).
+    Callers check argmax values lie in [-1, H * W) and batch indices in [0, N)."""
     N, C, H, W = x_shape
-    dx = np.zeros(N * C * H * W, np.float64)
-    if rois.shape[0] and C:
+    dx = np.zeros((N, C, H * W), F32)
+    R = rois.shape[0]
+    if R and C:
         batch = np.asarray(rois, F32)[:, 0].astype(np.int64)
-        a = argmax.reshape(rois.shape[0], C, -1).astype(np.int64)
-        plane = (batch[:, None] * C + np.arange(C)[None, :]) * (H * W)
-        flat = (plane[:, :, None] + a).reshape(-1)
-        g = np.asarray(dy, np.float64).reshape(-1)
-        hit = a.reshape(-1) >= 0
-        dx += np.bincount(flat[hit], weights=g[hit], minlength=dx.size)
-    return dx.astype(F32).reshape(x_shape)
+        a = np.ascontiguousarray(argmax, np.int64).reshape(R, C, -1)
+        g = np.ascontiguousarray(dy, F32).reshape(R, C, -1)
+        _roi_pool_backward(g, a, batch, dx, team_blocks(C, R * g.shape[2]))
+    return dx.reshape(x_shape)

@@ -1,13 +1,14 @@
-"""Reading nets and inputs from files (binary or text protobuf, .npy/.pb inputs)."""
+"""Reading nets and inputs from files (binary or text protobuf, .npy/.pb inputs); the
+package also holds Caffe2's model builders (caffe2.python.models.resnet: resnet.py)."""
 import os
 
 import numpy as np
 from google.protobuf import text_format
 
-from . import model_trust, model_trust_ops
-from .errors import Caffe2Error, ProtoError
-from .proto import caffe2_pb2
-from .tensors import tensor_to_numpy
+from .. import model_trust, model_trust_ops
+from ..errors import Caffe2Error, ProtoError
+from ..proto import caffe2_pb2
+from ..tensors import tensor_to_numpy
 
 
 def read_proto(path, message_type):
