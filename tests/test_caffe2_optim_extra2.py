@@ -186,3 +186,77 @@ def test_scale_blobs():
     close(out[1], 2.5 * b)
     with pytest.raises(Caffe2Error):
         run("ScaleBlobs", ["a", "b"], ["c"], dict(a=a, b=b), scale=2.5)
+
+
+# ----------------------------------------------------------------- quantisation
+
+def fused8_values(q):
+    """(values, scale, bias) of a fused 8-bit layout table (float32 scale and bias)."""
+    sb = np.ascontiguousarray(q[:, -8:]).view("<f4")
+    return q[:, :-8].astype(np.float64), sb[:, 0].astype(np.float64), sb[:, 1].astype(np.float64)
+
+
+@pytest.mark.parametrize("bits", [2, 4])
+def test_fake_nbit_matches_formula(bits):
+    x = RNG.random((6, 9)).astype(np.float32)
+    (q,) = run("FloatToFused%dBitFakeRowwiseQuantized" % bits, ["x"], ["q"], dict(x=x))
+    assert q.shape == (6, 17) and q.dtype == np.uint8
+    values, scale, bias = fused8_values(q)
+    top = (1 << bits) - 1
+    ref_bias = x.min(1).astype(np.float16).astype(np.float64)
+    ref_scale = ((x.max(1) - ref_bias) / top).astype(np.float16).astype(np.float64)
+    np.testing.assert_array_equal(bias, ref_bias)
+    np.testing.assert_array_equal(scale, ref_scale)
+    ref_q = np.clip(np.round((x - ref_bias[:, None]) / ref_scale[:, None]), 0, top)
+    assert np.abs(values - ref_q).max() <= 1     # ties may round either way in float32
+    assert values.max() <= top
+
+
+@pytest.mark.parametrize("bits", [2, 4])
+def test_greedy_engine_error_not_above_minmax(bits):
+    x = RNG.standard_normal((20, 64)).astype(np.float32)
+    errors = {}
+    for engine in ("", "GREEDY"):
+        (q,) = run("FloatToFused%dBitFakeRowwiseQuantized" % bits, ["x"], ["q"], dict(x=x), engine=engine)
+        values, scale, bias = fused8_values(q)
+        errors[engine] = np.linalg.norm(x - (values * scale[:, None] + bias[:, None]), axis=1)
+        (packed,) = run("FloatToFused%dBitRowwiseQuantized" % bits, ["x"], ["p"], dict(x=x), engine=engine)
+        (deq,) = run("Fused%dBitRowwiseQuantizedToFloat" % bits, ["p"], ["d"], dict(p=packed))
+        close(deq[:, :64], values * scale[:, None] + bias[:, None], rtol=0, atol=0)
+    assert (errors["GREEDY"] <= errors[""] * 1.0001).all()
+    if bits == 4:                                # normal rows: a narrower 4-bit range wins
+        assert (errors["GREEDY"] < errors[""]).any()
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_rand_rowwise_quantization_round_trip(bits):
+    x = RNG.standard_normal((5, 11)).astype(np.float32)
+    (y,) = run("FloatToFusedRandRowwiseQuantized", ["x"], ["y"], dict(x=x), bitwidth=bits, random=False)
+    k = 8 // bits
+    segment = -(-11 // k)
+    assert y.shape == (5, 10 + segment)
+    assert (y[:, 0] == bits).all() and (y[:, 1] == k * segment - 11).all()
+    mm = np.ascontiguousarray(y[:, 2:10]).view("<f4")
+    np.testing.assert_array_equal(mm[:, 0], x.min(1))
+    np.testing.assert_array_equal(mm[:, 1], x.max(1))
+    gap = (x.max(1) - x.min(1)).astype(np.float64) / ((1 << bits) - 1)
+    q = np.round((x - x.min(1)[:, None]) / (gap[:, None] + 1e-8))
+    for c in range(11):                          # value c: byte c % segment, bits (c // segment) * bits
+        got = (y[:, 10 + c % segment] >> ((c // segment) * bits)) & ((1 << bits) - 1)
+        assert np.abs(got - q[:, c]).max() <= 1
+    (d,) = run("FusedRandRowwiseQuantizedToFloat", ["y"], ["d"], dict(y=y))
+    assert (np.abs(d - x) <= gap[:, None] / 2 + 1e-5).all()
+
+
+def test_rand_rowwise_stochastic_is_unbiased():
+    x = RNG.random((2, 8)).astype(np.float32)
+    total = np.zeros(x.shape)
+    for seed in range(300):
+        op = core.CreateOperator("FloatToFusedRandRowwiseQuantized", ["x"], ["y"], bitwidth=2, random=True)
+        op.device_option.random_seed = seed
+        workspace.FeedBlob("x", x)
+        workspace.RunOperatorOnce(op)
+        (d,) = run("FusedRandRowwiseQuantizedToFloat", ["y"], ["d"], dict(y=workspace.FetchBlob("y")))
+        total += d
+    gap = (x.max(1) - x.min(1)) / 3
+    assert (np.abs(total / 300 - x) < gap[:, None] * 0.15).all()
