@@ -184,6 +184,9 @@ def test_scale_blobs():
     out = run("ScaleBlobs", ["a", "b"], ["c", "b"], dict(a=a, b=b), scale=2.5)
     close(out[0], 2.5 * a)
     close(out[1], 2.5 * b)
+    (c,) = run("ScaleBlobs", ["a"], ["c"], dict(a=a), scale=2.5)
+    assert c.shape == a.shape
+    close(c, 2.5 * a)
     with pytest.raises(Caffe2Error):
         run("ScaleBlobs", ["a", "b"], ["c"], dict(a=a, b=b), scale=2.5)
 

@@ -180,5 +180,5 @@ def scale_blobs(ctx):
             if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
                 raise ctx.input_error(k, "must be a float tensor, got %s" % getattr(x, "dtype", type(x).__name__))
             outs.append((x * x.dtype.type(scale)).astype(x.dtype))
-        return tuple(outs)
+        return tuple(outs) if len(outs) > 1 else outs[0]      # one output is returned bare
     return run
