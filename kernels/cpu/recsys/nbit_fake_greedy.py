@@ -53,59 +53,68 @@ def pack_nbit(values, scale, bias, bits):
     return np.concatenate([packed, sb], axis=1)
 
 
-def _scale_bias(xmin, xmax, bits):
-    """float16-rounded (scale, bias, inverse scale) of a range, Caffe2's rules."""
+def _scale_bias(lo, hi, bits):
+    """float16-rounded (scale, bias, inverse scale) per row of ranges [lo, hi], Caffe2's
+    rules: scale 1 when the span is 0 or its inverse is infinite."""
     top = F32((1 << bits) - 1)
-    bias = F32(np.float16(xmin))
-    span = F32(xmax) - bias
-    scale = F32(np.float16(span / top if span != 0 else F32(1)))
-    with np.errstate(divide="ignore"):
-        inv = F32(1) / scale if scale != 0 else F32(1)
-    if scale == 0 or np.isinf(inv):
-        scale, inv = F32(1), F32(1)
+    bias = lo.astype(np.float16).astype(F32)
+    span = (hi - bias).astype(F32)
+    with np.errstate(all="ignore"):
+        scale = np.where(span != 0, span / top, F32(1)).astype(np.float16).astype(F32)
+        inv = F32(1) / scale
+    bad = (scale == 0) | np.isinf(inv)
+    scale[bad], inv[bad] = F32(1), F32(1)
     return scale, bias, inv
 
 
-def _quantize_row(x, bits, xmin, xmax):
-    scale, bias, inv = _scale_bias(xmin, xmax, bits)
-    q = np.clip(np.rint((x - bias) * inv), 0, (1 << bits) - 1).astype(np.uint8)
-    return q, scale, bias
+def _quantize_rows(rows, bits, lo, hi):
+    """(values uint8, scale, bias) of rows quantised over the ranges [lo, hi]."""
+    scale, bias, inv = _scale_bias(lo, hi, bits)
+    with np.errstate(invalid="ignore"):
+        q = np.clip(np.rint((rows - bias[:, None]) * inv[:, None]), 0, (1 << bits) - 1)
+    return np.nan_to_num(q).astype(np.uint8), scale, bias
 
 
-def _loss(x, bits, xmin, xmax):
-    q, scale, bias = _quantize_row(x, bits, xmin, xmax)
-    err = x - (q.astype(F32) * scale + bias)
-    return F32(np.sqrt(np.dot(err, err)))
+def _losses(rows, bits, lo, hi):
+    q, scale, bias = _quantize_rows(rows, bits, lo, hi)
+    err = rows - (q.astype(F32) * scale[:, None] + bias[:, None])
+    return np.sqrt(np.einsum("ij,ij->i", err, err)).astype(F32)
 
 
-def greedy_range(x, bits, n_bins=200, ratio=0.16):
-    """The clipping range [xmin, xmax] of one float32 row (see the module doc)."""
-    xmin, xmax = F32(x.min()), F32(x.max())
+def greedy_ranges(rows, bits, n_bins=200, ratio=0.16):
+    """The clipping range (lo, hi) of every float32 row (see the module doc), all rows
+    searched together: each step narrows every row still searching by one bin."""
+    xmin, xmax = rows.min(axis=1), rows.max(axis=1)
     step = (xmax - xmin) / F32(n_bins)
     threshold = F32(n_bins) * (F32(1) - F32(ratio)) * step
-    lo, hi, loss = xmin, xmax, _loss(x, bits, xmin, xmax)
-    best = None
-    while lo + threshold < hi:
-        loss_lo = _loss(x, bits, lo + step, hi)
-        loss_hi = _loss(x, bits, lo, hi - step)
-        if loss < loss_lo and loss < loss_hi and (best is None or loss < best[2]):
-            best = (lo, hi, loss)
-        if loss_lo < loss_hi:
-            lo, loss = lo + step, loss_lo
-        else:
-            hi, loss = hi - step, loss_hi
-    return (best[0], best[1]) if best is not None else (xmin, xmax)
+    lo, hi, loss = xmin.copy(), xmax.copy(), _losses(rows, bits, xmin, xmax)
+    best_lo, best_hi = xmin.copy(), xmax.copy()
+    best_loss = np.full(rows.shape[0], np.inf, F32)
+    with np.errstate(invalid="ignore"):
+        active = lo + threshold < hi
+    for _ in range(n_bins + 1):                  # every row stops within n_bins steps
+        if not active.any():
+            break
+        loss_lo = _losses(rows, bits, lo + step, hi)
+        loss_hi = _losses(rows, bits, lo, hi - step)
+        local = active & (loss < loss_lo) & (loss < loss_hi) & (loss < best_loss)
+        best_lo[local], best_hi[local], best_loss[local] = lo[local], hi[local], loss[local]
+        move_lo = active & (loss_lo < loss_hi)
+        move_hi = active & ~(loss_lo < loss_hi)
+        lo[move_lo] += step[move_lo]
+        loss[move_lo] = loss_lo[move_lo]
+        hi[move_hi] -= step[move_hi]
+        loss[move_hi] = loss_hi[move_hi]
+        with np.errstate(invalid="ignore"):
+            active &= lo + threshold < hi
+    return best_lo, best_hi                      # the full range where no local minimum was found
 
 
 def _greedy_rows(rows, bits):
     n, d = rows.shape
-    values = np.zeros((n, d), np.uint8)
-    scale, bias = np.ones(n, F32), np.zeros(n, F32)
-    if d:
-        for r in range(n):
-            x = rows[r]
-            values[r], scale[r], bias[r] = _quantize_row(x, bits, *greedy_range(x, bits))
-    return values, scale, bias
+    if d == 0 or n == 0:
+        return np.zeros((n, d), np.uint8), np.ones(n, F32), np.zeros(n, F32)
+    return _quantize_rows(rows, bits, *greedy_ranges(rows, bits))
 
 
 def float_to_fused_nbit_greedy(x, bits):
