@@ -263,3 +263,42 @@ def test_rand_rowwise_stochastic_is_unbiased():
         total += d
     gap = (x.max(1) - x.min(1)) / 3
     assert (np.abs(total / 300 - x) < gap[:, None] * 0.15).all()
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+@pytest.mark.parametrize("reduction", ["Sum", "WeightedSum", "Mean"])
+def test_rowwise_sparse_lookup_against_dequantised_table(bits, reduction):
+    x = RNG.random((10, 16)).astype(np.float32)
+    quant = "FloatToFused8BitRowwiseQuantized" if bits == 8 else "FloatToFused%dBitRowwiseQuantized" % bits
+    deq = "Fused8BitRowwiseQuantizedToFloat" if bits == 8 else "Fused%dBitRowwiseQuantizedToFloat" % bits
+    (q,) = run(quant, ["x"], ["q"], dict(x=x))
+    (table,) = run(deq, ["q"], ["t"], dict(q=q))
+    mapping = np.array([0, -1, 1, 2, -1, 3, 4, 5, -1, 6], np.int32)
+    idx = np.array([0, 1, 2, 9, 8, 3, 5], np.int64)
+    lengths = np.array([3, 0, 4], np.int32)
+    w = RNG.random(7).astype(np.float32)
+    ref = np.zeros((3, table.shape[1]))
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    for s in range(3):
+        for p in range(starts[s], starts[s + 1]):
+            if mapping[idx[p]] >= 0:
+                ref[s] += (w[p] if reduction == "WeightedSum" else 1.0) * table[idx[p]]
+        if reduction == "Mean" and lengths[s]:
+            ref[s] /= lengths[s]
+    ins = ["d"] + (["w"] if reduction == "WeightedSum" else []) + ["i", "l", "m"]
+    (out,) = run("SparseLengths%s%dBitRowwiseSparse" % (reduction, bits), ins, ["o"],
+                 dict(d=q[mapping >= 0], w=w, i=idx, l=lengths, m=mapping))
+    close(out, ref)
+    (unpruned,) = run("SparseLengths%s%dBitRowwiseSparse" % (reduction, bits), ins, ["o"],
+                      dict(d=q, w=w, i=idx, l=lengths, m=np.array([0], np.int32)))
+    full = [np.sum([(w[p] if reduction == "WeightedSum" else 1.0) * table[idx[p]]
+                    for p in range(starts[s], starts[s + 1])] or [np.zeros(table.shape[1])], axis=0)
+            / (lengths[s] if reduction == "Mean" and lengths[s] else 1) for s in range(3)]
+    close(unpruned, full)
+
+
+def test_rowwise_sparse_lookup_bad_index():
+    (q,) = run("FloatToFused4BitRowwiseQuantized", ["x"], ["q"], dict(x=f32(3, 8)))
+    with pytest.raises(Caffe2Error, match="COMPRESSED_INDICES_MAPPING"):
+        run("SparseLengthsSum4BitRowwiseSparse", ["d", "i", "l", "m"], ["o"],
+            dict(d=q, i=np.array([5], np.int64), l=np.array([1], np.int32), m=np.array([0, 1, 2], np.int32)))
