@@ -302,3 +302,22 @@ def test_rowwise_sparse_lookup_bad_index():
     with pytest.raises(Caffe2Error, match="COMPRESSED_INDICES_MAPPING"):
         run("SparseLengthsSum4BitRowwiseSparse", ["d", "i", "l", "m"], ["o"],
             dict(d=q, i=np.array([5], np.int64), l=np.array([1], np.int32), m=np.array([0, 1, 2], np.int32)))
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_fp16_momentum_sgd_update(nesterov):
+    g, m, w = (RNG.random(6).astype(np.float16) for _ in range(3))
+    lr = np.array([0.3], np.float32)
+    mu, wd = 0.9, 0.01
+    g64, m64, w64 = (a.astype(np.float64) for a in (g, m, w))
+    g64 = g64 + wd * w64
+    if nesterov:
+        new = mu * m64 + 0.3 * g64
+        step = (1 + mu) * new - mu * m64
+    else:
+        step = new = 0.3 * g64 + mu * m64
+    out = run("FP16MomentumSGDUpdate", ["g", "m", "lr", "w"], ["g", "m", "w"], dict(g=g, m=m, lr=lr, w=w),
+              momentum=mu, weight_decay=wd, nesterov=int(nesterov))
+    assert all(o.dtype == np.float16 for o in out)
+    for a, r in zip(out, (step, new, w64 - step)):
+        close(a, r, rtol=2e-3, atol=2e-3)
