@@ -222,24 +222,7 @@ def sparse_lookup(ctx):
 
 # ----------------------------------------------------------------- schema-only ops
 
-def _rowwise_sparse_infer(bits, weighted):
-    def infer(ctx, ins):
-        data, lengths = ins[0].dims, ins[3 if weighted else 2].dims
-        width = data[1] - 8 if bits == 8 else (data[1] - 4) * 2
-        return [TensorType((lengths[0], width), DT.FLOAT)]
-    return infer
-
-
-for _bits in (8, 4):
-    for _weighted in (False, True):
-        _name = "SparseLengths%sSum%dBitRowwiseSparse" % ("Weighted" if _weighted else "", _bits)
-        register_schema(OpSchema(
-            _name, num_inputs=5 if _weighted else 4, num_outputs=1,
-            inference=_rowwise_sparse_infer(_bits, _weighted),
-            inputs=("DATA",) + (("WEIGHTS",) if _weighted else ()) + ("INDICES", "LENGTHS",
-                                                                      "COMPRESSED_INDICES_MAPPING"),
-            outputs=("output",),
-            doc="SparseLengths%sSum over a pruned fused %d-bit row-wise table: indices go through "
-                "COMPRESSED_INDICES_MAPPING first (schema only: no kernel)." % ("Weighted" if _weighted else "", _bits)))
+# SparseLengths*BitRowwiseSparse: schemas and kernels in rowwise_sparse_lookup.py; Int8Quantize and
+# Int8FC: operators/quant/.
 
 # UnPackRecords: schema and kernel in dataset_ops.py.
