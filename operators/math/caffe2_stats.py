@@ -124,3 +124,32 @@ def channel_backprop_stats(ctx):
 
 
 should_not_do_gradient("ChannelStats", "ChannelBackpropStats")
+
+
+# ----------------------------------------------------------------- Histogram
+
+register_schema(OpSchema(
+    "Histogram", num_inputs=(1, None), num_outputs=1, inputs=("X",), outputs=("histogram",),
+    args=(Arg("bin_edges", "floats", None, required=True, doc="strictly increasing, at least 2"),),
+    inference=lambda ctx, ins: [TensorType((max(len(ctx.floats("bin_edges") or ()) - 1, 0),), DT.INT64)],
+    cost=_read_cost,
+    doc="int64 counts of every input's values per bin [bin_edges[i], bin_edges[i + 1]); values "
+        "outside [bin_edges[0], bin_edges[-1]) and NaN are not counted."))
+
+
+@register_kernel("Histogram")
+def histogram(ctx):
+    edges = np.asarray(ctx.floats("bin_edges") or (), np.float64)
+    if edges.size < 2:
+        raise ctx.error("Number of bin edges must be greater than or equal to 2, got %d" % edges.size)
+    if (np.diff(edges) <= 0).any():
+        raise ctx.error("bin_edges must be a strictly increasing sequence of values")
+
+    def run(*tensors):
+        counts = np.zeros(edges.size - 1, np.int64)
+        for index, x in enumerate(tensors):
+            if x.dtype.kind not in "fiu":
+                raise ctx.input_error(index, "must be a numeric tensor, got %s" % x.dtype)
+            counts += K.bin_counts(x, edges)
+        return counts
+    return run

@@ -36,3 +36,11 @@ def histogram(x, lower, upper, num_buckets):
     index = np.clip(index, 1, num_buckets)
     index = np.where(v < lower, 0, np.where(v >= upper, num_buckets + 1, index))
     return np.bincount(index, minlength=num_buckets + 2).astype(np.int64)
+
+
+def bin_counts(x, edges):
+    """Counts of x's values in each bin [edges[i], edges[i + 1]), values outside
+    [edges[0], edges[-1]) and NaN left out."""
+    bins = np.searchsorted(edges, x.reshape(-1).astype(np.float64), side="right") - 1
+    bins = bins[(bins >= 0) & (bins < edges.size - 1)]
+    return np.bincount(bins, minlength=edges.size - 1).astype(np.int64)
