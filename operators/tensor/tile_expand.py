@@ -43,7 +43,7 @@ def numpy_tile(ctx):
     def run(x, repeats):
         reps = _int_vector(ctx, 1, repeats)
         if len(reps) != x.ndim:
-            raise ctx.input_error(1, "has %d values; input has %d axes" % (len(reps), x.ndim))
+            raise ctx.input_error(1, "repeats has %d values; input has %d axes" % (len(reps), x.ndim))
         if any(r < 0 for r in reps):
             raise ctx.input_error(1, "repeats must be >= 0, got %s" % reps)
         _check_size(ctx, [d * r for d, r in zip(x.shape, reps)], x.itemsize)
