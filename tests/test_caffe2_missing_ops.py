@@ -262,3 +262,38 @@ def test_merge_dense_feature_tensors():
     presence = np.array([[True, False, True], [False, False, True]])
     lengths, keys, values = outputs_of(op("MergeDenseFeatureTensors", 2, 3, feature_ids=[5, 6, 7]), [x, presence])
     assert lengths.tolist() == [2, 1] and keys.tolist() == [5, 7, 7] and values.tolist() == [1.0, 3.0, 6.0]
+
+
+# ----------------------------------------------------------------- stat puts / AsyncNetBarrier
+
+def _stats():
+    workspace.RunOperatorOnce(core.CreateOperator("StatRegistryExport", [], ["k", "v", "t"]))
+    keys = [k.decode() if isinstance(k, bytes) else k for k in workspace.FetchBlob("k")]
+    return dict(zip(keys, workspace.FetchBlob("v").tolist()))
+
+
+def test_stat_puts():
+    _stats()                                             # reset the counters
+    for value in (3.25, 1.5):
+        workspace.FeedBlob("value", np.array([value]))
+        for op_type in ("AveragePut", "IncrementPut", "StdDevPut"):
+            workspace.RunOperatorOnce(core.CreateOperator(op_type, ["value"], [], stat_name=op_type,
+                                                          magnitude_expand=100))
+    stats = _stats()
+    assert stats["AveragePut/stat_value/sum"] == 325 + 150 and stats["AveragePut/stat_value/count"] == 2
+    assert stats["IncrementPut/stat_value"] == 475
+    # StdDevPut shifts by the first value put (325)
+    assert stats["StdDevPut/stat_value/sumoffset"] == 150 - 325
+    assert stats["StdDevPut/stat_value/sumsqoffset"] == (150 - 325) ** 2
+    workspace.FeedBlob("value", np.array([1e30]))
+    workspace.RunOperatorOnce(core.CreateOperator("IncrementPut", ["value"], [], stat_name="big", bound=True))
+    assert _stats()["big/stat_value"] == np.iinfo(np.int64).max
+    with pytest.raises(Caffe2Error, match="int64"):
+        workspace.RunOperatorOnce(core.CreateOperator("IncrementPut", ["value"], [], stat_name="big"))
+
+
+def test_async_net_barrier():
+    a, b = RNG.standard_normal(3), RNG.standard_normal((2, 2))
+    out = outputs_of(core.CreateOperator("AsyncNetBarrier", ["a", "b"], ["a", "b"]), [a, b])
+    np.testing.assert_array_equal(out[0], a)
+    np.testing.assert_array_equal(out[1], b)

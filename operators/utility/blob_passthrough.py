@@ -54,3 +54,18 @@ def enforce_finite(ctx):
             raise ctx.input_error(0, "holds a non-finite value (%r at flat index %d)"
                                   % (x.reshape(-1)[first].item(), first))
     return run
+
+
+register_schema(OpSchema(
+    "AsyncNetBarrier", num_inputs=(1, None), num_outputs=(1, None), allow_inplace=True,
+    inputs_outputs_check=lambda n_in, n_out: n_in == n_out,
+    args=(Arg("cross_device", "bool", False),), inference=lambda ctx, ins: list(ins), cost=_NO_COST,
+    doc="Outputs i are inputs i unchanged: a synchronisation point of an async net (the "
+        "executor here already orders ops by their blobs)."))
+
+
+@register_kernel("AsyncNetBarrier")
+def async_net_barrier(ctx):
+    def run(*inputs):
+        return inputs[0] if len(inputs) == 1 else tuple(inputs)
+    return run
