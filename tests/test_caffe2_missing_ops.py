@@ -297,3 +297,8 @@ def test_async_net_barrier():
     out = outputs_of(core.CreateOperator("AsyncNetBarrier", ["a", "b"], ["a", "b"]), [a, b])
     np.testing.assert_array_equal(out[0], a)
     np.testing.assert_array_equal(out[1], b)
+
+
+def test_range_argument_becomes_ints():
+    created = core.CreateOperator("Moments", ["X"], ["m", "v"], axes=range(2))
+    assert list(created.arg[0].ints) == [0, 1]
