@@ -302,3 +302,21 @@ def test_async_net_barrier():
 def test_range_argument_becomes_ints():
     created = core.CreateOperator("Moments", ["X"], ["m", "v"], axes=range(2))
     assert list(created.arg[0].ints) == [0, 1]
+
+
+@pytest.mark.parametrize("spacing", ["linear", "logarithmic"])
+def test_self_binning_histogram(spacing):
+    a = np.array([-1.0, 0.5, 2.0, 3.0, 7.0])
+    b = np.array([[4.0, 7.0]])
+    values, counts = outputs_of(op("SelfBinningHistogram", 2, 2, num_bins=4, bin_spacing=spacing,
+                                   logspacing_start=0.25), [a, b])
+    start = -1.0 if spacing == "linear" else 0.25
+    want_edges = (np.linspace(start, 7.0, 5) if spacing == "linear" else np.geomspace(start, 7.0, 5))
+    np.testing.assert_allclose(values[:-1], want_edges[:-1], rtol=1e-12)
+    assert 7.0 < values[-1] < 7.0 + 1e-12                # just above the maximum
+    data = np.concatenate([a, b.reshape(-1)])
+    # each value in the last bin whose start is <= it (values below the first start: bin 0)
+    want = np.bincount(np.clip(np.searchsorted(values, data, side="right") - 1, 0, 4), minlength=5)
+    assert counts.tolist() == want.tolist() and counts.sum() == data.size
+    same = outputs_of(op("SelfBinningHistogram", 1, 2, num_bins=3, bin_spacing=spacing), [np.ones(4)])
+    assert same[0].tolist() == [1.0] * 4 and same[1].tolist() == [4, 0, 0, 0]
