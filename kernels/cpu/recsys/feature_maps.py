@@ -66,7 +66,8 @@ def split_grad(n, takes, grad):
     """Hand out the merged gradient in merge order: takes[i] is (counts[N], sizes,
     total) for input i — for example e input i receives counts[e] values at its own
     offset; the result for input i has `total` values (zeros where it took none)."""
-    outs = [np.zeros((total,) + grad.shape[1:], grad.dtype) for _, _, total in takes]
+    empty = b"" if grad.dtype == object else 0      # string "gradients" get empty strings
+    outs = [np.full((total,) + grad.shape[1:], empty, grad.dtype) for _, _, total in takes]
     pos = 0
     for e in range(n):
         for i, (counts, starts, _) in enumerate(takes):
