@@ -320,3 +320,19 @@ def test_self_binning_histogram(spacing):
     assert counts.tolist() == want.tolist() and counts.sum() == data.size
     same = outputs_of(op("SelfBinningHistogram", 1, 2, num_bins=3, bin_spacing=spacing), [np.ones(4)])
     assert same[0].tolist() == [1.0] * 4 and same[1].tolist() == [4, 0, 0, 0]
+
+
+def test_estimate_all_blob_sizes():
+    from caffe2py.proto import caffe2_pb2
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("f", np.zeros(2500, np.float32))
+    workspace.FeedBlob("u", np.zeros(10, np.uint16))
+    options = caffe2_pb2.SerializationOptions(options=[caffe2_pb2.BlobSerializationOptions(
+        blob_name_regex="f", chunk_size=1000)])
+    workspace.RunOperatorOnce(core.CreateOperator("EstimateAllBlobSizes", [], ["names", "sizes"],
+                                                  options=options))
+    sizes = dict(zip([n.decode() if isinstance(n, bytes) else n for n in workspace.FetchBlob("names")],
+                     workspace.FetchBlob("sizes").tolist()))
+    # per chunk: name + 50 bytes; per element: float 4, 16-bit int 3, string 50, int64 8
+    assert sizes == {"f": 3 * (1 + 50) + 2500 * 4, "u": (1 + 50) + 10 * 3,
+                     "names": (5 + 50) + 4 * 50, "sizes": (5 + 50) + 4 * 8}
