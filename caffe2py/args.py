@@ -40,7 +40,7 @@ def make_argument(name, value):
         arg.s = _to_bytes(value)
     elif isinstance(value, Message):
         arg.s = value.SerializeToString()
-    elif isinstance(value, (list, tuple)):
+    elif isinstance(value, (list, tuple, range)):   # Caffe2 takes any iterable; tests pass range
         items = list(value)
         if all(_is_int(v) for v in items):
             arg.ints.extend(int(v) for v in items)

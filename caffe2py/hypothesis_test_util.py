@@ -67,7 +67,10 @@ def _register_profiles():
     # Hypothesis's "explain" phase (newer than Caffe2) reruns a failing test many times
     # to annotate its report: minutes per failing op test, for no verdict Caffe2 gave.
     phases = tuple(p for p in hypothesis.Phase if p.name != "explain")
-    quiet_slow = dict(suppress_health_check=[hypothesis.HealthCheck.too_slow], database=None,
+    # differing_executors (also newer) fails Caffe2's tests whose @given method lives on a
+    # mixin shared by several TestCase classes (self_binning_histogram_test.py)
+    quiet_slow = dict(suppress_health_check=[hypothesis.HealthCheck.too_slow,
+                                             hypothesis.HealthCheck.differing_executors], database=None,
                       deadline=None, verbosity=hypothesis.Verbosity.verbose, phases=phases)
     hypothesis.settings.register_profile("sandcastle", derandomize=True, max_examples=100, **quiet_slow)
     hypothesis.settings.register_profile("dev", max_examples=10, **quiet_slow)

@@ -75,7 +75,10 @@ register_schema(OpSchema(
 
 def _serialization_options(ctx):
     options = caffe2_pb2.SerializationOptions()
-    data = ctx.arg("options", b"") or b""
+    # the raw bytes: a serialized message is not text (ctx.arg decodes strings, which
+    # corrupts bytes >= 0x80 such as a chunk_size >= 128)
+    raw = next((a for a in ctx.op_def.arg if a.name == "options"), None)
+    data = raw.s if raw is not None and raw.HasField("s") else (ctx.arg("options", b"") or b"")
     if data:
         try:
             options.ParseFromString(data.encode() if isinstance(data, str) else bytes(data))

@@ -124,3 +124,79 @@ def channel_backprop_stats(ctx):
 
 
 should_not_do_gradient("ChannelStats", "ChannelBackpropStats")
+
+
+# ----------------------------------------------------------------- Histogram
+
+register_schema(OpSchema(
+    "Histogram", num_inputs=(1, None), num_outputs=1, inputs=("X",), outputs=("histogram",),
+    args=(Arg("bin_edges", "floats", None, required=True, doc="strictly increasing, at least 2"),),
+    inference=lambda ctx, ins: [TensorType((max(len(ctx.floats("bin_edges") or ()) - 1, 0),), DT.INT64)],
+    cost=_read_cost,
+    doc="int64 counts of every input's values per bin [bin_edges[i], bin_edges[i + 1]); values "
+        "outside [bin_edges[0], bin_edges[-1]) and NaN are not counted."))
+
+
+@register_kernel("Histogram")
+def histogram(ctx):
+    edges = np.asarray(ctx.floats("bin_edges") or (), np.float64)
+    if edges.size < 2:
+        raise ctx.error("Number of bin edges must be greater than or equal to 2, got %d" % edges.size)
+    if (np.diff(edges) <= 0).any():
+        raise ctx.error("bin_edges must be a strictly increasing sequence of values")
+
+    def run(*tensors):
+        counts = np.zeros(edges.size - 1, np.int64)
+        for index, x in enumerate(tensors):
+            if x.dtype.kind not in "fiu":
+                raise ctx.input_error(index, "must be a numeric tensor, got %s" % x.dtype)
+            counts += K.bin_counts(x, edges)
+        return counts
+    return run
+
+
+# ----------------------------------------------------------------- SelfBinningHistogram
+
+register_schema(OpSchema(
+    "SelfBinningHistogram", num_inputs=(1, None), num_outputs=2, inputs=("X",),
+    outputs=("histogram_values", "histogram_counts"),
+    args=(Arg("num_bins", "int", 1, doc=">= 1; the outputs have num_bins + 1 entries"),
+          Arg("bin_spacing", "string", "linear", doc="linear or logarithmic"),
+          Arg("logspacing_start", "float", 1e-24, doc="the first bin start with logarithmic spacing"),
+          Arg("abs", "bool", False, doc="bin the absolute values")),
+    inference=lambda ctx, ins: [TensorType((ctx.int("num_bins") + 1,), ins[0].dtype),
+                                TensorType((ctx.int("num_bins") + 1,), DT.INT64)],
+    cost=_read_cost,
+    doc="A histogram whose bins come from the data: histogram_values are num_bins + 1 bin starts "
+        "between the inputs' minimum and just above their maximum (linear, or logarithmic from "
+        "max(minimum, logspacing_start)), histogram_counts the values of every input in each bin "
+        "(with logarithmic spacing values below the first start count in bin 0)."))
+
+
+@register_kernel("SelfBinningHistogram")
+def self_binning_histogram(ctx):
+    num_bins = ctx.int("num_bins")
+    if num_bins < 1:
+        raise ctx.error("Number of bins must be greater than or equal to 1.")
+    spacing = ctx.string("bin_spacing")
+    if spacing not in ("linear", "logarithmic"):
+        raise ctx.error("bin_spacing must be linear or logarithmic, got '%s'" % spacing)
+    too_big = output_size_problem([num_bins + 1], 8)
+    if too_big:
+        raise ctx.error("num_bins %d: %s" % (num_bins, too_big))
+    log_start, use_abs = ctx.float("logspacing_start"), ctx.bool("abs")
+    if spacing == "logarithmic" and not log_start > 0:
+        raise ctx.error("logspacing_start must be > 0, got %g" % log_start)
+
+    def run(*tensors):
+        for index, x in enumerate(tensors):
+            check_dtype(ctx, index, x, (np.float32, np.float64))
+        values = np.concatenate([x.reshape(-1) for x in tensors])
+        values = np.abs(values) if use_abs else values
+        if np.isnan(values).any():
+            raise ctx.error("inputs hold NaN")
+        dtype = tensors[0].dtype
+        lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+        edges = K.self_binning_edges(lo, hi, num_bins, spacing == "logarithmic", log_start, dtype)
+        return edges, K.counts_below_edges(values, edges)
+    return run

@@ -176,7 +176,10 @@ _GIVEN = {
     "GivenTensorIntFill": (np.int32, DT.INT32), "GivenTensorInt64Fill": (np.int64, DT.INT64),
     "GivenTensorBoolFill": (np.bool_, DT.BOOL), "GivenTensorStringFill": (object, DT.STRING),
     "GivenTensorInt16Fill": (np.int16, DT.INT16), "GivenTensorByteStringToUInt8Fill": (np.uint8, DT.UINT8),
+    "GivenTensorStringToUInt8Fill": (np.uint8, DT.UINT8),
 }
+# both read `values` as one byte string whose bytes are the uint8 elements
+_BYTE_STRING_FILLS = ("GivenTensorByteStringToUInt8Fill", "GivenTensorStringToUInt8Fill")
 
 
 def _given_dtype(ctx, dtype, code):
@@ -195,7 +198,7 @@ def _given_values(ctx, dtype):
         out = np.empty(len(values), dtype=object)
         out[:] = values
         return out
-    if ctx.type == "GivenTensorByteStringToUInt8Fill":
+    if ctx.type in _BYTE_STRING_FILLS:
         # Caffe2 reads `values` as a repeated string holding one byte string
         arg = next((a for a in ctx.op_def.arg if a.name == "values"), None)
         if arg is not None and len(arg.strings) > 1:
