@@ -4,16 +4,19 @@ SEQ_LEN [B] int32. Kernels: kernels/cpu/sequence/ctc_decode.py."""
 import numpy as np
 
 from caffe2py.kernels.cpu.sequence import ctc_decode as K
+from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
 
 from .._caffe2_binary import FLOATS, check_dtype
 from .._gradient_hooks import should_not_do_gradient
 
+DT = caffe2_pb2.TensorProto
+
 
 def _infer(n_out):
     def infer(ctx, ins):
-        outs = [TensorType(None, np.int32), TensorType(None, np.int32)]
-        return outs + [TensorType(None, np.float32)] * (n_out - 2)
+        outs = [TensorType(None, DT.INT32), TensorType(None, DT.INT32)]
+        return outs + [TensorType(None, DT.FLOAT)] * (n_out - 2)
     return infer
 
 
