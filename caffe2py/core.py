@@ -42,6 +42,11 @@ def DeviceOption(device_type, device_id=0, random_seed=None, node_name=None,
     return option
 
 
+def IsGPUDeviceType(device_type):
+    """Whether device_type is a GPU (CUDA or HIP), as caffe2.python.core's helper."""
+    return device_type in (caffe2_pb2.PROTO_CUDA, caffe2_pb2.PROTO_HIP)
+
+
 def IsOperator(op_type):
     return registry.has_op(op_type)
 

@@ -330,3 +330,11 @@ class TestCTCDecoders(OpTest):
     def test_lengths_beyond_max_time_raise(self):
         op = core.CreateOperator("CTCGreedyDecoder", ["X", "L"], ["len", "values"])
         self._raises(op, [np.zeros((2, 1, 3), np.float32), np.array([3], np.int32)], "lengths must lie")
+
+
+def test_is_gpu_device_type_names_cuda_and_hip_only():
+    # Caffe2's roi_align_rotated test asks core.IsGPUDeviceType before its GPU-only gradient check
+    from caffe2.python import core as c2core
+    from caffe2py.proto import caffe2_pb2
+    assert c2core.IsGPUDeviceType(caffe2_pb2.PROTO_CUDA) and c2core.IsGPUDeviceType(caffe2_pb2.PROTO_HIP)
+    assert not c2core.IsGPUDeviceType(caffe2_pb2.PROTO_CPU)
