@@ -338,3 +338,51 @@ def test_is_gpu_device_type_names_cuda_and_hip_only():
     from caffe2py.proto import caffe2_pb2
     assert c2core.IsGPUDeviceType(caffe2_pb2.PROTO_CUDA) and c2core.IsGPUDeviceType(caffe2_pb2.PROTO_HIP)
     assert not c2core.IsGPUDeviceType(caffe2_pb2.PROTO_CPU)
+
+
+# ----------------------------------------------------------------- HeatmapMaxKeypoint
+
+def _keypoint_ref(maps, boxes, softmax):
+    """Per heatmap: argmax, a Newton step on the 3x3 quadratic fit (mirrored border, step
+    clipped to 1.5, none when the Hessian's determinant is below 1e-4), mapped into the box."""
+    n, k, s, _ = maps.shape
+    out = np.zeros((n, 4, k))
+    for i in range(n):
+        x0, y0, x1, y1 = boxes[i].astype(np.float64)
+        for j in range(k):
+            f = maps[i, j].astype(np.float64)
+            my, mx = divmod(int(np.argmax(f)), s)
+            m = lambda v: v - 2 if v >= s else (v + 2 if v < 0 else v)  # noqa: E731
+            g = np.array([[f[m(my + dy), m(mx + dx)] for dx in (-1, 0, 1)] for dy in (-1, 0, 1)])
+            grad = np.array([(g[1, 2] - g[1, 0]) / 2, (g[2, 1] - g[0, 1]) / 2])
+            hess = np.array([[g[1, 0] - 2 * g[1, 1] + g[1, 2], (g[2, 2] - g[2, 0] - g[0, 2] + g[0, 0]) / 4],
+                             [(g[2, 2] - g[2, 0] - g[0, 2] + g[0, 0]) / 4, g[0, 1] - 2 * g[1, 1] + g[2, 1]]])
+            if abs(np.linalg.det(hess)) < 1e-4:
+                step, score = np.zeros(2), f.max()
+            else:
+                step = -np.linalg.solve(hess, grad)
+                if np.abs(step).max() > 1.5:
+                    step *= 1.5 / np.abs(step).max()
+                score = g[1, 1] + grad @ step + 0.5 * step @ hess @ step
+            p = np.exp(f - f.max())
+            prob = (p.max() / p.sum()) if softmax else f.max()
+            out[i, :, j] = [x0 + (mx + step[0] + 0.5) * max(x1 - x0, 1) / s,
+                            y0 + (my + step[1] + 0.5) * max(y1 - y0, 1) / s, score, prob]
+    return [out.astype(np.float32)]
+
+
+class TestHeatmapMaxKeypoint(OpTest):
+    @settings(max_examples=10, deadline=None)
+    @given(softmax=st.booleans(), s=st.integers(2, 6), seed=st.integers(0, 1000))
+    def test_matches_newton_refinement(self, softmax, s, seed):
+        rng = np.random.RandomState(seed)
+        maps = rng.randn(3, 2, s, s).astype(np.float32)
+        boxes = np.sort((50 * rng.rand(3, 2, 2)).astype(np.float32), axis=1).transpose(0, 2, 1).reshape(3, 4)
+        boxes = boxes[:, [0, 2, 1, 3]]
+        op = core.CreateOperator("HeatmapMaxKeypoint", ["maps", "boxes"], ["kp"], should_output_softmax=softmax)
+        self.assertReferenceChecks(CPU, op, [maps, boxes], lambda m, b: _keypoint_ref(m, b, softmax),
+                                   threshold=1e-3)
+
+    def test_non_square_heatmap_raises(self):
+        op = core.CreateOperator("HeatmapMaxKeypoint", ["maps", "boxes"], ["kp"])
+        self._raises(op, [np.zeros((1, 1, 3, 4), np.float32), np.zeros((1, 4), np.float32)], "square")
