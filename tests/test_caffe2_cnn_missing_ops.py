@@ -365,7 +365,7 @@ def _keypoint_ref(maps, boxes, softmax):
                     step *= 1.5 / np.abs(step).max()
                 score = g[1, 1] + grad @ step + 0.5 * step @ hess @ step
             p = np.exp(f - f.max())
-            prob = (p.max() / p.sum()) if softmax else f.max()
+            prob = (p.max() / p.sum()) if softmax else 0.0
             out[i, :, j] = [x0 + (mx + step[0] + 0.5) * max(x1 - x0, 1) / s,
                             y0 + (my + step[1] + 0.5) * max(y1 - y0, 1) / s, score, prob]
     return [out.astype(np.float32)]

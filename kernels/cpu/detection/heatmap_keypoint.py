@@ -7,8 +7,8 @@ F32 = np.float32
 
 
 def heatmap_max_keypoint(maps, boxes, output_softmax):
-    """maps [N, K, S, S], boxes [N, 4] = x0, y0, x1, y1 -> [N, 4, K] rows x, y, score, prob
-    (prob: the softmax over the heatmap at the maximum, or the raw score without softmax)."""
+    """maps [N, K, S, S], boxes [N, >= 4] = x0, y0, x1, y1, ... -> [N, 4, K] rows x, y, score, prob
+    (prob: the softmax over the heatmap at the maximum, 0 without softmax)."""
     n, k, s, _ = maps.shape
     flat = maps.reshape(n, k, s * s).astype(F32)
     best = flat.argmax(axis=2)                                       # first maximum, row-major
@@ -18,7 +18,7 @@ def heatmap_max_keypoint(maps, boxes, output_softmax):
         shifted = np.exp(flat - flat.max(axis=2, keepdims=True))
         prob = (np.take_along_axis(shifted, best[..., None], axis=2)[..., 0] / shifted.sum(axis=2)).astype(F32)
     else:
-        prob = max_score
+        prob = np.zeros_like(max_score)                             # Caffe2 leaves it 0
     offs = np.arange(3) - 1
 
     def mirror(i):
