@@ -34,8 +34,8 @@ register_schema(OpSchema(
         "centre when crop is 1), bilinearly or from the nearest pixel; samples outside the image are "
         "extrapolation_value; boxes with a batch index outside the batch stay 0."))
 register_schema(OpSchema(
-    "CropAndResizeGradient", num_inputs=3, num_outputs=1, args=_ARGS, inputs=("dY", "image", "rois"),
-    outputs=("dimage",), inference=lambda ctx, ins: [ins[1]],
+    "CropAndResizeGradient", num_inputs=3, num_outputs=1, args=_ARGS, inputs=("image", "rois", "dY"),
+    outputs=("dimage",), inference=lambda ctx, ins: [ins[0]],
     doc="Gradient of CropAndResize with respect to the image (the rois get none)."))
 
 
@@ -78,15 +78,15 @@ def crop_and_resize(ctx):
 def crop_and_resize_gradient(ctx):
     ch, cw, method, _ = _setup(ctx)
 
-    def run(dy, image, rois):
-        batch, keep = _boxes(ctx, image, rois, 1, 2)
+    def run(image, rois, dy):
+        batch, keep = _boxes(ctx, image, rois, 0, 1)
         want = (rois.shape[0], image.shape[1], ch, cw)
         if dy.shape != want:
-            raise ctx.input_error(0, "dY must be shaped like the crops %s, got %s" % (list(want), list(dy.shape)))
+            raise ctx.input_error(2, "dY must be shaped like the crops %s, got %s" % (list(want), list(dy.shape)))
         return K.crop_and_resize_gradient(dy, image.shape, rois, batch, keep, method)
     return run
 
 
 @register_gradient("CropAndResize")
 def _crop_and_resize_grad(g):
-    return [g.op("CropAndResizeGradient", [g.GO(0), g.I(0), g.I(1)], [g.GI(0)])]
+    return [g.op("CropAndResizeGradient", [g.I(0), g.I(1), g.GO(0)], [g.GI(0)])]
