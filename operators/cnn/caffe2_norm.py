@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from caffe2py.kernels.cpu.cnn import normalize as K
-from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_alias, register_kernel, register_schema
 
 from .._caffe2_binary import FLOATS, check_dtype
 from .._common import same_as_input
@@ -236,3 +236,8 @@ def clip_tensor_by_scaling(ctx):
 
 
 should_not_do_gradient("ClipTensorByScaling")      # Caffe2's SHOULD_NOT_DO_GRADIENT
+
+
+# Caffe2's c10 export of LayerNorm under a second name (same arguments, inputs and outputs).
+register_alias("C10LayerNorm_DontUseThisOpYet", "LayerNorm",
+               doc="Caffe2's c10 name for LayerNorm (the same operator; see LayerNorm).")
