@@ -3,6 +3,7 @@ scopes, execution steps and plans."""
 import numpy as np
 
 from . import registry, scope
+from . import extension as C  # noqa: N812 - Caffe2's name for its C++ extension module
 from .args import make_argument
 from .errors import Caffe2Error
 from .proto import caffe2_pb2
@@ -623,6 +624,21 @@ def get_output_producers(ssa):
     return {out: i for i, (_, outputs) in enumerate(ssa) for out in outputs}
 
 
+def _built(f):
+    """A (func, args, kwargs) builder tuple stands for the function it builds."""
+    return f[0](*f[1], **f[2]) if isinstance(f, tuple) else f
+
+
 def _RegisterPythonImpl(f, grad_f=None, python_func_type=None, pass_workspace=False):
     from .python_op_registry import register
-    return register(f, grad_f, python_func_type, pass_workspace)
+    if python_func_type is None:
+        f, grad_f = _built(f), _built(grad_f)
+    return register(f, grad_f or None, python_func_type, pass_workspace)
+
+
+def CreatePythonOperator(f, inputs, outputs, grad_f=None, pass_workspace=False, python_func_type=None,
+                         *args, **kwargs):
+    """A `Python` op running f(inputs, outputs) (f(inputs, outputs, workspace) with
+    pass_workspace): f (and grad_f) are registered under the token the op carries."""
+    kwargs["token"] = _RegisterPythonImpl(f, grad_f, python_func_type, pass_workspace=pass_workspace)
+    return CreateOperator("Python", inputs, outputs, *args, **kwargs)

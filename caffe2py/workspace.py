@@ -58,10 +58,12 @@ def _op_proto(op):
 
 
 class Workspace:
-    """Named blobs plus the nets created in them."""
+    """Named blobs plus the nets created in them. root_folder is Caffe2's workspace
+    root folder (kept for RootFolder(); caffe2py's ops resolve paths themselves)."""
 
-    def __init__(self, name="default"):
+    def __init__(self, name="default", root_folder="."):
         self.name = name
+        self.root_folder = root_folder
         self.blobs = {}
         self.nets = {}
 
@@ -98,6 +100,30 @@ class Workspace:
 
     def blob_names(self):
         return sorted(self.blobs)
+
+    def remove_blob(self, name):
+        self.blobs.pop(_name(name), None)
+        return True
+
+    def serialize_blob(self, name):
+        """Caffe2's SerializeBlob: one unchunked BlobProto, laid out as Save writes it."""
+        from .serialization import serialize_blob_proto
+        name = _name(name)
+        try:
+            value = self.blobs[name]
+        except KeyError:
+            raise Caffe2Error("Can't find blob: %s" % name) from None
+        return serialize_blob_proto(value, name).SerializeToString()
+
+    def deserialize_blob(self, name, serialized, device_option=None):
+        """Caffe2's DeserializeBlob: a serialized BlobProto (any type Load reads) into blob `name`."""
+        from .serialization import deserialize_blob, parse_blob_proto
+        name = _name(name)
+        value = deserialize_blob(parse_blob_proto(serialized, name), name)
+        if isinstance(value, np.ndarray):
+            return self.feed_blob(name, value, device_option)
+        self.blobs[name] = value
+        return True
 
     # -- nets
     def create_net(self, net, overwrite=False, input_blobs=None):
@@ -229,10 +255,17 @@ def SwitchWorkspace(name, create_if_missing=None):
         _current[0] = name
 
 
-def ResetWorkspace(root_folder=None):  # noqa: ARG001 - root folder kept for API compatibility
+def ResetWorkspace(root_folder=None):
+    """Empty the current workspace; root_folder None keeps its root folder (Caffe2)."""
     name = _current[0]
-    _workspaces[name] = Workspace(name)
+    if root_folder is None:
+        root_folder = _workspaces[name].root_folder
+    _workspaces[name] = Workspace(name, _name(root_folder))
     return True
+
+
+def RootFolder():
+    return _ws().root_folder
 
 
 def current_workspace():
@@ -328,25 +361,11 @@ def RegisteredOperators():
 
 
 def SerializeBlob(name):
-    """Caffe2's SerializeBlob: one unchunked BlobProto, laid out as Save writes it."""
-    from .serialization import serialize_blob_proto
-    name = _name(name)
-    try:
-        value = _ws().blobs[name]
-    except KeyError:
-        raise Caffe2Error("Can't find blob: %s" % name) from None
-    return serialize_blob_proto(value, name).SerializeToString()
+    return _ws().serialize_blob(name)
 
 
 def DeserializeBlob(name, serialized):
-    """Caffe2's DeserializeBlob: a serialized BlobProto (any type Load reads) into blob `name`."""
-    from .serialization import deserialize_blob, parse_blob_proto
-    name = _name(name)
-    value = deserialize_blob(parse_blob_proto(serialized, name), name)
-    if isinstance(value, np.ndarray):
-        return FeedBlob(name, value)
-    _ws().blobs[name] = value
-    return True
+    return _ws().deserialize_blob(name, serialized, _feed_device_option(None))
 
 
 def StringifyProto(obj):
@@ -383,6 +402,55 @@ def _refresh_gpu_support():
 
 
 devices.on_devices_changed(_refresh_gpu_support)
+
+# What a CPU (or CUDA) build of Caffe2 answers for the parts caffe2py has no
+# counterpart of: no ROCm, no address sanitizer, no FBGEMM, no cuDNN, no NUMA.
+has_hip_support = False
+is_asan = False
+has_fbgemm = False
+
+
+def GetCUDAVersion():
+    return 0
+
+
+def GetCuDNNVersion():
+    return 0
+
+
+def IsNUMAEnabled():
+    return False
+
+
+def GetNumNUMANodes():
+    return -1          # Caffe2 built without NUMA
+
+
+def GetBlobNUMANode(name):
+    _ws().fetch_blob(name)      # an unknown blob is still an error
+    return -1
+
+
+def GetBlobSizeBytes(name):
+    """The bytes a blob's data takes (a tensor's elements; strings count their length)."""
+    value = _ws().fetch_blob(name)
+    if isinstance(value, (bytes, str)):
+        return len(value)
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "O":
+            return int(sum(len(v) if isinstance(v, (bytes, str)) else 8 for v in value.reshape(-1)))
+        return int(value.nbytes)
+    return 0
+
+
+# workspace.C: caffe2py/extension.py (a module above this one, standing for Caffe2's
+# C++ extension) fills this in when it is imported; caffe2py/__init__ imports it.
+C = None
+
+
+def set_extension_module(module):
+    global C
+    C = module
 
 
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR}
