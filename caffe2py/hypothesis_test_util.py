@@ -35,6 +35,7 @@ import copy
 import functools
 import importlib.util
 import logging
+import math
 import operator
 import os
 import unittest
@@ -105,7 +106,7 @@ def _to_width(x, width):
     with np.errstate(over="ignore"):
         y = float(ftype(x))
     if np.isinf(y) and np.isfinite(x):
-        y = float(np.copysign(np.finfo(ftype).max, x))
+        y = math.copysign(float(np.finfo(ftype).max), x)
     return y
 
 
