@@ -38,11 +38,21 @@ def _size_text(value):
                                        nbytes / float(1 << 30))
 
 
+def _parsed(message_type, data, what):
+    """A serialized proto (bytes, as Caffe2's workspace functions pass them on)."""
+    try:
+        return message_type.FromString(bytes(data))
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError
+        raise ProtoError("not a serialized %s: %s" % (what, exc)) from None
+
+
 def _net_proto(net):
     if isinstance(net, caffe2_pb2.NetDef):
         return net
     if hasattr(net, "Proto"):
         return net.Proto()
+    if isinstance(net, (bytes, bytearray)):
+        return _parsed(caffe2_pb2.NetDef, net, "NetDef")
     raise Caffe2Error("expected a NetDef or core.Net, got %s" % type(net).__name__)
 
 
@@ -50,10 +60,7 @@ def _op_proto(op):
     if isinstance(op, caffe2_pb2.OperatorDef):
         return op
     if isinstance(op, (bytes, bytearray)):
-        try:
-            return caffe2_pb2.OperatorDef.FromString(bytes(op))
-        except Exception as exc:  # noqa: BLE001
-            raise ProtoError("not a serialized OperatorDef: %s" % exc) from None
+        return _parsed(caffe2_pb2.OperatorDef, op, "OperatorDef")
     raise Caffe2Error("expected an OperatorDef, got %s" % type(op).__name__)
 
 
@@ -179,12 +186,14 @@ class Workspace:
     # -- plans
     def run_plan(self, plan):
         plan_def = plan.Proto() if hasattr(plan, "Proto") else plan
+        if isinstance(plan_def, (bytes, bytearray)):
+            plan_def = _parsed(caffe2_pb2.PlanDef, plan_def, "PlanDef")
         if isinstance(plan_def, caffe2_pb2.ExecutionStep):
             steps, networks = [plan_def], []
         elif isinstance(plan_def, caffe2_pb2.PlanDef):
             steps, networks = list(plan_def.execution_step), list(plan_def.network)
         else:
-            raise Caffe2Error("RunPlan expects a core.Plan, PlanDef or ExecutionStep")
+            raise Caffe2Error("RunPlan expects a core.Plan, PlanDef (or its serialized bytes) or ExecutionStep")
         for net_def in networks:
             self.create_net(net_def, overwrite=True)
         for step in steps:
