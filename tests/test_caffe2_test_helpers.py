@@ -175,3 +175,8 @@ def test_init_ops_library_still_imports_modules_and_reports_their_errors(tmp_pat
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "raised a_module_that_is_missing_xyz"
+
+
+def test_is_gpu_device_type():
+    assert core.IsGPUDeviceType(caffe2_pb2.CUDA) and core.IsGPUDeviceType(caffe2_pb2.HIP)
+    assert not any(core.IsGPUDeviceType(t) for t in (caffe2_pb2.CPU, caffe2_pb2.MKLDNN, caffe2_pb2.IDEEP))
