@@ -53,8 +53,8 @@ def test_rnn_cell_test_util_activations():
     np.testing.assert_allclose(tanh(x), np.tanh(x), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("two_d", [True, False])
-def test_prepare_rnn_feeds_states_and_lengths_and_calls_the_builder(two_d):
+@pytest.mark.parametrize("two_d,num_states", [(True, 2), (False, 2), (True, 1)])
+def test_prepare_rnn_feeds_states_and_lengths_and_calls_the_builder(two_d, num_states):
     from caffe2.python.rnn.rnn_cell_test_util import _prepare_rnn
     calls = []
 
@@ -64,15 +64,15 @@ def test_prepare_rnn_feeds_states_and_lengths_and_calls_the_builder(two_d):
 
     outputs, net, inputs = _prepare_rnn(t=4, n=3, dim_in=5, create_rnn=create_rnn, outputs_with_grads=[0],
                                         forget_bias=1.0, T=2, two_d_initial_states=two_d, dim_out=[6, 7],
-                                        extra_arg="x")
+                                        num_states=num_states, extra_arg="x")
     assert outputs == ["out"] and calls
     input_blob, seq_lengths, states, kwargs = calls[0]
     assert input_blob == "test_name_scope/input_blob" and seq_lengths == "test_name_scope/seq_lengths"
-    assert states == ["hidden_init_0", "cell_init_0", "hidden_init_1", "cell_init_1"]
+    assert states == ["state_%d/layer_%d" % (i, layer) for layer in range(2) for i in range(num_states)]
     assert kwargs == dict(dim_in=5, dim_out=[6, 7], scope="external/recurrent", outputs_with_grads=[0],
                           memory_optimization=False, forget_bias=1.0, forward_only=False, drop_states=False,
                           static_rnn_unroll_size=2, extra_arg="x")
-    for name, d in (("hidden_init_0", 6), ("cell_init_1", 7)):
+    for name, d in (("state_0/layer_0", 6), ("state_%d/layer_1" % (num_states - 1), 7)):
         value = workspace.FetchBlob(name)
         assert value.dtype == np.float32 and value.shape == ((3, d) if two_d else (1, 3, d))
     lengths = workspace.FetchBlob("test_name_scope/seq_lengths")

@@ -23,11 +23,12 @@ def _initial_state(n, d, two_d):
 
 def _prepare_rnn(t, n, dim_in, create_rnn, outputs_with_grads, forget_bias, memory_optim=False,
                  forward_only=False, drop_states=False, T=None, two_d_initial_states=None, dim_out=None,
-                 **kwargs):
+                 num_states=2, **kwargs):
     """Build `create_rnn(model, input, seq_lengths, states, ...)` in a ModelHelper named
     'external' for sequences of at most t steps and batch n; returns (its outputs, the
-    net, [hidden_init_0, cell_init_0, ..., input_blob]). The initial states (fed here)
-    are (n, d) or (1, n, d) at random unless two_d_initial_states says; the sequence
+    net, [state_0/layer_0, state_1/layer_0, ..., input_blob]). Each layer has num_states
+    initial states (2 for LSTMs: hidden and cell; 1 for GRUs and basic RNNs), fed here
+    as (n, d) or (1, n, d) at random unless two_d_initial_states says; the sequence
     lengths are fed with values in [1, t]; the input blob is left to the caller."""
     dim_out = [dim_in] if dim_out is None else dim_out
     if two_d_initial_states is None:
@@ -35,10 +36,10 @@ def _prepare_rnn(t, n, dim_in, create_rnn, outputs_with_grads, forget_bias, memo
     model = ModelHelper(name="external")
     states = []
     for layer, d in enumerate(dim_out):
-        hidden, cell = model.net.AddExternalInputs("hidden_init_%d" % layer, "cell_init_%d" % layer)
-        for blob in (hidden, cell):
-            workspace.FeedBlob(blob, _initial_state(n, d, two_d_initial_states))
-        states += [hidden, cell]
+        for i in range(num_states):
+            state = model.net.AddExternalInput("state_%d/layer_%d" % (i, layer))
+            workspace.FeedBlob(state, _initial_state(n, d, two_d_initial_states))
+            states.append(state)
     # the cell builders must work under a name scope too
     with scope.NameScope("test_name_scope"):
         input_blob, seq_lengths = model.net.AddScopedExternalInputs("input_blob", "seq_lengths")
