@@ -43,11 +43,6 @@ def DeviceOption(device_type, device_id=0, random_seed=None, node_name=None,
     return option
 
 
-def IsGPUDeviceType(device_type):
-    """Whether device_type is a GPU's (CUDA or HIP)."""
-    return device_type in (caffe2_pb2.CUDA, caffe2_pb2.HIP)
-
-
 def IsOperator(op_type):
     return registry.has_op(op_type)
 

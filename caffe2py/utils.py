@@ -29,18 +29,6 @@ def debug(f):
     return f
 
 
-def NCHW2NHWC(tensor):
-    """The channels (axis 1) moved last: [N, C, spatial...] -> [N, spatial..., C]."""
-    tensor = np.asarray(tensor)
-    return tensor.transpose((0,) + tuple(range(2, tensor.ndim)) + (1,))
-
-
-def NHWC2NCHW(tensor):
-    """The channels (last axis) moved to axis 1: [N, spatial..., C] -> [N, C, spatial...]."""
-    tensor = np.asarray(tensor)
-    return tensor.transpose((0, tensor.ndim - 1) + tuple(range(1, tensor.ndim - 1)))
-
-
 OPTIMIZER_ITERATION_NAME = "optimizer_iteration"
 OPTIMIZER_ITERATION_LR_NAME = "optimizer_iteration_lr"
 ITERATION_MUTEX_NAME = "iteration_mutex"

@@ -176,19 +176,3 @@ def test_init_ops_library_still_imports_modules_and_reports_their_errors(tmp_pat
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "raised a_module_that_is_missing_xyz"
 
-
-def test_is_gpu_device_type():
-    assert core.IsGPUDeviceType(caffe2_pb2.CUDA) and core.IsGPUDeviceType(caffe2_pb2.HIP)
-    assert not any(core.IsGPUDeviceType(t) for t in (caffe2_pb2.CPU, caffe2_pb2.MKLDNN, caffe2_pb2.IDEEP))
-
-
-def test_layout_helpers_of_utils():
-    from caffe2.python import utils
-    x = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)           # N, C, H, W
-    nhwc = utils.NCHW2NHWC(x)
-    assert nhwc.shape == (2, 4, 5, 3)
-    np.testing.assert_array_equal(nhwc, np.einsum("nchw->nhwc", x))
-    np.testing.assert_array_equal(utils.NHWC2NCHW(nhwc), x)
-    x3 = np.arange(2 * 3 * 4).reshape(2, 3, 4)                  # N, C, L
-    np.testing.assert_array_equal(utils.NCHW2NHWC(x3), np.einsum("ncl->nlc", x3))
-    np.testing.assert_array_equal(utils.NHWC2NCHW(utils.NCHW2NHWC(x3)), x3)
