@@ -1,12 +1,8 @@
 """The modules and names Caffe2's operator tests import besides hypothesis_test_util:
-mkl_test_util, hip_test_util, rnn.rnn_cell_test_util, core.CreatePythonOperator and
-dyndep's tolerance of libraries that are not there (each as Caffe2's sources define
-it; references are NumPy formulas)."""
+mkl_test_util, hip_test_util, rnn.rnn_cell_test_util, and core.CreatePythonOperator
+(each as Caffe2's sources define it; references are NumPy formulas)."""
 import caffe2py.compat  # noqa: F401  (the caffe2.python aliases)
 
-import subprocess
-import sys
-import textwrap
 
 import hypothesis
 import numpy as np
@@ -138,41 +134,3 @@ def test_create_python_operator_with_a_builder_tuple_and_extra_arguments():
     workspace.FeedBlob("x", np.zeros(3, np.float32))
     workspace.RunOperatorOnce(op)
     np.testing.assert_allclose(workspace.FetchBlob("y"), np.full(3, 10))
-
-
-# ------------------------------------------------------------------ dyndep
-
-def test_init_ops_library_ignores_what_is_not_there():
-    code = textwrap.dedent("""
-        import caffe2py.compat
-        from caffe2.python import dyndep
-        dyndep.InitOpsLibrary("@/caffe2:csrc")
-        dyndep.InitOpsLibrary("/no/such/lib.so")
-        dyndep.InitOpsLibrary("no_such_python_module_anywhere")
-        print("ok")
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
-    assert "Ignoring @/caffe2:csrc as it is not a valid file." in out.stderr
-    assert "Ignoring /no/such/lib.so as it is not a valid file." in out.stderr
-
-
-def test_init_ops_library_still_imports_modules_and_reports_their_errors(tmp_path):
-    (tmp_path / "my_ops_mod.py").write_text("LOADED = True\n")
-    (tmp_path / "broken_ops_mod.py").write_text("import a_module_that_is_missing_xyz\n")
-    code = textwrap.dedent("""
-        import sys
-        import caffe2py.compat
-        from caffe2.python import dyndep
-        dyndep.InitOpsLibrary("my_ops_mod")
-        assert sys.modules["my_ops_mod"].LOADED
-        try:
-            dyndep.InitOpsLibrary("broken_ops_mod")
-        except ModuleNotFoundError as exc:
-            print("raised", exc.name)
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "raised a_module_that_is_missing_xyz"
-
