@@ -3,7 +3,6 @@ mkl_test_util, hip_test_util, rnn.rnn_cell_test_util, and core.CreatePythonOpera
 (each as Caffe2's sources define it; references are NumPy formulas)."""
 import caffe2py.compat  # noqa: F401  (the caffe2.python aliases)
 
-
 import hypothesis
 import numpy as np
 import pytest
