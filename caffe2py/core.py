@@ -200,7 +200,36 @@ class Net:
         return self._net.name
 
     def Proto(self):
+        # the caller may change the proto (net.Proto().op.extend(...)): the lookup
+        # tables are rebuilt from it before their next use, as in Caffe2
+        self._lookup_tables_stale = True
         return self._net
+
+    def _refreshed(self):
+        if self.__dict__.get("_lookup_tables_stale"):
+            self._lookup_tables_stale = False
+            self._op_outputs_set = {o for op in self._net.op for o in op.output}
+            self._external_inputs_set = set(self._net.external_input)
+
+    @property
+    def _op_outputs(self):
+        """Every blob an op of this net writes."""
+        self._refreshed()
+        return self._op_outputs_set
+
+    @_op_outputs.setter
+    def _op_outputs(self, value):
+        self._op_outputs_set = value
+
+    @property
+    def _external_input_map(self):
+        """The net's external inputs, as a set."""
+        self._refreshed()
+        return self._external_inputs_set
+
+    @_external_input_map.setter
+    def _external_input_map(self, value):
+        self._external_inputs_set = value
 
     def __str__(self):
         return self.Name()
