@@ -152,3 +152,28 @@ class TestOldStyleOpTests(hu.HypothesisTestCase):
     def test_relu_on_samples_from_numpy(self, X, gc, dc):
         op = core.CreateOperator("Relu", ["X"], ["Y"])
         self.assertReferenceChecks(gc, op, [X], lambda X: (np.maximum(X, 0),))
+
+
+# ------------------------------------------------------------------ health checks Caffe2's hypothesis lacked
+
+class _SharedGivenHelper(hu.HypothesisTestCase):
+    """Caffe2's RNN tests call one @given helper from several test methods (each with
+    its own self): today's differing_executors health check fails the second."""
+
+    @given(x=st.integers(0, 3))
+    def helper(self, x, kind):
+        self.assertIn(kind, ("a", "b"))
+
+    def test_a(self):
+        self.helper(kind="a")
+
+    def test_b(self):
+        self.helper(kind="b")
+
+
+def test_a_given_helper_shared_by_several_tests_runs():
+    import unittest
+    suite = unittest.TestSuite([_SharedGivenHelper("test_a"), _SharedGivenHelper("test_b")])
+    result = unittest.TextTestRunner(stream=open("/dev/null", "w"), verbosity=0).run(suite)
+    assert result.wasSuccessful(), result.errors + result.failures
+    assert hypothesis.HealthCheck.differing_executors in hypothesis.settings.default.suppress_health_check
