@@ -1,5 +1,5 @@
 """Packing and padding against NumPy references written here: PackSegments,
-UnpackSegments, LengthsPad, AddPadding, RemovePadding, GatherPadding, PadEmptySamples,
+UnpackSegments, AddPadding, RemovePadding, GatherPadding, PadEmptySamples,
 VariableLengthSequencePadding."""
 import numpy as np
 import pytest
@@ -61,34 +61,6 @@ class TestPaddingOps(ReferenceTestCase):
         with pytest.raises(Caffe2Error, match="max_length should be equal to the second dimension"):
             run(core.CreateOperator("UnpackSegments", ["L", "D"], ["U"], max_length=3),
                 [np.array([1, 2], np.int32), np.zeros((2, 2, 1))])
-
-    @SETTINGS
-    @given(lengths_st, st.integers(0, 2 ** 31 - 1), dtype_st, st.integers(0, 3), st.floats(-5, 5))
-    def test_lengths_pad(self, lengths, seed, dtype, extra, padding):
-        data = _data(lengths, seed, dtype)
-        target = max(int(lengths.max(initial=0)) + extra, 1)
-
-        def ref(data, lengths):
-            fill = np.array(padding, np.float64).astype(dtype)
-            rows = [np.concatenate([seg, np.full((target - len(seg),) + data.shape[1:], fill, dtype)])
-                    for seg in _split(data, lengths)]
-            return np.concatenate(rows) if rows else np.zeros((0,) + data.shape[1:], dtype)
-        op = core.CreateOperator("LengthsPad", ["D", "L"], ["Y"], target_length=target, padding_value=padding)
-        self.check(op, [data, lengths], ref)
-
-    def test_lengths_pad_doc_example_and_errors(self):
-        data = np.array([[2.3, 3.4], [4.5, 5.7], [6.8, 7.9]], np.float32)
-        op = core.CreateOperator("LengthsPad", ["D", "L"], ["Y"], target_length=2, padding_value=-1.0)
-        (out,) = run(op, [data, np.array([0, 1, 1, 1], np.int32)])
-        np.testing.assert_array_equal(out, np.array([[-1, -1], [-1, -1], [2.3, 3.4], [-1, -1], [4.5, 5.7],
-                                                     [-1, -1], [6.8, 7.9], [-1, -1]], np.float32))
-        for lengths, message in (([3], "larger than target length"), ([1, 1], "sum to 2"), ([4, -1], ">= 0")):
-            with pytest.raises(Caffe2Error, match=message):
-                run(op, [data, np.array(lengths, np.int32)])
-        with pytest.raises(Caffe2Error, match="target_length argument must be >= 1"):
-            run(core.CreateOperator("LengthsPad", ["D", "L"], ["Y"]), [data, np.array([3], np.int32)])
-        with pytest.raises(Caffe2Error, match="DATA must be"):
-            run(op, [data.astype(np.float16), np.array([1, 1, 1], np.int32)])
 
     @SETTINGS
     @given(lengths_st, st.integers(0, 2 ** 31 - 1), dtype_st, st.integers(0, 2), st.integers(-1, 2),

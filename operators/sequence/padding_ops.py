@@ -1,4 +1,4 @@
-"""Caffe2's packing and padding ops: PackSegments, UnpackSegments, LengthsPad, AddPadding,
+"""Caffe2's packing and padding ops: PackSegments, UnpackSegments, AddPadding,
 RemovePadding, GatherPadding, PadEmptySamples, VariableLengthSequencePadding."""
 import numpy as np
 
@@ -63,62 +63,6 @@ def unpack_segments(ctx):
         if data.ndim < 2:
             raise ctx.input_error(1, "DATA should be at least 2-D")
         return call(ctx, {"lengths": 0, "data": 1}, R.unpack_segments, data, lengths, max_length)
-    return run
-
-
-# --------------------------------------------------------------------------- LengthsPad
-
-def _lengths_pad_inference(ctx, ins):
-    target = ctx.int("target_length")
-    if not (ins[0].known and ins[1].known) or target < 1:
-        return [TensorType(None, ins[0].dtype)]
-    return [TensorType((ins[1].dims[0] * target,) + tuple(ins[0].dims[1:]), ins[0].dtype)]
-
-
-register_schema(OpSchema(
-    "LengthsPad", num_inputs=2, num_outputs=1, inputs=("DATA", "LENGTHS"), outputs=("OUTPUT",),
-    args=(Arg("padding_value", "float", -1.0, doc="the value of the padding rows"),
-          Arg("target_length", "int", -1, doc="rows of each padded segment (>= 1, >= every length)")),
-    inference=_lengths_pad_inference,
-    doc="Each segment of DATA (lengths[i] consecutive rows) followed by padding_value rows up to "
-        "target_length: output [len(lengths) * target_length, ...] of DATA's type (float, double, int32, "
-        "int64)."))
-
-
-@register_kernel("LengthsPad")
-def lengths_pad(ctx):
-    target = ctx.int("target_length")
-    padding = ctx.float("padding_value")
-    if target < 1:
-        raise ctx.error("target_length argument must be >= 1, got %d" % target)
-
-    def run(data, lengths):
-        if data.dtype not in (np.float32, np.float64, np.int32, np.int64):
-            raise ctx.input_error(0, "DATA must be float, double, int32 or int64, got %s" % data.dtype)
-        if data.ndim < 1:
-            raise ctx.input_error(0, "DATA should be at least 1-D")
-        check_int_vector(ctx, 1, lengths, "LENGTHS")
-        lens = lengths.astype(np.int64)
-        if lens.size and lens.min() < 0:
-            k = int(np.flatnonzero(lens < 0)[0])
-            raise ctx.input_error(1, "length at index %d is %d, must be >= 0" % (k, lens[k]))
-        if lens.size and lens.max() > target:
-            k = int(np.flatnonzero(lens > target)[0])
-            raise ctx.input_error(1, "Length at index = %d is larger than target length (%d > %d)"
-                                  % (k, lens[k], target))
-        if int(lens.sum()) != data.shape[0]:
-            raise ctx.input_error(1, "lengths sum to %d, DATA has %d rows" % (int(lens.sum()), data.shape[0]))
-        shape = (lens.size * target,) + data.shape[1:]
-        problem = output_size_problem(shape, data.dtype.itemsize)
-        if problem:
-            raise ctx.error(problem)
-        with np.errstate(invalid="ignore", over="ignore"):
-            out = np.full(shape, padding, dtype=np.float64).astype(data.dtype)   # static_cast of the double
-        # row r of segment i goes to row i * target + r
-        segment = np.repeat(np.arange(lens.size), lens)
-        offset = np.arange(data.shape[0]) - np.repeat(np.cumsum(lens) - lens, lens)
-        out[segment * target + offset] = data
-        return out
     return run
 
 
