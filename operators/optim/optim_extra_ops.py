@@ -1,6 +1,5 @@
 """Optimizers beyond the training work's SGD / Adagrad / Adam: Ftrl, SparseFtrl, RmsProp,
-Lars, YellowFin, SparseNormalize and EnsureClipped (caffe2/sgd, caffe2/operators/sparse_normalize_op,
-ensure_clipped_op).
+Lars, YellowFin and SparseNormalize (caffe2/sgd, caffe2/operators/sparse_normalize_op).
 
 SparseFtrl and SparseNormalize must run in place, as in Caffe2, and they do: the table
 is updated where it lies when only the workspace holds it (caffe2py.inplace.claim;
@@ -279,68 +278,4 @@ def sparse_normalize(ctx):
     return run
 
 
-# ----------------------------------------------------------------- EnsureClipped
-
-register_schema(OpSchema(
-    "EnsureClipped", num_inputs=(1, 3), num_outputs=1, allow_inplace={(0, 0)},
-    args=(Arg("min", "float", None, doc="lower bound (default: float's lowest)"),
-          Arg("max", "float", None, doc="upper bound (default: float's largest)")),
-    inputs=("param", "indices", "grad"), outputs=("output_param",), inference=_like(0),
-    doc="param clipped to [min, max] (max(x, min) then min(., max)). With indices and grad (the sparse "
-        "form, in place only), only the blocks of grad.size / len(indices) values starting at "
-        "index * block are clipped."))
-
-
-def _clip(values, lo, hi):
-    return np.minimum(np.maximum(values, lo), hi)
-
-
-@register_kernel("EnsureClipped")
-def ensure_clipped(ctx):
-    lo = F32(ctx.float("min")) if ctx.has("min") else F32(np.finfo(F32).min)
-    hi = F32(ctx.float("max")) if ctx.has("max") else F32(np.finfo(F32).max)
-    if ctx.n_inputs == 2:
-        raise ctx.error("the sparse form takes both indices and grad (3 inputs), got 2 inputs")
-    if ctx.n_inputs == 3 and ctx.inputs[0] != ctx.outputs[0]:
-        raise ctx.error("the sparse form (indices, grad) must run in place: output '%s' is not param '%s'"
-                        % (ctx.outputs[0], ctx.inputs[0]))
-
-    def run(param, *sparse):
-        _float(ctx, 0, param, "param")
-        if not sparse:
-            return _clip(param, lo, hi)
-        indices, grad = sparse
-        if not isinstance(indices, np.ndarray) or indices.dtype not in (np.int32, np.int64):
-            raise ctx.input_error(1, "indices must be int32 or int64, got %s"
-                                  % getattr(indices, "dtype", type(indices).__name__))
-        grad = np.asarray(grad)
-        row = int(np.prod(param.shape[1:]))
-        grad_row = int(np.prod(grad.shape[indices.ndim:])) if grad.ndim >= indices.ndim else -1
-        if param.ndim < 1 or row != grad_row:
-            raise ctx.input_error(2, "grad %s must hold param's %d-value rows after indices' %d dims"
-                                  % (list(grad.shape), row, indices.ndim))
-        flat = indices.reshape(-1).astype(np.int64)
-        if not flat.size:
-            return param
-        block = grad.size // flat.size
-        bad = np.flatnonzero((flat < 0) | ((flat + 1) * block > param.size))
-        if bad.size:
-            raise ctx.input_error(1, "index %d at position %d is out of range for the %d blocks of %d values "
-                                     "of '%s'; nothing was clipped"
-                                  % (flat[bad[0]], bad[0], param.size // max(block, 1), block, ctx.inputs[0]))
-        param = inplace.claim(param)
-        if block:
-            table = param.reshape(-1, block) if param.size % block == 0 else None
-            if table is None:       # blocks that do not tile the table: clip them one by one
-                values = param.reshape(-1)
-                for i in flat:
-                    values[i * block:(i + 1) * block] = _clip(values[i * block:(i + 1) * block], lo, hi)
-            else:
-                saved = _save_rows(table, flat)
-                table[flat] = _clip(table[flat], lo, hi)
-                inplace.remember_rows(table, flat, saved)
-        return param
-    return run
-
-
-should_not_do_gradient("Ftrl", "SparseFtrl", "RmsProp", "Lars", "YellowFin", "SparseNormalize", "EnsureClipped")
+should_not_do_gradient("Ftrl", "SparseFtrl", "RmsProp", "Lars", "YellowFin", "SparseNormalize")
