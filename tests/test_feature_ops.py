@@ -1,5 +1,5 @@
 """Feature processing against NumPy references written here: BatchBoxCox, BatchOneHot,
-BatchBucketOneHot, BatchBucketize, OneHot, SegmentOneHot, Percentile, PiecewiseLinearTransform,
+BatchBucketOneHot, OneHot, SegmentOneHot, Percentile, PiecewiseLinearTransform,
 NGramFromCategorical, MergeIdLists, KeySplit."""
 import bisect
 import math
@@ -91,50 +91,6 @@ class TestFeatureOps(ReferenceTestCase):
                 rows.append(out)
             return np.array(rows).reshape(n, int(ln.sum()) + d)
         self.check(core.CreateOperator("BatchBucketOneHot", ["X", "L", "B"], ["Y"]), [x, lens, bounds], ref)
-
-    @SETTINGS
-    @given(seed_st)
-    def test_batch_bucketize(self, seed):
-        rng = np.random.default_rng(seed)
-        n, d = int(rng.integers(0, 5)), int(rng.integers(1, 5))
-        x = rng.integers(-1, 6, size=(n, d)).astype(np.float32)
-        if n:
-            x[0, 0] = np.nan                                  # above every boundary: the last bucket
-        cols = rng.choice(d, size=int(rng.integers(1, d + 1)), replace=False).astype(np.int32)
-        lens = rng.integers(0, 4, size=cols.size).astype(np.int32)
-        # sorted runs with repeats, and unsorted ones: Caffe2 scans each run in order
-        bounds = rng.integers(0, 5, size=int(lens.sum())).astype(np.float32)
-
-        def ref(data, idx, b, ln):
-            out = np.zeros((n, idx.size), np.int32)
-            for j in range(idx.size):
-                run_ = b[int(ln[:j].sum()):int(ln[:j + 1].sum())]
-                for i in range(n):
-                    v = data[i, idx[j]]
-                    out[i, j] = next((k for k, edge in enumerate(run_) if v <= edge), len(run_))
-            return out
-        out = self.check(core.CreateOperator("BatchBucketize", ["X", "I", "B", "L"], ["Y"]),
-                         [x, cols, bounds, lens], ref)
-        assert out[0].dtype == np.int32
-
-    def test_batch_bucketize_doc_example_and_errors(self):
-        x = np.array([[1.42, 2.07, 3.19, 0.55, 4.32], [4.57, 2.30, 0.84, 4.48, 3.09],
-                      [0.89, 0.26, 2.41, 0.47, 1.05]], np.float32)
-        op = core.CreateOperator("BatchBucketize", ["X", "I", "B", "L"], ["Y"])
-        idx, lens = np.array([0, 1, 4], np.int32), np.array([2, 3, 1], np.int32)
-        bounds = np.array([0.5, 1.0, 1.5, 2.5, 3.5, 2.5], np.float32)
-        (out,) = run(op, [x, idx, bounds, lens])
-        np.testing.assert_array_equal(out, [[2, 1, 1], [2, 1, 1], [1, 0, 0]])
-        bad = [([x, np.array([0, 5], np.int32), bounds, np.array([3, 3], np.int32)], "not a column"),
-               ([x, np.array([0, -1], np.int32), bounds, np.array([3, 3], np.int32)], "not a column"),
-               ([x, idx, bounds, np.array([2, 3], np.int32)], "lengths has 2 entries"),
-               ([x, idx, bounds, np.array([2, 5, -1], np.int32)], "must be >= 0"),
-               ([x, idx, bounds[:5], lens], "sum\\(lengths\\) is 6"),
-               ([x[0], idx, bounds, lens], "must be 2-D"),
-               ([x.astype(np.float64), idx, bounds, lens], "float32")]
-        for inputs, message in bad:
-            with pytest.raises(Caffe2Error, match=message):
-                run(op, inputs)
 
     def test_one_hot_family_doc_examples_and_errors(self):
         x = np.array([[2, 3], [4, 1], [2, 5]], np.float32)

@@ -1,4 +1,4 @@
-"""Caffe2's feature-processing ops: BatchBoxCox, BatchOneHot, BatchBucketOneHot, BatchBucketize, OneHot,
+"""Caffe2's feature-processing ops: BatchBoxCox, BatchOneHot, BatchBucketOneHot, OneHot,
 SegmentOneHot, Percentile, PiecewiseLinearTransform, NGramFromCategorical,
 MergeIdLists, KeySplit."""
 import numpy as np
@@ -80,34 +80,6 @@ def batch_bucket_one_hot(ctx):
             raise ctx.input_error(0, "data must be float32, got %s" % data.dtype)
         check_int_vector(ctx, 1, lengths, "lengths")
         return call(ctx, {"lengths": 1, "boundaries": 2}, K.batch_bucket_one_hot, data, lengths, boundaries)
-    return run
-
-
-register_schema(OpSchema(
-    "BatchBucketize", num_inputs=4, num_outputs=1, inputs=("float_features", "indices", "boundaries", "lengths"),
-    outputs=("bucketized_feat",),
-    inference=lambda ctx, ins: [TensorType(None if not (ins[0].known and ins[1].known)
-                                           else (ins[0].dims[0], ins[1].dims[0]), DT.INT32)],
-    doc="Columns `indices` of float_features [N, D] bucketised by their runs of `boundaries` (lengths[j] "
-        "each): output [N, len(indices)] int32, the first k with value <= boundary k of the run, else the "
-        "run's length (buckets (-inf, b0], (b0, b1], ..., (b_last, inf))."))
-
-
-@register_kernel("BatchBucketize")
-def batch_bucketize(ctx):
-    def run(feature, indices, boundaries, lengths):
-        if feature.ndim != 2:
-            raise ctx.input_error(0, "float_features must be 2-D, got %d-D" % feature.ndim)
-        for index, a, what in ((1, indices, "indices"), (3, lengths, "lengths"), (2, boundaries, "boundaries")):
-            if a.ndim != 1:
-                raise ctx.input_error(index, "%s must be 1-D, got %d-D" % (what, a.ndim))
-        for index, a in ((0, feature), (2, boundaries)):
-            if a.dtype != np.float32:
-                raise ctx.input_error(index, "must be float32, got %s" % type_name(a.dtype))
-        check_int(ctx, 1, indices, "indices")
-        check_int(ctx, 3, lengths, "lengths")
-        return call(ctx, {"indices": 1, "boundaries": 2, "lengths": 3}, K.batch_bucketize,
-                    feature, indices, boundaries, lengths)
     return run
 
 

@@ -240,7 +240,7 @@ def _gather_by_key_maker(g):
 
 
 no_gradient("Partition", "LengthsPartition", "GatherRangesToDense", "OneHot", "SegmentOneHot", "BatchOneHot",
-            "BatchBucketOneHot", "BatchBucketize", "Percentile", "KeySplit", "NGramFromCategorical", "BooleanMaskLengths",
+            "BatchBucketOneHot", "Percentile", "KeySplit", "NGramFromCategorical", "BooleanMaskLengths",
             "BooleanUnmask", "RowWiseArgMax", "FloatToRowwiseQuantized8Bits", "Rowwise8BitQuantizedToFloat",
             "SparseLengthsSum8BitsRowwise", "SparseLengthsWeightedSum8BitsRowwise", "SparseLengthsMean8BitsRowwise",
             "SparseLengthsWeightedMean8BitsRowwise", "GatherFused8BitRowwise", "FindDuplicateElements",

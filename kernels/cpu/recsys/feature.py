@@ -79,36 +79,6 @@ def batch_bucket_one_hot(data, lens, boundaries):
     return out
 
 
-def batch_bucketize(feature, indices, boundaries, lens):
-    """[N, len(indices)] int32: for column indices[j] of FEATURE [N, D], the first k
-    below lens[j] whose boundary (j's run of `boundaries`) is >= the value, else
-    lens[j]: buckets (-inf, b0], (b0, b1], ..., (b_last, inf), boundaries scanned in
-    the order given (Caffe2's loop; sorted boundaries make it a lower bound)."""
-    x = np.asarray(feature)
-    cols = np.asarray(indices).reshape(-1).astype(np.int64, copy=False)
-    lens = np.asarray(lens).reshape(-1).astype(np.int64, copy=False)
-    b = np.asarray(boundaries).reshape(-1)
-    if lens.size != cols.size:
-        raise LookupInputError("lengths", "lengths has %d entries, indices has %d" % (lens.size, cols.size))
-    if cols.size and (cols.min() < 0 or cols.max() >= x.shape[1]):
-        k = int(np.flatnonzero((cols < 0) | (cols >= x.shape[1]))[0])
-        raise LookupInputError("indices", "indices[%d] = %d is not a column of the %d-column feature"
-                               % (k, cols[k], x.shape[1]))
-    if lens.size and lens.min() < 0:
-        k = int(np.flatnonzero(lens < 0)[0])
-        raise LookupInputError("lengths", "lengths[%d] = %d must be >= 0" % (k, lens[k]))
-    if b.size != int(lens.sum()):
-        raise LookupInputError("boundaries", "boundaries has %d entries, sum(lengths) is %d"
-                               % (b.size, int(lens.sum())))
-    out = np.empty((x.shape[0], cols.size), np.int32)
-    start = 0
-    for j, (col, k) in enumerate(zip(cols, lens)):
-        at_or_below = x[:, col, None] <= b[None, start:start + k]      # [N, k]; NaN: all False
-        out[:, j] = np.where(at_or_below.any(axis=1), np.argmax(at_or_below, axis=1), k) if k else 0
-        start += k
-    return out
-
-
 def one_hot(indices, size):
     """[len(indices), size] float32 with a 1 at each index."""
     idx = np.asarray(indices).reshape(-1).astype(np.int64, copy=False)
