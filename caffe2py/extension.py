@@ -125,11 +125,11 @@ def _device_option(option):
 # ----------------------------------------------------------------- engines and operators
 
 def set_per_op_engine_pref(pref):
-    registry.set_engine_pref(pref, dict(registry._global_engine_pref))
+    registry.set_engine_pref(pref, registry.engine_pref()[1])
 
 
 def set_global_engine_pref(pref):
-    registry.set_engine_pref(dict(registry._per_op_engine_pref), pref)
+    registry.set_engine_pref(registry.engine_pref()[0], pref)
 
 
 def set_engine_pref(per_op_pref, global_pref):
@@ -138,10 +138,10 @@ def set_engine_pref(per_op_pref, global_pref):
 
 def set_op_engine_pref(op_type, op_pref):
     """op_pref: {device type: [engines]} for one op type."""
-    per_op = {device: dict(prefs) for device, prefs in registry._per_op_engine_pref.items()}
+    per_op, global_pref = registry.engine_pref()
     for device, engines in op_pref.items():
         per_op.setdefault(device, {})[op_type] = list(engines)
-    registry.set_engine_pref(per_op, dict(registry._global_engine_pref))
+    registry.set_engine_pref(per_op, global_pref)
 
 
 def op_registry_key(op_type, engine):

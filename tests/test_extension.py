@@ -222,10 +222,9 @@ def test_engine_preferences():
     try:
         C.set_global_engine_pref({caffe2_pb2.CPU: ["X1"]})
         C.set_op_engine_pref("Conv", {caffe2_pb2.CPU: ["X2"]})
-        assert registry._global_engine_pref == {caffe2_pb2.CPU: ["X1"]}
-        assert registry._per_op_engine_pref == {caffe2_pb2.CPU: {"Conv": ["X2"]}}
+        assert registry.engine_pref() == ({caffe2_pb2.CPU: {"Conv": ["X2"]}}, {caffe2_pb2.CPU: ["X1"]})
         C.set_per_op_engine_pref({})
-        assert registry._per_op_engine_pref == {} and registry._global_engine_pref == {caffe2_pb2.CPU: ["X1"]}
+        assert registry.engine_pref() == ({}, {caffe2_pb2.CPU: ["X1"]})
     finally:
         C.set_engine_pref({}, {})
 
