@@ -13,3 +13,4 @@ def _load_cuda_device():
 _devices.register_adapter_loader(_CUDA, _load_cuda_device)
 
 from . import operators as _operators  # noqa: F401,E402  (registers every op)
+from . import extension as _extension  # noqa: F401,E402  (fills in workspace.C)

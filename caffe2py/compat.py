@@ -17,7 +17,10 @@ import sys
 import types
 
 # Caffe2 module paths whose caffe2py counterpart has another name.
-_RENAMED = {"caffe2.proto.caffe2_pb2": "caffe2py.proto.caffe2_pb2"}
+_RENAMED = {"caffe2.proto.caffe2_pb2": "caffe2py.proto.caffe2_pb2",
+            # Caffe2's C++ extension (workspace.C): caffe2py's stand-in for it
+            "caffe2.python._import_c_extension": "caffe2py.extension",
+            "caffe2.python.caffe2_pybind11_state": "caffe2py.extension"}
 
 
 def _target(fullname):

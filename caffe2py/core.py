@@ -3,6 +3,7 @@ scopes, execution steps and plans."""
 import numpy as np
 
 from . import registry, scope
+from . import extension as C  # noqa: N812 - Caffe2's name for its C++ extension module
 from .args import make_argument
 from .errors import Caffe2Error
 from .proto import caffe2_pb2
@@ -210,7 +211,36 @@ class Net:
         return self._net.name
 
     def Proto(self):
+        # the caller may change the proto (net.Proto().op.extend(...)): the lookup
+        # tables are rebuilt from it before their next use, as in Caffe2
+        self._lookup_tables_stale = True
         return self._net
+
+    def _refreshed(self):
+        if self.__dict__.get("_lookup_tables_stale"):
+            self._lookup_tables_stale = False
+            self._op_outputs_set = {o for op in self._net.op for o in op.output}
+            self._external_inputs_set = set(self._net.external_input)
+
+    @property
+    def _op_outputs(self):
+        """Every blob an op of this net writes."""
+        self._refreshed()
+        return self._op_outputs_set
+
+    @_op_outputs.setter
+    def _op_outputs(self, value):
+        self._op_outputs_set = value
+
+    @property
+    def _external_input_map(self):
+        """The net's external inputs, as a set."""
+        self._refreshed()
+        return self._external_inputs_set
+
+    @_external_input_map.setter
+    def _external_input_map(self, value):
+        self._external_inputs_set = value
 
     def __str__(self):
         return self.Name()
@@ -634,6 +664,21 @@ def get_output_producers(ssa):
     return {out: i for i, (_, outputs) in enumerate(ssa) for out in outputs}
 
 
+def _built(f):
+    """A (func, args, kwargs) builder tuple stands for the function it builds."""
+    return f[0](*f[1], **f[2]) if isinstance(f, tuple) else f
+
+
 def _RegisterPythonImpl(f, grad_f=None, python_func_type=None, pass_workspace=False):
     from .python_op_registry import register
-    return register(f, grad_f, python_func_type, pass_workspace)
+    if python_func_type is None:
+        f, grad_f = _built(f), _built(grad_f)
+    return register(f, grad_f or None, python_func_type, pass_workspace)
+
+
+def CreatePythonOperator(f, inputs, outputs, grad_f=None, pass_workspace=False, python_func_type=None,
+                         *args, **kwargs):
+    """A `Python` op running f(inputs, outputs) (f(inputs, outputs, workspace) with
+    pass_workspace): f (and grad_f) are registered under the token the op carries."""
+    kwargs["token"] = _RegisterPythonImpl(f, grad_f, python_func_type, pass_workspace=pass_workspace)
+    return CreateOperator("Python", inputs, outputs, *args, **kwargs)

@@ -32,17 +32,19 @@ class GRUCell(rnn_cell.RNNCell):
         x_reset, x_update, x_output = model.net.Split(
             [input_t], [self.scope("input_t_reset"), self.scope("input_t_update"),
                         self.scope("input_t_output")], axis=2)
+        # the projections are made reset, update, output, as in Caffe2: their weights and
+        # biases follow in that order among the RecurrentNetwork op's inputs
         reset = model.net.Sum([self._fc(model, hidden_t_prev, "reset_gate_t"), x_reset],
                               self.scope("reset_gate_t"))
         reset_sigmoid = model.net.Sigmoid(reset, self.scope("reset_gate_t_sigmoid"))
+        update = model.net.Sum([self._fc(model, hidden_t_prev, "update_gate_t"), x_update],
+                               self.scope("update_gate_t"))
         if self.linear_before_reset:
             output = model.net.Mul([reset_sigmoid, self._fc(model, hidden_t_prev, "output_gate_t")],
                                    self.scope("output_gate_t_mul"))
         else:
             modified = model.net.Mul([reset_sigmoid, hidden_t_prev], self.scope("modified_hidden_t_prev"))
             output = self._fc(model, modified, "output_gate_t")
-        update = model.net.Sum([self._fc(model, hidden_t_prev, "update_gate_t"), x_update],
-                               self.scope("update_gate_t"))
         output = model.net.Sum([output, x_output], self.scope("output_gate_t_summed"))
         gates_t, _ = model.net.Concat([reset, update, output],
                                       [self.scope("gates_t"), self.scope("_gates_t_concat_dims")], axis=2)

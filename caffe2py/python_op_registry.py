@@ -23,9 +23,10 @@ class PythonImpl:
         self.pass_workspace = pass_workspace
 
 
-def register(f, grad_f=None, python_func_type=None, pass_workspace=False):
+def register(f, grad_f=None, python_func_type=None, pass_workspace=False, prefix=""):
     """A new token for f (and grad_f). python_func_type(f) may instead provide
-    .forward and .backward (a stateful op)."""
+    .forward and .backward (a stateful op). prefix starts the token (Caffe2's
+    register_python_op `name`)."""
     if python_func_type is not None:
         obj = python_func_type(f)
         forward, backward = obj.forward, getattr(obj, "backward", None)
@@ -34,9 +35,19 @@ def register(f, grad_f=None, python_func_type=None, pass_workspace=False):
     if not callable(forward):
         raise Caffe2Error("Python op: the function must be callable, got %s" % type(forward).__name__)
     with _lock:
-        token = "python_op_%d" % next(_counter)
+        token = "%spython_op_%d" % (prefix + ":" if prefix else "", next(_counter))
         _impls[token] = PythonImpl(forward, backward, pass_workspace)
     return token
+
+
+def set_gradient(token, grad_f):
+    """Give the function registered under token its gradient function (Caffe2's
+    register_python_gradient_op)."""
+    if not callable(grad_f):
+        raise Caffe2Error("Python op: the gradient function must be callable, got %s" % type(grad_f).__name__)
+    with _lock:
+        impl = lookup(token)
+        impl.backward = grad_f
 
 
 def lookup(token):

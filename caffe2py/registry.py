@@ -394,6 +394,13 @@ def set_engine_pref(per_op_pref=None, global_pref=None):
         _global_engine_pref[device] = list(engines)
 
 
+def engine_pref():
+    """(per_op_pref, global_pref) as set_engine_pref took them (copies)."""
+    return ({device: {op: list(engines) for op, engines in prefs.items()}
+             for device, prefs in _per_op_engine_pref.items()},
+            {device: list(engines) for device, engines in _global_engine_pref.items()})
+
+
 def _engine_candidates(op_def, device):
     candidates = [e.strip() for e in op_def.engine.split(",") if e.strip()]
     candidates += _per_op_engine_pref.get(device, {}).get(op_def.type, [])

@@ -16,7 +16,7 @@ import unittest
 
 import numpy as np
 
-from . import core, workspace
+from . import core, extension, workspace
 
 
 def rand_array(*dims):
@@ -81,7 +81,8 @@ IN_CIRCLECI_FLAKY_ENV = IN_CIRCLECI and _env_flag("IN_CIRCLECI_FLAKY_ENV")
 
 class TestCase(unittest.TestCase):
     """unittest.TestCase whose tests each start and end with an empty current
-    workspace; `self.ws` is a fresh standalone workspace.Workspace."""
+    workspace; `self.ws` is a fresh workspace of its own, a C.Workspace as in Caffe2
+    (create_blob(name).feed(x), run(op), blobs[name].fetch())."""
 
     @classmethod
     def setUpClass(cls):
@@ -96,7 +97,7 @@ class TestCase(unittest.TestCase):
             raise unittest.SkipTest("non-flaky tests are skipped in flaky test mode")
         if flaky and not is_flaky_test_mode():
             raise unittest.SkipTest("flaky tests run only with CAFFE2_RUN_FLAKY_TESTS=1")
-        self.ws = workspace.Workspace(self.id())
+        self.ws = extension.Workspace()
         workspace.ResetWorkspace()
 
     def tearDown(self):

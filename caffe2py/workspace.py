@@ -39,11 +39,21 @@ def _size_text(value):
                                        nbytes / float(1 << 30))
 
 
+def _parsed(message_type, data, what):
+    """A serialized proto (bytes, as Caffe2's workspace functions pass them on)."""
+    try:
+        return message_type.FromString(bytes(data))
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError
+        raise ProtoError("not a serialized %s: %s" % (what, exc)) from None
+
+
 def _net_proto(net):
     if isinstance(net, caffe2_pb2.NetDef):
         return net
     if hasattr(net, "Proto"):
         return net.Proto()
+    if isinstance(net, (bytes, bytearray)):
+        return _parsed(caffe2_pb2.NetDef, net, "NetDef")
     raise Caffe2Error("expected a NetDef or core.Net, got %s" % type(net).__name__)
 
 
@@ -51,18 +61,17 @@ def _op_proto(op):
     if isinstance(op, caffe2_pb2.OperatorDef):
         return op
     if isinstance(op, (bytes, bytearray)):
-        try:
-            return caffe2_pb2.OperatorDef.FromString(bytes(op))
-        except Exception as exc:  # noqa: BLE001
-            raise ProtoError("not a serialized OperatorDef: %s" % exc) from None
+        return _parsed(caffe2_pb2.OperatorDef, op, "OperatorDef")
     raise Caffe2Error("expected an OperatorDef, got %s" % type(op).__name__)
 
 
 class Workspace:
-    """Named blobs plus the nets created in them."""
+    """Named blobs plus the nets created in them. root_folder is Caffe2's workspace
+    root folder (kept for RootFolder(); caffe2py's ops resolve paths themselves)."""
 
-    def __init__(self, name="default"):
+    def __init__(self, name="default", root_folder="."):
         self.name = name
+        self.root_folder = root_folder
         self.blobs = {}
         self.nets = {}
 
@@ -107,6 +116,30 @@ class Workspace:
 
     def blob_names(self):
         return sorted(self.blobs)
+
+    def remove_blob(self, name):
+        self.blobs.pop(_name(name), None)
+        return True
+
+    def serialize_blob(self, name):
+        """Caffe2's SerializeBlob: one unchunked BlobProto, laid out as Save writes it."""
+        from .serialization import serialize_blob_proto
+        name = _name(name)
+        try:
+            value = self.blobs[name]
+        except KeyError:
+            raise Caffe2Error("Can't find blob: %s" % name) from None
+        return serialize_blob_proto(value, name).SerializeToString()
+
+    def deserialize_blob(self, name, serialized, device_option=None):
+        """Caffe2's DeserializeBlob: a serialized BlobProto (any type Load reads) into blob `name`."""
+        from .serialization import deserialize_blob, parse_blob_proto
+        name = _name(name)
+        value = deserialize_blob(parse_blob_proto(serialized, name), name)
+        if isinstance(value, np.ndarray):
+            return self.feed_blob(name, value, device_option)
+        self.blobs[name] = value
+        return True
 
     # -- nets
     def create_net(self, net, overwrite=False, input_blobs=None):
@@ -162,12 +195,14 @@ class Workspace:
     # -- plans
     def run_plan(self, plan):
         plan_def = plan.Proto() if hasattr(plan, "Proto") else plan
+        if isinstance(plan_def, (bytes, bytearray)):
+            plan_def = _parsed(caffe2_pb2.PlanDef, plan_def, "PlanDef")
         if isinstance(plan_def, caffe2_pb2.ExecutionStep):
             steps, networks = [plan_def], []
         elif isinstance(plan_def, caffe2_pb2.PlanDef):
             steps, networks = list(plan_def.execution_step), list(plan_def.network)
         else:
-            raise Caffe2Error("RunPlan expects a core.Plan, PlanDef or ExecutionStep")
+            raise Caffe2Error("RunPlan expects a core.Plan, PlanDef (or its serialized bytes) or ExecutionStep")
         for net_def in networks:
             self.create_net(net_def, overwrite=True)
         for step in steps:
@@ -238,10 +273,17 @@ def SwitchWorkspace(name, create_if_missing=None):
         _current[0] = name
 
 
-def ResetWorkspace(root_folder=None):  # noqa: ARG001 - root folder kept for API compatibility
+def ResetWorkspace(root_folder=None):
+    """Empty the current workspace; root_folder None keeps its root folder (Caffe2)."""
     name = _current[0]
-    _workspaces[name] = Workspace(name)
+    if root_folder is None:
+        root_folder = _workspaces[name].root_folder
+    _workspaces[name] = Workspace(name, _name(root_folder))
     return True
+
+
+def RootFolder():
+    return _ws().root_folder
 
 
 def current_workspace():
@@ -349,25 +391,11 @@ def RegisteredOperators():
 
 
 def SerializeBlob(name):
-    """Caffe2's SerializeBlob: one unchunked BlobProto, laid out as Save writes it."""
-    from .serialization import serialize_blob_proto
-    name = _name(name)
-    try:
-        value = _ws().blobs[name]
-    except KeyError:
-        raise Caffe2Error("Can't find blob: %s" % name) from None
-    return serialize_blob_proto(value, name).SerializeToString()
+    return _ws().serialize_blob(name)
 
 
 def DeserializeBlob(name, serialized):
-    """Caffe2's DeserializeBlob: a serialized BlobProto (any type Load reads) into blob `name`."""
-    from .serialization import deserialize_blob, parse_blob_proto
-    name = _name(name)
-    value = deserialize_blob(parse_blob_proto(serialized, name), name)
-    if isinstance(value, np.ndarray):
-        return FeedBlob(name, value)
-    _ws().blobs[name] = value
-    return True
+    return _ws().deserialize_blob(name, serialized, _feed_device_option(None))
 
 
 def StringifyProto(obj):
@@ -404,6 +432,55 @@ def _refresh_gpu_support():
 
 
 devices.on_devices_changed(_refresh_gpu_support)
+
+# What a CPU (or CUDA) build of Caffe2 answers for the parts caffe2py has no
+# counterpart of: no ROCm, no address sanitizer, no FBGEMM, no cuDNN, no NUMA.
+has_hip_support = False
+is_asan = False
+has_fbgemm = False
+
+
+def GetCUDAVersion():
+    return 0
+
+
+def GetCuDNNVersion():
+    return 0
+
+
+def IsNUMAEnabled():
+    return False
+
+
+def GetNumNUMANodes():
+    return -1          # Caffe2 built without NUMA
+
+
+def GetBlobNUMANode(name):
+    _ws().fetch_blob(name)      # an unknown blob is still an error
+    return -1
+
+
+def GetBlobSizeBytes(name):
+    """The bytes a blob's data takes (a tensor's elements; strings count their length)."""
+    value = _ws().fetch_blob(name)
+    if isinstance(value, (bytes, str)):
+        return len(value)
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "O":
+            return int(sum(len(v) if isinstance(v, (bytes, str)) else 8 for v in value.reshape(-1)))
+        return int(value.nbytes)
+    return 0
+
+
+# workspace.C: caffe2py/extension.py (a module above this one, standing for Caffe2's
+# C++ extension) fills this in when it is imported; caffe2py/__init__ imports it.
+C = None
+
+
+def set_extension_module(module):
+    global C
+    C = module
 
 
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR}

@@ -282,7 +282,7 @@ class TestTestUtil(test_util.TestCase):
         self.assertTrue(result.wasSuccessful())
         self.assertEqual(Inner.seen, [[]])
         self.assertEqual(workspace.Blobs(), [])
-        self.assertIsInstance(self.ws, workspace.Workspace)
+        self.assertIsInstance(self.ws, workspace.C.Workspace)
 
     def test_make_tempdir_is_removed(self):
         holder = {}

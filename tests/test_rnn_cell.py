@@ -180,6 +180,21 @@ def test_gru_reset_before_linear_matches_its_formula():
         np.testing.assert_allclose(workspace.FetchBlob(hidden_all)[t], h, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("linear_before_reset", [False, True])
+def test_gru_recurrent_op_takes_reset_update_output_parameters_in_that_order(linear_before_reset):
+    """Caffe2's GRU builds the reset, update and output projections in that order, so
+    the RecurrentNetwork op reads (input, h0, reset w, b, update w, b, output w, b,
+    lengths): tests that feed the op positionally (Caffe2's gru_test) rely on it."""
+    model = model_helper.ModelHelper(name="gru_model")
+    gru_cell.GRU(model, "input", "seq_lengths", ["h0"], DIN, H, scope="gru", forward_only=True,
+                 linear_before_reset=linear_before_reset)
+    op = model.net.Proto().op[-1]
+    assert op.type == "RecurrentNetwork"
+    params = [str(i) for i in op.input if str(i).startswith("gru/") and "gate_t" in str(i)]
+    assert params == ["gru/%s_gate_t_%s" % (gate, kind) for gate in ("reset", "update", "output")
+                      for kind in ("w", "b")]
+
+
 def test_basic_rnn_matches_torch_without_lengths():
     rng = _rng(5)
     x = _feed_sequence(rng, lengths=False)

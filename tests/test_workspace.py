@@ -140,3 +140,24 @@ def test_registered_operators_and_gpu_queries():
     assert workspace.GpuDeviceType == caffe2_pb2.CUDA
     assert workspace.NumGpuDevices() >= 0
     assert isinstance(workspace.has_gpu_support, bool)
+
+
+def test_serialized_protos_as_caffe2_passes_them_on():
+    """Caffe2's workspace functions StringifyProto their argument, so serialized
+    NetDef / PlanDef / OperatorDef bytes work where the message does."""
+    x = np.array([-1.0, 2.0], np.float32)
+    workspace.FeedBlob("x", x)
+    net = core.Net("bytes_net")
+    net.Relu("x", "y")
+    workspace.RunNetOnce(net.Proto().SerializeToString())
+    np.testing.assert_array_equal(workspace.FetchBlob("y"), np.maximum(x, 0))
+    assert workspace.CreateNet(net.Proto().SerializeToString())
+    assert workspace.RunNet("bytes_net")
+    plan = core.Plan("bytes_plan")
+    counter = core.Net("count")
+    counter.Add(["x", "x"], "x")
+    plan.AddStep(core.execution_step("twice", counter, num_iter=2))
+    workspace.RunPlan(plan.Proto().SerializeToString())
+    np.testing.assert_array_equal(workspace.FetchBlob("x"), 4 * x)
+    with pytest.raises(Caffe2Error, match="not a serialized PlanDef"):
+        workspace.RunPlan(b"\xff\xff not a proto")
