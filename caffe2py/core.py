@@ -9,6 +9,7 @@ from .proto import caffe2_pb2
 from .scope import DeviceScope, NameScope, CurrentNameScope, CurrentDeviceScope  # noqa: F401
 from .blob_reference import BlobReference, unknown_op_message as _unknown_op_message  # noqa: F401
 from . import gradients
+from . import workspace  # noqa: F401 - Caffe2 code reaches it as core.workspace
 from .gradients import IR, GradientRegistry, GradientSlice  # noqa: F401
 
 DataType = caffe2_pb2.TensorProto.DataType
