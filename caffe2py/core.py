@@ -456,6 +456,7 @@ class ExecutionStep:
     def __init__(self, name, nets=None, num_iter=None):
         self._step = caffe2_pb2.ExecutionStep(name=name or "")
         self._nets = []
+        self._substeps = []
         if nets is not None:
             for net in nets if isinstance(nets, (list, tuple)) else [nets]:
                 self.AddNet(net)
@@ -470,6 +471,27 @@ class ExecutionStep:
 
     def Nets(self):
         return list(self._nets)
+
+    def Substeps(self):
+        return list(self._substeps)
+
+    def HasNets(self):
+        return len(self._step.network) > 0
+
+    def HasSubsteps(self):
+        return len(self._step.substep) > 0
+
+    def get_net_by_name(self, name):
+        return next((net for net in self._nets if net.Name() == name), None)
+
+    def get_all_attributes(self, name):
+        """The attributes `name` of every net of this step and of its substeps."""
+        seen, found = set(), []
+        for net in self._nets:
+            if id(net) not in seen and hasattr(net, "get_attributes"):
+                seen.add(id(net))
+                found.extend(net.get_attributes(name))
+        return found
 
     def SetIter(self, num_iter):
         self._step.num_iter = num_iter
@@ -502,6 +524,7 @@ class ExecutionStep:
             raise Caffe2Error("execution step '%s' already has nets; it cannot also have substeps" % self.Name())
         proto = substep.Proto() if hasattr(substep, "Proto") else substep
         self._step.substep.add().CopyFrom(proto)
+        self._substeps.append(substep)
         if hasattr(substep, "Nets"):
             self._nets.extend(substep.Nets())
         return self
@@ -516,7 +539,8 @@ class ExecutionStep:
 
 
 def execution_step(name, steps_or_nets, num_iter=None, report_net=None, report_interval=None,
-                   concurrent_substeps=None, should_stop_blob=None, only_once=None):
+                   concurrent_substeps=None, should_stop_blob=None, only_once=None,
+                   num_concurrent_instances=None, create_workspace=False, run_every_ms=None):
     step = ExecutionStep(name)
     items = steps_or_nets if isinstance(steps_or_nets, (list, tuple)) else [steps_or_nets]
     items = [item for item in items if item is not None]
@@ -539,6 +563,12 @@ def execution_step(name, steps_or_nets, num_iter=None, report_net=None, report_i
         step.SetShouldStopBlob(should_stop_blob)
     if only_once is not None:
         step.SetOnlyOnce(only_once)
+    if num_concurrent_instances is not None:
+        step.SetNumConcurrentInstances(num_concurrent_instances)
+    if create_workspace:
+        step.SetCreateWorkspace(True)
+    if run_every_ms:
+        step.RunEveryMillis(run_every_ms)
     return step
 
 
@@ -548,6 +578,8 @@ class Plan:
     def __init__(self, name_or_step):
         self._plan = caffe2_pb2.PlanDef()
         self._net_names = set()
+        self._steps = []
+        self._nets = []
         if isinstance(name_or_step, ExecutionStep):
             self._plan.name = name_or_step.Name()
             self.AddStep(name_or_step)
@@ -562,12 +594,21 @@ class Plan:
             if net.Name() not in self._net_names:
                 self._net_names.add(net.Name())
                 self._plan.network.add().CopyFrom(net.Proto())
+                self._nets.append(net)
+
+    def Steps(self):
+        return list(self._steps)
+
+    def get_all_attributes(self, name):
+        """The attributes `name` of every net of the plan."""
+        return [attr for net in self._nets if hasattr(net, "get_attributes") for attr in net.get_attributes(name)]
 
     def Nets(self):
         return list(self._plan.network)
 
     def AddStep(self, step):
         self._plan.execution_step.add().CopyFrom(step.Proto())
+        self._steps.append(step)
         self.AddNets(step.Nets())
 
 

@@ -11,6 +11,8 @@ import numpy as np
 from . import devices
 from .benchmark import benchmark_net
 from .errors import Caffe2Error, ProtoError
+from .blob_scopes import SharedBlobs
+from .execution_steps import run_step
 from .executor import Net, compile_net
 from .proto import caffe2_pb2
 from .registry import CUDA, registered_operator_keys
@@ -58,12 +60,21 @@ def _op_proto(op):
 
 
 class Workspace:
-    """Named blobs plus the nets created in them."""
+    """Named blobs plus the nets created in them.
 
-    def __init__(self, name="default"):
+    With a parent (Caffe2's Workspace(shared)): every blob of the parent is
+    visible, writing one writes the parent's, new blobs stay here; a net of the
+    parent run here is instantiated here, on this workspace's blobs."""
+
+    def __init__(self, name="default", parent=None):
         self.name = name
-        self.blobs = {}
+        self.parent = parent
+        self.blobs = {} if parent is None else SharedBlobs(parent.blobs)
         self.nets = {}
+
+    def child(self, name=None):
+        """A new workspace with this one as its parent."""
+        return Workspace(name or self.name + "/child", parent=self)
 
     # -- blobs
     def feed_blob(self, name, value, device_option=None):
@@ -116,10 +127,21 @@ class Workspace:
 
     def get_net(self, name):
         name = _name(name)
-        try:
-            return self.nets[name]
-        except KeyError:
-            raise Caffe2Error("Network %s does not exist yet." % name) from None
+        net = self.nets.get(name)
+        if net is None and self.parent is not None:
+            inherited = self.parent._net_def(name)
+            if inherited is not None:
+                self.create_net(inherited, overwrite=True)
+                net = self.nets[name]
+        if net is None:
+            raise Caffe2Error("Network %s does not exist yet." % name)
+        return net
+
+    def _net_def(self, name):
+        """The NetDef of net `name` here or in an ancestor, or None."""
+        if name in self.nets:
+            return self.nets[name].net_def
+        return None if self.parent is None else self.parent._net_def(name)
 
     def run_net(self, name, num_iter=1, allow_fail=False):
         net = self.get_net(name)
@@ -165,39 +187,8 @@ class Workspace:
             self._run_step(step)
         return True
 
-    def _should_stop(self, step):
-        if not step.should_stop_blob:
-            return False
-        value = self.blobs.get(step.should_stop_blob)
-        return value is not None and bool(np.asarray(value).reshape(-1)[0])
-
     def _run_step(self, step):
-        if len(step.substep) and len(step.network):
-            raise Caffe2Error("execution step '%s' has both substeps and networks" % step.name)
-        if step.create_workspace:
-            raise Caffe2Error("execution step '%s': create_workspace is not supported" % step.name)
-        iterations = 1 if step.only_once else (step.num_iter if step.HasField("num_iter") else 1)
-        if step.should_stop_blob and not step.HasField("num_iter"):
-            iterations = None  # run until the stop blob says so
-        it = 0
-        while iterations is None or it < iterations:
-            if step.concurrent_substeps and len(step.substep) > 1:
-                from .concurrent_steps import run_substeps_concurrently
-                run_substeps_concurrently(self._run_step, step.substep)
-                if self._should_stop(step):
-                    return
-            else:
-                for sub in step.substep:
-                    self._run_step(sub)
-                    if self._should_stop(step):
-                        return
-            for net_name in step.network:
-                self.run_net(net_name)
-                if self._should_stop(step):
-                    return
-            it += 1
-            if step.report_net and step.report_interval and it % step.report_interval == 0:
-                self.run_net(step.report_net)
+        run_step(self, step)
 
 
 # --------------------------------------------------------------------------- module API
