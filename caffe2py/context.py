@@ -32,7 +32,7 @@ class Managed:
         # Subclasses share the stack of the first class that derives from Managed,
         # so NetBuilder.current() also finds an active _RunIfNet.
         for klass in cls.__mro__:
-            if Managed in klass.__bases__:
+            if klass not in _BASES and any(base in _BASES for base in klass.__bases__):
                 return klass
         return cls
 
@@ -73,6 +73,10 @@ class DefaultManaged(Managed):
         if not stack:
             stack.append(cls._context_class()())
         return stack[-1]
+
+
+# The classes a context class derives from; its stack is its own, not theirs.
+_BASES = (Managed, DefaultManaged)
 
 
 def _run_inside(context_obj, func):

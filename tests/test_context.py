@@ -119,3 +119,16 @@ def test_managed_instances_decorate_functions_too():
 
     assert inside() is box
     assert Box.current(required=False) is None
+
+
+def test_default_managed_classes_each_have_their_own_stack():
+    class A(context.DefaultManaged):
+        pass
+
+    class B(context.DefaultManaged):
+        pass
+
+    with A() as a:
+        with B() as b:
+            assert A.current() is a and B.current() is b
+    assert isinstance(A.current(), A) and isinstance(B.current(), B)
