@@ -140,6 +140,8 @@ def _no_builder_prefix():
 _net_name_prefix = [_no_builder_prefix]   # the active NetBuilder's name: nets built in it take it
 _step_sources = {}                        # class -> obj -> (nets, stop blob or None)
 _record_field_appender = [None]           # (output record, field name, record) -> output record
+_record_tools = {}                        # schema: "new_record" (net, schema) -> record,
+                                          # "rebind" (record, name -> name) -> record of other blobs
 
 
 def set_net_name_prefix(prefix_of_current_builder):
@@ -156,6 +158,20 @@ def register_step_source(cls, nets_and_stop_blob):
 def set_record_field_appender(append):
     """schema: how Net.AppendOutputRecordField adds a field to an output record."""
     _record_field_appender[0] = append
+
+
+def set_record_tools(new_record, rebind):
+    """schema: how a net makes blobs for a record schema (set_input_record of a
+    schema without blobs) and how Clone maps a record onto the renamed blobs."""
+    _record_tools["new_record"] = new_record
+    _record_tools["rebind"] = rebind
+
+
+def _record_tool(name):
+    tool = _record_tools.get(name)
+    if tool is None:   # schema sets them on import; records are its Fields
+        raise Caffe2Error("input/output records need caffe2py.schema")
+    return tool
 
 
 class Net:
@@ -238,6 +254,30 @@ class Net:
                 raise Caffe2Error("output record of net '%s': blob '%s' is not defined" % (self.Name(), blob))
         self.__dict__["_output_record"] = record
         self.AddExternalOutput(*record.field_blobs())
+
+    def input_record(self):
+        return self.__dict__.get("_input_record")
+
+    def set_input_record(self, input_record):
+        """The record of the blobs this net reads: a record with blobs becomes the
+        net's external inputs; a schema without blobs gets new blobs, named in
+        the net's name scope."""
+        current = self.input_record()
+        if current is not None and not (input_record.has_blobs() and {str(b) for b in input_record.field_blobs()}
+                                        == {str(b) for b in current.field_blobs()}):
+            raise Caffe2Error("net '%s': its input record cannot be reset" % self.Name())
+        if not input_record.has_blobs():
+            with NameScope(self.Name()):
+                input_record = _record_tool("new_record")(self, input_record)
+        else:
+            for blob in input_record.field_blobs():
+                if not self.is_external_input(blob):
+                    self.AddExternalInput(blob)
+        self.__dict__["_input_record"] = input_record
+        return input_record
+
+    def is_external_input(self, blob):
+        return str(blob) in self._external_input_map
 
     def AppendOutputRecordField(self, field_name, record):
         if self.output_record() is None:
@@ -424,7 +464,13 @@ class Net:
             new.output[:] = [remap.get(b, b) for b in op.output]
         proto.external_input[:] = [remap.get(b, b) for b in self._net.external_input]
         proto.external_output[:] = [remap.get(b, b) for b in self._net.external_output]
-        return Net(proto)
+        clone = Net(proto)
+        if keep_schema:
+            for key in ("_input_record", "_output_record"):
+                record = self.__dict__.get(key)
+                if record is not None:
+                    clone.__dict__[key] = _record_tool("rebind")(record, lambda b: remap.get(b, b))
+        return clone
 
     def _ExtendOps(self, new_ops):
         self._net.op.extend(new_ops)
@@ -627,6 +673,38 @@ def to_execution_step(step_or_nets, default_name=None):
     if isinstance(step_or_nets, Net):
         step_or_nets = [step_or_nets]
     return execution_step(default_name, step_or_nets, should_stop_blob=stop_blob)
+
+
+def clone_and_bind_net(net, name, prefix, blob_remap=None, inputs=None, keep_schema=True):
+    """(clone, blob_remap): a copy of net named `name` whose blobs are renamed
+    `prefix` + name, except the blobs it reads before writing (kept) and those
+    in blob_remap; with `inputs` (a record holding at least the fields of the
+    net's input record) the input record's blobs become the inputs' blobs.
+    blob_remap is filled in with every renaming."""
+    if not isinstance(net, Net):
+        raise Caffe2Error("clone_and_bind_net expects a core.Net, got %s" % type(net).__name__)
+    blob_remap = {} if blob_remap is None else blob_remap
+    if inputs is not None:
+        original = net.input_record()
+        if original is None:
+            raise Caffe2Error("net '%s' has no input record to bind the inputs to" % net.Name())
+        extra = set(original.field_names()) - set(inputs.field_names())
+        if extra:
+            raise Caffe2Error("Schemas don't match, extra fields %s found in the net %s. original: %s; inputs: %s"
+                              % (sorted(extra), net.Name(), original.field_names(), inputs.field_names()))
+        by_field = dict(zip(original.field_names(), original.field_blobs()))
+        for field, blob in zip(inputs.field_names(), inputs.field_blobs()):
+            if field in by_field:
+                blob_remap[str(by_field[field])] = str(blob)
+    ssa, versions = get_ssa(net.Proto())
+    read_first = get_undefined_blobs(ssa)
+    for blob in versions:
+        if blob not in blob_remap:
+            blob_remap[blob] = blob if blob in read_first else prefix + blob
+    cloned = net.Clone(name, blob_remap, keep_schema=keep_schema)
+    if not keep_schema and inputs:
+        cloned.set_input_record(inputs)
+    return cloned, blob_remap
 
 
 # --------------------------------------------------------------------------- SSA helpers
