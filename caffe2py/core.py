@@ -618,6 +618,11 @@ def execution_step(name, steps_or_nets, num_iter=None, report_net=None, report_i
     return step
 
 
+def scoped_execution_step(name, *args, **kwargs):
+    """execution_step with the name in the current name scope."""
+    return execution_step(ScopedName(name) if name else name, *args, **kwargs)
+
+
 class Plan:
     """Builder for caffe2_pb2.PlanDef."""
 
