@@ -208,7 +208,8 @@ class Net:
                 Net._net_names_used.add(self._net.name)
         else:
             self._net = caffe2_pb2.NetDef()
-            self._net.name = Net._get_next_net_name(str(name_or_proto))
+            # no name: the active NetBuilder's name alone (Caffe2 drops the None)
+            self._net.name = Net._get_next_net_name(None if name_or_proto is None else str(name_or_proto))
         self._external_input_map = set(self._net.external_input)
 
     # -- identity and proto
@@ -424,6 +425,11 @@ class Net:
             grad_input_indices=list(grad_input_indices or []), **dict(kwargs, **core_kwargs))
 
     def Const(self, array, blob_out=None, dtype=None):
+        """A fill op holding `array`. As in Caffe2, a Python bool is a ConstantFill
+        of a bool scalar, and an unnamed output is named like output 0 of the op
+        (`<net>/<fill op>:0`)."""
+        if isinstance(array, bool) and dtype is None:
+            return self.ConstantFill([], blob_out or 1, dtype=DataType.BOOL, value=array)
         array = np.asarray(array, dtype=dtype)
         fills = {np.dtype(np.float32): "GivenTensorFill", np.dtype(np.float64): "GivenTensorDoubleFill",
                  np.dtype(np.int32): "GivenTensorIntFill", np.dtype(np.int64): "GivenTensorInt64Fill",
@@ -436,7 +442,7 @@ class Net:
             if fill is None:
                 raise Caffe2Error("Const: unsupported dtype %s" % array.dtype)
             values = array.reshape(-1).tolist()
-        return self.__getattr__(fill)([], blob_out, shape=list(array.shape), values=values)
+        return self.__getattr__(fill)([], blob_out or 1, shape=list(array.shape), values=values)
 
     def AppendNet(self, net):
         proto = net.Proto() if hasattr(net, "Proto") else net
@@ -529,6 +535,16 @@ class ExecutionStep:
 
     def get_net_by_name(self, name):
         return next((net for net in self._nets if net.Name() == name), None)
+
+    def get_net(self, name):
+        """The Net object of this step (or a substep) named `name`."""
+        net = self.get_net_by_name(name)
+        if net is None:
+            raise KeyError("execution step '%s' has no net '%s'" % (self.Name(), name))
+        return net
+
+    def __str__(self):
+        return self.Name()
 
     def get_all_attributes(self, name):
         """The attributes `name` of every net of this step and of its substeps."""
