@@ -3,6 +3,7 @@
 The module functions (FeedBlob, RunNet, ...) act on the current workspace, as
 in caffe2.python.workspace. The Workspace class is usable on its own.
 """
+import contextlib
 import logging
 import threading
 
@@ -218,6 +219,17 @@ def SwitchWorkspace(name, create_if_missing=None):
                 raise Caffe2Error("Workspace %s does not exist. Set create_if_missing=True to create it." % name)
             _workspaces[name] = Workspace(name)
         _current[0] = name
+
+
+@contextlib.contextmanager
+def WorkspaceGuard(workspace_name):
+    """Run the block in workspace `workspace_name` (created if missing), then switch back."""
+    previous = CurrentWorkspace()
+    SwitchWorkspace(workspace_name, True)
+    try:
+        yield
+    finally:
+        SwitchWorkspace(previous)
 
 
 def ResetWorkspace(root_folder=None):  # noqa: ARG001 - root folder kept for API compatibility
