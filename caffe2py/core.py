@@ -489,6 +489,26 @@ class Net:
         Returns {blob: gradient BlobReference or GradientSlice}; see caffe2py.gradients."""
         return gradients.add_gradient_operators(self, ys, skip)
 
+    # -- observers of this net's instance in the current workspace (create it first)
+    def _instance(self):
+        return workspace.current_workspace().get_net(self.Name())
+
+    def AddObserver(self, observer_type):
+        """Attach an observer (a name such as "TimeObserver", or an executor.NetObserver)
+        to the net created in the current workspace; returns how many it has now."""
+        instance = self._instance()
+        instance.add_observer(observer_type)
+        return instance.num_observers()
+
+    def GetObserver(self, index):
+        return self._instance().observers[index]
+
+    def RemoveObserver(self, observer):
+        self._instance().remove_observer(observer)
+
+    def NumObservers(self):
+        return self._instance().num_observers()
+
     def RunAllOnGPU(self, gpu_id=0, use_cudnn=False):
         self._net.device_option.CopyFrom(DeviceOption(caffe2_pb2.CUDA, gpu_id))
         for op in self._net.op:

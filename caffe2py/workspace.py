@@ -412,6 +412,64 @@ def GlobalInit(args):
     return True
 
 
+def _net_def(net):
+    """A NetDef from a serialized NetDef (what Caffe2's binding takes), a NetDef or a Net."""
+    if isinstance(net, (bytes, bytearray)):
+        try:
+            return caffe2_pb2.NetDef.FromString(bytes(net))
+        except Exception as exc:  # noqa: BLE001
+            raise ProtoError("Predictor: not a serialized NetDef: %s" % exc) from None
+    return _net_proto(net)
+
+
+class Predictor:
+    """Caffe2's workspace.Predictor: a model ready to answer requests.
+
+    Predictor(init_net, predict_net) takes the two nets (serialized NetDefs, as
+    Caffe2's binding does, or NetDef / core.Net objects), runs init_net once in a
+    workspace of its own and keeps predict_net there. run(inputs) feeds a list of
+    arrays into the first external inputs of predict_net, in order, or a dict
+    {input name: array}, runs the net and returns the arrays of its external
+    outputs, in order."""
+
+    def __init__(self, init_net, predict_net):
+        self._init_net = _net_def(init_net)
+        self._predict_net = _net_def(predict_net)
+        self._ws = Workspace("predictor")
+        self._ws.run_net_once(self._init_net)
+        self._inputs = list(self._predict_net.external_input)
+        self._outputs = list(self._predict_net.external_output)
+        for name in self._inputs:
+            self._ws.create_blob(name)
+        self._ws.create_net(self._predict_net, overwrite=True)
+
+    @property
+    def input_names(self):
+        return list(self._inputs)
+
+    @property
+    def output_names(self):
+        return list(self._outputs)
+
+    def run(self, inputs):
+        if isinstance(inputs, dict):
+            unknown = [name for name in inputs if name not in self._inputs]
+            if unknown:
+                raise Caffe2Error("Predictor: '%s' is not an input of the predict net (inputs: %s)"
+                                  % (unknown[0], ", ".join(self._inputs)))
+            feeds = list(inputs.items())
+        else:
+            inputs = list(inputs)
+            if len(inputs) > len(self._inputs):
+                raise Caffe2Error("Predictor: %d inputs given, the predict net has %d external inputs"
+                                  % (len(inputs), len(self._inputs)))
+            feeds = list(zip(self._inputs, inputs))
+        for name, value in feeds:
+            self._ws.feed_blob(name, value)
+        self._ws.run_net(self._predict_net.name)
+        return [self._ws.fetch_blob(name) for name in self._outputs]
+
+
 class _BlobsView:
     """workspace.blobs: dict-like access to the current workspace."""
 
