@@ -84,6 +84,13 @@ class BlobOverlay(MutableMapping):
         self.removed = set()
 
 
+def underlying(blobs):
+    """The mapping under a run's overlays: where a write lands at once."""
+    while isinstance(blobs, BlobOverlay):
+        blobs = blobs.base
+    return blobs
+
+
 class ForwardedBlobs(MutableMapping):
     """A child workspace that sees only its own blobs and the forwarded ones
     (inner name -> parent name); writes to a forwarded name write the parent."""

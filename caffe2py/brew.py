@@ -1,11 +1,21 @@
 """caffe2.python.brew: helper functions that add ops (and their parameters) to a
-ModelHelper, with the model's arg_scope applied."""
+ModelHelper, with the model's arg_scope applied.
+
+    with brew.arg_scope([brew.conv, brew.fc], weight_init=("MSRAFill", {})):
+        brew.conv(model, "data", "conv1", 3, 64, kernel=3)   # gets weight_init
+
+A helper's arguments come from, in increasing precedence: the model's arg_scope
+(the layout `order`), the arg_scope blocks around the call (innermost last;
+per helper name, per thread), and the call itself. brew.cond and brew.loop add
+If / While ops running other models' nets (control_ops_util).
+"""
 import contextlib
 import copy
 import functools
 import threading
 
 from . import core, scope
+from .control_ops_util import add_if_op, add_while_op
 from .errors import Caffe2Error
 from .modeling import initializers
 from .modeling.parameter_info import ParameterTags
@@ -15,12 +25,42 @@ _HELPERS = {}
 
 
 def Register(helper, name=None):
-    _HELPERS[name or helper.__name__] = helper
+    name = name or helper.__name__
+    if name in _HELPERS:
+        raise AttributeError("Helper {} already exists. Please change your helper name.".format(name))
+    _HELPERS[name] = helper
     return helper
 
 
-def has_helper(name):
+def has_helper(helper_or_helper_name):
+    name = helper_or_helper_name if isinstance(helper_or_helper_name, str) else helper_or_helper_name.__name__
     return name in _HELPERS
+
+
+_scopes = threading.local()
+
+
+def get_current_scope():
+    """{helper name: default arguments} of the arg_scope blocks around this point."""
+    if not hasattr(_scopes, "current"):
+        _scopes.current = {}
+    return _scopes.current
+
+
+@contextlib.contextmanager
+def arg_scope(single_helper_or_list, **kwargs):
+    """Default arguments for the helpers named (functions, e.g. brew.conv) inside the block."""
+    helpers = single_helper_or_list if isinstance(single_helper_or_list, list) else [single_helper_or_list]
+    for helper in helpers:
+        assert callable(helper), "arg_scope is only supporting a list of callable helper functions."
+    previous = copy.deepcopy(get_current_scope())
+    current = get_current_scope()
+    for helper in helpers:
+        current.setdefault(helper.__name__, {}).update(kwargs)
+    try:
+        yield
+    finally:
+        _scopes.current = previous
 
 
 def __getattr__(name):  # brew.fc etc. resolve through the registry (PEP 562)
@@ -30,14 +70,15 @@ def __getattr__(name):  # brew.fc etc. resolve through the registry (PEP 562)
 
 
 def _wrap(helper):
+    name = helper.__name__
+
     @functools.wraps(helper)
     def call(model, *args, **kwargs):
-        for key, value in get_current_scope().get(helper.__name__, {}).items():
-            kwargs.setdefault(key, value)
-        for key, value in getattr(model, "arg_scope", {}).items():
-            if key in _SCOPED_KEYS.get(helper.__name__, ()) and key not in kwargs:
-                kwargs[key] = value
-        return helper(model, *args, **kwargs)
+        merged = {key: value for key, value in getattr(model, "arg_scope", {}).items()
+                  if key in _SCOPED_KEYS.get(name, ())}
+        merged.update(get_current_scope().get(name, {}))
+        merged.update(kwargs)
+        return helper(model, *args, **merged)
     return call
 
 
@@ -97,7 +138,16 @@ def fc(model, blob_in, blob_out, dim_in, dim_out, weight_init=None, bias_init=No
 def conv(model, blob_in, blob_out, dim_in, dim_out, kernel, weight_init=None, bias_init=None,
          WeightInitializer=None, BiasInitializer=None, group=1, transform_inputs=None,  # noqa: ARG001
          order="NCHW", no_bias=False, **kwargs):
-    shape = [dim_out, dim_in // group, kernel, kernel] if order == "NCHW" else [dim_out, kernel, kernel, dim_in // group]
+    # a 2-D kernel given as one size or as [kernel_h, kernel_w] (Caffe2's helper takes both)
+    if isinstance(kernel, (list, tuple)):
+        if len(kernel) != 2:
+            raise Caffe2Error("brew.conv: a 2-D kernel is one size or [kernel_h, kernel_w], got %r" % (kernel,))
+        kernels = [int(k) for k in kernel]
+        kwargs["kernels"] = kernels
+    else:
+        kernels = [kernel, kernel]
+        kwargs["kernel"] = kernel
+    shape = [dim_out, dim_in // group] + kernels if order == "NCHW" else [dim_out] + kernels + [dim_in // group]
     w = model.create_param(str(blob_out) + "_w", shape,
                            _init(model, WeightInitializer, weight_init, "XavierFill", {}), tags=ParameterTags.WEIGHT)
     inputs = [blob_in, w]
@@ -105,7 +155,7 @@ def conv(model, blob_in, blob_out, dim_in, dim_out, kernel, weight_init=None, bi
         inputs.append(model.create_param(str(blob_out) + "_b", [dim_out],
                                          _init(model, BiasInitializer, bias_init, "ConstantFill", {}),
                                          tags=ParameterTags.BIAS))
-    return model.net.Conv(inputs, blob_out, kernel=kernel, order=order, group=group, **kwargs)
+    return model.net.Conv(inputs, blob_out, order=order, group=group, **kwargs)
 
 
 def spatial_bn(model, blob_in, blob_out, dim_in, epsilon=1e-5, momentum=0.9, is_test=True,
@@ -215,8 +265,20 @@ def softmax(model, blob_in, blob_out=None, use_cudnn=False, **kwargs):  # noqa: 
     return model.net.Softmax(blob_in, blob_out, **kwargs)
 
 
+def cond(model, cond_blob, external_blobs, then_model, else_model=None):
+    """An If op in model.net running then_model's net (else else_model's) on cond_blob;
+    external_blobs: the blobs of model.net the branches may use."""
+    add_if_op(model.net, cond_blob, external_blobs, then_model.net, else_model.net if else_model else None)
+
+
+def loop(model, cond_blob, external_blobs, loop_model, cond_model=None):
+    """A While op in model.net running loop_model's net while cond_blob (recomputed by
+    cond_model's net when given) is true."""
+    add_while_op(model.net, cond_blob, external_blobs, loop_model.net, cond_model.net if cond_model else None)
+
+
 for _fn in (fc, conv, spatial_bn, max_pool, average_pool, concat, dropout, sum, transpose, iter, softmax,
-            add_weight_decay, db_input, accuracy, image_input):
+            add_weight_decay, db_input, accuracy, image_input, cond, loop):
     Register(_fn)
 for _op, _name in (("Relu", "relu"), ("Sigmoid", "sigmoid"), ("Tanh", "tanh")):
     Register(_simple(_op, _name))

@@ -10,6 +10,7 @@ from .proto import caffe2_pb2
 from .scope import DeviceScope, NameScope, CurrentNameScope, CurrentDeviceScope  # noqa: F401
 from .blob_reference import BlobReference, unknown_op_message as _unknown_op_message  # noqa: F401
 from . import gradients
+from . import workspace  # noqa: F401 - Caffe2 code reaches it as core.workspace
 from .gradients import IR, GradientRegistry, GradientSlice  # noqa: F401
 
 DataType = caffe2_pb2.TensorProto.DataType
@@ -150,6 +151,8 @@ def _no_builder_prefix():
 _net_name_prefix = [_no_builder_prefix]   # the active NetBuilder's name: nets built in it take it
 _step_sources = {}                        # class -> obj -> (nets, stop blob or None)
 _record_field_appender = [None]           # (output record, field name, record) -> output record
+_record_tools = {}                        # schema: "new_record" (net, schema) -> record,
+                                          # "rebind" (record, name -> name) -> record of other blobs
 
 
 def set_net_name_prefix(prefix_of_current_builder):
@@ -166,6 +169,20 @@ def register_step_source(cls, nets_and_stop_blob):
 def set_record_field_appender(append):
     """schema: how Net.AppendOutputRecordField adds a field to an output record."""
     _record_field_appender[0] = append
+
+
+def set_record_tools(new_record, rebind):
+    """schema: how a net makes blobs for a record schema (set_input_record of a
+    schema without blobs) and how Clone maps a record onto the renamed blobs."""
+    _record_tools["new_record"] = new_record
+    _record_tools["rebind"] = rebind
+
+
+def _record_tool(name):
+    tool = _record_tools.get(name)
+    if tool is None:   # schema sets them on import; records are its Fields
+        raise Caffe2Error("input/output records need caffe2py.schema")
+    return tool
 
 
 class Net:
@@ -203,7 +220,8 @@ class Net:
             self._net.name = Net._get_next_net_name(self._net.name or "net")
         else:
             self._net = caffe2_pb2.NetDef()
-            self._net.name = Net._get_next_net_name(str(name_or_proto))
+            # no name: the active NetBuilder's name alone (Caffe2 drops the None)
+            self._net.name = Net._get_next_net_name(None if name_or_proto is None else str(name_or_proto))
         self._external_input_map = set(self._net.external_input)
 
     # -- identity and proto
@@ -278,6 +296,30 @@ class Net:
                 raise Caffe2Error("output record of net '%s': blob '%s' is not defined" % (self.Name(), blob))
         self.__dict__["_output_record"] = record
         self.AddExternalOutput(*record.field_blobs())
+
+    def input_record(self):
+        return self.__dict__.get("_input_record")
+
+    def set_input_record(self, input_record):
+        """The record of the blobs this net reads: a record with blobs becomes the
+        net's external inputs; a schema without blobs gets new blobs, named in
+        the net's name scope."""
+        current = self.input_record()
+        if current is not None and not (input_record.has_blobs() and {str(b) for b in input_record.field_blobs()}
+                                        == {str(b) for b in current.field_blobs()}):
+            raise Caffe2Error("net '%s': its input record cannot be reset" % self.Name())
+        if not input_record.has_blobs():
+            with NameScope(self.Name()):
+                input_record = _record_tool("new_record")(self, input_record)
+        else:
+            for blob in input_record.field_blobs():
+                if not self.is_external_input(blob):
+                    self.AddExternalInput(blob)
+        self.__dict__["_input_record"] = input_record
+        return input_record
+
+    def is_external_input(self, blob):
+        return str(blob) in self._external_input_map
 
     def AppendOutputRecordField(self, field_name, record):
         if self.output_record() is None:
@@ -424,6 +466,11 @@ class Net:
             grad_input_indices=list(grad_input_indices or []), **dict(kwargs, **core_kwargs))
 
     def Const(self, array, blob_out=None, dtype=None):
+        """A fill op holding `array`. As in Caffe2, a Python bool is a ConstantFill
+        of a bool scalar, and an unnamed output is named like output 0 of the op
+        (`<net>/<fill op>:0`)."""
+        if isinstance(array, bool) and dtype is None:
+            return self.ConstantFill([], blob_out or 1, dtype=DataType.BOOL, value=array)
         array = np.asarray(array, dtype=dtype)
         fills = {np.dtype(np.float32): "GivenTensorFill", np.dtype(np.float64): "GivenTensorDoubleFill",
                  np.dtype(np.int32): "GivenTensorIntFill", np.dtype(np.int64): "GivenTensorInt64Fill",
@@ -436,7 +483,7 @@ class Net:
             if fill is None:
                 raise Caffe2Error("Const: unsupported dtype %s" % array.dtype)
             values = array.reshape(-1).tolist()
-        return self.__getattr__(fill)([], blob_out, shape=list(array.shape), values=values)
+        return self.__getattr__(fill)([], blob_out or 1, shape=list(array.shape), values=values)
 
     def AppendNet(self, net):
         proto = net.Proto() if hasattr(net, "Proto") else net
@@ -464,7 +511,13 @@ class Net:
             new.output[:] = [remap.get(b, b) for b in op.output]
         proto.external_input[:] = [remap.get(b, b) for b in self._net.external_input]
         proto.external_output[:] = [remap.get(b, b) for b in self._net.external_output]
-        return Net(proto)
+        clone = Net(proto)
+        if keep_schema:
+            for key in ("_input_record", "_output_record"):
+                record = self.__dict__.get(key)
+                if record is not None:
+                    clone.__dict__[key] = _record_tool("rebind")(record, lambda b: remap.get(b, b))
+        return clone
 
     def _ExtendOps(self, new_ops):
         self._net.op.extend(new_ops)
@@ -476,6 +529,26 @@ class Net:
         gradients seeded with 1.0; a dict: blob -> its gradient blob, None = 1.0).
         Returns {blob: gradient BlobReference or GradientSlice}; see caffe2py.gradients."""
         return gradients.add_gradient_operators(self, ys, skip)
+
+    # -- observers of this net's instance in the current workspace (create it first)
+    def _instance(self):
+        return workspace.current_workspace().get_net(self.Name())
+
+    def AddObserver(self, observer_type):
+        """Attach an observer (a name such as "TimeObserver", or an executor.NetObserver)
+        to the net created in the current workspace; returns how many it has now."""
+        instance = self._instance()
+        instance.add_observer(observer_type)
+        return instance.num_observers()
+
+    def GetObserver(self, index):
+        return self._instance().observers[index]
+
+    def RemoveObserver(self, observer):
+        self._instance().remove_observer(observer)
+
+    def NumObservers(self):
+        return self._instance().num_observers()
 
     def RunAllOnGPU(self, gpu_id=0, use_cudnn=False):
         self._net.device_option.CopyFrom(DeviceOption(caffe2_pb2.CUDA, gpu_id))
@@ -496,6 +569,7 @@ class ExecutionStep:
     def __init__(self, name, nets=None, num_iter=None):
         self._step = caffe2_pb2.ExecutionStep(name=name or "")
         self._nets = []
+        self._substeps = []
         if nets is not None:
             for net in nets if isinstance(nets, (list, tuple)) else [nets]:
                 self.AddNet(net)
@@ -510,6 +584,37 @@ class ExecutionStep:
 
     def Nets(self):
         return list(self._nets)
+
+    def Substeps(self):
+        return list(self._substeps)
+
+    def HasNets(self):
+        return len(self._step.network) > 0
+
+    def HasSubsteps(self):
+        return len(self._step.substep) > 0
+
+    def get_net_by_name(self, name):
+        return next((net for net in self._nets if net.Name() == name), None)
+
+    def get_net(self, name):
+        """The Net object of this step (or a substep) named `name`."""
+        net = self.get_net_by_name(name)
+        if net is None:
+            raise KeyError("execution step '%s' has no net '%s'" % (self.Name(), name))
+        return net
+
+    def __str__(self):
+        return self.Name()
+
+    def get_all_attributes(self, name):
+        """The attributes `name` of every net of this step and of its substeps."""
+        seen, found = set(), []
+        for net in self._nets:
+            if id(net) not in seen and hasattr(net, "get_attributes"):
+                seen.add(id(net))
+                found.extend(net.get_attributes(name))
+        return found
 
     def SetIter(self, num_iter):
         self._step.num_iter = num_iter
@@ -542,6 +647,7 @@ class ExecutionStep:
             raise Caffe2Error("execution step '%s' already has nets; it cannot also have substeps" % self.Name())
         proto = substep.Proto() if hasattr(substep, "Proto") else substep
         self._step.substep.add().CopyFrom(proto)
+        self._substeps.append(substep)
         if hasattr(substep, "Nets"):
             self._nets.extend(substep.Nets())
         return self
@@ -556,7 +662,8 @@ class ExecutionStep:
 
 
 def execution_step(name, steps_or_nets, num_iter=None, report_net=None, report_interval=None,
-                   concurrent_substeps=None, should_stop_blob=None, only_once=None):
+                   concurrent_substeps=None, should_stop_blob=None, only_once=None,
+                   num_concurrent_instances=None, create_workspace=False, run_every_ms=None):
     step = ExecutionStep(name)
     items = steps_or_nets if isinstance(steps_or_nets, (list, tuple)) else [steps_or_nets]
     items = [item for item in items if item is not None]
@@ -579,7 +686,18 @@ def execution_step(name, steps_or_nets, num_iter=None, report_net=None, report_i
         step.SetShouldStopBlob(should_stop_blob)
     if only_once is not None:
         step.SetOnlyOnce(only_once)
+    if num_concurrent_instances is not None:
+        step.SetNumConcurrentInstances(num_concurrent_instances)
+    if create_workspace:
+        step.SetCreateWorkspace(True)
+    if run_every_ms:
+        step.RunEveryMillis(run_every_ms)
     return step
+
+
+def scoped_execution_step(name, *args, **kwargs):
+    """execution_step with the name in the current name scope."""
+    return execution_step(ScopedName(name) if name else name, *args, **kwargs)
 
 
 class Plan:
@@ -588,6 +706,8 @@ class Plan:
     def __init__(self, name_or_step):
         self._plan = caffe2_pb2.PlanDef()
         self._net_names = set()
+        self._steps = []
+        self._nets = []
         if isinstance(name_or_step, ExecutionStep):
             self._plan.name = name_or_step.Name()
             self.AddStep(name_or_step)
@@ -602,12 +722,21 @@ class Plan:
             if net.Name() not in self._net_names:
                 self._net_names.add(net.Name())
                 self._plan.network.add().CopyFrom(net.Proto())
+                self._nets.append(net)
+
+    def Steps(self):
+        return list(self._steps)
+
+    def get_all_attributes(self, name):
+        """The attributes `name` of every net of the plan."""
+        return [attr for net in self._nets if hasattr(net, "get_attributes") for attr in net.get_attributes(name)]
 
     def Nets(self):
         return list(self._plan.network)
 
     def AddStep(self, step):
         self._plan.execution_step.add().CopyFrom(step.Proto())
+        self._steps.append(step)
         self.AddNets(step.Nets())
 
 
@@ -626,6 +755,38 @@ def to_execution_step(step_or_nets, default_name=None):
     if isinstance(step_or_nets, Net):
         step_or_nets = [step_or_nets]
     return execution_step(default_name, step_or_nets, should_stop_blob=stop_blob)
+
+
+def clone_and_bind_net(net, name, prefix, blob_remap=None, inputs=None, keep_schema=True):
+    """(clone, blob_remap): a copy of net named `name` whose blobs are renamed
+    `prefix` + name, except the blobs it reads before writing (kept) and those
+    in blob_remap; with `inputs` (a record holding at least the fields of the
+    net's input record) the input record's blobs become the inputs' blobs.
+    blob_remap is filled in with every renaming."""
+    if not isinstance(net, Net):
+        raise Caffe2Error("clone_and_bind_net expects a core.Net, got %s" % type(net).__name__)
+    blob_remap = {} if blob_remap is None else blob_remap
+    if inputs is not None:
+        original = net.input_record()
+        if original is None:
+            raise Caffe2Error("net '%s' has no input record to bind the inputs to" % net.Name())
+        extra = set(original.field_names()) - set(inputs.field_names())
+        if extra:
+            raise Caffe2Error("Schemas don't match, extra fields %s found in the net %s. original: %s; inputs: %s"
+                              % (sorted(extra), net.Name(), original.field_names(), inputs.field_names()))
+        by_field = dict(zip(original.field_names(), original.field_blobs()))
+        for field, blob in zip(inputs.field_names(), inputs.field_blobs()):
+            if field in by_field:
+                blob_remap[str(by_field[field])] = str(blob)
+    ssa, versions = get_ssa(net.Proto())
+    read_first = get_undefined_blobs(ssa)
+    for blob in versions:
+        if blob not in blob_remap:
+            blob_remap[blob] = blob if blob in read_first else prefix + blob
+    cloned = net.Clone(name, blob_remap, keep_schema=keep_schema)
+    if not keep_schema and inputs:
+        cloned.set_input_record(inputs)
+    return cloned, blob_remap
 
 
 # --------------------------------------------------------------------------- SSA helpers

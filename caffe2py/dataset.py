@@ -13,7 +13,7 @@ from .schema import Field, Struct, from_blob_list, from_column_list
 
 class _DatasetReader(Reader):
     def __init__(self, content, cursor, name, batch_size=1, enforce_batch_size=False):
-        """Made by Dataset.reader()."""
+        """Made by Dataset.reader(); setup_ex (or the reader's init_net) makes its cursor."""
         assert isinstance(content, Field)
         Reader.__init__(self, content)
         self._content = content
@@ -22,7 +22,13 @@ class _DatasetReader(Reader):
         self.batch_size = batch_size
         self.enforce_batch_size = enforce_batch_size
 
+    def setup_ex(self, init_net, exit_net):
+        if self.cursor is None:
+            self.cursor = init_net.CreateTreeCursor([], init_net.NextScopedBlob(self.name),
+                                                    fields=self._content.field_names())
+
     def read(self, read_net):
+        assert self.cursor, "setup not called."
         with core.NameScope(read_net.NextName(self.name)):
             fields = read_net.ReadNextBatch(
                 [self.cursor] + self._content.field_blobs(), self._content.field_names(),
@@ -46,6 +52,11 @@ class _DatasetRandomReader(Reader):
         self.batch_size = batch_size
         self.loop_over = loop_over
         self.enforce_batch_size = enforce_batch_size
+
+    def setup_ex(self, init_net, exit_net):
+        if self.cursor is None:
+            self.cursor = init_net.CreateTreeCursor([], init_net.NextScopedBlob(self.name),
+                                                    fields=self._content.field_names())
 
     def reset(self, net):
         net.ResetCursor([self.cursor], [])
@@ -75,14 +86,19 @@ class _DatasetRandomReader(Reader):
 
 
 class _DatasetWriter(Writer):
-    def __init__(self, content, init_net):
-        """Made by Dataset.writer()."""
+    def __init__(self, content):
+        """Made by Dataset.writer(); setup_ex (or the writer's init_net) makes its mutex."""
         self._content = content
-        self.mutex = init_net.CreateMutex([])
+        self.mutex = None
+
+    def setup_ex(self, init_net, exit_net):
+        if self.mutex is None:
+            self.mutex = init_net.CreateMutex([])
 
     def write(self, writer_net, fields):
         """Append the blobs in `fields` to the dataset, after checking that they form a
         consistent batch under the schema."""
+        assert self.mutex is not None, "setup not called."
         field_blobs = self._content.field_blobs()
         assert len(fields) == len(field_blobs), "Expected %s fields, got %s." % (len(field_blobs), len(fields))
         writer_net.CheckDatasetConsistency(fields, [], fields=self._content.field_names())
@@ -119,7 +135,8 @@ class Dataset:
         self.fields = fields.field_names()
         self.field_types = fields.field_types()
         self.name = name or "dataset"
-        self.field_blobs = None
+        # a record of blobs is the dataset's content already
+        self.field_blobs = fields.field_blobs() if fields.has_blobs() else None
 
     def trim(self, net, multiple_of):
         """Add a TrimDataset op: keep a multiple of `multiple_of` records."""
@@ -146,22 +163,30 @@ class Dataset:
         return self.fields
 
     def reader(self, init_net=None, cursor_name=None, batch_size=1, enforce_batch_size=False):
-        """A reader walking the dataset in order; init_net creates its TreeCursor."""
+        """A reader walking the dataset in order; init_net (or the task's setup,
+        without one) creates its TreeCursor."""
         assert self.field_blobs, "Dataset not initialized."
-        cursor_name = cursor_name or (self.name + "_cursor")
-        cursor = init_net.CreateTreeCursor([], [cursor_name], fields=self.fields)
-        return _DatasetReader(self.content(), cursor, cursor_name, batch_size, enforce_batch_size)
+        reader = _DatasetReader(self.content(), None, cursor_name or (self.name + "_cursor"), batch_size,
+                                enforce_batch_size)
+        if init_net is not None:
+            reader.setup_ex(init_net, None)
+        return reader
 
     def random_reader(self, init_net=None, indices=None, cursor_name=None, batch_size=1,
                       loop_over=False, enforce_batch_size=False):
         """A reader walking the dataset in the order of the `indices` blob."""
         assert self.field_blobs, "Dataset not initialized."
-        cursor_name = cursor_name or (self.name + "_cursor")
-        cursor = init_net.CreateTreeCursor([], [cursor_name], fields=self.fields)
-        return _DatasetRandomReader(self.content(), cursor, cursor_name, indices, batch_size,
-                                    loop_over, enforce_batch_size)
+        reader = _DatasetRandomReader(self.content(), None, cursor_name or (self.name + "_cursor"), indices,
+                                      batch_size, loop_over, enforce_batch_size)
+        if init_net is not None:
+            reader.setup_ex(init_net, None)
+        return reader
 
     def writer(self, init_net=None):
-        """A writer appending batches (not safe while reading)."""
+        """A writer appending batches (not safe while reading); init_net (or the
+        task's setup, without one) creates its mutex."""
         assert self.field_blobs, "Dataset not initialized."
-        return _DatasetWriter(self.content(), init_net)
+        writer = _DatasetWriter(self.content())
+        if init_net is not None:
+            writer.setup_ex(init_net, None)
+        return writer

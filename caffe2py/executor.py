@@ -41,7 +41,7 @@ class Step:
     blobs the kernel receives; with reads_outputs they end with the op's outputs,
     whose current values may be absent (`optional`: passed as None)."""
     __slots__ = ("index", "op_def", "kernel", "inputs", "outputs", "engine", "context", "takes_blobs", "optional",
-                 "guard")
+                 "guard", "commits_outputs")
 
     def __init__(self, index, op_def, kernel, engine, context, reads_outputs=False, guard=None):
         self.index = index
@@ -57,6 +57,8 @@ class Step:
         # registry.takes_blobs kernels get the run's blob dict first (ops such as
         # Load(load_all) that touch blobs they do not name as outputs)
         self.takes_blobs = bool(getattr(kernel, "takes_blobs", False))
+        # registry.commits_outputs kernels write their outputs into the workspace themselves
+        self.commits_outputs = bool(getattr(kernel, "commits_outputs", False))
 
 
 def memory_problem(exc):
@@ -246,7 +248,8 @@ class Plan:
                 written.add(blob)
                 if blob in dirty:
                     dirty.remove(blob)
-                dirty.append(blob)
+                if not step.commits_outputs:
+                    dirty.append(blob)
             if len(outs) == 0:
                 body.append((call, ("step", step.index)))
             elif len(outs) == 1:
@@ -354,10 +357,8 @@ class Plan:
                 step.guard(*args[:len(step.op_def.input)])
             except Exception as exc:  # noqa: BLE001
                 raise self.step_error(step, exc) from exc
-        if _wants_workspace(step):
+        if _wants_workspace(step):      # takes_blobs kernels too: the view, once
             args = (env if isinstance(env, BlobOverlay) else BlobOverlay(blobs, env),) + args
-        if step.takes_blobs:
-            args = (blobs,) + args
         trust = model_trust.enter(self.policy) if self.policy is not None else None
         try:
             result = step.kernel(*args)     # the one tuple: no second holder of any input
@@ -368,7 +369,12 @@ class Plan:
             if trust is not None:
                 model_trust.leave(trust)
         n = len(step.outputs)
-        if n == 1:
+        if step.commits_outputs:
+            # already in the workspace: later reads fall through to it
+            for blob in step.outputs:
+                if isinstance(env, BlobOverlay):
+                    env.writes.pop(blob, None)
+        elif n == 1:
             env[step.outputs[0]] = result
         elif n > 1:
             for blob, value in zip(step.outputs, result):

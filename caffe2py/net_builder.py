@@ -18,11 +18,38 @@ Two families of blocks, as in Caffe2:
   become execution steps with a stop blob; run them with
   `workspace.RunPlan(core.Plan(core.to_execution_step(nb)))`.
 
-The task-related parts of Caffe2's module (task_init, task_group, reporters)
-belong to Caffe2's distributed task framework and are not provided.
+Inside a Task (caffe2py.task), `ops.task_init()` / `task_exit()` (once per task),
+`task_instance_init()` / `task_instance_exit()` (once per concurrent instance),
+`local_init()` / `local_exit()` (once per node of the TaskGroup) hold setup and
+teardown ops, and `task_reporter()` / `local_reporter()` ops that run
+periodically while the task (the group) runs and once after it.
+`ops.task_group()` starts a TaskGroup run as the next step of the builder.
 """
 from . import context, core
 from .control_ops_util import add_if_op, add_while_op
+
+# Attribute keys of the setup and report builders (caffe2py.task reads them as
+# Task.TASK_SETUP, Task.TASK_INSTANCE_SETUP, Task.REPORT_STEP, TaskGroup.LOCAL_SETUP).
+TASK_SETUP = "task_setup"
+TASK_INSTANCE_SETUP = "task_instance_setup"
+REPORT_STEP = "report_step"
+LOCAL_SETUP = "local_setup"
+
+# Filled in by caffe2py.task, which is above this module: "current_group" (the
+# active TaskGroup) and "local_group" (a new TaskGroup on the local node).
+_task_hooks = {}
+
+
+def set_task_hooks(current_group, local_group):
+    _task_hooks["current_group"] = current_group
+    _task_hooks["local_group"] = local_group
+
+
+def _task_hook(name):
+    hook = _task_hooks.get(name)
+    if hook is None:
+        raise AssertionError("task groups need caffe2py.task: import it first")
+    return hook
 
 
 class NetBuilder(context.Managed):
@@ -211,6 +238,42 @@ class Operations:
         assert isinstance(NetBuilder.current(), _RunWhileNet), "Use of Condition outside of WhileNet"
         return _RunWhileCondition(name=name)
 
+    def task_group(self):
+        """A TaskGroup on the local node, run as the next step of the current builder."""
+        group = _task_hook("local_group")()
+        NetBuilder.current().add(group)
+        return group
+
+    # -- setup, teardown and reports of tasks (see the module doc)
+    def _setup(self, kind, key):
+        setup = _SetupBuilder(kind)
+        self.net().add_attribute(key, setup)
+        return setup
+
+    def task_init(self):
+        return self._setup(_SetupBuilder.INIT, TASK_SETUP)
+
+    def task_exit(self):
+        return self._setup(_SetupBuilder.EXIT, TASK_SETUP)
+
+    def task_instance_init(self):
+        return self._setup(_SetupBuilder.INIT, TASK_INSTANCE_SETUP)
+
+    def task_instance_exit(self):
+        return self._setup(_SetupBuilder.EXIT, TASK_INSTANCE_SETUP)
+
+    def local_init(self):
+        return self._setup(_SetupBuilder.INIT, LOCAL_SETUP)
+
+    def local_exit(self):
+        return self._setup(_SetupBuilder.EXIT, LOCAL_SETUP)
+
+    def task_reporter(self, interval_ms=1000, name=None):
+        return _ReporterBuilder(interval_ms, net=self.net(), name=name)
+
+    def local_reporter(self, interval_ms=1000, name=None):
+        return _ReporterBuilder(interval_ms, name=name)
+
 
 ops = Operations()
 
@@ -227,6 +290,47 @@ class _leave_on_error:
     def __exit__(self, etype, *args):
         if etype is not None:
             context.Managed.__exit__(self.builder, etype, *args)
+
+
+class _ReporterBuilder(NetBuilder):
+    """Ops run every interval_ms: for the task whose net it is attached to, or
+    (no net) for the current TaskGroup's node."""
+
+    def __init__(self, interval_ms, net=None, name=None):
+        NetBuilder.__init__(self, name)
+        self._net = net
+        self.interval_ms = interval_ms
+
+    def __exit__(self, etype, *args):
+        if etype is None:
+            step = core.to_execution_step(self)
+            step.RunEveryMillis(self.interval_ms)
+            if self._net:
+                self._net.add_attribute(REPORT_STEP, step)
+            else:
+                _task_hook("current_group")().report_step(step, interval_ms=self.interval_ms)
+        NetBuilder.__exit__(self, etype, *args)
+
+
+class _SetupBuilder(NetBuilder):
+    """Ops a Task or TaskGroup runs before (INIT) or after (EXIT) its body; it
+    finds them as an attribute of a net (caffe2py.task.get_setup_nets)."""
+    INIT = "init"
+    EXIT = "exit"
+
+    def __init__(self, type, name=None):  # noqa: A002 - Caffe2's argument name
+        NetBuilder.__init__(self, name)
+        self.type = type
+
+    def setup(self, net):
+        if self.type == _SetupBuilder.INIT:
+            return core.to_execution_step(self)
+        return None
+
+    def exit(self, net):
+        if self.type == _SetupBuilder.EXIT:
+            return core.to_execution_step(self)
+        return None
 
 
 class _RunOnce(NetBuilder):

@@ -471,6 +471,54 @@ class FtrlOptimizer(Optimizer):
         self.alpha *= scale
 
 
+class YellowFinOptimizer(Optimizer):
+    """YellowFin (arXiv 1706.03471), an automatic tuner of momentum SGD, with a
+    learning rate and momentum per parameter (Caffe2's YellowFinOptimizer): the
+    YellowFin op updates the parameter and its seven state blobs in place. Dense
+    gradients only."""
+
+    # persistent scalars the YellowFin op keeps (kernels/cpu/optim/yellowfin.py)
+    SCALARS_MEMORY_SIZE = 5
+
+    def __init__(self, alpha=0.1, mu=0.0, beta=0.999, curv_win_width=20, zero_debias=True, epsilon=0.1 ** 6,
+                 policy="fixed", sparse_dedup_aggregator=None, **kwargs):
+        super().__init__()
+        self.alpha = alpha
+        self.mu = mu
+        self.beta = beta
+        self.curv_win_width = curv_win_width
+        self.zero_debias = zero_debias
+        self.epsilon = epsilon
+        self.policy = policy
+        self.sparse_dedup_aggregator = sparse_dedup_aggregator
+        self.init_kwargs = kwargs
+
+    def _run(self, net, param_init_net, param_info):
+        param, grad = param_info.blob, param_info.grad
+        if not self.alpha > 0:
+            raise Caffe2Error("YellowFin: alpha (the initial learning rate) must be positive, got %r" % self.alpha)
+        if _is_slice(grad):
+            raise Caffe2Error("YellowFin does not support sparse gradients (parameter '%s')" % param)
+        name = str(param)
+        moment = param_init_net.ConstantFill([param], name + "_moment", value=0.0)
+        curv_win = param_init_net.ConstantFill([], name + "_curv_win", shape=[self.curv_win_width], value=0.0)
+        g_avg = param_init_net.ConstantFill([param], name + "_g_avg", value=0.0)
+        g2_avg = param_init_net.ConstantFill([param], name + "_g2_avg", value=0.0)
+        lr_avg = param_init_net.ConstantFill([], name + "_lr_avg", shape=[1], value=self.alpha)
+        mu_avg = param_init_net.ConstantFill([], name + "_mu_avg", shape=[1], value=self.mu)
+        memory = param_init_net.ConstantFill([], name + "_scalars_memory", shape=[self.SCALARS_MEMORY_SIZE],
+                                             value=0.0)
+        iteration = utils.BuildUniqueMutexIter(param_init_net, net)
+        self._aux_params.shared.append(iteration)
+        self._aux_params.local.extend([moment, lr_avg, mu_avg, curv_win, g_avg, g2_avg, memory])
+        state = [param, moment, lr_avg, mu_avg, curv_win, g_avg, g2_avg, memory]
+        net.YellowFin(state + [grad, iteration], state, beta=self.beta, epsilon=self.epsilon,
+                      curv_win_width=self.curv_win_width, zero_debias=self.zero_debias)
+
+    def scale_learning_rate(self, scale):
+        self.alpha *= scale
+
+
 # ----------------------------------------------------------------- building
 
 def _infer_blob_devices(nets):
@@ -598,6 +646,12 @@ def build_ftrl(model, engine="SIMD", **kwargs):
     gradient. Caffe2 asked for its SIMD engine; caffe2py has one Ftrl kernel and runs it
     for any engine name."""
     return _build(model, FtrlOptimizer(engine=engine, **kwargs))
+
+
+def build_yellowfin(model, base_learning_rate=0.1, **kwargs):
+    """YellowFin for every parameter with a (dense) gradient, starting from learning
+    rate base_learning_rate."""
+    return _build(model, YellowFinOptimizer(alpha=base_learning_rate, **kwargs))
 
 
 def build_gftrl(model, engine="", **kwargs):  # noqa: ARG001

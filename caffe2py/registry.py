@@ -449,6 +449,17 @@ def takes_blobs(run):
     return run
 
 
+def commits_outputs(run):
+    """Mark a kernel that writes its outputs into the workspace itself, inside its
+    own lock (AtomicAppend): it gets the run's blob view first, as a takes_blobs
+    kernel does, and the executor leaves its outputs out of the commit at the end
+    of the run, where a value computed before a concurrent net's newer write would
+    overwrite it. Such writes stay even when a later op of the run fails."""
+    run.takes_blobs = True
+    run.commits_outputs = True
+    return run
+
+
 _left_out = {}     # op type -> why caffe2py does not provide it (catalogue coverage)
 
 

@@ -618,5 +618,12 @@ def _append_field(record, field_name, field):
     return record + Struct((field_name, field))
 
 
-# core is below this module: Net.AppendOutputRecordField adds fields through this
+def _rebind_record(record, rename):
+    """record's schema over the blobs rename(name) of its blobs."""
+    return from_blob_list(record.clone_schema(), [BlobReference(rename(str(b))) for b in record.field_blobs()])
+
+
+# core is below this module: Net.AppendOutputRecordField, set_input_record and Clone
+# handle records through these
 core.set_record_field_appender(_append_field)
+core.set_record_tools(NewRecord, _rebind_record)

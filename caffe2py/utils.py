@@ -52,8 +52,22 @@ def BuildUniqueMutexIter(init_net, net, iter=None, iter_mutex=None, iter_val=0):
     return iteration
 
 
+def EnumClassKeyVals(cls):
+    """{NAME: value} of a class's upper-case string attributes (Caffe2's enum
+    classes, such as regularizer.RegularizationBy); values must be unique."""
+    assert isinstance(cls, type), "expected a class"
+    enum = {}
+    for key in dir(cls):
+        if key == key.upper():
+            value = getattr(cls, key)
+            if isinstance(value, str):
+                assert value not in enum.values(), "Failed to resolve %s as Enum: duplicate value %r" % (cls, value)
+                enum[key] = value
+    return enum
+
+
 __all__ = ["MakeArgument", "ArgumentHelper", "Caffe2TensorToNumpyArray",
-           "NumpyArrayToCaffe2Tensor", "MakeNDArray", "GetArgumentValue", "debug", "BuildUniqueMutexIter",
+           "NumpyArrayToCaffe2Tensor", "MakeNDArray", "GetArgumentValue", "debug", "BuildUniqueMutexIter", "EnumClassKeyVals",
            "OPTIMIZER_ITERATION_NAME", "ITERATION_MUTEX_NAME"]
 
 

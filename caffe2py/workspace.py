@@ -3,6 +3,7 @@
 The module functions (FeedBlob, RunNet, ...) act on the current workspace, as
 in caffe2.python.workspace. The Workspace class is usable on its own.
 """
+import contextlib
 import logging
 import threading
 
@@ -11,6 +12,8 @@ import numpy as np
 from . import devices
 from .benchmark import benchmark_net
 from .errors import Caffe2Error, ProtoError
+from .blob_scopes import SharedBlobs
+from .execution_steps import run_step
 from .executor import Net, compile_net
 from . import int8_tensor
 from .proto import caffe2_pb2
@@ -67,13 +70,22 @@ def _op_proto(op):
 
 class Workspace:
     """Named blobs plus the nets created in them. root_folder is Caffe2's workspace
-    root folder (kept for RootFolder(); caffe2py's ops resolve paths themselves)."""
+    root folder (kept for RootFolder(); caffe2py's ops resolve paths themselves).
 
-    def __init__(self, name="default", root_folder="."):
+    With a parent (Caffe2's Workspace(shared)): every blob of the parent is
+    visible, writing one writes the parent's, new blobs stay here; a net of the
+    parent run here is instantiated here, on this workspace's blobs."""
+
+    def __init__(self, name="default", root_folder=".", parent=None):
         self.name = name
-        self.root_folder = root_folder
-        self.blobs = {}
+        self.root_folder = root_folder if parent is None else parent.root_folder
+        self.parent = parent
+        self.blobs = {} if parent is None else SharedBlobs(parent.blobs)
         self.nets = {}
+
+    def child(self, name=None):
+        """A new workspace with this one as its parent."""
+        return Workspace(name or self.name + "/child", parent=self)
 
     # -- blobs
     def feed_blob(self, name, value, device_option=None):
@@ -158,10 +170,21 @@ class Workspace:
 
     def get_net(self, name):
         name = _name(name)
-        try:
-            return self.nets[name]
-        except KeyError:
-            raise Caffe2Error("Network %s does not exist yet." % name) from None
+        net = self.nets.get(name)
+        if net is None and self.parent is not None:
+            inherited = self.parent._net_def(name)
+            if inherited is not None:
+                self.create_net(inherited, overwrite=True)
+                net = self.nets[name]
+        if net is None:
+            raise Caffe2Error("Network %s does not exist yet." % name)
+        return net
+
+    def _net_def(self, name):
+        """The NetDef of net `name` here or in an ancestor, or None."""
+        if name in self.nets:
+            return self.nets[name].net_def
+        return None if self.parent is None else self.parent._net_def(name)
 
     def run_net(self, name, num_iter=1, allow_fail=False):
         net = self.get_net(name)
@@ -209,39 +232,8 @@ class Workspace:
             self._run_step(step)
         return True
 
-    def _should_stop(self, step):
-        if not step.should_stop_blob:
-            return False
-        value = self.blobs.get(step.should_stop_blob)
-        return value is not None and bool(np.asarray(value).reshape(-1)[0])
-
     def _run_step(self, step):
-        if len(step.substep) and len(step.network):
-            raise Caffe2Error("execution step '%s' has both substeps and networks" % step.name)
-        if step.create_workspace:
-            raise Caffe2Error("execution step '%s': create_workspace is not supported" % step.name)
-        iterations = 1 if step.only_once else (step.num_iter if step.HasField("num_iter") else 1)
-        if step.should_stop_blob and not step.HasField("num_iter"):
-            iterations = None  # run until the stop blob says so
-        it = 0
-        while iterations is None or it < iterations:
-            if step.concurrent_substeps and len(step.substep) > 1:
-                from .concurrent_steps import run_substeps_concurrently
-                run_substeps_concurrently(self._run_step, step.substep)
-                if self._should_stop(step):
-                    return
-            else:
-                for sub in step.substep:
-                    self._run_step(sub)
-                    if self._should_stop(step):
-                        return
-            for net_name in step.network:
-                self.run_net(net_name)
-                if self._should_stop(step):
-                    return
-            it += 1
-            if step.report_net and step.report_interval and it % step.report_interval == 0:
-                self.run_net(step.report_net)
+        run_step(self, step)
 
 
 # --------------------------------------------------------------------------- module API
@@ -271,6 +263,17 @@ def SwitchWorkspace(name, create_if_missing=None):
                 raise Caffe2Error("Workspace %s does not exist. Set create_if_missing=True to create it." % name)
             _workspaces[name] = Workspace(name)
         _current[0] = name
+
+
+@contextlib.contextmanager
+def WorkspaceGuard(workspace_name):
+    """Run the block in workspace `workspace_name` (created if missing), then switch back."""
+    previous = CurrentWorkspace()
+    SwitchWorkspace(workspace_name, True)
+    try:
+        yield
+    finally:
+        SwitchWorkspace(previous)
 
 
 def ResetWorkspace(root_folder=None):
@@ -505,6 +508,64 @@ def GlobalInit(args):
             logging.getLogger("caffe2py").setLevel(
                 logging.DEBUG if level < 0 else _LOG_LEVELS.get(level, logging.CRITICAL))
     return True
+
+
+def _net_def(net):
+    """A NetDef from a serialized NetDef (what Caffe2's binding takes), a NetDef or a Net."""
+    if isinstance(net, (bytes, bytearray)):
+        try:
+            return caffe2_pb2.NetDef.FromString(bytes(net))
+        except Exception as exc:  # noqa: BLE001
+            raise ProtoError("Predictor: not a serialized NetDef: %s" % exc) from None
+    return _net_proto(net)
+
+
+class Predictor:
+    """Caffe2's workspace.Predictor: a model ready to answer requests.
+
+    Predictor(init_net, predict_net) takes the two nets (serialized NetDefs, as
+    Caffe2's binding does, or NetDef / core.Net objects), runs init_net once in a
+    workspace of its own and keeps predict_net there. run(inputs) feeds a list of
+    arrays into the first external inputs of predict_net, in order, or a dict
+    {input name: array}, runs the net and returns the arrays of its external
+    outputs, in order."""
+
+    def __init__(self, init_net, predict_net):
+        self._init_net = _net_def(init_net)
+        self._predict_net = _net_def(predict_net)
+        self._ws = Workspace("predictor")
+        self._ws.run_net_once(self._init_net)
+        self._inputs = list(self._predict_net.external_input)
+        self._outputs = list(self._predict_net.external_output)
+        for name in self._inputs:
+            self._ws.create_blob(name)
+        self._ws.create_net(self._predict_net, overwrite=True)
+
+    @property
+    def input_names(self):
+        return list(self._inputs)
+
+    @property
+    def output_names(self):
+        return list(self._outputs)
+
+    def run(self, inputs):
+        if isinstance(inputs, dict):
+            unknown = [name for name in inputs if name not in self._inputs]
+            if unknown:
+                raise Caffe2Error("Predictor: '%s' is not an input of the predict net (inputs: %s)"
+                                  % (unknown[0], ", ".join(self._inputs)))
+            feeds = list(inputs.items())
+        else:
+            inputs = list(inputs)
+            if len(inputs) > len(self._inputs):
+                raise Caffe2Error("Predictor: %d inputs given, the predict net has %d external inputs"
+                                  % (len(inputs), len(self._inputs)))
+            feeds = list(zip(self._inputs, inputs))
+        for name, value in feeds:
+            self._ws.feed_blob(name, value)
+        self._ws.run_net(self._predict_net.name)
+        return [self._ws.fetch_blob(name) for name in self._outputs]
 
 
 class _BlobsView:

@@ -70,7 +70,10 @@ class ReversePseudoFP16Initializer(Initializer):
 
 def update_initializer(initializer_class, operator_name_and_kwargs, default_operator_name_and_kwargs):
     """An initializer of `initializer_class` (Initializer when None) for the given
-    (op name, kwargs), or the default pair when none is given."""
-    name, kwargs = operator_name_and_kwargs or default_operator_name_and_kwargs
+    (op name, kwargs), or the default pair when none is given. As in Caffe2, only the
+    first two items count: ('UniformFill', {'min': -1.0}, {'max': 1.0}) fills with
+    min -1 and the op's default max (Caffe2's crf_test passes such a triple)."""
+    chosen = operator_name_and_kwargs or default_operator_name_and_kwargs
+    name, kwargs = chosen[0], chosen[1]
     cls = initializer_class if initializer_class is not None else Initializer
     return cls(name, **kwargs)

@@ -283,4 +283,46 @@ def sparse_normalize(ctx):
     return run
 
 
-should_not_do_gradient("Ftrl", "SparseFtrl", "RmsProp", "Lars", "YellowFin", "SparseNormalize")
+# ----------------------------------------------------------------- EnsureClipped
+
+register_schema(OpSchema(
+    "EnsureClipped", num_inputs={1, 3}, num_outputs=1, allow_inplace={(0, 0)},
+    args=(Arg("min", "float", None, doc="lower bound (default: none)"),
+          Arg("max", "float", None, doc="upper bound (default: none)")),
+    inputs=("param", "indices", "grad"), outputs=("output_param",), inference=_like(0),
+    doc="Clips param to [min, max] after an optimizer step (the regularizers' projection). With indices and "
+        "grad (a sparse update) only the rows named by indices are clipped, in place; grad is only checked "
+        "to hold one row per index."))
+
+
+@register_kernel("EnsureClipped")
+def ensure_clipped(ctx):
+    low = ctx.float("min") if ctx.has("min") else None
+    high = ctx.float("max") if ctx.has("max") else None
+    sparse = ctx.n_inputs == 3
+    if sparse and ctx.outputs[0] != ctx.inputs[0]:
+        raise ctx.error("with indices and grad the param must be updated in place (output 0 = input 0)")
+    if low is not None and high is not None and low > high:
+        raise ctx.error("min %g is above max %g" % (low, high))
+
+    def run(param, *sparse_inputs):
+        _float(ctx, 0, param, "param")
+        if not sparse:
+            return np.clip(param, low, high) if (low is not None or high is not None) else param.copy()
+        indices, grad = sparse_inputs
+        rows, block = _rows(ctx, 0, param, "param")
+        flat = _indices(ctx, 1, indices, rows, ctx.inputs[0])
+        if grad.size != flat.size * block:
+            raise ctx.input_error(2, "grad must hold one %d-value row per index, got %d values" % (block, grad.size))
+        param = inplace.claim(param)
+        if flat.size and block and (low is not None or high is not None):
+            table = param.reshape(rows, block)
+            touched = np.unique(flat)
+            saved = _save_rows(table, touched)
+            table[touched] = np.clip(table[touched], low, high)
+            inplace.remember_rows(table, touched, saved)
+        return param
+    return run
+
+
+should_not_do_gradient("Ftrl", "SparseFtrl", "RmsProp", "Lars", "YellowFin", "SparseNormalize", "EnsureClipped")

@@ -8,10 +8,11 @@ import sys
 import numpy as np
 
 from caffe2py import runtime_objects as R
-from caffe2py.blob_scopes import local_names
+from caffe2py.blob_scopes import local_names, underlying
 from caffe2py.kernels.cpu.tensor import strings as S
 from caffe2py.proto import caffe2_pb2
-from caffe2py.registry import Arg, OpSchema, TensorType, leave_out, register_kernel, register_schema
+from caffe2py.registry import (Arg, OpSchema, TensorType, commits_outputs, leave_out, register_kernel,
+                               register_schema)
 
 DT = caffe2_pb2.TensorProto
 _SCALAR = ()
@@ -158,12 +159,19 @@ def atomic_append(ctx):
             raise ctx.error("appended-to arguments must be in-place: output %d is '%s', input %d is '%s'"
                             % (i, ctx.outputs[i], 1 + i, ctx.inputs[1 + i]))
 
-    def run(mutex, *tensors):
+    # Nets appending concurrently (dataset writers on several threads): the value
+    # to append to is read, and the result written, inside the mutex, in the
+    # workspace itself; a value loaded when the net started may be out of date.
+    @commits_outputs
+    def run(blobs, mutex, *tensors):
         _object(ctx, mutex, 0, R.Mutex, "a mutex (CreateMutex)")
+        store = underlying(blobs)
         with mutex:
             out = []
             for i in range(fields):
-                a, b = tensors[i], tensors[fields + i]
+                name = ctx.outputs[i]
+                a = store[name] if name in store else tensors[i]
+                b = tensors[fields + i]
                 if b.ndim < 1:
                     raise ctx.input_error(1 + fields + i, "must have at least one dimension")
                 if a.size == 0:
@@ -173,6 +181,8 @@ def atomic_append(ctx):
                     raise ctx.input_error(1 + fields + i, "%s %s cannot be appended to %s %s"
                                           % (b.dtype, list(b.shape), a.dtype, list(a.shape)))
                 out.append(np.concatenate([a, b]))
+            for i, value in enumerate(out):    # all fields or none
+                store[ctx.outputs[i]] = value
         return out[0] if fields == 1 else tuple(out)
     return run
 
