@@ -421,8 +421,9 @@ def test_recurrent_network_step_net_as_text_and_blob_fetcher():
     workspace.RunOperatorOnce(core.CreateOperator("RecurrentNetworkBlobFetcher", ["scratch"], ["names"],
                                                   prefix="rnn"))
     names = set(workspace.FetchBlob("names").tolist())
-    # forward-only: two alternating step workspaces, holding steps 2 and 3 last
-    assert {"rnn_s0", "rnn_s1", "rnn_timestep0", "rnn_timestep1"} <= names
+    # forward-only: two alternating step workspaces, holding steps 2 and 3 last; string
+    # tensors are fetched as bytes, as Caffe2's Python 3 binding gives them
+    assert {b"rnn_s0", b"rnn_s1", b"rnn_timestep0", b"rnn_timestep1"} <= names
     np.testing.assert_allclose(workspace.FetchBlob("rnn_s0"), s_all[2:3])
     np.testing.assert_allclose(workspace.FetchBlob("rnn_s1"), s_all[3:4])
     assert workspace.FetchBlob("rnn_timestep1").tolist() == [3]
