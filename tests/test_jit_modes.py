@@ -336,6 +336,11 @@ TWINS_TESTED_ELSEWHERE = (
     "caffe2py.kernels.cpu.optim.sparse_normalize",
     "caffe2py.kernels.cpu.optim.yellowfin",
     "caffe2py.kernels.cpu.onnx_ml.trees",      # tests/test_onnx_ml_trees.py
+    "caffe2py.kernels.cpu.detection.ps_roi_pool",   # tests/test_detectron_ops.py
+    "caffe2py.kernels.cpu.io.image_transforms",     # tests/test_image_input.py
+    "caffe2py.kernels.cpu.optim.lp_regularizer",    # tests/test_caffe2_optim_extra2.py
+    "caffe2py.kernels.cpu.optim.row_updates",       # tests/test_caffe2_optim_extra2.py
+    "caffe2py.kernels.cpu.quant.",                  # tests/test_int8_ops.py (the Int8 GEMM twins)
     "caffe2py.kernels.cpu.quant.int8_conv",    # tests/test_int8_ops.py
 )
 
