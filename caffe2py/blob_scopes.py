@@ -84,11 +84,15 @@ class BlobOverlay(MutableMapping):
         self.removed = set()
 
 
-def underlying(blobs):
-    """The mapping under a run's overlays: where a write lands at once."""
+def write_through(blobs, name, value):
+    """Write `value` to the mapping under a run's overlays at once, dropping what
+    the overlays hold for `name` so that their commit does not write an older value
+    over it (AtomicAppend from concurrent nets)."""
     while isinstance(blobs, BlobOverlay):
+        blobs.writes.pop(name, None)
+        blobs.removed.discard(name)
         blobs = blobs.base
-    return blobs
+    blobs[name] = value
 
 
 class ForwardedBlobs(MutableMapping):

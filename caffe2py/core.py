@@ -497,7 +497,11 @@ class Net:
         return self
 
     def Clone(self, name, blob_remap=None, op_id_mask=None, remap_funcs=None,  # noqa: ARG002
-              keep_schema=True, update_external_list=False):  # noqa: ARG002
+              keep_schema=True, update_external_list=False):
+        """A copy named `name` with blobs renamed by blob_remap, only the ops whose index
+        is in op_id_mask (all by default). update_external_list: external inputs become
+        the blobs an op reads before any op wrote them, external outputs the blobs
+        written and never read (Caffe2's rule)."""
         remap = {str(k): str(v) for k, v in (blob_remap or {}).items()}
         proto = caffe2_pb2.NetDef()
         proto.CopyFrom(self._net)
@@ -511,6 +515,17 @@ class Net:
             new.output[:] = [remap.get(b, b) for b in op.output]
         proto.external_input[:] = [remap.get(b, b) for b in self._net.external_input]
         proto.external_output[:] = [remap.get(b, b) for b in self._net.external_output]
+        if update_external_list:
+            written, read_after_write, inputs = [], set(), []
+            for op in proto.op:
+                for blob in op.input:
+                    if blob in written:
+                        read_after_write.add(blob)
+                    elif blob not in inputs:
+                        inputs.append(blob)
+                written.extend(b for b in op.output if b not in written)
+            proto.external_input[:] = inputs
+            proto.external_output[:] = [b for b in written if b not in read_after_write]
         clone = Net(proto)
         if keep_schema:
             for key in ("_input_record", "_output_record"):

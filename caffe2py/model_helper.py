@@ -229,6 +229,26 @@ class ModelHelper:
         self.param_init_net.RunAllOnGPU(*args, **kwargs)
         self.net.RunAllOnGPU(*args, **kwargs)
 
+    def GetCompleteNet(self):
+        """One net: param_init_net's ops (marked "/param_init_net" in their debug_info)
+        then net's, with net's type (ConstructInitTrainNetfromNet splits it again)."""
+        complete = self.param_init_net.Clone(self.name + "_complete_net", keep_schema=True)
+        for op in complete.Proto().op:
+            op.debug_info = op.debug_info + "/param_init_net"
+        complete.AppendNet(self.net)
+        if self.net.Proto().HasField("type"):
+            complete.Proto().type = self.net.Proto().type
+        return complete
+
+    def ConstructInitTrainNetfromNet(self, net):
+        """param_init_net and net from a GetCompleteNet net (by the debug_info mark)."""
+        init_ops = [i for i, op in enumerate(net.Proto().op) if op.debug_info.endswith("/param_init_net")]
+        train_ops = [i for i, op in enumerate(net.Proto().op) if not op.debug_info.endswith("/param_init_net")]
+        self.param_init_net = net.Clone(net.Name() + "/generated_param_init_net", keep_schema=True,
+                                        op_id_mask=init_ops, update_external_list=True)
+        self.net = net.Clone(net.Name() + "/generated_net", keep_schema=True, op_id_mask=train_ops,
+                             update_external_list=True)
+
     def __getattr__(self, op_type):
         if op_type.startswith("__") or op_type in ("net", "param_init_net", "_parameters_info",
                                                    "_computed_params", "params", "param_to_grad"):

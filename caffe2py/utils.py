@@ -25,6 +25,27 @@ def GetArgumentValue(arg):
     return argument_value(arg)
 
 
+def ArgsToDict(args):
+    """{name: value} of Arguments (unnamed ones are skipped): the one field that is
+    set, as protobuf holds it (strings as bytes, lists as repeated fields), or None."""
+    found = {}
+    for arg in args:
+        if not arg.HasField("name"):
+            continue
+        found[arg.name] = None
+        for field in arg.DESCRIPTOR.fields:
+            if field.name == "name":
+                continue
+            # newer protobuf has is_repeated, older only label
+            repeated = getattr(field, "is_repeated", None)
+            if repeated is None:
+                repeated = field.label == field.LABEL_REPEATED
+            if (not repeated and arg.HasField(field.name)) or (repeated and len(getattr(arg, field.name)) > 0):
+                found[arg.name] = getattr(arg, field.name)
+                break
+    return found
+
+
 def debug(f):
     return f
 
@@ -45,7 +66,8 @@ def BuildUniqueMutexIter(init_net, net, iter=None, iter_mutex=None, iter_val=0):
     iter_mutex = iter_mutex if iter_mutex is not None else ITERATION_MUTEX_NAME
     if init_net.BlobIsDefined(iter):
         return init_net.GetBlobRef(iter)
-    with core.DeviceScope(core.DeviceOption(caffe2_pb2.CPU)):
+    # pinned to the CPU even inside a GPU device scope (Caffe2 marks the ops so)
+    with core.DeviceScope(core.DeviceOption(caffe2_pb2.CPU, extra_info=["device_type_override:cpu"])):
         iteration = init_net.ConstantFill([], iter, shape=[1], value=iter_val, dtype=core.DataType.INT64)
         mutex = init_net.CreateMutex([], [iter_mutex])
         net.AtomicIter([mutex, iteration], [iteration])
@@ -67,7 +89,7 @@ def EnumClassKeyVals(cls):
 
 
 __all__ = ["MakeArgument", "ArgumentHelper", "Caffe2TensorToNumpyArray",
-           "NumpyArrayToCaffe2Tensor", "MakeNDArray", "GetArgumentValue", "debug", "BuildUniqueMutexIter", "EnumClassKeyVals",
+           "NumpyArrayToCaffe2Tensor", "MakeNDArray", "GetArgumentValue", "debug", "BuildUniqueMutexIter", "EnumClassKeyVals", "ArgsToDict",
            "OPTIMIZER_ITERATION_NAME", "ITERATION_MUTEX_NAME"]
 
 

@@ -79,3 +79,17 @@ def test_an_observed_append_is_in_the_workspace():
     workspace.RunNet(net.Name())
     np.testing.assert_array_equal(workspace.FetchBlob("acc"), [1.0, 2.0, 1.0, 2.0])
     np.testing.assert_array_equal(workspace.FetchBlob("copy"), [1.0, 2.0, 1.0, 2.0])
+
+
+def test_an_append_after_an_earlier_write_of_the_same_run_keeps_both():
+    net = core.Net("fill_then_append")
+    net.CreateMutex([], "m3")
+    net.ConstantFill([], "acc", shape=[0], value=0.0)          # reset in this run
+    workspace.FeedBlob("rows", np.array([4.0, 5.0], np.float32))
+    net.AtomicAppend(["m3", "acc", "rows"], ["acc"])
+    net.AtomicAppend(["m3", "acc", "rows"], ["acc"])
+    net.Copy("acc", "copied")
+    workspace.FeedBlob("acc", np.array([9.0], np.float32))     # replaced by the reset
+    workspace.RunNetOnce(net)
+    np.testing.assert_array_equal(workspace.FetchBlob("acc"), [4.0, 5.0, 4.0, 5.0])
+    np.testing.assert_array_equal(workspace.FetchBlob("copied"), [4.0, 5.0, 4.0, 5.0])

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from caffe2py import runtime_objects as R
-from caffe2py.blob_scopes import local_names, underlying
+from caffe2py.blob_scopes import local_names, write_through
 from caffe2py.kernels.cpu.tensor import strings as S
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import (Arg, OpSchema, TensorType, commits_outputs, leave_out, register_kernel,
@@ -160,17 +160,17 @@ def atomic_append(ctx):
                             % (i, ctx.outputs[i], 1 + i, ctx.inputs[1 + i]))
 
     # Nets appending concurrently (dataset writers on several threads): the value
-    # to append to is read, and the result written, inside the mutex, in the
-    # workspace itself; a value loaded when the net started may be out of date.
+    # to append to is read inside the mutex from the run's view (this run's own
+    # earlier writes, else the workspace), and the result written to the workspace
+    # itself at once; a value loaded when the net started may be out of date.
     @commits_outputs
     def run(blobs, mutex, *tensors):
         _object(ctx, mutex, 0, R.Mutex, "a mutex (CreateMutex)")
-        store = underlying(blobs)
         with mutex:
             out = []
             for i in range(fields):
                 name = ctx.outputs[i]
-                a = store[name] if name in store else tensors[i]
+                a = blobs[name] if name in blobs else tensors[i]
                 b = tensors[fields + i]
                 if b.ndim < 1:
                     raise ctx.input_error(1 + fields + i, "must have at least one dimension")
@@ -182,7 +182,7 @@ def atomic_append(ctx):
                                           % (b.dtype, list(b.shape), a.dtype, list(a.shape)))
                 out.append(np.concatenate([a, b]))
             for i, value in enumerate(out):    # all fields or none
-                store[ctx.outputs[i]] = value
+                write_through(blobs, ctx.outputs[i], value)
         return out[0] if fields == 1 else tuple(out)
     return run
 
