@@ -1,11 +1,11 @@
-"""Weight and learning-rate helpers of Caffe2's optimizers: EnsureClipped,
-SparseLpRegularizer, WeightScale, LearningRateAdaption and ScaleBlobs
+"""Weight and learning-rate helpers of Caffe2's optimizers (EnsureClipped is in
+optim_extra_ops.py, with undo records for its in-place sparse form): SparseLpRegularizer, WeightScale, LearningRateAdaption and ScaleBlobs
 (caffe2/sgd/*, caffe2/operators/ensure_clipped_op, scale_blobs_op)."""
 import numpy as np
 
 from caffe2py import inplace
 from caffe2py.kernels.cpu.optim import lp_regularizer as LP
-from caffe2py.registry import UNKNOWN, Arg, OpSchema, register_kernel, register_schema
+from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
 
 from ._optim_common import as_rows, float32, iteration, like_inputs, scalar, table_rows
 
@@ -24,39 +24,6 @@ def _indices(ctx, index, indices, rows, table):
         raise ctx.input_error(index, "index %d at position %d is out of range [0, %d) for '%s'; nothing "
                                      "was updated" % (flat[bad[0]], bad[0], rows, ctx.inputs[table]))
     return flat
-
-
-# ----------------------------------------------------------------- EnsureClipped
-
-register_schema(OpSchema(
-    "EnsureClipped", num_inputs={1, 3}, num_outputs=1, allow_inplace={(0, 0)},
-    inputs=("param", "indices", "grad"), outputs=("output_param",),
-    args=(Arg("min", "float", -_FLOAT_MAX), Arg("max", "float", _FLOAT_MAX)),
-    inference=like_inputs(0),
-    doc="Clips param to [min, max]. With indices and grad (a sparse gradient), only the rows named by "
-        "indices are clipped (grad is read for its row count only) and the rest are copied."))
-
-
-@register_kernel("EnsureClipped")
-def ensure_clipped(ctx):
-    lo, hi = F32(ctx.float("min")), F32(ctx.float("max"))
-
-    def run(param, *sparse):
-        float32(ctx, 0, param)
-        if not sparse:
-            return np.clip(param, lo, hi).astype(F32)
-        indices, grad = sparse
-        rows, block = table_rows(ctx, 0, param)
-        flat = _indices(ctx, 1, indices, rows, 0)
-        if not isinstance(grad, np.ndarray) or grad.size != flat.size * block:
-            raise ctx.input_error(2, "grad must hold one %d-value row per index (%d values), got %s"
-                                  % (block, flat.size * block, list(np.shape(grad))))
-        out = inplace.claim(param)
-        if flat.size and block:
-            table = as_rows(out, rows, block)
-            table[flat] = np.clip(table[flat], lo, hi)
-        return out
-    return run
 
 
 # ----------------------------------------------------------------- SparseLpRegularizer
