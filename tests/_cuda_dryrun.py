@@ -34,6 +34,7 @@ class A(devices.DeviceAdapter):
 
 devices._adapters[CUDA] = A()
 context._probe.update(ok=True, reason="", count=1)
+devices.devices_changed()  # workspace.has_gpu_support follows the stand-in device
 _orig_place = devices.placement_of
 devices.placement_of = lambda v: (CUDA, 0) if isinstance(v, Dev) else _orig_place(v)
 _orig_to_host = devices.to_host

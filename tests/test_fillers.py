@@ -121,7 +121,7 @@ def test_constant_fill_dtype_follows_the_value():
     out = fill("ConstantFill", shape=[2], value=3, dtype=DT.INT32)
     assert out.dtype == np.int32 and out.tolist() == [3, 3]
     out = fill("ConstantFill", shape=[1], value="abc", dtype=DT.STRING)
-    assert out.tolist() == ["abc"]
+    assert out.tolist() == [b"abc"]   # Caffe2 fetches string tensors as bytes
     with pytest.raises(Caffe2Error, match="ConstantFill.*'value' is of unexpected type"):
         fill("ConstantFill", shape=[1], value="abc")
     with pytest.raises(Caffe2Error, match="ConstantFill.*undefined 'dtype'"):
