@@ -39,6 +39,18 @@ class Metadata(namedtuple("Metadata", ["categorical_limit", "expected_value", "f
 Metadata.__new__.__defaults__ = (None, None, None)
 
 
+class FeatureSpec(namedtuple("FeatureSpec", [
+        "feature_type", "feature_names", "feature_ids", "feature_is_request_only",
+        "desired_hash_size", "feature_to_index"])):
+    """What a scalar's features are (Metadata.feature_specs): their type, names and
+    ids, whether they come with the request only (layers use that), the hash size
+    wanted for them and a feature -> column index map."""
+    __slots__ = ()
+
+
+FeatureSpec.__new__.__defaults__ = (None,) * len(FeatureSpec._fields)
+
+
 class Field:
     """A node of a schema. Subclasses call Field.__init__(children) last."""
 
