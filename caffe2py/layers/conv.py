@@ -1,6 +1,8 @@
-"""caffe2.python.layers.conv: Conv, a 2-D convolution of an NHWC input Scalar
-(H, W, C) with output_dim filters (kernel Xavier-filled, bias 0 by default). The
-output's schema names only the channels; H and W follow from the input."""
+"""caffe2.python.layers.conv: Conv, a 2-D convolution of an input Scalar (H, W, C)
+for NHWC, (C, H, W) for NCHW, with output_dim filters (kernel Xavier-filled, bias
+0 by default). A padding left None is 0, or with stride 1 (kernel - 1) // 2 (the
+size-keeping padding of an odd kernel). The output's schema names only the
+channels; H and W follow from the input."""
 import numpy as np
 
 from .. import schema
@@ -15,19 +17,28 @@ class Conv(ModelLayer):
         super().__init__(model, name, input_record, **kwargs)
         assert isinstance(input_record, schema.Scalar), "Conv takes a Scalar"
         input_dims = input_record.field_type().shape
-        assert len(input_dims) == 3, "Conv takes (H, W, C) inputs, got inner shape %s" % (input_dims,)
-        assert kernel_h > 0 and kernel_w > 0, "kernel sizes must be > 0"
-        assert stride_h > 0 and stride_w > 0, "strides must be > 0"
-        assert order == "NHWC", "Conv layers take NHWC inputs only"
+        assert len(input_dims) >= 1, "Conv needs the input's inner shape (at least its channels)"
+        for name_, value in (("kernel_h", kernel_h), ("kernel_w", kernel_w), ("stride_h", stride_h),
+                             ("stride_w", stride_w)):
+            assert isinstance(value, int) and value > 0, "%s should be a positive integer, got %r" % (name_, value)
+        assert order in ("NHWC", "NCHW"), "order should be NHWC or NCHW, got %s" % order
         self.output_dim = output_dim
         self.kernel_h, self.kernel_w = kernel_h, kernel_w
         self.stride_h, self.stride_w = stride_h, stride_w
-        self.pad_b, self.pad_l = pad_b or 0, pad_l or 0
-        self.pad_r, self.pad_t = pad_r or 0, pad_t or 0
+        auto_h = (kernel_h - 1) // 2 if stride_h == 1 else 0
+        auto_w = (kernel_w - 1) // 2 if stride_w == 1 else 0
+        self.pad_t = auto_h if pad_t is None else pad_t
+        self.pad_b = auto_h if pad_b is None else pad_b
+        self.pad_l = auto_w if pad_l is None else pad_l
+        self.pad_r = auto_w if pad_r is None else pad_r
+        for name_, value in (("pad_t", self.pad_t), ("pad_b", self.pad_b), ("pad_l", self.pad_l),
+                             ("pad_r", self.pad_r)):
+            assert isinstance(value, int) and value >= 0, "%s should be an integer >= 0, got %r" % (name_, value)
         self.order = order
-        input_c = input_dims[-1]
+        input_c = input_dims[-1] if order == "NHWC" else input_dims[0]
         assert input_c > 0, "the input has no channels"
-        kernel_shape = [output_dim, kernel_h, kernel_w, input_c]
+        kernel_shape = ([output_dim, kernel_h, kernel_w, input_c] if order == "NHWC"
+                        else [output_dim, input_c, kernel_h, kernel_w])
         self.kernel_init = kernel_init or ("XavierFill", {})
         self.bias_init = bias_init or ("ConstantFill", {"value": 0.0})
         self.kernel = self.create_param(param_name="conv_kernel", shape=kernel_shape, initializer=self.kernel_init,

@@ -28,9 +28,9 @@ class MarginRankLoss(ModelLayer):
         negatives = self.input_record.neg_prediction
         pos = net.FlattenToVec(self.input_record.pos_prediction(), net.NextScopedBlob("pos_vector"))
         pos_per_negative = net.LengthsTile([pos, negatives.lengths()], net.NextScopedBlob("pos_pred_rep"))
-        ones = net.ConstantFill([negatives.values()], net.NextScopedBlob("const_1"), value=1.0,
-                                dtype=core.DataType.FLOAT)
-        rank_loss = net.MarginRankingCriterion([pos_per_negative, negatives.values(), ones],
+        ones = net.ConstantFill([negatives.items()], net.NextScopedBlob("const_1"), value=1,
+                                dtype=core.DataType.INT32)
+        rank_loss = net.MarginRankingCriterion([pos_per_negative, negatives.items(), ones],
                                                net.NextScopedBlob("rank_loss"), margin=self._margin)
         if self._average_loss:
             net.AveragedLoss(rank_loss, self.output_schema.field_blobs())

@@ -641,6 +641,15 @@ _schema("ReservoirSampling", {4, 7}, {2, 4},
         inputs_outputs_check=lambda i, o: i // 3 == o // 2)
 
 
+def _stack_rows(rows, data):
+    """rows (rows of data) as one tensor of data's dtype. Filled element by element:
+    np.array would unpack object rows (PackRecords' packed records) into more dims."""
+    out = np.empty((len(rows),) + data.shape[1:], data.dtype)
+    for index, row in enumerate(rows):
+        out[index] = row
+    return out
+
+
 @register_kernel("ReservoirSampling")
 def reservoir_sampling(ctx):
     n = ctx.int("num_to_collect")
@@ -688,7 +697,7 @@ def reservoir_sampling(ctx):
                         pos_to_obj[pos] = oid
                         pos_map[oid] = pos
                 seen += 1
-            out = np.array(rows, data.dtype).reshape((len(rows),) + data.shape[1:]) if rows else data[:0].copy()
+            out = _stack_rows(rows, data)
             result = (out, np.array([seen], np.int64))
             if dedup:
                 result += (pos_map, np.array(pos_to_obj, np.int64).reshape(-1))
