@@ -2,7 +2,8 @@
 
 Normalizes each example over the dims from `axis` on (LayerNorm), then scales and
 shifts by per-channel parameters of the input's first inner dim, broadcast along
-`axis`.
+`axis`. use_layer_norm_op=False (Caffe2's composition of reduce ops) gives the
+same values; the LayerNorm op computes them either way.
 """
 from .. import schema
 from .layers import ModelLayer
@@ -11,7 +12,7 @@ from .layers import ModelLayer
 class LayerNormalization(ModelLayer):
 
     def __init__(self, model, input_record, name="layer_normalization", scale_optim=None, bias_optim=None,
-                 epsilon=1e-4, axis=1, scale_init_value=1.0, **kwargs):
+                 epsilon=1e-4, axis=1, use_layer_norm_op=True, scale_init_value=1.0, **kwargs):
         super().__init__(model, name, input_record, **kwargs)
         assert isinstance(input_record, schema.Scalar), "LayerNormalization takes a Scalar"
         self.input_shape = input_record.field_type().shape
@@ -19,6 +20,7 @@ class LayerNormalization(ModelLayer):
         assert axis >= 1, "axis %d: the batch axis cannot be normalized over" % axis
         self.axis = axis
         self.epsilon = epsilon
+        self.use_layer_norm_op = use_layer_norm_op
         input_dims = self.input_shape[axis - 1]
         self.output_schema = schema.Scalar((input_record.field_type().base, self.input_shape),
                                            self.get_next_blob_reference("output"))
