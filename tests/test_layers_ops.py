@@ -420,3 +420,40 @@ def test_conv_pads_to_keep_the_size_with_stride_one():
     expected = np.stack([np.einsum("nhkc,okc->nho", padded[:, :, j:j + 3, :], kernel[:, 0]) for j in range(5)],
                         axis=2)
     np.testing.assert_allclose(_fetch(out), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_feature_sparse_to_dense_float_and_id_list_features():
+    model = _model()
+    float_keys = np.array([5, 2, 9, 5], np.int64)
+    float_values = np.array([1.5, -2.0, 7.0, 3.0], np.float32)
+    float_lengths = np.array([2, 0, 2], np.int32)
+    list_keys = np.array([11, 12, 11], np.int64)
+    list_key_lengths = np.array([2, 1, 0], np.int32)
+    item_lengths = np.array([2, 1, 3], np.int32)
+    items = np.array([100, 101, 102, 103, 104, 105], np.int64)
+    record = _record(model, schema.Struct(
+        ("dense", schema.Map(np.int64, np.float32)),
+        ("sparse", schema.Map(np.int64, schema.List(np.int64)))),
+        [float_lengths, float_keys, float_values, list_key_lengths, list_keys, item_lengths, items])
+    specs = [("dense", schema.FeatureSpec(feature_type="FLOAT", feature_names=["a", "b", "c"], feature_ids=[2, 5, 8])),
+             ("sparse", schema.FeatureSpec(feature_type="ID_LIST", feature_names=["x", "y"], feature_ids=[12, 11]))]
+    out = model.FeatureSparseToDense(record, specs)
+    assert out.dense.metadata.feature_specs.feature_ids == [2, 5, 8]
+    _run(model)
+    np.testing.assert_array_equal(_fetch(out.dense), [[-2.0, 1.5, 0.0], [0.0, 0.0, 0.0], [0.0, 3.0, 0.0]])
+    # example 0: feature 11 -> items[0:2], feature 12 -> items[2:3]; example 1: 11 -> items[3:6]
+    np.testing.assert_array_equal(_fetch(out.sparse.ranges), [[[2, 1], [0, 2]], [[0, 0], [3, 3]], [[0, 0], [0, 0]]])
+    np.testing.assert_array_equal(_fetch(out.sparse.values), items)
+
+
+def test_split_into_equal_and_given_parts():
+    model = _model()
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    record = _record(model, schema.Scalar((np.float32, (6,))), [x])
+    halves = model.Split(record, 2)
+    parts = model.Split(record, split=[1, 5])
+    assert parts.field_types()[1].shape == (5,)
+    _run(model)
+    np.testing.assert_array_equal(_fetch(halves.field_0), x[:, :3])
+    np.testing.assert_array_equal(_fetch(halves.field_1), x[:, 3:])
+    np.testing.assert_array_equal(_fetch(parts.field_1), x[:, 1:])
