@@ -344,7 +344,8 @@ class LayerModelHelper(model_helper.ModelHelper):
             if added is not None:
                 self.add_loss(schema.Scalar(blob=added), str(added))
 
-    def apply_regularizers_after_optimizer(self, train_net, train_init_net, grad_map, blob_to_device=None):  # noqa: ARG002
+    def apply_regularizers_after_optimizer(self, train_net, train_init_net, grad_map,
+                                           blob_to_device=None):  # noqa: ARG002
         for param, regularizer in self.param_to_reg.items():
             if regularizer is None:
                 continue

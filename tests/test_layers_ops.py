@@ -3,7 +3,7 @@ reducers, normalization, losses, sampling, weighting, records)."""
 import numpy as np
 import pytest
 
-from caffe2py import core, layer_model_helper, layer_model_instantiator as lmi, schema, workspace
+from caffe2py import core, layer_model_helper, schema, workspace
 from caffe2py.layers.layers import InstantiationContext, get_key
 
 RNG = np.random.RandomState(7)
@@ -210,7 +210,8 @@ def test_sigmoid_cross_entropy_mse_and_distill_losses():
     logits = RNG.randn(4, 1).astype(np.float32)
     labels = np.array([1.0, 0.0, 0.0, 1.0])
     teacher = np.array([0.9, 0.2, 0.4, 0.6], np.float32)
-    record = _record(model, schema.Struct(("label", schema.Scalar(np.float64)), ("logit", schema.Scalar((np.float32, (1,)))),
+    record = _record(model, schema.Struct(("label", schema.Scalar(np.float64)),
+                                          ("logit", schema.Scalar((np.float32, (1,)))),
                                           ("teacher_label", schema.Scalar(np.float32)),
                                           ("prediction", schema.Scalar((np.float32, (1,))))),
                      [labels, logits, teacher, logits])

@@ -39,9 +39,10 @@ def get_key(record):
         key = "values:keys"
     else:
         raise NotImplementedError("get_key: %r is neither an IdList nor an IdScoreList" % (record,))
-    assert record[key].metadata is not None, \
-        "sparse feature %s has no metadata (its categorical_limit is needed)" % (record[key]() if record[key].has_blobs() else key)
-    return record[key]
+    field = record[key]
+    assert field.metadata is not None, "sparse feature %s has no metadata (its categorical_limit is needed)" % (
+        field() if field.has_blobs() else key)
+    return field
 
 
 def get_categorical_limit(record):

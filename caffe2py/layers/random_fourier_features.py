@@ -10,8 +10,8 @@ from .layers import ModelLayer
 
 class RandomFourierFeatures(ModelLayer):
 
-    def __init__(self, model, input_record, output_dims, sigma, w_init=None, b_init=None, name="random_fourier_features",
-                 **kwargs):
+    def __init__(self, model, input_record, output_dims, sigma, w_init=None, b_init=None,
+                 name="random_fourier_features", **kwargs):
         super().__init__(model, name, input_record, **kwargs)
         assert isinstance(input_record, schema.Scalar), "RandomFourierFeatures takes a Scalar"
         input_dims = input_record.field_type().shape[0]
