@@ -458,3 +458,51 @@ def test_split_into_equal_and_given_parts():
     np.testing.assert_array_equal(_fetch(halves.field_0), x[:, :3])
     np.testing.assert_array_equal(_fetch(halves.field_1), x[:, 3:])
     np.testing.assert_array_equal(_fetch(parts.field_1), x[:, 1:])
+
+
+def _xent(z, t):
+    return np.maximum(z, 0) - z * t + np.log1p(np.exp(-np.abs(z)))
+
+
+def _lr_record(model, with_extras=True):
+    z = np.array([[0.3], [-1.2], [2.0], [0.1]], np.float32)
+    labels = np.array([1, 0, 0, 1], np.int32)
+    fields = [("label", schema.Scalar(np.int32)), ("logit", schema.Scalar((np.float32, (1,))))]
+    arrays = [labels, z]
+    if with_extras:
+        prediction = 1.0 / (1.0 + np.exp(-z))
+        weight = np.array([1.0, 2.0, 0.5, 1.0], np.float64)
+        log_variance = np.array([0.2, -0.5, 1.0, 0.0], np.float32)
+        fields += [("prediction", schema.Scalar((np.float32, (1,)))), ("weight", schema.Scalar(np.float64)),
+                   ("log_variance", schema.Scalar(np.float32))]
+        arrays += [prediction, weight, log_variance]
+    return _record(model, schema.Struct(*fields), arrays), [a.astype(np.float64) for a in arrays]
+
+
+def test_batch_lr_loss_plain_and_with_label_targets_summed():
+    model = _model()
+    record, (labels, z) = _lr_record(model, with_extras=False)
+    mean_loss = model.BatchLRLoss(record)
+    summed = model.BatchLRLoss(record, average_loss=False, pos_label_target=0.9, neg_label_target=0.1)
+    _run(model)
+    np.testing.assert_allclose(_fetch(mean_loss), _xent(z[:, 0], labels).mean(), rtol=1e-5)
+    targets = np.where(labels > 0.5, 0.9, 0.1)
+    np.testing.assert_allclose(_fetch(summed), _xent(z[:, 0], targets).sum(), rtol=1e-5)
+
+
+def test_batch_lr_loss_focal_jsd_uncertainty_and_weight():
+    model = _model()
+    record, (labels, z, p, weight, s) = _lr_record(model)
+    loss = model.BatchLRLoss(record, focal_gamma=2.0, jsd_weight=0.25, uncertainty_penalty=0.5)
+    _run(model)
+    p, z = p[:, 0], z[:, 0]
+    focal = _xent(z, labels) * (labels + p - 2 * labels * p) ** 2
+
+    def entropy(q):          # 0 at q = 0 and q = 1
+        q = np.clip(q, 1e-30, 1 - 1e-16)
+        return -(q * np.log(q) + (1 - q) * np.log(1 - q))
+
+    jsd = entropy((p + labels) / 2) - (entropy(p) + entropy(labels)) / 2
+    fused = 0.75 * focal + 0.25 * jsd
+    expected = np.mean(0.5 * (np.exp(-s) * fused + 0.5 * s) * weight)
+    np.testing.assert_allclose(_fetch(loss), expected, rtol=1e-4)
