@@ -506,3 +506,19 @@ def test_batch_lr_loss_focal_jsd_uncertainty_and_weight():
     fused = 0.75 * focal + 0.25 * jsd
     expected = np.mean(0.5 * (np.exp(-s) * fused + 0.5 * s) * weight)
     np.testing.assert_allclose(_fetch(loss), expected, rtol=1e-4)
+
+
+def test_batch_softmax_loss_label_smoothing_and_average_by_batch_size():
+    model = _model()
+    logits = RNG.randn(3, 3).astype(np.float32)
+    labels = np.array([2, 0, 1], np.int32)
+    weights = np.array([1.0, 3.0, 0.5], np.float32)
+    smoothing = np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.0, 0.2, 0.8]], np.float32)
+    record = _record(model, schema.Struct(("label", schema.Scalar(np.int32)),
+                                          ("prediction", schema.Scalar((np.float32, (3,)))),
+                                          ("weight", schema.Scalar(np.float32))), [labels, logits, weights])
+    out = model.BatchSoftmaxLoss(record, label_smoothing_matrix=smoothing, average_by_batch_size=True)
+    _run(model)
+    log_softmax = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    per_example = -(smoothing[labels] * log_softmax).sum(1)
+    np.testing.assert_allclose(_fetch(out.loss), (weights * per_example).sum() / 3, rtol=1e-5)
