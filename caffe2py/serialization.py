@@ -148,9 +148,50 @@ def _chunk_length(option_chunk_size, numel):
     return option_chunk_size
 
 
+# Caffe2's type of PackRecords' elements (a shared vector of tensors). Caffe2 writes a
+# tensor of them as an UNDEFINED-type tensor whose string_data are per-element blobs
+# of this type with no content, and reads them back as null records: the packed
+# data is not saved (ReservoirSampling and LastNWindowCollector then start over).
+PACKED_RECORDS_TYPE = "std::shared_ptr<std::vector<TensorCPU>>"
+
+
+def _is_packed_records(value):
+    return (isinstance(value, np.ndarray) and value.dtype == object and value.size > 0
+            and all(v is None or isinstance(v, (list, tuple)) for v in value.reshape(-1)))
+
+
+def _packed_records_proto(array, name):
+    t = caffe2_pb2.TensorProto(name=name, data_type=DT.UNDEFINED)
+    t.dims.extend(array.shape)
+    t.segment.begin, t.segment.end = 0, int(array.size)
+    t.device_detail.device_type = CPU
+    element = caffe2_pb2.BlobProto(type=PACKED_RECORDS_TYPE, content=b"").SerializeToString()
+    t.string_data.extend([element] * int(array.size))
+    proto = caffe2_pb2.BlobProto(name=name, type=TENSOR_BLOB_TYPE)
+    proto.tensor.CopyFrom(t)
+    return proto
+
+
+def _null_packed_records(t, name, numel):
+    """The elements of an UNDEFINED-type tensor of packed records: None each."""
+    _check_len(name, "string_data", len(t.string_data), numel)
+    for data in t.string_data:
+        try:
+            element_type = caffe2_pb2.BlobProto.FromString(bytes(data)).type
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends
+            element_type = None
+        if element_type != PACKED_RECORDS_TYPE:
+            raise SerializationError("blob '%s': tensors of UNDEFINED data type hold only packed records "
+                                     "(%s) here, got an element of type %r" % (name, PACKED_RECORDS_TYPE,
+                                                                                element_type))
+    return np.full(numel, None, dtype=object)
+
+
 def serialize_blob(value, name, chunk_size=OPTION_DEFAULT_CHUNK, float_format=0):
     """[(db key, serialized BlobProto: bytes or a Record)] for one blob. chunk_size uses
     BlobSerializationOptions' meaning: 0 default size, -1 one chunk, n > 0 elements."""
+    if _is_packed_records(value):
+        return [(name, _packed_records_proto(value, name).SerializeToString())]
     if _is_string_scalar(value):
         s = value.item() if isinstance(value, np.ndarray) else value
         proto = caffe2_pb2.BlobProto(name=name, type=STRING_BLOB_TYPE, content=_as_bytes(s))
@@ -223,8 +264,7 @@ def chunk_values(t, name):
     if data_type == DT.UNDEFINED:
         if numel == 0:      # Caffe2's legacy empty tensor of no dtype: float [0]
             return (0,), np.dtype(np.float32), 0, 0, np.zeros(0, np.float32)
-        raise SerializationError("blob '%s': tensors of UNDEFINED data type (serialized elements) "
-                                 "are not supported" % name)
+        return dims, np.dtype(object), 0, numel, _null_packed_records(t, name, numel)
     if t.HasField("segment"):
         begin, end = int(t.segment.begin), int(t.segment.end)
     else:

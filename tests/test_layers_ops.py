@@ -274,7 +274,7 @@ def test_pairwise_dot_product_flattens_every_pair():
     np.testing.assert_allclose(_fetch(out), np.einsum("nid,njd->nij", x, y).reshape(2, 6), rtol=1e-5, atol=1e-6)
 
 
-def test_reservoir_sampling_keeps_packed_records_and_deduplicates_ids():
+def _packed_reservoir():
     model = _model()
     x = np.arange(10, dtype=np.float32).reshape(5, 2)
     ids = np.array([1, 2, 1, 3, 2], np.int64)
@@ -288,6 +288,27 @@ def test_reservoir_sampling_keeps_packed_records_and_deduplicates_ids():
     assert kept.shape == (3,)
     np.testing.assert_array_equal(np.stack([row[0][0] for row in kept]), x[[0, 1, 3]])
     np.testing.assert_array_equal(workspace.FetchBlob(str(reservoir.num_visited())), [3])
+    return model, record, reservoir
+
+
+def test_reservoir_sampling_keeps_packed_records_and_deduplicates_ids():
+    _packed_reservoir()
+
+
+def test_reservoir_of_packed_records_restarts_after_a_serialization_round_trip():
+    # Caffe2 does not save packed records: they come back as nulls and the reservoir
+    # (its id map too) starts over on the next run
+    model, record, reservoir = _packed_reservoir()
+    name = str(reservoir.reservoir())
+    workspace.DeserializeBlob(name, workspace.SerializeBlob(name))
+    assert all(row is None for row in workspace.FetchBlob(name))
+    workspace.FeedBlob(str(record.object_id()), np.array([7, 8, 7, 7, 8], np.int64))
+    net = core.Net("again")
+    for layer in model.layers:
+        layer.add_operators(net, context=InstantiationContext.PREDICTION)
+    workspace.RunNetOnce(net)
+    np.testing.assert_array_equal(workspace.FetchBlob(str(reservoir.num_visited())), [2])
+    assert len(workspace.FetchBlob(name)) == 2
 
 
 def test_last_n_window_collector_keeps_the_newest_rows():

@@ -664,7 +664,10 @@ def reservoir_sampling(ctx):
         if not isinstance(data, np.ndarray) or data.ndim < 1:
             raise ctx.input_error(2, "must be a tensor with at least one dimension")
         with mutex:
-            initialized = isinstance(reservoir, np.ndarray) and reservoir.size > 0
+            # a reservoir of packed records read back from a checkpoint holds nulls
+            # (their data is not saved): it starts over, as in Caffe2
+            initialized = isinstance(reservoir, np.ndarray) and reservoir.size > 0 and not (
+                reservoir.dtype == object and any(r is None for r in reservoir.reshape(-1)))
             if initialized and (reservoir.ndim != data.ndim or reservoir.shape[1:] != data.shape[1:]):
                 raise ctx.input_error(0, "reservoir %s does not hold rows of data %s"
                                       % (list(reservoir.shape), list(data.shape)))
