@@ -543,3 +543,53 @@ def test_batch_softmax_loss_label_smoothing_and_average_by_batch_size():
     log_softmax = logits - np.log(np.exp(logits).sum(1, keepdims=True))
     per_example = -(smoothing[labels] * log_softmax).sum(1)
     np.testing.assert_allclose(_fetch(out.loss), (weights * per_example).sum() / 3, rtol=1e-5)
+
+
+def test_huber_and_bpr_losses():
+    model = _model()
+    prediction = np.array([[0.5], [3.0], [-2.0]], np.float32)
+    labels = np.array([0.0, 0.5, 1.0], np.float64)
+    weights = np.array([1.0, 2.0, 0.5], np.float32)
+    record = _record(model, schema.Struct(("label", schema.Scalar(np.float64)),
+                                          ("prediction", schema.Scalar((np.float32, (1,)))),
+                                          ("weight", schema.Scalar(np.float32))), [labels, prediction, weights])
+    huber = model.BatchHuberLoss(record, delta=1.5)
+    pos = np.array([0.3, 1.0], np.float32)
+    neg_lengths = np.array([2, 1], np.int32)
+    neg = np.array([0.5, -0.2, 2.0], np.float32)
+    ranking = _record(model, schema.Struct(("pos_prediction", schema.Scalar(np.float32)),
+                                           ("neg_prediction", schema.List(np.float32))), [pos, neg_lengths, neg])
+    bpr = model.BPRLoss(ranking)
+    _run(model)
+    error = np.abs(labels - prediction[:, 0])
+    expected = 0.5 * np.minimum(error, 1.5) ** 2 + 1.5 * np.maximum(error - 1.5, 0)
+    np.testing.assert_allclose(_fetch(huber), np.mean(expected * weights), rtol=1e-5)
+    np.testing.assert_allclose(_fetch(bpr), np.log1p(np.exp(neg - np.repeat(pos, neg_lengths))).sum(), rtol=1e-5)
+
+
+def test_bucket_weighted_gathers_a_weight_per_bucket():
+    model = _model()
+    # an IdScoreList: the scores pick the buckets
+    record = _record(model, schema.Map(np.int64, np.float32), [np.array([2, 1], np.int32),
+                                                               np.array([4, 8, 9], np.int64),
+                                                               np.array([0.5, 3.0, 7.5], np.float32)])
+    out = model.BucketWeighted(record, bucket_boundaries=[1.0, 5.0], hash_buckets=False)
+    _run(model)
+    weights = RNG.rand(3).astype(np.float32)
+    workspace.FeedBlob(str(model.layers[0].bucket_w), weights)
+    net = core.Net("predict")
+    model.layers[0].add_operators(net, context=InstantiationContext.PREDICTION)
+    workspace.RunNetOnce(net)
+    # buckets: (-inf, 1] -> 0, (1, 5] -> 1, (5, inf) -> 2
+    np.testing.assert_allclose(_fetch(out.bucket_weights), weights[[0, 1, 2]])
+
+
+def test_sparse_dropout_with_replacement_by_context():
+    model = _model()
+    record = _id_list(model, np.array([1, 2, 3, 4, 5], np.int64), np.array([2, 3], np.int32))
+    out = model.SparseDropoutWithReplacement(record, 0.0, 0.0, 1.0, replacement_value=-1)
+    _run(model)
+    np.testing.assert_array_equal(_fetch(out.items), [1, 2, 3, 4, 5])
+    _run(model, InstantiationContext.PREDICTION)
+    np.testing.assert_array_equal(_fetch(out.items), [-1, -1])
+    np.testing.assert_array_equal(_fetch(out.lengths), [1, 1])
