@@ -593,3 +593,15 @@ def test_sparse_dropout_with_replacement_by_context():
     _run(model, InstantiationContext.PREDICTION)
     np.testing.assert_array_equal(_fetch(out.items), [-1, -1])
     np.testing.assert_array_equal(_fetch(out.lengths), [1, 1])
+
+
+def test_expand_dims_layer_and_adaptive_weight_refuses_other_estimators():
+    model = _model()
+    x = RNG.rand(2, 3).astype(np.float32)
+    out = model.ExpandDims(_record(model, schema.Scalar((np.float32, (3,))), [x]), dims=[1, 3])
+    assert out.field_type().shape == (1, 3, 1)
+    _run(model)
+    np.testing.assert_array_equal(_fetch(out), x[:, None, :, None])
+    with pytest.raises(NotImplementedError, match="inv_var"):
+        model.AdaptiveWeight(_record(model, schema.RawTuple(2), [np.float32(1), np.float32(2)]),
+                             estimation_method="inv_var")

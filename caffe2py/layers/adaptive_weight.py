@@ -13,8 +13,14 @@ from .layers import ModelLayer
 
 class AdaptiveWeight(ModelLayer):
 
-    def __init__(self, model, input_record, name="adaptive_weight", optimizer=None, weights=None, **kwargs):
+    def __init__(self, model, input_record, name="adaptive_weight", optimizer=None, weights=None,
+                 estimation_method="log_std", **kwargs):
         super().__init__(model, name, input_record, **kwargs)
+        # Caffe2's other estimation methods (inv_var with its positivity options)
+        # are not provided: refuse them rather than compute log_std instead
+        if estimation_method != "log_std":
+            raise NotImplementedError("AdaptiveWeight: estimation_method %r is not provided by caffe2py "
+                                      "(only 'log_std')" % (estimation_method,))
         self.output_schema = schema.Scalar(np.float32, self.get_next_blob_reference("adaptive_weight"))
         self.data = self.input_record.field_blobs()
         self.num = len(self.data)
