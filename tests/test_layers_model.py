@@ -238,3 +238,23 @@ def test_layer_names_are_unique_in_their_name_scope():
     assert [layer.name for layer in model.layers] == ["fc", "fc_auto_0", "s/fc"]
     assert [str(p) for p in model.get_parameter_blobs()] == [
         "fc/w", "fc/b", "fc_auto_0/w", "fc_auto_0/b", "s/fc/w", "s/fc/b"]
+
+
+def test_metrics_export_layer_outputs_and_parameter_copies():
+    model = layer_model_helper.LayerModelHelper(
+        "metrics", input_feature_schema=schema.Struct(("x", schema.Scalar((np.float32, (3,))))),
+        trainer_extra_schema=schema.Struct())
+    out = model.FC(model.input_feature_schema.x, 2, output_to_metrics=True, params_to_metrics=True)
+    model.output_schema = schema.Struct(("out", out))
+    init_net, train_net = lmi.generate_training_nets_forward_only(model)
+    assert train_net.output_record().field_names() == ["out", "fc/output", "fc/w", "fc/b"]
+    # the predict net reports no metrics
+    assert lmi.generate_predict_net(model).output_record().field_names() == ["out"]
+    workspace.RunNetOnce(init_net)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    schema.FeedRecord(model.input_feature_schema, [x])
+    workspace.RunNetOnce(train_net)
+    metrics = schema.FetchRecord(train_net.output_record())
+    w, b = workspace.FetchBlob("fc/w"), workspace.FetchBlob("fc/b")
+    np.testing.assert_array_equal(metrics["fc/w"](), w)
+    np.testing.assert_allclose(metrics["fc/output"](), x @ w.T + b, rtol=1e-5)
