@@ -258,3 +258,20 @@ def test_metrics_export_layer_outputs_and_parameter_copies():
     w, b = workspace.FetchBlob("fc/w"), workspace.FetchBlob("fc/b")
     np.testing.assert_array_equal(metrics["fc/w"](), w)
     np.testing.assert_allclose(metrics["fc/output"](), x @ w.T + b, rtol=1e-5)
+
+
+def test_request_only_inputs_give_request_only_outputs():
+    from caffe2py.layers.layers import is_request_only_scalar, set_request_only
+    model = layer_model_helper.LayerModelHelper(
+        "request", input_feature_schema=schema.Struct(), trainer_extra_schema=schema.Struct())
+    ids = schema.Scalar(np.int64, metadata=schema.Metadata(
+        categorical_limit=50, expected_value=3, feature_specs=schema.FeatureSpec(feature_ids=[7, 9])))
+    set_request_only(ids)
+    assert ids.metadata.categorical_limit == 50 and ids.metadata.expected_value == 3
+    assert ids.metadata.feature_specs.feature_ids == [7, 9] and is_request_only_scalar(ids)
+    request = schema.NewRecord(model.net, schema.Struct(("a", schema.Scalar((np.float32, (2,)))),
+                                                        ("b", schema.Scalar((np.float32, (3,))))))
+    set_request_only(request)
+    assert is_request_only_scalar(model.Concat(request))
+    other = schema.NewRecord(model.net, schema.Struct(("c", schema.Scalar((np.float32, (1,))))))
+    assert not is_request_only_scalar(model.Concat(request + other))
