@@ -605,3 +605,20 @@ def test_expand_dims_layer_and_adaptive_weight_refuses_other_estimators():
     with pytest.raises(NotImplementedError, match="inv_var"):
         model.AdaptiveWeight(_record(model, schema.RawTuple(2), [np.float32(1), np.float32(2)]),
                              estimation_method="inv_var")
+
+
+def test_fc_split_by_max_fc_size_matches_one_fc():
+    model = _model()
+    x = RNG.randn(3, 4).astype(np.float32)
+    out = model.FC(_record(model, schema.Scalar((np.float32, (4,))), [x]), 7, max_fc_size=12)
+    layer = model.layers[0]
+    assert layer.output_dim_vec == [3, 3, 1]
+    assert [str(p) for p in layer.param_blobs] == ["fc/w_sub_0", "fc/w_sub_1", "fc/w_sub_2",
+                                                   "fc/b_sub_0", "fc/b_sub_1", "fc/b_sub_2"]
+    _run(model)
+    w = np.concatenate([workspace.FetchBlob(str(p)) for p in layer.w_vec])
+    b = np.concatenate([workspace.FetchBlob(str(p)) for p in layer.b_vec])
+    assert w.shape == (7, 4)
+    np.testing.assert_allclose(_fetch(out), x @ w.T + b, rtol=1e-5, atol=1e-6)
+    with pytest.raises(AssertionError, match="max_fc_size"):
+        model.FC(_record(model, schema.Scalar((np.float32, (4,))), [x]), 7, max_fc_size=3)
