@@ -26,7 +26,7 @@ def _pyplot():
         from matplotlib import pyplot  # noqa: PLC0415 - optional, only to show
     except ImportError as error:
         raise MatplotlibMissingError("caffe2py.visualize needs matplotlib to show images (pip install "
-                                     "matplotlib); PatchVisualizer.Compose* build the images without it: %s"
+                                     "caffe2py[visualize] or matplotlib); PatchVisualizer.Compose* build the images without it: %s"
                                      % error) from None
     return pyplot
 
