@@ -26,8 +26,8 @@ def _pyplot():
         from matplotlib import pyplot  # noqa: PLC0415 - optional, only to show
     except ImportError as error:
         raise MatplotlibMissingError("caffe2py.visualize needs matplotlib to show images (pip install "
-                                     "caffe2py[visualize] or matplotlib); PatchVisualizer.Compose* build the images without it: %s"
-                                     % error) from None
+                                     "caffe2py[visualize]); PatchVisualizer.Compose* build the images "
+                                     "without it: %s" % error) from None
     return pyplot
 
 
