@@ -40,12 +40,19 @@ def pack_weights(w, w_zero_point, groups):
     m = w.shape[0]
     mg = m // groups
     k = int(np.prod(w.shape[1:]))
+    zero = np.asarray(w_zero_point, np.int16).reshape(-1)
+    zero = zero.reshape(groups, mg, 1) if zero.size == m and m > 1 else zero.reshape(())
+    return pack_int16(w.reshape(groups, mg, k).astype(np.int16) - zero)
+
+
+def pack_int16(values):
+    """int16 (groups, mg, k) -> the micro-kernel's layout (groups, column blocks, K/2, 16, 2),
+    zero-padded to whole column blocks and an even K."""
+    groups, mg, k = values.shape
     kpairs = (k + 1) // 2
     nblk = (mg + NR - 1) // NR
     flat = np.zeros((groups, nblk * NR, 2 * kpairs), np.int16)
-    zero = np.asarray(w_zero_point, np.int16).reshape(-1)
-    zero = zero.reshape(groups, mg, 1) if zero.size == m and m > 1 else zero.reshape(())
-    flat[:, :mg, :k] = (w.reshape(groups, mg, k).astype(np.int16) - zero)
+    flat[:, :mg, :k] = values
     # (g, nblk, NR, kpairs, 2) -> (g, nblk, kpairs, NR, 2)
     packed = flat.reshape(groups, nblk, NR, kpairs, 2).transpose(0, 1, 3, 2, 4)
     return np.ascontiguousarray(packed)
