@@ -115,16 +115,18 @@ def test_conv_matches_the_integer_reference(case, relu):
     assert 0 < (y.data == (41 if relu else 0)).mean() < 0.9      # the values exercise the clamp, not saturate
 
 
-def test_conv_requantization_rounds_as_gemmlowp():
+@pytest.mark.parametrize("channels", [19, 24])
+def test_conv_requantization_rounds_as_gemmlowp(channels):
     """Scale 0.25 exactly (multiplier 2**30, shift 1): the doubling high multiply rounds
     acc / 2 half up, then the divide by 2 rounds half away from zero, so +1 -> 1 and
-    -6 -> -2, where rounding acc / 4 once would give 0 and -2 (or -1 to even)."""
+    -6 -> -2, where rounding acc / 4 once would give 0 and -2 (or -1 to even). With 24
+    channels (a multiple of 8) the output pass runs on 8 int32 lanes at a time."""
     acc = np.arange(-9, 10)
     feed("x", np.full((1, 1, len(acc), 1), 100, np.uint8), 0.5, 100)   # x - zp = 0: the bias is the sum
-    feed("w", np.ones((len(acc), 1, 1, 1), np.uint8), 0.5, 0)
+    feed("w", np.ones((channels, 1, 1, 1), np.uint8), 0.5, 0)
     rows = []
     for k, a in enumerate(acc):
-        bias = np.zeros(len(acc), np.int32)
+        bias = np.zeros(channels, np.int32)
         bias[k] = a
         feed("b", bias, 0.25, 0)
         y = run("Int8Conv", ["x", "w", "b"], ["y"], kernel=1, order="NHWC", Y_scale=1.0, Y_zero_point=128)
@@ -134,13 +136,16 @@ def test_conv_requantization_rounds_as_gemmlowp():
     assert rows[acc.tolist().index(2)] == 1 and rows[acc.tolist().index(-2)] == -1
 
 
-def test_conv_int32_sums_wrap_as_in_c():
-    """A bias near the int32 limit: the sum wraps modulo 2**32 (QNNPACK's int32 math)."""
+@pytest.mark.parametrize("channels", [2, 8])
+def test_conv_int32_sums_wrap_as_in_c(channels):
+    """A bias near the int32 limit: the sum wraps modulo 2**32 (QNNPACK's int32 math), in
+    the scalar output pass and (8 channels) the 8-lane one."""
     feed("x", np.full((1, 1, 1, 4), 255, np.uint8), 0.01, 0)
-    feed("w", np.full((2, 1, 1, 4), 255, np.uint8), 0.01, 0)
-    feed("b", np.array([2 ** 31 - 1000, -5], np.int32), 1e-4, 0)
+    feed("w", np.full((channels, 1, 1, 4), 255, np.uint8), 0.01, 0)
+    bias = np.array([2 ** 31 - 1000, -5] + [-2 ** 31 + 7] * (channels - 2), np.int32)
+    feed("b", bias, 1e-4, 0)
     y = run("Int8Conv", ["x", "w", "b"], ["y"], kernel=1, order="NHWC", Y_scale=0.5, Y_zero_point=128)
-    acc = np.array([2 ** 31 - 1000 + 4 * 255 * 255, -5 + 4 * 255 * 255])
+    acc = bias.astype(np.int64) + 4 * 255 * 255
     assert y.data.reshape(-1).tolist() == R.requantize(acc, R.conv_multiplier(0.01, 0.01, 0.5), 128).tolist()
     assert y.data[0, 0, 0, 0] == 0                 # wrapped negative, clamped
 

@@ -26,7 +26,7 @@ output transform + requantization for those channels. Callers check shapes first
 """
 import numpy as np
 
-from ..runtime.jit import LazyGlobal, compiled, prange, team_blocks
+from ..runtime.jit import LazyGlobal, compiled, prange, team_blocks, team_size
 from .int8_conv import NR, _requantize_numpy, _unpack, pack_int16
 
 qgemm_4x16 = LazyGlobal("..quant.qgemm_simd", "qgemm_4x16")
@@ -210,8 +210,9 @@ def conv_nhwc(x, x_zp, packed, bias, multiplier, shift, y_zp, lo, hi, pads, out_
             or min(pads) < 0 or pads[0] + h > 2 * th + 2 or pads[1] + wd > 2 * tw + 2 or bias.shape != (out_shape[3],)):
         raise ValueError("Winograd Int8 conv: inconsistent shapes x %s, packed %s, bias %s, pads %s, out %s"
                          % (x.shape, packed.shape, bias.shape, pads, out_shape))
-    tiles = chunk_tiles(c)
-    count = out_shape[0] * -(-out_shape[1] // 2) * -(-out_shape[2] // 2)
+    count = out_shape[0] * th * tw
+    # cache-sized chunks, but at least one per team thread (7x7 maps have 16 tiles)
+    tiles = min(chunk_tiles(c), max(4, -(-count // (4 * team_size())) * 4))
     chunks = -(-count // tiles)
     work = tiles * 16 * c * out_shape[3]
     xp = np.empty((x.shape[0], 2 * th + 2, 2 * tw + 2, channels16(c)), np.int16)
