@@ -1,5 +1,7 @@
 """The 4x16 int16 x int16 -> int32 micro-kernel of the Int8 GEMM, as an LLVM intrinsic
-for compiled (numba) kernels.
+for compiled (numba) kernels, and the vector passes around it (requantize_rows: the
+int32 -> uint8 output pass; winograd_input_16 / winograd_output_16: int8_winograd's tile
+transforms), all written on explicit int16 / int32 vectors.
 
     qgemm_4x16(a, a_stride, b, kpairs, c, c_stride)      all int64 (addresses in bytes)
 
