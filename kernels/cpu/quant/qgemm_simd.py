@@ -20,7 +20,8 @@ loop (3136x64 by 576, one thread: 2.9 ms, against 12 ms for float32 sgemm of the
 sizes on the shared VM, measured). Sums wrap modulo 2**32 as C's int32 arithmetic does.
 The caller guarantees every address is in bounds: nothing here checks.
 Importing this module imports numba; kernel modules reach it through jit's LazyGlobal
-(numba's disk cache does not notice edits here: clear the callers' __pycache__ caches).
+(numba's disk cache, keyed by the callers' sources, does not notice edits here: run
+`caffe2py cache clear` after editing this module).
 """
 from llvmlite import ir
 from numba import types
