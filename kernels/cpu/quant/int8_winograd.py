@@ -19,10 +19,13 @@ winograd_exact asks for that bound (9 * C * max|x - x_zp| * max|w - w_zp| < 2**2
 every 3x3 layer of ResNet-50 with 8-bit data), otherwise the direct GEMM runs. The bias
 is added to S with int32 wrapping and the output requantized as the GEMM path does.
 
-How: tiles (2x2 outputs each) in chunks of TILES on the team; per chunk the 16
-transformed input planes (tiles x C, int16) are built once, then per block of 16 output
-channels 16 products (tiles x C) @ (C x 16) by qgemm_simd's 4x16 micro-kernel, and the
-output transform + requantization for those channels. Callers check shapes first.
+How: x - x_zp is copied once into a zero-bordered int16 map (channels padded to runs of
+16); tiles (2x2 outputs each) go in chunks (chunk_tiles: about L2-sized, at least one per
+team thread) to the team; per chunk the 16 transformed input planes (tiles x C, int16)
+are built once, then per block of 16 output channels 16 products (tiles x C) @ (C x 16)
+by qgemm_simd's 4x16 micro-kernel, and the output transform + requantization for those
+channels, written straight into the output. conv_nhwc checks the shapes the compiled
+loops assume.
 """
 import numpy as np
 
@@ -136,8 +139,8 @@ def _winograd(xp, up, bias, mult, shift, y_zp, lo, hi, out, tiles, blocks):
                 img = tile // (th * tw)
                 y0 = 2 * ((tile // tw) % th)
                 x0 = 2 * (tile % tw)
-                winograd_input_16(xp[img, y0, x0].ctypes.data, xp.strides[1], xp.strides[2], kdim // 16, v[0, r].ctypes.data,
-                                  v.strides[0])
+                winograd_input_16(xp[img, y0, x0].ctypes.data, xp.strides[1], xp.strides[2], kdim // 16,
+                                  v[0, r].ctypes.data, v.strides[0])
             v_step = v.strides[1]
             acc_step = acc.strides[0]
             for b in range(nblk):
