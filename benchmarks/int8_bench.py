@@ -1,7 +1,8 @@
 """Int8Conv / Int8FC against onnxruntime's QLinearConv / QLinearMatMul and against our own
 float32 Conv / FC on the same shapes, in one process: each a one-op net (ours) or a
 one-node session (onnxruntime), medians of runs taken in alternating blocks (the three
-in turn, resting between blocks so no library's spinning threads slow another's runs).
+in turn, in a rotating order, resting between blocks so no library's spinning threads slow
+another's runs).
 
 Shapes: ResNet-50's 3x3 convolutions of its four stages and two of its 1x1 layers,
 MobileNet-v2's expansion 1x1, depthwise 3x3 and projection 1x1 of one block, and the
@@ -36,15 +37,18 @@ CONVS = [  # label, H, C, M, kernel, group
 FCS = [("ResNet-50 FC 2048->1000, batch 1", 1, 2048, 1000), ("ResNet-50 FC 2048->1000, batch 32", 32, 2048, 1000)]
 
 
-def alternating_ms(fns, runs, warmup=3, blocks=3, rest=0.3):
-    """(medians, minima) in ms of `runs` calls of each fn, in alternating blocks."""
+def alternating_ms(fns, runs, warmup=3, blocks=None, rest=0.3):
+    """(medians, minima) in ms of `runs` calls of each fn, in alternating blocks (3 runs
+    each); the order rotates from block to block, so none always runs first after the rest."""
     for _ in range(warmup):
         for fn in fns:
             fn()
     times = [[] for _ in fns]
+    blocks = blocks or max(3, runs // 3)
     per_block = max(1, -(-runs // blocks))
-    for _ in range(blocks):
-        for fn, out in zip(fns, times):
+    for b in range(blocks):
+        order = [(b + i) % len(fns) for i in range(len(fns))]
+        for fn, out in ((fns[i], times[i]) for i in order):
             time.sleep(rest)
             fn()
             for _ in range(per_block):

@@ -91,6 +91,7 @@ CONV_CASES = [
     (2, 10, 10, 24, 24, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 24),   # depthwise
     (1, 6, 6, 8, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 8),       # channel multiplier 2
     (1, 4, 4, 300, 17, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),     # long K (2700)
+    (2, 9, 11, 40, 32, (3, 3), (1, 1), (0, 2, 1, 0), (1, 1), 1),      # 3x3 stride 1 (Winograd): odd sizes, uneven pads
 ]
 
 
@@ -114,16 +115,18 @@ def test_conv_matches_the_integer_reference(case, relu):
     assert 0 < (y.data == (41 if relu else 0)).mean() < 0.9      # the values exercise the clamp, not saturate
 
 
-def test_conv_requantization_rounds_as_gemmlowp():
+@pytest.mark.parametrize("channels", [19, 24])
+def test_conv_requantization_rounds_as_gemmlowp(channels):
     """Scale 0.25 exactly (multiplier 2**30, shift 1): the doubling high multiply rounds
     acc / 2 half up, then the divide by 2 rounds half away from zero, so +1 -> 1 and
-    -6 -> -2, where rounding acc / 4 once would give 0 and -2 (or -1 to even)."""
+    -6 -> -2, where rounding acc / 4 once would give 0 and -2 (or -1 to even). With 24
+    channels (a multiple of 8) the output pass runs on 8 int32 lanes at a time."""
     acc = np.arange(-9, 10)
     feed("x", np.full((1, 1, len(acc), 1), 100, np.uint8), 0.5, 100)   # x - zp = 0: the bias is the sum
-    feed("w", np.ones((len(acc), 1, 1, 1), np.uint8), 0.5, 0)
+    feed("w", np.ones((channels, 1, 1, 1), np.uint8), 0.5, 0)
     rows = []
     for k, a in enumerate(acc):
-        bias = np.zeros(len(acc), np.int32)
+        bias = np.zeros(channels, np.int32)
         bias[k] = a
         feed("b", bias, 0.25, 0)
         y = run("Int8Conv", ["x", "w", "b"], ["y"], kernel=1, order="NHWC", Y_scale=1.0, Y_zero_point=128)
@@ -133,15 +136,40 @@ def test_conv_requantization_rounds_as_gemmlowp():
     assert rows[acc.tolist().index(2)] == 1 and rows[acc.tolist().index(-2)] == -1
 
 
-def test_conv_int32_sums_wrap_as_in_c():
-    """A bias near the int32 limit: the sum wraps modulo 2**32 (QNNPACK's int32 math)."""
+@pytest.mark.parametrize("channels", [2, 8])
+def test_conv_int32_sums_wrap_as_in_c(channels):
+    """A bias near the int32 limit: the sum wraps modulo 2**32 (QNNPACK's int32 math), in
+    the scalar output pass and (8 channels) the 8-lane one."""
     feed("x", np.full((1, 1, 1, 4), 255, np.uint8), 0.01, 0)
-    feed("w", np.full((2, 1, 1, 4), 255, np.uint8), 0.01, 0)
-    feed("b", np.array([2 ** 31 - 1000, -5], np.int32), 1e-4, 0)
+    feed("w", np.full((channels, 1, 1, 4), 255, np.uint8), 0.01, 0)
+    bias = np.array([2 ** 31 - 1000, -5] + [-2 ** 31 + 7] * (channels - 2), np.int32)
+    feed("b", bias, 1e-4, 0)
     y = run("Int8Conv", ["x", "w", "b"], ["y"], kernel=1, order="NHWC", Y_scale=0.5, Y_zero_point=128)
-    acc = np.array([2 ** 31 - 1000 + 4 * 255 * 255, -5 + 4 * 255 * 255])
+    acc = bias.astype(np.int64) + 4 * 255 * 255
     assert y.data.reshape(-1).tolist() == R.requantize(acc, R.conv_multiplier(0.01, 0.01, 0.5), 128).tolist()
     assert y.data[0, 0, 0, 0] == 0                 # wrapped negative, clamped
+
+
+@pytest.mark.parametrize("c, winograd", [(896, True), (1100, False)])
+def test_conv_3x3_sums_at_the_winograd_bound_are_exact(c, winograd):
+    """3x3 stride-1 layers run Winograd F(2x2, 3x3), whose int32 arithmetic is exact while
+    9 * C * max|x - x_zp| * max|w - w_zp| < 2**29; the extreme bytes 0 / 255 with zero
+    points 0 put C = 896 just inside (sums near 2**31 / 4) and C = 1100 outside (the direct
+    GEMM then runs). Both equal the reference bit for bit."""
+    from caffe2py.kernels.cpu.quant import int8_winograd as WG
+    assert WG.winograd_exact(c, 0, 255) == winograd
+    x = rng.choice(np.array([0, 255], np.uint8), (1, 5, 6, c))
+    wt = rng.choice(np.array([0, 255], np.uint8), (20, 3, 3, c))
+    wt[0] = 255
+    x[0, :3, :3] = 255                                  # one window's sum at the bound: 9 * C * 255 * 255
+    feed("x", x, 0.01, 0)
+    feed("w", wt, 0.01, 0)
+    feed("b", np.zeros(20, np.int32))
+    y = run("Int8Conv", ["x", "w", "b"], ["y"], kernel=3, pad=1, order="NHWC", Y_scale=300.0, Y_zero_point=0)
+    acc = R.conv_nhwc(x, 0, wt, 0, np.zeros(20), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert acc.max() == 9 * c * 255 * 255
+    want = R.requantize(acc, R.conv_multiplier(0.01, 0.01, 300.0), 0)
+    assert np.array_equal(y.data, want) and 0 < want.mean() < 250
 
 
 def test_conv_geometry_arguments_and_legacy_pad():
@@ -189,7 +217,7 @@ def test_fc_weights_fed_again_are_used():
 
 def test_numpy_twins_of_the_compiled_gemm_agree_bit_for_bit():
     """The NumPy twins (what runs while a kernel compiles in the background) give the
-    compiled kernels' bytes: the GEMM (grouped) and depthwise paths."""
+    compiled kernels' bytes: the GEMM (grouped), depthwise and Winograd paths."""
     from caffe2py.kernels.cpu.runtime import jit
     x, w, wd = u8(2, 9, 8, 12), u8(10, 3, 3, 6), u8(12, 3, 3, 1)
     feed("x", x, 0.05, 120)
@@ -201,13 +229,16 @@ def test_numpy_twins_of_the_compiled_gemm_agree_bit_for_bit():
     net.Int8ConvRelu(["x", "w", "b10"], "g", kernel=3, stride=2, pad=1, group=2, order="NHWC", Y_scale=0.2,
                      Y_zero_point=9)
     net.Int8Conv(["x", "wd", "b"], "d", kernel=3, pad=1, group=12, order="NHWC", Y_scale=0.1, Y_zero_point=128)
+    net.Int8ConvRelu(["x", "w3", "b"], "f", kernel=3, pads=[1, 0, 2, 1], order="NHWC", Y_scale=0.3,
+                     Y_zero_point=100)                  # Winograd F(2x2, 3x3)
+    feed("w3", u8(12, 3, 3, 12), 0.01, 131)
     before = jit.jit_mode()
     results = []
     try:
         for mode in ("inline", "numpy"):
             jit.set_jit_mode(mode)
             workspace.RunNetOnce(net)
-            results.append([workspace.FetchInt8Blob(b).data for b in ("g", "d")])
+            results.append([workspace.FetchInt8Blob(b).data for b in ("g", "d", "f")])
     finally:
         jit.set_jit_mode(before)
     for compiled, twin in zip(*results):

@@ -7,6 +7,7 @@ import numpy as np
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
 from caffe2py.kernels.cpu.quant import int8_conv as K
+from caffe2py.kernels.cpu.quant import int8_winograd as WG
 from caffe2py.kernels.cpu.quant import requantize as rq
 from caffe2py.kernels.cpu.runtime.jit import team
 from caffe2py.proto import caffe2_pb2
@@ -83,6 +84,16 @@ for _op, _relu in (("Int8Conv", False), ("Int8ConvRelu", True)):
                                                                   if _relu else "")))
 
 
+def _winograd_filters(cache, x, w, kernel, strides, dilations, pads, group):
+    """The transformed filters (cached per W) when the Winograd F(2x2, 3x3) path computes
+    this layer bit for bit like the direct GEMM (3x3 stride 1, sums within its bound), else
+    None. It gives the same int32 sums with 2.25x fewer multiplies."""
+    if not WG.winograd_fits(kernel, strides, dilations, pads, group):
+        return None
+    packed, w_absmax = cache.get(w.data, w.zero_point, 1, lambda d, z, g: WG.winograd_weights(d, z))
+    return packed if WG.winograd_exact(x.shape[3], x.zero_point, w_absmax) else None
+
+
 def _int8_conv_factory(relu):
     def factory(ctx):
         _require_nhwc(ctx)
@@ -91,6 +102,7 @@ def _int8_conv_factory(relu):
         lo = rq.relu_floor(y_scale, y_zp) if relu else 0
         packed = K.PackedWeights()
         depthwise_w = K.PackedWeights()
+        winograd_w = K.PackedWeights()
 
         def run(x, w, b=None):
             x = int8_input(ctx, 0, x)
@@ -109,6 +121,9 @@ def _int8_conv_factory(relu):
                     w16 = depthwise_w.get(w.data, w.zero_point, group, lambda d, z, g: K.depthwise_weights(d, z))
                     y = K.depthwise_nhwc(x.data, x.zero_point, w16, bias, multiplier, shift, y_zp, lo, 255,
                                          kernel, strides, pads, dil, out_shape)
+                elif (wg := _winograd_filters(winograd_w, x, w, kernel, strides, dil, pads, group)) is not None:
+                    y = WG.conv_nhwc(x.data, x.zero_point, wg, bias, multiplier, shift, y_zp, lo, 255, pads,
+                                     out_shape)
                 else:
                     y = K.conv_nhwc(x.data, x.zero_point, packed.get(w.data, w.zero_point, group), bias, multiplier,
                                     shift, y_zp, lo, 255, kernel, strides, pads, dil, group, out_shape)

@@ -19,8 +19,10 @@ the input zero point, i.e. as 0.0.
 How: the output pixels are split into blocks of ROWS on the team; per block and group
 the windows are packed into int16 rows (im2col) and multiplied with the packed weights
 by qgemm_simd's vpmaddwd micro-kernel (4 rows x 16 channels), then one pass over the
-int32 sums writes the uint8 outputs. Depthwise layers (9 products per output) skip the
-GEMM: one loop per output pixel over the channels (vectorised across them).
+int32 sums writes the uint8 outputs (qgemm_simd.requantize_rows, 8 int32 lanes at a
+time, when a group's channels are a multiple of 8). Depthwise layers (9 products per
+output) skip the GEMM: one loop per output pixel over the channels (vectorised across
+them). 3x3 stride-1 layers mostly run int8_winograd.py instead.
 Callers check every shape and index before calling (compiled loops have no bounds
 checks); the kernels assume contiguous arrays.
 """
@@ -29,6 +31,7 @@ import numpy as np
 from ..runtime.jit import LazyGlobal, compiled, prange, team_blocks
 
 qgemm_4x16 = LazyGlobal("..quant.qgemm_simd", "qgemm_4x16")
+requantize_rows = LazyGlobal("..quant.qgemm_simd", "requantize_rows")
 MR, NR = 4, 16
 ROWS = 64            # output pixels per packed block (a multiple of MR)
 
@@ -40,12 +43,19 @@ def pack_weights(w, w_zero_point, groups):
     m = w.shape[0]
     mg = m // groups
     k = int(np.prod(w.shape[1:]))
+    zero = np.asarray(w_zero_point, np.int16).reshape(-1)
+    zero = zero.reshape(groups, mg, 1) if zero.size == m and m > 1 else zero.reshape(())
+    return pack_int16(w.reshape(groups, mg, k).astype(np.int16) - zero)
+
+
+def pack_int16(values):
+    """int16 (groups, mg, k) -> the micro-kernel's layout (groups, column blocks, K/2, 16, 2),
+    zero-padded to whole column blocks and an even K."""
+    groups, mg, k = values.shape
     kpairs = (k + 1) // 2
     nblk = (mg + NR - 1) // NR
     flat = np.zeros((groups, nblk * NR, 2 * kpairs), np.int16)
-    zero = np.asarray(w_zero_point, np.int16).reshape(-1)
-    zero = zero.reshape(groups, mg, 1) if zero.size == m and m > 1 else zero.reshape(())
-    flat[:, :mg, :k] = (w.reshape(groups, mg, k).astype(np.int16) - zero)
+    flat[:, :mg, :k] = values
     # (g, nblk, NR, kpairs, 2) -> (g, nblk, kpairs, NR, 2)
     packed = flat.reshape(groups, nblk, NR, kpairs, 2).transpose(0, 1, 3, 2, 4)
     return np.ascontiguousarray(packed)
@@ -97,6 +107,7 @@ def _conv_gemm(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out, raw, sums,
     mask = (np.int64(1) << shift) - 1
     threshold = mask >> 1
     lo_n, hi_n = np.int64(lo - y_zp), np.int64(hi - y_zp)
+    out_base = np.int64(out.ctypes.data)
     for t in prange(blocks):
         first, last = chunks * t // blocks, chunks * (t + 1) // blocks
         apack = np.zeros((ROWS, kdim), np.int16)
@@ -158,6 +169,11 @@ def _conv_gemm(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out, raw, sums,
                         brow = bias[g * mg:(g + 1) * mg]
                         for j in range(mg):
                             srow[j] = np.int32(np.int64(arow[j]) + np.int64(brow[j]))
+                    continue
+                if mg % 8 == 0:
+                    # 8 int32 lanes at a time, straight into the output rows
+                    requantize_rows(c_base, c_step, rows, mg // 8, bias.ctypes.data + g * mg * 4,
+                                    out_base + m0 * m + g * mg, m, mult, shift, y_zp, lo, hi)
                     continue
                 for r in range(rows):
                     orow = flat_out[m0 + r, g * mg:(g + 1) * mg]
