@@ -61,8 +61,31 @@ def source_digest(path):
     return digest
 
 
+_CPU_KERNELS_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_tree_digest = []
+
+
+def kernels_tree_digest():
+    """sha256 over every CPU kernel module's source (once per process). numba checks
+    only the calling module's file, but a kernel inlines jitted helpers of other
+    modules (qgemm_simd's micro-kernels in int8_conv, ...): an edit there must not
+    reuse machine code compiled against the old helper."""
+    if not _tree_digest:
+        h = hashlib.sha256()
+        for folder, dirs, files in os.walk(_CPU_KERNELS_ROOT):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(folder, name)
+                h.update(os.path.relpath(path, _CPU_KERNELS_ROOT).encode())
+                with open(path, "rb") as fh:
+                    h.update(fh.read())
+        _tree_digest.append(h.hexdigest()[:12])
+    return _tree_digest[0]
+
+
 def kernel_cache_dir(module_name, source_path):
-    return os.path.join(numba_cache_dir(), "%s-%s" % (module_name, source_digest(source_path)))
+    return os.path.join(numba_cache_dir(), "%s-%s-%s" % (module_name, source_digest(source_path),
+                                                       kernels_tree_digest()))
 
 
 _installed = []
