@@ -7,7 +7,9 @@ objects, so state such as the current workspace is shared).
 `python -m caffe2py.compat script.py [args]` runs such a script unmodified
 (`python -m caffe2py.compat -m module [args]` a module, e.g. pytest); with
 `--legacy-numpy` first, the NumPy names Caffe2-era code used and NumPy removed (np.int,
-np.float, np.asscalar, ...) are put back for that run (caffe2py/legacy_numpy.py).
+np.float, np.asscalar, ...) are put back for that run (caffe2py/legacy_numpy.py); with
+`--gpu-nets-on-cpu`, Net.RunAllOnGPU keeps a net on the CPU (caffe2py/gpu_nets_on_cpu.py:
+GPU-era scripts such as resnet50_trainer.py call it even when told to use the CPU).
 """
 import importlib
 import importlib.abc
@@ -95,22 +97,25 @@ def _lazy_attribute(package):
     return __getattr__
 
 
-USAGE = "usage: python -m caffe2py.compat [--legacy-numpy] (SCRIPT.py | -m MODULE) [ARGS...]\n"
+USAGE = "usage: python -m caffe2py.compat [--legacy-numpy] [--gpu-nets-on-cpu] (SCRIPT.py | -m MODULE) [ARGS...]\n"
+# compat's own options, before the script; each names the module that installs it
+_OPTIONS = {"--legacy-numpy": "legacy_numpy", "--gpu-nets-on-cpu": "gpu_nets_on_cpu"}
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    legacy_numpy = bool(argv) and argv[0] == "--legacy-numpy"
-    if legacy_numpy:
+    asked = []
+    while argv and argv[0] in _OPTIONS:
+        if argv[0] not in asked:
+            asked.append(argv[0])
         argv = argv[1:]
     as_module = bool(argv) and argv[0] == "-m"
     if not argv or (as_module and len(argv) < 2):
         sys.stderr.write(USAGE)
         return 2
     install()
-    if legacy_numpy:
-        from . import legacy_numpy as legacy  # noqa: PLC0415 - only for the runs that ask
-        legacy.install()
+    for option in asked:        # only for the runs that ask
+        importlib.import_module("." + _OPTIONS[option], __package__).install()
     if as_module:
         sys.argv = argv[1:]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)

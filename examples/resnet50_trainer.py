@@ -20,7 +20,6 @@ the model saved with predictor_exporter to <file_store_path>/<save_model_name>_<
 ResNet instead (images 32 x 32), for quick runs.
 """
 import argparse
-import io
 import logging
 import os
 import time
@@ -106,26 +105,6 @@ def run_epoch(args, epoch, train_model, test_model, total_batch_size, explog):
                                   "epoch": epoch, "test_accuracy": test_accuracy})
     assert loss < 40, "Exploded gradients :("
     return losses
-
-
-def make_db(path, n, num_labels, size, seed=0):
-    """n generated JPEG Datum records: class c is a noisy image of colour c (hue steps)."""
-    from PIL import Image
-
-    from caffe2py import db as dbs
-    from caffe2py.tools.make_image_db import record
-    rng = np.random.default_rng(seed)
-    colours = rng.integers(0, 256, (num_labels, 3))
-    db = dbs.create_db("lmdb", path, dbs.NEW)
-    txn = db.new_transaction()
-    for i in range(n):
-        label = int(rng.integers(num_labels))
-        pixels = np.clip(colours[label] + rng.normal(0, 30, (size, size, 3)), 0, 255).astype(np.uint8)
-        out = io.BytesIO()
-        Image.fromarray(pixels).save(out, "JPEG", quality=90)
-        txn.put(b"%08d" % i, record(out.getvalue(), label, datum=True))
-    txn.commit()
-    db.close()
 
 
 def build_models(args, gpus, batch_per_device):
@@ -258,7 +237,9 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     if args.make_db:
-        make_db(args.train_data, args.make_db, args.num_labels, max(args.scale, args.image_size) + 8)
+        from caffe2py.tools.make_image_db import write_generated_db
+        write_generated_db(args.train_data, args.make_db, args.num_labels, max(args.scale, args.image_size) + 8,
+                           datum=True)
     os.makedirs(args.file_store_path, exist_ok=True)
     return train(args)
 

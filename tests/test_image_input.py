@@ -464,3 +464,37 @@ def test_make_image_db_from_a_folder_and_a_list(tmp_path):
                                  is_test=1, use_caffe_datum=1)
     np.testing.assert_array_equal(label, [5, 7])
     np.testing.assert_array_equal(out[1], pix[0][:, 1:13, ::-1].astype(F32))
+
+
+def test_make_image_db_generates_a_db_of_datums(tmp_path, capsys):
+    """--generate N: N JPEG Caffe Datums of --size, one noisy colour per class; ImageInput reads them."""
+    out = str(tmp_path / "gen.lmdb")
+    assert make_image_db.main(["--generate", "12", "--num-labels", "3", "--size", "20", "--datum", out]) == 0
+    assert "wrote 12 records" in capsys.readouterr().out
+    db = dbs.create_db("lmdb", out, dbs.READ)
+    cursor, records = db.new_cursor(), []
+    while cursor.valid():
+        datum = CaffeDatum.FromString(cursor.value())
+        assert datum.encoded
+        records.append((cursor.key(), datum.label, np.asarray(Image.open(io.BytesIO(datum.data)))))
+        cursor.next()
+    db.close()
+    assert [key for key, _, _ in records] == [b"%08d" % i for i in range(12)]
+    assert {label for _, label, _ in records} <= {0, 1, 2} and len({label for _, label, _ in records}) > 1
+    assert all(pix.shape == (20, 20, 3) for _, _, pix in records)
+    # images of one class share their mean colour (noise sd 30 over 400 pixels), other classes' differ
+    means = {}
+    for _, label, pix in records:
+        means.setdefault(label, []).append(pix.reshape(-1, 3).mean(0))
+    for colours in means.values():
+        assert np.ptp(np.array(colours), axis=0).max() < 12
+    batch, label = run_image_input(out, batch_size=12, minsize=20, crop=20, is_test=1, use_caffe_datum=1)
+    assert batch.shape == (12, 20, 20, 3)            # ImageInput writes NHWC
+    np.testing.assert_array_equal(label, [l for _, l, _ in records])
+
+
+def test_make_image_db_generate_wants_only_the_output(tmp_path):
+    with pytest.raises(SystemExit):
+        make_image_db.main(["--generate", "4", str(tmp_path / "a"), str(tmp_path / "b")])
+    with pytest.raises(SystemExit):
+        make_image_db.main(["--generate", "4", "--num-labels", "0", str(tmp_path / "a")])

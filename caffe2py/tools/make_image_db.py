@@ -2,6 +2,7 @@
 
     python -m caffe2py.tools.make_image_db FOLDER_OR_LIST out.lmdb [--db-type lmdb|leveldb|minidb]
         [--datum] [--shuffle] [--seed N] [--root DIR] [--resize N]
+    python -m caffe2py.tools.make_image_db --generate N --num-labels K [--size S] out.lmdb [--datum]
 
 FOLDER: one subfolder per class (sorted names are labels 0, 1, ...), image files in
 each. LIST: a text file of "path label" lines (paths relative to --root, default the
@@ -9,7 +10,9 @@ list's folder). Each record's key is its zero-padded index and path; its value a
 TensorProtos (the encoded file as a STRING tensor, the label as INT32), or with
 --datum a Caffe Datum (encoded, label) as resnet50_trainer.py's use_caffe_datum=1
 reads. The file bytes are stored as they are, unless --resize N re-encodes each image
-(Pillow) with its shorter side N.
+(Pillow) with its shorter side N. --generate N writes N generated JPEG images instead
+(S x S, default 32; class c a noisy image of one random colour per class, labels drawn
+at random with --seed): a db to try a trainer on without a dataset.
 """
 import argparse
 import io
@@ -83,6 +86,35 @@ def record(data, label, datum):
     return protos.SerializeToString()
 
 
+def generated_images(n, num_labels, size, seed=0):
+    """n (JPEG bytes, label): class c is a noisy size x size image of colour c."""
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(seed)
+    colours = rng.integers(0, 256, (num_labels, 3))
+    for _ in range(n):
+        label = int(rng.integers(num_labels))
+        pixels = np.clip(colours[label] + rng.normal(0, 30, (size, size, 3)), 0, 255).astype(np.uint8)
+        out = io.BytesIO()
+        Image.fromarray(pixels).save(out, "JPEG", quality=90)
+        yield out.getvalue(), label
+
+
+def write_generated_db(out, n, num_labels, size=32, db_type="lmdb", datum=False, seed=0):
+    """Write n generated images (generated_images) as records; returns n."""
+    db = dbs.create_db(db_type, out, dbs.NEW)
+    try:
+        txn = db.new_transaction()
+        for i, (data, label) in enumerate(generated_images(n, num_labels, size, seed)):
+            txn.put(b"%08d" % i, record(data, label, datum))
+        txn.commit()
+    except BaseException:
+        db.abort()
+        raise
+    db.close()
+    return n
+
+
 def write_db(entries, out, db_type="lmdb", datum=False, resize=0, commit_every=1000):
     """Write one record per (path, label); returns the number written."""
     db = dbs.create_db(db_type, out, dbs.NEW)
@@ -103,26 +135,40 @@ def write_db(entries, out, db_type="lmdb", datum=False, resize=0, commit_every=1
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m caffe2py.tools.make_image_db", description=__doc__.split("\n")[0])
-    parser.add_argument("source", help="a folder of class subfolders, or a list file of 'path label' lines")
-    parser.add_argument("out", help="the db to create")
+    parser.add_argument("paths", nargs="+", metavar="FOLDER_OR_LIST OUT",
+                        help="a folder of class subfolders or a list file of 'path label' lines, then the db to "
+                             "create (with --generate: only the db)")
     parser.add_argument("--db-type", default="lmdb", help="lmdb (default), leveldb or minidb")
     parser.add_argument("--datum", action="store_true", help="write Caffe Datum records (use_caffe_datum=1)")
     parser.add_argument("--shuffle", action="store_true", help="shuffle the records")
-    parser.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
+    parser.add_argument("--seed", type=int, default=0, help="the shuffle's (or --generate's) seed")
     parser.add_argument("--root", default=None, help="folder the list's paths are relative to")
     parser.add_argument("--resize", type=int, default=0, help="re-encode with the shorter side this size")
+    parser.add_argument("--generate", type=int, default=0, metavar="N", help="write N generated images instead")
+    parser.add_argument("--num-labels", type=int, default=2, help="--generate's number of classes")
+    parser.add_argument("--size", type=int, default=32, help="--generate's image side")
     args = parser.parse_args(argv)
-    if os.path.isdir(args.source):
-        entries = folder_entries(args.source)
-    else:
-        entries = list_entries(args.source, args.root or os.path.dirname(os.path.abspath(args.source)))
-    if args.shuffle:
-        random.Random(args.seed).shuffle(entries)
+    if len(args.paths) != (1 if args.generate else 2):
+        parser.error("expected OUT with --generate, FOLDER_OR_LIST OUT otherwise")
+    if args.generate and (args.generate < 0 or args.num_labels < 1 or args.size < 1):
+        parser.error("--generate, --num-labels and --size must be positive")
     try:
-        n = write_db(entries, args.out, args.db_type, args.datum, args.resize)
+        if args.generate:
+            out = args.paths[0]
+            n = write_generated_db(out, args.generate, args.num_labels, args.size, args.db_type, args.datum,
+                                   args.seed)
+        else:
+            source, out = args.paths
+            if os.path.isdir(source):
+                entries = folder_entries(source)
+            else:
+                entries = list_entries(source, args.root or os.path.dirname(os.path.abspath(source)))
+            if args.shuffle:
+                random.Random(args.seed).shuffle(entries)
+            n = write_db(entries, out, args.db_type, args.datum, args.resize)
     except dbs.DBError as exc:
         raise SystemExit("make_image_db: %s" % exc) from None
-    print("make_image_db: wrote %d records to %s (%s)" % (n, args.out, args.db_type))
+    print("make_image_db: wrote %d records to %s (%s)" % (n, out, args.db_type))
     return 0
 
 
