@@ -1,0 +1,123 @@
+"""RecurrentNetwork / RecurrentNetworkGradient on a recognised LSTM step net: the
+whole sequence in one compiled pass (kernels/cpu/rnn/fused_lstm.py) instead of one
+step-net run per timestep.
+
+The results are the generic path's: the same state tensors (hence the same
+all-step and last-step outputs), and the same gradients of the input projection,
+W, b and the initial states. The step workspaces get the blobs the generic loop
+leaves there (timestep, the linked blobs, gates_t; as views of the sequence
+tensors), but only when something looks at them (RecurrentNetworkBlobFetcher, a
+generic gradient op): ScratchWorkspaces fills them on first access, so a training
+step pays nothing for them.
+
+Both functions return None when the run's values are outside what the kernel does
+(float16, initial states of several steps, non-integer lengths, ...); the caller
+then runs the generic loop, which also gives the errors for bad inputs.
+"""
+import numpy as np
+
+from caffe2py.kernels.cpu.rnn import fused_lstm as K
+
+
+class FusedLSTMRecord:
+    """What a fused forward run leaves in the scratch blob for its gradient."""
+    __slots__ = ("plan", "x", "w", "hs", "cs", "gates", "seq")
+
+    def __init__(self, plan, x, w, hs, cs, gates, seq):
+        self.plan, self.x, self.w, self.hs, self.cs, self.gates, self.seq = plan, x, w, hs, cs, gates, seq
+
+
+def _float32(a):
+    return isinstance(a, np.ndarray) and a.dtype == np.float32
+
+
+def _lengths(plan, inputs, batch):
+    """The sequence lengths as the kernel takes them; False when they do not fit."""
+    if plan.seq is None:
+        return None
+    seq = inputs[plan.seq]
+    if not isinstance(seq, np.ndarray) or seq.dtype.kind not in "iu" or seq.size != batch:
+        return False
+    return seq
+
+
+def lstm_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
+    """Runs the sequence; fills blobs[state tensors] (already made by the caller with
+    their initial step). Returns True, or None to ask for the generic loop."""
+    if not K.available():
+        return None
+    x, w, b = inputs[0], inputs[plan.weight], inputs[plan.bias]
+    hs, cs = blobs.get(plan.h_states), blobs.get(plan.c_states)
+    if not all(_float32(a) for a in (x, w, b, hs, cs)) or x.ndim != 3 or hs.ndim != 3:
+        return None
+    steps, batch, d = x.shape[0], x.shape[1], hs.shape[2]
+    if (x.shape[2] != 4 * d or w.shape != (4 * d, d) or b.shape != (4 * d,) or hs.shape != (steps + 1, batch, d)
+            or cs.shape != hs.shape or not (hs.flags.c_contiguous and cs.flags.c_contiguous)):
+        return None
+    seq = _lengths(plan, inputs, batch)
+    if seq is False:
+        return None
+    x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
+    gates = K.lstm_sequence(x, w, np.ascontiguousarray(b), hs, cs, seq, plan.forget_bias, plan.drop_states)
+    scratch.set_fused(FusedLSTMRecord(plan, x, w, hs, cs, gates, seq),
+                      lambda: _fill_step_workspaces(plan, x, hs, cs, gates, step_workspaces, timestep, has_backward))
+    return True
+
+
+def _fill_step_workspaces(plan, x, hs, cs, gates, step_workspaces, timestep, has_backward):
+    """The step workspaces as the generic loop leaves them (views, not copies): every
+    step's with a backward net, else the two alternating ones holding the last steps."""
+    steps = x.shape[0]
+    for t in (range(steps) if has_backward else range(max(0, steps - 2), steps)):
+        ws = step_workspaces[t if has_backward else t % 2]
+        ws[timestep] = np.array([t], np.int32)
+        for name, value in ((plan.h_prev, hs[t:t + 1]), (plan.h, hs[t + 1:t + 2]), (plan.c_prev, cs[t:t + 1]),
+                            (plan.c, cs[t + 1:t + 2]), (plan.input_t, x[t:t + 1]), (plan.gates, gates[t:t + 1])):
+            ws[name] = value
+
+
+def lstm_backward(record, roles, inputs, n_go, per_step, last_step, states, state_inputs, blobs, input_grad_name):
+    """The gradient op's outputs (input projection, parameters in `roles` order,
+    initial states) from the fused forward's record, or None for the generic loop."""
+    plan = record.plan
+    x, hs, cs = record.x, record.hs, record.cs
+    steps, batch, d = hs.shape[0] - 1, hs.shape[1], hs.shape[2]
+    forward_x = inputs[n_go]
+    if not isinstance(forward_x, np.ndarray) or forward_x.shape != x.shape:
+        return None
+    if blobs.get(plan.h_states) is not hs or blobs.get(plan.c_states) is not cs:
+        return None                 # the states were replaced since: the generic path reads them
+    if sorted(states) != sorted([plan.h_states, plan.c_states]):
+        return None
+    grads = {}
+    for name in states:
+        g = np.zeros_like(hs)
+        if name in last_step:
+            value = np.asarray(inputs[last_step[name]])
+            if value.size != batch * d:
+                return None
+            g[-1] += value.reshape(batch, d)
+        if name in per_step:
+            value = np.asarray(inputs[per_step[name]])
+            if value.shape != (steps, batch, d):
+                return None
+            g[1:] += value
+        grads[name] = g
+    dgates, dw, db = K.lstm_sequence_gradient(record.w, hs, cs, record.gates, record.seq, plan.forget_bias,
+                                              plan.drop_states, grads[plan.h_states], grads[plan.c_states])
+    for name, g in grads.items():
+        blobs[name + "_grad"] = g
+    blobs[input_grad_name] = dgates
+    outputs = [dgates]
+    for k, role in roles:
+        value = dw if role == "weight" else db
+        outputs.append(value.reshape(np.shape(inputs[n_go + k])).astype(np.asarray(inputs[n_go + k]).dtype,
+                                                                         copy=False))
+    for name, k in zip(states, state_inputs):
+        init = np.asarray(inputs[n_go + k])
+        g = grads[name]
+        if init.ndim >= 2:
+            outputs.append(np.ascontiguousarray(g[:1].reshape(init.shape)))
+        else:
+            outputs.append(g[0].sum(axis=0).astype(init.dtype))
+    return tuple(outputs)

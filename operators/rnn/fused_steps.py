@@ -1,0 +1,166 @@
+"""Recognising the step nets RecurrentNetwork can run as one compiled pass.
+
+rnn_cell.LSTM's step net is (names vary with the scope):
+
+    FC(h_prev, W, b) -> gates            axis=2
+    Sum(gates, input_t) -> gates         (either order)
+    LSTMUnit(h_prev, c_prev, gates[, seq_lengths], timestep) -> h, c
+
+with links h_prev/h -> the hidden state tensor (offsets 0/1), c_prev/c -> the cell
+state tensor (0/1) and input_t -> the op's input 0 (offset 0), and W, b,
+seq_lengths inputs of the op. `recognise_lstm` finds that shape when the op is
+created (plan time) and returns an LSTMStepPlan; anything else (another cell, extra
+links, an argument the fused kernel does not model) gives None and the op keeps
+the generic step-net loop. `recognise_lstm_backward` does the same for the backward
+step net recurrent.py derives from it (LSTMUnitGradient, FCGradient, Sum, and the
+recomputed forward ops of memory_optimization).
+
+CAFFE2PY_RNN_FUSED=0 turns the fused path off (read at every run), so tests can
+compare the two paths on the same net.
+"""
+import os
+
+_FC_ARGS = {"axis": 2, "axis_w": 1}
+_UNIT_ARGS = ("forget_bias", "drop_states", "sequence_lengths")
+
+
+def fused_enabled():
+    return os.environ.get("CAFFE2PY_RNN_FUSED", "1").strip() != "0"
+
+
+class LSTMStepPlan:
+    """What the fused LSTM needs to know about a recognised step net."""
+    __slots__ = ("h_prev", "c_prev", "h", "c", "gates", "input_t", "h_states", "c_states", "weight", "bias",
+                 "seq", "weight_name", "forget_bias", "drop_states", "unit_args")
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields[name])
+
+
+def _args(op):
+    """{name: value} of an OperatorDef's scalar arguments (None for anything else)."""
+    out = {}
+    for a in op.arg:
+        if a.HasField("f"):
+            out[a.name] = a.f
+        elif a.HasField("i"):
+            out[a.name] = a.i
+        else:
+            out[a.name] = None
+    return out
+
+
+def _link_map(links):
+    """{internal: (external, offset)} when every link is one step wide and no internal
+    name repeats; None otherwise."""
+    out = {}
+    for link in links:
+        if link.window != 1 or link.internal in out:
+            return None
+        out[link.internal] = (link.external, link.offset)
+    return out
+
+
+def recognise_lstm(step_def, links, states, state_inputs, timestep, op_inputs):
+    """An LSTMStepPlan when step_def is rnn_cell's LSTM step (see the module
+    docstring), else None. op_inputs: the RecurrentNetwork op's input names."""
+    ops = list(step_def.op)
+    if len(ops) != 3 or [op.type for op in ops] != ["FC", "Sum", "LSTMUnit"]:
+        return None
+    fc, add, unit = ops
+    if len(fc.input) != 3 or len(fc.output) != 1 or any(op.engine for op in ops):
+        return None
+    fc_args = _args(fc)
+    if any(k not in _FC_ARGS or v != _FC_ARGS[k] for k, v in fc_args.items()) or fc_args.get("axis") != 2:
+        return None
+    h_prev, weight, bias = fc.input
+    gates = fc.output[0]
+    if len(add.input) != 2 or list(add.output) != [gates] or add.arg:
+        return None
+    others = [b for b in add.input if b != gates]
+    if len(others) != 1:
+        return None
+    input_t = others[0]
+    unit_args = _args(unit)
+    if any(k not in _UNIT_ARGS or v is None for k, v in unit_args.items()):
+        return None
+    with_seq = bool(unit_args.get("sequence_lengths", 1))
+    if len(unit.input) != (5 if with_seq else 4) or len(unit.output) != 2:
+        return None
+    if unit.input[0] != h_prev or unit.input[2] != gates or unit.input[-1] != timestep:
+        return None
+    c_prev = unit.input[1]
+    seq = unit.input[3] if with_seq else None
+    h, c = unit.output
+    link = _link_map(links)
+    if link is None or set(link) != {h_prev, h, c_prev, c, input_t}:
+        return None
+    h_states, c_states = link[h_prev][0], link[c_prev][0]
+    if (link[h_prev] != (h_states, 0) or link[h] != (h_states, 1) or link[c_prev] != (c_states, 0)
+            or link[c] != (c_states, 1) or link[input_t] != (op_inputs[0], 0) or h_states == c_states
+            or sorted(states) != sorted([h_states, c_states]) or len(state_inputs) != 2):
+        return None
+    names = [h_prev, c_prev, h, c, gates, input_t, weight, bias, timestep] + ([seq] if seq else [])
+    if len(set(names)) != len(names):
+        return None
+    # the parameters (and lengths) are inputs of the op, not state or step blobs
+    index = {}
+    for role, name in (("weight", weight), ("bias", bias), ("seq", seq)):
+        if name is None:
+            index[role] = None
+            continue
+        if name not in op_inputs or name in states:
+            return None
+        index[role] = op_inputs.index(name)
+    if index["weight"] == 0 or index["bias"] == 0 or index["seq"] == 0:
+        return None
+    return LSTMStepPlan(h_prev=h_prev, c_prev=c_prev, h=h, c=c, gates=gates, input_t=input_t, h_states=h_states,
+                        c_states=c_states, weight=index["weight"], bias=index["bias"], seq=index["seq"], weight_name=weight,
+                        forget_bias=float(unit_args.get("forget_bias", 0.0)),
+                        drop_states=bool(unit_args.get("drop_states", 0)), unit_args=unit_args)
+
+
+def recognise_lstm_backward(plan, step_def, backward_links, params, param_grads, input_grad):
+    """Whether the backward step net is the gradient of plan's step net that
+    recurrent.py builds, with its gradient links; then {op input index: param
+    grad role ('weight' or 'bias')}, else None."""
+    forward_outputs = {plan.gates, plan.h, plan.c}
+    ops = [op for op in step_def.op
+           if not (op.type in ("FC", "Sum", "LSTMUnit") and set(op.output) <= forward_outputs)]
+    if [op.type for op in ops] != ["LSTMUnitGradient", "FCGradient", "Sum"]:
+        return None
+    unit, fcg, add = ops
+    head = [plan.h_prev, plan.c_prev, plan.gates] + ([None] if plan.seq is not None else [])
+    if len(unit.input) != len(head) + 5 or _args(unit) != plan.unit_args or len(unit.output) != 3:
+        return None
+    if [b for b, want in zip(unit.input, head) if want is not None] != [b for b in head if b is not None]:
+        return None
+    if list(unit.input[len(head) + 1:len(head) + 3]) != [plan.h, plan.c]:
+        return None
+    h_grad, c_grad = unit.input[-2], unit.input[-1]
+    hp_grad, cp_grad, gates_grad = unit.output
+    if len(fcg.input) != 3 or fcg.input[0] != plan.h_prev or fcg.input[1] != plan.weight_name or fcg.input[2] != gates_grad or len(fcg.output) != 3:
+        return None
+    w_grad, b_grad, fc_h_grad = fcg.output
+    if sorted(add.input) != sorted([hp_grad, fc_h_grad]) or list(add.output) != [hp_grad]:
+        return None
+    link = _link_map(backward_links)
+    if link is None:
+        return None
+    want = {h_grad: (plan.h_states + "_grad", 1), hp_grad: (plan.h_states + "_grad", 0),
+            c_grad: (plan.c_states + "_grad", 1), cp_grad: (plan.c_states + "_grad", 0),
+            gates_grad: (input_grad, 0)}
+    if link != want:
+        return None
+    roles = {}
+    if not param_grads or len(param_grads) != len(params):
+        return None
+    for k, name in zip(params, param_grads):
+        if k == plan.weight and name == w_grad:
+            roles[k] = "weight"
+        elif k == plan.bias and name == b_grad:
+            roles[k] = "bias"
+        else:
+            return None
+    return roles

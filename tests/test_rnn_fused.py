@@ -1,0 +1,273 @@
+"""RecurrentNetwork's fused path (operators/rnn/fused_steps.py, fused_run.py,
+kernels/cpu/rnn/fused_lstm.py) against its generic step-net loop on the same nets
+(CAFFE2PY_RNN_FUSED=0 forces the generic loop), and against torch autograd."""
+import numpy as np
+import pytest
+
+from caffe2py import core, gru_cell, model_helper, rnn_cell, workspace
+from caffe2py.operators.rnn import fused_run
+from caffe2py.kernels.cpu.rnn import fused_lstm
+
+if getattr(core, "GradientRegistry", None) is None:
+    pytest.skip("needs the gradient registry (core.GradientRegistry)", allow_module_level=True)
+if not fused_lstm.available():
+    pytest.skip("the fused kernels need NumPy's OpenBLAS entry points", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def fresh_workspace():
+    workspace.ResetWorkspace()
+    yield
+    workspace.ResetWorkspace()
+
+
+@pytest.fixture
+def fused_calls(monkeypatch):
+    """How many times the fused forward and backward ran (and whether they took the run)."""
+    calls = {"forward": 0, "backward": 0}
+    forward, backward = fused_run.lstm_forward, fused_run.lstm_backward
+
+    def counted_forward(*args):
+        done = forward(*args)
+        calls["forward"] += bool(done)
+        return done
+
+    def counted_backward(*args):
+        result = backward(*args)
+        calls["backward"] += result is not None
+        return result
+    monkeypatch.setattr(fused_run, "lstm_forward", counted_forward)
+    monkeypatch.setattr(fused_run, "lstm_backward", counted_backward)
+    return calls
+
+
+def _feed(rng, t, n, din, h, lengths, states=2, init_shape=None):
+    workspace.FeedBlob("input", rng.standard_normal((t, n, din)).astype(np.float32))
+    if lengths is not None:
+        workspace.FeedBlob("seq_lengths", np.asarray(lengths, np.int32))
+    shape = init_shape or (1, n, h)
+    for k in range(states):
+        workspace.FeedBlob("s%d" % k, rng.standard_normal(shape).astype(np.float32))
+
+
+def _randomise_params(model, rng):
+    for p in model.params:
+        value = workspace.FetchBlob(p)
+        workspace.FeedBlob(p, (0.4 * rng.standard_normal(value.shape)).astype(np.float32))
+
+
+def _run_both(monkeypatch, model, outputs, grad_of, rng, fetch_steps=False):
+    """(generic results, fused results): every output, every gradient, and with
+    fetch_steps the step workspaces' blobs (RecurrentNetworkBlobFetcher)."""
+    grads = model.net.AddGradientOperators({o: o + "_g" for o in grad_of})
+    workspace.RunNetOnce(model.param_init_net)
+    _randomise_params(model, rng)
+    for o in grad_of:
+        workspace.FeedBlob(str(o) + "_g", np.zeros((1,), np.float32))   # shapes known after a run
+    results = []
+    for fused in ("0", "1"):
+        monkeypatch.setenv("CAFFE2PY_RNN_FUSED", fused)
+        # the output gradients: the forward's shapes, fixed random values
+        workspace.RunNetOnce(_forward_only(model))
+        g_rng = np.random.default_rng(7)
+        for o in grad_of:
+            workspace.FeedBlob(str(o) + "_g", g_rng.standard_normal(workspace.FetchBlob(o).shape).astype(np.float32))
+        workspace.RunNetOnce(model.net)
+        values = {str(o): workspace.FetchBlob(o) for o in outputs}
+        values.update({"grad:" + str(k): workspace.FetchBlob(v) for k, v in grads.items()
+                       if isinstance(v, core.BlobReference)})
+        if fetch_steps:
+            names = rnn_step_blobs(model.net)
+            values.update({name: workspace.FetchBlob(name) for name in names})
+        results.append(values)
+    return results
+
+
+def _forward_only(model):
+    net = core.Net("fwd")
+    for op in model.net.Proto().op:
+        if op.type.endswith("Gradient") or op.output[0].endswith("_grad") and op.type != "RecurrentNetwork":
+            break
+        net.Proto().op.add().CopyFrom(op)
+    return net
+
+
+def rnn_step_blobs(net):
+    from caffe2py import recurrent
+    return recurrent.retrieve_step_blobs(net, prefix="steps")
+
+
+def _assert_same(generic, fused, tol=2e-6):
+    assert set(generic) == set(fused)
+    for name in generic:
+        np.testing.assert_allclose(fused[name], generic[name], rtol=tol, atol=tol, err_msg=name)
+
+
+@pytest.mark.parametrize("t,n,din,h,lengths,forget_bias,drop_states,memopt", [
+    (5, 3, 4, 12, [5, 2, 3], 0.0, False, False),      # vector gate code with an overlapping tail
+    (6, 1, 5, 6, [4], 1.0, False, False),             # N = 1 (GEMV), scalar gate code
+    (4, 4, 3, 16, [4, 1, 0, 3], 0.5, True, True),     # drop_states, a zero length, memory_optimization
+    (7, 2, 8, 9, None, 1.0, False, False),            # no sequence lengths
+])
+def test_lstm_fused_matches_generic(monkeypatch, fused_calls, t, n, din, h, lengths, forget_bias, drop_states,
+                                    memopt):
+    rng = np.random.default_rng(t * 100 + h)
+    _feed(rng, t, n, din, h, lengths)
+    model = model_helper.ModelHelper(name="lstm")
+    out = rnn_cell.LSTM(model, "input", "seq_lengths" if lengths is not None else None, ("s0", "s1"), din, h,
+                        scope="lstm", outputs_with_grads=(0, 1, 3), forget_bias=forget_bias,
+                        drop_states=drop_states, memory_optimization=memopt)
+    generic, fused = _run_both(monkeypatch, model, out, [out[0], out[1], out[3]], rng, fetch_steps=True)
+    assert fused_calls == {"forward": 2, "backward": 1}    # generic run: none; fused: _forward_only and the net
+    assert any("gates_t" in name for name in fused)        # the step workspaces' blobs are there
+    _assert_same(generic, fused)
+
+
+def test_lstm_fused_initial_state_vectors(monkeypatch, fused_calls):
+    """[D] initial states (rnn_cell's zero parameters): their gradient sums the batch."""
+    rng = np.random.default_rng(3)
+    _feed(rng, 5, 3, 4, 10, [5, 5, 2], init_shape=(10,))
+    model = model_helper.ModelHelper(name="lstm")
+    out = rnn_cell.LSTM(model, "input", "seq_lengths", ("s0", "s1"), 4, 10, scope="lstm")
+    generic, fused = _run_both(monkeypatch, model, out, [out[0]], rng)
+    assert fused_calls["backward"] == 1
+    _assert_same(generic, fused)
+
+
+def test_lstm_fused_forward_only_net(monkeypatch, fused_calls):
+    rng = np.random.default_rng(4)
+    _feed(rng, 6, 2, 3, 8, [6, 3])
+    model = model_helper.ModelHelper(name="lstm")
+    out = rnn_cell.LSTM(model, "input", "seq_lengths", ("s0", "s1"), 3, 8, scope="lstm", forward_only=True)
+    workspace.RunNetOnce(model.param_init_net)
+    _randomise_params(model, rng)
+    results = []
+    for fused in ("0", "1"):
+        monkeypatch.setenv("CAFFE2PY_RNN_FUSED", fused)
+        workspace.RunNetOnce(model.net)
+        values = {str(o): workspace.FetchBlob(o) for o in out}
+        values.update({name: workspace.FetchBlob(name) for name in rnn_step_blobs(model.net)})
+        results.append(values)
+    assert fused_calls["forward"] == 1
+    _assert_same(*results)
+
+
+def test_lstm_fused_matches_torch():
+    """h_all, h_n, c_n and every gradient against torch.nn.LSTM (packed sequences)."""
+    torch = pytest.importorskip("torch")
+    t, n, din, h = 6, 3, 5, 20
+    lengths = np.array([6, 2, 4], np.int32)
+    mask = (np.arange(t)[:, None] < lengths[None, :])[:, :, None].astype(np.float32)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((t, n, din)).astype(np.float32)
+    h0, c0 = (rng.standard_normal((1, n, h)).astype(np.float32) for _ in range(2))
+    r_all = rng.standard_normal((t, n, h)).astype(np.float32) * mask
+    r_last = rng.standard_normal((1, n, h)).astype(np.float32)
+    for name, value in (("input", x), ("seq_lengths", lengths), ("h0", h0), ("c0", c0), ("g_all", r_all),
+                        ("g_last", r_last)):
+        workspace.FeedBlob(name, value)
+    model = model_helper.ModelHelper(name="lstm_torch")
+    h_all, h_last, _, c_last = rnn_cell.LSTM(model, "input", "seq_lengths", ("h0", "c0"), din, h, scope="lstm",
+                                             outputs_with_grads=(0, 1))
+    grads = model.net.AddGradientOperators({h_all: "g_all", h_last: "g_last"})
+    workspace.RunNetOnce(model.param_init_net)
+    ref = torch.nn.LSTM(din, h)
+
+    def reorder(w):                       # torch's gates i, f, g, o -> Caffe2's i, f, o, g
+        i, f, g, o = np.split(w.detach().numpy(), 4, axis=0)
+        return np.concatenate([i, f, o, g], axis=0)
+    names = ("i2h_w", "i2h_b", "gates_t_w", "gates_t_b")
+    params = (ref.weight_ih_l0, ref.bias_ih_l0, ref.weight_hh_l0, ref.bias_hh_l0)
+    for blob, p in zip(names, params):
+        workspace.FeedBlob("lstm/" + blob, reorder(p))
+    workspace.RunNetOnce(model.net)
+    xt, h0t, c0t = (torch.from_numpy(v).requires_grad_() for v in (x, h0, c0))
+    packed = torch.nn.utils.rnn.pack_padded_sequence(xt, torch.from_numpy(lengths.astype(np.int64)),
+                                                     enforce_sorted=False)
+    y, (hn, cn) = ref(packed, (h0t, c0t))
+    y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, total_length=t)
+    ((y * torch.from_numpy(r_all)).sum() + (hn * torch.from_numpy(r_last)).sum()).backward()
+
+    def close(name, expected, mask=1.0):
+        np.testing.assert_allclose(workspace.FetchBlob(name) * mask, expected, rtol=1e-5, atol=1e-5,
+                                   err_msg=str(name))
+    close(h_all, y.detach().numpy(), mask)      # rows past their length: ours repeat the state, torch pads 0
+    close(h_last, hn.detach().numpy())
+    close(c_last, cn.detach().numpy())
+    for blob, p in zip(names, params):
+        close(grads[core.BlobReference("lstm/" + blob)], reorder(p.grad))
+    for blob, v in (("input", xt), ("h0", h0t), ("c0", c0t)):
+        close(grads[core.BlobReference(blob)], v.grad.numpy())
+
+
+def test_unrecognised_step_net_runs_generic(fused_calls):
+    """A hand-written step net (an Add accumulator) is not an LSTM: generic loop, right result."""
+    x = np.arange(12, dtype=np.float32).reshape(4, 1, 3)
+    workspace.FeedBlob("x", x)
+    workspace.FeedBlob("s0", np.ones((1, 3), np.float32))
+    step = core.Net("acc_step")
+    step.AddExternalInputs("x_t", "timestep", "s_prev")
+    step.Add(["s_prev", "x_t"], "s")
+    step.AddExternalOutput("s")
+    net = core.Net("acc")
+    net.RecurrentNetwork(["x", "s0"], ["s_all", "s_last", "scratch"], step_net=step.Proto(),
+                         recurrent_states=["s_states"], initial_recurrent_state_ids=[1],
+                         link_internal=["s_prev", "s", "x_t"], link_external=["s_states", "s_states", "x"],
+                         link_offset=[0, 1, 0], alias_src=["s_states", "s_states"],
+                         alias_dst=["s_all", "s_last"], alias_offset=[1, -1])
+    workspace.RunNetOnce(net)
+    np.testing.assert_allclose(workspace.FetchBlob("s_all"), 1 + np.cumsum(x, axis=0))
+    assert fused_calls == {"forward": 0, "backward": 0}
+
+
+def test_lstm_with_an_extra_step_op_runs_generic(monkeypatch, fused_calls):
+    """An LSTM step net with one more op (a Scale of the gates) is not recognised."""
+    rng = np.random.default_rng(6)
+    _feed(rng, 4, 2, 3, 8, [4, 2])
+
+    class ScaledLSTMCell(rnn_cell.LSTMCell):
+        def apply_override(self, model, input_t, seq_lengths, states, timestep, extra_inputs=None):
+            hidden_t_prev, cell_t_prev = states
+            from caffe2py import brew
+            gates_t = brew.fc(model, hidden_t_prev, "gates_t", dim_in=self.hidden_size,
+                              dim_out=self.gates_size, axis=2)
+            brew.sum(model, [gates_t, input_t], gates_t)
+            gates_t = model.net.Scale(gates_t, "gates_scaled", scale=0.5)
+            hidden_t, cell_t = self._lstm_unit(model, hidden_t_prev, cell_t_prev, gates_t, seq_lengths,
+                                               timestep, ["hidden_state", "cell_state"])
+            model.net.AddExternalOutputs(hidden_t, cell_t)
+            return hidden_t, cell_t
+    model = model_helper.ModelHelper(name="scaled")
+    out = rnn_cell._LSTM(ScaledLSTMCell, model, "input", "seq_lengths", ("s0", "s1"), 3, 8, scope="lstm")
+    generic, fused = _run_both(monkeypatch, model, out, [out[0]], rng)
+    assert fused_calls == {"forward": 0, "backward": 0}
+    _assert_same(generic, fused, tol=0)
+
+
+def test_gru_same_on_both_switch_settings(monkeypatch):
+    """GRU (its step net is not fused yet) gives the same results with the switch on and off."""
+    rng = np.random.default_rng(8)
+    _feed(rng, 5, 3, 4, 6, [5, 1, 3], states=1)
+    model = model_helper.ModelHelper(name="gru")
+    out = gru_cell.GRU(model, "input", "seq_lengths", ["s0"], 4, 6, scope="gru", linear_before_reset=True)
+    generic, fused = _run_both(monkeypatch, model, out, [out[0]], rng)
+    _assert_same(generic, fused, tol=0)
+
+
+def test_stacked_lstm_forward_same_on_both_switch_settings(monkeypatch, fused_calls):
+    """A 2-layer LSTM's step net holds both layers: not recognised, generic loop, same outputs.
+    (Its backward net cannot be built yet: AddGradientOperators fails on MultiRNNCell.)"""
+    rng = np.random.default_rng(9)
+    _feed(rng, 5, 3, 4, 6, [5, 1, 3], states=4)
+    model = model_helper.ModelHelper(name="l2")
+    out = rnn_cell.LSTM(model, "input", "seq_lengths", ("s0", "s1", "s2", "s3"), 4, [6, 6], scope="l2",
+                        forward_only=True)
+    workspace.RunNetOnce(model.param_init_net)
+    _randomise_params(model, rng)
+    results = []
+    for fused in ("0", "1"):
+        monkeypatch.setenv("CAFFE2PY_RNN_FUSED", fused)
+        workspace.RunNetOnce(model.net)
+        results.append({str(o): workspace.FetchBlob(o) for o in out})
+    assert fused_calls["forward"] == 0
+    _assert_same(*results, tol=0)
