@@ -25,19 +25,18 @@ def fresh_workspace():
 def fused_calls(monkeypatch):
     """How many times the fused forward and backward ran (and whether they took the run)."""
     calls = {"forward": 0, "backward": 0}
-    forward, backward = fused_run.lstm_forward, fused_run.lstm_backward
 
-    def counted_forward(*args):
-        done = forward(*args)
-        calls["forward"] += bool(done)
-        return done
-
-    def counted_backward(*args):
-        result = backward(*args)
-        calls["backward"] += result is not None
-        return result
-    monkeypatch.setattr(fused_run, "lstm_forward", counted_forward)
-    monkeypatch.setattr(fused_run, "lstm_backward", counted_backward)
+    def counted(fn, key, took):
+        def wrapper(*args):
+            result = fn(*args)
+            calls[key] += took(result)
+            return result
+        return wrapper
+    for kind in ("lstm", "gru"):
+        monkeypatch.setattr(fused_run, kind + "_forward", counted(getattr(fused_run, kind + "_forward"), "forward",
+                                                                  bool))
+        monkeypatch.setattr(fused_run, kind + "_backward", counted(getattr(fused_run, kind + "_backward"),
+                                                                   "backward", lambda r: r is not None))
     return calls
 
 
@@ -244,14 +243,67 @@ def test_lstm_with_an_extra_step_op_runs_generic(monkeypatch, fused_calls):
     _assert_same(generic, fused, tol=0)
 
 
-def test_gru_same_on_both_switch_settings(monkeypatch):
-    """GRU (its step net is not fused yet) gives the same results with the switch on and off."""
-    rng = np.random.default_rng(8)
-    _feed(rng, 5, 3, 4, 6, [5, 1, 3], states=1)
+@pytest.mark.parametrize("t,n,din,h,lengths,lbr,drop_states", [
+    (5, 3, 4, 12, [5, 1, 3], True, False),
+    (6, 1, 3, 6, [4], False, False),
+    (4, 4, 5, 16, [4, 0, 2, 3], False, True),
+    (5, 2, 4, 9, None, True, False),
+])
+def test_gru_fused_matches_generic(monkeypatch, fused_calls, t, n, din, h, lengths, lbr, drop_states):
+    rng = np.random.default_rng(t * 10 + h)
+    _feed(rng, t, n, din, h, lengths, states=1)
     model = model_helper.ModelHelper(name="gru")
-    out = gru_cell.GRU(model, "input", "seq_lengths", ["s0"], 4, 6, scope="gru", linear_before_reset=True)
-    generic, fused = _run_both(monkeypatch, model, out, [out[0]], rng)
-    _assert_same(generic, fused, tol=0)
+    out = gru_cell.GRU(model, "input", "seq_lengths" if lengths is not None else None, ["s0"], din, h, scope="gru",
+                       linear_before_reset=lbr, drop_states=drop_states, outputs_with_grads=(0, 1))
+    generic, fused = _run_both(monkeypatch, model, out, [out[0], out[1]], rng, fetch_steps=True)
+    assert fused_calls == {"forward": 2, "backward": 1}
+    assert any("output_gate_t" in name for name in fused)
+    _assert_same(generic, fused)
+
+
+def test_gru_fused_matches_torch():
+    """gru_cell.GRU(linear_before_reset=True) is torch.nn.GRU: outputs and gradients."""
+    torch = pytest.importorskip("torch")
+    t, n, din, h = 6, 3, 5, 10
+    lengths = np.array([6, 3, 1], np.int32)
+    mask = (np.arange(t)[:, None] < lengths[None, :])[:, :, None].astype(np.float32)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((t, n, din)).astype(np.float32)
+    h0 = rng.standard_normal((1, n, h)).astype(np.float32)
+    r_all = rng.standard_normal((t, n, h)).astype(np.float32) * mask
+    for name, value in (("input", x), ("seq_lengths", lengths), ("h0", h0), ("g_all", r_all)):
+        workspace.FeedBlob(name, value)
+    model = model_helper.ModelHelper(name="gru_torch")
+    h_all, _ = gru_cell.GRU(model, "input", "seq_lengths", ["h0"], din, h, scope="gru", linear_before_reset=True)
+    grads = model.net.AddGradientOperators({h_all: "g_all"})
+    workspace.RunNetOnce(model.param_init_net)
+    ref = torch.nn.GRU(din, h)
+    w_h, b_h = np.split(ref.weight_hh_l0.detach().numpy(), 3), np.split(ref.bias_hh_l0.detach().numpy(), 3)
+    workspace.FeedBlob("gru/i2h_w", ref.weight_ih_l0.detach().numpy())
+    workspace.FeedBlob("gru/i2h_b", ref.bias_ih_l0.detach().numpy())
+    gates = ("reset", "update", "output")
+    for k, gate in enumerate(gates):
+        workspace.FeedBlob("gru/%s_gate_t_w" % gate, w_h[k])
+        workspace.FeedBlob("gru/%s_gate_t_b" % gate, b_h[k])
+    workspace.RunNetOnce(model.net)
+    xt, h0t = torch.from_numpy(x).requires_grad_(), torch.from_numpy(h0).requires_grad_()
+    packed = torch.nn.utils.rnn.pack_padded_sequence(xt, torch.from_numpy(lengths.astype(np.int64)),
+                                                     enforce_sorted=False)
+    y, _ = ref(packed, h0t)
+    y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, total_length=t)
+    (y * torch.from_numpy(r_all)).sum().backward()
+
+    def close(name, expected, scale=1.0):
+        np.testing.assert_allclose(workspace.FetchBlob(name) * scale, expected, rtol=1e-5, atol=1e-5,
+                                   err_msg=str(name))
+    close(h_all, y.detach().numpy(), mask)
+    w_grad, b_grad = np.split(ref.weight_hh_l0.grad.numpy(), 3), np.split(ref.bias_hh_l0.grad.numpy(), 3)
+    for k, gate in enumerate(gates):
+        close(grads[core.BlobReference("gru/%s_gate_t_w" % gate)], w_grad[k])
+        close(grads[core.BlobReference("gru/%s_gate_t_b" % gate)], b_grad[k])
+    close(grads[core.BlobReference("gru/i2h_w")], ref.weight_ih_l0.grad.numpy())
+    close(grads[core.BlobReference("input")], xt.grad.numpy())
+    close(grads[core.BlobReference("h0")], h0t.grad.numpy())
 
 
 def test_stacked_lstm_forward_same_on_both_switch_settings(monkeypatch, fused_calls):

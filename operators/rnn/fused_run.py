@@ -16,6 +16,7 @@ then runs the generic loop, which also gives the errors for bad inputs.
 """
 import numpy as np
 
+from caffe2py.kernels.cpu.rnn import fused_gru
 from caffe2py.kernels.cpu.rnn import fused_lstm as K
 
 
@@ -89,6 +90,27 @@ def lstm_backward(record, roles, inputs, n_go, per_step, last_step, states, stat
         return None                 # the states were replaced since: the generic path reads them
     if sorted(states) != sorted([plan.h_states, plan.c_states]):
         return None
+    grads = _state_grads(hs, inputs, states, per_step, last_step)
+    if grads is None:
+        return None
+    dgates, dw, db = K.lstm_sequence_gradient(record.w, hs, cs, record.gates, record.seq, plan.forget_bias,
+                                              plan.drop_states, grads[plan.h_states], grads[plan.c_states])
+    for name, g in grads.items():
+        blobs[name + "_grad"] = g
+    blobs[input_grad_name] = dgates
+    outputs = [dgates]
+    for k, role in roles:
+        value = dw if role == "weight" else db
+        outputs.append(value.reshape(np.shape(inputs[n_go + k])).astype(np.asarray(inputs[n_go + k]).dtype,
+                                                                         copy=False))
+    return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
+
+
+def _state_grads(hs, inputs, states, per_step, last_step):
+    """{state: [T + 1, N, D] gradient} holding what arrives from outside (the all-step
+    output's gradient at steps 1..T, the last-step output's at T); None when an
+    output gradient has a shape the generic loop would treat differently."""
+    steps, batch, d = hs.shape[0] - 1, hs.shape[1], hs.shape[2]
     grads = {}
     for name in states:
         g = np.zeros_like(hs)
@@ -103,16 +125,11 @@ def lstm_backward(record, roles, inputs, n_go, per_step, last_step, states, stat
                 return None
             g[1:] += value
         grads[name] = g
-    dgates, dw, db = K.lstm_sequence_gradient(record.w, hs, cs, record.gates, record.seq, plan.forget_bias,
-                                              plan.drop_states, grads[plan.h_states], grads[plan.c_states])
-    for name, g in grads.items():
-        blobs[name + "_grad"] = g
-    blobs[input_grad_name] = dgates
-    outputs = [dgates]
-    for k, role in roles:
-        value = dw if role == "weight" else db
-        outputs.append(value.reshape(np.shape(inputs[n_go + k])).astype(np.asarray(inputs[n_go + k]).dtype,
-                                                                         copy=False))
+    return grads
+
+
+def _initial_state_grads(grads, inputs, n_go, states, state_inputs):
+    outputs = []
     for name, k in zip(states, state_inputs):
         init = np.asarray(inputs[n_go + k])
         g = grads[name]
@@ -120,4 +137,82 @@ def lstm_backward(record, roles, inputs, n_go, per_step, last_step, states, stat
             outputs.append(np.ascontiguousarray(g[:1].reshape(init.shape)))
         else:
             outputs.append(g[0].sum(axis=0).astype(init.dtype))
-    return tuple(outputs)
+    return outputs
+
+
+# --------------------------------------------------------------------------- GRU
+
+class FusedGRURecord:
+    __slots__ = ("plan", "x", "w3", "wn", "hs", "saved", "seq")
+
+    def __init__(self, plan, x, w3, wn, hs, saved, seq):
+        self.plan, self.x, self.w3, self.wn, self.hs, self.saved, self.seq = plan, x, w3, wn, hs, saved, seq
+
+
+def gru_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
+    """As lstm_forward, for a recognised gru_cell step net."""
+    if not fused_gru.available():
+        return None
+    x = inputs[0]
+    params = [inputs[k] for k in plan.params]          # W_r, b_r, W_z, b_z, W_n, b_n
+    hs = blobs.get(plan.h_states)
+    if not all(_float32(a) for a in [x, hs] + params) or x.ndim != 3 or hs.ndim != 3:
+        return None
+    steps, batch, d = x.shape[0], x.shape[1], hs.shape[2]
+    if (x.shape[2] != 3 * d or hs.shape != (steps + 1, batch, d) or not hs.flags.c_contiguous
+            or any(w.shape != (d, d) for w in params[0::2]) or any(b.shape != (d,) for b in params[1::2])):
+        return None
+    seq = _lengths(plan, inputs, batch)
+    if seq is False:
+        return None
+    x = np.ascontiguousarray(x)
+    w_r, b_r, w_z, b_z, w_n, b_n = params
+    w3 = np.concatenate([w_r, w_z, w_n] if plan.lbr else [w_r, w_z])
+    wn = np.ascontiguousarray(w_n)
+    saved = fused_gru.gru_sequence(x, w3, wn, np.concatenate([b_r, b_z, b_n]), hs, seq, plan.lbr,
+                                   plan.drop_states)
+    scratch.set_fused(FusedGRURecord(plan, x, w3, wn, hs, saved, seq),
+                      lambda: _fill_gru_workspaces(plan, x, hs, saved, step_workspaces, timestep, has_backward))
+    return True
+
+
+def _fill_gru_workspaces(plan, x, hs, saved, step_workspaces, timestep, has_backward):
+    gates, og, rs, mh = saved
+    steps, d = x.shape[0], hs.shape[2]
+    b = plan.blobs
+    dims = np.array([d, d, d], np.int32)
+    for t in (range(steps) if has_backward else range(max(0, steps - 2), steps)):
+        ws = step_workspaces[t if has_backward else t % 2]
+        ws[timestep] = np.array([t], np.int32)
+        s = slice(t, t + 1)
+        mixed = rs[s] * og[s] if plan.lbr else mh[s]
+        for name, value in ((b["h_prev"], hs[s]), (b["h"], hs[t + 1:t + 2]), (b["input_t"], x[s]),
+                            (b["x_r"], x[s, :, :d]), (b["x_z"], x[s, :, d:2 * d]), (b["x_n"], x[s, :, 2 * d:]),
+                            (b["r"], gates[s, :, :d]), (b["z"], gates[s, :, d:2 * d]), (b["rs"], rs[s]),
+                            (b["og"], og[s]), (b["mixed"], mixed), (b["summed"], gates[s, :, 2 * d:]),
+                            (b["gates"], gates[s]), (b["dims"], dims)):
+            ws[name] = value
+
+
+def gru_backward(record, roles, inputs, n_go, per_step, last_step, states, state_inputs, blobs, input_grad_name):
+    """As lstm_backward, for gru_forward's record."""
+    plan = record.plan
+    hs = record.hs
+    d = hs.shape[2]
+    forward_x = inputs[n_go]
+    if not isinstance(forward_x, np.ndarray) or forward_x.shape != record.x.shape:
+        return None
+    if blobs.get(plan.h_states) is not hs or list(states) != [plan.h_states]:
+        return None
+    grads = _state_grads(hs, inputs, states, per_step, last_step)
+    if grads is None:
+        return None
+    dgates, dw3, dwn, db = fused_gru.gru_sequence_gradient(record.w3, record.wn, hs, record.saved, record.seq,
+                                                           plan.lbr, plan.drop_states, grads[plan.h_states])
+    blobs[plan.h_states + "_grad"] = grads[plan.h_states]
+    blobs[input_grad_name] = dgates
+    by_role = [dw3[:d], db[:d], dw3[d:2 * d], db[d:2 * d], dw3[2 * d:] if plan.lbr else dwn, db[2 * d:]]
+    outputs = [dgates]
+    for k, role in roles:
+        outputs.append(np.ascontiguousarray(by_role[role]).reshape(np.shape(inputs[n_go + k])))
+    return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))

@@ -164,3 +164,164 @@ def recognise_lstm_backward(plan, step_def, backward_links, params, param_grads,
         else:
             return None
     return roles
+
+
+# --------------------------------------------------------------------------- GRU
+
+_GRU_TYPES = {
+    True: ["Split", "FC", "Sum", "Sigmoid", "FC", "Sum", "FC", "Mul", "Sum", "Concat", "GRUUnit"],
+    False: ["Split", "FC", "Sum", "Sigmoid", "FC", "Sum", "Mul", "FC", "Sum", "Concat", "GRUUnit"],
+}
+_GRU_UNIT_ARGS = ("drop_states", "sequence_lengths")
+
+
+class GRUStepPlan:
+    """What the fused GRU needs to know about a recognised gru_cell step net: the
+    step blob names (`blobs`, by role), the parameter inputs and the unit's options."""
+    __slots__ = ("lbr", "blobs", "h_states", "params", "seq", "drop_states", "unit_args", "fc_params")
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields[name])
+
+
+def _fc_ok(op, x):
+    args = _args(op)
+    return (len(op.input) == 3 and len(op.output) == 1 and op.input[0] == x and args.get("axis") == 2
+            and all(k in _FC_ARGS and v == _FC_ARGS[k] for k, v in args.items()))
+
+
+def _sum_ok(op, a, b, out):
+    return len(op.input) == 2 and sorted(op.input) == sorted([a, b]) and list(op.output) == [out] and not op.arg
+
+
+def recognise_gru(step_def, links, states, state_inputs, timestep, op_inputs):
+    """A GRUStepPlan when step_def is gru_cell.GRU's step (either linear_before_reset),
+    else None."""
+    ops = list(step_def.op)
+    types = [op.type for op in ops]
+    lbr = True if types == _GRU_TYPES[True] else False if types == _GRU_TYPES[False] else None
+    if lbr is None or any(op.engine for op in ops):
+        return None
+    split, fc_r, sum_r, sig, fc_z, sum_z, op6, op7, sum_n, concat, unit = ops
+    if len(split.input) != 1 or len(split.output) != 3 or _args(split) != {"axis": 2}:
+        return None
+    input_t = split.input[0]
+    x_r, x_z, x_n = split.output
+    h_prev = unit.input[0] if unit.input else None
+    if not (_fc_ok(fc_r, h_prev) and _fc_ok(fc_z, h_prev)):
+        return None
+    r, z = fc_r.output[0], fc_z.output[0]
+    if not (_sum_ok(sum_r, r, x_r, r) and _sum_ok(sum_z, z, x_z, z)):
+        return None
+    if len(sig.input) != 1 or list(sig.input) != [r] or len(sig.output) != 1 or sig.arg:
+        return None
+    rs = sig.output[0]
+    if lbr:
+        fc_n, mul = op6, op7
+        if not _fc_ok(fc_n, h_prev):
+            return None
+        og = fc_n.output[0]
+        mul_in = [rs, og]
+    else:
+        mul, fc_n = op6, op7
+        mul_in = [rs, h_prev]
+    if list(mul.input) != mul_in or len(mul.output) != 1 or mul.arg:
+        return None
+    mixed = mul.output[0]
+    if lbr:
+        summed_from = mixed
+    else:
+        if not _fc_ok(fc_n, mixed):
+            return None
+        og = fc_n.output[0]
+        summed_from = og
+    if len(sum_n.output) != 1 or not _sum_ok(sum_n, summed_from, x_n, sum_n.output[0]):
+        return None
+    summed = sum_n.output[0]
+    if list(concat.input) != [r, z, summed] or len(concat.output) != 2 or _args(concat) != {"axis": 2}:
+        return None
+    gates, dims = concat.output
+    unit_args = _args(unit)
+    if any(k not in _GRU_UNIT_ARGS or v is None for k, v in unit_args.items()):
+        return None
+    with_seq = bool(unit_args.get("sequence_lengths", 1))
+    if len(unit.input) != (4 if with_seq else 3) or len(unit.output) != 1:
+        return None
+    if unit.input[1] != gates or unit.input[-1] != timestep:
+        return None
+    seq = unit.input[2] if with_seq else None
+    h = unit.output[0]
+    link = _link_map(links)
+    if link is None or set(link) != {h_prev, h, input_t}:
+        return None
+    h_states = link[h_prev][0]
+    if (link[h_prev] != (h_states, 0) or link[h] != (h_states, 1) or link[input_t] != (op_inputs[0], 0)
+            or list(states) != [h_states] or len(state_inputs) != 1):
+        return None
+    blobs = dict(h_prev=h_prev, h=h, input_t=input_t, x_r=x_r, x_z=x_z, x_n=x_n, r=r, z=z, rs=rs, og=og,
+                 mixed=mixed, summed=summed, gates=gates, dims=dims, timestep=timestep)
+    fc_params = [(fc_r.input[1], fc_r.input[2]), (fc_z.input[1], fc_z.input[2]), (fc_n.input[1], fc_n.input[2])]
+    names = list(blobs.values()) + [n for pair in fc_params for n in pair] + ([seq] if seq else [])
+    if len(set(names)) != len(names):
+        return None
+    params = []
+    for name in [n for pair in fc_params for n in pair] + ([seq] if seq else []):
+        if name not in op_inputs or name in states or op_inputs.index(name) == 0:
+            return None
+        params.append(op_inputs.index(name))
+    return GRUStepPlan(lbr=lbr, blobs=blobs, h_states=h_states, params=params[:6],
+                       seq=params[6] if seq else None, drop_states=bool(unit_args.get("drop_states", 0)),
+                       unit_args=unit_args, fc_params=fc_params)
+
+
+_GRU_BACKWARD_TYPES = sorted(["GRUUnitGradient", "Split", "MulGradient", "FCGradient", "FCGradient", "FCGradient",
+                              "SigmoidGradient", "Sum", "Sum", "Concat"])
+
+
+def recognise_gru_backward(plan, step_def, backward_links, params, param_grads, input_grad):
+    """{op input index: k} (k: position among W_r, b_r, W_z, b_z, W_n, b_n) when the
+    backward step net is the registry's gradient of plan's step net, else None."""
+    forward_outputs = {b for b in plan.blobs.values()}
+    ops = [op for op in step_def.op if not set(op.output) <= forward_outputs]
+    if sorted(op.type for op in ops) != _GRU_BACKWARD_TYPES:
+        return None
+    unit = [op for op in ops if op.type == "GRUUnitGradient"][0]
+    if _args(unit) != plan.unit_args or len(unit.output) != 2 or unit.input[0] != plan.blobs["h_prev"]:
+        return None
+    h_grad, hp_grad = unit.input[-1], unit.output[0]
+    concat = [op for op in ops if op.type == "Concat"][0]
+    link = _link_map(backward_links)
+    states_grad = plan.h_states + "_grad"
+    if link != {h_grad: (states_grad, 1), hp_grad: (states_grad, 0), concat.output[0]: (input_grad, 0)}:
+        return None
+    grad_names = {}
+    for op in ops:
+        if op.type == "FCGradient":
+            for w, b in plan.fc_params:
+                if op.input[1] == w and len(op.output) == 3:
+                    grad_names[w], grad_names[b] = op.output[0], op.output[1]
+    wanted = [n for pair in plan.fc_params for n in pair]
+    if len(grad_names) != 6 or not param_grads or len(params) != len(param_grads):
+        return None
+    roles = {}
+    for k, name in zip(params, param_grads):
+        if k not in plan.params:
+            return None
+        role = plan.params.index(k)
+        if grad_names[wanted[role]] != name:
+            return None
+        roles[k] = role
+    return roles
+
+
+RECOGNISE_BACKWARD = {"lstm": recognise_lstm_backward, "gru": recognise_gru_backward}
+
+
+def recognise(step_def, links, states, state_inputs, timestep, op_inputs):
+    """(kind, plan) of a step net the fused path runs ('lstm', 'gru'), or (None, None)."""
+    for kind, fn in (("lstm", recognise_lstm), ("gru", recognise_gru)):
+        plan = fn(step_def, links, states, state_inputs, timestep, op_inputs)
+        if plan is not None:
+            return kind, plan
+    return None, None

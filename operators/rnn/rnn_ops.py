@@ -27,7 +27,7 @@ from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
 
 from ..control.control_flow import build_subnet
 from . import fused_run
-from .fused_steps import fused_enabled, recognise_lstm, recognise_lstm_backward
+from .fused_steps import RECOGNISE_BACKWARD, fused_enabled, recognise
 
 _STRING = caffe2_pb2.TensorProto.STRING
 
@@ -230,7 +230,7 @@ def recurrent_network(ctx):
         step_def.external_input.extend([link.internal, link.external])
     step_plan = build_subnet(ctx, step_def, "step_net")
     scratch_name = ctx.outputs[-1]
-    lstm_plan = recognise_lstm(net_argument(ctx, "step_net"), links, states, state_inputs, timestep, ctx.inputs)
+    kind, fused_plan = recognise(net_argument(ctx, "step_net"), links, states, state_inputs, timestep, ctx.inputs)
 
     def run(blobs, *inputs):
         seq = inputs[0]
@@ -255,8 +255,9 @@ def recurrent_network(ctx):
         wanted = seq_len if has_backward else 2
         while len(step_wss) < wanted:
             step_wss.append(SharedBlobs(shared))
-        fused = (lstm_plan is not None and fused_enabled()
-                 and fused_run.lstm_forward(lstm_plan, inputs, blobs, scratch, step_wss, timestep, has_backward))
+        fused = (fused_plan is not None and fused_enabled()
+                 and getattr(fused_run, kind + "_forward")(fused_plan, inputs, blobs, scratch, step_wss, timestep,
+                                                           has_backward))
         linked = LinkedSteps(ctx, links, owned)
         if not fused:
             linked.resolve(shared)
@@ -389,13 +390,13 @@ def recurrent_network_gradient(ctx):
     step_plan = build_subnet(ctx, step_def, "backward_step_net")
     input_grad_name = ctx.outputs[0]
     scratch_index = ctx.n_inputs - 1
-    lstm_plan = recognise_lstm(net_argument(ctx, "step_net") or caffe2_pb2.NetDef(),
-                               read_links(ctx, "link_internal", "link_external", "link_offset", "link_window"),
-                               states, state_inputs, timestep, ctx.inputs[n_go:])
+    kind, fused_plan = recognise(net_argument(ctx, "step_net") or caffe2_pb2.NetDef(),
+                                 read_links(ctx, "link_internal", "link_external", "link_offset", "link_window"),
+                                 states, state_inputs, timestep, ctx.inputs[n_go:])
     roles = None
-    if lstm_plan is not None:
-        roles = recognise_lstm_backward(
-            lstm_plan, net_argument(ctx, "backward_step_net"),
+    if fused_plan is not None:
+        roles = RECOGNISE_BACKWARD[kind](
+            fused_plan, net_argument(ctx, "backward_step_net"),
             read_links(ctx, "backward_link_internal", "backward_link_external", "backward_link_offset"),
             params, param_grads, input_grad_name)
     roles = None if roles is None else [(k, roles[k]) for k in params]
@@ -409,10 +410,10 @@ def recurrent_network_gradient(ctx):
         if not isinstance(scratch, ScratchWorkspaces):
             raise ctx.input_error(scratch_index, "expected the scratch-workspaces blob of the forward op")
         record = scratch.fused
-        if (roles is not None and record is not None and record.plan.h_states == lstm_plan.h_states
-                and fused_enabled()):
-            result = fused_run.lstm_backward(record, roles, inputs, n_go, per_step, last_step, states,
-                                             state_inputs, blobs, input_grad_name)
+        if (roles is not None and record is not None and type(record.plan) is type(fused_plan)
+                and record.plan.h_states == fused_plan.h_states and fused_enabled()):
+            result = getattr(fused_run, kind + "_backward")(record, roles, inputs, n_go, per_step, last_step,
+                                                             states, state_inputs, blobs, input_grad_name)
             if result is not None:
                 return result if len(result) > 1 else result[0]
         if len(scratch.step_workspaces) < seq_len:
