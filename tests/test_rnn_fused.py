@@ -32,9 +32,10 @@ def fused_calls(monkeypatch):
             calls[key] += took(result)
             return result
         return wrapper
-    for kind in ("lstm", "gru"):
+    for kind in ("lstm", "gru", "lstm_stack"):
         monkeypatch.setattr(fused_run, kind + "_forward", counted(getattr(fused_run, kind + "_forward"), "forward",
                                                                   bool))
+    for kind in ("lstm", "gru"):
         monkeypatch.setattr(fused_run, kind + "_backward", counted(getattr(fused_run, kind + "_backward"),
                                                                    "backward", lambda r: r is not None))
     return calls
@@ -93,7 +94,7 @@ def _forward_only(model):
 
 def rnn_step_blobs(net):
     from caffe2py import recurrent
-    return recurrent.retrieve_step_blobs(net, prefix="steps")
+    return [n.decode() if isinstance(n, bytes) else n for n in recurrent.retrieve_step_blobs(net, prefix="steps")]
 
 
 def _assert_same(generic, fused, tol=2e-6):
@@ -118,7 +119,7 @@ def test_lstm_fused_matches_generic(monkeypatch, fused_calls, t, n, din, h, leng
                         drop_states=drop_states, memory_optimization=memopt)
     generic, fused = _run_both(monkeypatch, model, out, [out[0], out[1], out[3]], rng, fetch_steps=True)
     assert fused_calls == {"forward": 2, "backward": 1}    # generic run: none; fused: _forward_only and the net
-    assert any("gates_t" in name for name in fused)        # the step workspaces' blobs are there
+    assert any(name.startswith("steps_lstm/gates_t") for name in fused)    # the step workspaces' blobs
     _assert_same(generic, fused)
 
 
@@ -257,7 +258,7 @@ def test_gru_fused_matches_generic(monkeypatch, fused_calls, t, n, din, h, lengt
                        linear_before_reset=lbr, drop_states=drop_states, outputs_with_grads=(0, 1))
     generic, fused = _run_both(monkeypatch, model, out, [out[0], out[1]], rng, fetch_steps=True)
     assert fused_calls == {"forward": 2, "backward": 1}
-    assert any("output_gate_t" in name for name in fused)
+    assert any(name.startswith("steps_gru/output_gate_t") for name in fused)
     _assert_same(generic, fused)
 
 
@@ -306,20 +307,29 @@ def test_gru_fused_matches_torch():
     close(grads[core.BlobReference("h0")], h0t.grad.numpy())
 
 
-def test_stacked_lstm_forward_same_on_both_switch_settings(monkeypatch, fused_calls):
-    """A 2-layer LSTM's step net holds both layers: not recognised, generic loop, same outputs.
-    (Its backward net cannot be built yet: AddGradientOperators fails on MultiRNNCell.)"""
+@pytest.mark.parametrize("dims,lengths", [([6, 6], [5, 1, 3]), ([12, 8, 9], None)])
+def test_stacked_lstm_forward_fused_matches_generic(monkeypatch, fused_calls, dims, lengths):
+    """Stacked layers in one step net (MultiRNNCell): fused layer by layer, forward only.
+    (Their backward net cannot be built yet: AddGradientOperators fails on MultiRNNCell.)"""
     rng = np.random.default_rng(9)
-    _feed(rng, 5, 3, 4, 6, [5, 1, 3], states=4)
-    model = model_helper.ModelHelper(name="l2")
-    out = rnn_cell.LSTM(model, "input", "seq_lengths", ("s0", "s1", "s2", "s3"), 4, [6, 6], scope="l2",
-                        forward_only=True)
+    _feed(rng, 5, 3, 4, dims[0], lengths, states=0)
+    initial = []
+    for k, d in enumerate(dims):
+        for state in ("h", "c"):
+            workspace.FeedBlob("%s%d" % (state, k), rng.standard_normal((1, 3, d)).astype(np.float32))
+            initial.append("%s%d" % (state, k))
+    model = model_helper.ModelHelper(name="stack")
+    out = rnn_cell.LSTM(model, "input", "seq_lengths" if lengths else None, initial, 4, dims, scope="stack",
+                        forward_only=True, return_last_layer_only=False)
     workspace.RunNetOnce(model.param_init_net)
     _randomise_params(model, rng)
     results = []
     for fused in ("0", "1"):
         monkeypatch.setenv("CAFFE2PY_RNN_FUSED", fused)
         workspace.RunNetOnce(model.net)
-        results.append({str(o): workspace.FetchBlob(o) for o in out})
-    assert fused_calls["forward"] == 0
-    _assert_same(*results, tol=0)
+        values = {str(o): workspace.FetchBlob(o) for o in out}
+        values.update({name: workspace.FetchBlob(name) for name in rnn_step_blobs(model.net)})
+        results.append(values)
+    assert fused_calls["forward"] == 1
+    assert any(name.startswith("steps_stack/layer_1/i2h") for name in results[1])
+    _assert_same(*results)

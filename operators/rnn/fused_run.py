@@ -42,13 +42,10 @@ def _lengths(plan, inputs, batch):
     return seq
 
 
-def lstm_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
-    """Runs the sequence; fills blobs[state tensors] (already made by the caller with
-    their initial step). Returns True, or None to ask for the generic loop."""
-    if not K.available():
-        return None
-    x, w, b = inputs[0], inputs[plan.weight], inputs[plan.bias]
-    hs, cs = blobs.get(plan.h_states), blobs.get(plan.c_states)
+def _lstm_layer_ok(plan, inputs, x, hs, cs):
+    """The layer's (w, b, lengths) when the kernel can run it on input projection x,
+    else None."""
+    w, b = inputs[plan.weight], inputs[plan.bias]
     if not all(_float32(a) for a in (x, w, b, hs, cs)) or x.ndim != 3 or hs.ndim != 3:
         return None
     steps, batch, d = x.shape[0], x.shape[1], hs.shape[2]
@@ -58,14 +55,71 @@ def lstm_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_ba
     seq = _lengths(plan, inputs, batch)
     if seq is False:
         return None
-    x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
-    gates = K.lstm_sequence(x, w, np.ascontiguousarray(b), hs, cs, seq, plan.forget_bias, plan.drop_states)
+    return np.ascontiguousarray(w), np.ascontiguousarray(b), seq
+
+
+def lstm_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
+    """Runs the sequence; fills blobs[state tensors] (already made by the caller with
+    their initial step). Returns True, or None to ask for the generic loop."""
+    if not K.available():
+        return None
+    x, hs, cs = inputs[0], blobs.get(plan.h_states), blobs.get(plan.c_states)
+    ok = _lstm_layer_ok(plan, inputs, x, hs, cs)
+    if ok is None:
+        return None
+    w, b, seq = ok
+    x = np.ascontiguousarray(x)
+    gates = K.lstm_sequence(x, w, b, hs, cs, seq, plan.forget_bias, plan.drop_states)
     scratch.set_fused(FusedLSTMRecord(plan, x, w, hs, cs, gates, seq),
                       lambda: _fill_step_workspaces(plan, x, hs, cs, gates, step_workspaces, timestep, has_backward))
     return True
 
 
-def _fill_step_workspaces(plan, x, hs, cs, gates, step_workspaces, timestep, has_backward):
+def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
+    """Stacked layers one after the other over the whole sequence: layer l's input
+    projection of layer l - 1's states is one product over all steps."""
+    if not K.available():
+        return None
+    x = inputs[0]
+    if not _float32(x) or x.ndim != 3:
+        return None
+    steps, batch = x.shape[0], x.shape[1]
+    states = [(blobs.get(layer.h_states), blobs.get(layer.c_states)) for layer in plan.layers]
+    d_in = None
+    for l, (layer, (hs, cs)) in enumerate(zip(plan.layers, states)):    # check every layer before running
+        if not (_float32(hs) and hs.ndim == 3):
+            return None
+        d = hs.shape[2]
+        shape = x.shape if l == 0 else (steps, batch, 4 * d)
+        if _lstm_layer_ok(layer, inputs, np.empty(shape, np.float32) if l else x, hs, cs) is None:
+            return None
+        if l:
+            wi, bi = (inputs[k] for k in plan.i2h_params[l - 1])
+            if not (_float32(wi) and _float32(bi) and wi.shape == (4 * d, d_in) and bi.shape == (4 * d,)):
+                return None
+        d_in = d
+    layer_inputs, saved = [], []
+    for l, (layer, (hs, cs)) in enumerate(zip(plan.layers, states)):
+        if l == 0:
+            proj = np.ascontiguousarray(x)
+        else:
+            wi, bi = (inputs[k] for k in plan.i2h_params[l - 1])
+            prev = states[l - 1][0]
+            proj = (prev[1:].reshape(steps * batch, -1) @ wi.T + bi).reshape(steps, batch, -1)
+        w, b, seq = _lstm_layer_ok(layer, inputs, proj, hs, cs)
+        saved.append(K.lstm_sequence(proj, w, b, hs, cs, seq, layer.forget_bias, layer.drop_states))
+        layer_inputs.append(proj)
+
+    def fill():
+        for l, layer in enumerate(plan.layers):
+            hs, cs = states[l]
+            _fill_step_workspaces(layer, layer_inputs[l], hs, cs, saved[l], step_workspaces, timestep,
+                                  has_backward, input_name=layer.input_t)
+    scratch.set_fused(None, fill)
+    return True
+
+
+def _fill_step_workspaces(plan, x, hs, cs, gates, step_workspaces, timestep, has_backward, input_name=None):
     """The step workspaces as the generic loop leaves them (views, not copies): every
     step's with a backward net, else the two alternating ones holding the last steps."""
     steps = x.shape[0]
@@ -73,7 +127,8 @@ def _fill_step_workspaces(plan, x, hs, cs, gates, step_workspaces, timestep, has
         ws = step_workspaces[t if has_backward else t % 2]
         ws[timestep] = np.array([t], np.int32)
         for name, value in ((plan.h_prev, hs[t:t + 1]), (plan.h, hs[t + 1:t + 2]), (plan.c_prev, cs[t:t + 1]),
-                            (plan.c, cs[t + 1:t + 2]), (plan.input_t, x[t:t + 1]), (plan.gates, gates[t:t + 1])):
+                            (plan.c, cs[t + 1:t + 2]), (input_name or plan.input_t, x[t:t + 1]),
+                            (plan.gates, gates[t:t + 1])):
             ws[name] = value
 
 

@@ -65,8 +65,27 @@ def _link_map(links):
 def recognise_lstm(step_def, links, states, state_inputs, timestep, op_inputs):
     """An LSTMStepPlan when step_def is rnn_cell's LSTM step (see the module
     docstring), else None. op_inputs: the RecurrentNetwork op's input names."""
-    ops = list(step_def.op)
-    if len(ops) != 3 or [op.type for op in ops] != ["FC", "Sum", "LSTMUnit"]:
+    link = _link_map(links)
+    if link is None or len(step_def.op) != 3:
+        return None
+    plan = _lstm_layer(list(step_def.op), link, timestep, op_inputs, states, None)
+    if (plan is None or set(link) != {plan.h_prev, plan.h, plan.c_prev, plan.c, plan.input_t}
+            or sorted(states) != sorted([plan.h_states, plan.c_states]) or len(state_inputs) != 2):
+        return None
+    return plan
+
+
+def _param_index(name, op_inputs, states):
+    """The op input holding a parameter (or the lengths), None when it is not one."""
+    if name not in op_inputs or name in states or op_inputs.index(name) == 0:
+        return None
+    return op_inputs.index(name)
+
+
+def _lstm_layer(ops, link, timestep, op_inputs, states, input_name):
+    """One layer's FC, Sum, LSTMUnit as an LSTMStepPlan (links checked for its own
+    blobs only); its input is the op's input 0 through a link, or the blob input_name."""
+    if [op.type for op in ops] != ["FC", "Sum", "LSTMUnit"]:
         return None
     fc, add, unit = ops
     if len(fc.input) != 3 or len(fc.output) != 1 or any(op.engine for op in ops):
@@ -93,32 +112,80 @@ def recognise_lstm(step_def, links, states, state_inputs, timestep, op_inputs):
     c_prev = unit.input[1]
     seq = unit.input[3] if with_seq else None
     h, c = unit.output
-    link = _link_map(links)
-    if link is None or set(link) != {h_prev, h, c_prev, c, input_t}:
+    if any(name not in link for name in (h_prev, h, c_prev, c)):
         return None
     h_states, c_states = link[h_prev][0], link[c_prev][0]
     if (link[h_prev] != (h_states, 0) or link[h] != (h_states, 1) or link[c_prev] != (c_states, 0)
-            or link[c] != (c_states, 1) or link[input_t] != (op_inputs[0], 0) or h_states == c_states
-            or sorted(states) != sorted([h_states, c_states]) or len(state_inputs) != 2):
+            or link[c] != (c_states, 1) or h_states == c_states or h_states not in states
+            or c_states not in states):
+        return None
+    if input_name is None:
+        if link.get(input_t) != (op_inputs[0], 0):
+            return None
+    elif input_t != input_name:
         return None
     names = [h_prev, c_prev, h, c, gates, input_t, weight, bias, timestep] + ([seq] if seq else [])
     if len(set(names)) != len(names):
         return None
-    # the parameters (and lengths) are inputs of the op, not state or step blobs
-    index = {}
-    for role, name in (("weight", weight), ("bias", bias), ("seq", seq)):
-        if name is None:
-            index[role] = None
-            continue
-        if name not in op_inputs or name in states:
-            return None
-        index[role] = op_inputs.index(name)
-    if index["weight"] == 0 or index["bias"] == 0 or index["seq"] == 0:
+    index = {role: _param_index(name, op_inputs, states) if name else None
+             for role, name in (("weight", weight), ("bias", bias), ("seq", seq))}
+    if index["weight"] is None or index["bias"] is None or (seq and index["seq"] is None):
         return None
     return LSTMStepPlan(h_prev=h_prev, c_prev=c_prev, h=h, c=c, gates=gates, input_t=input_t, h_states=h_states,
-                        c_states=c_states, weight=index["weight"], bias=index["bias"], seq=index["seq"], weight_name=weight,
-                        forget_bias=float(unit_args.get("forget_bias", 0.0)),
+                        c_states=c_states, weight=index["weight"], bias=index["bias"], seq=index["seq"],
+                        weight_name=weight, forget_bias=float(unit_args.get("forget_bias", 0.0)),
                         drop_states=bool(unit_args.get("drop_states", 0)), unit_args=unit_args)
+
+
+class LSTMStackPlan:
+    """Stacked LSTM layers in one step net (rnn_cell's MultiRNNCell without residual
+    layers): layer l > 0 projects layer l - 1's new hidden state with its own FC
+    (`i2h`, op inputs `i2h_params`) before its recurrent FC."""
+    __slots__ = ("layers", "i2h", "i2h_params")
+
+    def __init__(self, layers, i2h, i2h_params):
+        self.layers, self.i2h, self.i2h_params = layers, i2h, i2h_params
+
+    @property
+    def h_states(self):
+        return self.layers[0].h_states
+
+
+def recognise_lstm_stack(step_def, links, states, state_inputs, timestep, op_inputs):
+    """An LSTMStackPlan for a step net of two or more LSTM layers, else None."""
+    ops = list(step_def.op)
+    if len(ops) < 7 or (len(ops) - 3) % 4:
+        return None
+    link = _link_map(links)
+    if link is None:
+        return None
+    layers = [_lstm_layer(ops[:3], link, timestep, op_inputs, states, None)]
+    i2h, i2h_params = [], []
+    for start in range(3, len(ops), 4):
+        prev = layers[-1]
+        proj = ops[start]
+        if prev is None or proj.type != "FC" or not _fc_ok(proj, prev.h):
+            return None
+        i2h.append(proj.output[0])
+        params = [_param_index(name, op_inputs, states) for name in proj.input[1:]]
+        if None in params:
+            return None
+        i2h_params.append(params)
+        layers.append(_lstm_layer(ops[start + 1:start + 4], link, timestep, op_inputs, states, proj.output[0]))
+    if layers[-1] is None:
+        return None
+    linked = {layers[0].input_t}
+    for layer in layers:
+        linked |= {layer.h_prev, layer.h, layer.c_prev, layer.c}
+    state_names = [n for layer in layers for n in (layer.h_states, layer.c_states)]
+    if (set(link) != linked or sorted(states) != sorted(state_names) or len(set(state_names)) != len(state_names)
+            or len(state_inputs) != len(states) or len(set(i2h)) != len(i2h)):
+        return None
+    step_blobs = [n for layer in layers for n in (layer.h_prev, layer.h, layer.c_prev, layer.c, layer.gates)]
+    step_blobs += i2h + [layers[0].input_t]
+    if len(set(step_blobs)) != len(step_blobs):
+        return None
+    return LSTMStackPlan(layers, i2h, i2h_params)
 
 
 def recognise_lstm_backward(plan, step_def, backward_links, params, param_grads, input_grad):
@@ -315,12 +382,13 @@ def recognise_gru_backward(plan, step_def, backward_links, params, param_grads, 
     return roles
 
 
-RECOGNISE_BACKWARD = {"lstm": recognise_lstm_backward, "gru": recognise_gru_backward}
+RECOGNISE_BACKWARD = {"lstm": recognise_lstm_backward, "gru": recognise_gru_backward,
+                      "lstm_stack": lambda *args: None}      # stacked layers: forward only (see docs/rnn.md)
 
 
 def recognise(step_def, links, states, state_inputs, timestep, op_inputs):
     """(kind, plan) of a step net the fused path runs ('lstm', 'gru'), or (None, None)."""
-    for kind, fn in (("lstm", recognise_lstm), ("gru", recognise_gru)):
+    for kind, fn in (("lstm", recognise_lstm), ("gru", recognise_gru), ("lstm_stack", recognise_lstm_stack)):
         plan = fn(step_def, links, states, state_inputs, timestep, op_inputs)
         if plan is not None:
             return kind, plan
