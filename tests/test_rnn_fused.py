@@ -32,10 +32,10 @@ def fused_calls(monkeypatch):
             calls[key] += took(result)
             return result
         return wrapper
-    for kind in ("lstm", "gru", "lstm_stack"):
+    for kind in ("lstm", "gru", "lstm_stack", "milstm"):
         monkeypatch.setattr(fused_run, kind + "_forward", counted(getattr(fused_run, kind + "_forward"), "forward",
                                                                   bool))
-    for kind in ("lstm", "gru"):
+    for kind in ("lstm", "gru", "milstm"):
         monkeypatch.setattr(fused_run, kind + "_backward", counted(getattr(fused_run, kind + "_backward"),
                                                                    "backward", lambda r: r is not None))
     return calls
@@ -121,6 +121,22 @@ def test_lstm_fused_matches_generic(monkeypatch, fused_calls, t, n, din, h, leng
     assert fused_calls == {"forward": 2, "backward": 1}    # generic run: none; fused: _forward_only and the net
     assert any(name.startswith("steps_lstm/gates_t") for name in fused)    # the step workspaces' blobs
     _assert_same(generic, fused)
+
+
+@pytest.mark.parametrize("t,n,din,h,lengths,forget_bias", [
+    (5, 3, 4, 12, [5, 2, 3], 0.0),
+    (6, 1, 5, 6, None, 1.0),
+])
+def test_milstm_fused_matches_generic(monkeypatch, fused_calls, t, n, din, h, lengths, forget_bias):
+    rng = np.random.default_rng(t * 1000 + h)
+    _feed(rng, t, n, din, h, lengths)
+    model = model_helper.ModelHelper(name="milstm")
+    out = rnn_cell.MILSTM(model, "input", "seq_lengths" if lengths is not None else None, ("s0", "s1"), din, h,
+                          scope="mi", forget_bias=forget_bias)
+    generic, fused = _run_both(monkeypatch, model, out, [out[0]], rng, fetch_steps=True)
+    assert fused_calls == {"forward": 2, "backward": 1}
+    assert any(name.startswith("steps_mi/alpha_by_input_t_plus_beta_h_by_prev_t") for name in fused)
+    _assert_same(generic, fused, tol=1e-5)
 
 
 def test_lstm_fused_initial_state_vectors(monkeypatch, fused_calls):

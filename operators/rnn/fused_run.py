@@ -22,10 +22,11 @@ from caffe2py.kernels.cpu.rnn import fused_lstm as K
 
 class FusedLSTMRecord:
     """What a fused forward run leaves in the scratch blob for its gradient."""
-    __slots__ = ("plan", "x", "w", "hs", "cs", "gates", "seq")
+    __slots__ = ("plan", "x", "w", "hs", "cs", "gates", "seq", "pre", "mi")
 
-    def __init__(self, plan, x, w, hs, cs, gates, seq):
+    def __init__(self, plan, x, w, hs, cs, gates, seq, pre=None, mi=None):
         self.plan, self.x, self.w, self.hs, self.cs, self.gates, self.seq = plan, x, w, hs, cs, gates, seq
+        self.pre, self.mi = pre, mi        # MILSTM: h @ w^T + b per step; (alpha, beta1, beta2, bias2)
 
 
 def _float32(a):
@@ -68,11 +69,21 @@ def lstm_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_ba
     if ok is None:
         return None
     w, b, seq = ok
+    mi = None
+    if plan.mi is not None:
+        mi = tuple(inputs[plan.mi["params"][role]] for role in ("alpha", "beta1", "beta2", "bias2"))
+        if not all(_float32(v) and v.shape == b.shape for v in mi):
+            return None
+        mi = tuple(np.ascontiguousarray(v) for v in mi)
     x = np.ascontiguousarray(x)
-    gates = K.lstm_sequence(x, w, b, hs, cs, seq, plan.forget_bias, plan.drop_states)
-    scratch.set_fused(FusedLSTMRecord(plan, x, w, hs, cs, gates, seq),
-                      lambda: _fill_step_workspaces(plan, x, hs, cs, gates, step_workspaces, timestep, has_backward))
+    gates, pre = K.lstm_sequence(x, w, b, hs, cs, seq, plan.forget_bias, plan.drop_states, mi)
+    scratch.set_fused(FusedLSTMRecord(plan, x, w, hs, cs, gates, seq, pre, mi),
+                      lambda: _fill_step_workspaces(plan, x, hs, cs, gates, step_workspaces, timestep, has_backward,
+                                                    pre=pre, mi=mi))
     return True
+
+
+milstm_forward = lstm_forward         # the plan's `mi` says which
 
 
 def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
@@ -107,28 +118,34 @@ def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, 
             prev = states[l - 1][0]
             proj = (prev[1:].reshape(steps * batch, -1) @ wi.T + bi).reshape(steps, batch, -1)
         w, b, seq = _lstm_layer_ok(layer, inputs, proj, hs, cs)
-        saved.append(K.lstm_sequence(proj, w, b, hs, cs, seq, layer.forget_bias, layer.drop_states))
+        saved.append(K.lstm_sequence(proj, w, b, hs, cs, seq, layer.forget_bias, layer.drop_states)[0])
         layer_inputs.append(proj)
 
     def fill():
         for l, layer in enumerate(plan.layers):
             hs, cs = states[l]
             _fill_step_workspaces(layer, layer_inputs[l], hs, cs, saved[l], step_workspaces, timestep,
-                                  has_backward, input_name=layer.input_t)
+                                  has_backward)
     scratch.set_fused(None, fill)
     return True
 
 
-def _fill_step_workspaces(plan, x, hs, cs, gates, step_workspaces, timestep, has_backward, input_name=None):
+def _fill_step_workspaces(plan, x, hs, cs, gates, step_workspaces, timestep, has_backward, pre=None, mi=None):
     """The step workspaces as the generic loop leaves them (views, not copies): every
     step's with a backward net, else the two alternating ones holding the last steps."""
     steps = x.shape[0]
     for t in (range(steps) if has_backward else range(max(0, steps - 2), steps)):
         ws = step_workspaces[t if has_backward else t % 2]
         ws[timestep] = np.array([t], np.int32)
-        for name, value in ((plan.h_prev, hs[t:t + 1]), (plan.h, hs[t + 1:t + 2]), (plan.c_prev, cs[t:t + 1]),
-                            (plan.c, cs[t + 1:t + 2]), (input_name or plan.input_t, x[t:t + 1]),
-                            (plan.gates, gates[t:t + 1])):
+        s = slice(t, t + 1)
+        blobs = [(plan.h_prev, hs[s]), (plan.h, hs[t + 1:t + 2]), (plan.c_prev, cs[s]), (plan.c, cs[t + 1:t + 2]),
+                 (plan.input_t, x[s]), (plan.gates, gates[s])]
+        if mi is not None:
+            alpha, beta1, beta2, bias2 = mi
+            scaled = x[s] * alpha + beta1
+            blobs += [(plan.mi["pre"], pre[s]), (plan.mi["scaled"], scaled), (plan.mi["mixed"], scaled * pre[s]),
+                      (plan.mi["part"], x[s] * beta2 + bias2)]
+        for name, value in blobs:
             ws[name] = value
 
 
@@ -148,17 +165,27 @@ def lstm_backward(record, roles, inputs, n_go, per_step, last_step, states, stat
     grads = _state_grads(hs, inputs, states, per_step, last_step)
     if grads is None:
         return None
-    dgates, dw, db = K.lstm_sequence_gradient(record.w, hs, cs, record.gates, record.seq, plan.forget_bias,
-                                              plan.drop_states, grads[plan.h_states], grads[plan.c_states])
+    mi = None if record.mi is None else (x, record.mi[0], record.mi[1], record.pre)
+    dgates, _, dw, db = K.lstm_sequence_gradient(record.w, hs, cs, record.gates, record.seq, plan.forget_bias,
+                                                 plan.drop_states, grads[plan.h_states], grads[plan.c_states], mi)
+    by_role = {"weight": dw, "bias": db}
+    input_grad = dgates
+    if mi is not None:        # MILSTM: the ElementwiseLinear and Mul gradients, summed over all steps
+        alpha, beta1, beta2, bias2 = record.mi
+        d_scaled = dgates * record.pre
+        input_grad = dgates * beta2 + d_scaled * alpha
+        by_role.update(alpha=(d_scaled * x).sum(axis=(0, 1)), beta1=d_scaled.sum(axis=(0, 1)),
+                       beta2=(dgates * x).sum(axis=(0, 1)), bias2=dgates.sum(axis=(0, 1)))
     for name, g in grads.items():
         blobs[name + "_grad"] = g
-    blobs[input_grad_name] = dgates
-    outputs = [dgates]
+    blobs[input_grad_name] = input_grad
+    outputs = [input_grad]
     for k, role in roles:
-        value = dw if role == "weight" else db
-        outputs.append(value.reshape(np.shape(inputs[n_go + k])).astype(np.asarray(inputs[n_go + k]).dtype,
-                                                                         copy=False))
+        outputs.append(by_role[role].reshape(np.shape(inputs[n_go + k])))
     return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
+
+
+milstm_backward = lstm_backward
 
 
 def _state_grads(hs, inputs, states, per_step, last_step):

@@ -31,7 +31,7 @@ def fused_enabled():
 class LSTMStepPlan:
     """What the fused LSTM needs to know about a recognised step net."""
     __slots__ = ("h_prev", "c_prev", "h", "c", "gates", "input_t", "h_states", "c_states", "weight", "bias",
-                 "seq", "weight_name", "forget_bias", "drop_states", "unit_args")
+                 "seq", "weight_name", "forget_bias", "drop_states", "unit_args", "mi")
 
     def __init__(self, **fields):
         for name in self.__slots__:
@@ -134,7 +134,101 @@ def _lstm_layer(ops, link, timestep, op_inputs, states, input_name):
     return LSTMStepPlan(h_prev=h_prev, c_prev=c_prev, h=h, c=c, gates=gates, input_t=input_t, h_states=h_states,
                         c_states=c_states, weight=index["weight"], bias=index["bias"], seq=index["seq"],
                         weight_name=weight, forget_bias=float(unit_args.get("forget_bias", 0.0)),
-                        drop_states=bool(unit_args.get("drop_states", 0)), unit_args=unit_args)
+                        drop_states=bool(unit_args.get("drop_states", 0)), unit_args=unit_args, mi=None)
+
+
+_MI_TYPES = ["FC", "ElementwiseLinear", "Mul", "ElementwiseLinear", "Sum", "LSTMUnit"]
+
+
+def recognise_milstm(step_def, links, states, state_inputs, timestep, op_inputs):
+    """An LSTMStepPlan with `mi` set when step_def is rnn_cell.MILSTM's step:
+    FC(h_prev) -> pre; ElementwiseLinear(input_t, alpha, beta1) -> scaled;
+    Mul(scaled, pre) -> mixed; ElementwiseLinear(input_t, beta2, b) -> input_part;
+    Sum(mixed, input_part) -> gates; LSTMUnit. Else None."""
+    from caffe2py.proto import caffe2_pb2
+    ops = list(step_def.op)
+    if [op.type for op in ops] != _MI_TYPES:
+        return None
+    fc, el1, mul, el2, add, unit = ops
+    if len(el1.input) != 3 or len(el2.input) != 3 or el1.input[0] != el2.input[0] or len(fc.output) != 1:
+        return None
+    if _args(el1) != {"axis": 2} or _args(el2) != {"axis": 2} or len(el1.output) != 1 or len(el2.output) != 1:
+        return None
+    input_t, pre, scaled, part = el1.input[0], fc.output[0], el1.output[0], el2.output[0]
+    if list(mul.input) != [scaled, pre] or len(mul.output) != 1 or mul.arg:
+        return None
+    mixed = mul.output[0]
+    if len(add.output) != 1 or not _sum_ok(add, mixed, part, add.output[0]):
+        return None
+    gates = add.output[0]
+    # the same checks as an LSTM whose FC writes the gates and adds input_t
+    fake_fc = caffe2_pb2.OperatorDef()
+    fake_fc.CopyFrom(fc)
+    fake_fc.output[:] = [gates]
+    fake_sum = caffe2_pb2.OperatorDef(type="Sum", input=[gates, input_t], output=[gates])
+    link = _link_map(links)
+    if link is None:
+        return None
+    plan = _lstm_layer([fake_fc, fake_sum, unit], link, timestep, op_inputs, states, None)
+    if (plan is None or set(link) != {plan.h_prev, plan.h, plan.c_prev, plan.c, plan.input_t}
+            or sorted(states) != sorted([plan.h_states, plan.c_states]) or len(state_inputs) != 2):
+        return None
+    names = [plan.h_prev, plan.c_prev, plan.h, plan.c, gates, input_t, pre, scaled, mixed, part]
+    if len(set(names)) != len(names):
+        return None
+    index = [_param_index(name, op_inputs, states) for name in list(el1.input[1:]) + list(el2.input[1:])]
+    if None in index or len(set(index + [plan.weight, plan.bias])) != 6:
+        return None
+    plan.mi = dict(pre=pre, scaled=scaled, mixed=mixed, part=part,
+                   params=dict(zip(("alpha", "beta1", "beta2", "bias2"), index)),
+                   names=dict(zip(("alpha", "beta1", "beta2", "bias2"), list(el1.input[1:]) + list(el2.input[1:]))))
+    return plan
+
+
+_MI_BACKWARD_TYPES = sorted(["LSTMUnitGradient", "ElementwiseLinearGradient", "MulGradient",
+                             "ElementwiseLinearGradient", "Sum", "FCGradient", "Sum"])
+
+
+def recognise_milstm_backward(plan, step_def, backward_links, params, param_grads, input_grad):
+    """{op input index: role} when the backward step net is the registry's gradient
+    of plan's MILSTM step net, else None."""
+    forward_outputs = {plan.gates, plan.h, plan.c, plan.mi["pre"], plan.mi["scaled"], plan.mi["mixed"],
+                       plan.mi["part"]}
+    ops = [op for op in step_def.op if not set(op.output) <= forward_outputs]
+    if sorted(op.type for op in ops) != _MI_BACKWARD_TYPES:
+        return None
+    unit = [op for op in ops if op.type == "LSTMUnitGradient"][0]
+    if _args(unit) != plan.unit_args or len(unit.output) != 3 or list(unit.input[:2]) != [plan.h_prev, plan.c_prev]:
+        return None
+    h_grad, c_grad = unit.input[-2], unit.input[-1]
+    hp_grad, cp_grad = unit.output[0], unit.output[1]
+    link = _link_map(backward_links)
+    states_h, states_c = plan.h_states + "_grad", plan.c_states + "_grad"
+    if link is None:
+        return None
+    rest = {k: v for k, v in link.items() if k not in (h_grad, hp_grad, c_grad, cp_grad)}
+    if (link.get(h_grad) != (states_h, 1) or link.get(hp_grad) != (states_h, 0) or link.get(c_grad) != (states_c, 1)
+            or link.get(cp_grad) != (states_c, 0) or list(rest.values()) != [(input_grad, 0)]):
+        return None
+    grads = {}
+    for op in ops:
+        if op.type == "FCGradient" and len(op.output) == 3 and op.input[1] == plan.weight_name:
+            grads["weight"], grads["bias"] = op.output[0], op.output[1]
+        elif op.type == "ElementwiseLinearGradient" and len(op.output) == 3:
+            if op.input[2] == plan.mi["names"]["alpha"]:
+                grads["alpha"], grads["beta1"] = op.output[1], op.output[2]
+            elif op.input[2] == plan.mi["names"]["beta2"]:
+                grads["beta2"], grads["bias2"] = op.output[1], op.output[2]
+    index = dict(plan.mi["params"], weight=plan.weight, bias=plan.bias)
+    if len(grads) != 6 or not param_grads or len(params) != len(param_grads):
+        return None
+    roles = {}
+    for k, name in zip(params, param_grads):
+        role = [r for r, i in index.items() if i == k]
+        if len(role) != 1 or grads[role[0]] != name:
+            return None
+        roles[k] = role[0]
+    return roles
 
 
 class LSTMStackPlan:
@@ -383,12 +477,14 @@ def recognise_gru_backward(plan, step_def, backward_links, params, param_grads, 
 
 
 RECOGNISE_BACKWARD = {"lstm": recognise_lstm_backward, "gru": recognise_gru_backward,
+                      "milstm": recognise_milstm_backward,
                       "lstm_stack": lambda *args: None}      # stacked layers: forward only (see docs/rnn.md)
 
 
 def recognise(step_def, links, states, state_inputs, timestep, op_inputs):
     """(kind, plan) of a step net the fused path runs ('lstm', 'gru'), or (None, None)."""
-    for kind, fn in (("lstm", recognise_lstm), ("gru", recognise_gru), ("lstm_stack", recognise_lstm_stack)):
+    for kind, fn in (("lstm", recognise_lstm), ("gru", recognise_gru), ("lstm_stack", recognise_lstm_stack),
+                     ("milstm", recognise_milstm)):
         plan = fn(step_def, links, states, state_inputs, timestep, op_inputs)
         if plan is not None:
             return kind, plan

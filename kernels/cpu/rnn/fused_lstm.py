@@ -42,11 +42,12 @@ def _sig(x):
 
 
 @compiled
-def _project(gates, t, h, x, w, b, gemm, gemv, ilp64):
-    """gates[t] = (h[t] @ w^T + b) + x[t], the step net's FC and Sum."""
+def _project(gates, t, h, x, w, b, mi, pre, alpha, beta1, beta2, bias2, gemm, gemv, ilp64):
+    """gates[t] = (h[t] @ w^T + b) + x[t], the step net's FC and Sum; with mi
+    (MILSTM) pre[t] = h[t] @ w^T + b and gates[t] = (alpha x + beta1) pre + (beta2 x + bias2)."""
     n, g4 = gates.shape[1], gates.shape[2]
     d = w.shape[1]
-    out = gates.ctypes.data + 4 * t * n * g4
+    out = (pre if mi else gates).ctypes.data + 4 * t * n * g4
     hp = h.ctypes.data + 4 * t * n * d
     if n == 1:
         call_gemv(gemv, ilp64, False, g4, d, w.ctypes.data, d, hp, 1, out, 1, gates)
@@ -55,20 +56,29 @@ def _project(gates, t, h, x, w, b, gemm, gemv, ilp64):
     for r in range(n):
         row = gates[t, r]
         xr = x[t, r]
-        for j in range(g4):
-            row[j] = (row[j] + b[j]) + xr[j]
+        if mi:
+            p = pre[t, r]
+            for j in range(g4):
+                v = p[j] + b[j]
+                p[j] = v
+                row[j] = (xr[j] * alpha[j] + beta1[j]) * v + (xr[j] * beta2[j] + bias2[j])
+        else:
+            for j in range(g4):
+                row[j] = (row[j] + b[j]) + xr[j]
 
 
 @compiled
-def _lstm_forward(x, w, b, hs, cs, gates, seq, has_seq, forget_bias, drop, gemm, gemv, ilp64):
+def _lstm_forward(x, w, b, hs, cs, gates, seq, has_seq, forget_bias, drop, mi, pre, alpha, beta1, beta2, bias2,
+                  gemm, gemv, ilp64):
     """hs, cs [T + 1, N, D] (step 0 the initial state, filled here for 1..T), gates
-    [T, N, 4D] (written) from x [T, N, 4D], w [4D, D], b [4D]; seq [N] int64."""
+    [T, N, 4D] (written) from x [T, N, 4D], w [4D, D], b [4D]; seq [N] int64. With mi
+    (MILSTM): pre [T, N, 4D] written, alpha, beta1, beta2, bias2 [4D] read."""
     steps, n, d = x.shape[0], x.shape[1], w.shape[1]
     zero = np.float32(0.0)
     fb = np.float32(forget_bias)
     count, last = (d + 7) // 8, d - 8
     for t in range(steps):
-        _project(gates, t, hs, x, w, b, gemm, gemv, ilp64)
+        _project(gates, t, hs, x, w, b, mi, pre, alpha, beta1, beta2, bias2, gemm, gemv, ilp64)
         for r in range(n):
             g = address(gates) + 4 * (t * n + r) * 4 * d
             hp = address(hs) + 4 * (t * n + r) * d
@@ -115,11 +125,16 @@ def _valid_numpy(seq, has_seq, t, n):
 
 
 @_lstm_forward.numpy_twin
-def _lstm_forward_numpy(x, w, b, hs, cs, gates, seq, has_seq, forget_bias, drop, gemm, gemv, ilp64):
+def _lstm_forward_numpy(x, w, b, hs, cs, gates, seq, has_seq, forget_bias, drop, mi, pre, alpha, beta1, beta2,
+                        bias2, gemm, gemv, ilp64):
     d = w.shape[1]
     zero = np.float32(0.0)
     for t in range(x.shape[0]):
-        gates[t] = (hs[t] @ w.T + b) + x[t]
+        if mi:
+            pre[t] = hs[t] @ w.T + b
+            gates[t] = (x[t] * alpha + beta1) * pre[t] + (x[t] * beta2 + bias2)
+        else:
+            gates[t] = (hs[t] @ w.T + b) + x[t]
         g = gates[t]
         with np.errstate(all="ignore"):
             c = (_sigmoid_numpy(g[:, d:2 * d] + np.float32(forget_bias)) * cs[t]
@@ -132,11 +147,13 @@ def _lstm_forward_numpy(x, w, b, hs, cs, gates, seq, has_seq, forget_bias, drop,
 
 @compiled
 def _lstm_backward(w, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, dgates, dh_fc, dh_unit, dc_unit,
-                   gemm, gemv, ilp64):
+                   mi, x, alpha, beta1, dpre, gemm, gemv, ilp64):
     """Backward through time. dhs, dcs [T + 1, N, D] hold the gradients arriving from
     outside (step t + 1 for the output of step t); each step adds what flows back, so
     on return dhs[0], dcs[0] are the initial states' gradients. dgates [T, N, 4D] is
-    written (the input projection's gradient). dh_fc, dh_unit, dc_unit: [N, D] scratch."""
+    written (the gates' gradient). dh_fc, dh_unit, dc_unit: [N, D] scratch. With mi
+    (MILSTM) the recurrent product's gradient dpre [T, N, 4D] = dgates (alpha x + beta1)
+    is written too and feeds dh."""
     steps, n, d = gates.shape[0], gates.shape[1], w.shape[1]
     zero = np.float32(0.0)
     one = np.float32(1.0)
@@ -200,8 +217,13 @@ def _lstm_backward(w, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, 
                             dgr[part * d + j] = zero
                         dc_unit[r, j] = zero if drop else dcs[t + 1, r, j]
                         dh_unit[r, j] = zero if drop else dh
-        # the FC's input gradient: dgates[t] @ w
-        src = dgates.ctypes.data + 4 * t * n * 4 * d
+        # the FC's input gradient: dgates[t] @ w (MILSTM: dpre[t] @ w)
+        if mi:
+            for r in range(n):
+                dg, dp, xr = dgates[t, r], dpre[t, r], x[t, r]
+                for j in range(4 * d):
+                    dp[j] = dg[j] * (xr[j] * alpha[j] + beta1[j])
+        src = (dpre if mi else dgates).ctypes.data + 4 * t * n * 4 * d
         if n == 1:
             call_gemv(gemv, ilp64, True, 4 * d, d, w.ctypes.data, d, src, 1, dh_fc.ctypes.data, 1, dh_fc)
         else:
@@ -217,7 +239,7 @@ def _lstm_backward(w, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, 
 
 @_lstm_backward.numpy_twin
 def _lstm_backward_numpy(w, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, dgates, dh_fc, dh_unit, dc_unit,
-                         gemm, gemv, ilp64):
+                         mi, x, alpha, beta1, dpre, gemm, gemv, ilp64):
     d = w.shape[1]
     one, zero = np.float32(1.0), np.float32(0.0)
     for t in range(gates.shape[0] - 1, -1, -1):
@@ -234,7 +256,9 @@ def _lstm_backward_numpy(w, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs,
         dgates[t] = np.where(valid, dg, zero)
         dc_unit[...] = np.where(valid, dc * f, zero if drop else dcs[t + 1])
         dh_unit[...] = np.where(valid | drop, zero, dh)
-        dhs[t] += dh_unit + dgates[t] @ w
+        if mi:
+            dpre[t] = dgates[t] * (x[t] * alpha + beta1)
+        dhs[t] += dh_unit + (dpre[t] if mi else dgates[t]) @ w
         dcs[t] += dc_unit
 
 
@@ -261,47 +285,59 @@ def _check(cond, what):
         raise ValueError("fused LSTM: " + what)
 
 
-def lstm_sequence(x, w, b, hs, cs, seq_lengths, forget_bias, drop_states):
+def lstm_sequence(x, w, b, hs, cs, seq_lengths, forget_bias, drop_states, mi=None):
     """Forward over the whole sequence. x [T, N, 4D] the input projection; w [4D, D];
     b [4D]; hs, cs [T + 1, N, D] with step 0 the initial state (steps 1..T written).
-    Returns gates [T, N, 4D] (each step's pre-activation gates, the step net's gates_t).
+    mi: MILSTM's (alpha, beta1, beta2, bias2), each [4D], or None.
+    Returns gates [T, N, 4D] (each step's pre-activation gates, the step net's gates_t)
+    and, with mi, pre [T, N, 4D] (h_{t-1} @ w^T + b), else None.
     All float32 and C-contiguous (the caller makes them so)."""
     steps, n, g4 = x.shape
     d = g4 // 4
-    for a, shape in ((x, (steps, n, 4 * d)), (w, (4 * d, d)), (b, (4 * d,)), (hs, (steps + 1, n, d)),
-                     (cs, (steps + 1, n, d))):
+    checks = [(x, (steps, n, 4 * d)), (w, (4 * d, d)), (b, (4 * d,)), (hs, (steps + 1, n, d)), (cs, (steps + 1, n, d))]
+    checks += [(v, (4 * d,)) for v in (mi or ())]
+    for a, shape in checks:
         _check(a.dtype == np.float32 and a.flags.c_contiguous and a.shape == shape,
                "expected a C-contiguous float32 %s, got %s %s" % (list(shape), a.dtype, list(a.shape)))
     gates = np.empty((steps, n, 4 * d), np.float32)
+    pre = np.empty((steps, n, 4 * d), np.float32) if mi else None
     if steps and n and d:
         seq, has_seq = _seq_array(seq_lengths, n)
         gemm, gemv, ilp64 = _entry()
         _check(gemm != 0, "no direct BLAS entry point")
-        _lstm_forward(x, w, b, hs, cs, gates, seq, has_seq, float(forget_bias), bool(drop_states), gemm, gemv, ilp64)
-    return gates
+        alpha, beta1, beta2, bias2 = mi or (b, b, b, b)
+        _lstm_forward(x, w, b, hs, cs, gates, seq, has_seq, float(forget_bias), bool(drop_states), mi is not None,
+                      gates if pre is None else pre, alpha, beta1, beta2, bias2, gemm, gemv, ilp64)
+    return gates, pre
 
 
-def lstm_sequence_gradient(w, hs, cs, gates, seq_lengths, forget_bias, drop_states, dhs, dcs):
+def lstm_sequence_gradient(w, hs, cs, gates, seq_lengths, forget_bias, drop_states, dhs, dcs, mi=None):
     """Backward through time for lstm_sequence's results. dhs, dcs [T + 1, N, D]: the
     gradients arriving from outside (updated in place; on return step 0 holds the
-    initial states' gradients). Returns (dgates [T, N, 4D], dw [4D, D], db [4D])."""
+    initial states' gradients). mi: MILSTM's (x, alpha, beta1, pre), or None.
+    Returns (dgates [T, N, 4D], dpre, dw [4D, D], db [4D]): dgates the gradient of
+    the gates (the input projection's for LSTM), dpre that of h @ w^T + b (dgates
+    itself without mi)."""
     steps, n, g4 = gates.shape
     d = g4 // 4
-    for a, shape in ((w, (4 * d, d)), (gates, (steps, n, 4 * d)), (hs, (steps + 1, n, d)), (cs, (steps + 1, n, d)),
-                     (dhs, (steps + 1, n, d)), (dcs, (steps + 1, n, d))):
+    checks = [(w, (4 * d, d)), (gates, (steps, n, 4 * d)), (hs, (steps + 1, n, d)), (cs, (steps + 1, n, d)),
+              (dhs, (steps + 1, n, d)), (dcs, (steps + 1, n, d))]
+    if mi:
+        checks += [(mi[0], (steps, n, 4 * d)), (mi[1], (4 * d,)), (mi[2], (4 * d,)), (mi[3], (steps, n, 4 * d))]
+    for a, shape in checks:
         _check(a.dtype == np.float32 and a.flags.c_contiguous and a.shape == shape,
                "expected a C-contiguous float32 %s, got %s %s" % (list(shape), a.dtype, list(a.shape)))
-    dgates = np.empty_like(gates)
-    if not (steps and n and d):
-        dgates[...] = 0
-        return dgates, np.zeros_like(w), np.zeros(4 * d, np.float32)
-    seq, has_seq = _seq_array(seq_lengths, n)
-    gemm, gemv, ilp64 = _entry()
-    _check(gemm != 0, "no direct BLAS entry point")
-    scratch = np.empty((3, n, d), np.float32)
-    _lstm_backward(w, hs, cs, gates, seq, has_seq, float(forget_bias), bool(drop_states), dhs, dcs, dgates,
-                   scratch[0], scratch[1], scratch[2], gemm, gemv, ilp64)
-    flat = dgates.reshape(steps * n, 4 * d)
+    dgates = np.zeros_like(gates)
+    dpre = np.zeros_like(gates) if mi else dgates
+    if steps and n and d:
+        seq, has_seq = _seq_array(seq_lengths, n)
+        gemm, gemv, ilp64 = _entry()
+        _check(gemm != 0, "no direct BLAS entry point")
+        scratch = np.empty((3, n, d), np.float32)
+        x, alpha, beta1 = mi[:3] if mi else (gates, w[0], w[0])
+        _lstm_backward(w, hs, cs, gates, seq, has_seq, float(forget_bias), bool(drop_states), dhs, dcs, dgates,
+                       scratch[0], scratch[1], scratch[2], mi is not None, x, alpha, beta1, dpre, gemm, gemv, ilp64)
+    flat = dpre.reshape(steps * n, 4 * d)
     dw = flat.T @ hs[:steps].reshape(steps * n, d)
     db = flat.sum(axis=0)
-    return dgates, dw, db
+    return dgates, dpre, dw, db
