@@ -349,3 +349,49 @@ def test_stacked_lstm_forward_fused_matches_generic(monkeypatch, fused_calls, di
     assert fused_calls["forward"] == 1
     assert any(name.startswith("steps_stack/layer_1/i2h") for name in results[1])
     _assert_same(*results)
+
+
+def _sequence_results(rng, with_mi_or_lbr, kind, t, n, d, seq):
+    """Every result of the fused kernels' Python entry points on random data."""
+    from caffe2py.kernels.cpu.rnn import fused_gru
+    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    if kind == "lstm":
+        x, w, b = f32(t, n, 4 * d), 0.4 * f32(4 * d, d), f32(4 * d)
+        mi = (f32(4 * d), f32(4 * d), f32(4 * d), f32(4 * d)) if with_mi_or_lbr else None
+        hs, cs = np.zeros((t + 1, n, d), np.float32), np.zeros((t + 1, n, d), np.float32)
+        hs[0], cs[0] = f32(n, d), f32(n, d)
+        gates, pre = fused_lstm.lstm_sequence(x, w, b, hs, cs, seq, 0.5, False, mi)
+        dhs, dcs = f32(t + 1, n, d), f32(t + 1, n, d)
+        grads = fused_lstm.lstm_sequence_gradient(w, hs, cs, gates, seq, 0.5, False, dhs, dcs,
+                                                  None if mi is None else (x, mi[0], mi[1], pre))
+        return [hs, cs, gates, dhs, dcs] + list(grads) + ([pre] if mi else [])
+    lbr = with_mi_or_lbr
+    x, b = f32(t, n, 3 * d), f32(3 * d)
+    w3, wn = 0.4 * f32((3 if lbr else 2) * d, d), 0.4 * f32(d, d)
+    hs = np.zeros((t + 1, n, d), np.float32)
+    hs[0] = f32(n, d)
+    saved = fused_gru.gru_sequence(x, w3, wn, b, hs, seq, lbr, True)
+    dhs = f32(t + 1, n, d)
+    grads = fused_gru.gru_sequence_gradient(w3, wn, hs, saved, seq, lbr, True, dhs)
+    return [hs, dhs] + [a for a in list(saved) + list(grads) if a is not None]
+
+
+def test_numpy_twins_agree_with_the_fused_kernels(monkeypatch):
+    """The kernels' NumPy twins (CAFFE2PY_JIT=numpy, and while a kernel compiles) give
+    the compiled results: LSTM, MILSTM, both GRU forms, N = 1 and N > 1, D < 8 and D >= 8."""
+    from caffe2py.kernels.cpu.runtime import jit
+    before = jit.jit_mode()
+    cases = [(kind, flag, 4, n, d, seq) for kind in ("lstm", "gru") for flag in (False, True)
+             for n, d, seq in ((1, 5, None), (3, 12, np.array([4, 1, 0], np.int32)))]
+    try:
+        results = []
+        for mode in ("inline", "numpy"):
+            jit.set_jit_mode(mode)
+            results.append([_sequence_results(np.random.default_rng(i), flag, kind, t, n, d, seq)
+                            for i, (kind, flag, t, n, d, seq) in enumerate(cases)])
+    finally:
+        jit.set_jit_mode(before)
+    for case, compiled, twin in zip(cases, *results):
+        assert len(compiled) == len(twin)
+        for k, (c, w) in enumerate(zip(compiled, twin)):
+            np.testing.assert_allclose(w, c, rtol=1e-4, atol=1e-5, err_msg="%s result %d" % (case[:2], k))

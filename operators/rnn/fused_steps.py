@@ -301,7 +301,7 @@ def recognise_lstm_backward(plan, step_def, backward_links, params, param_grads,
         return None
     h_grad, c_grad = unit.input[-2], unit.input[-1]
     hp_grad, cp_grad, gates_grad = unit.output
-    if len(fcg.input) != 3 or fcg.input[0] != plan.h_prev or fcg.input[1] != plan.weight_name or fcg.input[2] != gates_grad or len(fcg.output) != 3:
+    if list(fcg.input) != [plan.h_prev, plan.weight_name, gates_grad] or len(fcg.output) != 3:
         return None
     w_grad, b_grad, fc_h_grad = fcg.output
     if sorted(add.input) != sorted([hp_grad, fc_h_grad]) or list(add.output) != [hp_grad]:
