@@ -139,6 +139,22 @@ def test_milstm_fused_matches_generic(monkeypatch, fused_calls, t, n, din, h, le
     _assert_same(generic, fused, tol=1e-5)
 
 
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_generic_backward_after_a_fused_forward(monkeypatch, cell):
+    """A gradient op that falls back to the generic loop reads the step workspaces a
+    fused forward filled (on first access): same gradients as the all-generic run."""
+    rng = np.random.default_rng(12)
+    _feed(rng, 5, 3, 4, 9, [5, 2, 4], states=2 if cell == "lstm" else 1)
+    model = model_helper.ModelHelper(name="mixed")
+    if cell == "lstm":
+        out = rnn_cell.LSTM(model, "input", "seq_lengths", ("s0", "s1"), 4, 9, scope="c")
+    else:
+        out = gru_cell.GRU(model, "input", "seq_lengths", ["s0"], 4, 9, scope="c")
+    monkeypatch.setattr(fused_run, cell + "_backward", lambda *args: None)
+    generic, mixed = _run_both(monkeypatch, model, out, [out[0]], rng)
+    _assert_same(generic, mixed)
+
+
 def test_lstm_fused_initial_state_vectors(monkeypatch, fused_calls):
     """[D] initial states (rnn_cell's zero parameters): their gradient sums the batch."""
     rng = np.random.default_rng(3)
