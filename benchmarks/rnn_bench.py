@@ -4,6 +4,15 @@ blocks; also the cost of the RecurrentNetwork machinery alone (a step net with a
 single Add) per timestep.
 
 Usage: python benchmarks/rnn_bench.py [--t 50] [--n 32] [--d 128] [--h 128] [--threads 2] [--runs 30]
+
+--suite (issue 37): the rows of benchmarks/RESULTS.md, each thread count in its own
+process: Caffe2's char_rnn training step (rnn_cell.LSTM or gru_cell.GRU -> FC over
+time -> Softmax -> LabelCrossEntropy -> AveragedLoss, gradients, SGD; one-hot input of
+27 symbols) against torch (nn.LSTM / nn.GRU + Linear + cross entropy + SGD), and the
+forward pass alone (LSTM, GRU, 2-layer LSTM), at T=25 N=1 H=100 and T=50 N=32 H=256.
+CAFFE2PY_RNN_FUSED=0 in the environment times the generic step-net loop instead.
+
+    python benchmarks/rnn_bench.py --suite [--threads 1 2] [--runs 30]
 """
 import argparse
 import os
@@ -24,15 +33,113 @@ def _reorder(w):
     return np.concatenate([i, f, o, g], axis=0)
 
 
+SYMBOLS = 27
+SIZES = (("small", 25, 1, 100), ("large", 50, 32, 256))
+
+
+def _char_rnn(kind, t, n, h, train, layers=1):
+    """A caffe2py net (Caffe2's char_rnn model when train) and a torch closure doing
+    the same; returns (ours, peer)."""
+    from caffe2py import brew, gru_cell
+    from caffe2py.optimizer import build_sgd
+    workspace.ResetWorkspace()
+    rng = np.random.default_rng(0)
+    x = np.zeros((t, n, SYMBOLS), np.float32)
+    x[np.arange(t)[:, None], np.arange(n)[None], rng.integers(0, SYMBOLS, (t, n))] = 1
+    target = rng.integers(0, SYMBOLS, t * n).astype(np.int32)
+    workspace.FeedBlob("input_blob", x)
+    workspace.FeedBlob("target", target)
+    workspace.FeedBlob("seq_lengths", np.full(n, t, np.int32))
+    states = ["s%d" % k for k in range(layers * (2 if kind == "lstm" else 1))]
+    for name in states:
+        workspace.FeedBlob(name, np.zeros((1, n, h), np.float32))
+    model = model_helper.ModelHelper(name="char_rnn_%s_%s" % (kind, train))
+    dims = h if layers == 1 else [h] * layers
+    if kind == "lstm":
+        out = rnn_cell.LSTM(model, "input_blob", "seq_lengths", states, SYMBOLS, dims, scope="LSTM",
+                            forward_only=not train)
+    else:
+        out = gru_cell.GRU(model, "input_blob", "seq_lengths", states, SYMBOLS, dims, scope="GRU",
+                           linear_before_reset=True, forward_only=not train)
+    if train:
+        logits = brew.fc(model, out[0], None, dim_in=h, dim_out=SYMBOLS, axis=2)
+        softmax = model.net.Softmax(logits, "softmax", axis=2)
+        reshaped, _ = model.net.Reshape(softmax, ["softmax_reshaped", "_"], shape=[-1, SYMBOLS])
+        xent = model.net.LabelCrossEntropy([reshaped, "target"], "xent")
+        loss = model.net.AveragedLoss(xent, "loss")
+        model.AddGradientOperators([loss])
+        build_sgd(model, base_learning_rate=0.1 * t, policy="step", stepsize=1, gamma=0.9999)
+    workspace.RunNetOnce(model.param_init_net)
+    workspace.CreateNet(model.net)
+    name = model.net.Name()
+
+    def ours():
+        workspace.RunNet(name)
+
+    cls = torch.nn.LSTM if kind == "lstm" else torch.nn.GRU
+    rnn = cls(SYMBOLS, h, num_layers=layers)
+    xt = torch.from_numpy(x)
+    zeros = torch.zeros(layers, n, h)
+    init = (zeros, zeros.clone()) if kind == "lstm" else zeros
+    if not train:
+        def peer():
+            with torch.no_grad():
+                return rnn(xt, init)
+        return ours, peer
+    fc = torch.nn.Linear(h, SYMBOLS)
+    opt = torch.optim.SGD(list(rnn.parameters()) + list(fc.parameters()), lr=0.1)
+    tt = torch.from_numpy(target.astype(np.int64))
+
+    def peer():
+        opt.zero_grad()
+        y, _ = rnn(xt, init)
+        loss = torch.nn.functional.cross_entropy(fc(y).reshape(-1, SYMBOLS), tt)
+        loss.backward()
+        opt.step()
+    return ours, peer
+
+
+SUITE = (("LSTM", "lstm", True, 1), ("GRU", "gru", True, 1), ("LSTM", "lstm", False, 1),
+         ("GRU", "gru", False, 1), ("LSTM 2-layer", "lstm", False, 2))
+
+
+def suite(threads, runs):
+    torch.set_num_threads(threads)
+    for size, t, n, h in SIZES:
+        for label, kind, train, layers in SUITE:
+            ours, peer = _char_rnn(kind, t, n, h, train, layers)
+            block_runs = runs if size == "small" else max(6, runs // 3)
+            ours_ms, peer_ms = interleaved_ms(ours, peer, block_runs)
+            print("| %s T=%d N=%d H=%d | %s | %s | %d | %.2f | %.2f | %.2f |"
+                  % (size, t, n, h, label, "train step" if train else "forward", threads, ours_ms, peer_ms,
+                     ours_ms / peer_ms), flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--t", type=int, default=50)
     p.add_argument("--n", type=int, default=32)
     p.add_argument("--d", type=int, default=128)
     p.add_argument("--h", type=int, default=128)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, nargs="+", default=[2])
     p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--suite", action="store_true", help="the issue-37 rows (see the module docstring)")
     a = p.parse_args()
+    if a.suite:
+        if torch is None:
+            raise SystemExit("--suite compares against torch, which is not installed")
+        if len(a.threads) > 1:          # one process per thread count (the team size is fixed per process)
+            import subprocess
+            import sys
+            for threads in a.threads:
+                subprocess.run([sys.executable, __file__, "--suite", "--threads", str(threads), "--runs",
+                                str(a.runs)], check=True)
+            return
+        os.environ["CAFFE2PY_NUM_THREADS"] = str(a.threads[0])
+        print("| size | net | step | threads | caffe2py ms | torch ms | ratio |\n|---|---|---|---|---|---|---|")
+        suite(a.threads[0], a.runs)
+        return
+    a.threads = a.threads[0]
     os.environ["CAFFE2PY_NUM_THREADS"] = str(a.threads)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((a.t, a.n, a.d), dtype=np.float32)

@@ -26,6 +26,8 @@ from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
 
 from ..control.control_flow import build_subnet
+from . import fused_run
+from .fused_steps import RECOGNISE_BACKWARD, fused_enabled, recognise
 
 _STRING = caffe2_pb2.TensorProto.STRING
 
@@ -35,8 +37,25 @@ class ScratchWorkspaces:
     shared workspace above them, kept between runs (the gradient op reads them)."""
 
     def __init__(self):
-        self.step_workspaces = []
+        self._step_workspaces = []
         self.shared = SharedBlobs()
+        self.fused = None           # a fused run's record (fused_run.py), for its gradient
+        self._fill = None           # fills the step workspaces of the last fused run, once
+
+    @property
+    def step_workspaces(self):
+        if self._fill is not None:
+            fill, self._fill = self._fill, None
+            fill()
+        return self._step_workspaces
+
+    def set_fused(self, record, fill):
+        """After a fused run: its record, and how to fill the step workspaces when
+        something looks at them."""
+        self.fused, self._fill = record, fill
+
+    def clear_fused(self):
+        self.fused = self._fill = None
 
     def __repr__(self):
         return "ScratchWorkspaces(%d step workspaces)" % len(self.step_workspaces)
@@ -211,6 +230,7 @@ def recurrent_network(ctx):
         step_def.external_input.extend([link.internal, link.external])
     step_plan = build_subnet(ctx, step_def, "step_net")
     scratch_name = ctx.outputs[-1]
+    kind, fused_plan = recognise(net_argument(ctx, "step_net"), links, states, state_inputs, timestep, ctx.inputs)
 
     def run(blobs, *inputs):
         seq = inputs[0]
@@ -229,14 +249,19 @@ def recurrent_network(ctx):
         shared.rebind(blobs)
         for name in recompute:
             shared.create_local(name)
+        scratch.clear_fused()
         step_wss = scratch.step_workspaces
         cycle = None if has_backward else 2
         wanted = seq_len if has_backward else 2
         while len(step_wss) < wanted:
             step_wss.append(SharedBlobs(shared))
+        fused = (fused_plan is not None and fused_enabled()
+                 and getattr(fused_run, kind + "_forward")(fused_plan, inputs, blobs, scratch, step_wss, timestep,
+                                                           has_backward))
         linked = LinkedSteps(ctx, links, owned)
-        linked.resolve(shared)
-        for t in range(seq_len):
+        if not fused:
+            linked.resolve(shared)
+        for t in range(0 if fused else seq_len):
             ws = step_wss[t if cycle is None else t % cycle]
             ws[timestep] = np.array([t], np.int32)
             views = linked.bind(ws, t)
@@ -365,6 +390,16 @@ def recurrent_network_gradient(ctx):
     step_plan = build_subnet(ctx, step_def, "backward_step_net")
     input_grad_name = ctx.outputs[0]
     scratch_index = ctx.n_inputs - 1
+    kind, fused_plan = recognise(net_argument(ctx, "step_net") or caffe2_pb2.NetDef(),
+                                 read_links(ctx, "link_internal", "link_external", "link_offset", "link_window"),
+                                 states, state_inputs, timestep, ctx.inputs[n_go:])
+    roles = None
+    if fused_plan is not None:
+        roles = RECOGNISE_BACKWARD[kind](
+            fused_plan, net_argument(ctx, "backward_step_net"),
+            read_links(ctx, "backward_link_internal", "backward_link_external", "backward_link_offset"),
+            params, param_grads, input_grad_name)
+    roles = None if roles is None else [(k, roles[k]) for k in params]
 
     def run(blobs, *inputs):
         seq = inputs[n_go]
@@ -374,6 +409,13 @@ def recurrent_network_gradient(ctx):
         scratch = inputs[scratch_index]
         if not isinstance(scratch, ScratchWorkspaces):
             raise ctx.input_error(scratch_index, "expected the scratch-workspaces blob of the forward op")
+        record = scratch.fused
+        if (roles is not None and record is not None and type(record.plan) is type(fused_plan)
+                and record.plan.h_states == fused_plan.h_states and fused_enabled()):
+            result = getattr(fused_run, kind + "_backward")(record, roles, inputs, n_go, per_step, last_step,
+                                                             states, state_inputs, blobs, input_grad_name)
+            if result is not None:
+                return result if len(result) > 1 else result[0]
         if len(scratch.step_workspaces) < seq_len:
             raise ctx.error("the forward pass kept %d step workspaces for %d steps (was it built with a "
                             "backward_step_net?)" % (len(scratch.step_workspaces), seq_len))

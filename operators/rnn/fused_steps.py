@@ -1,0 +1,491 @@
+"""Recognising the step nets RecurrentNetwork can run as one compiled pass.
+
+rnn_cell.LSTM's step net is (names vary with the scope):
+
+    FC(h_prev, W, b) -> gates            axis=2
+    Sum(gates, input_t) -> gates         (either order)
+    LSTMUnit(h_prev, c_prev, gates[, seq_lengths], timestep) -> h, c
+
+with links h_prev/h -> the hidden state tensor (offsets 0/1), c_prev/c -> the cell
+state tensor (0/1) and input_t -> the op's input 0 (offset 0), and W, b,
+seq_lengths inputs of the op. `recognise_lstm` finds that shape when the op is
+created (plan time) and returns an LSTMStepPlan; anything else (another cell, extra
+links, an argument the fused kernel does not model) gives None and the op keeps
+the generic step-net loop. `recognise_lstm_backward` does the same for the backward
+step net recurrent.py derives from it (LSTMUnitGradient, FCGradient, Sum, and the
+recomputed forward ops of memory_optimization).
+
+CAFFE2PY_RNN_FUSED=0 turns the fused path off (read at every run), so tests can
+compare the two paths on the same net.
+"""
+import os
+
+_FC_ARGS = {"axis": 2, "axis_w": 1}
+_UNIT_ARGS = ("forget_bias", "drop_states", "sequence_lengths")
+
+
+def fused_enabled():
+    return os.environ.get("CAFFE2PY_RNN_FUSED", "1").strip() != "0"
+
+
+class LSTMStepPlan:
+    """What the fused LSTM needs to know about a recognised step net."""
+    __slots__ = ("h_prev", "c_prev", "h", "c", "gates", "input_t", "h_states", "c_states", "weight", "bias",
+                 "seq", "weight_name", "forget_bias", "drop_states", "unit_args", "mi")
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields[name])
+
+
+def _args(op):
+    """{name: value} of an OperatorDef's scalar arguments (None for anything else)."""
+    out = {}
+    for a in op.arg:
+        if a.HasField("f"):
+            out[a.name] = a.f
+        elif a.HasField("i"):
+            out[a.name] = a.i
+        else:
+            out[a.name] = None
+    return out
+
+
+def _link_map(links):
+    """{internal: (external, offset)} when every link is one step wide and no internal
+    name repeats; None otherwise."""
+    out = {}
+    for link in links:
+        if link.window != 1 or link.internal in out:
+            return None
+        out[link.internal] = (link.external, link.offset)
+    return out
+
+
+def recognise_lstm(step_def, links, states, state_inputs, timestep, op_inputs):
+    """An LSTMStepPlan when step_def is rnn_cell's LSTM step (see the module
+    docstring), else None. op_inputs: the RecurrentNetwork op's input names."""
+    link = _link_map(links)
+    if link is None or len(step_def.op) != 3:
+        return None
+    plan = _lstm_layer(list(step_def.op), link, timestep, op_inputs, states, None)
+    if (plan is None or set(link) != {plan.h_prev, plan.h, plan.c_prev, plan.c, plan.input_t}
+            or sorted(states) != sorted([plan.h_states, plan.c_states]) or len(state_inputs) != 2):
+        return None
+    return plan
+
+
+def _param_index(name, op_inputs, states):
+    """The op input holding a parameter (or the lengths), None when it is not one."""
+    if name not in op_inputs or name in states or op_inputs.index(name) == 0:
+        return None
+    return op_inputs.index(name)
+
+
+def _lstm_layer(ops, link, timestep, op_inputs, states, input_name):
+    """One layer's FC, Sum, LSTMUnit as an LSTMStepPlan (links checked for its own
+    blobs only); its input is the op's input 0 through a link, or the blob input_name."""
+    if [op.type for op in ops] != ["FC", "Sum", "LSTMUnit"]:
+        return None
+    fc, add, unit = ops
+    if len(fc.input) != 3 or len(fc.output) != 1 or any(op.engine for op in ops):
+        return None
+    fc_args = _args(fc)
+    if any(k not in _FC_ARGS or v != _FC_ARGS[k] for k, v in fc_args.items()) or fc_args.get("axis") != 2:
+        return None
+    h_prev, weight, bias = fc.input
+    gates = fc.output[0]
+    if len(add.input) != 2 or list(add.output) != [gates] or add.arg:
+        return None
+    others = [b for b in add.input if b != gates]
+    if len(others) != 1:
+        return None
+    input_t = others[0]
+    unit_args = _args(unit)
+    if any(k not in _UNIT_ARGS or v is None for k, v in unit_args.items()):
+        return None
+    with_seq = bool(unit_args.get("sequence_lengths", 1))
+    if len(unit.input) != (5 if with_seq else 4) or len(unit.output) != 2:
+        return None
+    if unit.input[0] != h_prev or unit.input[2] != gates or unit.input[-1] != timestep:
+        return None
+    c_prev = unit.input[1]
+    seq = unit.input[3] if with_seq else None
+    h, c = unit.output
+    if any(name not in link for name in (h_prev, h, c_prev, c)):
+        return None
+    h_states, c_states = link[h_prev][0], link[c_prev][0]
+    if (link[h_prev] != (h_states, 0) or link[h] != (h_states, 1) or link[c_prev] != (c_states, 0)
+            or link[c] != (c_states, 1) or h_states == c_states or h_states not in states
+            or c_states not in states):
+        return None
+    if input_name is None:
+        if link.get(input_t) != (op_inputs[0], 0):
+            return None
+    elif input_t != input_name:
+        return None
+    names = [h_prev, c_prev, h, c, gates, input_t, weight, bias, timestep] + ([seq] if seq else [])
+    if len(set(names)) != len(names):
+        return None
+    index = {role: _param_index(name, op_inputs, states) if name else None
+             for role, name in (("weight", weight), ("bias", bias), ("seq", seq))}
+    if index["weight"] is None or index["bias"] is None or (seq and index["seq"] is None):
+        return None
+    return LSTMStepPlan(h_prev=h_prev, c_prev=c_prev, h=h, c=c, gates=gates, input_t=input_t, h_states=h_states,
+                        c_states=c_states, weight=index["weight"], bias=index["bias"], seq=index["seq"],
+                        weight_name=weight, forget_bias=float(unit_args.get("forget_bias", 0.0)),
+                        drop_states=bool(unit_args.get("drop_states", 0)), unit_args=unit_args, mi=None)
+
+
+_MI_TYPES = ["FC", "ElementwiseLinear", "Mul", "ElementwiseLinear", "Sum", "LSTMUnit"]
+
+
+def recognise_milstm(step_def, links, states, state_inputs, timestep, op_inputs):
+    """An LSTMStepPlan with `mi` set when step_def is rnn_cell.MILSTM's step:
+    FC(h_prev) -> pre; ElementwiseLinear(input_t, alpha, beta1) -> scaled;
+    Mul(scaled, pre) -> mixed; ElementwiseLinear(input_t, beta2, b) -> input_part;
+    Sum(mixed, input_part) -> gates; LSTMUnit. Else None."""
+    from caffe2py.proto import caffe2_pb2
+    ops = list(step_def.op)
+    if [op.type for op in ops] != _MI_TYPES:
+        return None
+    fc, el1, mul, el2, add, unit = ops
+    if len(el1.input) != 3 or len(el2.input) != 3 or el1.input[0] != el2.input[0] or len(fc.output) != 1:
+        return None
+    if _args(el1) != {"axis": 2} or _args(el2) != {"axis": 2} or len(el1.output) != 1 or len(el2.output) != 1:
+        return None
+    input_t, pre, scaled, part = el1.input[0], fc.output[0], el1.output[0], el2.output[0]
+    if list(mul.input) != [scaled, pre] or len(mul.output) != 1 or mul.arg:
+        return None
+    mixed = mul.output[0]
+    if len(add.output) != 1 or not _sum_ok(add, mixed, part, add.output[0]):
+        return None
+    gates = add.output[0]
+    # the same checks as an LSTM whose FC writes the gates and adds input_t
+    fake_fc = caffe2_pb2.OperatorDef()
+    fake_fc.CopyFrom(fc)
+    fake_fc.output[:] = [gates]
+    fake_sum = caffe2_pb2.OperatorDef(type="Sum", input=[gates, input_t], output=[gates])
+    link = _link_map(links)
+    if link is None:
+        return None
+    plan = _lstm_layer([fake_fc, fake_sum, unit], link, timestep, op_inputs, states, None)
+    if (plan is None or set(link) != {plan.h_prev, plan.h, plan.c_prev, plan.c, plan.input_t}
+            or sorted(states) != sorted([plan.h_states, plan.c_states]) or len(state_inputs) != 2):
+        return None
+    names = [plan.h_prev, plan.c_prev, plan.h, plan.c, gates, input_t, pre, scaled, mixed, part]
+    if len(set(names)) != len(names):
+        return None
+    index = [_param_index(name, op_inputs, states) for name in list(el1.input[1:]) + list(el2.input[1:])]
+    if None in index or len(set(index + [plan.weight, plan.bias])) != 6:
+        return None
+    plan.mi = dict(pre=pre, scaled=scaled, mixed=mixed, part=part,
+                   params=dict(zip(("alpha", "beta1", "beta2", "bias2"), index)),
+                   names=dict(zip(("alpha", "beta1", "beta2", "bias2"), list(el1.input[1:]) + list(el2.input[1:]))))
+    return plan
+
+
+_MI_BACKWARD_TYPES = sorted(["LSTMUnitGradient", "ElementwiseLinearGradient", "MulGradient",
+                             "ElementwiseLinearGradient", "Sum", "FCGradient", "Sum"])
+
+
+def recognise_milstm_backward(plan, step_def, backward_links, params, param_grads, input_grad):
+    """{op input index: role} when the backward step net is the registry's gradient
+    of plan's MILSTM step net, else None."""
+    forward_outputs = {plan.gates, plan.h, plan.c, plan.mi["pre"], plan.mi["scaled"], plan.mi["mixed"],
+                       plan.mi["part"]}
+    ops = [op for op in step_def.op if not set(op.output) <= forward_outputs]
+    if sorted(op.type for op in ops) != _MI_BACKWARD_TYPES:
+        return None
+    unit = [op for op in ops if op.type == "LSTMUnitGradient"][0]
+    if _args(unit) != plan.unit_args or len(unit.output) != 3 or list(unit.input[:2]) != [plan.h_prev, plan.c_prev]:
+        return None
+    h_grad, c_grad = unit.input[-2], unit.input[-1]
+    hp_grad, cp_grad = unit.output[0], unit.output[1]
+    link = _link_map(backward_links)
+    states_h, states_c = plan.h_states + "_grad", plan.c_states + "_grad"
+    if link is None:
+        return None
+    rest = {k: v for k, v in link.items() if k not in (h_grad, hp_grad, c_grad, cp_grad)}
+    if (link.get(h_grad) != (states_h, 1) or link.get(hp_grad) != (states_h, 0) or link.get(c_grad) != (states_c, 1)
+            or link.get(cp_grad) != (states_c, 0) or list(rest.values()) != [(input_grad, 0)]):
+        return None
+    grads = {}
+    for op in ops:
+        if op.type == "FCGradient" and len(op.output) == 3 and op.input[1] == plan.weight_name:
+            grads["weight"], grads["bias"] = op.output[0], op.output[1]
+        elif op.type == "ElementwiseLinearGradient" and len(op.output) == 3:
+            if op.input[2] == plan.mi["names"]["alpha"]:
+                grads["alpha"], grads["beta1"] = op.output[1], op.output[2]
+            elif op.input[2] == plan.mi["names"]["beta2"]:
+                grads["beta2"], grads["bias2"] = op.output[1], op.output[2]
+    index = dict(plan.mi["params"], weight=plan.weight, bias=plan.bias)
+    if len(grads) != 6 or not param_grads or len(params) != len(param_grads):
+        return None
+    roles = {}
+    for k, name in zip(params, param_grads):
+        role = [r for r, i in index.items() if i == k]
+        if len(role) != 1 or grads[role[0]] != name:
+            return None
+        roles[k] = role[0]
+    return roles
+
+
+class LSTMStackPlan:
+    """Stacked LSTM layers in one step net (rnn_cell's MultiRNNCell without residual
+    layers): layer l > 0 projects layer l - 1's new hidden state with its own FC
+    (`i2h`, op inputs `i2h_params`) before its recurrent FC."""
+    __slots__ = ("layers", "i2h", "i2h_params")
+
+    def __init__(self, layers, i2h, i2h_params):
+        self.layers, self.i2h, self.i2h_params = layers, i2h, i2h_params
+
+    @property
+    def h_states(self):
+        return self.layers[0].h_states
+
+
+def recognise_lstm_stack(step_def, links, states, state_inputs, timestep, op_inputs):
+    """An LSTMStackPlan for a step net of two or more LSTM layers, else None."""
+    ops = list(step_def.op)
+    if len(ops) < 7 or (len(ops) - 3) % 4:
+        return None
+    link = _link_map(links)
+    if link is None:
+        return None
+    layers = [_lstm_layer(ops[:3], link, timestep, op_inputs, states, None)]
+    i2h, i2h_params = [], []
+    for start in range(3, len(ops), 4):
+        prev = layers[-1]
+        proj = ops[start]
+        if prev is None or proj.type != "FC" or not _fc_ok(proj, prev.h):
+            return None
+        i2h.append(proj.output[0])
+        params = [_param_index(name, op_inputs, states) for name in proj.input[1:]]
+        if None in params:
+            return None
+        i2h_params.append(params)
+        layers.append(_lstm_layer(ops[start + 1:start + 4], link, timestep, op_inputs, states, proj.output[0]))
+    if layers[-1] is None:
+        return None
+    linked = {layers[0].input_t}
+    for layer in layers:
+        linked |= {layer.h_prev, layer.h, layer.c_prev, layer.c}
+    state_names = [n for layer in layers for n in (layer.h_states, layer.c_states)]
+    if (set(link) != linked or sorted(states) != sorted(state_names) or len(set(state_names)) != len(state_names)
+            or len(state_inputs) != len(states) or len(set(i2h)) != len(i2h)):
+        return None
+    step_blobs = [n for layer in layers for n in (layer.h_prev, layer.h, layer.c_prev, layer.c, layer.gates)]
+    step_blobs += i2h + [layers[0].input_t]
+    if len(set(step_blobs)) != len(step_blobs):
+        return None
+    return LSTMStackPlan(layers, i2h, i2h_params)
+
+
+def recognise_lstm_backward(plan, step_def, backward_links, params, param_grads, input_grad):
+    """Whether the backward step net is the gradient of plan's step net that
+    recurrent.py builds, with its gradient links; then {op input index: param
+    grad role ('weight' or 'bias')}, else None."""
+    forward_outputs = {plan.gates, plan.h, plan.c}
+    ops = [op for op in step_def.op
+           if not (op.type in ("FC", "Sum", "LSTMUnit") and set(op.output) <= forward_outputs)]
+    if [op.type for op in ops] != ["LSTMUnitGradient", "FCGradient", "Sum"]:
+        return None
+    unit, fcg, add = ops
+    head = [plan.h_prev, plan.c_prev, plan.gates] + ([None] if plan.seq is not None else [])
+    if len(unit.input) != len(head) + 5 or _args(unit) != plan.unit_args or len(unit.output) != 3:
+        return None
+    if [b for b, want in zip(unit.input, head) if want is not None] != [b for b in head if b is not None]:
+        return None
+    if list(unit.input[len(head) + 1:len(head) + 3]) != [plan.h, plan.c]:
+        return None
+    h_grad, c_grad = unit.input[-2], unit.input[-1]
+    hp_grad, cp_grad, gates_grad = unit.output
+    if list(fcg.input) != [plan.h_prev, plan.weight_name, gates_grad] or len(fcg.output) != 3:
+        return None
+    w_grad, b_grad, fc_h_grad = fcg.output
+    if sorted(add.input) != sorted([hp_grad, fc_h_grad]) or list(add.output) != [hp_grad]:
+        return None
+    link = _link_map(backward_links)
+    if link is None:
+        return None
+    want = {h_grad: (plan.h_states + "_grad", 1), hp_grad: (plan.h_states + "_grad", 0),
+            c_grad: (plan.c_states + "_grad", 1), cp_grad: (plan.c_states + "_grad", 0),
+            gates_grad: (input_grad, 0)}
+    if link != want:
+        return None
+    roles = {}
+    if not param_grads or len(param_grads) != len(params):
+        return None
+    for k, name in zip(params, param_grads):
+        if k == plan.weight and name == w_grad:
+            roles[k] = "weight"
+        elif k == plan.bias and name == b_grad:
+            roles[k] = "bias"
+        else:
+            return None
+    return roles
+
+
+# --------------------------------------------------------------------------- GRU
+
+_GRU_TYPES = {
+    True: ["Split", "FC", "Sum", "Sigmoid", "FC", "Sum", "FC", "Mul", "Sum", "Concat", "GRUUnit"],
+    False: ["Split", "FC", "Sum", "Sigmoid", "FC", "Sum", "Mul", "FC", "Sum", "Concat", "GRUUnit"],
+}
+_GRU_UNIT_ARGS = ("drop_states", "sequence_lengths")
+
+
+class GRUStepPlan:
+    """What the fused GRU needs to know about a recognised gru_cell step net: the
+    step blob names (`blobs`, by role), the parameter inputs and the unit's options."""
+    __slots__ = ("lbr", "blobs", "h_states", "params", "seq", "drop_states", "unit_args", "fc_params")
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields[name])
+
+
+def _fc_ok(op, x):
+    args = _args(op)
+    return (len(op.input) == 3 and len(op.output) == 1 and op.input[0] == x and args.get("axis") == 2
+            and all(k in _FC_ARGS and v == _FC_ARGS[k] for k, v in args.items()))
+
+
+def _sum_ok(op, a, b, out):
+    return len(op.input) == 2 and sorted(op.input) == sorted([a, b]) and list(op.output) == [out] and not op.arg
+
+
+def recognise_gru(step_def, links, states, state_inputs, timestep, op_inputs):
+    """A GRUStepPlan when step_def is gru_cell.GRU's step (either linear_before_reset),
+    else None."""
+    ops = list(step_def.op)
+    types = [op.type for op in ops]
+    lbr = True if types == _GRU_TYPES[True] else False if types == _GRU_TYPES[False] else None
+    if lbr is None or any(op.engine for op in ops):
+        return None
+    split, fc_r, sum_r, sig, fc_z, sum_z, op6, op7, sum_n, concat, unit = ops
+    if len(split.input) != 1 or len(split.output) != 3 or _args(split) != {"axis": 2}:
+        return None
+    input_t = split.input[0]
+    x_r, x_z, x_n = split.output
+    h_prev = unit.input[0] if unit.input else None
+    if not (_fc_ok(fc_r, h_prev) and _fc_ok(fc_z, h_prev)):
+        return None
+    r, z = fc_r.output[0], fc_z.output[0]
+    if not (_sum_ok(sum_r, r, x_r, r) and _sum_ok(sum_z, z, x_z, z)):
+        return None
+    if len(sig.input) != 1 or list(sig.input) != [r] or len(sig.output) != 1 or sig.arg:
+        return None
+    rs = sig.output[0]
+    if lbr:
+        fc_n, mul = op6, op7
+        if not _fc_ok(fc_n, h_prev):
+            return None
+        og = fc_n.output[0]
+        mul_in = [rs, og]
+    else:
+        mul, fc_n = op6, op7
+        mul_in = [rs, h_prev]
+    if list(mul.input) != mul_in or len(mul.output) != 1 or mul.arg:
+        return None
+    mixed = mul.output[0]
+    if lbr:
+        summed_from = mixed
+    else:
+        if not _fc_ok(fc_n, mixed):
+            return None
+        og = fc_n.output[0]
+        summed_from = og
+    if len(sum_n.output) != 1 or not _sum_ok(sum_n, summed_from, x_n, sum_n.output[0]):
+        return None
+    summed = sum_n.output[0]
+    if list(concat.input) != [r, z, summed] or len(concat.output) != 2 or _args(concat) != {"axis": 2}:
+        return None
+    gates, dims = concat.output
+    unit_args = _args(unit)
+    if any(k not in _GRU_UNIT_ARGS or v is None for k, v in unit_args.items()):
+        return None
+    with_seq = bool(unit_args.get("sequence_lengths", 1))
+    if len(unit.input) != (4 if with_seq else 3) or len(unit.output) != 1:
+        return None
+    if unit.input[1] != gates or unit.input[-1] != timestep:
+        return None
+    seq = unit.input[2] if with_seq else None
+    h = unit.output[0]
+    link = _link_map(links)
+    if link is None or set(link) != {h_prev, h, input_t}:
+        return None
+    h_states = link[h_prev][0]
+    if (link[h_prev] != (h_states, 0) or link[h] != (h_states, 1) or link[input_t] != (op_inputs[0], 0)
+            or list(states) != [h_states] or len(state_inputs) != 1):
+        return None
+    blobs = dict(h_prev=h_prev, h=h, input_t=input_t, x_r=x_r, x_z=x_z, x_n=x_n, r=r, z=z, rs=rs, og=og,
+                 mixed=mixed, summed=summed, gates=gates, dims=dims, timestep=timestep)
+    fc_params = [(fc_r.input[1], fc_r.input[2]), (fc_z.input[1], fc_z.input[2]), (fc_n.input[1], fc_n.input[2])]
+    names = list(blobs.values()) + [n for pair in fc_params for n in pair] + ([seq] if seq else [])
+    if len(set(names)) != len(names):
+        return None
+    params = []
+    for name in [n for pair in fc_params for n in pair] + ([seq] if seq else []):
+        if name not in op_inputs or name in states or op_inputs.index(name) == 0:
+            return None
+        params.append(op_inputs.index(name))
+    return GRUStepPlan(lbr=lbr, blobs=blobs, h_states=h_states, params=params[:6],
+                       seq=params[6] if seq else None, drop_states=bool(unit_args.get("drop_states", 0)),
+                       unit_args=unit_args, fc_params=fc_params)
+
+
+_GRU_BACKWARD_TYPES = sorted(["GRUUnitGradient", "Split", "MulGradient", "FCGradient", "FCGradient", "FCGradient",
+                              "SigmoidGradient", "Sum", "Sum", "Concat"])
+
+
+def recognise_gru_backward(plan, step_def, backward_links, params, param_grads, input_grad):
+    """{op input index: k} (k: position among W_r, b_r, W_z, b_z, W_n, b_n) when the
+    backward step net is the registry's gradient of plan's step net, else None."""
+    forward_outputs = {b for b in plan.blobs.values()}
+    ops = [op for op in step_def.op if not set(op.output) <= forward_outputs]
+    if sorted(op.type for op in ops) != _GRU_BACKWARD_TYPES:
+        return None
+    unit = [op for op in ops if op.type == "GRUUnitGradient"][0]
+    if _args(unit) != plan.unit_args or len(unit.output) != 2 or unit.input[0] != plan.blobs["h_prev"]:
+        return None
+    h_grad, hp_grad = unit.input[-1], unit.output[0]
+    concat = [op for op in ops if op.type == "Concat"][0]
+    link = _link_map(backward_links)
+    states_grad = plan.h_states + "_grad"
+    if link != {h_grad: (states_grad, 1), hp_grad: (states_grad, 0), concat.output[0]: (input_grad, 0)}:
+        return None
+    grad_names = {}
+    for op in ops:
+        if op.type == "FCGradient":
+            for w, b in plan.fc_params:
+                if op.input[1] == w and len(op.output) == 3:
+                    grad_names[w], grad_names[b] = op.output[0], op.output[1]
+    wanted = [n for pair in plan.fc_params for n in pair]
+    if len(grad_names) != 6 or not param_grads or len(params) != len(param_grads):
+        return None
+    roles = {}
+    for k, name in zip(params, param_grads):
+        if k not in plan.params:
+            return None
+        role = plan.params.index(k)
+        if grad_names[wanted[role]] != name:
+            return None
+        roles[k] = role
+    return roles
+
+
+RECOGNISE_BACKWARD = {"lstm": recognise_lstm_backward, "gru": recognise_gru_backward,
+                      "milstm": recognise_milstm_backward,
+                      "lstm_stack": lambda *args: None}      # stacked layers: forward only (see docs/rnn.md)
+
+
+def recognise(step_def, links, states, state_inputs, timestep, op_inputs):
+    """(kind, plan) of a step net the fused path runs ('lstm', 'gru'), or (None, None)."""
+    for kind, fn in (("lstm", recognise_lstm), ("gru", recognise_gru), ("lstm_stack", recognise_lstm_stack),
+                     ("milstm", recognise_milstm)):
+        plan = fn(step_def, links, states, state_inputs, timestep, op_inputs)
+        if plan is not None:
+            return kind, plan
+    return None, None
