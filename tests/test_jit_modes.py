@@ -607,14 +607,15 @@ def test_background_workers_yield_the_cpu_to_the_caller_and_stay_in_its_session(
     assert workers
     try:
         for proc in workers:
-            deadline = time.monotonic() + 20
+            # idle-priority workers may wait long for a core on a loaded machine
+            deadline = time.monotonic() + 120
             while os.getpriority(os.PRIO_PROCESS, proc.pid) != 19 and time.monotonic() < deadline:
                 time.sleep(0.02)
             assert os.getpriority(os.PRIO_PROCESS, proc.pid) == 19
             assert os.sched_getscheduler(proc.pid) == os.SCHED_IDLE
             assert os.getsid(proc.pid) == os.getsid(0)          # the caller's autogroup
             assert os.getpgid(proc.pid) == proc.pid             # but not its terminal's Ctrl-C
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:                      # the worker locks its slot once it runs
             probe = background._try_lock(background._slot_path(0))
             if probe is None:
