@@ -220,7 +220,7 @@ def main(argv=None):
     if args.bench:
         report_bench(args, model, start, timings)
     if args.out:
-        np.savez(args.out, **snapshot(model))
+        np.savez(args.out.format(shard_id=args.shard_id), **snapshot(model))
     return 0
 
 
