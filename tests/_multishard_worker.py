@@ -144,7 +144,8 @@ def snapshot(model):
     for blob in data_parallel_model.GetCheckpointParams(model):
         state[str(blob)] = np.array(workspace.FetchBlob(str(blob)))
     for lr in data_parallel_model.GetLearningRateBlobNames(model):
-        state["lr:" + lr] = np.array(workspace.FetchBlob(lr))
+        if workspace.HasBlob(lr):       # made by the first step
+            state["lr:" + lr] = np.array(workspace.FetchBlob(lr))
     return state
 
 

@@ -90,3 +90,27 @@ def test_multi_batch_without_the_sums_is_named():
         workspace.FeedBlob(name, value)
     with pytest.raises(Caffe2Error, match="7 inputs"):
         _run("SpatialBN", ["x", "s", "b", "rm", "rv"], ["y", "rm", "rv", "sm", "sr"], is_test=0, num_batches=2)
+
+
+def test_combine_spatial_bn_on_two_devices_trains_like_one_device_on_the_whole_batch():
+    """data_parallel_model's combine_spatial_bn in one process: two CPU devices with
+    the batch statistics combined equal one device on the concatenated batch (without
+    combining, each device normalises with its own half's statistics and they differ)."""
+    import os
+    import sys
+    from caffe2py import optimizer
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _multishard_worker as worker
+
+    def trained(devices, combine):
+        workspace.ResetWorkspace()
+        optimizer.reset_optimizer_instance_count()
+        return worker.snapshot(worker.train("resnet", 2, devices=devices, combine_spatial_bn=combine))
+
+    whole = trained(1, False)
+    combined = trained(2, True)
+    separate = trained(2, False)
+    for name, value in whole.items():
+        np.testing.assert_allclose(combined[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
+    assert not np.allclose(separate["cpu_0/conv1_w"], whole["cpu_0/conv1_w"], rtol=1e-5, atol=1e-5)
+    workspace.ResetWorkspace()
