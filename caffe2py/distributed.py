@@ -22,13 +22,16 @@
 
 torch is needed only for common worlds (pip install "caffe2py[distributed]").
 """
+import atexit
 import datetime
+import gc
 import hashlib
 import os
 import socket
 import tempfile
 import threading
 import time
+import weakref
 
 from .errors import Caffe2Error
 
@@ -213,6 +216,17 @@ class RedisStoreHandler:
 
 
 HEARTBEAT_S = 0.5
+_live_worlds = weakref.WeakSet()
+
+
+@atexit.register
+def _close_worlds():
+    """Drop every process group while the interpreter is whole: left to its
+    finalisation, gloo's threads can meet a half-torn-down process and abort it
+    ("terminate called without an active exception")."""
+    for world in list(_live_worlds):
+        world.destroy()
+    gc.collect()
 
 
 class _Heartbeat:
@@ -284,6 +298,7 @@ class CommonWorld:
                             else dist.ProcessGroupGloo.create_default_device()]
         self.group = dist.ProcessGroupGloo(store, rank, size, options)
         self.destroyed = False
+        _live_worlds.add(self)
 
     def explain_failure(self):
         """' (shard(s) ... stopped: ...)' naming the ranks that went missing, or ''."""

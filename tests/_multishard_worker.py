@@ -126,9 +126,9 @@ def seed_init(model, seed):
             op.device_option.random_seed = (zlib.crc32(stripBlobName(op.output[0]).encode()) + 7919 * seed) % 2 ** 31
 
 
-def feed_step(model_name, step, shard_id, num_shards, devices):
+def feed_step(model_name, step, shard_id, num_shards, devices, batch=GLOBAL_BATCH):
     from caffe2py import workspace
-    examples = global_batch(model_name, step)
+    examples = global_batch(model_name, step, batch)
     per_shard = len(examples) // num_shards
     mine = examples[shard_id * per_shard:(shard_id + 1) * per_shard]
     per_device = len(mine) // devices
@@ -150,11 +150,11 @@ def snapshot(model):
 
 
 def train(model_name, steps, shard_id=0, num_shards=1, devices=1, rendezvous=None, combine_spatial_bn=False,
-          timeout_sec=None, die_at_step=None, on_step=None, start_step=0, restore=None):
+          timeout_sec=None, die_at_step=None, on_step=None, start_step=0, restore=None, batch=GLOBAL_BATCH):
     from caffe2py import data_parallel_model, workspace
     model = build(model_name, devices, rendezvous, combine_spatial_bn, timeout_sec)
     seed_init(model, shard_id)
-    feed_step(model_name, start_step, shard_id, num_shards, devices)
+    feed_step(model_name, start_step, shard_id, num_shards, devices, batch)
     data_parallel_model.RunInitNet(model)
     if restore is not None:      # a checkpoint: device 0's blobs, then spread (over shards too)
         for name, value in restore.items():
@@ -164,7 +164,7 @@ def train(model_name, steps, shard_id=0, num_shards=1, devices=1, rendezvous=Non
     for step in range(start_step, start_step + steps):
         if die_at_step is not None and step == die_at_step:
             os.kill(os.getpid(), 9)
-        feed_step(model_name, step, shard_id, num_shards, devices)
+        feed_step(model_name, step, shard_id, num_shards, devices, batch)
         data_parallel_model.RunNet(model, 1)
         if on_step is not None:
             on_step(model, step)
@@ -188,6 +188,7 @@ def main(argv=None):
     parser.add_argument("--timeout_sec", type=float, default=None)
     parser.add_argument("--die_at_step", type=int, default=None)
     parser.add_argument("--die_shard", type=int, default=None)
+    parser.add_argument("--global_batch", type=int, default=GLOBAL_BATCH, help="examples per step, all shards")
     parser.add_argument("--bench", action="store_true", help="print examples/s and the time in Allreduce")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -208,38 +209,36 @@ def main(argv=None):
     die = args.die_at_step if args.die_shard in (None, args.shard_id) else None
     restore = dict(np.load(args.restore)) if args.restore and args.shard_id == 0 else None
     timings = []
+    observer = None
 
     def on_step(model, step):
+        nonlocal observer
         timings.append(time.perf_counter())
+        if args.bench and observer is None:     # per-op times from the second step on
+            from caffe2py.executor import TimeObserver
+            observer = TimeObserver()
+            workspace.GetNet(model.net.Proto().name).add_observer(observer)
 
-    if args.bench:
-        from caffe2py import profiling  # noqa: F401  (per-op timings come from the observer below)
-    start = time.perf_counter()
     model = train(args.model, args.steps, args.shard_id, args.num_shards, args.devices, rendezvous,
                   args.combine_spatial_bn, args.timeout_sec, die, on_step, args.start_step,
-                  restore if restore is not None else ({} if args.restore else None))
+                  restore if restore is not None else ({} if args.restore else None), args.global_batch)
     if args.bench:
-        report_bench(args, model, start, timings)
+        report_bench(args, model, timings, observer)
     if args.out:
         np.savez(args.out.format(shard_id=args.shard_id), **snapshot(model))
     return 0
 
 
-def report_bench(args, model, start, timings):
-    """examples/s over the steps after the first (warm-up) and the mean time of the
-    net's Allreduce / AllgatherRows ops in one more timed step."""
-    from caffe2py import workspace
+def report_bench(args, model, timings, observer):
+    """Seconds per step after the first (warm-up), the job's examples/s (the global
+    batch over that), and the seconds per step in the net's Allreduce / AllgatherRows
+    ops (a TimeObserver on the steps after the first; includes waiting for peers)."""
     steady = (timings[-1] - timings[0]) / max(1, len(timings) - 1)
-    comm = 0.0
-    if args.num_shards > 1:
-        net = model.net.Proto()
-        comm_ops = [i for i, op in enumerate(net.op) if op.type in ("Allreduce", "AllgatherRows")]
-        timed = workspace.BenchmarkNet(net.name, 0, 1, True) if hasattr(workspace, "BenchmarkNet") else None
-        if timed is not None and len(timed) == len(net.op) + 1:
-            comm = sum(timed[i + 1] for i in comm_ops) / 1000.0
-    print("BENCH model=%s shards=%d examples_per_s=%.1f step_s=%.4f allreduce_s=%.4f"
-          % (args.model, args.num_shards, GLOBAL_BATCH / args.num_shards / steady if steady else 0.0,
-             steady, comm), flush=True)
+    comm_ops = [i for i, op in enumerate(model.net.Proto().op) if op.type in ("Allreduce", "AllgatherRows")]
+    comm = sum(observer.op_ms.get(i, 0.0) for i in comm_ops) / max(1, observer.runs) / 1000.0
+    print("BENCH model=%s shard=%d shards=%d step_s=%.5f examples_per_s=%.1f allreduce_s=%.5f"
+          % (args.model, args.shard_id, args.num_shards, steady, args.global_batch / steady if steady else 0.0,
+             comm), flush=True)
 
 
 if __name__ == "__main__":
