@@ -216,3 +216,27 @@ def test_a_restarted_job_resumes_from_shard_0s_checkpoint(tmp_path):
                                 "--restore", str(first / "out0.npz"))
     assert code == 0, out[-3000:] + err[-3000:]
     _check_shards_match_reference(tmp_path, 2, _reference("mlp"))
+
+
+# ----------------------------------------------------------------- the DLRM-style example
+
+def test_the_dlrm_example_on_two_shards_prints_the_one_process_weights(tmp_path):
+    """README's command: two shards of examples/dlrm_style_training.py (batch 6 each)
+    end with the weights of one process on batches of 12."""
+    example = os.path.join(os.path.dirname(HERE), "examples", "dlrm_style_training.py")
+    code, out, err, _ = _run([sys.executable, "-m", "caffe2py", "launch", "-n", "2", "--compat", example,
+                              "--steps", "3", "--timeout", str(SHARD_TIMEOUT_S)])
+    assert code == 0, out[-3000:] + err[-3000:]
+    code, single, err1, _ = _run([sys.executable, "-m", "caffe2py.compat", example, "--steps", "3",
+                                  "--batch-size", "12"])
+    assert code == 0, err1[-3000:]
+
+    def weights(text, prefix=""):
+        lines = [line[len(prefix):] for line in text.splitlines() if line.startswith(prefix)]
+        return {ln.split()[0]: np.array(ln.split()[1:], float) for ln in lines
+                if ln.split() and ln.split()[0].endswith(("_w", "_b"))}
+    sharded, whole = weights(out, "[shard 0] "), weights(single)
+    assert sorted(sharded) == sorted(whole) and len(whole) == 11
+    assert not any(line.startswith("[shard 1] emb") for line in out.splitlines())    # shard 1 prints none
+    for name, value in whole.items():
+        np.testing.assert_allclose(sharded[name], value, atol=2e-5, err_msg=name)

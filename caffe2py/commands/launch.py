@@ -2,7 +2,7 @@
 machine, meeting through a file store in a fresh folder.
 
 Each shard runs `python script.py args... --shard_id I --num_shards N --run_id R
---file_store_path DIR`, the flags Caffe2's resnet50_trainer.py takes; its output
+--file_store_path DIR` (`python -m caffe2py.compat script.py ...` with --compat), the flags Caffe2's resnet50_trainer.py takes; its output
 lines are prefixed with `[shard I]`. When a shard fails, the others are stopped
 (SIGTERM, then SIGKILL) and the exit status is non-zero, naming the shard. The
 shards end with the launcher (caffe2py/child_processes.py). docs/cli.md.
@@ -33,12 +33,15 @@ def add_arguments(parser):
     parser.add_argument("--run-id", default=None, help="the run id passed on (default: a fresh one)")
     parser.add_argument("--grace", type=float, default=5.0,
                         help="seconds a stopped shard gets between SIGTERM and SIGKILL (default 5)")
+    parser.add_argument("--compat", action="store_true",
+                        help="run the script through `python -m caffe2py.compat` (for scripts importing caffe2.python)")
     parser.add_argument("script", help="the training script (run with this Python)")
     parser.add_argument("script_args", nargs="...", help="its arguments (the shard flags are appended)")
 
 
 def shard_command(args, shard_id, store_path, run_id):
-    return [sys.executable, args.script] + list(args.script_args) + [
+    python = [sys.executable, "-m", "caffe2py.compat"] if args.compat else [sys.executable]
+    return python + [args.script] + list(args.script_args) + [
         "--shard_id", str(shard_id), "--num_shards", str(args.num_shards),
         "--run_id", run_id, "--file_store_path", store_path]
 

@@ -58,6 +58,7 @@ _COMM = {
     "Allgather": dict(num_inputs=(2, None), num_outputs=1,
                       doc="1-D: for each rank in order, its inputs flattened and concatenated."),
     "AllgatherRows": dict(inputs_outputs_check=_one_less, num_inputs=(2, None), num_outputs=(1, None),
+                          allow_inplace=lambda i, o: i - 1 == o,
                           doc="caffe2py's own: for each input, the inputs of every rank concatenated along "
                               "axis 0 in rank order (the first dimension may differ between ranks, the "
                               "others must agree)."),
