@@ -77,9 +77,6 @@ def _check_options(model, devices, rendezvous, cpu_device, ideep, shared_model, 
         Parallelize_iDeep()
     if shared_model and not cpu_device:
         raise Caffe2Error("Parallelize: shared_model=True is only supported on CPU devices (as in Caffe2)")
-    if combine_spatial_bn and shared_model:
-        raise Caffe2Error("Parallelize: combine_spatial_bn with shared_model=True is not provided by caffe2py "
-                          "(the devices' ops are interleaved per device copy)")
     if param_update_builder_fun is not None and optimizer_builder_fun is not None:
         raise Caffe2Error("Parallelize: give only one of param_update_builder_fun, optimizer_builder_fun")
     if not list(devices):

@@ -101,7 +101,7 @@ def feeds_for(model_name, examples):
 
 # ----------------------------------------------------------------- training
 
-def build(model_name, devices, rendezvous, combine_spatial_bn, timeout_sec=None):
+def build(model_name, devices, rendezvous, combine_spatial_bn, timeout_sec=None, shared_model=False):
     from caffe2py import data_parallel_model, model_helper, optimizer
     model = model_helper.ModelHelper(name="shards_" + model_name)
 
@@ -114,7 +114,8 @@ def build(model_name, devices, rendezvous, combine_spatial_bn, timeout_sec=None)
     data_parallel_model.Parallelize(model, input_builder_fun=lambda m: None,
                                     forward_pass_builder_fun=MODELS[model_name],
                                     optimizer_builder_fun=add_optimizer, devices=list(range(devices)),
-                                    rendezvous=rendezvous, cpu_device=True, combine_spatial_bn=combine_spatial_bn)
+                                    rendezvous=rendezvous, cpu_device=True, combine_spatial_bn=combine_spatial_bn,
+                                    shared_model=shared_model)
     return model
 
 
@@ -150,9 +151,10 @@ def snapshot(model):
 
 
 def train(model_name, steps, shard_id=0, num_shards=1, devices=1, rendezvous=None, combine_spatial_bn=False,
-          timeout_sec=None, die_at_step=None, on_step=None, start_step=0, restore=None, batch=GLOBAL_BATCH):
+          timeout_sec=None, die_at_step=None, on_step=None, start_step=0, restore=None, batch=GLOBAL_BATCH,
+          shared_model=False):
     from caffe2py import data_parallel_model, workspace
-    model = build(model_name, devices, rendezvous, combine_spatial_bn, timeout_sec)
+    model = build(model_name, devices, rendezvous, combine_spatial_bn, timeout_sec, shared_model)
     seed_init(model, shard_id)
     feed_step(model_name, start_step, shard_id, num_shards, devices, batch)
     data_parallel_model.RunInitNet(model)

@@ -241,7 +241,6 @@ def _parallelize(**kwargs):
     (dict(devices=[0, -1], cpu_device=True), "non-negative ints"),
     (dict(devices=["0"], cpu_device=True), "non-negative ints"),
     (dict(devices=[0], shared_model=True), "only supported on CPU"),
-    (dict(devices=[0, 1], cpu_device=True, combine_spatial_bn=True, shared_model=True), "combine_spatial_bn"),
     (dict(devices=[0], cpu_device=True, rendezvous=dict(kv_handler="kv", shard_id=2, num_shards=2)), "outside"),
     (dict(devices=[0], cpu_device=True, rendezvous=dict(kv_handler="kv", shard_id=0, num_shards=2,
                                                         engine="MPI")), "GLOO"),

@@ -102,15 +102,20 @@ def test_combine_spatial_bn_on_two_devices_trains_like_one_device_on_the_whole_b
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import _multishard_worker as worker
 
-    def trained(devices, combine):
+    def trained(devices, combine, shared_model=False):
         workspace.ResetWorkspace()
         optimizer.reset_optimizer_instance_count()
-        return worker.snapshot(worker.train("resnet", 2, devices=devices, combine_spatial_bn=combine))
+        return worker.snapshot(worker.train("resnet", 2, devices=devices, combine_spatial_bn=combine,
+                                            shared_model=shared_model))
 
     whole = trained(1, False)
     combined = trained(2, True)
+    shared = trained(2, True, shared_model=True)     # resnet50_trainer.py's --use_cpu defaults
     separate = trained(2, False)
     for name, value in whole.items():
         np.testing.assert_allclose(combined[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
+        if name in shared:      # a shared model's checkpoint blobs leave out the momentum
+            np.testing.assert_allclose(shared[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
+    assert "cpu_0/conv1_w" in shared and "cpu_0/bn1_s" in shared
     assert not np.allclose(separate["cpu_0/conv1_w"], whole["cpu_0/conv1_w"], rtol=1e-5, atol=1e-5)
     workspace.ResetWorkspace()
