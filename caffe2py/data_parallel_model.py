@@ -15,11 +15,12 @@ is all-reduced over the shards (Gloo) before the local copy-back, sparse gradien
 gathered from every shard (AllgatherRows), param_init_net broadcasts shard 0's
 parameters, optimizer state and iteration counters, and Synchronize is a barrier over
 the shards. combine_spatial_bn normalises with the statistics of every device's (and
-shard's) batch. BMUF, iDeep and more than one CUDA device raise a Caffe2Error saying so. shared_model=True (CPU devices) keeps one
-copy of the parameters, device 0's, that every device reads. The memory options
-(optimize_gradient_memory, dynamic_memory_management, blobs_to_keep) and use_nccl change
-only how Caffe2 allocates or communicates, never the numbers: they are accepted and
-the nets are built the plain way.
+shard's) batch. BMUF, iDeep and more than one CUDA device raise a Caffe2Error saying
+so. shared_model=True (CPU devices) keeps one copy of the parameters, device 0's, that
+every device reads. The memory options (optimize_gradient_memory,
+dynamic_memory_management, blobs_to_keep) and use_nccl change only how Caffe2
+allocates or communicates, never the numbers: they are accepted and the nets are
+built the plain way.
 """
 import copy
 import logging

@@ -170,8 +170,8 @@ def build_models(args, gpus, batch_per_device):
     data_parallel_model.Parallelize(
         train_model, input_builder_fun=train_input, forward_pass_builder_fun=create_model_ops,
         optimizer_builder_fun=add_optimizer, post_sync_builder_fun=add_post_sync_ops, devices=gpus,
-        rendezvous=make_rendezvous(args), optimize_gradient_memory=False, cpu_device=args.use_cpu, shared_model=args.use_cpu,
-        combine_spatial_bn=args.use_cpu)
+        rendezvous=make_rendezvous(args), optimize_gradient_memory=False, cpu_device=args.use_cpu,
+        shared_model=args.use_cpu, combine_spatial_bn=args.use_cpu)
     data_parallel_model.OptimizeGradientMemory(train_model, {}, set(), False)
     workspace.RunNetOnce(train_model.param_init_net)
     workspace.CreateNet(train_model.net)

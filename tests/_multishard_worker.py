@@ -195,7 +195,7 @@ def main(argv=None):
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
 
-    from caffe2py import child_processes, core, workspace
+    from caffe2py import child_processes, core, data_parallel_model, workspace
     child_processes.protect_from_env()
     rendezvous = None
     if args.num_shards > 1:
@@ -224,6 +224,7 @@ def main(argv=None):
     model = train(args.model, args.steps, args.shard_id, args.num_shards, args.devices, rendezvous,
                   args.combine_spatial_bn, args.timeout_sec, die, on_step, args.start_step,
                   restore if restore is not None else ({} if args.restore else None), args.global_batch)
+    data_parallel_model.Synchronize(model)     # a barrier over the shards before the results
     if args.bench:
         report_bench(args, model, timings, observer)
     if args.out:

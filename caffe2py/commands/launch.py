@@ -2,8 +2,9 @@
 machine, meeting through a file store in a fresh folder.
 
 Each shard runs `python script.py args... --shard_id I --num_shards N --run_id R
---file_store_path DIR` (`python -m caffe2py.compat script.py ...` with --compat), the flags Caffe2's resnet50_trainer.py takes; its output
-lines are prefixed with `[shard I]`. When a shard fails, the others are stopped
+--file_store_path DIR` (`python -m caffe2py.compat script.py ...` with --compat),
+the flags Caffe2's resnet50_trainer.py takes; its output lines are prefixed with
+`[shard I]`. When a shard fails, the others are stopped
 (SIGTERM, then SIGKILL) and the exit status is non-zero, naming the shard. The
 shards end with the launcher (caffe2py/child_processes.py). docs/cli.md.
 """

@@ -387,7 +387,8 @@ register_schema(OpSchema("StoreWait", num_inputs=(1, 2), num_outputs=0,
 
 def _handler(ctx, value):
     if not all(hasattr(value, m) for m in ("set", "get", "wait")):
-        raise ctx.input_error(0, "expected a store handler (FileStoreHandlerCreate, RedisStoreHandlerCreate), got %s" % type(value).__name__)
+        raise ctx.input_error(0, "expected a store handler (FileStoreHandlerCreate, RedisStoreHandlerCreate), "
+                                 "got %s" % type(value).__name__)
     return value
 
 
