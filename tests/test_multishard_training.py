@@ -240,3 +240,34 @@ def test_the_dlrm_example_on_two_shards_prints_the_one_process_weights(tmp_path)
     assert not any(line.startswith("[shard 1] emb") for line in out.splitlines())    # shard 1 prints none
     for name, value in whole.items():
         np.testing.assert_allclose(sharded[name], value, atol=2e-5, err_msg=name)
+
+
+def _children(pid):
+    found = []
+    for task in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/children" % (pid, task)) as f:
+            found += [int(p) for p in f.read().split()]
+    return found
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads the children from Linux's /proc")
+def test_sigterm_to_launch_stops_every_shard(tmp_path):
+    cmd = [sys.executable, "-m", "caffe2py", "launch", "-n", "2", "--grace", "2", WORKER, "--model", "mlp",
+           "--steps", "100000", "--timeout_sec", str(SHARD_TIMEOUT_S)]
+    launcher = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=child_processes.child_env(), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        shards = []
+        while len(shards) < 2 and time.monotonic() < deadline and launcher.poll() is None:
+            time.sleep(0.2)
+            shards = _children(launcher.pid)
+        assert len(shards) == 2, "launch did not start two shards"
+        time.sleep(2)
+        launcher.terminate()
+        _, err = launcher.communicate(timeout=60)
+        assert launcher.returncode == 143, err.decode()[-2000:]
+        for pid in shards:       # stopped and reaped by the launcher
+            assert not os.path.exists("/proc/%d" % pid), "shard %d outlived the launcher" % pid
+    finally:
+        child_processes.stop([launcher], grace=1.0)
