@@ -205,17 +205,18 @@ def test_launch_refuses_a_missing_script():
 # ----------------------------------------------------------------- checkpoints
 
 def test_a_restarted_job_resumes_from_shard_0s_checkpoint(tmp_path):
-    """Two steps, a checkpoint (GetCheckpointParams), then a new job whose shard 0 alone
-    loads it (FinalizeAfterCheckpoint spreads it to shard 1) and runs the third step:
-    the same as three uninterrupted steps in one process."""
+    """Two steps on two shards, a checkpoint (GetCheckpointParams), then a new job of
+    four shards whose shard 0 alone loads it (FinalizeAfterCheckpoint spreads it to the
+    others) and runs the third step: the same as three uninterrupted steps in one
+    process (a checkpoint loads into any shard count)."""
     first = tmp_path / "first"
     first.mkdir()
     code, out, err, _ = _launch(first, 2, "--model", "mlp", "--steps", "2")
     assert code == 0, out[-3000:] + err[-3000:]
-    code, out, err, _ = _launch(tmp_path, 2, "--model", "mlp", "--steps", "1", "--start_step", "2",
+    code, out, err, _ = _launch(tmp_path, 4, "--model", "mlp", "--steps", "1", "--start_step", "2",
                                 "--restore", str(first / "out0.npz"))
     assert code == 0, out[-3000:] + err[-3000:]
-    _check_shards_match_reference(tmp_path, 2, _reference("mlp"))
+    _check_shards_match_reference(tmp_path, 4, _reference("mlp"))
 
 
 # ----------------------------------------------------------------- the DLRM-style example
