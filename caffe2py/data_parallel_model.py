@@ -1,4 +1,5 @@
-"""caffe2.python.data_parallel_model: synchronous data-parallel training on one host.
+"""caffe2.python.data_parallel_model: synchronous data-parallel training on one host
+and across processes and hosts (rendezvous=, caffe2py/data_parallel_shards.py).
 
 `Parallelize(model, input_builder_fun, forward_pass_builder_fun, optimizer_builder_fun=...,
 devices=[0, 1], cpu_device=True)` builds one copy of the model per device, each under
@@ -8,13 +9,18 @@ devices onto the first one and copied back to the others (sparse gradients: thei
 indices and values are concatenated across devices), so each device applies the same
 update; param_init_net ends by copying device 0's parameters to the other devices.
 
-Caffe2's semantics on one host, without the parts that need more than caffe2py has:
-multi-host training (rendezvous), BMUF, combine_spatial_bn, iDeep and more than one
-CUDA device raise a Caffe2Error saying so. shared_model=True (CPU devices) keeps one
-copy of the parameters, device 0's, that every device reads. The memory options
-(optimize_gradient_memory, dynamic_memory_management, blobs_to_keep) and use_nccl change
-only how Caffe2 allocates or communicates, never the numbers: they are accepted and
-the nets are built the plain way.
+With rendezvous=dict(kv_handler=..., shard_id=..., num_shards=..., engine="GLOO", ...)
+the losses are scaled by 1 / (devices * shards), each dense gradient summed on device 0
+is all-reduced over the shards (Gloo) before the local copy-back, sparse gradients are
+gathered from every shard (AllgatherRows), param_init_net broadcasts shard 0's
+parameters, optimizer state and iteration counters, and Synchronize is a barrier over
+the shards. combine_spatial_bn normalises with the statistics of every device's (and
+shard's) batch. BMUF, iDeep and more than one CUDA device raise a Caffe2Error saying
+so. shared_model=True (CPU devices) keeps one copy of the parameters, device 0's, that
+every device reads. The memory options (optimize_gradient_memory,
+dynamic_memory_management, blobs_to_keep) and use_nccl change only how Caffe2
+allocates or communicates, never the numbers: they are accepted and the nets are
+built the plain way.
 """
 import copy
 import logging
@@ -23,6 +29,7 @@ import os
 from collections import OrderedDict
 
 from . import core, model_helper, scope, workspace
+from . import data_parallel_shards as shards
 from .errors import Caffe2Error
 from .gradients import GradientSlice
 from .proto import caffe2_pb2
@@ -67,19 +74,10 @@ def _check_options(model, devices, rendezvous, cpu_device, ideep, shared_model, 
     if current is not None and current.device_type != caffe2_pb2.CPU:
         raise Caffe2Error("Parallelize must be called without a device scope, device scope was: %s"
                           % str(current).replace("\n", " "))
-    if rendezvous is not None:
-        raise Caffe2Error("Parallelize: rendezvous (multi-host training over Gloo) is not provided by "
-                          "caffe2py; data_parallel_model runs on one host (rendezvous=None)")
     if ideep:
         Parallelize_iDeep()
     if shared_model and not cpu_device:
         raise Caffe2Error("Parallelize: shared_model=True is only supported on CPU devices (as in Caffe2)")
-    if combine_spatial_bn and len(list(devices)) > 1:
-        # one device: its batch statistics are the combined ones (resnet50_trainer.py passes
-        # combine_spatial_bn=use_cpu), so only several devices need what is missing here
-        raise Caffe2Error("Parallelize: combine_spatial_bn=True (batch-norm statistics across devices) is "
-                          "not provided by caffe2py for more than one device; use one device or "
-                          "combine_spatial_bn=False")
     if param_update_builder_fun is not None and optimizer_builder_fun is not None:
         raise Caffe2Error("Parallelize: give only one of param_update_builder_fun, optimizer_builder_fun")
     if not list(devices):
@@ -120,6 +118,7 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
     if devices is None:
         devices = list(range(os.cpu_count() or 1)) if cpu_device else list(range(workspace.NumCudaDevices()))
     devices = [int(d) if isinstance(d, numbers.Integral) and not isinstance(d, bool) else d for d in devices]
+    rendezvous = shards.check_rendezvous(rendezvous)
     _check_options(model_helper_obj, devices, rendezvous, cpu_device, ideep, shared_model, combine_spatial_bn,
                    param_update_builder_fun, optimizer_builder_fun)
     if optimize_gradient_memory and dynamic_memory_management:
@@ -129,7 +128,8 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
     model._device_prefix = "cpu" if cpu_device else "gpu"
     model._shared_model = bool(shared_model)
     model._devices = devices
-    model._rendezvous = None
+    model._rendezvous = rendezvous
+    model._shard_world = None
     model._sync_barrier_net = None
     model._broadcast_context = None
     model._grad_names = []
@@ -139,7 +139,8 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
     model.net.Proto().type = net_type
 
     non_datapar_params = copy.copy(model.params)
-    loss_scale = 1.0 / len(devices)
+    num_shards = rendezvous["num_shards"] if rendezvous else 1
+    loss_scale = 1.0 / (len(devices) * num_shards)
     has_parameter_updates = param_update_builder_fun is not None or optimizer_builder_fun is not None
     if not has_parameter_updates and model.init_params:
         log.warning("Model %s is used for testing/validation but has init_params=True: running its "
@@ -168,6 +169,9 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
         pre_grad_net_transformer_fun(model)
     if has_parameter_updates:
         _AddGradientOperators(devices, model, losses_by_device)
+    if combine_spatial_bn:
+        shards.interleave_ops(model)
+        shards.combine_spatial_bn(model)
     if net_transformer_fun:
         net_transformer_fun(model, len(devices), model._device_prefix, model._device_type)
     model._losses_by_gpu = losses_by_device
@@ -211,6 +215,9 @@ def Parallelize(model_helper_obj, input_builder_fun, forward_pass_builder_fun, p
     arg.name = "first_iter_only_one_worker"
     arg.i = 1
 
+    if rendezvous is not None:      # every shard starts from shard 0's values
+        _BroadcastAcrossShards(model, model.param_init_net, set(sync_names) | set(model._param_names),
+                               shards.iteration_counters(model))
     _SyncAllParams(devices, model, model.param_init_net, sync_names)
     if post_sync_builder_fun is not None:
         for device in devices:
@@ -261,10 +268,25 @@ def RunNet(model, num_iterations):
         workspace.RunNet(net.Proto().name, num_iterations)
 
 
-def Synchronize(model, timeout_sec=_DEFAULT_BARRIER_NET_TIMEOUT_SEC):  # noqa: ARG001
-    """A barrier across hosts in Caffe2; one host (the only case caffe2py builds) has
-    nothing to wait for, as in Caffe2."""
+def Synchronize(model, timeout_sec=_DEFAULT_BARRIER_NET_TIMEOUT_SEC):
+    """A barrier over the shards (its own common world, made on the first call with
+    `timeout_sec`); one shard has nothing to wait for, as in Caffe2."""
     _check_parallelized(model, "Synchronize")
+    if model._rendezvous is None:
+        return
+    if model._sync_barrier_net is None:
+        init = core.Net("sync_barrier_init_net")
+        world = shards.create_common_world(init, model._rendezvous, "sync_barrier_cw", timeout_sec)
+        model._sync_barrier_net = core.Net("sync_barrier_net")
+        with core.DeviceScope(core.DeviceOption(caffe2_pb2.CPU, 0)):
+            model._sync_barrier_net.Barrier([world], [], engine=model._rendezvous["engine"])
+        workspace.RunNetOnce(init)
+        workspace.CreateNet(model._sync_barrier_net)
+        model._sync_barrier_net_timeout = timeout_sec
+    if model._sync_barrier_net_timeout != timeout_sec:
+        raise Caffe2Error("Synchronize: the barrier was made with timeout_sec=%s; it cannot change to %s"
+                          % (model._sync_barrier_net_timeout, timeout_sec))
+    workspace.RunNet(model._sync_barrier_net.Proto().name)
 
 
 def _check_parallelized(model, what):
@@ -308,7 +330,8 @@ def GetCheckpointParams(model):
 
 def FinalizeAfterCheckpoint(model, blobs=None, cpu_mode=False):
     """After loading device 0's blobs from a checkpoint, copy them to the other devices
-    (a `checkpoint_sync_net`, built on the first call and rerun on later ones)."""
+    (a `checkpoint_sync_net`, built on the first call and rerun on later ones); with
+    shards, shard 0's values first go to every shard (so only shard 0 need load)."""
     _check_parallelized(model, "FinalizeAfterCheckpoint")
     if not hasattr(model, "_checkpoint_net"):
         names = _ComputeBlobsToSync(model)[1] if blobs is None else [stripBlobName(b) for b in blobs]
@@ -319,6 +342,11 @@ def FinalizeAfterCheckpoint(model, blobs=None, cpu_mode=False):
         model._checkpoint_net = core.Net("checkpoint_sync_net")
         if not cpu_mode and model._device_type == caffe2_pb2.CUDA:
             model._checkpoint_net.RunAllOnGPU()
+        if model._rendezvous is not None:
+            init = core.Net("checkpoint_init_net")
+            world = shards.create_common_world(init, model._rendezvous, "checkpoint_cw")
+            workspace.RunNetOnce(init)
+            _BroadcastAcrossShards(model, model._checkpoint_net, names, shards.iteration_counters(model), world)
         _SyncAllParams(model._devices, model, model._checkpoint_net, names)
         workspace.CreateNet(model._checkpoint_net)
     workspace.RunNet(model._checkpoint_net.Proto().name)
@@ -471,49 +499,70 @@ def _Broadcast(devices, model, net, param):
 
 def _BroadcastComputedParams(devices, model):
     """Computed params (batch-norm running statistics) follow device 0, as in Caffe2."""
-    if len(devices) > 1:
-        for name in model._computed_param_names:
+    for name in model._computed_param_names:
+        if model._rendezvous is not None:
+            shards.broadcast(model, model.net, [model._device_grouped_blobs[name][devices[0]]])
+        if len(devices) > 1:
             _Broadcast(devices, model, model.net, name)
 
 
+def _BroadcastAcrossShards(model, net, names, extra_blobs, world=None):
+    """Shard 0's device-0 copies of `names` (and the blobs `extra_blobs`) to every shard."""
+    first = model._devices[0]
+    blobs = [model._device_grouped_blobs[n][first] if n in model._device_grouped_blobs
+             else core.BlobReference("{}_{}/{}".format(model._device_prefix, first, n)) for n in sorted(names)]
+    shards.broadcast(model, net, blobs + [core.BlobReference(b) for b in extra_blobs], world)
+
+
 def _AllReduceBlobs(blob_names, devices, model, net):
-    """Sum each dense gradient onto device 0 and copy it back (Caffe2's single-host
-    all-reduce); concatenate each sparse gradient's indices and values across devices
-    and give every device the concatenation."""
-    if len(devices) == 1:
+    """Sum each dense gradient onto device 0, all-reduce it over the shards, and copy
+    it back (Caffe2's all-reduce); concatenate each sparse gradient's indices and
+    values across devices, then across shards (in shard order), and give every device
+    the concatenation."""
+    distributed = model._rendezvous is not None
+    if len(devices) == 1 and not distributed:
         return
     master = core.DeviceOption(model._device_type, devices[0])
     master_ns = "{}_{}".format(model._device_prefix, devices[0])
     concatenated_indices = set()
     for name in blob_names:
         group = [model._device_grouped_blobs[name][d] for d in devices if d in model._device_grouped_blobs[name]]
-        if len(group) == 1:
+        if len(group) == 1 and not distributed:
             continue
         if len(group) != len(devices):
             raise Caffe2Error("Parallelize: each device of %s should have a copy of '%s'" % (devices, name))
         with core.DeviceScope(master if _IsGPUBlob(model, name) else core.DeviceOption(caffe2_pb2.CPU, 0)):
             if not isinstance(group[0], GradientSlice):
-                net.Sum(group, [group[0]], name="dpm")
-                if not model._shared_model:     # a shared model updates device 0's copy only
+                if len(group) > 1:
+                    net.Sum(group, [group[0]], name="dpm")
+                if distributed:
+                    shards.allreduce(model, net, group[0])
+                if not model._shared_model and len(group) > 1:     # a shared model updates device 0's copy only
                     _Broadcast(devices, model, net, name)
                 continue
-            # gradients sharing one indices blob (two tables read with the same ids) concat it once
+            # gradients sharing one indices blob (two tables read with the same ids) gather it once
             if not any(str(g.indices) in concatenated_indices for g in group):
-                indices, _ = net.Concat([g.indices for g in group],
-                                        ["{}/{}_index_concat".format(master_ns, name),
-                                         "{}/{}_index_splitinfo".format(master_ns, name)],
-                                        axis=0, name="note:data_parallel_model")
+                indices = _GatherRows(model, net, [g.indices for g in group], master_ns, name, "index")
                 for device, g in zip(devices, group):
                     with core.DeviceScope(core.DeviceOption(model._device_type, device)):
                         net.Copy(indices, g.indices)
                     concatenated_indices.add(str(g.indices))
-            values, _ = net.Concat([g.values for g in group],
-                                   ["{}/{}_val_concat".format(master_ns, name),
-                                    "{}/{}_val_splitinfo".format(master_ns, name)],
-                                   axis=0, name="note:data_parallel_model")
+            values = _GatherRows(model, net, [g.values for g in group], master_ns, name, "val")
             for device, g in zip(devices, group):
                 with core.DeviceScope(core.DeviceOption(model._device_type, device)):
                     net.Copy(values, g.values)
+
+
+def _GatherRows(model, net, blobs, master_ns, name, kind):
+    """The rows of `blobs` (one per device) concatenated, then those of every shard."""
+    rows = blobs[0]
+    if len(blobs) > 1:
+        rows, _ = net.Concat(blobs, ["{}/{}_{}_concat".format(master_ns, name, kind),
+                                     "{}/{}_{}_splitinfo".format(master_ns, name, kind)],
+                             axis=0, name="note:data_parallel_model")
+    if model._rendezvous is not None:
+        rows = shards.allgather_rows(model, net, rows, "{}/{}_{}_shards".format(master_ns, name, kind))
+    return rows
 
 
 def _ComputeBlobsToSync(model):

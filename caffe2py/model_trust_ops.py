@@ -24,8 +24,8 @@ PICKLED_ARGS = ("pickled_builder", "pickled_grad_builder")
 # the distributed ops (distributed_ops.py): rendezvous, collectives and stores shared between processes
 NETWORK_OPS = frozenset((
     "FileStoreHandlerCreate", "RedisStoreHandlerCreate", "StoreSet", "StoreGet", "StoreAdd", "StoreWait",
-    "CreateCommonWorld", "CloneCommonWorld", "DestroyCommonWorld", "Allreduce", "Allgather", "Broadcast",
-    "Reduce", "ReduceScatter", "Barrier", "SendTensor", "ReceiveTensor"))
+    "CreateCommonWorld", "CloneCommonWorld", "DestroyCommonWorld", "Allreduce", "Allgather", "AllgatherRows",
+    "Broadcast", "Reduce", "ReduceScatter", "Barrier", "SendTensor", "ReceiveTensor"))
 
 
 def _db_paths(*names, write):

@@ -149,8 +149,8 @@ def build_models(args, gpus, batch_per_device):
     data_parallel_model.Parallelize(
         train_model, input_builder_fun=train_input, forward_pass_builder_fun=create_model_ops,
         optimizer_builder_fun=add_optimizer, post_sync_builder_fun=add_post_sync_ops, devices=gpus,
-        rendezvous=None, optimize_gradient_memory=False, cpu_device=args.use_cpu, shared_model=args.use_cpu,
-        combine_spatial_bn=args.use_cpu)
+        rendezvous=make_rendezvous(args), optimize_gradient_memory=False, cpu_device=args.use_cpu,
+        shared_model=args.use_cpu, combine_spatial_bn=args.use_cpu)
     data_parallel_model.OptimizeGradientMemory(train_model, {}, set(), False)
     workspace.RunNetOnce(train_model.param_init_net)
     workspace.CreateNet(train_model.net)
@@ -200,7 +200,8 @@ def train(args):
     while epoch < args.num_epochs:
         losses += run_epoch(args, epoch, train_model, test_model, args.batch_size, explog)
         epoch += 1
-        save_model(args, train_model, epoch)
+        if args.shard_id == 0:      # the shards hold the same parameters; one writer per file
+            save_model(args, train_model, epoch)
     return losses
 
 
@@ -224,6 +225,11 @@ def parse_args(argv=None):
     parser.add_argument("--num_shards", type=int, default=1)
     parser.add_argument("--shard_id", type=int, default=0)
     parser.add_argument("--file_store_path", type=str, default="/tmp")
+    parser.add_argument("--run_id", type=str, default="", help="unique run id (keys of the shards' store)")
+    parser.add_argument("--redis_host", type=str, default=None, help="Redis host for the shards' rendezvous")
+    parser.add_argument("--redis_port", type=int, default=6379)
+    parser.add_argument("--distributed_transport", type=str, default="tcp")
+    parser.add_argument("--distributed_interfaces", type=str, default="", help="network interfaces, comma-separated")
     parser.add_argument("--save_model_name", type=str, default="resnet50_model")
     parser.add_argument("--load_model_path", type=str, default=None)
     parser.add_argument("--use_cpu", type=int, default=1, help="CPU devices (caffe2py trains on the CPU)")
@@ -232,6 +238,24 @@ def parse_args(argv=None):
     parser.add_argument("--model", default="resnet50", choices=["resnet50", "resnet_32x32"])
     parser.add_argument("--make_db", type=int, default=0, help="first write N generated images to --train_data")
     return parser.parse_args(argv)
+
+
+def make_rendezvous(args):
+    """Caffe2's trainer: with several shards, a store handler on Redis (--redis_host) or
+    in --file_store_path, under --run_id, and a GLOO rendezvous."""
+    if args.num_shards <= 1:
+        return None
+    if args.redis_host is not None:
+        workspace.RunOperatorOnce(core.CreateOperator(
+            "RedisStoreHandlerCreate", [], ["store_handler"], host=args.redis_host, port=args.redis_port,
+            prefix=args.run_id))
+    else:
+        workspace.RunOperatorOnce(core.CreateOperator(
+            "FileStoreHandlerCreate", [], ["store_handler"], path=args.file_store_path, prefix=args.run_id))
+    interfaces = args.distributed_interfaces.split(",")
+    return dict(kv_handler="store_handler", shard_id=args.shard_id, num_shards=args.num_shards, engine="GLOO",
+                transport=args.distributed_transport, interface=interfaces[0], mpi_rendezvous=False,
+                exit_nets=None)
 
 
 def main(argv=None):

@@ -241,7 +241,9 @@ def _parallelize(**kwargs):
     (dict(devices=[0, -1], cpu_device=True), "non-negative ints"),
     (dict(devices=["0"], cpu_device=True), "non-negative ints"),
     (dict(devices=[0], shared_model=True), "only supported on CPU"),
-    (dict(devices=[0, 1], cpu_device=True, combine_spatial_bn=True), "combine_spatial_bn"),
+    (dict(devices=[0], cpu_device=True, rendezvous=dict(kv_handler="kv", shard_id=2, num_shards=2)), "outside"),
+    (dict(devices=[0], cpu_device=True, rendezvous=dict(kv_handler="kv", shard_id=0, num_shards=2,
+                                                        engine="MPI")), "GLOO"),
     (dict(devices=[0], cpu_device=True, param_update_builder_fun=lambda m: None), "only one of"),
     (dict(devices=[0], cpu_device=True, forward_pass_builder_fun=lambda m, s: "loss"), "list of loss"),
 ])

@@ -359,7 +359,9 @@ register_schema(OpSchema(
     "SpatialBN", num_inputs=(5, 7), num_outputs={1, 5}, allow_inplace={(0, 0), (5, 3), (6, 4)},
     enforce_inplace={(3, 1), (4, 2)},
     args=(Arg("is_test", "bool", True), Arg("epsilon", "float", 1e-5, check=Range(0.0)),
-          Arg("momentum", "float", 0.9, check=Finite()), _ORDER),
+          Arg("momentum", "float", 0.9, check=Finite()), _ORDER,
+          Arg("num_batches", "int", 1, doc="training: inputs 5 / 6 are X's per-channel sums and sums of "
+                                           "squares over this many equal batches (combine_spatial_bn)")),
     checks=_BN_CHECKS,
     inference=lambda ctx, ins: [ins[0]] + [TensorType((ins[0].dims[1 if _nchw(ctx) else -1],), ins[0].dtype)] * (ctx.n_outputs - 1),
     inputs=("X", "scale", "bias", "mean", "var"),

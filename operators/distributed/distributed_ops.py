@@ -7,14 +7,20 @@ engine="GLOO", which maps them onto a ProcessGroupGloo (caffe2py/distributed.py)
 Reductions are sums. Outputs are new arrays (the inputs are never written),
 with the in-place naming Caffe2 enforces.
 
-Store ops (FileStoreHandlerCreate, StoreSet, StoreGet, StoreAdd, StoreWait) work
-without torch. See docs/control_flow.md ("Distributed ops").
+Store ops (FileStoreHandlerCreate, RedisStoreHandlerCreate, StoreSet, StoreGet,
+StoreAdd, StoreWait) work without torch (Redis needs the `redis` client). When a
+collective or the rendezvous fails, the error names the ranks whose heartbeat
+stopped (caffe2py/distributed.py). AllgatherRows is caffe2py's own (Caffe2 has
+none): Allgather for tensors whose first dimension differs between ranks, which
+data_parallel_model uses to gather sparse gradients across shards. See
+docs/control_flow.md ("Distributed ops").
 """
 import itertools
 
 import numpy as np
 
-from caffe2py.distributed import DEFAULT_TIMEOUT_S, CommonWorld, FileStoreHandler, store_dir_problem
+from caffe2py.distributed import (DEFAULT_TIMEOUT_S, CommonWorld, FileStoreHandler, RedisStoreHandler,
+                                  missing_ranks, store_dir_problem)
 from caffe2py.errors import Caffe2Error
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
@@ -51,6 +57,11 @@ _COMM = {
                               "numel / size, the first numel % size one longer); the rest keeps the input."),
     "Allgather": dict(num_inputs=(2, None), num_outputs=1,
                       doc="1-D: for each rank in order, its inputs flattened and concatenated."),
+    "AllgatherRows": dict(inputs_outputs_check=_one_less, num_inputs=(2, None), num_outputs=(1, None),
+                          allow_inplace=lambda i, o: i - 1 == o,
+                          doc="caffe2py's own: for each input, the inputs of every rank concatenated along "
+                              "axis 0 in rank order (the first dimension may differ between ranks, the "
+                              "others must agree)."),
     "Barrier": dict(num_inputs=1, num_outputs=0, doc="Waits for every rank."),
     "SendTensor": dict(num_inputs={2, 4}, num_outputs=0, args=(
         Arg("dst", "int", -1, doc="receiving rank (input 2 overrides)"),
@@ -114,14 +125,24 @@ def create_common_world(ctx):
 
     def run(*inputs):
         if not inputs or not hasattr(inputs[0], "torch_store"):
-            raise ctx.error("needs a store handler (FileStoreHandlerCreate) as input 0")
+            raise ctx.error("needs a store handler (FileStoreHandlerCreate, RedisStoreHandlerCreate) as input 0")
         try:
             return CommonWorld(inputs[0], next_prefix(), rank, size, timeout, interface)
         except Caffe2Error:
             raise
         except Exception as exc:  # noqa: BLE001 - rendezvous failures from torch/gloo
-            raise ctx.error("cannot create the common world: %s" % exc) from exc
+            gone = _missing(inputs[0], size, rank)
+            raise ctx.error("cannot create the common world (rank %d of %d, timeout %g s)%s: %s"
+                            % (rank, size, timeout, gone, exc)) from exc
     return run
+
+
+def _missing(handler, size, rank):
+    try:
+        gone = missing_ranks(handler, size, rank)
+    except Exception:  # noqa: BLE001 - the store itself failed: nothing more to say
+        return ""
+    return "; shard(s) %s of %d never arrived or went missing" % (", ".join(map(str, gone)), size) if gone else ""
 
 
 @register_kernel("CloneCommonWorld", engine=GLOO)
@@ -153,7 +174,8 @@ def _collective(ctx, body):
         except Caffe2Error:
             raise
         except Exception as exc:  # noqa: BLE001 - gloo errors (peer gone, timeout)
-            raise ctx.error("%s failed: %s" % (ctx.type, exc)) from exc
+            raise ctx.error("%s failed (rank %d of %d)%s: %s" % (ctx.type, world.rank, world.size,
+                                                                 world.explain_failure(), exc)) from exc
         values = [r.numpy() if hasattr(r, "numpy") else r for r in result]
         return values[0] if len(values) == 1 else tuple(values)
     return run
@@ -235,8 +257,38 @@ def barrier(ctx):
         except Caffe2Error:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise ctx.error("Barrier failed: %s" % exc) from exc
+            raise ctx.error("Barrier failed (rank %d of %d)%s: %s" % (world.rank, world.size,
+                                                                      world.explain_failure(), exc)) from exc
     return run
+
+
+@register_kernel("AllgatherRows", engine=GLOO)
+def allgather_rows(ctx):
+    def body(group, world, ts):
+        torch = _torch()
+        out = []
+        for k, t in enumerate(ts):
+            if t.dim() == 0:
+                raise ctx.input_error(k + 1, "needs at least one dimension")
+            if t.dim() > _MAX_DIMS:
+                raise ctx.input_error(k + 1, "has more than %d dimensions" % _MAX_DIMS)
+            # every rank's row count and trailing shape, then rows padded to the longest
+            header = torch.tensor([t.shape[0]] + list(t.shape[1:]) + [0] * (_MAX_DIMS - t.dim()),
+                                  dtype=torch.int64)
+            headers = [torch.empty_like(header) for _ in range(world.size)]
+            group.allgather([headers], [header]).wait()
+            rows = [int(h[0]) for h in headers]
+            for r, h in enumerate(headers):
+                if list(h[1:]) != list(header[1:]):
+                    raise ctx.input_error(k + 1, "has trailing shape %s here but %s on rank %d"
+                                          % (list(t.shape[1:]), [int(d) for d in h[1:t.dim()]], r))
+            padded = torch.zeros((max(rows),) + tuple(t.shape[1:]), dtype=t.dtype)
+            padded[:t.shape[0]] = t
+            gathered = [torch.empty_like(padded) for _ in range(world.size)]
+            group.allgather([gathered], [padded]).wait()
+            out.append(torch.cat([g[:n] for g, n in zip(gathered, rows)]))
+        return out
+    return _collective(ctx, body)
 
 
 def _dist():
@@ -311,6 +363,13 @@ register_schema(OpSchema("FileStoreHandlerCreate", num_inputs=0, num_outputs=1,
                                    doc="directory shared by the processes"),
                                Arg("prefix", "string", "", doc="namespace inside it")),
                          doc="A store handler over files in `path` (see caffe2py/distributed.py)."))
+register_schema(OpSchema("RedisStoreHandlerCreate", num_inputs=0, num_outputs=1,
+                         args=(Arg("host", "string", "", doc="Redis server host (required)"),
+                               Arg("port", "int", 0, doc="Redis server port (required)"),
+                               Arg("prefix", "string", "", doc="key prefix (e.g. the run id)"),
+                               Arg("timeout_ms", "int", -1,
+                                   doc="caffe2py's: connect and wait timeout (-1: 30 s, Caffe2's)")),
+                         doc="A store handler over keys on a Redis server (needs pip install caffe2py[redis])."))
 register_schema(OpSchema("StoreSet", num_inputs=2, num_outputs=0,
                          args=(Arg("blob_name", "string", "", doc="key (default: the data blob's name)"),),
                          doc="Stores the serialized tensor of input 1 under its blob name."))
@@ -328,7 +387,8 @@ register_schema(OpSchema("StoreWait", num_inputs=(1, 2), num_outputs=0,
 
 def _handler(ctx, value):
     if not all(hasattr(value, m) for m in ("set", "get", "wait")):
-        raise ctx.input_error(0, "expected a store handler (FileStoreHandlerCreate), got %s" % type(value).__name__)
+        raise ctx.input_error(0, "expected a store handler (FileStoreHandlerCreate, RedisStoreHandlerCreate), "
+                                 "got %s" % type(value).__name__)
     return value
 
 
@@ -343,6 +403,22 @@ def file_store_handler_create(ctx):
         if problem:
             raise ctx.error("argument 'path' = '%s': %s" % (path, problem))
         return FileStoreHandler(path, prefix)
+    return run
+
+
+@register_kernel("RedisStoreHandlerCreate")
+def redis_store_handler_create(ctx):
+    host, port, prefix = ctx.string("host"), ctx.int("port"), ctx.string("prefix")
+    if not host:
+        raise ctx.error("host is a required argument")
+    if port == 0:
+        raise ctx.error("port is a required argument")
+    if not 0 < port < 65536:
+        raise ctx.error("argument 'port' %d is outside (0, 65536)" % port)
+    timeout = _timeout(ctx)
+
+    def run():
+        return RedisStoreHandler(host, port, prefix, timeout)
     return run
 
 
@@ -406,4 +482,5 @@ except ImportError:          # a build without the gradient registry
     should_not_do_gradient = None
 
 if should_not_do_gradient is not None:
-    should_not_do_gradient(*_COMM, "FileStoreHandlerCreate", "StoreSet", "StoreGet", "StoreAdd", "StoreWait")
+    should_not_do_gradient(*_COMM, "FileStoreHandlerCreate", "RedisStoreHandlerCreate", "StoreSet", "StoreGet",
+                           "StoreAdd", "StoreWait")
