@@ -3,13 +3,14 @@
 The module functions (FeedBlob, RunNet, ...) act on the current workspace, as
 in caffe2.python.workspace. The Workspace class is usable on its own.
 """
+import collections
 import contextlib
 import logging
 import threading
 
 import numpy as np
 
-from . import devices
+from . import devices, lazy
 from .benchmark import benchmark_net
 from .errors import Caffe2Error, ProtoError
 from .blob_scopes import SharedBlobs
@@ -21,6 +22,10 @@ from .registry import CUDA, registered_operator_keys
 from .schema_inference import infer_net, type_of_value
 from .tensors import as_blob_value, fetched_value
 
+
+# net name -> {op index: [(file, line)]} of the call that added the op (core.Net);
+# Net.PopulateProtoWithFileName names ops after it
+operator_tracebacks = collections.defaultdict(dict)
 
 def _name(x):
     """Blob/net names may be str, bytes, BlobReference or Net objects."""
@@ -338,6 +343,7 @@ def Blobs():
 
 
 def CreateNet(net, overwrite=False, input_blobs=None):
+    lazy.TriggerLazyImport()          # pending op libraries first, as Caffe2's CreateNet
     return _ws().create_net(net, overwrite, input_blobs)
 
 
