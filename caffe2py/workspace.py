@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 
-from . import devices, lazy
+from . import devices, fp_exceptions, lazy
 from .benchmark import benchmark_net
 from .errors import Caffe2Error, ProtoError
 from .blob_scopes import SharedBlobs
@@ -161,7 +161,9 @@ class Workspace:
     # -- nets
     def create_net(self, net, overwrite=False, input_blobs=None):
         net_def = _net_proto(net)
-        if not net_def.name:
+        # Caffe2 wants the name field set; an empty name set explicitly is a name
+        # (NetBuilder's unnamed nets are "", "_1", ...)
+        if not net_def.HasField("name"):
             raise Caffe2Error("a net must have a name to be created in a workspace")
         for blob in input_blobs or ():
             self.create_blob(blob)
@@ -498,8 +500,10 @@ _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR}
 def GlobalInit(args):
     """Caffe2's process initialisation from command-line style flags, e.g.
     ['caffe2', '--caffe2_log_level=1']. caffe2_log_level sets the 'caffe2py' logger
-    (<0 debug, 0 info, 1 warning, 2 error, 3 fatal); the C++ runtime's other flags
-    have no meaning here and are ignored."""
+    (<0 debug, 0 info, 1 warning, 2 error, 3 fatal);
+    caffe2_operator_throw_if_fp_exceptions=1 makes ops fail on division by zero, overflow
+    and invalid results (caffe2py.fp_exceptions); the C++ runtime's other flags have no
+    meaning here and are ignored."""
     if isinstance(args, (str, bytes)) or not all(isinstance(a, (str, bytes)) for a in args):
         raise Caffe2Error("GlobalInit expects a list of strings such as ['caffe2', '--caffe2_log_level=0'], "
                           "got %r" % (args,))
@@ -513,6 +517,8 @@ def GlobalInit(args):
                 raise Caffe2Error("GlobalInit: caffe2_log_level must be an integer, got %r" % value) from None
             logging.getLogger("caffe2py").setLevel(
                 logging.DEBUG if level < 0 else _LOG_LEVELS.get(level, logging.CRITICAL))
+        elif key == "caffe2_operator_throw_if_fp_exceptions":
+            fp_exceptions.set_enabled(value.lower() not in ("0", "false", "no"))
     return True
 
 

@@ -1,0 +1,226 @@
+"""Details of Caffe2's Python API that Caffe2's own API tests (caffe2/python/*_test.py)
+rely on: core's partial clone, plans rebuilt from protos, op call sites, sessions on
+C.Workspace objects, lazy op libraries, the fp-exception flag, nested device scopes,
+HSoftmax's unknown words, the gradient checker's older helper, AtomicIter's stat."""
+import inspect
+
+import numpy as np
+import pytest
+
+from caffe2py import core, gradient_checker, lazy_dyndep, scope, workspace
+from caffe2py.extension import Workspace as CWorkspace
+from caffe2py.proto import caffe2_pb2, hsm_pb2
+from caffe2py.session import LocalSession
+
+
+@pytest.fixture(autouse=True)
+def fresh_workspace():
+    workspace.ResetWorkspace()
+    yield
+    workspace.ResetWorkspace()
+
+
+# ----------------------------------------------------------------- sessions, plans
+
+def test_local_session_runs_in_a_c_workspace():
+    ws = CWorkspace()
+    net = core.Net("fill_in_c_ws")
+    net.ConstantFill([], "filled", shape=[2, 3], value=4.0)
+    LocalSession(ws).run(net)
+    np.testing.assert_array_equal(ws.blobs["filled"].fetch(), np.full((2, 3), 4.0, np.float32))
+    assert not workspace.HasBlob("filled")          # not the current workspace
+
+
+def test_plan_rebuilt_from_its_proto_runs_the_same_steps():
+    init = core.Net("plan_init")
+    init.ConstantFill([], "x", shape=[3], value=1.5)
+    body = core.Net("plan_body")
+    body.Add(["x", "x"], "y")
+    step = core.execution_step("outer", [core.execution_step("first", init), core.execution_step("second", body)])
+    plan = core.Plan(step)
+    rebuilt = core.Plan.create_from_proto(plan.Proto())
+
+    assert [s.Name() for s in rebuilt.Steps()] == ["outer"]
+    assert [s.Name() for s in rebuilt.Steps()[0].Substeps()] == ["first", "second"]
+    originals = [n.Name() for n in plan.Nets()]
+    copies = [n.Name() for n in rebuilt.Nets()]
+    assert len(copies) == 2 and all(c.startswith(o) and c != o for o, c in zip(originals, copies))
+    workspace.RunPlan(rebuilt)
+    np.testing.assert_array_equal(workspace.FetchBlob("y"), np.full(3, 3.0, np.float32))
+
+
+# ----------------------------------------------------------------- partial clone
+
+def _chain_net():
+    net = core.Net("chain")
+    a = net.AddExternalInput("a")
+    b = net.Relu(a, "b")
+    c = net.Scale(b, "c", scale=2.0)
+    d = net.Add([c, "offset"], "d")
+    return net, b, d
+
+
+def test_clone_partial_keeps_only_the_ops_between_inputs_and_outputs():
+    net, b, d = _chain_net()
+    clone, (d_copy,) = net.ClonePartial("part", {b: "b_in"}, [d])
+    assert [op.type for op in clone.Proto().op] == ["Scale", "Add"]
+    assert str(d_copy) == "part/d"
+    assert set(clone.Proto().external_input) == {"b_in", "offset"}   # read, never written: kept
+    assert list(clone.Proto().external_output) == ["part/d"]
+
+    b_value = np.array([0.0, 1.0, 2.5], np.float32)
+    offset = np.array([1.0, -1.0, 0.5], np.float32)
+    workspace.FeedBlob("b_in", b_value)
+    workspace.FeedBlob("offset", offset)
+    workspace.RunNetOnce(clone)
+    np.testing.assert_allclose(workspace.FetchBlob("part/d"), 2.0 * b_value + offset)
+
+
+def test_clone_partial_refuses_inputs_its_ops_would_write():
+    net, b, d = _chain_net()
+    e = net.Add(["c", b], "e")
+    with pytest.raises(AssertionError):
+        # e needs b = Relu(a), and Relu is also on the way from a to the given c
+        net.ClonePartial("bad", ["a", "c"], [e])
+
+
+def test_is_operator_with_engine_default_is_the_plain_registration():
+    assert core.IsOperatorWithEngine("Relu", "DEFAULT")
+    assert not core.IsOperatorWithEngine("Relu", "NOEXIST")
+
+
+def test_populate_proto_with_file_name_names_the_caller_line():
+    net = core.Net("sites")
+    net.Relu("x", "y"); line = inspect.currentframe().f_lineno  # noqa: E702 - the line itself is checked
+    net.PopulateProtoWithFileName()
+    assert net.Proto().op[0].name == "%s:%d" % (__file__, line)
+
+
+def test_check_lookup_tables_sees_ops_added_through_the_proto():
+    net = core.Net("tables")
+    net.Relu("x", "y")
+    net.Proto().op.add().CopyFrom(core.CreateOperator("Relu", "y", "z"))
+    net._CheckLookupTables()
+    assert net.BlobIsDefined("z")
+
+
+# ----------------------------------------------------------------- workspace
+
+def test_net_with_an_empty_name_set_can_be_created():
+    named_empty = caffe2_pb2.NetDef(name="")
+    named_empty.op.add().CopyFrom(core.CreateOperator("ConstantFill", [], "k", shape=[1], value=7.0))
+    assert workspace.CreateNet(named_empty)
+    workspace.RunNet("")
+    assert workspace.FetchBlob("k")[0] == 7.0
+    with pytest.raises(Exception, match="name"):
+        workspace.CreateNet(caffe2_pb2.NetDef())        # no name field at all
+
+
+def test_throw_if_fp_exceptions_flag():
+    workspace.FeedBlob("num", np.array([1.0], np.float32))
+    workspace.FeedBlob("den", np.array([0.0], np.float32))
+    op = core.CreateOperator("Div", ["num", "den"], "q")
+    try:
+        core.GlobalInit(["caffe2", "--caffe2_operator_throw_if_fp_exceptions=1"])
+        with pytest.raises(Exception, match="divide by zero"):
+            workspace.RunOperatorOnce(op)
+    finally:
+        core.GlobalInit(["caffe2", "--caffe2_operator_throw_if_fp_exceptions=0"])
+    workspace.RunOperatorOnce(op)
+    assert np.isinf(workspace.FetchBlob("q")[0])
+
+
+def test_nested_device_scopes_merge_extra_info_sorted():
+    with scope.DeviceScope(core.DeviceOption(caffe2_pb2.CPU, extra_info=["k2:v2"])):
+        with scope.DeviceScope(core.DeviceOption(caffe2_pb2.CPU, extra_info=["k1:v1"])):
+            assert list(scope.CurrentDeviceScope().extra_info) == ["k1:v1", "k2:v2"]
+        assert list(scope.CurrentDeviceScope().extra_info) == ["k2:v2"]
+    assert scope.CurrentDeviceScope() is None
+
+
+# ----------------------------------------------------------------- lazy op libraries
+
+def test_lazy_dyndep_hands_load_failures_to_the_handler_once(tmp_path):
+    not_a_module = tmp_path / "ops_library.bin"
+    not_a_module.write_bytes(b"")
+    seen = []
+
+    def handler(exc):
+        seen.append(exc)
+        raise ValueError("handled")
+
+    lazy_dyndep.RegisterOpsLibrary(str(not_a_module))
+    lazy_dyndep.SetErrorHandler(handler)
+    try:
+        with pytest.raises(ValueError, match="handled"):
+            workspace.CreateNet("never_built")          # CreateNet loads pending libraries first
+        assert len(seen) == 1
+        core.RefreshRegisteredOperators()               # the failed library is no longer pending
+        assert len(seen) == 1
+    finally:
+        lazy_dyndep.SetErrorHandler(None)
+
+
+# ----------------------------------------------------------------- ops
+
+def _hierarchy_with_words(words):
+    """One node over `words`: word i's path is one step (index 0, len(words), target i)."""
+    hierarchy = hsm_pb2.HierarchyProto()
+    for target, word in enumerate(words):
+        path = hierarchy.paths.add(word_id=word)
+        path.path_nodes.add(index=0, length=len(words), target=target)
+    return hierarchy.SerializeToString()
+
+
+def test_hsoftmax_word_outside_the_hierarchy_has_no_loss():
+    rng = np.random.RandomState(3)
+    x = rng.randn(3, 4).astype(np.float32)
+    w = rng.randn(2, 4).astype(np.float32)
+    b = rng.randn(2).astype(np.float32)
+    labels = np.array([1, 99, 0], np.int32)           # 99: not in the hierarchy
+    for name, value in zip("XWbL", (x, w, b, labels)):
+        workspace.FeedBlob(name, value)
+    op = core.CreateOperator("HSoftmax", ["X", "W", "b", "L"], ["Y", "inter"],
+                             hierarchy=_hierarchy_with_words([1, 0]))
+    workspace.RunOperatorOnce(op)
+    logits = x @ w.T + b
+    log_softmax = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    targets = {0: 1, 1: 0}                             # word 0 -> target 1, word 1 -> target 0
+    expected = [-log_softmax[0, targets[1]], 0.0, -log_softmax[2, targets[0]]]
+    np.testing.assert_allclose(workspace.FetchBlob("Y"), expected, rtol=1e-5)
+    assert workspace.FetchBlob("inter").size == 2 * 2 * 2   # two known samples, logits + softmax
+
+    grad_ops, _ = core.GradientRegistry.GetGradientForOp(op, ["Y_grad", "inter_grad"])
+    workspace.FeedBlob("Y_grad", np.ones(3, np.float32))
+    workspace.RunOperatorsOnce(grad_ops)
+    dx = workspace.FetchBlob("X_grad")
+    np.testing.assert_array_equal(dx[1], np.zeros(4, np.float32))
+    softmax = np.exp(log_softmax)
+    onehot = np.zeros_like(softmax)
+    onehot[0, targets[1]] = onehot[2, targets[0]] = 1
+    expected_dx = (softmax - onehot) @ w
+    np.testing.assert_allclose(dx[[0, 2]], expected_dx[[0, 2]], rtol=1e-4, atol=1e-5)
+
+
+def test_gradient_checker_older_get_loss_and_grad_form():
+    x = np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32)
+    op = core.CreateOperator("Relu", ["X"], ["Y"])
+    grad_ops, g_input = core.GradientRegistry.GetGradientForOp(op, ["Y_grad"])
+    checker = gradient_checker.GradientChecker(0.01, 0.05, caffe2_pb2.DeviceOption(), "default")
+    loss, grad = checker.GetLossAndGrad(op, grad_ops, x, "X", g_input[0], [0])
+    relu = np.maximum(x, 0)
+    assert loss == pytest.approx(0.5 * float((relu ** 2).sum()))
+    np.testing.assert_allclose(grad, relu * (x > 0))
+
+
+def test_atomic_iter_counts_its_runs_in_the_stat_registry():
+    workspace.RunOperatorOnce(core.CreateOperator("CreateMutex", [], ["mutex"]))
+    workspace.FeedBlob("my_iter", np.array([5], np.int64))
+    workspace.RunOperatorOnce(core.CreateOperator("StatRegistryExport", [], ["k0", "v0", "t0"]))  # reset
+    op = core.CreateOperator("AtomicIter", ["mutex", "my_iter"], ["my_iter"])
+    for _ in range(3):
+        workspace.RunOperatorOnce(op)
+    workspace.RunOperatorOnce(core.CreateOperator("StatRegistryExport", [], ["k", "v", "t"]))
+    keys = list(workspace.FetchBlob("k"))
+    assert workspace.FetchBlob("my_iter")[0] == 8
+    assert workspace.FetchBlob("v")[keys.index(b"atomic_iter/stats/my_iter/num_iter")] == 3
