@@ -57,6 +57,14 @@ def DeviceOption(device_type, device_id=0, random_seed=None, node_name=None,
     return option
 
 
+def __getattr__(name):
+    # Caffe2 keeps a snapshot set of registered op types; caffe2py's registry is live,
+    # so the set is made when asked
+    if name == "_REGISTERED_OPERATORS":
+        return set(registry.registered_operator_keys())
+    raise AttributeError("module 'caffe2py.core' has no attribute '%s'" % name)
+
+
 def RefreshRegisteredOperators(trigger_lazy=True):
     """Caffe2 re-reads its op registry here; caffe2py's is always current, so this
     only runs the pending lazy imports (caffe2py.lazy, lazy_dyndep)."""

@@ -224,3 +224,17 @@ def test_atomic_iter_counts_its_runs_in_the_stat_registry():
     keys = list(workspace.FetchBlob("k"))
     assert workspace.FetchBlob("my_iter")[0] == 8
     assert workspace.FetchBlob("v")[keys.index(b"atomic_iter/stats/my_iter/num_iter")] == 3
+
+
+def test_histogram_modifier_counts_an_int_blob_as_float():
+    from caffe2py.modeling.compute_histogram_for_blobs import ComputeHistogramForBlobs
+    values = np.array([0, 1, 1, 2, 3, 5, 9, -2], np.int32)
+    net = core.Net("int_hist")
+    net.GivenTensorIntFill([], "ids", shape=[values.size], values=values.tolist())
+    ComputeHistogramForBlobs(["ids"], logging_frequency=0, num_buckets=4, lower_bound=0.0, upper_bound=4.0)(net)
+    assert [op.type for op in net.Proto().op][1:] == ["Cast", "AccumulateHistogram", "Cast", "NormalizeL1"]
+    workspace.RunNetOnce(net)
+    edges = np.linspace(0.0, 4.0, 5)
+    counts = [np.sum(values < 0)] + [np.sum((values >= lo) & (values < hi)) for lo, hi in zip(edges, edges[1:])] \
+        + [np.sum(values >= 4)]
+    np.testing.assert_allclose(workspace.FetchBlob("ids_curr_normalized_hist"), np.array(counts) / values.size)
