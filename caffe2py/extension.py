@@ -433,6 +433,9 @@ class Workspace:
         return {name: Net(self._ws, name) for name in sorted(self._ws.nets)}
 
     def create_net(self, net, overwrite=False):
+        if isinstance(net, str):
+            # Caffe2's binding takes a net object or its serialized bytes, never text
+            raise TypeError("create_net expects a core.Net, a NetDef or its serialized bytes, got str")
         net_def = _parse(caffe2_pb2.NetDef, net, "the net proto")
         self._ws.create_net(net_def, overwrite)
         return Net(self._ws, net_def.name)

@@ -366,7 +366,56 @@ def RunOperatorsOnce(ops):
 
 
 def RunPlan(plan_or_step):
-    return _ws().run_plan(plan_or_step)
+    return _ws().run_plan(_as_plan(plan_or_step))
+
+
+def _as_plan(plan_or_step):
+    """A core.ExecutionStep runs as a plan of its own, with the nets it holds (Caffe2's
+    RunPlan wraps it in core.Plan); anything else is passed on as it is."""
+    proto = plan_or_step.Proto() if hasattr(plan_or_step, "Proto") else None
+    if isinstance(proto, caffe2_pb2.ExecutionStep) and hasattr(plan_or_step, "Nets"):
+        plan = caffe2_pb2.PlanDef(name=proto.name)
+        seen = set()
+        for net in plan_or_step.Nets():
+            if net.Name() not in seen:
+                seen.add(net.Name())
+                plan.network.add().CopyFrom(net.Proto())
+        plan.execution_step.add().CopyFrom(proto)
+        return plan
+    return plan_or_step
+
+
+class BackgroundPlan:
+    """What RunPlanInBackground returns: is_done() and, once done, is_succeeded()."""
+
+    def __init__(self, workspace, plan):
+        self._succeeded = False
+        self._thread = threading.Thread(target=self._run, args=(workspace, plan), daemon=True)
+        self._thread.start()
+
+    def _run(self, workspace, plan):
+        try:
+            self._succeeded = bool(workspace.run_plan(plan))
+        except Exception:  # noqa: BLE001 - reported through is_succeeded(), as Caffe2's
+            logging.getLogger(__name__).exception("plan run in the background failed")
+            self._succeeded = False
+
+    def is_done(self):
+        return not self._thread.is_alive()
+
+    def is_succeeded(self):
+        if not self.is_done():
+            raise Caffe2Error("the background plan has not finished yet")
+        return self._succeeded
+
+    def wait(self, timeout=None):
+        self._thread.join(timeout)
+        return self.is_done()
+
+
+def RunPlanInBackground(plan_or_step):
+    """Run a plan (or an ExecutionStep) in the current workspace on a thread of its own."""
+    return BackgroundPlan(_ws(), _as_plan(plan_or_step))
 
 
 def BenchmarkNet(name, warmup_runs, main_runs, run_individual):
@@ -410,10 +459,16 @@ def DeserializeBlob(name, serialized):
 
 
 def StringifyProto(obj):
-    from google.protobuf import text_format
+    """Caffe2's form: the serialized bytes of a message (or of obj.Proto()); a str or
+    bytes is taken as already serialized and given back unchanged."""
+    from google.protobuf.message import Message
+    if isinstance(obj, (str, bytes)):
+        return obj
+    if isinstance(obj, Message):
+        return obj.SerializeToString()
     if hasattr(obj, "Proto"):
-        obj = obj.Proto()
-    return text_format.MessageToString(obj)
+        return obj.Proto().SerializeToString()
+    raise ValueError("Unexpected argument to StringifyProto of type " + type(obj).__name__)
 
 
 GpuDeviceType = CUDA  # a module constant in Caffe2, not a function

@@ -238,3 +238,83 @@ def test_histogram_modifier_counts_an_int_blob_as_float():
     counts = [np.sum(values < 0)] + [np.sum((values >= lo) & (values < hi)) for lo, hi in zip(edges, edges[1:])] \
         + [np.sum(values >= 4)]
     np.testing.assert_allclose(workspace.FetchBlob("ids_curr_normalized_hist"), np.array(counts) / values.size)
+
+
+# ----------------------------------------------------------------- workspace module functions
+
+def _fill_net(name, value):
+    net = core.Net(name)
+    net.ConstantFill([], "filled_" + name, shape=[2], value=value)
+    return net
+
+
+def test_run_plan_takes_an_execution_step_with_its_nets():
+    step = core.ExecutionStep("step_as_plan", _fill_net("step_net", 2.0))
+    assert workspace.RunPlan(step)
+    np.testing.assert_array_equal(workspace.FetchBlob("filled_step_net"), [2.0, 2.0])
+
+
+def test_run_plan_in_background_reports_success_and_failure():
+    plan = core.Plan("bg_plan")
+    plan.AddStep(core.ExecutionStep("bg_step", _fill_net("bg_net", 5.0)))
+    done = workspace.RunPlanInBackground(plan)
+    assert done.wait(60) and done.is_succeeded()
+    np.testing.assert_array_equal(workspace.FetchBlob("filled_bg_net"), [5.0, 5.0])
+    failing = core.Net("bg_fail")
+    failing.Relu("missing_input", "out")
+    bad = workspace.RunPlanInBackground(core.ExecutionStep("bad_step", failing))
+    assert bad.wait(60) and not bad.is_succeeded()
+
+
+def test_stringify_proto_serializes_as_caffe2():
+    net = _fill_net("stringified", 1.0)
+    data = workspace.StringifyProto(net)
+    assert caffe2_pb2.NetDef.FromString(data) == net.Proto()
+    assert workspace.StringifyProto(b"as is") == b"as is"
+    predictor = workspace.Predictor(workspace.StringifyProto(_fill_net("p_init", 3.0)),
+                                    workspace.StringifyProto(core.Net("p_net")))
+    assert predictor.run([]) == []
+
+
+def test_c_workspace_create_net_refuses_text():
+    with pytest.raises(TypeError):
+        CWorkspace().create_net("...")
+
+
+def test_registered_operators_set():
+    assert "Relu" in core._REGISTERED_OPERATORS and "NoSuchOp" not in core._REGISTERED_OPERATORS
+
+
+# ----------------------------------------------------------------- muji, seq2seq helper, initializers
+
+def test_muji_allreduce_sums_into_every_reduced_blob():
+    from caffe2py import muji
+    values = [np.arange(3, dtype=np.float32) * (i + 1) for i in range(4)]
+    for reduce in (muji.Allreduce4, muji.AllreduceFallback):
+        net = core.Net("allreduce")
+        for i, v in enumerate(values):
+            workspace.FeedBlob("part_%d" % i, v)
+        reduce(net, ["part_%d" % i for i in range(4)], "_sum", list(range(4)))
+        net.RunAllOnCPU()                          # the GPU placements, on the host
+        workspace.RunNetOnce(net)
+        for i in range(4):
+            np.testing.assert_array_equal(workspace.FetchBlob("part_%d_sum" % i), sum(values))
+    assert muji.OnGPU(1).device_id == 1 and muji.OnCPU().device_type == caffe2_pb2.CPU
+
+
+def test_seq2seq_model_helper_keeps_non_trainable_params_apart():
+    from caffe2py.models.seq2seq.seq2seq_model_helper import Seq2SeqModelHelper
+    model = Seq2SeqModelHelper(name="s2s")
+    assert model.arg_scope == {"use_cudnn": True, "cudnn_exhaustive_search": False, "order": "NHWC"}
+    trained = model.AddParam("w", init_value=1.5)
+    with core.NameScope("dec"):
+        frozen = model.AddParam("steps", init_value=4, trainable=False)
+    assert model.GetNonTrainableParams() == [frozen] and str(frozen) == "dec/steps"
+    assert model.GetAllParams() == [trained, frozen]
+    workspace.RunNetOnce(model.param_init_net)
+    assert workspace.FetchBlob("w")[0] == 1.5 and workspace.FetchBlob("dec/steps")[0] == 4
+
+
+def test_pfp16_initializer_is_the_pseudo_fp16_one():
+    from caffe2py.modeling import initializers
+    assert initializers.pFP16Initializer is initializers.PseudoFP16Initializer
