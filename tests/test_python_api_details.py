@@ -318,3 +318,28 @@ def test_seq2seq_model_helper_keeps_non_trainable_params_apart():
 def test_pfp16_initializer_is_the_pseudo_fp16_one():
     from caffe2py.modeling import initializers
     assert initializers.pFP16Initializer is initializers.PseudoFP16Initializer
+
+
+# ----------------------------------------------------------------- gradient builder details
+
+def test_gradient_ops_carry_an_empty_name_as_caffe2s():
+    net = core.Net("named_grads")
+    net.Relu("x", "y")
+    net.AddGradientOperators(["y"])
+    for op in net.Proto().op[1:]:
+        assert op.HasField("name") and op.name == ""
+
+
+def test_gradient_of_an_op_that_breaks_its_schema_names_the_schema():
+    net = core.Net("bad_mul")
+    m = net.Mul("a", "b")             # one input: Mul takes two
+    with pytest.raises(Exception, match="schema"):
+        net.AddGradientOperators([m])
+
+
+def test_orphan_stop_gradient_is_a_value_error():
+    ops = [core.CreateOperator("Relu", "in", "hidden"),
+           core.CreateOperator("StopGradient", "hidden", "unused"),
+           core.CreateOperator("Relu", "hidden", "out")]
+    with pytest.raises(ValueError):
+        core.GradientRegistry.GetBackwardPass(ops, {"out": "out_grad"})
