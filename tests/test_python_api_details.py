@@ -343,3 +343,28 @@ def test_orphan_stop_gradient_is_a_value_error():
            core.CreateOperator("Relu", "hidden", "out")]
     with pytest.raises(ValueError):
         core.GradientRegistry.GetBackwardPass(ops, {"out": "out_grad"})
+
+
+def test_convnet_benchmarks_models_and_cpu_benchmark():
+    from caffe2py import convnet_benchmarks as cb
+    model, size = cb.AlexNet("NCHW")
+    assert size == 224
+    fills = {op.output[0]: list(next(a.ints for a in op.arg if a.name == "shape"))
+             for op in model.param_init_net.Proto().op}
+    # 224 -> conv 11/4 pad 2 -> 55 -> pool 3/2 -> 27 -> pool -> 13 -> pool -> 6: 256 * 6 * 6 inputs
+    assert fills["fc6_w"] == [4096, 256 * 6 * 6] and fills["conv1_w"] == [64, 3, 11, 11]
+    inception, _ = cb.Inception("NCHW")
+    concat_inputs = [list(op.input) for op in inception.net.Proto().op if op.type == "Concat"]
+    assert len(concat_inputs) == 9 and concat_inputs[0] == ["inc3:conv1", "inc3:conv3", "inc3:conv5",
+                                                            "inc3:pool_proj"]
+    args = cb.GetArgumentParser().parse_args(
+        "--batch_size 2 --model MLP --iterations 1 --warmup_iterations 1 --cpu".split())
+    cb.Benchmark(cb.MLP, args)
+    data = workspace.FetchBlob("data")
+    assert data.shape == (2, 256)
+    hidden = [data] * 3
+    for i in range(20):
+        # the MLP's FC layers have no activation between them
+        hidden = [h @ workspace.FetchBlob("fc_%d_%d_w" % (i + 1, j)).T + workspace.FetchBlob("fc_%d_%d_b" % (i + 1, j))
+                  for j, h in enumerate(hidden)]
+    np.testing.assert_allclose(workspace.FetchBlob("sum"), sum(hidden), rtol=1e-3, atol=1e-3)
