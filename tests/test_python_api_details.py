@@ -368,3 +368,26 @@ def test_convnet_benchmarks_models_and_cpu_benchmark():
         hidden = [h @ workspace.FetchBlob("fc_%d_%d_w" % (i + 1, j)).T + workspace.FetchBlob("fc_%d_%d_b" % (i + 1, j))
                   for j, h in enumerate(hidden)]
     np.testing.assert_allclose(workspace.FetchBlob("sum"), sum(hidden), rtol=1e-3, atol=1e-3)
+
+
+def test_shared_parameter_of_another_shape_is_an_assertion_error():
+    from caffe2py import brew, model_helper
+    model = model_helper.ModelHelper(name="shapes")
+    brew.fc(model, "data", "fc1", dim_in=16, dim_out=16)
+    with pytest.raises(AssertionError, match=r"\[16, 16\]"):
+        brew.fc(model, "data", "fc1", dim_in=2, dim_out=2)
+
+
+def test_gradient_clipping_takes_blob_names():
+    from caffe2py.modeling.gradient_clipping import GradientClipping
+    grads = {"w": np.array([2.0, -3.0, 0.25], np.float32), "v": np.array([4.0, -5.0], np.float32)}
+    net = core.Net("clip_some")
+    for name, value in grads.items():
+        workspace.FeedBlob(name + "_grad", value)
+        workspace.FeedBlob(name, np.zeros_like(value))
+        net.AddExternalInput(name, name + "_grad")
+    GradientClipping("by_value", clip_max=0.5, clip_min=-0.5, blob_names=["w"])(
+        net, grad_map={"w": "w_grad", "v": "v_grad"})
+    workspace.RunNetOnce(net)
+    np.testing.assert_array_equal(workspace.FetchBlob("w_grad"), np.clip(grads["w"], -0.5, 0.5))
+    np.testing.assert_array_equal(workspace.FetchBlob("v_grad"), grads["v"])      # not named: untouched
