@@ -94,12 +94,18 @@ def get_blob_size_bytes(name):
     return workspace.GetBlobSizeBytes(name)
 
 
-def transform_exists(name):  # noqa: ARG001 - caffe2py registers no graph transforms
+def transform_exists(name):
+    from . import transforms
+    return transforms.transform_exists(name)
+
+
+def workspace_transform_exists(name):  # noqa: ARG001 - caffe2py has no workspace-level transforms
     return False
 
 
-def workspace_transform_exists(name):  # noqa: ARG001
-    return False
+def apply_transform(transform_key, net_def):
+    from . import transforms
+    return transforms.apply_transform(transform_key, _parse(caffe2_pb2.NetDef, net_def, "the net proto"))
 
 
 # ----------------------------------------------------------------- protos given as bytes

@@ -365,6 +365,22 @@ def RunOperatorsOnce(ops):
     return _ws().run_operators_once(ops)
 
 
+def ApplyTransform(transform_key, net):
+    """The NetDef `net` rewritten by the registered transform `transform_key`
+    (caffe2py.transforms); RuntimeError for an unknown name."""
+    from . import transforms
+    return transforms.apply_transform(str(transform_key), _net_proto(net))
+
+
+def ApplyTransformIfFaster(transform_key, net, init_net, warmup_runs=5, main_runs=10,
+                           improvement_threshold=1.01):
+    """The transformed net when it runs improvement_threshold times faster than `net`
+    (timed after init_net, in a scratch child of the current workspace), else `net`."""
+    from . import transforms
+    return transforms.apply_transform_if_faster(_ws(), str(transform_key), _net_proto(net), _net_proto(init_net),
+                                                warmup_runs, main_runs, improvement_threshold)
+
+
 def RunPlan(plan_or_step):
     return _ws().run_plan(_as_plan(plan_or_step))
 

@@ -391,3 +391,29 @@ def test_gradient_clipping_takes_blob_names():
     workspace.RunNetOnce(net)
     np.testing.assert_array_equal(workspace.FetchBlob("w_grad"), np.clip(grads["w"], -0.5, 0.5))
     np.testing.assert_array_equal(workspace.FetchBlob("v_grad"), grads["v"])      # not named: untouched
+
+
+def test_apply_transform_conv_to_nnpack():
+    net = core.Net("to_transform")
+    net.Relu("x", "r")
+    net.Conv(["r", "w", "b"], "y", kernel=1, engine="CUDNN")
+    gpu_conv = net.Conv(["r", "w", "b"], "z", kernel=1)
+    net.Proto().op[-1].device_option.CopyFrom(core.DeviceOption(caffe2_pb2.CUDA, 0))
+    out = workspace.ApplyTransform("ConvToNNPack", net.Proto())
+    assert [op.engine for op in out.op] == ["", "NNPACK", ""]          # CPU Conv only
+    assert net.Proto().op[1].engine == "CUDNN" and str(gpu_conv) == "z"  # the input is left alone
+    with pytest.raises(RuntimeError):
+        workspace.ApplyTransform("definitely_not_a_real_transform", net.Proto())
+
+    init = core.Net("transform_init")
+    init.ConstantFill([], "x", shape=[1, 2, 3, 3], value=0.5)
+    init.ConstantFill([], "w", shape=[2, 2, 1, 1], value=1.0)
+    init.ConstantFill([], "b", shape=[2], value=0.0)
+    cpu_net = core.Net("cpu_conv")
+    cpu_net.Conv(["x", "w", "b"], "y", kernel=1)
+    chosen = workspace.ApplyTransformIfFaster("ConvToNNPack", cpu_net.Proto(), init.Proto(), warmup_runs=1,
+                                              main_runs=2, improvement_threshold=1e9)
+    assert chosen.op[0].engine == ""                                     # never 1e9 times faster
+    workspace.RunNetOnce(init)
+    workspace.RunNetOnce(workspace.ApplyTransform("ConvToNNPack", cpu_net.Proto()))
+    np.testing.assert_allclose(workspace.FetchBlob("y"), np.full((1, 2, 3, 3), 1.0, np.float32))
