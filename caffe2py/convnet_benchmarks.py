@@ -2,7 +2,7 @@
 benchmarks (AlexNet, OverFeat, VGG-A, Inception v1) and a deep MLP, built with
 cnn.CNNModelHelper, and Benchmark(model_gen, args) to time one (workspace.BenchmarkNet).
 
-Each builder takes the order ("NCHW" / "NHWC") and returns (model, input size); the
+Each builder takes the order ("NCHW" / "NHWC") and optionally cudnn_ws, and returns (model, input size); the
 model reads "data" and "label" and ends in an averaged cross-entropy "loss" (the MLP
 reads "data" [batch, 256]). The layer sizes are Caffe2's, written here as tables."""
 import argparse
@@ -12,7 +12,7 @@ from . import cnn, workspace
 _FILL = (("XavierFill", {}), ("ConstantFill", {}))
 
 
-def MLP(order):  # noqa: ARG001 - the MLP has no image order
+def MLP(order, cudnn_ws=None):  # noqa: ARG001 - the MLP has no image order
     """`width` parallel stacks of `depth` FC layers of d units, summed, then 1000 classes."""
     model = cnn.CNNModelHelper()
     d, depth, width = 256, 20, 3
@@ -51,12 +51,14 @@ def _conv_stack(model, layers):
     return blob
 
 
-def _model(order, name):
-    return cnn.CNNModelHelper(order, name=name, use_cudnn=True, cudnn_exhaustive_search=True)
+def _model(order, cudnn_ws, name):
+    # cudnn_ws: the cuDNN workspace limit in MB (Caffe2's later builders take it)
+    extra = {"ws_nbytes_limit": cudnn_ws * 1024 * 1024} if cudnn_ws and cudnn_ws > 0 else {}
+    return cnn.CNNModelHelper(order, name=name, use_cudnn=True, cudnn_exhaustive_search=True, **extra)
 
 
-def AlexNet(order):
-    model = _model(order, "alexnet")
+def AlexNet(order, cudnn_ws=None):
+    model = _model(order, cudnn_ws, "alexnet")
     top = _conv_stack(model, [
         ("conv", "conv1", 3, 64, 11, dict(stride=4, pad=2)), ("pool", "pool1", 3, 2),
         ("conv", "conv2", 64, 192, 5, dict(pad=2)), ("pool", "pool2", 3, 2),
@@ -67,8 +69,8 @@ def AlexNet(order):
     return model, 224
 
 
-def OverFeat(order):
-    model = _model(order, "overfeat")
+def OverFeat(order, cudnn_ws=None):
+    model = _model(order, cudnn_ws, "overfeat")
     top = _conv_stack(model, [
         ("conv", "conv1", 3, 96, 11, dict(stride=4)), ("pool", "pool1", 2, 2),
         ("conv", "conv2", 96, 256, 5, {}), ("pool", "pool2", 2, 2),
@@ -79,8 +81,8 @@ def OverFeat(order):
     return model, 231
 
 
-def VGGA(order):
-    model = _model(order, "vgg-a")
+def VGGA(order, cudnn_ws=None):
+    model = _model(order, cudnn_ws, "vgg-a")
     same = dict(pad=1)
     top = _conv_stack(model, [
         ("conv", "conv1", 3, 64, 3, same), ("pool", "pool1", 2, 2),
@@ -119,8 +121,8 @@ _INCEPTION = [
     ("inc10", 832, 256, [160, 320], [32, 128], 128), ("inc11", 832, 384, [192, 384], [48, 128], 128)]
 
 
-def Inception(order):
-    model = _model(order, "inception")
+def Inception(order, cudnn_ws=None):
+    model = _model(order, cudnn_ws, "inception")
     blob = model.Relu(model.Conv("data", "conv1", 3, 64, 7, *_FILL, stride=2, pad=3), "conv1")
     blob = model.MaxPool(blob, "pool1", kernel=3, stride=2, pad=1)
     conv2a = model.Conv(blob, "conv2a", 64, 64, 1, *_FILL)
@@ -141,7 +143,7 @@ def Inception(order):
 def Benchmark(model_gen, arg):
     """Build the model, fill "data" and "label" in its init net, add the backward pass
     unless arg.forward_only, move it to the GPU unless arg.cpu, and BenchmarkNet it."""
-    model, input_size = model_gen(arg.order)
+    model, input_size = model_gen(arg.order, arg.cudnn_ws)
     model.Proto().type = arg.net_type
     model.Proto().num_workers = arg.num_workers
     if arg.model == "MLP":

@@ -2,6 +2,7 @@
 scopes, execution steps and plans."""
 import os
 import sys
+import zlib
 
 import numpy as np
 
@@ -595,6 +596,20 @@ class Net:
         del clone.Proto().external_output[:]
         clone.Proto().external_output.extend(new_outputs)
         return clone, [clone.GetBlobRef(o) for o in new_outputs]
+
+    def set_rand_seed(self, seed=100, sequence_seed=True, seed_on_op_def=False):
+        """Give every op a random seed: seed + its index (sequence_seed), a hash of the
+        op and seed (seed_on_op_def), or seed itself."""
+        if sequence_seed and seed_on_op_def:
+            raise AssertionError("sequence_seed and seed_on_op_def cannot be both set to True.")
+        for i, op in enumerate(self.Proto().op):
+            if sequence_seed:
+                op_seed = seed + i
+            elif seed_on_op_def:
+                op_seed = zlib.crc32((str(op) + str(seed)).encode()) % np.iinfo(np.uint32).max
+            else:
+                op_seed = seed
+            op.device_option.random_seed = op_seed
 
     def PopulateProtoWithFileName(self):
         """Name each op `file:line` of the call that added it (kept in

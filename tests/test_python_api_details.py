@@ -417,3 +417,15 @@ def test_apply_transform_conv_to_nnpack():
     workspace.RunNetOnce(init)
     workspace.RunNetOnce(workspace.ApplyTransform("ConvToNNPack", cpu_net.Proto()))
     np.testing.assert_allclose(workspace.FetchBlob("y"), np.full((1, 2, 3, 3), 1.0, np.float32))
+
+
+def test_set_rand_seed_numbers_the_ops():
+    net = core.Net("seeded")
+    net.GaussianFill([], "a", shape=[2])
+    net.GaussianFill([], "b", shape=[2])
+    net.set_rand_seed(seed=7)
+    assert [op.device_option.random_seed for op in net.Proto().op] == [7, 8]
+    net.set_rand_seed(seed=3, sequence_seed=False)
+    assert [op.device_option.random_seed for op in net.Proto().op] == [3, 3]
+    with pytest.raises(AssertionError):
+        net.set_rand_seed(seed_on_op_def=True)
