@@ -1,8 +1,12 @@
 """The Python net builder (caffe2.python.core): Net, BlobReference, CreateOperator,
 scopes, execution steps and plans."""
+import os
+import sys
+import zlib
+
 import numpy as np
 
-from . import registry, scope
+from . import lazy, registry, scope
 from . import extension as C  # noqa: N812 - Caffe2's name for its C++ extension module
 from .args import make_argument
 from .errors import Caffe2Error
@@ -54,12 +58,29 @@ def DeviceOption(device_type, device_id=0, random_seed=None, node_name=None,
     return option
 
 
+def __getattr__(name):
+    # Caffe2 keeps a snapshot set of registered op types; caffe2py's registry is live,
+    # so the set is made when asked
+    if name == "_REGISTERED_OPERATORS":
+        return set(registry.registered_operator_keys())
+    raise AttributeError("module 'caffe2py.core' has no attribute '%s'" % name)
+
+
+def RefreshRegisteredOperators(trigger_lazy=True):
+    """Caffe2 re-reads its op registry here; caffe2py's is always current, so this
+    only runs the pending lazy imports (caffe2py.lazy, lazy_dyndep)."""
+    if trigger_lazy:
+        lazy.TriggerLazyImport()
+
+
 def IsOperator(op_type):
     return registry.has_op(op_type)
 
 
 def IsOperatorWithEngine(op_type, engine):
-    return "%s_ENGINE_%s" % (op_type, engine) in registry.registered_operator_keys()
+    # the DEFAULT engine is the op's plain registration key (C.op_registry_key)
+    key = op_type if engine in ("", "DEFAULT") else "%s_ENGINE_%s" % (op_type, engine)
+    return key in registry.registered_operator_keys()
 
 
 def InferOpBlobDevices(op):
@@ -431,6 +452,7 @@ class Net:
         op = CreateOperator(op_type, [BlobReference(name) for name in inputs], outputs, **kwargs)
         self._net.op.add().CopyFrom(op)
         self._op_outputs.update(op.output)
+        _record_op_site(self.Name(), len(self._net.op) - 1)
         refs = tuple(BlobReference(o, self) for o in op.output)
         if len(refs) == 0:
             return None
@@ -533,6 +555,76 @@ class Net:
                 if record is not None:
                     clone.__dict__[key] = _record_tool("rebind")(record, lambda b: remap.get(b, b))
         return clone
+
+    def ClonePartial(self, name, inputs, outputs, remap_funcs=None):
+        """(new_net, [output refs]): a copy named `name` of only the ops needed to
+        compute `outputs` from `inputs` (a list, or a dict / list of pairs mapping each
+        input to its name in the copy). Blobs the copied ops read and nothing there
+        writes keep their names; every other blob gets the prefix `name/`."""
+        if isinstance(inputs, dict):
+            pairs = list(inputs.items())
+        elif isinstance(inputs, list) and inputs and all(isinstance(i, tuple) and len(i) == 2 for i in inputs):
+            pairs = list(inputs)
+        else:
+            pairs = [(i, i) for i in inputs]
+        for output in outputs:
+            if not self.BlobIsDefined(output):
+                # AssertionError, as Caffe2's (callers catch that type)
+                raise AssertionError("ClonePartial: net '%s' does not define '%s'" % (self.Name(), output))
+        input_names = {str(k): str(v) for k, v in pairs}
+        output_names = [str(o) for o in outputs]
+        ssa, versions = get_ssa(self._net, {name_: 0 for name_ in input_names})
+        used = get_op_ids_in_path(ssa, versions, list(input_names), output_names)
+        producing_inputs = get_op_ids_in_path(ssa, versions, [], list(input_names))
+        if set(used) & set(producing_inputs):
+            raise AssertionError("ClonePartial: some of the ops needed for %s would write the given inputs"
+                              % output_names)
+        undefined = get_undefined_blobs([op for i, op in enumerate(ssa) if i in used]) - set(input_names)
+        prefix = name + "/" if name else ""
+
+        def renamed(blob):
+            if blob in input_names:
+                return input_names[blob]
+            return blob if blob in undefined else prefix + blob
+
+        mapping = {blob: renamed(blob) for blob in versions}
+        clone = self.Clone(name, mapping, used, remap_funcs)
+        new_inputs = [mapping[i] for i in input_names] + sorted(undefined)
+        new_outputs = [mapping[o] for o in output_names]
+        del clone.Proto().external_input[:]
+        clone.Proto().external_input.extend(new_inputs)
+        del clone.Proto().external_output[:]
+        clone.Proto().external_output.extend(new_outputs)
+        return clone, [clone.GetBlobRef(o) for o in new_outputs]
+
+    def set_rand_seed(self, seed=100, sequence_seed=True, seed_on_op_def=False):
+        """Give every op a random seed: seed + its index (sequence_seed), a hash of the
+        op and seed (seed_on_op_def), or seed itself."""
+        if sequence_seed and seed_on_op_def:
+            raise AssertionError("sequence_seed and seed_on_op_def cannot be both set to True.")
+        for i, op in enumerate(self.Proto().op):
+            if sequence_seed:
+                op_seed = seed + i
+            elif seed_on_op_def:
+                op_seed = zlib.crc32((str(op) + str(seed)).encode()) % np.iinfo(np.uint32).max
+            else:
+                op_seed = seed
+            op.device_option.random_seed = op_seed
+
+    def PopulateProtoWithFileName(self):
+        """Name each op `file:line` of the call that added it (kept in
+        workspace.operator_tracebacks), as Caffe2 does to point at a failing op."""
+        sites = workspace.operator_tracebacks.get(self.Name())
+        if sites:
+            for index, op in enumerate(self.Proto().op):
+                if index in sites:
+                    op.name = ":".join(str(part) for part in sites[index][0])
+
+    def _CheckLookupTables(self):
+        """For tests: the cached sets of op outputs and external inputs cover the proto."""
+        outputs = {o for op in self._net.op for o in op.output}
+        assert outputs <= self._op_outputs, outputs - self._op_outputs
+        assert set(self._net.external_input) <= self._external_input_map
 
     def _ExtendOps(self, new_ops):
         self._net.op.extend(new_ops)
@@ -710,6 +802,36 @@ def execution_step(name, steps_or_nets, num_iter=None, report_net=None, report_i
     return step
 
 
+def step_from_proto(step_proto, net_objects, net_protos):
+    """An ExecutionStep rebuilt from its proto (Caffe2's core.create_from_proto):
+    net_protos maps net names to NetDefs; net_objects caches the Net made of each, so
+    steps sharing a net share its object."""
+    def net_of(name):
+        if name not in net_objects:
+            if name not in net_protos:
+                raise Caffe2Error("execution step '%s' runs net '%s', which the plan lacks" % (step_proto.name, name))
+            net_objects[name] = Net(net_protos[name])
+        return net_objects[name]
+
+    step = ExecutionStep(step_proto.name)
+    step._step.CopyFrom(step_proto)
+    del step._step.network[:]
+    del step._step.substep[:]
+    if step_proto.network and step_proto.substep:
+        raise Caffe2Error("execution step '%s' has both nets and substeps" % step_proto.name)
+    for name in step_proto.network:
+        step.AddNet(net_of(name))
+    for substep in step_proto.substep:
+        step.AddSubstep(step_from_proto(substep, net_objects, net_protos))
+    if step_proto.HasField("report_net"):
+        report = net_of(step_proto.report_net)
+        step.SetReportNet(report, step_proto.report_interval)
+    return step
+
+
+create_from_proto = step_from_proto
+
+
 def scoped_execution_step(name, *args, **kwargs):
     """execution_step with the name in the current name scope."""
     return execution_step(ScopedName(name) if name else name, *args, **kwargs)
@@ -747,7 +869,22 @@ class Plan:
         return [attr for net in self._nets if hasattr(net, "get_attributes") for attr in net.get_attributes(name)]
 
     def Nets(self):
-        return list(self._plan.network)
+        """The Net objects of the plan, in the order they were added."""
+        return list(self._nets)
+
+    @classmethod
+    def create_from_proto(cls, plan_proto):
+        """A Plan rebuilt from a PlanDef: each of its nets becomes a Net object (named
+        afresh, with a suffix where the name is taken) and each step an ExecutionStep."""
+        plan = cls(plan_proto.name)
+        plan._plan.CopyFrom(plan_proto)
+        del plan._plan.network[:]
+        del plan._plan.execution_step[:]
+        net_protos = {net.name: net for net in plan_proto.network}
+        net_objects = {}
+        for step_proto in plan_proto.execution_step:
+            plan.AddStep(step_from_proto(step_proto, net_objects, net_protos))
+        return plan
 
     def AddStep(self, step):
         self._plan.execution_step.add().CopyFrom(step.Proto())
@@ -833,6 +970,33 @@ def get_ssa(net, blob_versions=None):
 def get_undefined_blobs(ssa):
     """The blobs some op reads before any op of the net wrote them (version 0)."""
     return {name for inputs, _ in ssa for name, version in inputs if version == 0}
+
+
+def get_op_ids_in_path(ssa, blob_versions, inputs, outputs):
+    """Sorted indices of the ops needed to compute `outputs` (their latest versions)
+    when `inputs` are given at their latest versions."""
+    given = {(str(i), blob_versions[str(i)]) for i in inputs}
+    producers = get_output_producers(ssa)
+    pending = [(str(o), blob_versions[str(o)]) for o in outputs]
+    used = set()
+    while pending:
+        blob = pending.pop()
+        if blob not in given and blob in producers and producers[blob] not in used:
+            used.add(producers[blob])
+            pending.extend(ssa[producers[blob]][0])
+    return sorted(used)
+
+
+def _record_op_site(net_name, op_index):
+    """Remember where (file, line) the caller outside caffe2py added op #op_index."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    if frame is not None:
+        workspace.operator_tracebacks[net_name][op_index] = [(frame.f_code.co_filename, frame.f_lineno)]
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def get_output_producers(ssa):

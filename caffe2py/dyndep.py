@@ -4,16 +4,19 @@ import importlib
 import logging
 import os
 
+from . import lazy
 from .errors import Caffe2Error
 
 log = logging.getLogger(__name__)
 
 
-def InitOpsLibrary(name, trigger_lazy=True):  # noqa: ARG001
+def InitOpsLibrary(name, trigger_lazy=True):
     """Import the Python module `name` (its ops register). A file path that does not
     exist is skipped with a warning, as Caffe2 did (resnet50_trainer.py names
     '@/caffe2/caffe2/distributed:file_store_handler_ops', whose ops caffe2py has built
     in); an existing C++ library cannot be loaded."""
+    if trigger_lazy:
+        lazy.TriggerLazyImport()
     if name.endswith((".so", ".dylib", ".dll")) and os.path.exists(name):
         raise Caffe2Error("cannot load the C++ op library '%s': caffe2py runs Python ops only; "
                           "register the ops in a Python module and pass its module name" % name)

@@ -25,7 +25,7 @@ from .devices import cpu_run_context
 from .errors import Caffe2Error, OperatorError, describe_op, out_of_memory_text
 from .host_memory import keep_freed_memory
 from .inplace import undo_on_failure
-from . import model_trust, model_trust_ops
+from . import fp_exceptions, model_trust, model_trust_ops
 from .proto import caffe2_pb2
 from .registry import OpContext, select_kernel
 from .schema_rules import runtime_guard
@@ -298,7 +298,7 @@ class Plan:
         target = BlobOverlay(blobs) if self.uses_workspace else blobs
         trust = model_trust.enter(self.policy) if self.policy is not None else None
         try:
-            with cpu_run_context(), undo_on_failure():   # undoes optimizer ops' in-place writes
+            with cpu_run_context(), undo_on_failure(), fp_exceptions.run_context():
                 self._runner(target)
         except Exception as exc:  # noqa: BLE001 - re-raised with the op named
             raise self._explain(exc) from exc

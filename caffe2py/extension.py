@@ -94,12 +94,18 @@ def get_blob_size_bytes(name):
     return workspace.GetBlobSizeBytes(name)
 
 
-def transform_exists(name):  # noqa: ARG001 - caffe2py registers no graph transforms
+def transform_exists(name):
+    from . import transforms
+    return transforms.transform_exists(name)
+
+
+def workspace_transform_exists(name):  # noqa: ARG001 - caffe2py has no workspace-level transforms
     return False
 
 
-def workspace_transform_exists(name):  # noqa: ARG001
-    return False
+def apply_transform(transform_key, net_def):
+    from . import transforms
+    return transforms.apply_transform(transform_key, _parse(caffe2_pb2.NetDef, net_def, "the net proto"))
 
 
 # ----------------------------------------------------------------- protos given as bytes
@@ -433,6 +439,9 @@ class Workspace:
         return {name: Net(self._ws, name) for name in sorted(self._ws.nets)}
 
     def create_net(self, net, overwrite=False):
+        if isinstance(net, str):
+            # Caffe2's binding takes a net object or its serialized bytes, never text
+            raise TypeError("create_net expects a core.Net, a NetDef or its serialized bytes, got str")
         net_def = _parse(caffe2_pb2.NetDef, net, "the net proto")
         self._ws.create_net(net_def, overwrite)
         return Net(self._ws, net_def.name)

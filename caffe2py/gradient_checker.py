@@ -66,9 +66,19 @@ class GradientChecker:
         return loss
 
     def GetLossAndGrad(self, op, grad_ops, inputs, input_names, input_to_check, grad_name,
-                       outputs_with_grads):
-        """Caffe2's helper: run the op and its gradient ops once; (loss, gradient)."""
-        self._feed(op, inputs, self._input_device_options)
+                       outputs_with_grads=None):
+        """Caffe2's helper: run the op and its gradient ops once; (loss, gradient).
+
+        Also takes Caffe2's older six-argument form
+        GetLossAndGrad(op, grad_ops, x, input_name, grad_name, outputs_with_grads),
+        which feeds only x (as input_name) and leaves the other inputs as they are."""
+        if outputs_with_grads is None:
+            x, name = inputs, input_names
+            grad_name, outputs_with_grads = input_to_check, grad_name
+            workspace.FeedBlob(name, x, self._input_device_options.get(name, self._device_option))
+            inputs, input_to_check = [x], 0
+        else:
+            self._feed(op, inputs, self._input_device_options)
         workspace.RunOperatorOnce(op)
         loss = self._loss(op, outputs_with_grads, feed_grads=True)
         workspace.RunOperatorsOnce(grad_ops)

@@ -28,6 +28,7 @@ wrapper over it.
 """
 from collections import defaultdict, namedtuple
 
+from . import registry
 from .args import make_argument
 from .blob_reference import BlobReference
 from .definition_sites import caller_site
@@ -161,6 +162,7 @@ class GradientDefs:
         """A gradient OperatorDef; kwargs become Arguments (None values are skipped)."""
         op = caffe2_pb2.OperatorDef()
         op.type = op_type
+        op.name = ""        # set, though empty: Caffe2's CreateOperatorDef always writes the name
         op.input.extend(_name(b) for b in inputs)
         op.output.extend(_name(b) for b in outputs)
         for a in args or ():
@@ -244,6 +246,24 @@ def registered_gradient_types():
     return sorted(t for t in _REGISTRY if has_gradient(t))
 
 
+class StopGradientError(Caffe2Error, ValueError):
+    """A StopGradient whose output nothing reads (Caffe2 raises ValueError for it)."""
+
+
+def _check_schema(op_def, label):
+    """Caffe2 verifies an op against its schema before asking for its gradient, so a
+    malformed op (say Mul with one input) fails here, naming the schema, not inside
+    the gradient maker."""
+    schema = registry.schema_for(op_def.type)
+    if schema is None:
+        return
+    try:
+        schema.verify(op_def, label)
+    except Caffe2Error as exc:
+        raise Caffe2Error("%s: the operator def does not pass schema checking, so it has no gradient (%s)"
+                          % (label, exc)) from None
+
+
 def get_gradient_for_op(op_def, g_output):
     """Caffe2's GetGradientForOp: (gradient OperatorDefs, gradient of each input)."""
     g_output = [_as_gradient(g) for g in g_output]
@@ -262,6 +282,7 @@ def get_gradient_for_op(op_def, g_output):
                           % (label, op_def.type, [o for o, g in zip(op_def.output, g_output) if g is not None]))
     if entry is _NO_GRADIENT:
         return [], [None] * len(op_def.input)
+    _check_schema(op_def, label)
     ops, g_input = entry(op_def, g_output)
     if ops is None:
         ops = []
@@ -328,9 +349,9 @@ class BackwardPass:
     def _check_stop_gradients(self):
         for v in self.ssa:
             if v.op.type == "StopGradient" and v.op.output[0] not in self.readers:
-                raise Caffe2Error("%s: StopGradient's output '%s' is read by no op, so it stops nothing; "
-                                  "write it in place (same input and output blob)"
-                                  % (describe_op(None, v.op), v.op.output[0]))
+                raise StopGradientError("%s: StopGradient's output '%s' is read by no op, so it stops nothing; "
+                                        "write it in place (same input and output blob)"
+                                        % (describe_op(None, v.op), v.op.output[0]))
 
     # -- checks of what gradient ops read
     def _history(self, blob):

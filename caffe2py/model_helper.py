@@ -18,6 +18,11 @@ def _is_gradient_slice(grad):
     return hasattr(grad, "indices") and hasattr(grad, "values") and not isinstance(grad, core.BlobReference)
 
 
+class ParameterShapeError(Caffe2Error, AssertionError):
+    """A parameter asked for again with another shape (Caffe2 asserts, so callers
+    catch AssertionError)."""
+
+
 class ModelHelper:
     def __init__(self, name=None, init_params=True, allow_not_known_ops=True,
                  skip_sparse_optim=False, param_model=None, arg_scope=None):
@@ -86,7 +91,8 @@ class ModelHelper:
         if name in self._parameters_info:
             known = self._parameters_info[name].shape
             if known is not None and shape is not None and list(known) != shape:
-                raise Caffe2Error("parameter '%s' exists with shape %s, asked for %s" % (name, list(known), shape))
+                raise ParameterShapeError("parameter '%s' exists with shape %s, asked for %s"
+                                          % (name, list(known), shape))
             return self._parameters_info[name].blob
         info = self._as_initializer(initializer).create_param(
             param_name=core.BlobReference(name), init_net=self.param_init_net, shape=shape)

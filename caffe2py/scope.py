@@ -41,6 +41,10 @@ def DeviceScope(scope, node_name=None):
         new.node_name = node_name
     elif old is not None and old.node_name and not new.node_name:
         new.node_name = old.node_name
+    if old is not None and old.extra_info:
+        # a nested scope keeps the outer scope's extra_info too, sorted (Caffe2's merge)
+        new.extra_info.extend(old.extra_info)
+        new.extra_info.sort()
     _local.devicescope = new if scope is not None or node_name else None
     try:
         yield

@@ -15,7 +15,7 @@ which are created in the session's workspace first so that they survive).
 Compiling a runnable (session.compile) is cached per runnable object and session
 class: running the same TaskGroup again runs the same plan.
 """
-from . import core, workspace
+from . import core, extension, workspace
 from .task import Cluster, Task, TaskGroup, WorkspaceType
 
 
@@ -119,11 +119,12 @@ def _as_task_group(runnable, workspace_type):
 
 class LocalSession(Session):
     """A session on one node: see the module doc. ws: the workspace to run in
-    (a caffe2py workspace object; the current workspace by default)."""
+    (a caffe2py workspace object or a `workspace.C.Workspace()`, as Caffe2's tests
+    pass; the current workspace by default)."""
 
     def __init__(self, ws=None):
         Session.__init__(self)
-        self._ws = ws or workspace.current_workspace()
+        self._ws = extension.unwrap(ws) if ws is not None else workspace.current_workspace()
 
     @classmethod
     def _compile_task_group(cls, task_group, setup_net_list=None):

@@ -3,13 +3,14 @@
 The module functions (FeedBlob, RunNet, ...) act on the current workspace, as
 in caffe2.python.workspace. The Workspace class is usable on its own.
 """
+import collections
 import contextlib
 import logging
 import threading
 
 import numpy as np
 
-from . import devices
+from . import devices, fp_exceptions, lazy
 from .benchmark import benchmark_net
 from .errors import Caffe2Error, ProtoError
 from .blob_scopes import SharedBlobs
@@ -21,6 +22,10 @@ from .registry import CUDA, registered_operator_keys
 from .schema_inference import infer_net, type_of_value
 from .tensors import as_blob_value, fetched_value
 
+
+# net name -> {op index: [(file, line)]} of the call that added the op (core.Net);
+# Net.PopulateProtoWithFileName names ops after it
+operator_tracebacks = collections.defaultdict(dict)
 
 def _name(x):
     """Blob/net names may be str, bytes, BlobReference or Net objects."""
@@ -156,7 +161,9 @@ class Workspace:
     # -- nets
     def create_net(self, net, overwrite=False, input_blobs=None):
         net_def = _net_proto(net)
-        if not net_def.name:
+        # Caffe2 wants the name field set; an empty name set explicitly is a name
+        # (NetBuilder's unnamed nets are "", "_1", ...)
+        if not net_def.HasField("name"):
             raise Caffe2Error("a net must have a name to be created in a workspace")
         for blob in input_blobs or ():
             self.create_blob(blob)
@@ -338,6 +345,7 @@ def Blobs():
 
 
 def CreateNet(net, overwrite=False, input_blobs=None):
+    lazy.TriggerLazyImport()          # pending op libraries first, as Caffe2's CreateNet
     return _ws().create_net(net, overwrite, input_blobs)
 
 
@@ -357,8 +365,73 @@ def RunOperatorsOnce(ops):
     return _ws().run_operators_once(ops)
 
 
+def ApplyTransform(transform_key, net):
+    """The NetDef `net` rewritten by the registered transform `transform_key`
+    (caffe2py.transforms); RuntimeError for an unknown name."""
+    from . import transforms
+    return transforms.apply_transform(str(transform_key), _net_proto(net))
+
+
+def ApplyTransformIfFaster(transform_key, net, init_net, warmup_runs=5, main_runs=10,
+                           improvement_threshold=1.01):
+    """The transformed net when it runs improvement_threshold times faster than `net`
+    (timed after init_net, in a scratch child of the current workspace), else `net`."""
+    from . import transforms
+    return transforms.apply_transform_if_faster(_ws(), str(transform_key), _net_proto(net), _net_proto(init_net),
+                                                warmup_runs, main_runs, improvement_threshold)
+
+
 def RunPlan(plan_or_step):
-    return _ws().run_plan(plan_or_step)
+    return _ws().run_plan(_as_plan(plan_or_step))
+
+
+def _as_plan(plan_or_step):
+    """A core.ExecutionStep runs as a plan of its own, with the nets it holds (Caffe2's
+    RunPlan wraps it in core.Plan); anything else is passed on as it is."""
+    proto = plan_or_step.Proto() if hasattr(plan_or_step, "Proto") else None
+    if isinstance(proto, caffe2_pb2.ExecutionStep) and hasattr(plan_or_step, "Nets"):
+        plan = caffe2_pb2.PlanDef(name=proto.name)
+        seen = set()
+        for net in plan_or_step.Nets():
+            if net.Name() not in seen:
+                seen.add(net.Name())
+                plan.network.add().CopyFrom(net.Proto())
+        plan.execution_step.add().CopyFrom(proto)
+        return plan
+    return plan_or_step
+
+
+class BackgroundPlan:
+    """What RunPlanInBackground returns: is_done() and, once done, is_succeeded()."""
+
+    def __init__(self, workspace, plan):
+        self._succeeded = False
+        self._thread = threading.Thread(target=self._run, args=(workspace, plan), daemon=True)
+        self._thread.start()
+
+    def _run(self, workspace, plan):
+        try:
+            self._succeeded = bool(workspace.run_plan(plan))
+        except Exception:  # noqa: BLE001 - reported through is_succeeded(), as Caffe2's
+            logging.getLogger(__name__).exception("plan run in the background failed")
+            self._succeeded = False
+
+    def is_done(self):
+        return not self._thread.is_alive()
+
+    def is_succeeded(self):
+        if not self.is_done():
+            raise Caffe2Error("the background plan has not finished yet")
+        return self._succeeded
+
+    def wait(self, timeout=None):
+        self._thread.join(timeout)
+        return self.is_done()
+
+
+def RunPlanInBackground(plan_or_step):
+    """Run a plan (or an ExecutionStep) in the current workspace on a thread of its own."""
+    return BackgroundPlan(_ws(), _as_plan(plan_or_step))
 
 
 def BenchmarkNet(name, warmup_runs, main_runs, run_individual):
@@ -402,10 +475,16 @@ def DeserializeBlob(name, serialized):
 
 
 def StringifyProto(obj):
-    from google.protobuf import text_format
+    """Caffe2's form: the serialized bytes of a message (or of obj.Proto()); a str or
+    bytes is taken as already serialized and given back unchanged."""
+    from google.protobuf.message import Message
+    if isinstance(obj, (str, bytes)):
+        return obj
+    if isinstance(obj, Message):
+        return obj.SerializeToString()
     if hasattr(obj, "Proto"):
-        obj = obj.Proto()
-    return text_format.MessageToString(obj)
+        return obj.Proto().SerializeToString()
+    raise ValueError("Unexpected argument to StringifyProto of type " + type(obj).__name__)
 
 
 GpuDeviceType = CUDA  # a module constant in Caffe2, not a function
@@ -492,8 +571,10 @@ _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR}
 def GlobalInit(args):
     """Caffe2's process initialisation from command-line style flags, e.g.
     ['caffe2', '--caffe2_log_level=1']. caffe2_log_level sets the 'caffe2py' logger
-    (<0 debug, 0 info, 1 warning, 2 error, 3 fatal); the C++ runtime's other flags
-    have no meaning here and are ignored."""
+    (<0 debug, 0 info, 1 warning, 2 error, 3 fatal);
+    caffe2_operator_throw_if_fp_exceptions=1 makes ops fail on division by zero, overflow
+    and invalid results (caffe2py.fp_exceptions); the C++ runtime's other flags have no
+    meaning here and are ignored."""
     if isinstance(args, (str, bytes)) or not all(isinstance(a, (str, bytes)) for a in args):
         raise Caffe2Error("GlobalInit expects a list of strings such as ['caffe2', '--caffe2_log_level=0'], "
                           "got %r" % (args,))
@@ -507,6 +588,8 @@ def GlobalInit(args):
                 raise Caffe2Error("GlobalInit: caffe2_log_level must be an integer, got %r" % value) from None
             logging.getLogger("caffe2py").setLevel(
                 logging.DEBUG if level < 0 else _LOG_LEVELS.get(level, logging.CRITICAL))
+        elif key == "caffe2_operator_throw_if_fp_exceptions":
+            fp_exceptions.set_enabled(value.lower() not in ("0", "false", "no"))
     return True
 
 

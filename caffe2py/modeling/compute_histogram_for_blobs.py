@@ -29,8 +29,10 @@ class ComputeHistogramForBlobs(NetModifier):
                    modify_output_record=True):     # Caffe2 always records the histogram
         for blob_name in self._blobs:
             blob = require_defined(net, blob_name, "ComputeHistogramForBlobs")
+            # the blob as float first (Caffe2's later form: histograms of int blobs too)
+            as_float = net.Cast(blob, net.NextScopedBlob(prefix=str(blob) + "_float"), to=core.DataType.FLOAT)
             curr_hist, acc_hist = net.AccumulateHistogram(
-                [blob], [net.NextScopedBlob(prefix=str(blob) + "_curr_hist"),
+                [as_float], [net.NextScopedBlob(prefix=str(blob) + "_curr_hist"),
                          net.NextScopedBlob(prefix=str(blob) + "_acc_hist")],
                 num_buckets=self._num_buckets, lower_bound=self._lower_bound, upper_bound=self._upper_bound)
             hist = net.Cast(acc_hist if self._accumulate else curr_hist,

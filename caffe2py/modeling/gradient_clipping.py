@@ -28,7 +28,12 @@ class GradientClipping(NetModifier):
 
     def __init__(self, grad_clip_method, clip_norm_type="l2_norm", clip_threshold=0.1,
                  use_parameter_norm=False, compute_norm_ratio=False, clip_max=1, clip_min=-1,
-                 blobs_to_include=None, blobs_to_exclude=None):
+                 blobs_to_include=None, blobs_to_exclude=None, blob_names=None):
+        # blob_names: Caffe2's earlier name for blobs_to_include
+        if blob_names is not None:
+            if blobs_to_include is not None:
+                raise Caffe2Error("GradientClipping: give blobs_to_include or blob_names, not both")
+            blobs_to_include = blob_names
         if grad_clip_method not in self.GRAD_CLIP_METHODS:
             raise Caffe2Error("GradientClipping: unknown grad_clip_method %r (expected one of %s)"
                               % (grad_clip_method, self.GRAD_CLIP_METHODS))

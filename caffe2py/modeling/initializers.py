@@ -57,6 +57,10 @@ class PseudoFP16Initializer(Initializer):
                              blob_copy={core.DataType.FLOAT: param_fp32})
 
 
+# Caffe2's earlier name for PseudoFP16Initializer
+pFP16Initializer = PseudoFP16Initializer
+
+
 class ReversePseudoFP16Initializer(Initializer):
     """float32 parameter with a float16 copy (`<name>_fp16`, blob_copy[FLOAT16])."""
 

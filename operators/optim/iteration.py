@@ -97,11 +97,24 @@ register_schema(OpSchema(
         "several threads share one count (re-typed to int64 as Iter does)."))
 
 
+def _count_iteration(stat_key):
+    """Caffe2's AtomicIter counts its runs in the global stat registry under
+    atomic_iter/stats/<counter blob>/num_iter (StatRegistryExport shows it)."""
+    try:
+        from caffe2py.runtime_objects import global_stat_registry
+    except ImportError:               # no stat registry in this build: nothing to count into
+        return
+    global_stat_registry().update(stat_key, 1)
+
+
 @register_kernel("AtomicIter")
 def atomic_iter(ctx):
+    stat_key = "atomic_iter/stats/%s/num_iter" % ctx.op_def.input[1]
+
     def run(mutex, counter):
         if not isinstance(mutex, Mutex):
             raise ctx.input_error(0, "must be a mutex created by CreateMutex, got %s" % type(mutex).__name__)
+        _count_iteration(stat_key)
         with mutex:
             following = next_count(ctx, 1, counter)
             if counter.dtype != np.int64:

@@ -56,14 +56,18 @@ def _labels(ctx, index, labels, m, paths, rows):
     if not isinstance(labels, np.ndarray) or labels.dtype != np.int32 or labels.size != m:
         raise ctx.input_error(index, "labels must hold %d int32 word ids" % m)
     flat = labels.reshape(-1)
+    unknown = [int(w) for w in np.unique(flat) if int(w) not in paths]
+    if unknown:
+        # Caffe2 gives a word missing from the hierarchy an empty path: no steps, loss 0,
+        # no gradient (its path lookup default-constructs one)
+        paths = dict(paths)
+        paths.update((w, []) for w in unknown)
     for w in np.unique(flat):
-        if int(w) not in paths:
-            raise ctx.input_error(index, "Word ID: %d not found in hierarchy map" % w)
         for idx, length, _ in paths[int(w)]:
             if idx + length > rows:
                 raise ctx.input_error(1, "word %d's path uses rows %d..%d of W, which has %d rows"
                                       % (w, idx, idx + length - 1, rows))
-    return flat
+    return flat, paths
 
 
 register_schema(OpSchema(
@@ -90,8 +94,8 @@ def hsoftmax(ctx):
 
     def run(x, w, b, labels):
         x2, m = _fc_inputs(ctx, x, w, b)
-        flat = _labels(ctx, 3, labels, m, paths, w.shape[0])
-        return K.hsoftmax(x2, w, b, flat, paths)
+        flat, label_paths = _labels(ctx, 3, labels, m, paths, w.shape[0])
+        return K.hsoftmax(x2, w, b, flat, label_paths)
     return run
 
 
@@ -101,14 +105,14 @@ def hsoftmax_gradient(ctx):
 
     def run(x, w, b, labels, inter, dy):
         x2, m = _fc_inputs(ctx, x, w, b)
-        flat = _labels(ctx, 3, labels, m, paths, w.shape[0])
-        size = K.intermediate_size(flat, paths)
+        flat, label_paths = _labels(ctx, 3, labels, m, paths, w.shape[0])
+        size = K.intermediate_size(flat, label_paths)
         if not isinstance(inter, np.ndarray) or inter.dtype != np.float32 or inter.size != size:
             raise ctx.input_error(4, "intermediate_output must hold %d float32 values (HSoftmax's output for "
                                      "these labels)" % size)
         if not isinstance(dy, np.ndarray) or dy.dtype != np.float32 or dy.size != m:
             raise ctx.input_error(5, "dY must hold %d float32 values" % m)
-        dx, dw, db, dinter = K.hsoftmax_gradient(x2, w, b, flat, paths, inter.reshape(-1), dy.reshape(-1))
+        dx, dw, db, dinter = K.hsoftmax_gradient(x2, w, b, flat, label_paths, inter.reshape(-1), dy.reshape(-1))
         return dx.reshape(x.shape), dw, db, dinter.reshape(inter.shape)
     return run
 
