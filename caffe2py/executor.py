@@ -23,6 +23,7 @@ import time
 from .blob_scopes import BlobOverlay
 from .devices import cpu_run_context
 from .errors import Caffe2Error, OperatorError, describe_op, out_of_memory_text
+from .fusion import fuse_steps
 from .host_memory import keep_freed_memory
 from .inplace import undo_on_failure
 from . import model_trust, model_trust_ops
@@ -164,13 +165,33 @@ def _wants_workspace(step):
     return step.takes_blobs or (step.context is not None and step.context.wants_workspace)
 
 
+def step_error(step, exc, inputs=None):
+    """The OperatorError naming `step` for an exception its kernel (or guard) raised."""
+    if isinstance(exc, OperatorError) and getattr(step, "members", None) is not None:
+        return exc      # a fused group's member op failed: already named by that op
+    label = describe_op(step.index, step.op_def)
+    memory = memory_problem(exc)
+    if memory:
+        exc = Caffe2Error(memory)
+    elif inputs and not isinstance(exc, Caffe2Error):
+        problem = foreign_input_problem(step.op_def, inputs, exc)
+        if problem:
+            exc = Caffe2Error(problem)
+    text = str(exc)
+    if not text.startswith(label):
+        text = "%s failed: %s%s" % (label, "" if isinstance(exc, Caffe2Error) else type(exc).__name__ + ": ", text)
+    return OperatorError(text, step.index, step.op_def.type, step.op_def.name, exc)
+
+
 class Plan:
     """A compiled net: steps plus the generated fast runner."""
 
-    def __init__(self, net_def, steps, keep=None, policy=None):
+    def __init__(self, net_def, steps, keep=None, policy=None, fused_groups=0):
         self.net_def = net_def
         self.name = net_def.name
         self.steps = steps
+        # how many runs of elementwise ops became one generated loop (caffe2py/fusion.py)
+        self.fused_groups = fused_groups
         # the model-trust policy of a net from a model file (None: trusted); each run
         # sets it again, for the paths ops only know when they run (model_trust.py)
         self.policy = policy
@@ -327,18 +348,7 @@ class Plan:
         return self.step_error(step, exc, [values.get(name) for name in self._input_locals.get(index, ())])
 
     def step_error(self, step, exc, inputs=None):
-        label = describe_op(step.index, step.op_def)
-        memory = memory_problem(exc)
-        if memory:
-            exc = Caffe2Error(memory)
-        elif inputs and not isinstance(exc, Caffe2Error):
-            problem = foreign_input_problem(step.op_def, inputs, exc)
-            if problem:
-                exc = Caffe2Error(problem)
-        text = str(exc)
-        if not text.startswith(label):
-            text = "%s failed: %s%s" % (label, "" if isinstance(exc, Caffe2Error) else type(exc).__name__ + ": ", text)
-        return OperatorError(text, step.index, step.op_def.type, step.op_def.name, exc)
+        return step_error(step, exc, inputs)
 
     def run_step(self, step, env, blobs):
         """Run one step reading from env (this run's writes) then blobs; used by the
@@ -476,7 +486,8 @@ def _compile(net_def, known_blobs, input_types, blob_values, keep, policy=None):
         steps.append(Step(index, op, kernel, engine, ctx,
                           reads_outputs=schema is not None and schema.reads_outputs,
                           guard=runtime_guard(schema, ctx)))
-    return Plan(net_def, steps, keep, policy)
+    steps, fused_groups = fuse_steps(steps, net_def, keep, step_error)
+    return Plan(net_def, steps, keep, policy, fused_groups)
 
 
 # --------------------------------------------------------------------------- observers
