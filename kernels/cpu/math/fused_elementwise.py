@@ -162,9 +162,16 @@ class FusedProgram:
         self.input_kinds = list(input_kinds)      # 'f' (the program's float type) or 'b' (bool)
         self.body = list(body)
         self.outputs = list(outputs)              # (local name, 'f' or 'b')
+        self._loops = {}                          # (inner kinds, parallel) -> CompiledKernel
 
     def source(self, inner, parallel):
         return render_source(self.dtype, self.input_kinds, self.body, self.outputs, inner, parallel)
+
+    def loop(self, inner, parallel):
+        kernel = self._loops.get((inner, parallel))
+        if kernel is None:
+            kernel = self._loops[(inner, parallel)] = _load_kernel(self.source(inner, parallel), parallel)
+        return kernel
 
     def run(self, arrays, views, shape):
         """arrays[i]: input i (any strides); views[i]: its shape as the loop sees it,
@@ -195,7 +202,7 @@ class FusedProgram:
         blocks = 1
         if size >= _PARALLEL_MIN:
             blocks = max(1, min(team_size(), size // _CHUNK))
-        kernel = _load_kernel(self.source(inner, blocks > 1), blocks > 1)
+        kernel = self.loop(inner, blocks > 1)
         args = [np.asarray(merged, np.int64), np.int64(_CHUNK), np.int64(blocks)]
         for flat, s in zip(buffers, merged_strides[:-1]):
             args += [flat, np.asarray(s, np.int64)]
