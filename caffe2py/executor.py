@@ -390,13 +390,19 @@ class Plan:
             for blob, value in zip(step.outputs, result):
                 env[blob] = value
 
+    def op_steps(self):
+        """One step per op of the net: fused groups (fusion.py) opened into their
+        member ops, for the paths that observe or time ops one by one."""
+        return [m for s in self.steps for m in (getattr(s, "members", None) or (s,))]
+
     def run_observed(self, blobs, observers):
-        """Slow path with per-op hooks: observer.op_start(step) / op_stop(step)."""
+        """Slow path with per-op hooks: observer.op_start(step) / op_stop(step), one
+        call each per op of the net (fused groups run op by op here)."""
         env = BlobOverlay(blobs)
         for obs in observers:
             obs.net_start(self)
         with cpu_run_context(), undo_on_failure():   # as run() does, so op times match plain runs
-            for step in self.steps:
+            for step in self.op_steps():
                 for obs in observers:
                     obs.op_start(step)
                 self.run_step(step, env, blobs)

@@ -439,3 +439,18 @@ def test_training_net_exact_mode_is_bitwise():
     plain, _ = _mlp_workspace(0)
     assert compile_net(train, list(fused)).fused_groups >= 1
     _assert_bitwise(fused, plain)
+
+
+def test_observers_and_per_op_benchmarks_still_see_every_op():
+    feeds = _feeds()
+    for name, value in feeds.items():
+        workspace.FeedBlob(name, value)
+    net = _with_fusion(_chain_net().Proto(), 1)
+    net.name = "observed"
+    workspace.CreateNet(net)
+    plan = compile_net(net, feeds.keys())
+    assert plan.fused_groups == 1 and len(plan.steps) == 1 and len(plan.op_steps()) == 3
+    result = workspace.BenchmarkNet("observed", 1, 2, True)
+    assert len(result) == 1 + len(net.op)
+    f = feeds
+    np.testing.assert_array_equal(workspace.FetchBlob("y"), np.maximum(f["x"] * f["w"] + f["w"], 0))
