@@ -30,6 +30,8 @@ Switch: CAFFE2PY_FUSION=0 (off), 1 (default: exact ops only), all (exact and clo
 ops); a net argument `fusion` (0, 1, 2) overrides it for one net.
 """
 import os
+import sys
+import threading
 
 import numpy as np
 
@@ -43,7 +45,9 @@ MODES = {"0": 0, "off": 0, "false": 0, "1": 1, "on": 1, "exact": 1, "2": 2, "all
 # set-up (~15 us of Python) costs more than NumPy's per-op overhead saves.
 MIN_ELEMENTS = int(os.environ.get("CAFFE2PY_FUSION_MIN_ELEMENTS", 1 << 14))
 
-stats = {"fused_runs": 0, "fallback_runs": 0}
+# fused_runs / fallback_runs: group runs on the generated loop / op by op;
+# allocations / reuses: output buffers a fused run took new / from its group's pool
+stats = {"fused_runs": 0, "fallback_runs": 0, "allocations": 0, "reuses": 0}
 
 
 class ElementwiseRule:
@@ -229,6 +233,8 @@ class _GroupKernel:
         self.inputs, self.outputs = inputs, outputs
         self.make_error = make_error
         self.programs = {}        # dtype name -> FusedProgram
+        self.pool = [None] * len(outputs)     # each output's buffer of the last run
+        self.pool_lock = threading.Lock()
         self.broken = False       # the generated loop failed to build: always unfused
         # each member's arguments as ('in', position in inputs) or ('node', member position)
         where, self.sources = {b: ("in", i) for i, b in enumerate(inputs)}, []
@@ -350,6 +356,24 @@ class _GroupKernel:
         program = self.programs[key] = FusedProgram(dtype, kinds, body, outputs)
         return program
 
+    def _buffers(self, shape, dtypes):
+        """The output arrays of this run: last run's buffer for each output when it has
+        the shape and dtype and nobody else holds it any more (the pool's reference is
+        the only one: not fetched, not committed, no view of it alive), else new ones.
+        A warm run of a plan whose intermediates are dropped allocates nothing."""
+        outs = []
+        with self.pool_lock:           # take-or-allocate is atomic: two runs never share one
+            for k, dtype in enumerate(dtypes):
+                buf = self.pool[k]
+                # 3 references: the pool's list, `buf`, getrefcount's argument
+                if buf is not None and buf.shape == shape and buf.dtype == dtype and sys.getrefcount(buf) == 3:
+                    stats["reuses"] += 1
+                else:
+                    buf = self.pool[k] = np.empty(shape, dtype)
+                    stats["allocations"] += 1
+                outs.append(buf)
+        return outs
+
     def __call__(self, *values):
         if not self.broken:
             planned = self._plan_shapes(values)
@@ -360,7 +384,7 @@ class _GroupKernel:
                     arrays = [values[i] for _, i, _ in uses]
                     views = [(1,) * (len(shape) - len(v)) + v for _, _, v in uses]
                     try:
-                        results = program.run(arrays, views, shape)
+                        results = program.run(arrays, views, shape, self._buffers(shape, program.output_dtypes()))
                     except MemoryError:
                         raise
                     except Exception:  # noqa: BLE001 - the loop would not build: never try again

@@ -454,3 +454,49 @@ def test_observers_and_per_op_benchmarks_still_see_every_op():
     assert len(result) == 1 + len(net.op)
     f = feeds
     np.testing.assert_array_equal(workspace.FetchBlob("y"), np.maximum(f["x"] * f["w"] + f["w"], 0))
+
+
+# ----------------------------------------------------------------- output buffer pool
+
+def test_warm_runs_reuse_the_buffers_of_dropped_intermediates():
+    net = _chain_net()
+    net.FC(["y", "W", "B"], "out")              # the group's output feeds an op, then is dropped
+    rs = np.random.RandomState(9)
+    feeds = dict(_feeds(), W=_data(rs, (4, 16)), B=np.zeros(4, np.float32))
+    plan = compile_net(net.Proto(), feeds.keys(), keep=["out"])
+    assert plan.fused_groups == 1
+    results = []
+    for run in range(4):
+        before = dict(fusion.stats)
+        blobs = dict(feeds)
+        plan.run(blobs)
+        results.append(blobs["out"])
+        allocated = fusion.stats["allocations"] - before["allocations"]
+        assert allocated == (1 if run == 0 else 0)
+        assert fusion.stats["reuses"] - before["reuses"] == (0 if run == 0 else 1)
+    # a new shape gets a new buffer, and the right values
+    blobs = dict(feeds, x=_data(rs, (3, 16)))
+    before = fusion.stats["allocations"]
+    plan.run(blobs)
+    assert fusion.stats["allocations"] == before + 1
+    f = blobs
+    np.testing.assert_allclose(blobs["out"], np.maximum(f["x"] * f["w"] + f["w"], 0) @ f["W"].T, rtol=1e-5)
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+
+
+def test_values_a_caller_holds_are_never_overwritten_by_later_runs():
+    plan = compile_net(_chain_net().Proto(), ["x", "w"], keep=["y"])
+    f = _feeds()
+    first = dict(f)
+    plan.run(first)
+    kept = first["y"].copy()
+    view = first["y"][1:]                      # a view keeps its base alive too
+    second = dict(f, x=f["x"] * 2)
+    plan.run(second)
+    assert second["y"] is not first["y"]
+    np.testing.assert_array_equal(first["y"], kept)
+    del first
+    third = dict(f, x=f["x"] * 3)
+    plan.run(third)
+    np.testing.assert_array_equal(view, kept[1:])

@@ -173,15 +173,20 @@ class FusedProgram:
             kernel = self._loops[(inner, parallel)] = _load_kernel(self.source(inner, parallel), parallel)
         return kernel
 
-    def run(self, arrays, views, shape):
+    def output_dtypes(self):
+        return [np.dtype(self.dtype if kind == "f" else np.bool_) for _, kind in self.outputs]
+
+    def run(self, arrays, views, shape, outs=None):
         """arrays[i]: input i (any strides); views[i]: its shape as the loop sees it,
         of len(shape), each dim equal to shape's or 1 (the caller checked). Returns
-        the outputs, new C-contiguous arrays of `shape`."""
+        the outputs: `outs` when given (C-contiguous arrays of `shape` and
+        output_dtypes(), none of them an input), else new arrays."""
         shape = tuple(int(d) for d in shape)
         size = 1
         for d in shape:
             size *= d
-        outs = [np.empty(shape, self.dtype if kind == "f" else np.bool_) for _, kind in self.outputs]
+        if outs is None:
+            outs = [np.empty(shape, dtype) for dtype in self.output_dtypes()]
         if size == 0:
             return outs
         buffers, strides = [], []
