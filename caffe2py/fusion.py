@@ -47,6 +47,10 @@ MIN_ELEMENTS = int(os.environ.get("CAFFE2PY_FUSION_MIN_ELEMENTS", 1 << 14))
 
 # fused_runs / fallback_runs: group runs on the generated loop / op by op;
 # allocations / reuses: output buffers a fused run took new / from its group's pool
+# At most this many ops in one group: numba's compile time grows with the loop body
+# (a 10,000-op chain of Adds becomes groups of 32).
+MAX_GROUP_OPS = 32
+
 stats = {"fused_runs": 0, "fallback_runs": 0, "allocations": 0, "reuses": 0}
 
 
@@ -119,7 +123,7 @@ def fuse_steps(steps, net_def, keep, make_error):
     out, groups, i = [], 0, 0
     while i < len(steps):
         j = i
-        while j < len(steps) and rules[j] is not None:
+        while j < len(steps) and rules[j] is not None and j - i < MAX_GROUP_OPS:
             j += 1
         if j - i >= 2:
             for part in _connected_parts(steps, i, j):
@@ -256,7 +260,6 @@ class _GroupKernel:
             except Exception as exc:  # noqa: BLE001 - named as the unfused plan names it
                 raise self.make_error(m, exc, list(args)) from exc
             env[m.outputs[0]] = result
-        stats["fallback_runs"] += 1
         return tuple(env[b] for b in self.outputs)
 
     # ---------------------------------------------------------------- fused path
@@ -374,23 +377,37 @@ class _GroupKernel:
                 outs.append(buf)
         return outs
 
+    def try_fused(self, *values):
+        """The kept outputs (a tuple) from the generated loop, or None when these
+        inputs are not for it: the plan then runs the member ops' own lines."""
+        if self.broken:
+            return None
+        # cheap first look: groups of small arrays are not worth the loop's set-up
+        if max(getattr(v, "size", 0) for v in values) < MIN_ELEMENTS:
+            stats["fallback_runs"] += 1
+            return None
+        planned = self._plan_shapes(values)
+        if planned is None or not self._guards_pass(values, planned[0], planned[2]):
+            stats["fallback_runs"] += 1
+            return None
+        dtype, shape, node_shapes, uses = planned
+        program = self._program(dtype, uses)
+        arrays = [values[i] for _, i, _ in uses]
+        views = [(1,) * (len(shape) - len(v)) + v for _, _, v in uses]
+        try:
+            results = program.run(arrays, views, shape, self._buffers(shape, program.output_dtypes()))
+        except MemoryError:
+            raise
+        except Exception:  # noqa: BLE001 - the loop would not build: never try again
+            self.broken = True
+            stats["fallback_runs"] += 1
+            return None
+        stats["fused_runs"] += 1
+        return tuple(results)
+
     def __call__(self, *values):
-        if not self.broken:
-            planned = self._plan_shapes(values)
-            if planned is not None:
-                dtype, shape, node_shapes, uses = planned
-                if self._guards_pass(values, dtype, node_shapes):
-                    program = self._program(dtype, uses)
-                    arrays = [values[i] for _, i, _ in uses]
-                    views = [(1,) * (len(shape) - len(v)) + v for _, _, v in uses]
-                    try:
-                        results = program.run(arrays, views, shape, self._buffers(shape, program.output_dtypes()))
-                    except MemoryError:
-                        raise
-                    except Exception:  # noqa: BLE001 - the loop would not build: never try again
-                        self.broken = True
-                    else:
-                        stats["fused_runs"] += 1
-                        return results[0] if len(results) == 1 else tuple(results)
-        results = self.unfused(values)
+        """As a plain step kernel: the loop, else the member ops one by one."""
+        results = self.try_fused(*values)
+        if results is None:
+            results = self.unfused(values)
         return results[0] if len(results) == 1 else results
