@@ -23,8 +23,9 @@ are not fused at all: those ops may read any blob.
 At run time a group checks its inputs first (all ndarrays of one float dtype,
 bool where a rule wants bool, shapes that broadcast by each op's own rule, every
 intermediate of the output's shape, each member's schema guard passing, enough
-elements to pay for the call); anything else runs the member ops one by one
-exactly as the unfused plan would, so errors read the same, naming the op.
+elements to pay for the call); otherwise `try_fused` returns None and the plan runs
+the member ops' own lines, which the executor renders after the group's call
+(executor.Plan._render), so errors read the same, naming the op.
 
 Switch: CAFFE2PY_FUSION=0 (off), 1 (default: exact ops only), all (exact and close
 ops); a net argument `fusion` (0, 1, 2) overrides it for one net.
