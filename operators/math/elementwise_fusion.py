@@ -17,12 +17,13 @@ from .._caffe2_binary import legacy_axis
 F, B = "f", "b"
 
 
+# `|` on the two tests, not `or`: no branch, so LLVM vectorises the select
 def _maximum(a, b):
-    return "(%s if (%s > %s or %s != %s) else %s)" % (a, a, b, a, a, b)
+    return "(%s if ((%s > %s) | (%s != %s)) else %s)" % (a, a, b, a, a, b)
 
 
 def _minimum(a, b):
-    return "(%s if (%s < %s or %s != %s) else %s)" % (a, a, b, a, a, b)
+    return "(%s if ((%s < %s) | (%s != %s)) else %s)" % (a, a, b, a, a, b)
 
 
 # ----------------------------------------------------------------- shape rules
