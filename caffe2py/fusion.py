@@ -393,6 +393,9 @@ class _GroupKernel:
             return None
         dtype, shape, node_shapes, uses = planned
         program = self._program(dtype, uses)
+        if not program.available():
+            stats["fallback_runs"] += 1
+            return None
         arrays = [values[i] for _, i, _ in uses]
         views = [(1,) * (len(shape) - len(v)) + v for _, _, v in uses]
         try:

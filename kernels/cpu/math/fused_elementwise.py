@@ -36,6 +36,7 @@ import threading
 import numpy as np
 
 from ..runtime.cache import cache_root
+from ..runtime import jit
 from ..runtime.jit import compiled, team_size
 
 _MODULE_PREFIX = "caffe2py.kernels.cpu.math._fused_"
@@ -131,6 +132,10 @@ def _load_kernel(source, parallel):
         sys.modules[name] = module
         spec.loader.exec_module(module)
         kernel = compiled(module.fused, fastmath=(), parallel=parallel, error_model="numpy")
+        # not one of the package's kernels: it has no NumPy twin (its stand-in is the
+        # plan's unfused lines, see caffe2py/fusion.py) and no module background
+        # compile workers could import, so it compiles where it is first called
+        jit._all_kernels.remove(kernel)
         _kernels[digest] = kernel
         return kernel
 
@@ -175,6 +180,11 @@ class FusedProgram:
 
     def output_dtypes(self):
         return [np.dtype(self.dtype if kind == "f" else np.bool_) for _, kind in self.outputs]
+
+    @staticmethod
+    def available():
+        """False in CAFFE2PY_JIT=numpy mode (never compile): callers run their ops unfused."""
+        return jit.jit_mode() != "numpy"
 
     def run(self, arrays, views, shape, outs=None):
         """arrays[i]: input i (any strides); views[i]: its shape as the loop sees it,
