@@ -121,6 +121,7 @@ def fuse_steps(steps, net_def, keep, make_error):
         return steps, 0
     rules = [_rule_for(s, mode) for s in steps]
     external = set(net_def.external_output)
+    events = _blob_events(steps)
     out, groups, i = [], 0, 0
     while i < len(steps):
         j = i
@@ -128,7 +129,7 @@ def fuse_steps(steps, net_def, keep, make_error):
             j += 1
         if j - i >= 2:
             for part in _connected_parts(steps, i, j):
-                kept = _kept_outputs(steps, part, j, keep, external) if len(part) >= 2 else ()
+                kept = _kept_outputs(steps, part, j, keep, external, events) if len(part) >= 2 else ()
                 if kept:
                     out.append(FusedStep([steps[k] for k in part], [rules[k] for k in part],
                                          kept, make_error))
@@ -174,8 +175,22 @@ def _connected_parts(steps, start, end):
     return parts
 
 
-def _kept_outputs(steps, part, window_end, keep, external):
-    """The blob names whose last value in the part is written out (see the module doc)."""
+def _blob_events(steps):
+    """blob -> [(position, is_write)] in op order, an op's reads before its writes."""
+    events = {}
+    for k, step in enumerate(steps):
+        for blob in step.inputs:
+            events.setdefault(blob, []).append((k, False))
+        for blob in step.outputs:
+            events.setdefault(blob, []).append((k, True))
+    return events
+
+
+def _kept_outputs(steps, part, window_end, keep, external, events):
+    """The blob names whose last value in the part is written out (see the module doc).
+    Only ops from window_end on can see the part's values: the window's other parts
+    touch none of its blobs (_connected_parts)."""
+    import bisect
     last_writer = {}
     for k in part:
         for blob in steps[k].outputs:
@@ -185,15 +200,12 @@ def _kept_outputs(steps, part, window_end, keep, external):
         if blob in external:
             kept.append(blob)
             continue
-        later = steps[window_end:] + [steps[k] for k in range(part[0], window_end) if k not in part]
-        read_later, rewritten = False, False
-        for s in later:
-            if blob in s.inputs:
-                read_later = True
-                break
-            if blob in s.outputs:
-                rewritten = True
-                break
+        seen = events[blob]
+        at = bisect.bisect_left(seen, (window_end, False))
+        if at < len(seen):
+            read_later, rewritten = not seen[at][1], seen[at][1]
+        else:
+            read_later = rewritten = False
         if read_later or (not rewritten and (keep is None or blob in keep)):
             kept.append(blob)
     return kept
