@@ -23,6 +23,7 @@ import time
 from .blob_scopes import BlobOverlay
 from .devices import cpu_run_context
 from .errors import Caffe2Error, OperatorError, describe_op, out_of_memory_text
+from .fusion import fuse_steps
 from .host_memory import keep_freed_memory
 from .inplace import undo_on_failure
 from . import fp_exceptions, model_trust, model_trust_ops
@@ -164,13 +165,33 @@ def _wants_workspace(step):
     return step.takes_blobs or (step.context is not None and step.context.wants_workspace)
 
 
+def step_error(step, exc, inputs=None):
+    """The OperatorError naming `step` for an exception its kernel (or guard) raised."""
+    if isinstance(exc, OperatorError) and getattr(step, "members", None) is not None:
+        return exc      # a fused group's member op failed: already named by that op
+    label = describe_op(step.index, step.op_def)
+    memory = memory_problem(exc)
+    if memory:
+        exc = Caffe2Error(memory)
+    elif inputs and not isinstance(exc, Caffe2Error):
+        problem = foreign_input_problem(step.op_def, inputs, exc)
+        if problem:
+            exc = Caffe2Error(problem)
+    text = str(exc)
+    if not text.startswith(label):
+        text = "%s failed: %s%s" % (label, "" if isinstance(exc, Caffe2Error) else type(exc).__name__ + ": ", text)
+    return OperatorError(text, step.index, step.op_def.type, step.op_def.name, exc)
+
+
 class Plan:
     """A compiled net: steps plus the generated fast runner."""
 
-    def __init__(self, net_def, steps, keep=None, policy=None):
+    def __init__(self, net_def, steps, keep=None, policy=None, fused_groups=0):
         self.net_def = net_def
         self.name = net_def.name
         self.steps = steps
+        # how many runs of elementwise ops became one generated loop (caffe2py/fusion.py)
+        self.fused_groups = fused_groups
         # the model-trust policy of a net from a model file (None: trusted); each run
         # sets it again, for the paths ops only know when they run (model_trust.py)
         self.policy = policy
@@ -180,17 +201,28 @@ class Plan:
         self.reads = []      # blobs read from the workspace before they are written
         self.writes = []     # the blobs the run commits to the workspace at its end
         self._line_to_step = {}
-        self._input_locals = {}      # step index -> the locals holding its inputs (for error text)
+        self._input_locals = {}      # id(step) -> the locals holding its inputs (for error text)
         self._load_line_to_blob = {}
         self._runner = self._render()
 
     def _render(self):
         slots = {}           # blob -> the local variable holding its current value
-        loads, body, line_of = [], [], []
+        loads, body = [], []
         dirty = []           # blobs whose local value the workspace view has not seen yet
         last_use = {}
         counter = [0]
         self.uses_workspace = any(_wants_workspace(s) for s in self.steps)
+        # A fused group (fusion.py) renders as its generated loop's call and, when that
+        # declines the inputs (None), its member ops' own lines: the unfused code, with
+        # the same error lines. Fusion never runs in plans with workspace ops.
+        sequence = []        # (step, indent, role): role "step", "group" or "member"
+        for step in self.steps:
+            members = getattr(step, "members", None)
+            if members:
+                sequence.append((step, "", "group"))
+                sequence.extend((m, "    ", "member") for m in members)
+            else:
+                sequence.append((step, "", "step"))
 
         constants = {}           # id -> (name, value) of the values inlined guards compare with
 
@@ -204,12 +236,13 @@ class Plan:
             counter[0] += 1
             return slots[blob]
 
-        for position, step in enumerate(self.steps):
+        for position, (step, _, _) in enumerate(sequence):
             for blob in step.inputs + step.outputs:
                 last_use[blob] = position
         seen_workspace_op = False
         written = set()
-        for position, step in enumerate(self.steps):
+        group_end = {}       # position of a group's last member -> (group, its position)
+        for position, (step, indent, role) in enumerate(sequence):
             args = []
             for blob in step.inputs:
                 if blob not in slots:
@@ -218,25 +251,32 @@ class Plan:
                     if blob not in written and blob not in self.reads and not optional:
                         self.reads.append(blob)
                     read = "B.get(%r)" % blob if optional else "B[%r]" % blob
+                    # a missing blob is named as its first reading op names it
+                    reader = step if role != "group" else next(m for m in step.members if blob in m.inputs)
                     if not seen_workspace_op:
-                        loads.append((local, read, blob, step.index))
+                        loads.append((local, read, blob, reader))
                     else:   # a workspace op may have changed it: read it where it is used
-                        body.append(("%s = %s" % (local, read), ("load", blob, step.index)))
+                        body.append(("%s = %s" % (local, read), ("load", blob, reader)))
                 args.append(slots[blob])
-            self._input_locals[step.index] = list(args[:len(step.op_def.input)])
+            if role == "group":
+                body.append(("r%d = f%d(%s)" % (step.index, step.index, ", ".join(args)), ("step", step)))
+                body.append(("if r%d is None:" % step.index, ("step", step)))
+                group_end[position + len(step.members)] = (step, position, dict(zip(step.inputs, args)))
+                continue
+            self._input_locals[id(step)] = list(args[:len(step.op_def.input)])
             if step.guard is not None:
                 n_in = len(step.op_def.input)
                 call_guard = "g%d(%s)" % (step.index, ", ".join(args[:n_in]))
                 fast = getattr(step.guard, "fast", None)
                 if fast is not None:    # the rules inlined: valid inputs cost no call
                     call_guard = "if not (%s): %s" % (fast(args[:n_in], constant), call_guard)
-                body.append((call_guard, ("step", step.index)))
+                body.append((indent + call_guard, ("step", step)))
             wants_workspace = _wants_workspace(step)
             if wants_workspace:
                 # The op sees the workspace view: hand it every value written so far,
                 # and afterwards read everything again from the view.
                 for blob in dirty:
-                    body.append(("B[%r] = %s" % (blob, slots[blob]), ("step", step.index)))
+                    body.append(("B[%r] = %s" % (blob, slots[blob]), ("step", step)))
                 dirty = []
                 args.insert(0, "B")
                 seen_workspace_op = True
@@ -251,28 +291,44 @@ class Plan:
                 if not step.commits_outputs:
                     dirty.append(blob)
             if len(outs) == 0:
-                body.append((call, ("step", step.index)))
+                body.append((indent + call, ("step", step)))
             elif len(outs) == 1:
-                body.append(("%s = %s" % (outs[0], call), ("step", step.index)))
+                body.append((indent + "%s = %s" % (outs[0], call), ("step", step)))
             else:
-                body.append(("%s = %s" % (", ".join(outs), call), ("step", step.index)))
-            if self.keep is not None and not self.uses_workspace:
+                body.append((indent + "%s = %s" % (", ".join(outs), call), ("step", step)))
+            drop = self.keep is not None and not self.uses_workspace
+            if drop:
                 # Dropping a blob right after its last use hands its memory back while
                 # it is still in cache: the next op's output reuses it.
                 done = sorted({slots[b] for b in step.inputs + step.outputs
                                if last_use[b] == position and b not in self.keep})
                 if done:
-                    body.append(("del " + ", ".join(done), ("step", step.index)))
+                    body.append((indent + "del " + ", ".join(done), ("step", step)))
+            if position in group_end:
+                group, start, input_locals = group_end.pop(position)
+                kept = [slots[b] for b in group.outputs]
+                body.append(("else:", ("step", group)))
+                body.append(("    %s, = r%d" % (", ".join(kept), group.index), ("step", group)))
+                if drop:    # the group's inputs whose last reader was one of its ops
+                    done = sorted({input_locals[b] for b in group.inputs
+                                   if start < last_use[b] <= position and b not in self.keep})
+                    if done:
+                        body.append(("    del " + ", ".join(done), ("step", group)))
+                body.append(("del r%d" % group.index, ("step", group)))
         if self.keep is not None and not self.uses_workspace:
             dirty = [b for b in dirty if b in self.keep]
         self.writes = list(dirty)
         lines = ["def make(K, C):"]
         lines += ["    %s = C[%r]" % (name, name) for name, _ in constants.values()]
-        lines += ["    k%d = K[%d].kernel" % (s.index, i) for i, s in enumerate(self.steps)]
-        lines += ["    g%d = K[%d].guard" % (s.index, i) for i, s in enumerate(self.steps) if s.guard is not None]
+        kernels = [s for s, _, _ in sequence]
+        lines += ["    %s%d = K[%d].%s" % (("f", s.index, i, "kernel.try_fused") if role == "group" else
+                                          ("k", s.index, i, "kernel"))
+                  for i, (s, _, role) in enumerate(sequence)]
+        lines += ["    g%d = K[%d].guard" % (s.index, i) for i, (s, _, role) in enumerate(sequence)
+                  if role != "group" and s.guard is not None]
         lines.append("    def run(B):")
-        for local, read, blob, index in loads:
-            self._load_line_to_blob[len(lines) + 1] = (blob, index)
+        for local, read, blob, reader in loads:
+            self._load_line_to_blob[len(lines) + 1] = (blob, reader)
             lines.append("        %s = %s" % (local, read))
         for text, (kind, *where) in body:
             if kind == "load":
@@ -289,7 +345,7 @@ class Plan:
         self._filename = "<caffe2py plan %d: %s>" % (_plan_counter[0], _printable(self.name))
         namespace = {}
         exec(compile("\n".join(lines) + "\n", self._filename, "exec"), namespace)
-        return namespace["make"](self.steps, {name: value for name, value in constants.values()})
+        return namespace["make"](kernels, {name: value for name, value in constants.values()})
 
     def run(self, blobs):
         """Run once against the mapping of blobs; on failure raise OperatorError and
@@ -316,29 +372,16 @@ class Plan:
                 line, frame = tb.tb_lineno, tb.tb_frame
             tb = tb.tb_next
         if line in self._load_line_to_blob:
-            blob, index = self._load_line_to_blob[line]
-            reader = next(s for s in self.steps if s.index == index)
+            blob, reader = self._load_line_to_blob[line]
             return self.step_error(reader, Caffe2Error("input blob '%s' does not exist in the workspace" % blob))
-        index = self._line_to_step.get(line)
-        step = next((s for s in self.steps if s.index == index), None)
+        step = self._line_to_step.get(line)
         if step is None:
             return exc if isinstance(exc, Caffe2Error) else Caffe2Error("net '%s' failed: %s" % (self.name, exc))
         values = frame.f_locals if frame is not None else {}
-        return self.step_error(step, exc, [values.get(name) for name in self._input_locals.get(index, ())])
+        return self.step_error(step, exc, [values.get(name) for name in self._input_locals.get(id(step), ())])
 
     def step_error(self, step, exc, inputs=None):
-        label = describe_op(step.index, step.op_def)
-        memory = memory_problem(exc)
-        if memory:
-            exc = Caffe2Error(memory)
-        elif inputs and not isinstance(exc, Caffe2Error):
-            problem = foreign_input_problem(step.op_def, inputs, exc)
-            if problem:
-                exc = Caffe2Error(problem)
-        text = str(exc)
-        if not text.startswith(label):
-            text = "%s failed: %s%s" % (label, "" if isinstance(exc, Caffe2Error) else type(exc).__name__ + ": ", text)
-        return OperatorError(text, step.index, step.op_def.type, step.op_def.name, exc)
+        return step_error(step, exc, inputs)
 
     def run_step(self, step, env, blobs):
         """Run one step reading from env (this run's writes) then blobs; used by the
@@ -380,13 +423,19 @@ class Plan:
             for blob, value in zip(step.outputs, result):
                 env[blob] = value
 
+    def op_steps(self):
+        """One step per op of the net: fused groups (fusion.py) opened into their
+        member ops, for the paths that observe or time ops one by one."""
+        return [m for s in self.steps for m in (getattr(s, "members", None) or (s,))]
+
     def run_observed(self, blobs, observers):
-        """Slow path with per-op hooks: observer.op_start(step) / op_stop(step)."""
+        """Slow path with per-op hooks: observer.op_start(step) / op_stop(step), one
+        call each per op of the net (fused groups run op by op here)."""
         env = BlobOverlay(blobs)
         for obs in observers:
             obs.net_start(self)
         with cpu_run_context(), undo_on_failure():   # as run() does, so op times match plain runs
-            for step in self.steps:
+            for step in self.op_steps():
                 for obs in observers:
                     obs.op_start(step)
                 self.run_step(step, env, blobs)
@@ -476,7 +525,8 @@ def _compile(net_def, known_blobs, input_types, blob_values, keep, policy=None):
         steps.append(Step(index, op, kernel, engine, ctx,
                           reads_outputs=schema is not None and schema.reads_outputs,
                           guard=runtime_guard(schema, ctx)))
-    return Plan(net_def, steps, keep, policy)
+    steps, fused_groups = fuse_steps(steps, net_def, keep, step_error)
+    return Plan(net_def, steps, keep, policy, fused_groups)
 
 
 # --------------------------------------------------------------------------- observers

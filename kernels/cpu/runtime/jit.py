@@ -81,11 +81,13 @@ class CompiledKernel:
     """A Python function that numba compiles on its first call (see the module
     docstring), with an optional NumPy twin that stands in until it is compiled."""
 
-    def __init__(self, fn, fastmath=_DEFAULT_FASTMATH, parallel=False, inline=False):
+    def __init__(self, fn, fastmath=_DEFAULT_FASTMATH, parallel=False, inline=False, error_model=None):
         self.py_func = fn
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self._options = dict(cache=True, nogil=True, boundscheck=False, fastmath=set(fastmath))
+        if error_model is not None:     # "numpy": x / 0 gives inf/nan as NumPy does, no exception
+            self._options["error_model"] = error_model
         if parallel:
             self._options["parallel"] = True
         if inline:
@@ -296,11 +298,11 @@ def _serial_launches():
     return _layer[0] == "workqueue"
 
 
-def compiled(fn=None, *, fastmath=_DEFAULT_FASTMATH, parallel=False, inline=False):
+def compiled(fn=None, *, fastmath=_DEFAULT_FASTMATH, parallel=False, inline=False, error_model=None):
     """Decorator: `fn` becomes a CompiledKernel (see the module docstring)."""
     if fn is None:
-        return lambda f: CompiledKernel(f, fastmath, parallel, inline)
-    return CompiledKernel(fn, fastmath, parallel, inline)
+        return lambda f: CompiledKernel(f, fastmath, parallel, inline, error_model)
+    return CompiledKernel(fn, fastmath, parallel, inline, error_model)
 
 
 def serial_variant(kernel, name):
