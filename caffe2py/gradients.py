@@ -492,19 +492,22 @@ class BackwardPass:
         return ops, g
 
     def _dense_sum(self, producers, base):
+        # a gradient handed over without an op (an explicit gradient of an output,
+        # Sum's pass-through) may carry the name an op's gradient would be written
+        # to (FC's `<x>_grad`); that op then writes a renamed partial, so it does not
+        # clobber the handed-over blob before the Sum adds both
+        handed_over = {p.gradient for p in producers if p.grad_op is None}
         parts, counter, first = [], 0, True
         for p in producers:
             if p.grad_op is not None:
-                if first:
+                if first and p.grad_op.output[p.index] not in handed_over:
                     first = False
                     parts.append(p.grad_op.output[p.index])
                 else:
+                    first = False
                     out, counter = self._rename(p.grad_op, p.index, counter, p.chain)
                     parts.append(out)
             else:
-                if p.gradient == base:
-                    raise Caffe2Error("a gradient handed over without an op is named '%s', the name of the "
-                                      "summed gradient itself" % base)
                 parts.append(p.gradient)
         if base in parts:          # Sum may only run in place on its first input
             k = parts.index(base)
