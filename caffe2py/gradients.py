@@ -492,22 +492,19 @@ class BackwardPass:
         return ops, g
 
     def _dense_sum(self, producers, base):
-        # a gradient handed over without an op (an explicit gradient of an output,
-        # Sum's pass-through) may carry the name an op's gradient would be written
-        # to (FC's `<x>_grad`); that op then writes a renamed partial, so it does not
-        # clobber the handed-over blob before the Sum adds both
-        handed_over = {p.gradient for p in producers if p.grad_op is None}
         parts, counter, first = [], 0, True
         for p in producers:
             if p.grad_op is not None:
-                if first and p.grad_op.output[p.index] not in handed_over:
+                if first:
                     first = False
                     parts.append(p.grad_op.output[p.index])
                 else:
-                    first = False
                     out, counter = self._rename(p.grad_op, p.index, counter, p.chain)
                     parts.append(out)
             else:
+                if p.gradient == base:          # as Caffe2's _CheckSumOpsConflict
+                    raise Caffe2Error("a gradient handed over without an op is named '%s', the name of the "
+                                      "summed gradient itself" % base)
                 parts.append(p.gradient)
         if base in parts:          # Sum may only run in place on its first input
             k = parts.index(base)
@@ -543,11 +540,10 @@ class BackwardPass:
                 grads[y] = seed.output[0]
                 self.generators[y][self.frontier[y]].append(_Dense(seed, 0, seed.output[0]))
             else:
+                # as in Caffe2, a given gradient is not a partial gradient to sum: when
+                # ops of the net also read y, their gradient of y replaces it
+                # (RecurrentNetwork's backward step adds its linked gradients itself)
                 grads[y] = g
-                # an explicit gradient is one more contribution to sum (Caffe2 drops it
-                # when an op of the net also reads y)
-                meta = _Sparse(None, 0, None, 0, g) if isinstance(g, GradientSlice) else _Dense(None, 0, g)
-                self.generators[y][self.frontier[y]].append(meta)
         return grads, ops
 
     def _step(self, position, grads):

@@ -1,7 +1,6 @@
 """Nets Caffe2's backward pass builder accepts that caffe2py refused (found by
-Caffe2's rnn_cell_test): an explicit output gradient named like the gradient an op
-writes for the same blob, and an in-place Add whose output a later in-place op
-overwrites. Both against NumPy."""
+Caffe2's rnn_cell_test): a given gradient of a blob that ops of the net also read,
+and an in-place Add whose output a later in-place op overwrites. Against NumPy."""
 import numpy as np
 
 from caffe2py import core, workspace
@@ -20,17 +19,32 @@ def run(net, **blobs):
     workspace.RunNetOnce(net)
 
 
-def test_an_explicit_gradient_named_like_an_ops_gradient_is_summed_with_it():
-    # x is both an output asked about (its gradient handed over as "x_grad", as
-    # RecurrentNetwork's step nets do for a state) and FC's input, whose gradient op
-    # writes "x_grad" too: both contributions must add up, neither clobber the other
-    net = core.Net("handed_over")
+def test_a_given_gradient_of_a_blob_ops_also_read_is_replaced_by_theirs():
+    # Caffe2's IR: a gradient passed in for y is where the walk starts, not a partial
+    # gradient to sum; when ops also read y, their gradient of y replaces it. A
+    # RecurrentNetwork step net relies on this (x = a state read by the next layer,
+    # its linked gradient arriving as "x_grad", added by the backward step itself)
+    net = core.Net("given_and_read")
     net.FC(["x", "w", "b"], "y")
     grad_map = net.AddGradientOperators({"y": "y_grad", "x": "x_grad"})
+    assert [op.type for op in net.Proto().op[1:]] == ["FCGradient"]
     x, w, b, dy, dx_in = f32(3, 4), f32(2, 4), f32(2), f32(3, 2), f32(3, 4)
     run(net, x=x, w=w, b=b, y_grad=dy, x_grad=dx_in)
-    np.testing.assert_allclose(workspace.FetchBlob(grad_map["x"]), dx_in + dy @ w, rtol=1e-5, atol=1e-6)
+    assert str(grad_map["x"]) == "x_grad"
+    np.testing.assert_allclose(workspace.FetchBlob("x_grad"), dy @ w, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(workspace.FetchBlob(grad_map["w"]), dy.T @ x, rtol=1e-5, atol=1e-6)
+
+
+def test_stacked_lstm_step_nets_take_the_gradient_of_a_state_the_next_layer_reads():
+    # rnn_cell_test's multi_lstm: layer 0's hidden state is a state (linked gradient)
+    # and layer 1's input; building the backward step net used to stop on it
+    from caffe2py import model_helper, rnn_cell
+    model = model_helper.ModelHelper(name="stacked")
+    rnn_cell.LSTM(model, core.BlobReference("seq"), core.BlobReference("lengths"), None, 2, [3, 3],
+                  scope="lstm", outputs_with_grads=(0,))
+    rnn = [op for op in model.net.Proto().op if op.type == "RecurrentNetwork"][0]
+    step = [a.n for a in rnn.arg if a.name == "backward_step_net"][0]
+    assert "FCGradient" in [op.type for op in step.op]
 
 
 def test_in_place_add_then_in_place_tanh():
