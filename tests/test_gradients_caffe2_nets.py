@@ -73,3 +73,16 @@ def test_in_place_sub_on_its_second_operand():
     dpre = db * sig * (1 - sig)
     np.testing.assert_allclose(workspace.FetchBlob(grad_map["a"]), dpre, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(workspace.FetchBlob(grad_map["b"]), -dpre, rtol=1e-5, atol=1e-6)
+
+
+def test_gradient_outputs_a_schema_cannot_infer_take_their_blobs_shape():
+    # Caffe2's shape inference: a gradient op's `<x>_grad` output its schema cannot
+    # infer (Concat's gradient is a Split with the sizes as an input) has x's shape
+    net = core.Net("concat_grad_shapes")
+    net.Concat(["a", "b"], ["c", "split_info"], axis=1)
+    net.AddGradientOperators({"c": "dc"})
+    shapes, types = workspace.InferShapesAndTypes([net], {"a": [2, 3], "b": [2, 5], "dc": [2, 8]})
+    assert shapes["a_grad"] == [2, 3] and shapes["b_grad"] == [2, 5]
+    a, b, dc = f32(2, 3), f32(2, 5), f32(2, 8)
+    run(net, a=a, b=b, dc=dc)
+    assert workspace.FetchBlob("a_grad").shape == (2, 3) and workspace.FetchBlob("b_grad").shape == (2, 5)
