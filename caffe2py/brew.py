@@ -5,7 +5,8 @@ ModelHelper, with the model's arg_scope applied.
         brew.conv(model, "data", "conv1", 3, 64, kernel=3)   # gets weight_init
 
 A helper's arguments come from, in increasing precedence: the model's arg_scope
-(the layout `order`), the arg_scope blocks around the call (innermost last;
+(the layout `order`; for conv also use_cudnn, which ModelHelper turns on, so convs
+carry engine='CUDNN' as in Caffe2 and the CPU runs its default kernel), the arg_scope blocks around the call (innermost last;
 per helper name, per thread), and the call itself. brew.cond and brew.loop add
 If / While ops running other models' nets (control_ops_util).
 """
@@ -112,7 +113,7 @@ def arg_scope(single_helper_or_list, **kwargs):
         _scope.current = old
 
 
-_SCOPED_KEYS = {"conv": ("order",), "max_pool": ("order",), "average_pool": ("order",),
+_SCOPED_KEYS = {"conv": ("order", "use_cudnn", "cudnn_exhaustive_search", "ws_nbytes_limit"), "max_pool": ("order",), "average_pool": ("order",),
                 "spatial_bn": ("order",), "concat": ("order",), "softmax": ()}
 
 
@@ -135,9 +136,30 @@ def fc(model, blob_in, blob_out, dim_in, dim_out, weight_init=None, bias_init=No
     return model.net.FC([blob_in, w, b], blob_out, **kwargs)
 
 
+def _cudnn_engine(helper, use_cudnn, kwargs):
+    """Caffe2's rule for its cuDNN-aware helpers: use_cudnn sets engine='CUDNN' and
+    refuses an explicit other engine (and the reverse); the CPU runs its default
+    kernel for an engine it lacks, as Caffe2 does."""
+    engine = kwargs.get("engine")
+    if engine is not None:
+        if use_cudnn and engine != "CUDNN":
+            raise ValueError("brew.%s: when use_cudnn=True, the only engine you can specify is 'CUDNN', got %r"
+                             % (helper, engine))
+        if not use_cudnn and engine == "CUDNN":
+            raise ValueError("brew.%s: when use_cudnn=False, the engine cannot be 'CUDNN'" % helper)
+    if use_cudnn:
+        kwargs["engine"] = "CUDNN"
+    return bool(use_cudnn)
+
+
 def conv(model, blob_in, blob_out, dim_in, dim_out, kernel, weight_init=None, bias_init=None,
          WeightInitializer=None, BiasInitializer=None, group=1, transform_inputs=None,  # noqa: ARG001
-         order="NCHW", no_bias=False, **kwargs):
+         order="NCHW", no_bias=False, use_cudnn=False, cudnn_exhaustive_search=False,
+         ws_nbytes_limit=None, **kwargs):
+    if _cudnn_engine("conv", use_cudnn, kwargs):
+        kwargs.setdefault("exhaustive_search", cudnn_exhaustive_search)
+        if ws_nbytes_limit:
+            kwargs.setdefault("ws_nbytes_limit", ws_nbytes_limit)
     # a 2-D kernel given as one size or as [kernel_h, kernel_w] (Caffe2's helper takes both)
     if isinstance(kernel, (list, tuple)):
         if len(kernel) != 2:

@@ -523,7 +523,7 @@ class BackwardPass:
                     out, counter = self._rename(p.grad_op, p.index, counter, p.chain)
                     parts.append(out)
             else:
-                if p.gradient == base:
+                if p.gradient == base:          # as Caffe2's _CheckSumOpsConflict
                     raise Caffe2Error("a gradient handed over without an op is named '%s', the name of the "
                                       "summed gradient itself" % base)
                 parts.append(p.gradient)
@@ -561,11 +561,10 @@ class BackwardPass:
                 grads[y] = seed.output[0]
                 self.generators[y][self.frontier[y]].append(_Dense(seed, 0, seed.output[0]))
             else:
+                # as in Caffe2, a given gradient is not a partial gradient to sum: when
+                # ops of the net also read y, their gradient of y replaces it
+                # (RecurrentNetwork's backward step adds its linked gradients itself)
                 grads[y] = g
-                # an explicit gradient is one more contribution to sum (Caffe2 drops it
-                # when an op of the net also reads y)
-                meta = _Sparse(None, 0, None, 0, g) if isinstance(g, GradientSlice) else _Dense(None, 0, g)
-                self.generators[y][self.frontier[y]].append(meta)
         return grads, ops
 
     def _step(self, position, grads):

@@ -14,8 +14,8 @@ MultiRNNCell (stacked layers), DropoutCell, AttentionCell with
 LSTMWithAttentionCell / MILSTMWithAttentionCell; GRUCell is in gru_cell.py.
 Some cells use ops of other families (LayerNorm, ElementwiseLinear, Squeeze, the
 comparisons of BasicRNN with sequence lengths); they are created here and run
-when those ops are registered. The static unroll (static_rnn_unroll_size) and
-cudnn_LSTM are not provided.
+when those ops are registered. UnrolledCell (static_rnn_unroll_size) applies a
+cell T times in the net itself instead; cudnn_LSTM is not provided.
 """
 import functools
 import inspect
@@ -642,9 +642,6 @@ def _LSTM(cell_class, model, input_blob, seq_lengths, initial_states, dim_in, di
     (hidden, cell; 1 for BasicRNN/GRU), or None for zero parameters. Returns
     (hidden_all, hidden_last, cell_all, cell_last) of the last layer (of every layer
     with return_last_layer_only=False), plus a parameter dict with return_params."""
-    if static_rnn_unroll_size is not None:
-        raise Caffe2Error("static_rnn_unroll_size (the unrolled static RNN) is not supported; "
-                          "the RecurrentNetwork op runs any sequence length")
     dims = list(dim_out) if isinstance(dim_out, (list, tuple)) else [dim_out]
     layers = len(dims)
     cells = [cell_class(input_size=(dim_in if i == 0 else dims[i - 1]), hidden_size=dims[i],
@@ -653,6 +650,8 @@ def _LSTM(cell_class, model, input_blob, seq_lengths, initial_states, dim_in, di
                         drop_states=drop_states, **cell_kwargs)
              for i in range(layers)]
     cell = MultiRNNCell(cells, name=scope, forward_only=forward_only) if layers > 1 else cells[0]
+    if static_rnn_unroll_size is not None:
+        cell = UnrolledCell(cell, static_rnn_unroll_size)
     states_per_layer = 2 * len(cells[-1].get_state_names())
     outputs_with_grads = [states_per_layer * (layers - 1) + i for i in outputs_with_grads]
     _, result = cell.apply_over_sequence(model=model, inputs=input_blob, seq_lengths=seq_lengths,
@@ -663,6 +662,65 @@ def _LSTM(cell_class, model, input_blob, seq_lengths, initial_states, dim_in, di
     if return_params:
         result = list(result) + [{"input": cell.get_input_params(), "recurrent": cell.get_recurrent_params()}]
     return tuple(result)
+
+
+class UnrolledCell(RNNCell):
+    """A cell applied T times in the net itself (Caffe2's static RNN): the input
+    sequence is split into T steps, step t's ops live under the name scope
+    `timestep_<t>/` with the parameters shared across steps, and each state's steps
+    are concatenated back into a [T, N, D] sequence. States come out as the
+    RecurrentNetwork path gives them (per state: all steps, then the last step);
+    outputs not in outputs_with_grads get a ZeroGradient so a backward pass may
+    start from the others only."""
+
+    def __init__(self, cell, T):
+        super().__init__(name=getattr(cell, "name", None), forward_only=getattr(cell, "forward_only", False))
+        if int(T) < 1:
+            raise Caffe2Error("UnrolledCell: T must be >= 1, got %r" % (T,))
+        self.T = int(T)
+        self.cell = cell
+
+    def get_state_names(self):
+        return self.cell.get_state_names()
+
+    def get_output_state_index(self):
+        return self.cell.get_output_state_index()
+
+    def apply_over_sequence(self, model, inputs, seq_lengths=None, initial_states=None,
+                            outputs_with_grads=None):
+        from .modeling.parameter_sharing import ParameterSharing
+        if initial_states is None:
+            raise Caffe2Error("UnrolledCell needs initial states")
+        inputs = self.cell.prepare_input(model, inputs)
+        names = [str(inputs) + "_timestep_{}".format(t) for t in range(self.T)]
+        steps = model.net.Split(inputs, names, axis=0)
+        if self.T == 1:
+            steps = [steps]
+        states = list(initial_states)
+        per_step = []
+        for t in range(self.T):
+            step_scope = "timestep_{}".format(t)
+            with ParameterSharing({step_scope: ""}), scope.NameScope(step_scope):
+                timestep = model.param_init_net.ConstantFill(
+                    [], "timestep", value=t, shape=[1], dtype=core.DataType.INT32,
+                    device_option=core.DeviceOption(core.caffe2_pb2.CPU))
+                states = self.cell._apply(model=model, input_t=steps[t], seq_lengths=seq_lengths,
+                                          states=states, timestep=timestep)
+            per_step.append(states)
+        prefix = len("timestep_0/")
+        sequences = []
+        for steps_of_state in zip(*per_step):
+            base = str(steps_of_state[0])[prefix:]
+            sequences.append(model.net.Concat(list(steps_of_state), [base + "_concat", base + "_concat_info"],
+                                              axis=0)[0])
+        outputs = []
+        for sequence, last in zip(sequences, states):
+            outputs.extend([sequence, last])
+        outputs = tuple(outputs)
+        with_grads = set(range(len(outputs))) if outputs_with_grads is None else set(outputs_with_grads)
+        for i in sorted(set(range(len(outputs))) - with_grads):
+            model.net.ZeroGradient(outputs[i], [])
+        return self.cell._prepare_output_sequence(model, outputs), outputs
 
 
 LSTM = functools.partial(_LSTM, LSTMCell)

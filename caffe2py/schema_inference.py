@@ -42,6 +42,18 @@ def infer_net(net_defs, known):
         for index, op in enumerate(normalized_ops(net_def)):
             ins = [types.get(b, UNKNOWN) for b in op.input]
             for blob, t in zip(op.output, infer_op(op, ins, index)):
+                if not t.known and op.is_gradient_op:
+                    t = _gradient_like_its_blob(blob, types, t)
                 if t.known or blob not in types:
                     types[blob] = t
     return types
+
+
+def _gradient_like_its_blob(blob, types, t):
+    """Caffe2's rule for a gradient op's output its schema cannot infer (Split with its
+    sizes as an input, as Concat's gradient runs it): `<x>_grad` has x's shape and type."""
+    if blob.endswith("_grad"):
+        source = types.get(blob[:-len("_grad")])
+        if source is not None and source.known:
+            return source
+    return t

@@ -100,3 +100,42 @@ def test_cond_and_loop_helpers():
     brew.loop(outer, "go", ["i", "limit", "one", "go"], loop_model, cond_model)
     workspace.RunNetOnce(outer.net)
     assert workspace.FetchBlob("i").tolist() == [5]
+
+
+@pytest.mark.parametrize("model_default", [None, True, False])
+def test_conv_use_cudnn_sets_the_engine_as_caffe2(model_default):
+    # ModelHelper's arg_scope turns use_cudnn on unless told otherwise; a call's
+    # use_cudnn wins; an engine that contradicts it is a ValueError
+    model = ModelHelper(name="cudnn", arg_scope={} if model_default is None else {"use_cudnn": model_default})
+    scope_default = True if model_default is None else model_default
+    for use_cudnn in (None, True, False):
+        for engine in (None, "", "CUDNN"):
+            kwargs = {}
+            if use_cudnn is not None:
+                kwargs["use_cudnn"] = use_cudnn
+            if engine is not None:
+                kwargs["engine"] = engine
+            wanted = scope_default if use_cudnn is None else use_cudnn
+            if (not wanted and engine == "CUDNN") or (wanted and engine == ""):
+                with pytest.raises(ValueError):
+                    brew.conv(model, "x", "y", 2, 3, 1, **kwargs)
+                continue
+            brew.conv(model, "x", "y", 2, 3, 1, **kwargs)
+            op = model.net.Proto().op[-1]
+            assert op.engine == (engine if engine is not None else ("CUDNN" if wanted else ""))
+            searched = [a.i for a in op.arg if a.name == "exhaustive_search"]
+            assert searched == ([0] if op.engine == "CUDNN" else [])
+
+
+def test_a_cudnn_conv_runs_the_default_kernel_on_the_cpu():
+    model = ModelHelper(name="cudnn_cpu")
+    y = brew.conv(model, "x", "y", 2, 3, 1)
+    assert model.net.Proto().op[0].engine == "CUDNN"
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 2, 4, 5)).astype(np.float32)
+    workspace.FeedBlob("x", x)
+    workspace.RunNetOnce(model.param_init_net)
+    workspace.RunNetOnce(model.net)
+    w, b = workspace.FetchBlob("y_w"), workspace.FetchBlob("y_b")
+    expected = np.einsum("nchw,oc->nohw", x, w[:, :, 0, 0]) + b.reshape(1, -1, 1, 1)
+    np.testing.assert_allclose(workspace.FetchBlob("y"), expected, rtol=1e-5, atol=1e-5)

@@ -352,11 +352,19 @@ class TestCast(OpTest):
     def test_bad_to(self):
         X = np.ones(2, np.float32)
         for to, message in (("floaty", "unknown 'to' argument 'floaty'"), (99, "unknown 'to' value 99"),
-                            (DT.STRING, "casting to STRING is not supported"),
                             ("undefined", "casting to UNDEFINED is not supported")):
             workspace.FeedBlob("X", X)
             with pytest.raises(Caffe2Error, match="Cast #0 'Y': " + message):
                 workspace.RunOperatorOnce(core.CreateOperator("Cast", ["X"], ["Y"], to=to))
+
+    def test_numbers_to_strings_as_std_to_string(self):
+        # later Caffe2 casts numbers to strings (cast_op_test's test_cast_int_to_string)
+        for x, want in ((np.array([[3, -12], [0, 7]], np.int32), [[b"3", b"-12"], [b"0", b"7"]]),
+                        (np.array([1.5, -0.25], np.float32), [b"1.500000", b"-0.250000"]),
+                        (np.array([True, False]), [b"1", b"0"])):
+            workspace.FeedBlob("X", x)
+            workspace.RunOperatorOnce(core.CreateOperator("Cast", ["X"], ["Y"], to=DT.STRING))
+            self.assertEqual(workspace.FetchBlob("Y").tolist(), want)
 
     def test_inferred_type_is_the_target(self):
         net = core.Net("cast")

@@ -155,6 +155,15 @@ def test_lengths_pad():
         outputs_of(op("LengthsPad", 2, 1, target_length=2), [data, lengths])
 
 
+def test_lengths_pad_shape_inference():
+    net = core.Net("lengths_pad_shapes")
+    net.LengthsPad(["data", "lengths"], "padded", target_length=4)
+    shapes, types = workspace.InferShapesAndTypes(
+        [net], {"data": [5, 2, 3], "lengths": [3]},
+        blob_types={"data": core.DataType.FLOAT, "lengths": core.DataType.INT32})
+    assert shapes["padded"] == [12, 2, 3] and types["padded"] == core.DataType.FLOAT
+
+
 def test_lengths_split():
     lengths = np.array([7, 0, 4], np.int32)
     want = [3, 2, 2, 0, 0, 0, 2, 1, 1]       # 7 -> 3+2+2, 4 -> 2+1+1

@@ -452,8 +452,6 @@ def test_recurrent_network_errors_name_the_op_and_leave_the_workspace():
 
 def test_unsupported_lstm_variants_are_named():
     model = model_helper.ModelHelper(name="m")
-    with pytest.raises(Caffe2Error, match="static_rnn_unroll_size"):
-        rnn_cell.LSTM(model, "input", "seq_lengths", ("h0", "c0"), DIN, H, scope="l", static_rnn_unroll_size=3)
     with pytest.raises(Caffe2Error, match="cuDNN"):
         rnn_cell.cudnn_LSTM(model, "input", ("h0", "c0"), DIN, H, scope="l")
 

@@ -306,3 +306,19 @@ def test_gradient_op_refuses_mismatched_shapes_and_dtypes():
     workspace.FeedBlob("X", np.ones((2, 3), np.int32))
     with pytest.raises(Caffe2Error, match="int32"):
         workspace.RunOperatorOnce(core.CreateOperator("SinGradient", ["X", "dY"], ["dX"]))
+
+
+def test_selu_gradient_takes_dy_of_y_size_and_gives_y_shape():
+    # Caffe2's SeluGradient asks for as many dY values as Y has (selu_op_test's
+    # in-place check feeds Y of shape [1, 1] and dY of shape [1])
+    alpha, scale = 1.3, 1.1
+    y = np.array([[0.5, -0.4, 2.0]], np.float32)
+    dy = np.array([1.0, 2.0, -3.0], np.float32)
+    workspace.FeedBlob("Y", y)
+    workspace.FeedBlob("dY", dy)
+    workspace.RunOperatorOnce(core.CreateOperator("SeluGradient", ["Y", "dY"], ["dY"], alpha=alpha, scale=scale))
+    expected = np.where(y > 0, scale * dy.reshape(y.shape), dy.reshape(y.shape) * (y + scale * alpha))
+    np.testing.assert_allclose(workspace.FetchBlob("dY"), expected, rtol=1e-6)
+    workspace.FeedBlob("dY", dy[:2])
+    with pytest.raises(Caffe2Error, match="needs one per value"):
+        workspace.RunOperatorOnce(core.CreateOperator("SeluGradient", ["Y", "dY"], ["dX"]))

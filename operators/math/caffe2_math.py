@@ -342,7 +342,7 @@ def data_type_value(value, name, fail):
 def cast_target(ctx, name="to"):
     """Caffe2's DataType from `to`: an enum value, or its name in any case."""
     value = data_type_value(ctx.arg(name, DT.FLOAT), name, ctx.error)
-    if value not in _CAST_TARGETS:
+    if value not in _CAST_TARGETS and value != DT.STRING:
         raise ctx.error("casting to %s is not supported" % DT.DataType.Name(value))
     return value
 
@@ -353,14 +353,29 @@ register_schema(OpSchema(
           Arg("from_type", "any", None, doc="accepted and ignored (the input's type is used)")),
     inference=lambda ctx, ins: [TensorType(ins[0].dims, cast_target(ctx))], cost=pointwise_cost(1),
     doc="Converts the input to the type `to` (FLOAT, DOUBLE, FLOAT16, INT8/16/32/64, UINT8/16, BOOL) "
-        "as C++'s static_cast does: floats to integers truncate, nonzero to bool is True."))
+        "as C++'s static_cast does: floats to integers truncate, nonzero to bool is True; STRING "
+        "writes each number as std::to_string does (a string tensor)."))
+
+
+def _to_strings(x):
+    """Numbers as C++'s std::to_string writes them (integers and bools as integers,
+    floats with six decimals), as bytes: Caffe2's string tensors."""
+    if x.dtype.kind == "f":
+        text = ["%f" % v for v in x.reshape(-1).tolist()]
+    else:
+        text = [str(int(v)) for v in x.reshape(-1).tolist()]
+    out = np.empty(x.size, dtype=object)
+    out[:] = [t.encode() for t in text]
+    return out.reshape(x.shape)
 
 
 @register_kernel("Cast")
 def cast(ctx):
-    dtype = _CAST_TARGETS[cast_target(ctx)]
+    target = cast_target(ctx)
 
     def run(x):
         check_dtype(ctx, 0, x, _CASTABLE)
-        return x.astype(dtype)
+        if target == DT.STRING:           # later Caffe2 casts numbers to strings
+            return _to_strings(x)
+        return x.astype(_CAST_TARGETS[target])
     return run

@@ -86,7 +86,10 @@ for _op, _rule in (("Add", "dA = dC, dB = dC"), ("Sub", "dA = dC, dB = -dC"),
     register_schema(OpSchema(
         _op + "Gradient", num_inputs=4 if _op == "Div" else 3, num_outputs=2, args=_BINARY_ARGS,
         checks=(DTypes(0, "numeric"),),          # a gradient is a number (bool has no negative)
-        allow_inplace={(0, 0), (0, 1)},      # an in-place Add's gradient writes over dC
+        # an in-place Add's gradient writes over dC; Add / Sub read A and B for their
+        # shapes only, and take dC in place of an operand the forward overwrote
+        allow_inplace=({(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)} if _op in ("Add", "Sub")
+                       else {(0, 0), (0, 1)}),
         inference=_binary_grad_infer, inputs=("dC", "A", "B") + (("C",) if _op == "Div" else ()),
         outputs=("dA", "dB"),
         doc="Gradient of %s: %s, each summed over the axes its operand was broadcast along "
@@ -120,6 +123,12 @@ for _op, _rule in (("Add", "dA = dC, dB = dC"), ("Sub", "dA = dC, dB = -dC"),
     @register_gradient(_op)
     def _binary_maker(g, op=_op):
         ins = [g.GO(0), g.I(0), g.I(1)]
+        if op in ("Add", "Sub"):
+            # their gradients read A and B for the shapes only; an operand the op
+            # overwrote in place has the output's shape, which dC carries, and a later
+            # in-place op (Tanh after an in-place Add) may overwrite the blob again
+            # (Caffe2's maker of the time read neither operand)
+            ins[1:] = [g.GO(0) if b in g.def_.output else b for b in ins[1:]]
         if op in ("Mul", "Div"):
             # their gradients read A and B as they were: an in-place op overwrote one
             g.input_value(0)

@@ -75,12 +75,26 @@ def _check_same_shapes(ctx, arrays):
                                   % (list(a.shape), ctx.inputs[0], list(first), ctx.type))
 
 
+# Caffe2's own SeluGradient op asks only for as many dY values as Y has, and gives dX
+# Y's shape (the other gradients run on one broadcast-free shape)
+_SAME_SIZE = {"SeluGradient"}
+
+
+def _same_size_as_y(ctx, y, dy):
+    if dy.size != y.size:
+        raise ctx.input_error(1, "has %d values, '%s' has %d; %s needs one per value"
+                              % (dy.size, ctx.inputs[0], y.size, ctx.type))
+    return y, dy.reshape(y.shape)
+
+
 def _register_gradient_op(grad_type, forward, inputs, fn, args, dtypes, rule):
     dy_index = inputs.index("dY")
+    same_size = grad_type in _SAME_SIZE
     register_schema(OpSchema(
         grad_type, num_inputs=len(inputs), num_outputs=1, allow_inplace={(dy_index, 0)},
         args=args, checks=(DTypes("*", *dtypes), SameDType("*")),
-        inference=same_as_input(dy_index), cost=elementwise_cost, inputs=inputs, outputs=("dX",),
+        inference=same_as_input(0 if same_size else dy_index), cost=elementwise_cost, inputs=inputs,
+        outputs=("dX",),
         doc="Gradient of %s: dX = %s." % (forward, rule)))
 
     @register_kernel(grad_type)
@@ -88,7 +102,10 @@ def _register_gradient_op(grad_type, forward, inputs, fn, args, dtypes, rule):
         kwargs = _read_args(ctx, args)
 
         def run(*arrays):
-            _check_same_shapes(ctx, arrays)
+            if same_size:
+                arrays = _same_size_as_y(ctx, *arrays)
+            else:
+                _check_same_shapes(ctx, arrays)
             return fn(*arrays, **kwargs)
         return run
     factory.__name__ = grad_type

@@ -5,7 +5,7 @@ import numpy as np
 
 from caffe2py.kernels.cpu.recsys import lengths_pad_split as K
 from caffe2py.proto import caffe2_pb2
-from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import output_size_problem
 
 from ._checks import check_int_vector, scalar_of
@@ -20,10 +20,20 @@ def _check_lengths(ctx, index, lengths):
         raise ctx.input_error(index, "lengths must be >= 0, got %d" % int(lengths.min()))
 
 
+def _lengths_pad_shape(ctx, ins):
+    """[len(LENGTHS) * target_length] + DATA's inner dims, in DATA's type."""
+    data, lengths = ins
+    target = ctx.int("target_length")
+    if target < 0 or not data.known or not lengths.known or len(lengths.dims) != 1 or not data.dims:
+        return TensorType(None, data.dtype)
+    rows = None if lengths.dims[0] is None else lengths.dims[0] * target
+    return TensorType((rows,) + tuple(data.dims[1:]), data.dtype)
+
+
 register_schema(OpSchema(
     "LengthsPad", num_inputs=2, num_outputs=1, inputs=("DATA", "LENGTHS"), outputs=("PADDED_DATA",),
     args=(Arg("padding_value", "float", -1.0), Arg("target_length", "int", -1, doc="required, >= every length")),
-    inference=lambda ctx, ins: [UNKNOWN], cost=_COST,
+    inference=lambda ctx, ins: [_lengths_pad_shape(ctx, ins)], cost=_COST,
     doc="Segment i of DATA (LENGTHS[i] rows) copied to rows [i * target_length, ...) of the output, "
         "the rest of each slot filled with padding_value; output has len(LENGTHS) * target_length rows."))
 
