@@ -1,21 +1,25 @@
-"""Caffe2's comparison and logic ops in the caffe2 domain: EQ, NE, LT, LE, GT, GE,
-And, Or, Xor (legacy `broadcast=1, axis` broadcasting, NumPy broadcasting
-otherwise), Not, Where (with broadcast_on_rows) and IsMemberOf."""
+"""Caffe2's comparison, logic and bitwise ops in the caffe2 domain: EQ, NE, LT, LE,
+GT, GE, And, Or, Xor, BitwiseAnd, BitwiseOr, BitwiseXor (legacy `broadcast=1, axis`
+broadcasting, NumPy broadcasting otherwise), Not, Where (with broadcast_on_rows) and
+IsMemberOf."""
 import numpy as np
 
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
 
-from .._caffe2_binary import BINARY_ARGS, NUMERIC, binary_inference, binary_runner, check_dtype
+from .._caffe2_binary import BINARY_ARGS, INTS, NUMERIC, binary_inference, binary_runner, check_dtype
 from .._common import elementwise_cost, same_as_input
+from .._gradient_hooks import should_not_do_gradient
 
 DT = caffe2_pb2.TensorProto
 _COMPARABLE = (np.bool_,) + NUMERIC
 _BOOL = (np.bool_,)
+_INT_BOOL = _BOOL + INTS          # Caffe2's CPU bitwise kernels: bool, int32, int64
 
 _COMPARISONS = {"EQ": (np.equal, "=="), "NE": (np.not_equal, "!="), "LT": (np.less, "<"),
                 "LE": (np.less_equal, "<="), "GT": (np.greater, ">"), "GE": (np.greater_equal, ">=")}
 _LOGICAL = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
+_BITWISE = {"BitwiseAnd": np.bitwise_and, "BitwiseOr": np.bitwise_or, "BitwiseXor": np.bitwise_xor}
 
 _BROADCAST_DOC = (" With broadcast=1, Caffe2's legacy rule applies: B is a one-element tensor, or its "
                   "shape (leading and trailing 1s aside) equals A's dims from `axis` (default: A's "
@@ -23,10 +27,11 @@ _BROADCAST_DOC = (" With broadcast=1, Caffe2's legacy rule applies: B is a one-e
                   "B must have one type.")
 
 
-def _register_binary(op_type, fn, allowed, doc, inplace):
+def _register_binary(op_type, fn, allowed, doc, inplace, out_dtype=DT.BOOL):
+    """out_dtype None: C has A's type (the bitwise ops); otherwise C is bool."""
     register_schema(OpSchema(
         op_type, num_inputs=2, num_outputs=1, allow_inplace={(0, 0)} if inplace else frozenset(),
-        args=BINARY_ARGS, inputs=("A", "B"), outputs=("C",), inference=binary_inference(DT.BOOL),
+        args=BINARY_ARGS, inputs=("A", "B"), outputs=("C",), inference=binary_inference(out_dtype),
         cost=elementwise_cost, doc=doc + _BROADCAST_DOC))
 
     @register_kernel(op_type)
@@ -39,6 +44,10 @@ for _op, (_fn, _symbol) in _COMPARISONS.items():
     _register_binary(_op, _fn, _COMPARABLE, "Elementwise A %s B (bool output)." % _symbol, inplace=False)
 for _op, _fn in _LOGICAL.items():
     _register_binary(_op, _fn, _BOOL, "Elementwise logical %s of bool tensors." % _op.lower(), inplace=True)
+for _op, _fn in _BITWISE.items():
+    _register_binary(_op, _fn, _INT_BOOL, "Elementwise bitwise %s of bool, int32 or int64 tensors (C has A's "
+                     "type)." % _op[len("Bitwise"):].lower(), inplace=True, out_dtype=None)
+should_not_do_gradient(*_BITWISE)       # as in Caffe2
 
 
 register_schema(OpSchema(
