@@ -110,3 +110,4 @@ def test_no_gradient_by_design(op_type):
     op = core.CreateOperator(op_type, ["A", "B"], ["C"])
     with pytest.raises(Caffe2Error, match="should not ask for the gradient of operator type '%s'" % op_type):
         gradients.get_gradient_for_op(op, ["C_grad"])
+

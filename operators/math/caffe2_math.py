@@ -89,6 +89,22 @@ register_unary("Scale", _scale, FLOATS, "scale * x.", args=(Arg("scale", "float"
 @register_gradient("Scale")
 def _scale_gradient(g):
     return [g.op("Scale", [g.GO(0)], [g.GI(0)])]
+
+
+def _elementwise_power(ctx):
+    exponent = np.float32(ctx.float("exponent"))     # Caffe2 reads the exponent as a float
+
+    def power(x):
+        with np.errstate(invalid="ignore", divide="ignore"):   # NaN / inf as C's pow gives them
+            return np.power(x, exponent.astype(x.dtype))
+    return keep_dtype(power)
+
+
+register_unary("ElementwisePower", _elementwise_power, FLOATS,
+               "x ** exponent (an older Caffe2 op; Pow is the broadcasting one).",
+               args=(Arg("exponent", "float", 0.0),), flops=4)
+
+
 register_unary("ReplaceNaN", lambda ctx: lambda x: pw.replace_nan(x, ctx.float("value")), FLOATS,
                 "x with every NaN replaced by `value`.", args=(Arg("value", "float", 0.0),))
 
