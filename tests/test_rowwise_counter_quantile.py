@@ -148,3 +148,18 @@ def test_quantile_abs_is_the_default():
 def test_quantile_errors(feeds, args, regexp):
     with pytest.raises(Caffe2Error, match=regexp):
         _run("Quantile", ["a", "b"], ["q"], feeds, **args)
+
+
+def test_rowwise_counter_is_undone_when_a_later_op_of_the_net_fails():
+    prev_iter, counter = np.zeros(4, np.int64), np.arange(4, dtype=np.float64)
+    for name, value in _counter_feeds(prev_iter, counter, np.array([1, 2]), 9).items():
+        workspace.FeedBlob(name, value)
+    workspace.FeedBlob("bad", np.array([7]))
+    net = core.Net("counter_then_failure")
+    net.RowWiseCounter(*_COUNTER_IO, counter_halflife=3)
+    net.RowWiseCounter(["prev_iter", "counter", "bad", "iter"], ["prev_iter", "counter"],
+                       counter_halflife=3)
+    with pytest.raises(Caffe2Error, match="bad"):
+        workspace.RunNetOnce(net)
+    np.testing.assert_array_equal(workspace.FetchBlob("prev_iter"), prev_iter)
+    np.testing.assert_array_equal(workspace.FetchBlob("counter"), counter)
