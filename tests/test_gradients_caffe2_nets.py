@@ -86,3 +86,44 @@ def test_gradient_outputs_a_schema_cannot_infer_take_their_blobs_shape():
     a, b, dc = f32(2, 3), f32(2, 5), f32(2, 8)
     run(net, a=a, b=b, dc=dc)
     assert workspace.FetchBlob("a_grad").shape == (2, 3) and workspace.FetchBlob("b_grad").shape == (2, 5)
+
+
+def test_in_place_div_on_its_first_operand():
+    # elementwise_ops_test runs Div in place on A with its gradient: the gradient reads
+    # B and C (dA = dC / B, dB = -dC * C / B) and A for its shape only
+    for b_shape in [(4,), (3, 1)]:
+        net = core.Net("div_in_place")
+        net.Div(["a", "b"], "a")
+        grad_map = net.AddGradientOperators({"a": "a_grad_given"})
+        a, b, dc = f32(3, 4), np.abs(f32(*b_shape)) + 1.0, f32(3, 4)
+        run(net, a=a.copy(), b=b, a_grad_given=dc)
+        c = a / b
+        np.testing.assert_allclose(workspace.FetchBlob("a"), c, rtol=1e-6)
+        np.testing.assert_allclose(workspace.FetchBlob(grad_map["a"]), dc / b, rtol=1e-5, atol=1e-6)
+        db = (-dc * c / b).sum(axis=0 if b_shape == (4,) else 1).reshape(b_shape)
+        np.testing.assert_allclose(workspace.FetchBlob(grad_map["b"]), db, rtol=1e-5, atol=1e-5)
+
+
+def test_in_place_div_on_its_second_operand_is_still_refused():
+    # B's value is gone once the op wrote over it, and dA needs it
+    import pytest
+    from caffe2py.errors import Caffe2Error
+    net = core.Net("div_in_place_b")
+    net.Div(["a", "b"], "b")
+    with pytest.raises(Caffe2Error, match="runs in place on 'b'"):
+        net.AddGradientOperators({"b": "b_grad_given"})
+
+
+def test_div_gradient_takes_its_legacy_three_input_form():
+    # DivGradient(B, C, dC), the form older Caffe2 nets hold: dA = dC / B,
+    # dB = -dC * C / B summed over the axes B was broadcast along
+    for b_shape in [(3, 4), (4,)]:
+        b, c, dc = np.abs(f32(*b_shape)) + 1.0, f32(3, 4), f32(3, 4)
+        workspace.ResetWorkspace()
+        for name, value in dict(B=b, C=c, dC=dc).items():
+            workspace.FeedBlob(name, value)
+        workspace.RunOperatorOnce(core.CreateOperator("DivGradient", ["B", "C", "dC"], ["dA", "dB"]))
+        np.testing.assert_allclose(workspace.FetchBlob("dA"), dc / b, rtol=1e-5, atol=1e-6)
+        db = -dc * c / b
+        np.testing.assert_allclose(workspace.FetchBlob("dB"), db if b_shape == (3, 4) else db.sum(axis=0),
+                                   rtol=1e-5, atol=1e-5)

@@ -81,16 +81,25 @@ def _binary_grad_infer(ctx, ins):
     return [ins[1], ins[2]]
 
 
+def _div_grad_infer(ctx, ins):
+    if len(ins) == 3:               # the legacy form (B, C, dC)
+        return [ins[1], ins[0]]
+    return [ins[1], ins[2]]
+
+
 for _op, _rule in (("Add", "dA = dC, dB = dC"), ("Sub", "dA = dC, dB = -dC"),
                    ("Mul", "dA = dC * B, dB = dC * A"), ("Div", "dA = dC / B, dB = -dC * C / B")):
     register_schema(OpSchema(
-        _op + "Gradient", num_inputs=4 if _op == "Div" else 3, num_outputs=2, args=_BINARY_ARGS,
+        # DivGradient's older form (B, C, dC), which Caffe2 kept accepting beside (dC, A, B, C)
+        _op + "Gradient", num_inputs={3, 4} if _op == "Div" else 3, num_outputs=2, args=_BINARY_ARGS,
         checks=(DTypes(0, "numeric"),),          # a gradient is a number (bool has no negative)
         # an in-place Add's gradient writes over dC; Add / Sub read A and B for their
         # shapes only, and take dC in place of an operand the forward overwrote
         allow_inplace=({(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)} if _op in ("Add", "Sub")
+                       else {(0, 0), (0, 1), (1, 0), (1, 1)} if _op == "Div"    # A: its shape only
                        else {(0, 0), (0, 1)}),
-        inference=_binary_grad_infer, inputs=("dC", "A", "B") + (("C",) if _op == "Div" else ()),
+        inference=_div_grad_infer if _op == "Div" else _binary_grad_infer,
+        inputs=("dC", "A", "B") + (("C",) if _op == "Div" else ()),
         outputs=("dA", "dB"),
         doc="Gradient of %s: %s, each summed over the axes its operand was broadcast along "
             "(NumPy broadcasting, or broadcast=1 with B's dims placed at axis)." % (_op, _rule)))
@@ -100,7 +109,13 @@ for _op, _rule in (("Add", "dA = dC, dB = dC"), ("Sub", "dA = dC, dB = -dC"),
         legacy = ctx.bool("broadcast")
         axis = legacy_axis(ctx) if legacy else ctx.int("axis", -1)
 
-        def run(dc, a, b, c=None):
+        def run(*ins):
+            if op == "Div" and len(ins) == 3:
+                b, c, dc = ins              # the legacy form: A had C's shape
+                a = c
+            else:
+                dc, a, b = ins[:3]
+                c = ins[3] if len(ins) > 3 else None
             view = None
             if legacy:
                 try:
@@ -129,9 +144,15 @@ for _op, _rule in (("Add", "dA = dC, dB = dC"), ("Sub", "dA = dC, dB = -dC"),
             # in-place op (Tanh after an in-place Add) may overwrite the blob again
             # (Caffe2's maker of the time read neither operand)
             ins[1:] = [g.GO(0) if b in g.def_.output else b for b in ins[1:]]
+        if op == "Div" and g.I(0) in g.def_.output:
+            # Div's gradient reads B and C, and A for its shape only: an A the op
+            # overwrote in place had the output's shape, which dC carries (Caffe2's
+            # elementwise_ops_test runs Div in place on A with its gradient)
+            ins[1] = g.GO(0)
         if op in ("Mul", "Div"):
-            # their gradients read A and B as they were: an in-place op overwrote one
-            g.input_value(0)
+            # their gradients read the other operands' values: an in-place op overwrote one
+            if op == "Mul":
+                g.input_value(0)
             g.input_value(1)
         if op == "Div":
             ins.append(g.O(0))
