@@ -77,6 +77,8 @@ def _check_shards_match_reference(tmp_path, num_shards, reference):
     ("dlrm", 2, 2, False),          # sparse embedding gradients gathered across devices and shards
     ("resnet", 2, 2, True),         # SpatialBN statistics combined across devices and shards
     ("mlp", 4, 1, False),
+    ("dlrm", 4, 1, False),
+    ("resnet", 4, 1, True),
 ])
 def test_shards_train_like_one_process_on_the_concatenated_batches(tmp_path, model_name, num_shards, devices,
                                                                    combine):
