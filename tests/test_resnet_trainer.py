@@ -31,7 +31,7 @@ def test_the_trainer_learns_from_imageinput_and_resumes_from_its_checkpoint(tmp_
     main = trainer()["main"]
     db, ckpt = str(tmp_path / "train.lmdb"), str(tmp_path / "ckpt")
     common = ["--train_data", db, "--model", "resnet_32x32", "--image_size", "32", "--scale", "36",
-              "--num_labels", "3", "--num_gpus", "1", "--batch_size", "8", "--epoch_size", "64",
+              "--num_labels", "3", "--num_gpus", "1", "--batch_size", "8", "--epoch_size", "64", "--base_learning_rate", "0.03",
               "--file_store_path", ckpt]
     losses = main(common + ["--make_db", "64", "--num_epochs", "2", "--test_data", db, "--test_iters", "2"])
     assert len(losses) == 16 and np.isfinite(losses).all()
