@@ -8,6 +8,8 @@ objects, so state such as the current workspace is shared).
 (`python -m caffe2py.compat -m module [args]` a module, e.g. pytest); with
 `--legacy-numpy` first, the NumPy names Caffe2-era code used and NumPy removed (np.int,
 np.float, np.asscalar, ...) are put back for that run (caffe2py/legacy_numpy.py); with
+`--legacy-hypothesis`, hypothesis accepts the keywords Caffe2-era tests pass and it
+removed (settings(timeout=...), average_size=, ...: caffe2py/legacy_hypothesis.py); with
 `--gpu-nets-on-cpu`, Net.RunAllOnGPU keeps a net on the CPU (caffe2py/gpu_nets_on_cpu.py:
 GPU-era scripts such as resnet50_trainer.py call it even when told to use the CPU).
 """
@@ -97,9 +99,10 @@ def _lazy_attribute(package):
     return __getattr__
 
 
-USAGE = "usage: python -m caffe2py.compat [--legacy-numpy] [--gpu-nets-on-cpu] (SCRIPT.py | -m MODULE) [ARGS...]\n"
+USAGE = "usage: python -m caffe2py.compat [--legacy-numpy] [--legacy-hypothesis] [--gpu-nets-on-cpu] (SCRIPT.py | -m MODULE) [ARGS...]\n"
 # compat's own options, before the script; each names the module that installs it
-_OPTIONS = {"--legacy-numpy": "legacy_numpy", "--gpu-nets-on-cpu": "gpu_nets_on_cpu"}
+_OPTIONS = {"--legacy-numpy": "legacy_numpy", "--legacy-hypothesis": "legacy_hypothesis",
+            "--gpu-nets-on-cpu": "gpu_nets_on_cpu"}
 
 
 def main(argv=None):

@@ -22,6 +22,10 @@ def add_arguments(parser):
     parser.add_argument("--legacy-numpy", action="store_true",
                         help="put back the NumPy names Caffe2-era tests use and NumPy removed (np.float, "
                              "np.asscalar, ...) in each child, as `python -m caffe2py.compat --legacy-numpy`")
+    parser.add_argument("--legacy-hypothesis", action="store_true",
+                        help="accept the hypothesis keywords Caffe2-era tests pass and hypothesis removed "
+                             "(settings(timeout=...), average_size=, positional arrays(elements)) in each child, "
+                             "as `python -m caffe2py.compat --legacy-hypothesis`")
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 when any test failed or errored or any file did not import, hung or crashed")
 
@@ -44,12 +48,12 @@ def run(args):
         sys.stdout.flush()
     began = time.monotonic()
     results = run_files(files, jobs=args.jobs, timeout=args.timeout, keyword=args.keyword, on_result=show,
-                        legacy_numpy=args.legacy_numpy)
+                        legacy_numpy=args.legacy_numpy, legacy_hypothesis=args.legacy_hypothesis)
     t = totals(results, time.monotonic() - began)
     print(summary_line(t))
     if args.json:
         options = {"paths": args.paths, "jobs": args.jobs, "timeout": args.timeout, "keyword": args.keyword,
-                   "legacy_numpy": args.legacy_numpy}
+                   "legacy_numpy": args.legacy_numpy, "legacy_hypothesis": args.legacy_hypothesis}
         try:
             with open(args.json, "w") as fh:
                 json.dump(to_json(results, t, options), fh, indent=1)

@@ -11,3 +11,4 @@ the parent reads (report.py). Files are found by discover.py.
 REPORT_ENV = "CAFFE2PY_CONFORMANCE_REPORT"
 ROOT_ENV = "CAFFE2PY_CONFORMANCE_CAFFE2_ROOT"
 LEGACY_NUMPY_ENV = "CAFFE2PY_CONFORMANCE_LEGACY_NUMPY"   # "1": the child puts back np.int & co.
+LEGACY_HYPOTHESIS_ENV = "CAFFE2PY_CONFORMANCE_LEGACY_HYPOTHESIS"   # "1": settings(timeout=...) & co.

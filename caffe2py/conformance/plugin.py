@@ -11,7 +11,7 @@ import os
 
 from caffe2py import child_processes
 
-from . import LEGACY_NUMPY_ENV, REPORT_ENV, ROOT_ENV
+from . import LEGACY_HYPOTHESIS_ENV, LEGACY_NUMPY_ENV, REPORT_ENV, ROOT_ENV
 
 child_processes.protect_from_env()
 import caffe2py.compat  # noqa: E402,F401  (caffe2.python -> caffe2py, before the test file imports)
@@ -19,6 +19,12 @@ import caffe2py.compat  # noqa: E402,F401  (caffe2.python -> caffe2py, before th
 if os.environ.get(LEGACY_NUMPY_ENV) == "1":     # `conformance --legacy-numpy`
     from caffe2py import legacy_numpy
     legacy_numpy.install()
+if os.environ.get(LEGACY_HYPOTHESIS_ENV) == "1":     # `conformance --legacy-hypothesis`
+    try:
+        from caffe2py import legacy_hypothesis
+        legacy_hypothesis.install()
+    except ImportError:      # no hypothesis: only files that use it fail, at their import
+        pass
 
 if os.environ.get(ROOT_ENV):
     from .layout import install as _install_layout

@@ -16,7 +16,7 @@ import time
 
 from caffe2py import child_processes
 
-from . import LEGACY_NUMPY_ENV, REPORT_ENV, ROOT_ENV
+from . import LEGACY_HYPOTHESIS_ENV, LEGACY_NUMPY_ENV, REPORT_ENV, ROOT_ENV
 from .report import from_report
 
 POLL_SECONDS = 0.05
@@ -67,23 +67,26 @@ class _Child:
                            timed_out, timeout, self.log_tail())
 
 
-def child_env(legacy_numpy=False):
+def child_env(legacy_numpy=False, legacy_hypothesis=False):
     env = child_processes.child_env()
     env["PYTHONDONTWRITEBYTECODE"] = "1"      # no __pycache__ in the test folders
     env.pop(ROOT_ENV, None)
     env[LEGACY_NUMPY_ENV] = "1" if legacy_numpy else "0"
+    env[LEGACY_HYPOTHESIS_ENV] = "1" if legacy_hypothesis else "0"
     return env
 
 
-def run_files(files, jobs=1, timeout=600.0, keyword=None, on_result=None, legacy_numpy=False):
+def run_files(files, jobs=1, timeout=600.0, keyword=None, on_result=None, legacy_numpy=False,
+              legacy_hypothesis=False):
     """Run every ConformanceFile; returns [FileResult] in the order of `files`;
     on_result(FileResult) as each one ends. legacy_numpy: the children put back the
-    NumPy names Caffe2-era tests use (caffe2py/legacy_numpy.py)."""
+    NumPy names Caffe2-era tests use (caffe2py/legacy_numpy.py); legacy_hypothesis: they
+    accept the hypothesis keywords those tests pass (caffe2py/legacy_hypothesis.py)."""
     jobs = max(1, int(jobs))
     results = [None] * len(files)
     todo = list(enumerate(files))
     running = []
-    env = child_env(legacy_numpy)
+    env = child_env(legacy_numpy, legacy_hypothesis)
     with tempfile.TemporaryDirectory(prefix="caffe2py-conformance-") as scratch:
         try:
             with child_processes.terminate_unwinds():
