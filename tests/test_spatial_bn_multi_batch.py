@@ -119,3 +119,28 @@ def test_combine_spatial_bn_on_two_devices_trains_like_one_device_on_the_whole_b
     assert "cpu_0/conv1_w" in shared and "cpu_0/bn1_s" in shared
     assert not np.allclose(separate["cpu_0/conv1_w"], whole["cpu_0/conv1_w"], rtol=1e-5, atol=1e-5)
     workspace.ResetWorkspace()
+
+
+def test_an_empty_batch_in_the_multi_batch_form_keeps_the_running_statistics():
+    """Caffe2 accepts N == 0 with num_batches > 1 (its own op test draws N from 0): Y is
+    empty, the running statistics stay, the saved statistics and the gradients of scale
+    and bias are zeros."""
+    workspace.ResetWorkspace()
+    rm, rv = np.array([0.5, -1.0, 2.0], np.float32), np.array([1.5, 0.25, 3.0], np.float32)
+    for name, value in (("x", np.zeros((0, 3, 2, 2), np.float32)), ("scale", np.ones(3, np.float32)),
+                        ("bias", np.zeros(3, np.float32)), ("rm", rm), ("rv", rv),
+                        ("sums", np.ones(3, np.float32)), ("sumsqs", np.ones(3, np.float32)),
+                        ("dy", np.zeros((0, 3, 2, 2), np.float32))):
+        workspace.FeedBlob(name, value)
+    _run("SpatialBN", ["x", "scale", "bias", "rm", "rv", "sums", "sumsqs"], ["y", "rm", "rv", "mean", "rstd"],
+         is_test=0, epsilon=EPS, momentum=MOMENTUM, num_batches=2)
+    assert workspace.FetchBlob("y").shape == (0, 3, 2, 2)
+    np.testing.assert_array_equal(workspace.FetchBlob("rm"), rm)
+    np.testing.assert_array_equal(workspace.FetchBlob("rv"), rv)
+    np.testing.assert_array_equal(workspace.FetchBlob("mean"), np.zeros(3))
+    np.testing.assert_array_equal(workspace.FetchBlob("rstd"), np.zeros(3))
+    _run("SpatialBNGradient", ["x", "scale", "dy", "mean", "rstd", "sums", "sumsqs"], ["dx", "dscale", "dbias"],
+         epsilon=EPS, num_batches=2)
+    assert workspace.FetchBlob("dx").shape == (0, 3, 2, 2)
+    np.testing.assert_array_equal(workspace.FetchBlob("dscale"), np.zeros(3))
+    np.testing.assert_array_equal(workspace.FetchBlob("dbias"), np.zeros(3))

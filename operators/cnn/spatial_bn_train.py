@@ -48,15 +48,17 @@ def training_kernel(ctx):
         _check_channels(ctx, x, axis, ((1, scale), (2, bias), (3, running_mean), (4, running_var)))
         if num_batches > 1:
             _check_channels(ctx, x, axis, ((5, sums[0]), (6, sums[1])))
-            if x.size == 0:
-                raise ctx.input_error(0, "multi-batch statistics need a non-empty batch, got shape %s"
-                                      % list(x.shape))
-            return K.batch_norm_train_multi(x, scale, bias, running_mean, running_var, sums[0], sums[1],
-                                            num_batches, eps, momentum, axis)
         if x.shape[0] == 0:
-            # Caffe2: an empty batch leaves the running statistics as they were and saves zeros
+            # Caffe2 (either form): an empty batch leaves the running statistics as they were
+            # and saves zeros
             zeros = np.zeros(x.shape[axis], x.dtype)
             return (np.empty_like(x), running_mean.copy(), running_var.copy(), zeros, zeros.copy())
+        if num_batches > 1:
+            if x.size == 0:
+                raise ctx.input_error(0, "multi-batch statistics over zero values per channel (shape %s) "
+                                      "are undefined" % list(x.shape))
+            return K.batch_norm_train_multi(x, scale, bias, running_mean, running_var, sums[0], sums[1],
+                                            num_batches, eps, momentum, axis)
         if x.size == 0:
             raise ctx.input_error(0, "batch statistics over zero values per channel (shape %s) are undefined"
                                   % list(x.shape))
@@ -94,10 +96,11 @@ def spatial_bn_gradient(ctx):
             raise ctx.input_error(2, "gradient of shape %s does not match X's %s" % (list(dy.shape), list(x.shape)))
         if num_batches > 1:
             _check_channels(ctx, x, axis, ((5, sums[0]), (6, sums[1])))
-            return K.batch_norm_backward_multi(x, scale, dy, mean, second, sums[0], sums[1], num_batches, axis)
-        if x.shape[0] == 0:          # Caffe2: an empty batch has zero scale and bias gradients
+        if x.shape[0] == 0:          # Caffe2 (either form): an empty batch has zero scale and bias gradients
             zeros = np.zeros(scale.shape, x.dtype)
             return np.empty_like(x), zeros, zeros.copy()
+        if num_batches > 1:
+            return K.batch_norm_backward_multi(x, scale, dy, mean, second, sums[0], sums[1], num_batches, axis)
         if is_test:
             return K.batch_norm_backward_fixed(x, scale, dy, mean, second, eps, axis)
         return K.batch_norm_backward(x, scale, dy, mean, second, axis)
