@@ -176,14 +176,16 @@ def operator_def_of(node):
     """The OperatorDef an operator node stands for, without inputs and outputs
     (Caffe2's convertToOperatorDef)."""
     nn_op = node.getOperator()
-    if nn_op.annotation is None or not nn_op.annotation.hasOperatorDef():
+    annotation = nn_op.annotation
+    if annotation is None or not annotation.hasOperatorDef():
         op = caffe2_pb2.OperatorDef()
         op.type = nn_op.getName()
-        if nn_op.annotation is not None:
-            op.device_option.device_type = nn_op.annotation.getDeviceType()
     else:
-        op = nn_op.annotation.getOperatorDef()
-        op.device_option.device_type = nn_op.annotation.getDeviceType()
+        op = annotation.getOperatorDef()
+    # the annotation's device type wins; an op without device_option keeps none (it
+    # then runs on the net's device) unless the annotation asks for another device
+    if annotation is not None and annotation.getDeviceType() != op.device_option.device_type:
+        op.device_option.device_type = annotation.getDeviceType()
     del op.input[:]
     del op.output[:]
     return op
