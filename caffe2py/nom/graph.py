@@ -63,13 +63,14 @@ class Graph:
     node_class = Node
 
     def __init__(self):
-        self._nodes = []
-        self._edges = []
+        # insertion-ordered dicts used as ordered sets: O(1) removal on large nets
+        self._nodes = {}
+        self._edges = {}
 
     # --- nodes
     def createNode(self, data=None):
         node = self.node_class(data, self)
-        self._nodes.append(node)
+        self._nodes[node] = None
         return node
 
     def deleteNode(self, node):
@@ -77,7 +78,7 @@ class Graph:
         self._check_member(node)
         for edge in node._in_edges + node._out_edges:
             self._drop_edge(edge)
-        self._nodes.remove(node)
+        del self._nodes[node]
         node._graph = None
 
     def getMutableNodes(self):
@@ -93,7 +94,7 @@ class Graph:
         edge = Edge(tail, head)
         tail._out_edges.append(edge)
         head._in_edges.append(edge)
-        self._edges.append(edge)
+        self._edges[edge] = None
         return edge
 
     def getEdgeIfExists(self, tail, head):
@@ -117,7 +118,7 @@ class Graph:
     def _drop_edge(self, edge):
         edge._tail._out_edges.remove(edge)
         edge._head._in_edges.remove(edge)
-        self._edges.remove(edge)
+        del self._edges[edge]
 
     # --- rewiring
     def replaceInEdges(self, old, new):

@@ -62,7 +62,8 @@ def _fold_one(nn):
             continue
         bn = consumers[0]
         conv_inputs, bn_inputs = conv.getInputs(), bn.getInputs()
-        if len(bn.getOutputs()) != 1 or len(conv_inputs) < 2:
+        # (X, W[, b]) only: a fourth input is caffe2py's concat buffer, not a plain conv
+        if len(bn.getOutputs()) != 1 or len(conv_inputs) not in (2, 3):
             continue
         if len(bn_inputs) < 5:
             raise Caffe2Error("FuseConvBN: SpatialBN after Conv has %d inputs, expected "
