@@ -10,7 +10,8 @@ Caffe2's tests were written against hypothesis 3.x. Since then hypothesis remove
   hypothesis 3.x had already made `timeout` a no-op by default;
 - `average_size=` of lists / sets / frozensets / dictionaries / text / binary: a size hint
   for the old generator (deprecated in 3.x, removed in 4.0). Dropped here (it never
-  constrained sizes; min_size / max_size still do);
+  constrained sizes; min_size / max_size still do); and `text(alphabet=None)`, 3.x's way
+  to say "any character" (today's default alphabet);
 - `hypothesis.extra.numpy.arrays(dtype, shape, elements, fill, unique)` with positional
   elements (keyword-only since hypothesis 5): passed on as keywords.
 
@@ -43,7 +44,14 @@ def _settings_init(original):
 def _without_average_size(original):
     @functools.wraps(original)
     def strategy(*args, **kwargs):
-        return original(*args, **_drop(kwargs, ("average_size",)))
+        kwargs = _drop(kwargs, ("average_size",))
+        if original.__name__ == "text":
+            # text(alphabet=None): hypothesis 3.x's "any character", today's default alphabet
+            if args and args[0] is None:
+                args = args[1:]
+            if "alphabet" in kwargs and kwargs["alphabet"] is None:
+                del kwargs["alphabet"]
+        return original(*args, **kwargs)
     setattr(strategy, _MARK, True)
     return strategy
 

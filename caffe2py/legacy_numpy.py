@@ -1,11 +1,13 @@
 """NumPy names that Caffe2-era scripts use and NumPy removed (np.int, np.float,
 np.bool, np.object, np.str, np.asscalar, np.float_, np.NaN, ...), put back for one run
-of a legacy script: `python -m caffe2py.compat --legacy-numpy script.py`.
+of a legacy script: `python -m caffe2py.compat --legacy-numpy script.py`; and np.sum over
+a generator, which NumPy 2 refuses, summed as NumPy 1.x did.
 
 Never installed by `import caffe2py` or by the compat alias alone: a program that
 does not ask for them meets NumPy's own errors, as it would anywhere else.
 """
 import builtins
+import inspect
 import sys
 
 import numpy as np
@@ -22,6 +24,23 @@ def _asfarray(a, dtype=np.float64):
     if not np.issubdtype(dtype, np.inexact):
         dtype = np.dtype(np.float64)
     return np.asarray(a, dtype=dtype)
+
+
+def _sum_accepting_generators(np_sum):
+    """np.sum that sums a generator as NumPy < 2 did (Python's sum over it, after a
+    deprecation warning since NumPy 1.15); any other argument goes to NumPy's own."""
+    def sum(a, *args, **kwargs):
+        if not inspect.isgenerator(a):
+            return np_sum(a, *args, **kwargs)
+        total = builtins.sum(a)        # NumPy 1.x: Python's sum; only `out` was honoured
+        out = kwargs.get("out", args[2] if len(args) > 2 else None)
+        if out is not None:
+            out[...] = total
+            return out
+        return total
+    sum.__doc__ = np_sum.__doc__
+    sum._caffe2py_legacy = True
+    return sum
 
 
 def _removed_aliases():
@@ -53,6 +72,8 @@ def install(stream=None):
             continue          # this NumPy still has it (np.long is back in NumPy 2)
         setattr(np, name, value)
         added.append(name)
+    if not getattr(np.sum, "_caffe2py_legacy", False):
+        np.sum = _sum_accepting_generators(np.sum)     # removed behaviour, not a removed name
     (stream or sys.stderr).write("caffe2py.compat --legacy-numpy: NumPy %s given back %d removed name(s) "
                                  "for this run (np.int, np.float, np.asscalar, ...)\n" % (np.__version__, len(added)))
     return added

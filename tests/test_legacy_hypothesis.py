@@ -75,3 +75,24 @@ def test_never_on_by_importing_caffe2py():
             "try:\n    hypothesis.settings(timeout=1)\nexcept TypeError:\n    print('refused')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "refused"
+
+
+def test_text_with_alphabet_none_means_any_character():
+    code = textwrap.dedent("""
+        import io, hypothesis.strategies as st
+        from hypothesis import given, settings
+        from caffe2py import legacy_hypothesis
+        legacy_hypothesis.install(io.StringIO())
+        seen = []
+
+        @settings(max_examples=20, deadline=None)
+        @given(st.text(alphabet=None, average_size=3, max_size=5), st.text(None, max_size=2))
+        def check(a, b):
+            assert isinstance(a, str) and len(a) <= 5 and len(b) <= 2
+            seen.append(a)
+        check()
+        print(len(seen))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) >= 1

@@ -55,3 +55,18 @@ def test_a_module_runs_through_the_alias(tmp_path):
 def test_usage_without_a_script():
     proc = subprocess.run([sys.executable, "-m", "caffe2py.compat", "--legacy-numpy"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("usage:")
+
+
+def test_np_sum_of_a_generator_sums_as_numpy_1_did(tmp_path):
+    """NumPy 2 refuses np.sum(generator); Caffe2-era references call it (cross_entropy_ops_test)."""
+    script = tmp_path / "gen_sum.py"
+    script.write_text("import numpy as np\n"
+                      "rows = [np.array([1.0, 2.0]), np.array([3.0, 4.0])]\n"
+                      "print(np.sum(r * 2 for r in rows).tolist(), np.sum(x for x in range(5)),"
+                      " np.sum(np.arange(4)))\n")
+    run = lambda *flags: subprocess.run([sys.executable, "-m", "caffe2py.compat", *flags, str(script)],
+                                        capture_output=True, text=True)
+    proc = run("--legacy-numpy")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["[8.0,", "12.0]", "10", "6"]
+    assert run().returncode != 0        # NumPy's own TypeError without the flag
