@@ -75,6 +75,8 @@ class _DatasetRandomReader(Reader):
             [self.cursor] + self._content.field_blobs(), "indices",
             sort_by_field_idx=sort_by_field_idx, shuffle_size=shuffle_size, batch_size=batch_size)
 
+    sortAndShuffle = sort_and_shuffle       # Caffe2's first name of the method
+
     def read(self, read_net):
         with core.NameScope(read_net.NextName(self.name)):
             fields = read_net.ReadRandomBatch(

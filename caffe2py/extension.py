@@ -35,7 +35,7 @@ has_mkldnn = False
 use_mkldnn = False
 use_ideep = False
 use_trt = False
-has_fbgemm = False
+has_fbgemm = workspace.has_fbgemm          # bfloat16 records, as an FBGEMM build writes them
 has_hip_support = False
 define_caffe2_no_operator_schema = False
 _GPU_FACTS = ("has_cuda_support", "has_gpu_support")
@@ -54,7 +54,7 @@ def get_build_options():
     return {"BUILD_TYPE": "Release", "BLAS": "OpenBLAS (NumPy)", "USE_CUDA": cuda, "USE_ROCM": "OFF",
             "USE_CUDNN": "OFF", "USE_NCCL": "OFF", "USE_MPI": "OFF", "USE_GFLAGS": "OFF",
             "USE_GLOG": "OFF", "USE_GLOO": "OFF", "USE_NNPACK": "OFF", "USE_OPENMP": "OFF",
-            "USE_MKLDNN": "OFF", "USE_FBGEMM": "OFF"}
+            "USE_MKLDNN": "OFF", "USE_FBGEMM": "ON" if has_fbgemm else "OFF"}
 
 
 def builtin_cpu_supports_avx2():

@@ -35,6 +35,10 @@ STRING_BLOB_TYPE = "std::string"
 DEFAULT_CHUNK_SIZE = 1000000          # Caffe2's caffe2_tensor_chunk_size flag
 # BlobSerializationOptions.chunk_size: 0 means the default size, -1 no chunking.
 OPTION_DEFAULT_CHUNK, OPTION_NO_CHUNKING = 0, -1
+# Caffe2 writes FLOAT_BFLOAT16 only when built with FBGEMM (a build without it writes
+# plain floats); caffe2py converts as FBGEMM does, so it answers as an FBGEMM build
+# (workspace.has_fbgemm, EstimateAllBlobSizes' 2 bytes per float).
+WRITES_BFLOAT16 = True
 
 _NARROW = {DT.BOOL: np.bool_, DT.UINT8: np.uint8, DT.INT8: np.int8, DT.UINT16: np.uint16,
            DT.INT16: np.int16}
@@ -94,7 +98,7 @@ def _bfloat16_bits(flat):
 
 def _fill_values(t, flat, data_type, name, float_format):
     if data_type == DT.FLOAT:
-        if float_format == caffe2_pb2.BlobSerializationOptions.FLOAT_BFLOAT16:
+        if WRITES_BFLOAT16 and float_format == caffe2_pb2.BlobSerializationOptions.FLOAT_BFLOAT16:
             t.data_format = DT.FMT_BFLOAT16
             t.raw_data = _bfloat16_bits(flat).astype("<u2").tobytes()
         else:

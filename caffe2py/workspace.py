@@ -17,6 +17,7 @@ from .blob_scopes import SharedBlobs
 from .execution_steps import run_step
 from .executor import Net, compile_net
 from . import int8_tensor
+from . import serialization as _serialization
 from .proto import caffe2_pb2
 from .registry import CUDA, registered_operator_keys
 from .schema_inference import infer_net, type_of_value
@@ -516,10 +517,11 @@ def _refresh_gpu_support():
 devices.on_devices_changed(_refresh_gpu_support)
 
 # What a CPU (or CUDA) build of Caffe2 answers for the parts caffe2py has no
-# counterpart of: no ROCm, no address sanitizer, no FBGEMM, no cuDNN, no NUMA.
+# counterpart of: no ROCm, no address sanitizer, no cuDNN, no NUMA. FBGEMM's one
+# part caffe2py has, bfloat16 records, makes it answer as an FBGEMM build there.
 has_hip_support = False
 is_asan = False
-has_fbgemm = False
+has_fbgemm = _serialization.WRITES_BFLOAT16
 
 
 def GetCUDAVersion():

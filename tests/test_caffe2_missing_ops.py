@@ -345,3 +345,33 @@ def test_estimate_all_blob_sizes():
     # per chunk: name + 50 bytes; per element: float 4, 16-bit int 3, string 50, int64 8
     assert sizes == {"f": 3 * (1 + 50) + 2500 * 4, "u": (1 + 50) + 10 * 3,
                      "names": (5 + 50) + 4 * 50, "sizes": (5 + 50) + 4 * 8}
+
+
+def test_estimate_all_blob_sizes_follows_caffe2_per_type():
+    from caffe2py.proto import caffe2_pb2
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("bf", np.ones(1200, np.float32))
+    workspace.FeedBlob("i8", np.zeros(7, np.int8))
+    workspace.FeedBlob("u8", np.zeros(5, np.uint8))
+    workspace.FeedBlob("b", np.zeros(6, np.bool_))
+    workspace.FeedBlob("h", np.zeros(4, np.float16))
+    workspace.FeedBlob("empty", np.zeros((0, 3), np.float32))
+    workspace.FeedBlob("s", "hello")
+    bf16 = caffe2_pb2.BlobSerializationOptions(blob_name_regex="bf", chunk_size=500,
+                                               float_format=caffe2_pb2.BlobSerializationOptions.FLOAT_BFLOAT16)
+    whole = caffe2_pb2.BlobSerializationOptions(blob_name_regex="i8", chunk_size=-1)
+    workspace.RunOperatorOnce(core.CreateOperator(
+        "EstimateAllBlobSizes", [], ["names", "sizes"],
+        options=caffe2_pb2.SerializationOptions(options=[bf16, whole])))
+    sizes = dict(zip([n.decode() for n in workspace.FetchBlob("names")], workspace.FetchBlob("sizes").tolist()))
+    # Caffe2's estimate: ceil(n / chunk) chunks of name + 50 bytes; per element bfloat16 2
+    # (Save writes it so: an FBGEMM build), int8/uint8 2 and float16 3 (int32 varints),
+    # bool 1; an empty tensor no chunk; a string blob name + length + 20
+    assert workspace.has_fbgemm
+    assert sizes["bf"] == 3 * (2 + 50) + 1200 * 2
+    assert sizes["i8"] == (2 + 50) + 7 * 2
+    assert sizes["u8"] == (2 + 50) + 5 * 2
+    assert sizes["b"] == (1 + 50) + 6 * 1
+    assert sizes["h"] == (1 + 50) + 4 * 3
+    assert sizes["empty"] == 0
+    assert sizes["s"] == 1 + 5 + 20

@@ -40,7 +40,10 @@ def test_the_extension_is_one_module_under_caffe2s_three_names():
 
 def test_build_facts_answer_as_a_cpu_build():
     assert C.has_mkldnn is False and C.use_mkldnn is False and C.use_ideep is False
-    assert C.has_hip_support is False and C.is_asan is False and C.has_fbgemm is False
+    assert C.has_hip_support is False and C.is_asan is False
+    # Save writes FLOAT_BFLOAT16 as bfloat16 records, which Caffe2 does only with FBGEMM
+    assert C.has_fbgemm is True and workspace.has_fbgemm is True
+    assert C.get_build_options()["USE_FBGEMM"] == "ON"
     assert C.define_caffe2_no_operator_schema is False
     # CUDA only where caffe2py's CUDA device is usable
     assert C.has_cuda_support == workspace.has_cuda_support

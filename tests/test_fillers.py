@@ -114,6 +114,24 @@ def test_filler_shape_rules(inputs, kwargs, text):
         fill("ConstantFill", inputs, **kwargs)
 
 
+@pytest.mark.parametrize("op_type", ["GaussianFill", "ConstantFill", "XavierFill", "UniformFill"])
+def test_scalar_shape_is_refused_without_input(op_type):
+    # Caffe2 reads `shape` as a list: a single int is not a 1-D shape
+    with pytest.raises(Caffe2Error, match=op_type + ".*'shape' argument was a scalar \\(32\\), list expected"):
+        fill(op_type, shape=32)
+
+
+def test_scalar_shape_is_no_shape_beside_an_input():
+    # the repeated argument is empty then: the input gives the shape, nothing is refused
+    out = fill("ConstantFill", [np.zeros((2, 3), np.float32)], shape=5, value=1.5)
+    np.testing.assert_array_equal(out, np.full((2, 3), 1.5, np.float32))
+
+
+def test_empty_shape_list_is_a_scalar():
+    out = fill("ConstantFill", shape=[], value=2.0)
+    assert out.shape == () and out == 2.0
+
+
 def test_constant_fill_dtype_follows_the_value():
     assert fill("ConstantFill", shape=[2], value=3).dtype == np.int64
     assert fill("ConstantFill", shape=[2], value=3.0).dtype == np.float32

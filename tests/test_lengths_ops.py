@@ -1,6 +1,6 @@
 """Segment encodings and sharding against NumPy references written here:
 LengthsToSegmentIds/Ranges/Shape/Weights, SegmentIdsToLengths/Ranges, LengthsTile,
-LengthsGather, Partition, LengthsPartition, GatherByKey."""
+LengthsGather, Partition, Sharding, LengthsPartition, GatherByKey."""
 import numpy as np
 import pytest
 from hypothesis import given
@@ -136,6 +136,45 @@ class TestLengthsOps(ReferenceTestCase):
         outs = self.check(op, [keys, values], lambda k, v: _partition_reference(k, [v], parts, pack))
         back = core.CreateOperator("GatherByKey", ["K"] + ["S%d" % j for j in range(parts)], ["O"])
         self.check(back, [keys] + outs[1::2], lambda k, *shards: values)   # inverse of Partition
+
+    @SETTINGS
+    @given(st.integers(0, 2 ** 31 - 1), st.integers(1, 4), st.integers(1, 3), st.booleans())
+    def test_sharding_outputs_input_major(self, seed, parts, n_inputs, pack):
+        # Caffe2's first name of Partition: output i * parts + j is input i's shard j
+        # (one input and one part included: the only output is the whole input).
+        rng = np.random.default_rng(seed)
+        keys = rng.integers(-20, 40, size=(rng.integers(0, 4), 3)).astype(np.int32)
+        extras = [rng.standard_normal(keys.shape + (2,) * k).astype(np.float32) for k in range(1, n_inputs)]
+        names = ["in%d_p%d" % (i, j) for i in range(n_inputs) for j in range(parts)]
+        op = core.CreateOperator("Sharding", ["in%d" % i for i in range(n_inputs)], names,
+                                 pack_first_input=int(pack))
+
+        def ref(k, *xs):
+            by_part = _partition_reference(k, xs, parts, pack)
+            return [by_part[j * n_inputs + i] for i in range(n_inputs) for j in range(parts)]
+        outs = run(op, [keys] + extras)
+        for got, want in zip(outs, ref(keys, *extras)):
+            np.testing.assert_array_equal(got, want)
+            self.assertEqual(got.shape, want.shape)
+            self.assertEqual(got.dtype, want.dtype)
+
+    def test_partition_single_output_keeps_shape(self):
+        keys = np.array([[4, -3], [7, 0]], np.int64)
+        for op_type in ("Partition", "Sharding"):
+            (out,) = run(core.CreateOperator(op_type, ["K"], ["O"], pack_first_input=1), [keys])
+            np.testing.assert_array_equal(out, keys.reshape(-1))
+            self.assertEqual(out.shape, (4,))
+
+    def test_sharding_errors(self):
+        with pytest.raises(Caffe2Error, match="Prefix of extra input's shape must match"):
+            run(core.CreateOperator("Sharding", ["K", "V"], ["a", "b"]), [np.arange(3), np.zeros(2)])
+        with pytest.raises(Caffe2Error, match="not a valid combination"):
+            run(core.CreateOperator("Sharding", ["K", "V"], ["a", "b", "c"]), [np.arange(3), np.zeros(3)])
+        with pytest.raises(Caffe2Error, match="input 0 must be int32 or int64"):
+            run(core.CreateOperator("Sharding", ["K"], ["a", "b"]), [np.zeros(3, np.float32)])
+        with pytest.raises(Caffe2Error, match="Only primitive types are supported"):
+            run(core.CreateOperator("Sharding", ["K", "V"], ["a", "b"]),
+                [np.arange(2), np.array(["x", "y"], dtype=object)])
 
     @SETTINGS
     @given(lengths_st, st.integers(1, 3), st.integers(0, 2 ** 31 - 1))

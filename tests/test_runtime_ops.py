@@ -368,6 +368,26 @@ def test_index_ops_against_a_dict():
         run("IndexGet", ["li", "q32"], ["ids"])
 
 
+def test_index_load_and_freeze_without_outputs():
+    # Caffe2's first form of IndexLoad / IndexFreeze: no output, the index blob changes
+    run("IntIndexCreate", [], ["idx"], max_elements=10)
+    keys = np.array([7, -3, 11], np.int32)
+    workspace.FeedBlob("items", keys)
+    run("IndexLoad", ["idx", "items"], [])
+    workspace.FeedBlob("q", np.array([11, 5, 7, 5], np.int32))
+    run("IndexGet", ["idx", "q"], ["ids"])
+    reference = {int(k): i + 1 for i, k in enumerate(keys)}           # loaded keys: 1, 2, 3
+    for k in (11, 5, 7, 5):
+        reference.setdefault(k, len(reference) + 1)                    # then new keys in order
+    assert fetch("ids").tolist() == [reference[k] for k in (11, 5, 7, 5)]
+    run("IndexFreeze", ["idx"], [])
+    workspace.FeedBlob("q", np.array([99, -3], np.int32))
+    run("IndexGet", ["idx", "q"], ["ids"])
+    assert fetch("ids").tolist() == [0, reference[-3]]
+    with pytest.raises(Caffe2Error):        # an output other than the handle is still refused
+        run("IndexFreeze", ["idx"], ["other"])
+
+
 def _reference_index_hash(value, bits, seed, modulo):
     def wrap(v):
         v &= (1 << bits) - 1

@@ -118,9 +118,9 @@ register_schema(OpSchema(
     inference=lambda ctx, ins: [TensorType(None, DT.INT64)],
     doc="Record order for ReadRandomBatch: records sorted by field sort_by_field_idx (int32, a top-level "
         "field), shuffled within chunks of batch_size * shuffle_size, then whole batches shuffled "
-        "(int64). Input 0 is a TreeCursor, then one blob per dataset field. Like Caffe2 (a default-seeded "
-        "engine every run), the order is the same on every run: seeded by device_option.random_seed, "
-        "else a fixed seed."))
+        "(int64). Input 0 is a TreeCursor, then one blob per dataset field. Without device_option."
+        "random_seed the order is Caffe2's own (libstdc++'s std::shuffle with a default-seeded "
+        "minstd_rand0 per shuffle), the same on every run; with one, a shuffle seeded by it."))
 
 
 @register_kernel("SortAndShuffle")
@@ -157,5 +157,6 @@ def sort_and_shuffle(ctx):
                 raise ctx.input_error(1 + field, "the sort field must be a 1-D int tensor, got %s %s"
                                       % (source.dtype, list(source.shape)))
             values = source
-        return K.sort_and_shuffle(source.shape[0], values, batch, shuffle, np.random.default_rng(seed))
+        rng = np.random.default_rng(seed) if has_seed else None       # unseeded: Caffe2's exact order
+        return K.sort_and_shuffle(source.shape[0], values, batch, shuffle, rng)
     return run

@@ -62,12 +62,16 @@ register_schema(OpSchema(
     inference=lambda ctx, ins: [TensorType(ins[1].dims, DT.INT64)],
     doc="The int64 ids of the keys (same shape); unknown keys are added unless the index is frozen "
         "(then they get 0). Fails when max_elements is reached."))
-register_schema(OpSchema("IndexFreeze", num_inputs=1, num_outputs=1, enforce_inplace={(0, 0)},
-                         doc="Freezes the index: unknown keys get id 0 from now on."))
+# IndexFreeze and IndexLoad change the index they are given; Caffe2 first declared them
+# without outputs, later with the handle as an in-place output: both forms are taken.
+register_schema(OpSchema("IndexFreeze", num_inputs=1, num_outputs=(0, 1), enforce_inplace={(0, 0)},
+                         doc="Freezes the index: unknown keys get id 0 from now on. Output (optional): "
+                             "the handle, in place."))
 register_schema(OpSchema(
-    "IndexLoad", num_inputs=2, num_outputs=1, enforce_inplace={(0, 0)},
+    "IndexLoad", num_inputs=2, num_outputs=(0, 1), enforce_inplace={(0, 0)},
     args=(Arg("skip_first_entry", "int", 0, doc="skip element 0 (the unknown-key entry of an embedding)"),),
-    doc="Replaces the index by the 1-D keys given: key k gets id k + 1. Fails on repeated keys."))
+    doc="Replaces the index by the 1-D keys given: key k gets id k + 1. Fails on repeated keys. "
+        "Output (optional): the handle, in place."))
 register_schema(OpSchema("IndexStore", num_inputs=1, num_outputs=1,
                          doc="The keys of the index in id order (id 1 first), 1-D."))
 register_schema(OpSchema("IndexSize", num_inputs=1, num_outputs=1,
@@ -92,7 +96,7 @@ def index_get(ctx):
 def index_freeze(ctx):
     def run(index):
         _index(ctx, index).frozen = True
-        return index
+        return index if ctx.n_outputs else None
     return run
 
 
@@ -111,7 +115,7 @@ def index_load(ctx):
             index.load(values)
         except ValueError as exc:
             raise ctx.error(str(exc)) from None
-        return index
+        return index if ctx.n_outputs else None
     return run
 
 

@@ -1,6 +1,6 @@
 """Caffe2's segment-encoding ops and modulo sharding: LengthsToSegmentIds,
 LengthsToRanges, LengthsToShape, LengthsToWeights, SegmentIdsToLengths,
-SegmentIdsToRanges, LengthsTile, LengthsGather, Partition, LengthsPartition,
+SegmentIdsToRanges, LengthsTile, LengthsGather, Partition, Sharding, LengthsPartition,
 GatherByKey."""
 import numpy as np
 
@@ -125,6 +125,13 @@ def _check_extras(ctx, main_index, main, extras):
             raise ctx.input_error(i, "Prefix of extra input's shape must match main input's shape (each of "
                                      "its first %d dims at least %s), input: %d, got shape %s"
                                   % (main.ndim, list(main.shape), i, list(x.shape)))
+        if x.dtype == object:       # Caffe2 copies raw bytes: strings and other objects refused
+            raise ctx.input_error(i, "Only primitive types are supported, input %d holds %s" % (i, x.dtype))
+
+
+def _as_outputs(arrays):
+    """A kernel returns its only output bare (a 1-tuple would become a (1, N) array)."""
+    return tuple(arrays) if len(arrays) > 1 else arrays[0]
 
 
 register_schema(OpSchema(
@@ -144,7 +151,29 @@ def partition(ctx):
         check_int(ctx, 0, main, "input 0")
         _check_extras(ctx, 0, main, extras)
         shards = K.partition(main, extras, parts, pack)
-        return tuple(x for shard in shards for x in shard)
+        return _as_outputs([x for shard in shards for x in shard])
+    return run
+
+
+register_schema(OpSchema(
+    "Sharding", num_inputs=(1, None), num_outputs=(1, None), args=_PACK,
+    inputs_outputs_check=lambda i, o: i > 0 and o > 0 and o % i == 0,
+    doc="Early Caffe2's name of Partition, with outputs ordered input-major: X_0_part_0, "
+        "X_0_part_1, ..., X_1_part_0, ... (P = outputs / inputs)."))
+
+
+@register_kernel("Sharding")
+def sharding(ctx):
+    # Caffe2's first partition op (ShardingOp, later renamed Partition): the same
+    # split, but output i * P + j holds input i's shard j.
+    parts = ctx.n_outputs // ctx.n_inputs
+    pack = ctx.bool("pack_first_input")
+
+    def run(main, *extras):
+        check_int(ctx, 0, main, "input 0")
+        _check_extras(ctx, 0, main, extras)
+        shards = K.partition(main, extras, parts, pack)
+        return _as_outputs([shards[j][i] for i in range(1 + len(extras)) for j in range(parts)])
     return run
 
 

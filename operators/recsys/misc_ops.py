@@ -41,6 +41,8 @@ register_schema(OpSchema(
     "LpNorm", num_inputs=1, num_outputs=1,
     args=(Arg("p", "int", 2, doc="1 (sum |x|) or 2 (sum x^2, not its square root)"),
           Arg("average", "bool", False, doc="divide by the element count")),
+    # lpnorm_op.cc's inference declares shape [1] and the input's type (FLOAT), though Caffe2's
+    # lpnorm_op_test asserts INT64: the schema, not that test, is followed here
     inference=lambda ctx, ins: [TensorType((1,), ins[0].dtype)],
     cost=elementwise_cost, checks=(DTypes(0, "float"),),      # Caffe2 registers it for float only
     doc="Caffe2's LpNorm: p=1 gives sum |x|, p=2 gives sum x^2; a 1-element output."))

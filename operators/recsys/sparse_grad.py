@@ -239,7 +239,7 @@ def _gather_by_key_maker(g):
     return [g.op("Partition", [g.I(0), g.GO(0)], outputs, pack_first_input=g.arg("pack_first_input", 0))]
 
 
-no_gradient("Partition", "LengthsPartition", "GatherRangesToDense", "OneHot", "SegmentOneHot", "BatchOneHot",
+no_gradient("Partition", "Sharding", "LengthsPartition", "GatherRangesToDense", "OneHot", "SegmentOneHot", "BatchOneHot",
             "BatchBucketOneHot", "Percentile", "KeySplit", "NGramFromCategorical", "BooleanMaskLengths",
             "BooleanUnmask", "RowWiseArgMax", "FloatToRowwiseQuantized8Bits", "Rowwise8BitQuantizedToFloat",
             "SparseLengthsSum8BitsRowwise", "SparseLengthsWeightedSum8BitsRowwise", "SparseLengthsMean8BitsRowwise",

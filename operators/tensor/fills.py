@@ -26,15 +26,20 @@ _FILL_ARGS = (Arg("shape", "ints", None, doc="output shape (no input)", check=Ra
 def check_fill_args(ctx, n_shape_inputs=1):
     """Caffe2 FillerOp's constructor checks; n_shape_inputs is how many inputs may
     give the shape (UniformFill's min/max inputs come after it)."""
+    # Caffe2 reads `shape` as a repeated argument: a single int is no shape at all, and
+    # without inputs it is refused rather than taken for a 1-D shape.
+    scalar_shape = isinstance(ctx.arg("shape"), int)
     if ctx.n_inputs:
-        if ctx.has("shape") and ctx.ints("shape"):
+        if ctx.has("shape") and not scalar_shape and ctx.ints("shape"):
             raise ctx.error("cannot set the shape argument and pass in an input at the same time")
     else:
+        if scalar_shape:
+            raise ctx.error("Fill 'shape' argument was a scalar (%d), list expected" % ctx.arg("shape"))
         if ctx.ints("extra_shape"):
             raise ctx.error("cannot set extra_shape when there is no input")
         if ctx.bool("input_as_shape"):
             raise ctx.error("an input must be given if input_as_shape is true")
-    shape = ctx.ints("shape") or []
+    shape = [] if scalar_shape else ctx.ints("shape") or []
     if any(d < 0 for d in shape):
         raise ctx.error("shape %s has a negative dimension" % shape)
     if any(d > _MAX_ELEMENTS for d in shape):    # even beside a 0: NumPy refuses such a dim

@@ -7,6 +7,7 @@ LookupInputError(role, message) with Caffe2's texts where Caffe2 has one.
 """
 import numpy as np
 
+from .cpp_shuffle import std_shuffle
 from .sparse_lengths import LookupInputError
 
 
@@ -149,11 +150,18 @@ def unique_uniform(count, low, high, avoid, rng, dtype):
     return values.astype(dtype)
 
 
-def sort_and_shuffle(size, sort_values, batch_size, shuffle_size, rng):
+def sort_and_shuffle(size, sort_values, batch_size, shuffle_size, rng=None):
     """Caffe2 SortAndShuffle: record order 0..size-1, sorted by sort_values (when given,
     stable), shuffled within consecutive chunks of batch_size * shuffle_size records
     (every chunk that ends before the last record), then the whole batches in a shuffled
-    order, the last partial batch last. int64."""
+    order, the last partial batch last. int64. Without `rng` each shuffle is Caffe2's own
+    (libstdc++'s std::shuffle with a fresh default engine), so the order is Caffe2's."""
+    def shuffle(view):
+        if rng is None:
+            std_shuffle(view)
+        else:
+            view[:] = rng.permutation(view)
+
     if batch_size * shuffle_size > size:
         shuffle_size = size // batch_size
     order = np.arange(size, dtype=np.int64)
@@ -163,9 +171,10 @@ def sort_and_shuffle(size, sort_values, batch_size, shuffle_size, rng):
     if chunk > 1:
         offset = 0
         while offset + chunk < size:
-            order[offset:offset + chunk] = rng.permutation(order[offset:offset + chunk])
+            shuffle(order[offset:offset + chunk])
             offset += chunk
     n_batch = size // batch_size
-    batches = rng.permutation(n_batch)
+    batches = np.arange(n_batch)
+    shuffle(batches)
     head = order[:n_batch * batch_size].reshape(n_batch, batch_size)[batches].reshape(-1)
     return np.concatenate([head, order[n_batch * batch_size:]])
