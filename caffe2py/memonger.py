@@ -30,7 +30,6 @@ net reads are the caller's business: list them in dont_share_blobs / static_blob
 import collections
 import copy
 import enum
-import heapq
 import logging
 
 import numpy as np
@@ -135,35 +134,82 @@ def compute_interference_graph(ops):
     return InterferenceGraph(ops)
 
 
-def _kahn(g, priority):
-    """A topological order of g, taking the ready op with the smallest priority."""
+def topological_sort_traversal(g):
+    """Caffe2's order (networkx's topological_sort of its day): Kahn's algorithm with
+    the ready ops on a stack, the last made ready first; ops ready at the start are
+    stacked in net order, so the last of them runs first."""
     indegree = [len(g.predecessors(i)) for i in g.nodes()]
-    ready = [(priority(i), i) for i in g.nodes() if indegree[i] == 0]
-    heapq.heapify(ready)
+    ready = [i for i in g.nodes() if indegree[i] == 0]
     order = []
     while ready:
-        _, i = heapq.heappop(ready)
+        i = ready.pop()
         order.append(i)
         for j in g.successors(i):
             indegree[j] -= 1
             if indegree[j] == 0:
-                heapq.heappush(ready, (priority(j), j))
+                ready.append(j)
     return order
 
 
-def topological_sort_traversal(g):
-    """The ops in net order when that order is valid (it is for a built net)."""
-    return _kahn(g, lambda i: i)
+def _reverse_postorder(g, starts):
+    """A topological order: depth-first from each of `starts` in turn (all unexplored
+    successors stacked at once, the last one explored first), post-order reversed, as
+    networkx's topological_sort(g, nbunch) of Caffe2's day did."""
+    explored, order = set(), []
+    for start in starts:
+        fringe = [start]
+        while fringe:
+            node = fringe[-1]
+            if node in explored:
+                fringe.pop()
+                continue
+            new = [j for j in g.successors(node) if j not in explored]
+            if new:
+                fringe.extend(new)
+            else:
+                explored.add(node)
+                order.append(node)
+                fringe.pop()
+    return order[::-1]
 
 
 def topological_sort_traversal_longest_path(g):
-    """A topological order that runs the op with the longest path to the net's end
-    first among the ready ones, so long chains start early and short-lived blobs
-    are consumed soon after they are made."""
-    depth = [0] * g.number_of_nodes()
-    for i in reversed(g.nodes()):
-        depth[i] = max((depth[j] + 1 for j in g.successors(i)), default=0)
-    return _kahn(g, lambda i: (-depth[i], i))
+    """Caffe2's order that starts the source op with the longest path to the end first,
+    so long chains start early and short-lived blobs are consumed soon after they are
+    made: each op's longest path to a sink (a virtual common sink when there are
+    several) forms a tree rooted there; sorting every node's children by subtree
+    height, lowest first, gives the sources in order; a depth-first order from them,
+    reversed, puts the deepest first."""
+    nodes = g.nodes()
+    if not nodes:
+        return []
+    sink = len(nodes)                         # virtual, joins every op without successors
+    height = {sink: 0}
+    next_on_path = {}
+    for i in reversed(nodes):                 # ops are in a topological order by index
+        succ = g.successors(i) or [sink]
+        best = max(succ, key=lambda j: (height[j], -j))
+        height[i], next_on_path[i] = height[best] + 1, best
+    sources = [i for i in nodes if not g.predecessors(i)]
+    children = collections.defaultdict(list)
+    for source in sources:                    # tree edges in the order the paths add them
+        node = source
+        while node != sink:
+            parent = next_on_path[node]
+            if node not in children[parent]:
+                children[parent].append(node)
+            node = parent
+    subtree = collections.defaultdict(int)    # height of each node's subtree (leaves 0)
+    for node in sorted(n for kids in children.values() for n in kids):   # children before parents
+        parent = next_on_path[node]
+        subtree[parent] = max(subtree[parent], subtree[node] + 1)
+    ordered_sources, stack = [], [sink]
+    while stack:                              # leaves left to right, lowest subtrees first
+        node = stack.pop()
+        if not children[node]:
+            ordered_sources.append(node)
+        stack.extend(reversed(sorted(children[node], key=lambda c: subtree[c])))
+    return _reverse_postorder(g, ordered_sources)
 
 
 # --------------------------------------------------------------------------- DAG-safe recycling
@@ -405,34 +451,97 @@ def get_memory_usage(assignments):
     return sum(_max_size(a) for a in assignments)
 
 
+def compute_assignments_greedy(ranges_sorted, init_assignments=None):
+    """Chains [(name, LiveRange), ...] of blobs that can share one name. ranges_sorted:
+    (name, LiveRange) by last use; init_assignments: chains to extend (their blobs are
+    skipped in ranges_sorted). Each blob joins the compatible chain whose largest blob
+    is closest in size (the first of equals), else starts a chain."""
+    assignments = list(init_assignments or [])
+    placed = {name for chain in assignments for name, _ in chain}
+    for name, range_ in ranges_sorted:
+        if name in placed:
+            continue
+        size = range_.size or 0
+        best, best_gap = None, None
+        for chain in assignments:
+            if is_compatible(range_, chain, ()):
+                gap = abs(_max_size(chain) - size)
+                if best is None or gap < best_gap:
+                    best, best_gap = chain, gap
+        if best is None:
+            assignments.append([(name, range_)])
+        else:
+            best.append((name, range_))
+    return assignments
+
+
+# Exact search stays cheap up to about this many blobs; past it the search space grows
+# exponentially and the greedy chains are returned instead.
+DP_MAX_BLOBS = 18
+
+
+def compute_assignments_dp(ranges_sorted, init_assignment, counter=None):
+    """Chains as compute_assignments_greedy's, with the smallest total memory
+    (get_memory_usage): an exact search over which chain each blob joins, memoised on
+    the multiset of chain states (last use, largest size). For more than DP_MAX_BLOBS
+    blobs the greedy chains are returned (logged). counter: Caffe2's recursion
+    counter, accepted and unused."""
+    assignments = [list(chain) for chain in (init_assignment or [])]
+    placed = {name for chain in assignments for name, _ in chain}
+    blobs = [(name, r) for name, r in ranges_sorted if name not in placed]
+    if len(blobs) > DP_MAX_BLOBS:
+        log.info("compute_assignments_dp: %d blobs, over %d: greedy assignment", len(blobs), DP_MAX_BLOBS)
+        return compute_assignments_greedy(blobs, assignments)
+    sizes = [r.size or 0 for _, r in blobs]
+
+    def choices(k, states):
+        """(chain index or None for a new chain, the states after, the memory it adds)."""
+        r = blobs[k][1]
+        for index, (used, largest) in enumerate(states):
+            if used is not None and r.defined is not None and r.defined > used:
+                grown = states[:index] + ((r.used, max(largest, sizes[k])),) + states[index + 1:]
+                yield index, grown, max(0, sizes[k] - largest)
+        yield None, states + ((r.used, sizes[k]),), sizes[k]
+
+    memo = {}
+
+    def cost(k, states):
+        """The least memory blobs[k:] add to chains in `states`."""
+        if k == len(blobs):
+            return 0
+        key = (k, tuple(sorted(states, key=repr)))
+        if key not in memo:
+            memo[key] = min(added + cost(k + 1, after) for _, after, added in choices(k, states))
+        return memo[key]
+
+    states = tuple((chain[-1][1].used, _max_size(chain)) for chain in assignments)
+    for k, (name, r) in enumerate(blobs):
+        index, states, _ = min(choices(k, states), key=lambda c: c[2] + cost(k + 1, c[1]))
+        if index is None:
+            assignments.append([(name, r)])
+        else:
+            assignments[index].append((name, r))
+    return assignments
+
+
 def compute_assignments(ranges, static_blobs, algo=AssignmentAlgorithm.GREEDY):
     """Chains of blobs [(name, LiveRange), ...] that can share one name, by last use;
-    static blobs stay alone. Greedy: each blob joins the compatible chain whose
-    largest blob is closest in size."""
-    if algo != AssignmentAlgorithm.GREEDY:
-        raise Caffe2Error("compute_assignments: only AssignmentAlgorithm.GREEDY is implemented, got %s" % algo)
+    static blobs stay alone. GREEDY: compute_assignments_greedy; DYNAMIC_PROGRAMMING:
+    compute_assignments_dp (smallest total size)."""
+    if algo not in (AssignmentAlgorithm.GREEDY, AssignmentAlgorithm.DYNAMIC_PROGRAMMING):
+        raise Caffe2Error("compute_assignments: algo must be an AssignmentAlgorithm, got %r" % (algo,))
     ordered = sorted(ranges.items(), key=lambda p: (p[1].used is None, p[1].used if p[1].used is not None else 0))
     last_use = max((r.used for _, r in ordered if r.used is not None), default=-1) + 1
     ordered = [(name, r._replace(defined=-1 if r.defined is None else r.defined,
                                  used=last_use if r.used is None else r.used,
                                  size=1 if r.size is None else r.size)) for name, r in ordered]
     static = set(static_blobs)
-    assignments = []
-    for name, r in ordered:
-        if name in static:
-            continue
-        best, best_gap = None, None
-        for assignment in assignments:
-            if is_compatible(r, assignment, static):
-                gap = abs(_max_size(assignment) - r.size)
-                if best is None or gap < best_gap:
-                    best, best_gap = assignment, gap
-        if best is None:
-            assignments.append([(name, r)])
-        else:
-            best.append((name, r))
-    assignments += [[(name, r)] for name, r in ordered if name in static]
-    return assignments
+    shareable = [(name, r) for name, r in ordered if name not in static]
+    if algo == AssignmentAlgorithm.GREEDY:
+        assignments = compute_assignments_greedy(shareable)
+    else:
+        assignments = compute_assignments_dp(shareable, [])
+    return assignments + [[(name, r)] for name, r in ordered if name in static]
 
 
 def compute_blob_assignments(assignments):

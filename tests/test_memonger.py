@@ -229,9 +229,8 @@ def test_named_errors():
     del proto.external_input[:]
     with pytest.raises(Caffe2Error, match="neither an external input"):
         memonger.optimize_inference_for_dag(proto, [])
-    with pytest.raises(Caffe2Error, match="GREEDY"):
-        memonger.optimize_interference(branchy_predict_net().Proto(), [],
-                                       algo=memonger.AssignmentAlgorithm.DYNAMIC_PROGRAMMING)
+    with pytest.raises(Caffe2Error, match="AssignmentAlgorithm"):
+        memonger.optimize_interference(branchy_predict_net().Proto(), [], algo="DP")
     with pytest.raises(Caffe2Error, match="loss blob 'no_loss' is not used"):
         memonger.share_grad_blobs(model.net, ["no_loss"], [], "name_x")
     with pytest.raises(Caffe2Error, match="Net or NetDef"):
@@ -250,14 +249,16 @@ def test_interference_graph_and_orderings_follow_caffe2():
     m.net.Copy("conv2_w", "conv2_w")                   # 2
     brew.conv(m, conv0, "conv2", 16, 32, 4)            # 3
     g = memonger.compute_interference_graph(m.net.Proto().op)
-    assert memonger.topological_sort_traversal(g) == [0, 1, 2, 3]
+    # Caffe2's order: the ready ops stacked, the last one first (memonger_test.py)
+    assert memonger.topological_sort_traversal(g) == [2, 0, 1, 3]
     # the op starting the longer chain goes first
     assert memonger.topological_sort_traversal_longest_path(g) == [0, 1, 2, 3]
     reordered = caffe2_pb2.NetDef()
     reordered.op.extend([m.net.Proto().op[i] for i in (2, 0, 1, 3)])
     g = memonger.compute_interference_graph(reordered.op)
-    assert memonger.topological_sort_traversal(g) == [0, 1, 2, 3]
-    assert memonger.topological_sort_traversal_longest_path(g) == [1, 0, 2, 3]
+    assert memonger.topological_sort_traversal(g) == [1, 2, 0, 3]
+    # sources by their longest path's subtree, lowest first, then depth-first, reversed
+    assert memonger.topological_sort_traversal_longest_path(g) == [1, 2, 0, 3]
 
 
 def test_blobs_valued_from_outside_the_run_are_kept():
@@ -358,3 +359,102 @@ def test_share_grad_blobs_on_an_lstm_training_net():
     shared = run_steps(model.param_init_net, init_values, optim, fetch)
     for blob in fetch:
         np.testing.assert_array_equal(shared[0][blob], reference[0][blob], err_msg=blob)
+
+
+def _least_memory_by_enumeration(ranges):
+    """Every way to split blobs (in order of last use) into chains whose consecutive
+    members do not overlap (next defined after the previous used): the least sum of
+    each chain's largest size. Written out independently of memonger."""
+    best = [None]
+
+    def place(k, chains):
+        if k == len(ranges):
+            total = sum(max(r.size for r in chain) for chain in chains)
+            best[0] = total if best[0] is None else min(best[0], total)
+            return
+        r = ranges[k]
+        for chain in chains:
+            if r.defined > chain[-1].used:
+                chain.append(r)
+                place(k + 1, chains)
+                chain.pop()
+        chains.append([r])
+        place(k + 1, chains)
+        chains.pop()
+    place(0, [])
+    return best[0]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_dynamic_programming_assignment_uses_the_least_memory(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 9))
+    defined = rng.integers(0, 12, n)
+    used = defined + rng.integers(0, 5, n)
+    sizes = rng.integers(1, 20, n)
+    ranges = sorted((("b%d" % i, memonger.LiveRange(int(d), int(u), int(z)))
+                     for i, (d, u, z) in enumerate(zip(defined, used, sizes))), key=lambda p: p[1].used)
+    dp = memonger.compute_assignments_dp(ranges, [])
+    greedy = memonger.compute_assignments_greedy(ranges, None)
+    for chains in (dp, greedy):
+        assert sorted(name for chain in chains for name, _ in chain) == sorted(name for name, _ in ranges)
+        for chain in chains:
+            assert all(b.defined > a.used for (_, a), (_, b) in zip(chain, chain[1:]))
+    assert memonger.get_memory_usage(dp) == _least_memory_by_enumeration([r for _, r in ranges])
+    assert memonger.get_memory_usage(dp) <= memonger.get_memory_usage(greedy)
+
+
+def test_greedy_assignment_joins_the_chain_closest_in_size_and_extends_given_chains():
+    lr = memonger.LiveRange
+    ranges = [("b1", lr(1, 3, 10)), ("b2", lr(3, 4, 1)), ("b3", lr(5, 6, 1)), ("b4", lr(5, 7, 10))]
+    # b2 overlaps b1 (defined at b1's last use); b3 fits b2's size, b4 b1's
+    assert memonger.compute_assignments_greedy(ranges) == [[ranges[0], ranges[3]], [ranges[1], ranges[2]]]
+    start = [[("a", lr(0, 0, 10))]]
+    chains = memonger.compute_assignments_greedy(ranges[1:], start)
+    assert chains[0] == [("a", lr(0, 0, 10)), ranges[3]] or chains[0][:2] == [("a", lr(0, 0, 10)), ranges[1]]
+
+
+def test_optimize_interference_with_dynamic_programming_keeps_results():
+    model, loss = mlp_training_model(depth=2)
+    workspace.RunNetOnce(model.param_init_net)
+    feed_batch("name_x")
+    start = {b: workspace.FetchBlob(b).copy() for b in workspace.Blobs()
+             if isinstance(workspace.FetchBlob(b), np.ndarray)}
+    workspace.RunNetOnce(model.net)
+    expected = {b: workspace.FetchBlob(b).copy() for b in (loss, "name_x/fc0_w")}
+    static = [o for op in model.param_init_net.Proto().op for o in op.output] + \
+        list(model.net.Proto().external_input) + [loss]
+    for algo in memonger.AssignmentAlgorithm:
+        optimization = memonger.optimize_interference(model.net.Proto(), static, algo=algo)
+        assert len(optimization.blob_assignments) > 0
+        for name, value in start.items():
+            workspace.FeedBlob(name, value.copy())
+        workspace.RunNetOnce(optimization.net)
+        for name, value in expected.items():       # the loss, and the SGD-updated weight
+            np.testing.assert_allclose(workspace.FetchBlob(name), value, rtol=1e-6)
+
+
+def test_orderings_with_two_sinks_follow_caffe2_and_are_topological():
+    m = model_helper.ModelHelper()
+    m.Copy("conv0_w_comp", "conv0_w")                   # 0
+    conv0 = brew.conv(m, "data", "conv0", 32, 32, 4)    # 1
+    m.Copy("conv2_w", "conv2_w")                        # 2
+    brew.conv(m, conv0, "conv2", 16, 32, 4)             # 3
+    m.Copy("data1", "data2")                            # 4
+    m.Copy("data2", "data3")                            # 5
+    g = memonger.compute_interference_graph(m.net.Proto().op)
+    # the orders Caffe2's memonger_test.py expects of this net
+    assert memonger.topological_sort_traversal(g) == [4, 5, 2, 0, 1, 3]
+    assert memonger.topological_sort_traversal_longest_path(g) == [0, 1, 2, 3, 4, 5]
+    rng = np.random.default_rng(3)
+    for _ in range(20):                                 # random nets: every op once, after its inputs' writers
+        net = core.Net("random_dag")
+        for i in range(int(rng.integers(1, 12))):
+            reads = ["b%d" % j for j in rng.choice(i + 2, size=min(2, i + 1), replace=False)]
+            net.Sum(reads, "b%d" % (i + 2))
+        g = memonger.compute_interference_graph(net.Proto().op)
+        for ordering in (memonger.topological_sort_traversal, memonger.topological_sort_traversal_longest_path):
+            order = ordering(g)
+            assert sorted(order) == g.nodes()
+            position = {op: k for k, op in enumerate(order)}
+            assert all(position[a] < position[b] for a, b in g.edges())
