@@ -260,3 +260,58 @@ def test_sparse_updates_are_in_place_and_undone_when_the_net_fails():
         workspace.RunNet(failing.Name())
     for name, value in before.items():
         np.testing.assert_array_equal(workspace.FetchBlob(name), value, err_msg=name)
+
+
+def gftrl_reference(w, nz, g, alpha, beta, l1, l2):
+    """Group FTRL written out per weight in float64: rows are outputs, each column a group."""
+    outputs = g.shape[0]
+    w2, g2 = w.reshape(outputs, -1).astype(np.float64), g.reshape(outputs, -1).astype(np.float64)
+    nz2 = nz.reshape(outputs, -1, 2).astype(np.float64)
+    new_w, new_nz = np.zeros_like(w2), np.zeros_like(nz2)
+    for j in range(w2.shape[1]):
+        for i in range(outputs):
+            n, z = nz2[i, j]
+            nn = n + g2[i, j] ** 2
+            new_nz[i, j] = nn, z + g2[i, j] - (math.sqrt(nn) - math.sqrt(n)) / alpha * w2[i, j]
+        norm = math.sqrt(sum(new_nz[i, j, 1] ** 2 for i in range(outputs)))
+        for i in range(outputs):
+            if norm > l1 * math.sqrt(outputs):
+                new_w[i, j] = new_nz[i, j, 1] * (l1 * math.sqrt(outputs) / norm - 1) / \
+                    ((beta + math.sqrt(new_nz[i, j, 0])) / alpha + l2)
+    return new_w.reshape(w.shape), new_nz.reshape(nz.shape)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 2), (5,)])
+def test_gftrl_zeroes_whole_groups_and_matches_the_formula(shape):
+    rng = np.random.default_rng(len(shape))
+    w = rng.normal(size=shape).astype(np.float32)
+    g = rng.normal(size=shape).astype(np.float32)
+    n = np.abs(rng.normal(size=shape)).astype(np.float32)
+    z = rng.normal(size=shape).astype(np.float32) * 0.05
+    z.reshape(shape[0], -1)[:, 0] *= 40          # one group far above the threshold
+    nz = np.stack([n, z], axis=-1)
+    alpha, beta, l1, l2 = 0.05, 0.5, 0.3, 0.01
+    workspace.ResetWorkspace()
+    for name, value in (("w", w), ("nz", nz), ("g", g)):
+        workspace.FeedBlob(name, value)
+    workspace.RunOperatorOnce(core.CreateOperator("GFtrl", ["w", "nz", "g"], ["w2", "nz2"],
+                                                  alpha=alpha, beta=beta, lambda1=l1, lambda2=l2))
+    ref_w, ref_nz = gftrl_reference(w, nz, g, alpha, beta, l1, l2)
+    np.testing.assert_allclose(workspace.FetchBlob("nz2"), ref_nz, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(workspace.FetchBlob("w2"), ref_w, rtol=1e-4, atol=1e-5)
+    columns = np.abs(workspace.FetchBlob("w2").reshape(shape[0], -1)).max(axis=0)
+    assert columns[0] > 0 and np.array_equal(columns == 0, np.abs(ref_w.reshape(shape[0], -1)).max(axis=0) == 0)
+    # the alpha input overrides the argument
+    workspace.FeedBlob("alpha", np.array([alpha], np.float32))
+    workspace.RunOperatorOnce(core.CreateOperator("GFtrl", ["w", "nz", "g", "alpha"], ["w3", "nz3"],
+                                                  alpha=1.0, beta=beta, lambda1=l1, lambda2=l2))
+    np.testing.assert_allclose(workspace.FetchBlob("w3"), ref_w, rtol=1e-4, atol=1e-5)
+
+
+def test_gftrl_refuses_mismatched_state():
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("w", np.zeros((2, 3), np.float32))
+    workspace.FeedBlob("nz", np.zeros((2, 3), np.float32))
+    workspace.FeedBlob("g", np.zeros((2, 3), np.float32))
+    with pytest.raises(Caffe2Error, match="GFtrl.*n_z must hold 2 values per weight"):
+        workspace.RunOperatorOnce(core.CreateOperator("GFtrl", ["w", "nz", "g"], ["w", "nz"]))

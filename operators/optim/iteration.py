@@ -107,6 +107,29 @@ def _count_iteration(stat_key):
     global_stat_registry().update(stat_key, 1)
 
 
+def _shared_counter(mutex, counter):
+    """The array AtomicIter increments in place, the same one on every thread.
+
+    Blob values are immutable elsewhere (inplace.py), and inplace.claim hands a kernel
+    a private copy whenever anything else holds the array, which nets running
+    concurrently on other threads do: their increments would then go to copies and be
+    lost. So AtomicIter owns its counter array instead: the first run under a mutex
+    replaces the fed array by a private copy (remembered on the mutex, so that a
+    thread still holding the fed array gets the same copy, with its current count),
+    and later runs write into that copy in place. Called with the mutex held."""
+    owned = mutex.__dict__.setdefault("_atomic_iter_counters", {})
+    for _, private in owned.values():
+        if counter is private:
+            return counter
+    if id(counter) in owned and owned[id(counter)][0] is counter:
+        return owned[id(counter)][1]          # another thread replaced this array already
+    if len(owned) > 64:                       # counters re-fed many times: forget old ones
+        owned.clear()
+    private = np.array(counter, dtype=np.int64, copy=True)
+    owned[id(counter)] = (counter, private)   # the original kept alive, so its id stays its own
+    return private
+
+
 @register_kernel("AtomicIter")
 def atomic_iter(ctx):
     stat_key = "atomic_iter/stats/%s/num_iter" % ctx.op_def.input[1]
@@ -116,10 +139,10 @@ def atomic_iter(ctx):
             raise ctx.input_error(0, "must be a mutex created by CreateMutex, got %s" % type(mutex).__name__)
         _count_iteration(stat_key)
         with mutex:
-            following = next_count(ctx, 1, counter)
             if counter.dtype != np.int64:
-                return following              # re-typed: a new int64 blob, as Caffe2's
-            counter = inplace.claim(counter)
+                return next_count(ctx, 1, counter)      # re-typed: a new int64 blob, as Caffe2's
+            counter = _shared_counter(mutex, counter)
+            following = next_count(ctx, 1, counter)
             inplace.restore_all(counter)
             counter.reshape(-1)[0] = following.reshape(-1)[0]
         return counter

@@ -109,6 +109,38 @@ def ftrl(ctx):
     return run
 
 
+register_schema(OpSchema(
+    "GFtrl", num_inputs=(3, 4), num_outputs=2, allow_inplace={(0, 0), (1, 1)}, args=_FTRL_ARGS,
+    inputs=("var", "n_z", "grad", "alpha"), outputs=("output_var", "output_n_z"), inference=_like(0, 1),
+    doc="Group FTRL: Ftrl's n / z updates, with the L1 step applied per group: var viewed as "
+        "[grad.shape[0] outputs, the rest inputs], each input's column is a group, zeroed unless the L2 "
+        "norm of its new z exceeds lambda1 * sqrt(outputs); otherwise w' = z' (lambda1 sqrt(outputs) / "
+        "|z'| - 1) / ((beta + sqrt(n')) / alpha + lambda2)."))
+
+
+@register_kernel("GFtrl")
+def gftrl(ctx):
+    alpha_inv, beta, l1, l2 = _ftrl_params(ctx)
+
+    def run(var, nz, grad, *rest):
+        for k, (a, what) in enumerate(((var, "var"), (nz, "n_z"), (grad, "grad"))):
+            _float(ctx, k, a, what)
+        if grad.size != var.size:
+            raise ctx.input_error(2, "grad has %d values, var %d" % (grad.size, var.size))
+        if nz.size != 2 * var.size:
+            raise ctx.input_error(1, "n_z must hold 2 values per weight (%d), got %d" % (2 * var.size, nz.size))
+        if grad.ndim == 0:
+            raise ctx.input_error(2, "needs at least 1 dimension (its first is the number of outputs)")
+        inv = _alpha_inv(ctx, 3, rest, alpha_inv)
+        if grad.size == 0:
+            return var.copy(), nz.copy()
+        outputs = grad.shape[0]
+        w, z = F.gftrl_dense(var.reshape(outputs, -1), nz.reshape(outputs, -1), grad.reshape(outputs, -1),
+                             inv, beta, l1, l2)
+        return w.reshape(var.shape), z.reshape(nz.shape)
+    return run
+
+
 def _save_rows(table2, flat):
     """The rows an update is about to change (for undo), or None outside a net run."""
     saved = inplace.row_buffer(table2, flat)
@@ -325,4 +357,4 @@ def ensure_clipped(ctx):
     return run
 
 
-should_not_do_gradient("Ftrl", "SparseFtrl", "RmsProp", "Lars", "YellowFin", "SparseNormalize", "EnsureClipped")
+should_not_do_gradient("Ftrl", "SparseFtrl", "GFtrl", "RmsProp", "Lars", "YellowFin", "SparseNormalize", "EnsureClipped")

@@ -28,6 +28,27 @@ def ftrl_dense(w, nz, g, alpha_inv, beta, lambda1, lambda2):
     return new_w, out_nz
 
 
+def gftrl_dense(w, nz, g, alpha_inv, beta, lambda1, lambda2):
+    """Group FTRL (Caffe2's GFtrl): w, g float32 [outputs, inputs], nz [outputs, 2 * inputs]
+    ((n, z) interleaved per weight). Each input column is one group: its weights are zero
+    unless the L2 norm of its new z over the outputs exceeds lambda1 * sqrt(outputs).
+    Returns new (w, nz) of the same shapes."""
+    outputs = g.shape[0]
+    n, z = nz[:, 0::2], nz[:, 1::2]
+    new_n = n + g * g
+    sigma = (np.sqrt(new_n) - np.sqrt(n)) * alpha_inv
+    new_z = z + g - sigma * w
+    z_norm = np.sqrt((new_z * new_z).sum(axis=0, dtype=F32)).astype(F32)
+    threshold = F32(lambda1 * np.sqrt(F32(outputs)))
+    live = z_norm > threshold
+    safe_norm = np.where(live, z_norm, F32(1))
+    denom = (beta + np.sqrt(new_n)) * alpha_inv + lambda2
+    new_w = np.where(live[None, :], new_z * (threshold / safe_norm - F32(1)) / denom, F32(0)).astype(F32)
+    out_nz = np.empty_like(nz)
+    out_nz[:, 0::2], out_nz[:, 1::2] = new_n, new_z
+    return new_w, out_nz
+
+
 @compiled
 def _sparse_ftrl(w, nz, indices, g, alpha_inv, beta, lambda1, lambda2):
     """w [rows, block], nz [rows, 2 * block], g [len(indices), block], in place."""
