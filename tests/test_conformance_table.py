@@ -37,3 +37,19 @@ def test_an_unknown_class_is_refused(tmp_path):
     proc = subprocess.run([sys.executable, TOOL, str(tmp_path / "run.json"), "--classes", str(tmp_path / "classes.txt")],
                           capture_output=True, text=True)
     assert proc.returncode != 0 and "unknown class 'whatever'" in proc.stderr
+
+
+def test_reruns_replace_their_files_and_totals_are_recounted(tmp_path):
+    first = [_file("a_test.py", passed=3), _file("b_test.py", passed=1, failed=1, first={"test": "T::t", "message": "m"}),
+             _file("c_test.py", imported=False, errors=1, first={"test": "(import)", "message": "x"})]
+    run = {"files": first, "totals": {}}
+    rerun = {"files": [_file("b_test.py", passed=2)], "totals": {}}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    (tmp_path / "rerun.json").write_text(json.dumps(rerun))
+    out = subprocess.run([sys.executable, TOOL, str(tmp_path / "run.json"), "--update", str(tmp_path / "rerun.json")],
+                         capture_output=True, text=True, check=True).stdout
+    lines = out.splitlines()
+    # a: 3/3, b (rerun): 2/2, c: 0/1 -> 5 of 6 tests, 2 of 3 files
+    assert lines[0].startswith("3 files: 2 imported (66.7%); 6 tests collected: 5 passed (83.3%), 0 failed, 1 errors")
+    assert "Rows from rerun 1 (1 files): b_test.py." in lines
+    assert "| b_test.py | yes | 2 | 0 | 0 | 0 |  |  |" in lines

@@ -1,7 +1,12 @@
 """Render a `caffe2py conformance --json` result as the Markdown table of
 docs/conformance.md, with the class of every file that did not pass cleanly.
 
-Usage: python tools/conformance_table.py RUN.json [--classes CLASSES.txt] [--title TEXT]
+Usage: python tools/conformance_table.py RUN.json [--update RERUN.json ...] [--classes CLASSES.txt]
+       [--title TEXT]
+
+--update: the files of a later run of some of the files (after fixes) replace their rows
+of RUN.json, and the totals are recounted (the table then says which files it took from
+which run, so a reader can tell a combined table from a single run).
 
 CLASSES.txt holds one line per file: `file_test.py: class: note`, where class is
 one of the classes below; files with failures and no line are printed as
@@ -43,6 +48,31 @@ def cell(text, width=110):
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
+def combine(run, reruns):
+    """RUN's files with those of each rerun (matched by path) replacing theirs, totals
+    recounted as caffe2py.conformance.report.totals counts them."""
+    by_path = {r["file"]: dict(r) for r in run["files"]}
+    order = [r["file"] for r in run["files"]]
+    for index, rerun in enumerate(reruns, 1):
+        for r in rerun["files"]:
+            if r["file"] not in by_path:
+                order.append(r["file"])
+            by_path[r["file"]] = dict(r, rerun=index)
+    files = [by_path[path] for path in order]
+    t = dict(files=len(files), imported=0, collected=0, passed=0, failed=0, errors=0, skipped=0, timed_out=0,
+             crashed=0, pytest_errors=0, seconds=sum(r.get("seconds", 0) or 0 for r in files))
+    for r in files:
+        t["imported"] += bool(r["imported"])
+        for key in ("collected", "passed", "failed", "errors", "skipped"):
+            t[key] += r[key]
+        t["timed_out"] += r["status"] == "timeout"
+        t["crashed"] += r["status"] == "crashed"
+        t["pytest_errors"] += r["status"] == "pytest_error"
+    pct = (lambda a, b: round(100.0 * a / b, 1) if b else None)
+    t["percent"] = {"files_imported": pct(t["imported"], t["files"]), "tests_passed": pct(t["passed"], t["collected"])}
+    return {"files": files, "totals": t, "options": run.get("options", {})}
+
+
 def render(run, classes, title=""):
     t = run["totals"]
     pct = t["percent"]
@@ -54,6 +84,14 @@ def render(run, classes, title=""):
                      t["files"], t["imported"], pct["files_imported"] or 0, t["collected"], t["passed"],
                      pct["tests_passed"] or 0, t["failed"], t["errors"], t["skipped"], t["timed_out"],
                      t["crashed"]))
+    ran = t["collected"] - t["skipped"]
+    if ran:
+        lines.append("Of the %d tests that ran (not skipped), %d passed (%.1f%%)." % (
+            ran, t["passed"], 100.0 * t["passed"] / ran))
+    reruns = sorted({r["rerun"] for r in run["files"] if r.get("rerun")})
+    for index in reruns:
+        names = sorted(r["name"] for r in run["files"] if r.get("rerun") == index)
+        lines.append("Rows from rerun %d (%d files): %s." % (index, len(names), ", ".join(names)))
     lines += ["", "| file | imported | passed | failed | errors | skipped | first failure | class |",
               "|---|---|---:|---:|---:|---:|---|---|"]
     counts = {}
@@ -78,11 +116,17 @@ def render(run, classes, title=""):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run")
+    parser.add_argument("--update", action="append", default=[], metavar="RERUN.json")
     parser.add_argument("--classes")
     parser.add_argument("--title", default="")
     args = parser.parse_args(argv)
-    with open(args.run, encoding="utf-8") as f:
-        run = json.load(f)
+
+    def load(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    run = load(args.run)
+    if args.update:
+        run = combine(run, [load(path) for path in args.update])
     sys.stdout.write(render(run, read_classes(args.classes), args.title))
     return 0
 
