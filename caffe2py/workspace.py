@@ -6,6 +6,8 @@ in caffe2.python.workspace. The Workspace class is usable on its own.
 import collections
 import contextlib
 import logging
+import shutil
+import tempfile
 import threading
 
 import numpy as np
@@ -649,6 +651,71 @@ class Predictor:
             self._ws.feed_blob(name, value)
         self._ws.run_net(self._predict_net.name)
         return [self._ws.fetch_blob(name) for name in self._outputs]
+
+
+# --------------------------------------------------------------------------- immediate mode
+# Caffe2's debugging aid: between StartImmediate() and StopImmediate() every operator
+# core.CreateOperator makes (so every op added to a core.Net) also runs at once in a
+# workspace of its own, whose root folder is a temporary folder removed at the stop.
+
+_immediate_mode = False
+_immediate_workspace_name = "_CAFFE2_IMMEDIATE"
+_immediate_root_folder = ""
+
+_IMMEDIATE_WARNING = """
+    Immediate mode runs every operator you create at once, in a workspace of its own.
+    It is a debugging aid: the ops must be runnable in the order you create them (an
+    input must exist before an op reads it), they all share one workspace, and what
+    they hold stays alive until StopImmediate(). Pass i_know=True to hide this note."""
+
+
+def IsImmediate():
+    return _immediate_mode
+
+
+def StartImmediate(i_know=False):
+    """Turn immediate mode on, with a fresh immediate workspace (a running one is stopped first)."""
+    global _immediate_mode, _immediate_root_folder
+    if _immediate_mode:
+        StopImmediate()
+    _immediate_mode = True
+    with WorkspaceGuard(_immediate_workspace_name):
+        _immediate_root_folder = tempfile.mkdtemp()
+        ResetWorkspace(_immediate_root_folder)
+    if not i_know:
+        print(_IMMEDIATE_WARNING)
+
+
+def StopImmediate():
+    """Turn immediate mode off: empty its workspace and delete its root folder."""
+    global _immediate_mode, _immediate_root_folder
+    if not _immediate_mode:
+        return
+    with WorkspaceGuard(_immediate_workspace_name):
+        ResetWorkspace()
+    shutil.rmtree(_immediate_root_folder, ignore_errors=True)
+    _immediate_root_folder = ""
+    _immediate_mode = False
+
+
+def ImmediateBlobs():
+    with WorkspaceGuard(_immediate_workspace_name):
+        return Blobs()
+
+
+def RunOperatorImmediate(op):
+    with WorkspaceGuard(_immediate_workspace_name):
+        RunOperatorOnce(op)
+
+
+def FetchImmediate(*args, **kwargs):
+    with WorkspaceGuard(_immediate_workspace_name):
+        return FetchBlob(*args, **kwargs)
+
+
+def FeedImmediate(*args, **kwargs):
+    with WorkspaceGuard(_immediate_workspace_name):
+        return FeedBlob(*args, **kwargs)
 
 
 class _BlobsView:
