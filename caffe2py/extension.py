@@ -251,6 +251,10 @@ def run_operator_once(op_def):
     return workspace.RunOperatorOnce(_parse(caffe2_pb2.OperatorDef, op_def, "the operator proto"))
 
 
+def get_operator_cost(op_def, input_blobs):
+    return workspace.GetOperatorCost(op_def, input_blobs)
+
+
 def run_plan(plan_def):
     return workspace.RunPlan(_parse(caffe2_pb2.PlanDef, plan_def, "the plan proto"))
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import devices, fp_exceptions, lazy
 from .benchmark import benchmark_net
+from .cost_inference import infer_cost
 from .errors import Caffe2Error, ProtoError
 from .blob_scopes import SharedBlobs
 from .execution_steps import run_step
@@ -361,6 +362,23 @@ def RunNetOnce(net):
 
 def RunOperatorOnce(op):
     return _ws().run_operator_once(op)
+
+
+def GetOperatorCost(operator, blobs):
+    """Caffe2's cost inference of one operator (an OperatorDef or its serialized bytes)
+    on the shapes of the named blobs of the current workspace, as its inputs:
+    (flops, bytes_written, bytes_read). Ops without a Caffe2 cost function are an error."""
+    op_def = _op_proto(operator)
+    ws = _ws()
+    types = []
+    for name in blobs:
+        name = _name(name)
+        if not ws.has_blob(name):
+            raise Caffe2Error("GetOperatorCost: blob '%s' does not exist in workspace '%s'"
+                              % (name, ws.name))
+        types.append(type_of_value(ws.blobs[name]))
+    cost = infer_cost(op_def, types)
+    return (int(cost.flops), int(cost.bytes_written), int(cost.bytes_read))
 
 
 def RunOperatorsOnce(ops):
