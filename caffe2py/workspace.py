@@ -331,6 +331,11 @@ def FetchInt8Blob(name):
 Int8Tensor = int8_tensor.Int8Tensor
 
 
+def FetchTorch(name):
+    """A torch tensor sharing blob `name`'s memory (C.Blob.to_torch); torch must be installed."""
+    return C.Workspace.current.blobs[_name(name)].to_torch()
+
+
 def FetchBlobs(names):
     return [FetchBlob(n) for n in names]
 
