@@ -507,7 +507,7 @@ class Workspace:
             # Caffe2's binding takes a net object or its serialized bytes, never text
             raise TypeError("create_net expects a core.Net, a NetDef or its serialized bytes, got str")
         net_def = _parse(caffe2_pb2.NetDef, net, "the net proto")
-        self._ws.create_net(net_def, overwrite)
+        self._ws.create_net(net_def, overwrite, construct_operators=True)
         return Net(self._ws, net_def.name)
 
     def run(self, obj):

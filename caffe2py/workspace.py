@@ -162,7 +162,11 @@ class Workspace:
         return True
 
     # -- nets
-    def create_net(self, net, overwrite=False, input_blobs=None):
+    def create_net(self, net, overwrite=False, input_blobs=None, construct_operators=False):
+        """Compile `net` and keep it by name. construct_operators (what CreateNet and
+        C.Workspace.create_net ask for) also does what Caffe2's operator constructors do:
+        refuse an input blob that does not exist yet, create the output blobs. Plans and
+        nets inherited from a parent workspace are compiled without it."""
         net_def = _net_proto(net)
         # Caffe2 wants the name field set; an empty name set explicitly is a name
         # (NetBuilder's unnamed nets are "", "_1", ...)
@@ -173,10 +177,29 @@ class Workspace:
         if net_def.name in self.nets and not overwrite:
             raise Caffe2Error("I respectfully refuse to overwrite an existing net of the same name "
                               "'%s', unless you explicitly specify overwrite=True." % net_def.name)
-        # Compile before touching the map so a bad net leaves the old one in place.
+        # Compile (the net-level checks) before touching the map so a bad net leaves the
+        # old one in place, and before creating blobs so a refused net changes nothing.
         compiled = Net(caffe2_pb2.NetDef.FromString(net_def.SerializeToString()), self)
+        if construct_operators:
+            self._construct_operators(net_def)
         self.nets[net_def.name] = compiled
         return True
+
+    def _construct_operators(self, net_def):
+        """What Caffe2's operator constructors do when a net is created, op by op: every
+        input blob must exist already (fed, created, or an output of an earlier op of the
+        net), and every output blob is created (empty until the net runs). Blobs are
+        created only once every op passed."""
+        created = set()
+        for op in net_def.op:
+            for name in op.input:
+                if name not in created and not self.has_blob(name):
+                    raise Caffe2Error("op %s: Encountered a non-existing input blob: %s (net '%s': "
+                                      "feed it, or create it, before creating the net)"
+                                      % (op.type, name, net_def.name))
+            created.update(op.output)
+        for name in sorted(created):
+            self.create_blob(name)
 
     def get_net(self, name):
         name = _name(name)
@@ -354,7 +377,7 @@ def Blobs():
 
 def CreateNet(net, overwrite=False, input_blobs=None):
     lazy.TriggerLazyImport()          # pending op libraries first, as Caffe2's CreateNet
-    return _ws().create_net(net, overwrite, input_blobs)
+    return _ws().create_net(net, overwrite, input_blobs, construct_operators=True)
 
 
 def RunNet(name, num_iter=1, allow_fail=False):
