@@ -158,6 +158,8 @@ def CreateOperator(operator_type, inputs, outputs, name="", control_input=None,
     for key, value in kwargs.items():
         if value is not None:
             op.arg.add().CopyFrom(make_argument(key, value))
+    if workspace.IsImmediate():
+        workspace.RunOperatorImmediate(op)
     return op
 
 

@@ -22,11 +22,14 @@ absent or answers "not there", as in a CPU build without those options.
 import difflib
 import sys
 
+import numpy as np
+
 from . import python_op_registry, registry, workspace
 from .benchmark import benchmark_net as _benchmark_net
 from .db import base as _db
 from .errors import Caffe2Error
 from .proto import caffe2_pb2
+from .tensors import numpy_dtype
 
 # ----------------------------------------------------------------- build facts (CPU build)
 
@@ -251,6 +254,10 @@ def run_operator_once(op_def):
     return workspace.RunOperatorOnce(_parse(caffe2_pb2.OperatorDef, op_def, "the operator proto"))
 
 
+def get_operator_cost(op_def, input_blobs):
+    return workspace.GetOperatorCost(op_def, input_blobs)
+
+
 def run_plan(plan_def):
     return workspace.RunPlan(_parse(caffe2_pb2.PlanDef, plan_def, "the plan proto"))
 
@@ -342,6 +349,17 @@ class Blob:
         value = self._ws.blobs.get(self.name)
         return value is not None and hasattr(value, "shape") and hasattr(value, "dtype")
 
+    def tensor(self):
+        """The blob as a TensorCPU: its `.data` is the blob's array itself (writes go through)."""
+        return TensorCPU(self._ws, self.name)
+
+    as_tensor = tensor
+
+    def to_torch(self):
+        if not self.is_tensor():
+            raise Caffe2Error("Blob '%s' has to be a tensor to be viewed as a torch tensor" % self.name)
+        return self.tensor().to_torch()
+
     def serialize(self, name):
         return self._ws.serialize_blob(self.name) if name == self.name else _renamed_blob(
             self._ws.serialize_blob(self.name), name)
@@ -351,6 +369,52 @@ class Blob:
 
     def __repr__(self):
         return "<Blob %r>" % self.name
+
+
+class TensorCPU:
+    """Caffe2's TensorCPU view of one blob of a workspace: `.data` is the blob's NumPy
+    array (no copy: writing into it writes the blob), `init(dims, data_type)` gives the
+    blob a new zero-filled tensor of that shape and type."""
+
+    def __init__(self, ws, name):
+        self._ws, self._name = ws, name
+
+    def _array(self):
+        value = self._ws.blobs.get(self._name)
+        if not isinstance(value, np.ndarray):
+            raise Caffe2Error("Blob '%s' does not hold a CPU tensor (it holds %s)"
+                              % (self._name, type(value).__name__))
+        return value
+
+    @property
+    def data(self):
+        return self._array()
+
+    @property
+    def _shape(self):
+        return list(self._array().shape)
+
+    shape = _shape
+
+    def init(self, dims, data_type):
+        if data_type == caffe2_pb2.TensorProto.STRING:
+            raise Caffe2Error("Blob '%s': string tensors cannot be initialized from Python" % self._name)
+        dims = [int(d) for d in dims]
+        if any(d < 0 for d in dims):
+            raise Caffe2Error("Blob '%s': init needs non-negative dims, got %s" % (self._name, dims))
+        self._ws.blobs[self._name] = np.zeros(dims, dtype=numpy_dtype(data_type))
+
+    def fetch(self):
+        return self._ws.fetch_blob(self._name)
+
+    def feed(self, value):
+        return self._ws.feed_blob(self._name, value)
+
+    def to_torch(self):
+        """A torch tensor sharing the blob's memory (torch.from_numpy). Its storage is
+        NumPy's, so torch cannot resize it (resize_ to a larger size raises)."""
+        import torch  # noqa: PLC0415 - optional dependency, imported when asked for
+        return torch.from_numpy(self._array())
 
 
 def _renamed_blob(serialized, name):
@@ -443,7 +507,7 @@ class Workspace:
             # Caffe2's binding takes a net object or its serialized bytes, never text
             raise TypeError("create_net expects a core.Net, a NetDef or its serialized bytes, got str")
         net_def = _parse(caffe2_pb2.NetDef, net, "the net proto")
-        self._ws.create_net(net_def, overwrite)
+        self._ws.create_net(net_def, overwrite, construct_operators=True)
         return Net(self._ws, net_def.name)
 
     def run(self, obj):

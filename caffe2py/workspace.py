@@ -6,12 +6,15 @@ in caffe2.python.workspace. The Workspace class is usable on its own.
 import collections
 import contextlib
 import logging
+import shutil
+import tempfile
 import threading
 
 import numpy as np
 
 from . import devices, fp_exceptions, lazy
 from .benchmark import benchmark_net
+from .cost_inference import infer_cost
 from .errors import Caffe2Error, ProtoError
 from .blob_scopes import SharedBlobs
 from .execution_steps import run_step
@@ -160,7 +163,11 @@ class Workspace:
         return True
 
     # -- nets
-    def create_net(self, net, overwrite=False, input_blobs=None):
+    def create_net(self, net, overwrite=False, input_blobs=None, construct_operators=False):
+        """Compile `net` and keep it by name. construct_operators (what CreateNet and
+        C.Workspace.create_net ask for) also does what Caffe2's operator constructors do:
+        refuse an input blob that does not exist yet, create the output blobs. Plans and
+        nets inherited from a parent workspace are compiled without it."""
         net_def = _net_proto(net)
         # Caffe2 wants the name field set; an empty name set explicitly is a name
         # (NetBuilder's unnamed nets are "", "_1", ...)
@@ -171,10 +178,29 @@ class Workspace:
         if net_def.name in self.nets and not overwrite:
             raise Caffe2Error("I respectfully refuse to overwrite an existing net of the same name "
                               "'%s', unless you explicitly specify overwrite=True." % net_def.name)
-        # Compile before touching the map so a bad net leaves the old one in place.
+        # Compile (the net-level checks) before touching the map so a bad net leaves the
+        # old one in place, and before creating blobs so a refused net changes nothing.
         compiled = Net(caffe2_pb2.NetDef.FromString(net_def.SerializeToString()), self)
+        if construct_operators:
+            self._construct_operators(net_def)
         self.nets[net_def.name] = compiled
         return True
+
+    def _construct_operators(self, net_def):
+        """What Caffe2's operator constructors do when a net is created, op by op: every
+        input blob must exist already (fed, created, or an output of an earlier op of the
+        net), and every output blob is created (empty until the net runs). Blobs are
+        created only once every op passed."""
+        created = set()
+        for op in net_def.op:
+            for name in op.input:
+                if name not in created and not self.has_blob(name):
+                    raise Caffe2Error("op %s: Encountered a non-existing input blob: %s (net '%s': "
+                                      "feed it, or create it, before creating the net)"
+                                      % (op.type, name, net_def.name))
+            created.update(op.output)
+        for name in sorted(created):
+            self.create_blob(name)
 
     def get_net(self, name):
         name = _name(name)
@@ -329,6 +355,11 @@ def FetchInt8Blob(name):
 Int8Tensor = int8_tensor.Int8Tensor
 
 
+def FetchTorch(name):
+    """A torch tensor sharing blob `name`'s memory (C.Blob.to_torch); torch must be installed."""
+    return C.Workspace.current.blobs[_name(name)].to_torch()
+
+
 def FetchBlobs(names):
     return [FetchBlob(n) for n in names]
 
@@ -347,7 +378,7 @@ def Blobs():
 
 def CreateNet(net, overwrite=False, input_blobs=None):
     lazy.TriggerLazyImport()          # pending op libraries first, as Caffe2's CreateNet
-    return _ws().create_net(net, overwrite, input_blobs)
+    return _ws().create_net(net, overwrite, input_blobs, construct_operators=True)
 
 
 def RunNet(name, num_iter=1, allow_fail=False):
@@ -360,6 +391,23 @@ def RunNetOnce(net):
 
 def RunOperatorOnce(op):
     return _ws().run_operator_once(op)
+
+
+def GetOperatorCost(operator, blobs):
+    """Caffe2's cost inference of one operator (an OperatorDef or its serialized bytes)
+    on the shapes of the named blobs of the current workspace, as its inputs:
+    (flops, bytes_written, bytes_read). Ops without a Caffe2 cost function are an error."""
+    op_def = _op_proto(operator)
+    ws = _ws()
+    types = []
+    for name in blobs:
+        name = _name(name)
+        if not ws.has_blob(name):
+            raise Caffe2Error("GetOperatorCost: blob '%s' does not exist in workspace '%s'"
+                              % (name, ws.name))
+        types.append(type_of_value(ws.blobs[name]))
+    cost = infer_cost(op_def, types)
+    return (int(cost.flops), int(cost.bytes_written), int(cost.bytes_read))
 
 
 def RunOperatorsOnce(ops):
@@ -651,6 +699,71 @@ class Predictor:
             self._ws.feed_blob(name, value)
         self._ws.run_net(self._predict_net.name)
         return [self._ws.fetch_blob(name) for name in self._outputs]
+
+
+# --------------------------------------------------------------------------- immediate mode
+# Caffe2's debugging aid: between StartImmediate() and StopImmediate() every operator
+# core.CreateOperator makes (so every op added to a core.Net) also runs at once in a
+# workspace of its own, whose root folder is a temporary folder removed at the stop.
+
+_immediate_mode = False
+_immediate_workspace_name = "_CAFFE2_IMMEDIATE"
+_immediate_root_folder = ""
+
+_IMMEDIATE_WARNING = """
+    Immediate mode runs every operator you create at once, in a workspace of its own.
+    It is a debugging aid: the ops must be runnable in the order you create them (an
+    input must exist before an op reads it), they all share one workspace, and what
+    they hold stays alive until StopImmediate(). Pass i_know=True to hide this note."""
+
+
+def IsImmediate():
+    return _immediate_mode
+
+
+def StartImmediate(i_know=False):
+    """Turn immediate mode on, with a fresh immediate workspace (a running one is stopped first)."""
+    global _immediate_mode, _immediate_root_folder
+    if _immediate_mode:
+        StopImmediate()
+    _immediate_mode = True
+    with WorkspaceGuard(_immediate_workspace_name):
+        _immediate_root_folder = tempfile.mkdtemp()
+        ResetWorkspace(_immediate_root_folder)
+    if not i_know:
+        print(_IMMEDIATE_WARNING)
+
+
+def StopImmediate():
+    """Turn immediate mode off: empty its workspace and delete its root folder."""
+    global _immediate_mode, _immediate_root_folder
+    if not _immediate_mode:
+        return
+    with WorkspaceGuard(_immediate_workspace_name):
+        ResetWorkspace()
+    shutil.rmtree(_immediate_root_folder, ignore_errors=True)
+    _immediate_root_folder = ""
+    _immediate_mode = False
+
+
+def ImmediateBlobs():
+    with WorkspaceGuard(_immediate_workspace_name):
+        return Blobs()
+
+
+def RunOperatorImmediate(op):
+    with WorkspaceGuard(_immediate_workspace_name):
+        RunOperatorOnce(op)
+
+
+def FetchImmediate(*args, **kwargs):
+    with WorkspaceGuard(_immediate_workspace_name):
+        return FetchBlob(*args, **kwargs)
+
+
+def FeedImmediate(*args, **kwargs):
+    with WorkspaceGuard(_immediate_workspace_name):
+        return FeedBlob(*args, **kwargs)
 
 
 class _BlobsView:

@@ -22,6 +22,20 @@ def fresh_workspace():
     workspace.ResetWorkspace()
 
 
+def _run_init_net(model):
+    """data_parallel_model.RunInitNet, after creating (empty) the batch blobs the training
+    net reads and nothing produces: RunInitNet also creates the net, and as in Caffe2 an
+    op refuses an input blob that does not exist yet (the tests feed batches later)."""
+    produced = {o for net in model._data_parallel_model_init_nets for op in net.Proto().op for o in op.output}
+    for net in model._data_parallel_model_nets:
+        for op in net.Proto().op:
+            for name in op.input:
+                if name not in produced and not workspace.HasBlob(name):
+                    workspace.CreateBlob(name)
+            produced.update(op.output)
+    data_parallel_model.RunInitNet(model)
+
+
 def _fetch(name):
     return np.array(workspace.FetchBlob(name))
 
@@ -55,7 +69,7 @@ def test_mlp_on_two_cpu_devices_equals_single_device_training_on_the_whole_batch
     model = _mlp_model(momentum, shared_model)
     rng = np.random.default_rng(0)
     # the init net draws each device's parameters, then copies device 0's to device 1
-    data_parallel_model.RunInitNet(model)
+    _run_init_net(model)
     names = ["fc1_w", "fc1_b", "fc2_w", "fc2_b"]
     if shared_model:     # one copy, device 0's: device 1's ops read it
         assert [str(p) for p in model.params] == ["cpu_0/" + n for n in names]
@@ -112,7 +126,7 @@ def test_helpers_scripts_call():
     assert {"cpu_0/fc1_w", "cpu_0/fc1_b", "cpu_0/fc2_w", "cpu_0/fc2_b", "cpu_0/fc1_w_momentum",
             "optimizer_iteration"} <= checkpoint
     assert not any(b.startswith("cpu_1/") for b in checkpoint)
-    data_parallel_model.RunInitNet(model)
+    _run_init_net(model)
     data_parallel_model.Synchronize(model)
     # a checkpoint loaded into device 0 reaches device 1
     loaded = np.full((7, 5), 3.0, np.float32)
@@ -187,7 +201,7 @@ def test_sparse_embedding_gradients_across_two_devices_match_single_device_train
     assert hasattr(grad, "indices")                        # a GradientSlice: the sparse path
     concats = [op for op in model.net.Proto().op if op.type == "Concat"]
     assert len(concats) == (3 if two_tables else 2)        # indices once, values per table
-    data_parallel_model.RunInitNet(model)
+    _run_init_net(model)
     names = ["table", "pred_w", "pred_b"] + (["table2"] if two_tables else [])
     for name in names:
         np.testing.assert_array_equal(_fetch("cpu_0/" + name), _fetch("cpu_1/" + name))
@@ -575,7 +589,7 @@ def _train_embedding_on(devices, batches):
     workspace.ResetWorkspace()
     optimizer.reset_optimizer_instance_count()
     model = _embedding_model(momentum=0.9, devices=devices)
-    data_parallel_model.RunInitNet(model)
+    _run_init_net(model)
     # the same start for both runs: device 0 "loads a checkpoint", FinalizeAfterCheckpoint spreads it
     workspace.FeedBlob("cpu_0/table", (np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM) - 8) / 10)
     workspace.FeedBlob("cpu_0/pred_w", np.array([[0.3, -0.2, 0.1]], np.float32))
@@ -620,7 +634,7 @@ def test_extract_predictor_net_of_device_0():
     data_parallel_model.Parallelize(model, lambda m: None, forward,
                                     optimizer_builder_fun=lambda m: optimizer.build_sgd(m, 0.1),
                                     devices=DEVICES, cpu_device=True)
-    data_parallel_model.RunInitNet(model)
+    _run_init_net(model)
     rng = np.random.default_rng(7)
     for device in DEVICES:
         workspace.FeedBlob("cpu_%d/data" % device, rng.standard_normal((4, 5)).astype(np.float32))

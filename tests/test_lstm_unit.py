@@ -151,3 +151,31 @@ def test_errors():
         run_op("LSTMUnit", [h, c, g, t], 2)
     with pytest.raises(Caffe2Error, match="takes between 4 and 5 inputs"):
         run_op("LSTMUnit", [h, c, g], 2)
+
+
+def test_gradient_needs_the_cell_state_gradient_and_zero_gradient_gives_it():
+    # Caffe2's LSTMUnit gradient reads both output gradients; ZeroGradient(cell_t, [])
+    # is how a net differentiates the hidden state alone
+    net = core.Net("lstm_zero_grad")
+    h, c, g, s, t = net.AddExternalInput("h", "c", "g", "s", "t")
+    hidden, cell = net.LSTMUnit([h, c, g, s, t], ["hidden_t", "cell_t"])
+    with pytest.raises(Caffe2Error, match="cell_t"):
+        net.Clone("attempt").AddGradientOperators([hidden])
+    net.ZeroGradient(cell, [])
+    grad_map = net.AddGradientOperators([hidden])
+    n, d = 2, 3
+    rng = np.random.default_rng(3)
+    feeds = {"h": rng.standard_normal((1, n, d)).astype(np.float32),
+             "c": rng.standard_normal((1, n, d)).astype(np.float32),
+             "g": rng.standard_normal((1, n, 4 * d)).astype(np.float32),
+             "s": np.array([2, 2], np.int32), "t": np.array([0], np.int32)}
+    for name, value in feeds.items():
+        workspace.FeedBlob(name, value)
+    workspace.RunNetOnce(net)
+    # reference: dH/dC_prev with dH = 1 and no gradient through cell_t: f * o * (1 - tanh(C)^2)
+    gates = feeds["g"].reshape(n, 4, d)
+    sig = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
+    i, f, o, gg = sig(gates[:, 0]), sig(gates[:, 1]), sig(gates[:, 2]), np.tanh(gates[:, 3])
+    cell_t = f * feeds["c"][0] + i * gg
+    expected = f * o * (1 - np.tanh(cell_t) ** 2)
+    np.testing.assert_allclose(workspace.FetchBlob(grad_map["c"])[0], expected, rtol=1e-5, atol=1e-6)

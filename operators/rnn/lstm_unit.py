@@ -118,15 +118,9 @@ def lstm_unit_gradient(ctx):
 
 @register_gradient("LSTMUnit")
 def _lstm_unit_maker(g):
-    # Caffe2's inputs: the forward's inputs, both outputs and both output gradients; an
-    # output nobody differentiates contributes zeros of its shape
-    ops, grads = [], []
-    for i in (0, 1):
-        if g.has_grad(i):
-            grads.append(g.GO(i))
-        else:
-            zeros = "_%s_grad_zeros" % g.O(i)
-            ops.append(g.op("ConstantFill", [g.O(i)], [zeros], value=0.0))
-            grads.append(zeros)
-    ins = [g.input_value(i) for i in range(len(g.def_.input))] + [g.O(0), g.O(1)] + grads
-    return ops + [g.op("LSTMUnitGradient", ins, [g.GI(0), g.GI(1), g.GI(2)])]
+    # Caffe2's inputs: the forward's inputs, both outputs and both output gradients. Both
+    # gradients must exist, as in Caffe2 (its GO() refuses a missing one): a cell state
+    # nobody differentiates gets one from ZeroGradient(cell_t, []) (zeros), which is what
+    # Caffe2's callers add; recurrent step nets get every state's gradient anyway.
+    ins = [g.input_value(i) for i in range(len(g.def_.input))] + [g.O(0), g.O(1), g.GO(0), g.GO(1)]
+    return [g.op("LSTMUnitGradient", ins, [g.GI(0), g.GI(1), g.GI(2)])]
