@@ -4,7 +4,8 @@ open files (Print's to_file truncates its log) and `Python` unpickles its builde
 there. See model_trust.py for the policy and docs/security.md.
 
 - code: a Python* op carrying a pickled builder (a `Python` op by token only finds
-  functions the running program registered, so it stays allowed);
+  functions the running program registered, so it stays allowed), ScriptModuleLoad
+  (a TorchScript archive);
 - files: every argument that names a path, resolved as the op resolves it, must lie
   in an allowed folder (Checkpoint's formatted names are checked again when it runs);
 - network: store handlers and common worlds are refused outright.
@@ -20,6 +21,7 @@ from .model_trust import HOW_TO_TRUST, check_path
 
 PYTHON_OPS = frozenset(("Python", "PythonGradient", "PythonDLPack", "PythonDLPackGradient"))
 PICKLED_ARGS = ("pickled_builder", "pickled_grad_builder")
+CODE_OPS = frozenset(("ScriptModuleLoad",))       # TorchScript archives (caffe2py/script_module.py)
 
 # the distributed ops (distributed_ops.py): rendezvous, collectives and stores shared between processes
 NETWORK_OPS = frozenset((
@@ -81,6 +83,9 @@ def check_op(index, op, policy, prefix=""):
                     "%s: argument '%s' holds a pickled function builder; a model file may not carry code, so "
                     "it was refused without unpickling it; register the function in your program and refer to "
                     "it by token, or %s" % (label, arg.name, HOW_TO_TRUST))
+    if op.type in CODE_OPS:
+        raise ModelTrustError("%s: %s makes a TorchScript module, which is code, and a model file may not carry "
+                              "code; %s" % (label, op.type, HOW_TO_TRUST))
     if op.type in NETWORK_OPS:
         named = "".join(", argument '%s' = %r" % (a.name, a.s.decode("utf-8", "replace")) for a in op.arg if a.s)
         raise ModelTrustError("%s: a model file may not open network connections or stores shared with other "

@@ -19,7 +19,7 @@ from .errors import Caffe2Error, ProtoError
 from .blob_scopes import SharedBlobs
 from .execution_steps import run_step
 from .executor import Net, compile_net
-from . import int8_tensor
+from . import int8_tensor, script_module
 from . import serialization as _serialization
 from .proto import caffe2_pb2
 from .registry import CUDA, registered_operator_keys
@@ -104,6 +104,9 @@ class Workspace:
                                   % (_name(name), devices.device_name(device_option.device_type)))
             self.blobs[_name(name)] = int8_tensor.from_feed(value, _name(name))
             return True
+        if script_module.is_script_module(value):
+            self.blobs[_name(name)] = value     # a TorchScript module is held as itself
+            return True
         try:
             array = as_blob_value(value)
             if isinstance(value, np.ndarray) and array is value:
@@ -122,6 +125,8 @@ class Workspace:
             raise Caffe2Error("Can't find blob: %s" % name) from None
         if isinstance(value, int8_tensor.Int8TensorCPU):
             return value.python_form()          # Caffe2's fetcher: (data, scale, zero_point)
+        if script_module.is_script_module(value):
+            return value
         try:
             return fetched_value(devices.to_host(value))
         except MemoryError:
