@@ -182,6 +182,11 @@ class Workspace:
         # Compile before touching the map so a bad net leaves the old one in place.
         compiled = Net(caffe2_pb2.NetDef.FromString(net_def.SerializeToString()), self)
         self.nets[net_def.name] = compiled
+        # Caffe2 creates every op's output blobs (empty) when it builds the ops, so a
+        # net created next may read them before this one ever runs
+        for op in net_def.op:
+            for blob in op.output:
+                self.create_blob(blob)
         return True
 
     def get_net(self, name):

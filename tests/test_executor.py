@@ -71,10 +71,10 @@ def test_failing_op_at_run_time_leaves_workspace_unchanged():
     workspace.FeedBlob("y", np.full((2, 3), 7, np.float32))
     workspace.FeedBlob("w", np.ones((4, 5), np.float32))  # wrong inner size for FC
     workspace.FeedBlob("b", np.ones(4, np.float32))
-    before = _snapshot()
     net = _net(core.CreateOperator("Relu", "x", "y"),
                core.CreateOperator("FC", ["y", "w", "b"], "z"), name="bad")
     workspace.CreateNet(net)
+    before = _snapshot()    # CreateNet made the empty blob 'z', as Caffe2 does
     with pytest.raises(OperatorError, match=r"FC #1 'z'") as info:
         workspace.RunNet("bad")
     assert info.value.op_index == 1 and info.value.op_type == "FC"
