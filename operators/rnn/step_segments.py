@@ -12,13 +12,16 @@ views."""
 from caffe2py.proto import caffe2_pb2
 
 
+def _overlap(a, b):
+    return (a is not b and a.external == b.external
+            and a.offset < b.offset + b.window and b.offset < a.offset + a.window)
+
+
 def segments(step_def, links):
     """The step net as a list of NetDefs run in order; one piece (the net itself)
-    when no op writes a link whose external tensor is linked more than once."""
-    per_external = {}
-    for link in links:
-        per_external[link.external] = per_external.get(link.external, 0) + 1
-    shared = {link.internal for link in links if per_external[link.external] > 1}
+    when no op writes a link whose window overlaps another link's window of the same
+    external tensor (an LSTM's hidden_t_prev and hidden_t, at offsets 0 and 1, do not)."""
+    shared = {a.internal for a in links if any(_overlap(a, b) for b in links)}
     cuts = [k + 1 for k, op in enumerate(step_def.op) if shared.intersection(op.output)]
     cuts = [c for c in cuts if c < len(step_def.op)]
     if not cuts:
@@ -29,6 +32,15 @@ def segments(step_def, links):
         piece.CopyFrom(step_def)
         del piece.op[:]
         piece.op.extend(step_def.op[start:stop])
+        # blobs earlier pieces made are this piece's inputs
+        declared = set(piece.external_input)
+        made_here = set()
+        for op in piece.op:
+            for blob in op.input:
+                if blob not in declared and blob not in made_here:
+                    piece.external_input.append(blob)
+                    declared.add(blob)
+            made_here.update(op.output)
         piece.name = "%s#%d" % (step_def.name, len(pieces))
         pieces.append(piece)
         start = stop
