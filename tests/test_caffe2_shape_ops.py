@@ -264,6 +264,27 @@ class TestCoalesceAndCopies(OpTest):
         self._raises(core.CreateOperator("UnsafeCoalesce", ["A"], ["B", "C"]), [np.ones(2, np.int32)],
                      "UnsafeCoalesce does not support dtype int32")
 
+    def test_unsafe_coalesce_outputs_share_one_buffer(self):
+        # as Caffe2: feeding the coalesced blob (same type and size) writes into the storage
+        # the other outputs view, and feeding one view shows in the coalesced blob
+        xs = [np.arange(6, dtype=np.float32).reshape(2, 3), np.float32([7, 8])]
+        for i, x in enumerate(xs):
+            workspace.FeedBlob("x%d" % i, x)
+        workspace.RunOperatorOnce(core.CreateOperator("UnsafeCoalesce", ["x0", "x1"], ["x0", "x1", "flat"]))
+        workspace.FeedBlob("flat", np.full(8, -2, np.float32))
+        np.testing.assert_array_equal(workspace.FetchBlob("x0"), np.full((2, 3), -2, np.float32))
+        np.testing.assert_array_equal(workspace.FetchBlob("x1"), np.float32([-2, -2]))
+        workspace.FeedBlob("x1", np.float32([5, 6]))
+        np.testing.assert_array_equal(workspace.FetchBlob("flat"), np.float32([-2] * 6 + [5, 6]))
+        # another size (or type) reallocates, as Caffe2 does: the others keep their values
+        workspace.FeedBlob("flat", np.zeros(3, np.float32))
+        np.testing.assert_array_equal(workspace.FetchBlob("x1"), np.float32([5, 6]))
+        # blobs that never went through UnsafeCoalesce never alias
+        a = np.ones(2, np.float32)
+        workspace.FeedBlob("plain", a)
+        workspace.FeedBlob("plain", np.zeros(2, np.float32))
+        np.testing.assert_array_equal(a, np.ones(2, np.float32))
+
     @given(X=hu.tensor(), **hu.gcs_cpu_only)
     @settings(max_examples=5)
     def test_copy_on_device_like(self, X, gc, dc):

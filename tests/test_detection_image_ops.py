@@ -121,8 +121,11 @@ class TestImageOps(hu.HypothesisTestCase):
             m = min(H, W)
             step = 0
             if H != W:
-                errors = [abs((m * m - m * ((max(H, W) - m) / s)) / (m * m) - overlap) for s in range(1, 7)]
-                step = 1 + int(np.argmin(np.round(np.float32(errors), 6)))
+                # as Caffe2: b rounded to float32, the error in double with the float32 overlap,
+                # then rounded to float32; the first smallest wins
+                bs = np.float32((max(H, W) - m) / np.arange(1.0, 7.0)).astype(np.float64)
+                errors = np.float32(np.abs((m * m - m * bs) / (m * m) - np.float64(np.float32(overlap))))
+                step = 1 + int(np.argmin(errors))
             wd, hd = (step, 0) if W > H else ((0, step) if H > W else (0, 0))
             regions = []
             for lvl in range(1, scales + 1):
@@ -140,6 +143,13 @@ class TestImageOps(hu.HypothesisTestCase):
                                     np.tile(regions, (n, 1))], 1).astype(np.float32)]
         op = core.CreateOperator("RMACRegions", ["X"], ["R"], scales=scales, overlap=overlap)
         self.assertReferenceChecks(hu.cpu_do, op, [np.zeros((n, 2, h, w), np.float32)], reference)
+
+    def test_rmac_regions_breaks_a_float_tie_as_caffe2(self):
+        # H=5, W=9, overlap 0.4: 1 and 2 steps are equally good in exact arithmetic (error 0.2);
+        # Caffe2's double-then-float rounding picks 2 steps, so 3 regions along W at x = 0, 2, 4
+        op = core.CreateOperator("RMACRegions", ["X"], ["R"], scales=1, overlap=0.4)
+        (r,) = run_op(op, [np.zeros((1, 1, 5, 9), np.float32)])
+        np.testing.assert_array_equal(r, np.float32([[0, 0, 0, 4, 4], [0, 2, 0, 6, 4], [0, 4, 0, 8, 4]]))
 
     def test_rmac_regions_of_an_empty_input(self):
         (r,) = run_op(core.CreateOperator("RMACRegions", ["X"], ["R"]), [np.zeros((0, 3, 4, 4), np.float32)])

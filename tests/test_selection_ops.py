@@ -37,6 +37,10 @@ class TestSelectionOps(ReferenceTestCase):
             return u, np.array([list(u).index(e) for e in v], np.int32)
         self.check(core.CreateOperator("Unique", ["X"], ["U", "R"]), [x], unique_ref)
 
+        # Caffe2's SparseHash engine: a registry key of its own, same results
+        assert core.IsOperator("Unique_ENGINE_SparseHash") and not core.IsOperator("Unique_ENGINE_NoSuch")
+        self.check(core.CreateOperator("Unique", ["X"], ["U", "R"], engine="SparseHash"), [x], unique_ref)
+
         # fewer than 16 needles and more: Caffe2's two search paths
         needles = rng.integers(-4, 7, size=rng.integers(0, 20)).astype(dtype)
 

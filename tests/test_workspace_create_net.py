@@ -34,7 +34,7 @@ def test_outputs_of_earlier_ops_fed_and_created_blobs_are_accepted():
     workspace.CreateNet(net)
     assert {"a", "b", "c"} <= set(workspace.Blobs())   # created by CreateNet, before any run
     workspace.FeedBlob("declared", np.array([2.0, 2.0], np.float32))
-    workspace.RunNet("chain")
+    workspace.RunNet(net.Name())         # core.Net names are unique per process: "chain" may be "chain_1"
     np.testing.assert_array_equal(workspace.FetchBlob("c"), [8.0, 10.0])
 
 

@@ -26,7 +26,7 @@ from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
 
 from ..control.control_flow import build_subnet
-from . import fused_run
+from . import fused_run, step_segments
 from .fused_steps import RECOGNISE_BACKWARD, fused_enabled, recognise
 
 _STRING = caffe2_pb2.TensorProto.STRING
@@ -228,7 +228,7 @@ def recurrent_network(ctx):
     step_def.external_input.append(timestep)
     for link in links:
         step_def.external_input.extend([link.internal, link.external])
-    step_plan = build_subnet(ctx, step_def, "step_net")
+    step_plans = [build_subnet(ctx, piece, "step_net") for piece in step_segments.segments(step_def, links)]
     scratch_name = ctx.outputs[-1]
     kind, fused_plan = recognise(net_argument(ctx, "step_net"), links, states, state_inputs, timestep, ctx.inputs)
 
@@ -264,12 +264,13 @@ def recurrent_network(ctx):
         for t in range(0 if fused else seq_len):
             ws = step_wss[t if cycle is None else t % cycle]
             ws[timestep] = np.array([t], np.int32)
-            views = linked.bind(ws, t)
-            try:
-                step_plan.run(ws)
-            except Caffe2Error as exc:
-                raise ctx.error("timestep %d: %s" % (t, exc)) from exc
-            linked.write_back(ws, t, views, blobs)
+            for piece in step_plans:    # several pieces: links overlap (step_segments.py)
+                views = linked.bind(ws, t)
+                try:
+                    piece.run(ws)
+                except Caffe2Error as exc:
+                    raise ctx.error("timestep %d: %s" % (t, exc)) from exc
+                linked.write_back(ws, t, views, blobs)
         aliased = {}
         for src, dst, offset in aliases:
             tensor = blobs.get(src)

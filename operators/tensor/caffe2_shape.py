@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from caffe2py import shared_storage
 from caffe2py.kernels.cpu.tensor import fill_scatter as fs
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import UNKNOWN, Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
@@ -316,6 +317,7 @@ def unsafe_coalesce(ctx):
         for k, x in enumerate(xs):
             check_dtype(ctx, k, x, (np.float32,))
         views, flat = fs.coalesce(xs)
+        shared_storage.mark_shared(flat)    # FeedBlob into any of them writes to all, as in Caffe2
         return tuple(views) + (flat,)
     return run
 

@@ -22,6 +22,9 @@ register_schema(OpSchema(
         "Gather(unique, remapping) == indices."))
 
 
+# Caffe2's SparseHash engine differs from the default only in the hash table it
+# uses inside; the results are the same
+@register_kernel("Unique", engine="SparseHash")
 @register_kernel("Unique")
 def unique(ctx):
     def run(values):

@@ -44,7 +44,7 @@ from ..runtime.blas import gemm_entry
 from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import depthwise_plan
 from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
-from ..runtime.jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
+from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size, thread_id
 from .shift_conv import shift_plan
 from ..math.team_gemm import gemm_into
 from .winograd import winograd_plan, winograd_tile
@@ -487,6 +487,18 @@ def _flat_rows_numpy(gemm, ilp64, flats, table, w2, bias, has_bias, relu, out, k
     _crop_rows_numpy(acc, bias, has_bias, out, wq, 0, relu, 1)
 
 
+# Small work runs without a parallel region (prange as range, the same blocks, so the
+# same results): on a loaded machine starting one waits until every team thread is
+# scheduled (a one-block phase copy of a 4x11x11 image took ~3 ms a call under the
+# shared VM's load, ~5 us serial: Caffe2's conv gradient checks run thousands of them)
+_phase_copy_serial = serial_variant(_phase_copy, "_phase_copy_serial")
+_stack_taps_serial = serial_variant(_stack_taps, "_stack_taps_serial")
+
+
+def _copy_phase(img, buf, layout, blocks):
+    (_phase_copy if blocks > 1 else _phase_copy_serial)(img, buf, *layout, blocks)
+
+
 def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype):
     """2-D convolution on flattened rows (any group, depthwise included): the input is
     copied straight into its stride phases (one phase at stride 1), zero-bordered
@@ -561,7 +573,7 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                 img = x[i] if crop is None else x[i][crop]
                 phases = scratch.zeros(phases_key, (len(plan), c, rows, wq), dtype)
                 for k, (_, _, _, layout, _) in enumerate(plan):
-                    _phase_copy(img, phases[k], *layout, team_blocks(c * layout[1], layout[3]))
+                    _copy_phase(img, phases[k], layout, team_blocks(c * layout[1], layout[3]))
                 work, stride = team_work(work_size, dtype)
                 with team():
                     _flat_rows(entry.gemm, entry.ilp64, phases.reshape(len(plan), c, rows * wq), table,
@@ -573,7 +585,7 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
             for ph, src, dst, layout, taps_of_phase in plan:
                 buf = scratch.zeros(("flat_phase", ph, layout), (c, rows, wq), dtype)
                 if compiled_copies:
-                    _phase_copy(img, buf, *layout, team_blocks(c * layout[1], layout[3]))
+                    _copy_phase(img, buf, layout, team_blocks(c * layout[1], layout[3]))
                 else:
                     buf[dst] = img[src]
                 flats.append((buf.reshape(c, rows * wq), taps_of_phase))
@@ -585,7 +597,9 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                 cols = temp_buffer("flat_cols", (c, kh, kw, length), dtype)
                 for flat, taps_of_phase in flats:
                     if compiled_copies:
-                        _stack_taps(flat, cols, r0 * wq, *taps_of_phase, team_blocks(c, length * kh * kw))
+                        tap_blocks = team_blocks(c, length * kh * kw)
+                        (_stack_taps if tap_blocks > 1 else _stack_taps_serial)(flat, cols, r0 * wq,
+                                                                                 *taps_of_phase, tap_blocks)
                     else:
                         a0, astep, na, b0, bstep, nb, start, amove, bmove = taps_of_phase
                         cols[:, a0:a0 + (na - 1) * astep + 1:astep, b0:b0 + (nb - 1) * bstep + 1:bstep] = \

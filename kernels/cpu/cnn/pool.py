@@ -31,7 +31,7 @@ import functools
 import numpy as np
 
 from .conv import check_window_sizes, default_scratch, padded_image
-from ..runtime.jit import compiled, prange, team_blocks
+from ..runtime.jit import compiled, prange, serial_variant, team_blocks
 
 
 def _ceil_extra_pads(spatial, kernel, strides, pads, dilations, ceil_mode):
@@ -342,6 +342,46 @@ def _stride1_pool2d_numpy(x, out, inv, kh, kw, dh, dw, pt, pl, is_max, blocks):
     out[...] = acc if is_max else acc * inv
 
 
+@compiled(parallel=True)
+def _global_pool2d(x, out, inv, is_max, blocks):
+    """Global pools (the window is the whole plane, no padding, one output per plane) of
+    x (planes, H * W), `blocks` blocks on the team: each plane folded in row-major order
+    from its first cell, in x's dtype, then times inv for average: the order and
+    roundings of _stride1_pool2d's taps for this shape, with H * W steps a plane instead
+    of its H * W taps times a padded row of W."""
+    n = x.shape[1]
+    for t in prange(blocks):
+        lo, hi = x.shape[0] * t // blocks, x.shape[0] * (t + 1) // blocks
+        for p in range(lo, hi):
+            row = x[p]
+            acc = row[0]
+            if is_max:
+                for i in range(1, n):
+                    acc = _nan_max(acc, row[i])
+                out[p] = acc
+            else:
+                for i in range(1, n):
+                    acc += row[i]
+                out[p] = acc * inv
+
+
+@_global_pool2d.numpy_twin
+def _global_pool2d_numpy(x, out, inv, is_max, blocks):
+    acc = x[:, 0].copy()
+    combine = np.maximum if is_max else np.add
+    for i in range(1, x.shape[1]):
+        combine(acc, x[:, i], out=acc)
+    out[...] = acc if is_max else acc * inv
+
+
+# one-block calls run without a parallel region: on a loaded machine starting one waits
+# for every team thread to be scheduled (global 10x10 average pools of 12 planes: ~11 ms
+# a call under the conformance run's load, ~50 us serial)
+_stride1_pool2d_serial = serial_variant(_stride1_pool2d, "_stride1_pool2d_serial")
+_strided_pool2d_serial = serial_variant(_strided_pool2d, "_strided_pool2d_serial")
+_global_pool2d_serial = serial_variant(_global_pool2d, "_global_pool2d_serial")
+
+
 def _compiled_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad=False):
     """2-D float pools through `_strided_pool2d` (strided in both dims) or
     `_stride1_pool2d` (stride 1 in both dims, no ceil-mode padding), else None."""
@@ -358,12 +398,19 @@ def _compiled_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, inclu
     out = np.empty((planes,) + out_spatial, x.dtype)
     inv = _inverse_counts(spatial, tuple(kernel), tuple(strides), tuple(pads), out_spatial,
                           bool(include_pad), x.dtype.str)
-    if stride1:
+    if stride1 and out_spatial == (1, 1) and tuple(kernel) == spatial and not any(pads) and tuple(dilations) == (1, 1):
+        flat = src.reshape(planes, spatial[0] * spatial[1])
+        blocks = team_blocks(planes, flat.shape[1])
+        (_global_pool2d if blocks > 1 else _global_pool2d_serial)(flat, out.reshape(planes), inv[0, 0], is_max,
+                                                                  blocks)
+    elif stride1:
         args = (src, out, inv) + tuple(kernel) + tuple(dilations) + (pads[0], pads[1], is_max)
-        _stride1_pool2d(*args, team_blocks(planes, out_spatial[0] * spatial[1] * kernel[0] * kernel[1]))
+        blocks = team_blocks(planes, out_spatial[0] * spatial[1] * kernel[0] * kernel[1])
+        (_stride1_pool2d if blocks > 1 else _stride1_pool2d_serial)(*args, blocks)
     else:
         args = (src, out, inv) + tuple(kernel) + tuple(strides) + (dilations[0], pads[0], pads[1], is_max)
-        _strided_pool2d(*args, team_blocks(planes, out_spatial[0] * (spatial[1] + out_spatial[1]) * 2))
+        blocks = team_blocks(planes, out_spatial[0] * (spatial[1] + out_spatial[1]) * 2)
+        (_strided_pool2d if blocks > 1 else _strided_pool2d_serial)(*args, blocks)
     return out.reshape(x.shape[:2] + out_spatial)
 
 

@@ -100,11 +100,14 @@ def rmac_regions(batch_size, H, W, scales, overlap):
     min_side = min(H, W)
     step = 0
     if W != H:
+        # Caffe2 rounds b to float, then evaluates the error in double (int square,
+        # float overlap widened) and rounds it to float: ties such as H=5, W=9 at
+        # overlap 0.4 are decided by exactly these roundings, so keep them.
         best = F32(np.finfo(F32).max)
+        sq = min_side * min_side
         for idx in range(1, 7):
-            b = F32((max(H, W) - min_side) / (1.0 * idx))
-            sq = F32(min_side * min_side)
-            val = np.abs((sq - F32(min_side) * b) / sq - F32(overlap))
+            b = float(F32((max(H, W) - min_side) / (1.0 * idx)))
+            val = F32(abs((sq - min_side * b) / sq - float(F32(overlap))))
             if val < best:
                 step, best = idx, val
     wd = step if W > H else 0

@@ -48,6 +48,7 @@ Loops vectorise when their inner index runs over plain slices: write
 index there, which stops LLVM's vectoriser: 5-9x slower, measured).
 """
 import atexit
+import sys
 import threading
 
 from .threads import num_threads
@@ -133,6 +134,8 @@ class CompiledKernel:
 
     def _use_machine_code(self):
         dispatcher = self.dispatcher
+        if getattr(_this_thread, "depth", 0):
+            _use_team_size()        # inside team(): numba may have been imported just now
         if self._options.get("parallel") and _serial_launches():
             def run(*args):
                 with _launch_lock:
@@ -395,7 +398,11 @@ class team:
                 _blas_depth[1] = before
                 if before != 1:
                     blas.set_blas_threads(1)
-        _use_team_size()
+        # numba's thread count matters only to compiled kernels: a net of NumPy kernels
+        # need not import numba (~0.3-0.5 s, the first example of a hypothesis test with
+        # a 1 s deadline); the first kernel given machine code sets it (_use_machine_code)
+        if "numba" in _sys_modules:
+            _use_team_size()
         return self
 
     def __exit__(self, *exc):
@@ -412,6 +419,7 @@ class team:
 
 
 _this_thread = threading.local()      # team() nesting depth, numba thread count last set
+_sys_modules = sys.modules
 _blas = []
 
 
