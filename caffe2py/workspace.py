@@ -16,7 +16,7 @@ from .errors import Caffe2Error, ProtoError
 from .blob_scopes import SharedBlobs
 from .execution_steps import run_step
 from .executor import Net, compile_net
-from . import int8_tensor, shared_storage
+from . import int8_tensor
 from .proto import caffe2_pb2
 from .registry import CUDA, registered_operator_keys
 from .schema_inference import infer_net, type_of_value
@@ -26,10 +26,6 @@ from .tensors import as_blob_value, fetched_value
 # net name -> {op index: [(file, line)]} of the call that added the op (core.Net);
 # Net.PopulateProtoWithFileName names ops after it
 operator_tracebacks = collections.defaultdict(dict)
-
-def _is_host(device_option):
-    return device_option is None or device_option.device_type == caffe2_pb2.PROTO_CPU
-
 
 def _name(x):
     """Blob/net names may be str, bytes, BlobReference or Net objects."""
@@ -106,11 +102,11 @@ class Workspace:
             return True
         try:
             array = as_blob_value(value)
-            if _is_host(device_option):
-                written = shared_storage.write_in_place(self.blobs.get(_name(name)), array)
-                if written is not None:    # a buffer other blobs view (UnsafeCoalesce)
-                    self.blobs[_name(name)] = written
-                    return True
+            from .shared_storage import write_in_place
+            written = write_in_place(self.blobs.get(_name(name)), array, device_option)
+            if written is not None:    # a buffer other blobs view (UnsafeCoalesce)
+                self.blobs[_name(name)] = written
+                return True
             if isinstance(value, np.ndarray) and array is value:
                 array = array.copy()  # the blob must not alias the caller's array
             self.blobs[_name(name)] = devices.to_device(array, device_option)
