@@ -34,10 +34,13 @@ def is_shared(value):
     return ref is not None and ref() is root
 
 
-def write_in_place(existing, new):
+def write_in_place(existing, new, device_option=None):
     """`existing` (a shared buffer or a view of it) holding `new`'s values in
     `new`'s shape, with the same memory, or None where Caffe2 would reallocate
-    (another type or element count) or the view cannot take the shape."""
+    (another type or element count, or a feed to another device than the CPU) or
+    the view cannot take the shape."""
+    if device_option is not None and device_option.device_type != 0:     # PROTO_CPU
+        return None
     if not is_shared(existing) or not isinstance(new, np.ndarray):
         return None
     if existing.dtype != new.dtype or existing.size != new.size:

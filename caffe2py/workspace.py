@@ -31,10 +31,6 @@ from .tensors import as_blob_value, fetched_value
 # Net.PopulateProtoWithFileName names ops after it
 operator_tracebacks = collections.defaultdict(dict)
 
-def _is_host(device_option):
-    return device_option is None or device_option.device_type == caffe2_pb2.PROTO_CPU
-
-
 def _name(x):
     """Blob/net names may be str, bytes, BlobReference or Net objects."""
     if isinstance(x, bytes):
@@ -113,11 +109,10 @@ class Workspace:
             return True
         try:
             array = as_blob_value(value)
-            if _is_host(device_option):
-                written = shared_storage.write_in_place(self.blobs.get(_name(name)), array)
-                if written is not None:    # a buffer other blobs view (UnsafeCoalesce)
-                    self.blobs[_name(name)] = written
-                    return True
+            written = shared_storage.write_in_place(self.blobs.get(_name(name)), array, device_option)
+            if written is not None:    # a buffer other blobs view (UnsafeCoalesce)
+                self.blobs[_name(name)] = written
+                return True
             if isinstance(value, np.ndarray) and array is value:
                 array = array.copy()  # the blob must not alias the caller's array
             self.blobs[_name(name)] = devices.to_device(array, device_option)

@@ -59,6 +59,23 @@ def _everything():
         out.append(pool_k.max_pool(x, kernel, strides, pads))
         out.append(pool_k.average_pool(x, kernel, strides, pads, count_include_pad=False))
     out.append(pool_k.global_pool(_rand(rng, 4, 64, 9, 9), "avg"))
+    # whole-plane stride-1 windows (_global_pool2d, on the team and serial); one-block
+    # pools and conv copies run the kernels' serial copies
+    for shape in ((4, 64, 13, 13), (1, 2, 5, 5)):
+        g = _rand(rng, *shape)
+        out.append(pool_k.average_pool(g, shape[2:], (1, 1), (0, 0, 0, 0)))
+        out.append(pool_k.max_pool(g, shape[2:], (1, 1), (0, 0, 0, 0)))
+    small = _rand(rng, 1, 2, 7, 7)
+    out.append(pool_k.max_pool(small, (3, 3), (1, 1), (1, 1, 1, 1)))
+    out.append(pool_k.average_pool(small, (3, 3), (2, 2), (1, 1, 1, 1)))
+    out.append(conv_k.conv_nchw(small, _rand(rng, 3, 2, 3, 3), None, (1, 1), (1, 1, 1, 1), (1, 1), 1))
+    out.append(conv_k.conv_nchw(small, _rand(rng, 2, 1, 3, 3), None, (2, 2), (1, 1, 1, 1), (1, 1), 2))
+    big = _rand(rng, 2, 32, 30, 30)           # work enough for several blocks: the team kernels
+    out.append(pool_k.max_pool(big, (3, 3), (1, 1), (1, 1, 1, 1)))
+    out.append(pool_k.average_pool(big, (3, 3), (2, 2), (1, 1, 1, 1)))
+    wide = _rand(rng, 1, 64, 64, 64)
+    out.append(conv_k.conv_nchw(wide, _rand(rng, 8, 64, 3, 3), None, (2, 2), (1, 1, 1, 1), (1, 1), 1))
+    out.append(conv_k.conv_nchw(wide, _rand(rng, 8, 32, 3, 3), None, (2, 2), (1, 1, 1, 1), (1, 1), 2))
     y = _rand(rng, 2, 6, 5, 5)
     out.append(layout.concat([y, _rand(rng, 2, 3, 5, 5)], 1))
     for rows, blocks in ((5, 2), (1, 3)):        # the team copy by rows, and by columns of one row
@@ -442,7 +459,8 @@ def test_background_notice_once_on_stderr_and_silent_when_quiet(tmp_path):
         import json, os
         from caffe2py.kernels.cpu.runtime import background
         os.makedirs(os.path.dirname(background._stats_path()), exist_ok=True)
-        json.dump({"caffe2py.kernels.cpu.cnn.pool._strided_pool2d": 5.0}, open(background._stats_path(), "w"))
+        # a one-block pool runs the kernel's serial copy
+        json.dump({"caffe2py.kernels.cpu.cnn.pool._strided_pool2d_serial": 5.0}, open(background._stats_path(), "w"))
         import numpy as np
         from caffe2py.kernels.cpu.cnn import pool
         from caffe2py.kernels.cpu.runtime import jit

@@ -7,8 +7,8 @@ net itself writes through another link), and a write through one link is seen
 at once through the other, because both are views of one buffer. caffe2py's
 compiled nets pass values between ops in locals and commit them at the end, so
 the op copies a written link back between runs: the step net is run in pieces,
-cut after each op that writes a link whose external tensor another link also
-views."""
+cut after each op that writes a link whose window overlaps another link's window
+of the same external tensor."""
 from caffe2py.proto import caffe2_pb2
 
 

@@ -496,6 +496,7 @@ _stack_taps_serial = serial_variant(_stack_taps, "_stack_taps_serial")
 
 
 def _copy_phase(img, buf, layout, blocks):
+    """_phase_copy of layout (i0, sh, j0, sw, q0, ni, r0, nj), blocks from its c * ni rows of nj."""
     (_phase_copy if blocks > 1 else _phase_copy_serial)(img, buf, *layout, blocks)
 
 
@@ -573,7 +574,7 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                 img = x[i] if crop is None else x[i][crop]
                 phases = scratch.zeros(phases_key, (len(plan), c, rows, wq), dtype)
                 for k, (_, _, _, layout, _) in enumerate(plan):
-                    _copy_phase(img, phases[k], layout, team_blocks(c * layout[1], layout[3]))
+                    _copy_phase(img, phases[k], layout, team_blocks(c * layout[5], layout[7]))
                 work, stride = team_work(work_size, dtype)
                 with team():
                     _flat_rows(entry.gemm, entry.ilp64, phases.reshape(len(plan), c, rows * wq), table,
@@ -585,7 +586,7 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
             for ph, src, dst, layout, taps_of_phase in plan:
                 buf = scratch.zeros(("flat_phase", ph, layout), (c, rows, wq), dtype)
                 if compiled_copies:
-                    _copy_phase(img, buf, layout, team_blocks(c * layout[1], layout[3]))
+                    _copy_phase(img, buf, layout, team_blocks(c * layout[5], layout[7]))
                 else:
                     buf[dst] = img[src]
                 flats.append((buf.reshape(c, rows * wq), taps_of_phase))
