@@ -116,3 +116,19 @@ def test_bad_segments_are_named_errors():
         _run("FunHash", val[:3], keys, seg, weight, None)
     with pytest.raises(Caffe2Error, match="at least one weight"):
         _run("SparseFunHash", val, keys, seg, np.zeros(0, np.float32), None)
+
+
+def test_num_outputs_is_needed_to_run_but_not_to_build_the_gradient():
+    """Caffe2 reads num_outputs when the op is built: a net may carry SparseFunHash
+    without it, and AddGradientOperators still builds its (indices, values) gradient."""
+    net = core.Net("no_num_outputs")
+    net.SparseFunHash(["x1", "x2", "x3", "x4"], "x8")
+    net.SparseFunHash(["x5", "x6", "x7", "x4"], "x9")
+    net.DotProduct(["x8", "x9"], "x10")
+    grads = net.AddGradientOperators(["x10"])
+    assert isinstance(grads["x4"], core.GradientSlice)
+    val, keys, seg, weight, _ = _inputs(False)
+    for name, value in zip(["val", "key", "seg", "w"], (val, keys, seg, weight)):
+        workspace.FeedBlob(name, value)
+    with pytest.raises(Caffe2Error, match="argument 'num_outputs' .* is required"):
+        workspace.RunOperatorOnce(core.CreateOperator("FunHash", ["val", "key", "seg", "w"], ["out"]))

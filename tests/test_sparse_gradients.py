@@ -176,3 +176,41 @@ class TestSparseGradients(hu.HypothesisTestCase):
             get_gradient_for_op(core.CreateOperator("LengthsToSegmentIds", ["L"], ["S"]), ["S_grad"])
         ops, g_input = get_gradient_for_op(core.CreateOperator("OneHot", ["I", "N"], ["O"]), ["O_grad"])
         assert not ops and g_input == [None, None]
+
+
+def test_ensure_dense_makes_a_sparse_gradient_dense_and_passes_a_dense_one():
+    """Caffe2's GetEnsureDenseGradient: a sparse gradient (Gather's) becomes dense with
+    SparseToDense(indices, values, X) so FCGradient can follow; a dense one is handed
+    over without an op. Values checked against NumPy."""
+    net = core.Net("ensure_dense")
+    net.FC(["x0", "w", "b"], "x2")
+    net.EnsureDense(["x2"], "x2")
+    net.Gather(["x2", "x1"], "x4")
+    net.Gather(["x2", "x3"], "x5")
+    net.DotProduct(["x4", "x5"], "x6")
+    net.AddGradientOperators(["x6"])
+    densify = net.Proto().op[-2]
+    assert densify.type == "SparseToDense"
+    assert list(densify.input) == ["x2_grad_indices_concat", "x2_grad_values_concat", "x2"]
+    assert list(densify.output) == ["x2_grad"]
+    assert net.Proto().op[-1].type == "FCGradient"
+    rng = np.random.default_rng(5)
+    feeds = {"x0": rng.normal(size=(4, 3)).astype(np.float32), "w": rng.normal(size=(5, 3)).astype(np.float32),
+             "b": rng.normal(size=5).astype(np.float32), "x1": np.array([0, 2], np.int32),
+             "x3": np.array([3, 0], np.int32)}
+    workspace.ResetWorkspace()
+    for name, value in feeds.items():
+        workspace.FeedBlob(name, value)
+    workspace.RunNetOnce(net)
+    x2 = feeds["x0"] @ feeds["w"].T + feeds["b"]
+    x4, x5 = x2[feeds["x1"]], x2[feeds["x3"]]
+    dx2 = np.zeros_like(x2)
+    np.add.at(dx2, feeds["x1"], x5 * 1.0)     # d(sum_i <x4_i, x5_i>)/dx4 = x5 (DotProduct's output grad is 1)
+    np.add.at(dx2, feeds["x3"], x4 * 1.0)
+    np.testing.assert_allclose(workspace.FetchBlob("x2_grad"), dx2, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(workspace.FetchBlob("w_grad"), dx2.T @ feeds["x0"], rtol=1e-4, atol=1e-4)
+    dense = core.Net("ensure_dense_dense")
+    dense.EnsureDense(["a"], "b")
+    dense.Relu("b", "c")
+    dense.AddGradientOperators(["c"])
+    assert [op.type for op in dense.Proto().op][2:] == ["ConstantFill", "ReluGradient"]   # nothing for EnsureDense

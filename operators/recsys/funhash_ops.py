@@ -11,7 +11,9 @@ from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, regist
 
 from ._checks import check_int_vector
 
-_ARGS = (Arg("num_outputs", "int", required=True, doc="columns of the output"),
+# num_outputs has no usable default, but Caffe2 only reads it when the op is built: a net
+# may carry the op without it (its gradient is still built), the kernel refuses it
+_ARGS = (Arg("num_outputs", "int", -1, doc="columns of the output (must be given to run)"),
          Arg("num_segments", "int", -1, doc="rows of the output; -1: the largest segment id + 1"),
          Arg("seed", "int", 0, doc="the hash's seed"))
 _INPUTS = ("scalars", "indices", "segment_ids", "weight", "alpha")
@@ -39,6 +41,8 @@ def _check(ctx, val, key, seg, weight, alpha, first=0):
 def _forward_factory(sparse):
     def factory(ctx):
         num_outputs, num_segments, seed = ctx.int("num_outputs"), ctx.int("num_segments"), ctx.int("seed")
+        if not ctx.has("num_outputs"):
+            raise ctx.error("argument 'num_outputs' (the output's columns) is required")
         if num_outputs < 0:
             raise ctx.error("num_outputs must be >= 0, got %d" % num_outputs)
 

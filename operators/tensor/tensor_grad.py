@@ -68,9 +68,20 @@ def _transpose_maker(g):
     return [g.op("Transpose", [g.GO(0)], [g.GI(0)], axes=inverse)]
 
 
-@register_gradient("Copy", "CopyFromCPUInput", "EnsureDense", copy_arguments=False)
+@register_gradient("Copy", "CopyFromCPUInput", copy_arguments=False)
 def _copy_maker(g):
     return [g.op("Copy", [g.GO(0)], [g.GI(0)])]
+
+
+@register_gradient("EnsureDense", copy_arguments=False)
+def _ensure_dense_maker(g):
+    """Caffe2's: a dense gradient is handed over as the input's (no op); a sparse one
+    (indices, values) becomes dense with SparseToDense, X giving the first dimension,
+    so ops that take dense gradients only (FCGradient) can follow."""
+    if isinstance(g.GradOut(0), GradientSlice):
+        return [g.op("SparseToDense", [g.GO_I(0), g.GO_V(0), g.I(0)], [g.GI(0)])]
+    g.SetDense(0, g.GO(0))
+    return []
 
 
 # ----------------------------------------------------------------- ChannelShuffle
