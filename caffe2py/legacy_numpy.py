@@ -1,7 +1,9 @@
 """NumPy names that Caffe2-era scripts use and NumPy removed (np.int, np.float,
 np.bool, np.object, np.str, np.asscalar, np.float_, np.NaN, ...), put back for one run
-of a legacy script: `python -m caffe2py.compat --legacy-numpy script.py`; and np.sum over
-a generator, which NumPy 2 refuses, summed as NumPy 1.x did.
+of a legacy script: `python -m caffe2py.compat --legacy-numpy script.py`; np.sum over
+a generator, which NumPy 2 refuses, summed as NumPy 1.x did; and the SciPy functions
+such code imported from scipy.misc (logsumexp, comb, factorial), which SciPy moved to
+scipy.special.
 
 Never installed by `import caffe2py` or by the compat alias alone: a program that
 does not ask for them meets NumPy's own errors, as it would anywhere else.
@@ -63,6 +65,27 @@ def _removed_aliases():
     }
 
 
+# SciPy functions Caffe2-era tests import from scipy.misc, which SciPy moved to
+# scipy.special (and removed from scipy.misc in 1.3)
+_SCIPY_MISC_MOVED = ("logsumexp", "comb", "factorial", "factorial2")
+
+
+def _install_scipy_misc():
+    """Put back scipy.misc.<name> for the moved functions, when SciPy is installed (it is
+    imported only here, under the flag); returns the names set."""
+    try:
+        import scipy.misc
+        import scipy.special
+    except ImportError:
+        return []
+    added = []
+    for name in _SCIPY_MISC_MOVED:
+        if not hasattr(scipy.misc, name) and hasattr(scipy.special, name):
+            setattr(scipy.misc, name, getattr(scipy.special, name))
+            added.append("scipy.misc." + name)
+    return added
+
+
 def install(stream=None):
     """Put back every removed name this NumPy lacks; returns the names set. Says so in
     one line on stderr (stream)."""
@@ -72,6 +95,7 @@ def install(stream=None):
             continue          # this NumPy still has it (np.long is back in NumPy 2)
         setattr(np, name, value)
         added.append(name)
+    added += _install_scipy_misc()
     if not getattr(np.sum, "_caffe2py_legacy", False):
         np.sum = _sum_accepting_generators(np.sum)     # removed behaviour, not a removed name
     (stream or sys.stderr).write("caffe2py.compat --legacy-numpy: NumPy %s given back %d removed name(s) "

@@ -1,5 +1,7 @@
 """`python -m caffe2py.compat --legacy-numpy script.py`: the NumPy names Caffe2-era
 scripts use and NumPy removed are back for that run only, with one line on stderr."""
+import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -70,3 +72,25 @@ def test_np_sum_of_a_generator_sums_as_numpy_1_did(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["[8.0,", "12.0]", "10", "6"]
     assert run().returncode != 0        # NumPy's own TypeError without the flag
+
+
+def test_scipy_misc_functions_moved_to_scipy_special_are_put_back(tmp_path):
+    """Caffe2-era tests do `from scipy.misc import logsumexp` (moved to scipy.special in
+    SciPy 1.3). A stand-in scipy package (the real one need not be installed) shows the
+    name is taken from scipy.special under the flag, and refused without it."""
+    pkg = tmp_path / "scipy"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "misc.py").write_text("")
+    (pkg / "special.py").write_text("import math\n"
+                                    "def logsumexp(a):\n    return math.log(sum(math.exp(x) for x in a))\n")
+    script = tmp_path / "uses_misc.py"
+    script.write_text("from scipy.misc import logsumexp\nprint(round(logsumexp([0.0, 0.0]), 6))\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    run = lambda *flags: subprocess.run([sys.executable, "-m", "caffe2py.compat", *flags, str(script)],
+                                        capture_output=True, text=True, env=env, cwd=tmp_path)
+    proc = run("--legacy-numpy")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(round(math.log(2), 6))
+    proc = run()
+    assert proc.returncode != 0 and "cannot import name 'logsumexp'" in proc.stderr
