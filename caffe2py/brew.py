@@ -114,7 +114,7 @@ def arg_scope(single_helper_or_list, **kwargs):
 
 
 _SCOPED_KEYS = {"conv": ("order", "use_cudnn", "cudnn_exhaustive_search", "ws_nbytes_limit"), "max_pool": ("order",), "average_pool": ("order",),
-                "spatial_bn": ("order",), "concat": ("order",), "softmax": ()}
+                "spatial_bn": ("order",), "instance_norm": ("order",), "concat": ("order",), "softmax": ()}
 
 
 def _init(model, initializer_class, op_and_kwargs, default_op, default_kwargs):
@@ -194,6 +194,21 @@ def spatial_bn(model, blob_in, blob_out, dim_in, epsilon=1e-5, momentum=0.9, is_
     out = model.net.SpatialBN([blob_in, scale, bias, mean, var], outputs, epsilon=epsilon,
                               momentum=momentum, is_test=int(bool(is_test)), order=order, **kwargs)
     return out if is_test else out[0]
+
+
+def instance_norm(model, blob_in, blob_out, dim_in, order="NCHW", **kwargs):
+    """InstanceNorm with a per-channel scale (ones) and bias (zeros) named
+    <blob_out>_s / _b, as Caffe2's brew.instance_norm; in training (not is_test) the
+    op also writes the saved mean and inverse std <blob_out>_sm / _siv."""
+    def param(suffix, value, tags):
+        return model.create_param(str(blob_out) + suffix, [dim_in],
+                                  _init(model, None, None, "ConstantFill", {"value": value}), tags=tags)
+    scale = param("_s", 1.0, ParameterTags.WEIGHT)
+    bias = param("_b", 0.0, ParameterTags.BIAS)
+    if kwargs.get("is_test"):
+        return model.net.InstanceNorm([blob_in, scale, bias], [blob_out], order=order, **kwargs)
+    outputs = [blob_out, str(blob_out) + "_sm", str(blob_out) + "_siv"]
+    return model.net.InstanceNorm([blob_in, scale, bias], outputs, order=order, **kwargs)[0]
 
 
 def _simple(op_type, name):
@@ -299,7 +314,7 @@ def loop(model, cond_blob, external_blobs, loop_model, cond_model=None):
     add_while_op(model.net, cond_blob, external_blobs, loop_model.net, cond_model.net if cond_model else None)
 
 
-for _fn in (fc, conv, spatial_bn, max_pool, average_pool, concat, dropout, sum, transpose, iter, softmax,
+for _fn in (fc, conv, spatial_bn, instance_norm, max_pool, average_pool, concat, dropout, sum, transpose, iter, softmax,
             add_weight_decay, db_input, accuracy, image_input, cond, loop):
     Register(_fn)
 for _op, _name in (("Relu", "relu"), ("Sigmoid", "sigmoid"), ("Tanh", "tanh")):

@@ -84,6 +84,9 @@ class CNNModelHelper(ModelHelper):
     def SpatialBN(self, *args, **kwargs):
         return brew.spatial_bn(self, *args, order=self.order, **kwargs)
 
+    def InstanceNorm(self, *args, **kwargs):
+        return brew.instance_norm(self, *args, order=self.order, **kwargs)
+
     def PRelu(self, blob_in, blob_out, num_channels=1, slope_init=None, **kwargs):
         """brew.prelu: one slope per channel (or one shared), 0.25 by default."""
         slope = self.create_param(str(blob_out) + "_slope", [num_channels],

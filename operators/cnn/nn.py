@@ -448,7 +448,7 @@ def lrn(ctx):
 # ----------------------------------------------------------------- InstanceNorm
 
 register_schema(OpSchema(
-    "InstanceNorm", num_inputs=3, num_outputs={1, 3},
+    "InstanceNorm", num_inputs=3, num_outputs={1, 3}, allow_inplace={(0, 0)},
     args=(Arg("epsilon", "float", 1e-5), Arg("order", "string", "NCHW")),
     inference=lambda ctx, ins: [ins[0]] + [TensorType(
         (ins[0].dims[0], ins[0].dims[1 if _nchw(ctx) else -1]) if ins[0].known else None, ins[0].dtype)] * (ctx.n_outputs - 1),
