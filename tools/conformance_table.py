@@ -24,6 +24,8 @@ CLASSES = {
     "fb": "Facebook-internal module (not in the public sources)",
     "drift": "the test's own drift from today's Python, NumPy or hypothesis",
     "copy": "the stored copy is broken or from another version than its helper",
+    "design": "caffe2py differs on purpose where Caffe2 contradicts itself or where its blobs being C++ "
+              "tensors shared with PyTorch cannot be had with NumPy arrays (the note says which)",
 }
 
 
