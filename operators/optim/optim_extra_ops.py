@@ -92,17 +92,22 @@ def _alpha_inv(ctx, index, rest, default):
     return F32(1.0) / a
 
 
+def _check_dense_ftrl(ctx, var, nz, grad):
+    """Ftrl / GFtrl inputs: float var, n_z and grad; grad as many values as var, n_z twice."""
+    for k, (a, what) in enumerate(((var, "var"), (nz, "n_z"), (grad, "grad"))):
+        _float(ctx, k, a, what)
+    if grad.size != var.size:
+        raise ctx.input_error(2, "grad has %d values, var %d" % (grad.size, var.size))
+    if nz.size != 2 * var.size:
+        raise ctx.input_error(1, "n_z must hold 2 values per weight (%d), got %d" % (2 * var.size, nz.size))
+
+
 @register_kernel("Ftrl")
 def ftrl(ctx):
     alpha_inv, beta, l1, l2 = _ftrl_params(ctx)
 
     def run(var, nz, grad, *rest):
-        for k, (a, what) in enumerate(((var, "var"), (nz, "n_z"), (grad, "grad"))):
-            _float(ctx, k, a, what)
-        if grad.size != var.size:
-            raise ctx.input_error(2, "grad has %d values, var %d" % (grad.size, var.size))
-        if nz.size != 2 * var.size:
-            raise ctx.input_error(1, "n_z must hold 2 values per weight (%d), got %d" % (2 * var.size, nz.size))
+        _check_dense_ftrl(ctx, var, nz, grad)
         inv = _alpha_inv(ctx, 3, rest, alpha_inv)
         w, z = F.ftrl_dense(var.reshape(-1), nz.reshape(-1), grad.reshape(-1), inv, beta, l1, l2)
         return w.reshape(var.shape), z.reshape(nz.shape)
@@ -123,12 +128,7 @@ def gftrl(ctx):
     alpha_inv, beta, l1, l2 = _ftrl_params(ctx)
 
     def run(var, nz, grad, *rest):
-        for k, (a, what) in enumerate(((var, "var"), (nz, "n_z"), (grad, "grad"))):
-            _float(ctx, k, a, what)
-        if grad.size != var.size:
-            raise ctx.input_error(2, "grad has %d values, var %d" % (grad.size, var.size))
-        if nz.size != 2 * var.size:
-            raise ctx.input_error(1, "n_z must hold 2 values per weight (%d), got %d" % (2 * var.size, nz.size))
+        _check_dense_ftrl(ctx, var, nz, grad)
         if grad.ndim == 0:
             raise ctx.input_error(2, "needs at least 1 dimension (its first is the number of outputs)")
         inv = _alpha_inv(ctx, 3, rest, alpha_inv)
