@@ -142,17 +142,25 @@ register_schema(OpSchema(
         "X_0_part_1, ..."))
 
 
-@register_kernel("Partition")
-def partition(ctx):
-    parts = ctx.n_outputs // ctx.n_inputs
-    pack = ctx.bool("pack_first_input")
+def _partition_kernel(input_major):
+    """Partition's kernel factory; input_major: Sharding's output order (output i * P + j
+    is input i's shard j) instead of Partition's (output j * inputs + i)."""
+    def factory(ctx):
+        parts = ctx.n_outputs // ctx.n_inputs
+        pack = ctx.bool("pack_first_input")
 
-    def run(main, *extras):
-        check_int(ctx, 0, main, "input 0")
-        _check_extras(ctx, 0, main, extras)
-        shards = K.partition(main, extras, parts, pack)
-        return _as_outputs([x for shard in shards for x in shard])
-    return run
+        def run(main, *extras):
+            check_int(ctx, 0, main, "input 0")
+            _check_extras(ctx, 0, main, extras)
+            shards = K.partition(main, extras, parts, pack)
+            if input_major:
+                return _as_outputs([shards[j][i] for i in range(1 + len(extras)) for j in range(parts)])
+            return _as_outputs([x for shard in shards for x in shard])
+        return run
+    return factory
+
+
+register_kernel("Partition")(_partition_kernel(input_major=False))
 
 
 register_schema(OpSchema(
@@ -162,19 +170,8 @@ register_schema(OpSchema(
         "X_0_part_1, ..., X_1_part_0, ... (P = outputs / inputs)."))
 
 
-@register_kernel("Sharding")
-def sharding(ctx):
-    # Caffe2's first partition op (ShardingOp, later renamed Partition): the same
-    # split, but output i * P + j holds input i's shard j.
-    parts = ctx.n_outputs // ctx.n_inputs
-    pack = ctx.bool("pack_first_input")
-
-    def run(main, *extras):
-        check_int(ctx, 0, main, "input 0")
-        _check_extras(ctx, 0, main, extras)
-        shards = K.partition(main, extras, parts, pack)
-        return _as_outputs([shards[j][i] for i in range(1 + len(extras)) for j in range(parts)])
-    return run
+# Caffe2's first partition op (ShardingOp, later renamed Partition): the same split
+register_kernel("Sharding")(_partition_kernel(input_major=True))
 
 
 register_schema(OpSchema(
