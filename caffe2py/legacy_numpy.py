@@ -1,9 +1,10 @@
 """NumPy names that Caffe2-era scripts use and NumPy removed (np.int, np.float,
 np.bool, np.object, np.str, np.asscalar, np.float_, np.NaN, ...), put back for one run
 of a legacy script: `python -m caffe2py.compat --legacy-numpy script.py`; np.sum over
-a generator, which NumPy 2 refuses, summed as NumPy 1.x did; and the SciPy functions
-such code imported from scipy.misc (logsumexp, comb, factorial), which SciPy moved to
-scipy.special.
+a generator, which NumPy 2 refuses, summed as NumPy 1.x did; the SciPy functions such
+code imported from scipy.misc (logsumexp, comb, factorial), which SciPy moved to
+scipy.special; and scipy.interpolate.interp2d on regular grids (removed in SciPy 1.14)
+through RectBivariateSpline, the replacement SciPy names.
 
 Never installed by `import caffe2py` or by the compat alias alone: a program that
 does not ask for them meets NumPy's own errors, as it would anywhere else.
@@ -70,6 +71,32 @@ def _removed_aliases():
 _SCIPY_MISC_MOVED = ("logsumexp", "comb", "factorial", "factorial2")
 
 
+def _interp2d(RectBivariateSpline):
+    """scipy.interpolate.interp2d for data on a regular grid (removed in SciPy 1.14),
+    through the replacement SciPy's transition guide names: RectBivariateSpline(x, y,
+    z.T, kx=ky=k, s=0), evaluated transposed; points outside the grid take the nearest
+    edge value, as interp2d's default fill_value=None did."""
+    degrees = {"linear": 1, "cubic": 3, "quintic": 5}
+
+    def interp2d(x, y, z, kind="linear", copy=True, bounds_error=False, fill_value=None):  # noqa: ARG001
+        x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
+        z = np.asarray(z, dtype=np.float64)
+        if z.shape != (len(y), len(x)):
+            raise ValueError("interp2d (caffe2py --legacy-numpy): only regular grids, z of shape "
+                             "(len(y), len(x)) = (%d, %d); got %s" % (len(y), len(x), z.shape))
+        k = degrees[kind]
+        spline = RectBivariateSpline(x, y, z.T, kx=k, ky=k, s=0)
+
+        def evaluate(xnew, ynew):
+            xnew = np.clip(np.atleast_1d(np.asarray(xnew, dtype=np.float64)), x.min(), x.max())
+            ynew = np.clip(np.atleast_1d(np.asarray(ynew, dtype=np.float64)), y.min(), y.max())
+            if fill_value is not None:
+                raise ValueError("interp2d (caffe2py --legacy-numpy): only fill_value=None")
+            return spline(np.sort(xnew), np.sort(ynew)).T
+        return evaluate
+    return interp2d
+
+
 def _install_scipy_misc():
     """Put back scipy.misc.<name> for the moved functions, when SciPy is installed (it is
     imported only here, under the flag); returns the names set."""
@@ -83,6 +110,20 @@ def _install_scipy_misc():
         if not hasattr(scipy.misc, name) and hasattr(scipy.special, name):
             setattr(scipy.misc, name, getattr(scipy.special, name))
             added.append("scipy.misc." + name)
+    try:
+        import scipy.interpolate as interpolate
+    except ImportError:
+        return added
+    try:
+        interpolate.interp2d([0.0, 1.0], [0.0, 1.0], np.zeros((2, 2)))
+        removed = False
+    except NotImplementedError:          # SciPy >= 1.14 keeps the name and raises
+        removed = True
+    except Exception:                    # noqa: BLE001 - any other answer: leave it alone
+        removed = False
+    if removed and hasattr(interpolate, "RectBivariateSpline"):
+        interpolate.interp2d = _interp2d(interpolate.RectBivariateSpline)
+        added.append("scipy.interpolate.interp2d")
     return added
 
 

@@ -6,6 +6,9 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+import pytest
+
 SCRIPT = textwrap.dedent("""
     import numpy as np
     from caffe2.python import workspace
@@ -94,3 +97,41 @@ def test_scipy_misc_functions_moved_to_scipy_special_are_put_back(tmp_path):
     assert proc.stdout.strip() == str(round(math.log(2), 6))
     proc = run()
     assert proc.returncode != 0 and "cannot import name 'logsumexp'" in proc.stderr
+
+
+def test_interp2d_on_a_regular_grid_is_given_back_when_scipy_removed_it(tmp_path):
+    """scipy.interpolate.interp2d (removed in SciPy 1.14; Caffe2's heatmap keypoint test
+    builds its heatmaps with it): linear interpolation equals bilinear interpolation
+    written out here, cubic reproduces the grid, points past the grid take the edge."""
+    scipy = pytest.importorskip("scipy")
+    script = tmp_path / "uses_interp2d.py"
+    script.write_text(textwrap.dedent("""
+        import json, numpy as np
+        from scipy import interpolate
+        x = np.array([0.0, 1.0, 2.0, 4.0]); y = np.array([0.0, 0.5, 1.5, 2.0, 3.0])
+        z = np.random.RandomState(3).rand(5, 4)            # z[j, i] at (x[i], y[j])
+        lin = interpolate.interp2d(x, y, z, kind="linear")
+        cub = interpolate.interp2d(x, y, z, kind="cubic")
+        xs, ys = np.array([0.25, 1.5, 3.0]), np.array([0.2, 1.0])
+        print(json.dumps({"z": z.tolist(), "lin": lin(xs, ys).tolist(), "grid": cub(x, y).tolist(),
+                          "edge": lin([9.0], [-3.0]).tolist()}))
+    """))
+    proc = subprocess.run([sys.executable, "-m", "caffe2py.compat", "--legacy-numpy", str(script)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    import json
+    out = json.loads(proc.stdout)
+    z = np.array(out["z"])
+    x, y = np.array([0.0, 1.0, 2.0, 4.0]), np.array([0.0, 0.5, 1.5, 2.0, 3.0])
+
+    def bilinear(px, py):
+        i = min(np.searchsorted(x, px, side="right") - 1, len(x) - 2)
+        j = min(np.searchsorted(y, py, side="right") - 1, len(y) - 2)
+        tx, ty = (px - x[i]) / (x[i + 1] - x[i]), (py - y[j]) / (y[j + 1] - y[j])
+        return ((1 - tx) * (1 - ty) * z[j, i] + tx * (1 - ty) * z[j, i + 1]
+                + (1 - tx) * ty * z[j + 1, i] + tx * ty * z[j + 1, i + 1])
+    expected = [[bilinear(px, py) for px in (0.25, 1.5, 3.0)] for py in (0.2, 1.0)]
+    np.testing.assert_allclose(out["lin"], expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out["grid"], z, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out["edge"], [[z[0, -1]]], rtol=1e-12)
+    del scipy
