@@ -194,6 +194,8 @@ def test_tensor_vectors_and_collect_tensor():
     net = core.Net("collect")
     net.CollectTensor(["v", "w", "x", "y"], ["v", "w"], num_to_collect=3)
     net.Proto().op[0].device_option.random_seed = 7
+    for name in ("x", "y"):      # Caffe2's CreateNet refuses inputs that do not exist yet
+        workspace.CreateBlob(name)
     workspace.CreateNet(net)
     seen = []
     for i in range(50):

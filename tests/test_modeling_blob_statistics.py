@@ -95,6 +95,7 @@ def test_histogram(accumulate):
     modifier = ComputeHistogramForBlobs(["x"], logging_frequency=0, num_buckets=5, lower_bound=-1.0,
                                         upper_bound=1.5, accumulate=accumulate)
     modifier(model.net)
+    workspace.CreateBlob("x")       # Caffe2's CreateNet refuses an input that does not exist yet
     workspace.CreateNet(model.net)
     batches = [RNG.standard_normal(40).astype(np.float32) * 1.5 for _ in range(3)]
     edges = np.concatenate([[-np.inf], np.linspace(-1.0, 1.5, 6), [np.inf]])
