@@ -52,7 +52,9 @@ def cell(text, width=110):
 
 def combine(run, reruns):
     """RUN's files with those of each rerun (matched by path) replacing theirs, totals
-    recounted as caffe2py.conformance.report.totals counts them."""
+    recounted by the runner's own caffe2py.conformance.report.totals."""
+    from dataclasses import asdict, fields
+    from caffe2py.conformance.report import FileResult, totals
     by_path = {r["file"]: dict(r) for r in run["files"]}
     order = [r["file"] for r in run["files"]]
     for index, rerun in enumerate(reruns, 1):
@@ -61,18 +63,10 @@ def combine(run, reruns):
                 order.append(r["file"])
             by_path[r["file"]] = dict(r, rerun=index)
     files = [by_path[path] for path in order]
-    t = dict(files=len(files), imported=0, collected=0, passed=0, failed=0, errors=0, skipped=0, timed_out=0,
-             crashed=0, pytest_errors=0, seconds=sum(r.get("seconds", 0) or 0 for r in files))
-    for r in files:
-        t["imported"] += bool(r["imported"])
-        for key in ("collected", "passed", "failed", "errors", "skipped"):
-            t[key] += r[key]
-        t["timed_out"] += r["status"] == "timeout"
-        t["crashed"] += r["status"] == "crashed"
-        t["pytest_errors"] += r["status"] == "pytest_error"
-    pct = (lambda a, b: round(100.0 * a / b, 1) if b else None)
-    t["percent"] = {"files_imported": pct(t["imported"], t["files"]), "tests_passed": pct(t["passed"], t["collected"])}
-    return {"files": files, "totals": t, "options": run.get("options", {})}
+    known = {f.name for f in fields(FileResult)}
+    results = [FileResult(**{k: v for k, v in r.items() if k in known}) for r in files]
+    t = totals(results, sum(r.seconds or 0 for r in results))
+    return {"files": files, "totals": asdict(t), "options": run.get("options", {})}
 
 
 def render(run, classes, title=""):
