@@ -161,6 +161,15 @@ class LinkedSteps:
             views.append(view)
         return views
 
+    def run(self, plan, ws, t, parent, label="timestep"):
+        """Bind the links for step t, run `plan` in ws, copy written links back into parent."""
+        views = self.bind(ws, t)
+        try:
+            plan.run(ws)
+        except Caffe2Error as exc:
+            raise self.ctx.error("%s %d: %s" % (label, t, exc)) from exc
+        self.write_back(ws, t, views, parent)
+
     def write_back(self, ws, t, views, parent):
         for link, view in zip(self.links, views):
             value = ws[link.internal]
@@ -265,12 +274,7 @@ def recurrent_network(ctx):
             ws = step_wss[t if cycle is None else t % cycle]
             ws[timestep] = np.array([t], np.int32)
             for piece in step_plans:    # several pieces: links overlap (step_segments.py)
-                views = linked.bind(ws, t)
-                try:
-                    piece.run(ws)
-                except Caffe2Error as exc:
-                    raise ctx.error("timestep %d: %s" % (t, exc)) from exc
-                linked.write_back(ws, t, views, blobs)
+                linked.run(piece, ws, t, blobs)
         aliased = {}
         for src, dst, offset in aliases:
             tensor = blobs.get(src)
@@ -444,12 +448,7 @@ def recurrent_network_gradient(ctx):
             ws = scratch.step_workspaces[t]
             for name, k in per_step.items():
                 grads[name][t + 1] += inputs[k][t]
-            views = linked.bind(ws, t)
-            try:
-                step_plan.run(ws)
-            except Caffe2Error as exc:
-                raise ctx.error("backward timestep %d: %s" % (t, exc)) from exc
-            linked.write_back(ws, t, views, blobs)
+            linked.run(step_plan, ws, t, blobs, label="backward timestep")
             for out_name, tmp, _ in accumulate:
                 value = ws.get(tmp)
                 if value is not None:
