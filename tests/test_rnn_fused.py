@@ -411,3 +411,40 @@ def test_numpy_twins_agree_with_the_fused_kernels(monkeypatch):
         assert len(compiled) == len(twin)
         for k, (c, w) in enumerate(zip(compiled, twin)):
             np.testing.assert_allclose(w, c, rtol=1e-4, atol=1e-5, err_msg="%s result %d" % (case[:2], k))
+
+
+@pytest.mark.parametrize("mode", ["inline", "numpy"])
+def test_row_blocks_on_the_team_give_the_one_block_results(monkeypatch, mode):
+    """The fused kernels cut the batch into row blocks, one per team thread, each
+    running the whole sequence for its rows: three uneven blocks (whatever the
+    machine's team size) give what one block gives, with variable lengths, for LSTM,
+    MILSTM and both GRU forms, compiled and NumPy twin (to float rounding: a block's
+    GEMM may sum in another order than the whole batch's)."""
+    from caffe2py.kernels.cpu.rnn import fused_gru
+    from caffe2py.kernels.cpu.runtime import jit
+    seq = np.array([6, 2, 0, 5, 6, 1, 3], np.int32)
+    cases = [(kind, flag) for kind in ("lstm", "gru") for flag in (False, True)]
+    before = jit.jit_mode()
+    results = []
+    try:
+        jit.set_jit_mode(mode)
+        for blocks in (np.array([0, 7]), np.array([0, 2, 5, 7])):
+            split = lambda n, work, blocks=blocks: blocks    # noqa: E731
+            monkeypatch.setattr(fused_lstm, "batch_blocks", split)
+            monkeypatch.setattr(fused_gru, "batch_blocks", split)
+            results.append([_sequence_results(np.random.default_rng(i), flag, kind, 6, 7, 12, seq)
+                            for i, (kind, flag) in enumerate(cases)])
+    finally:
+        jit.set_jit_mode(before)
+    for case, one, three in zip(cases, *results):
+        for k, (a, b) in enumerate(zip(one, three)):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5, err_msg="%s result %d" % (case, k))
+
+
+def test_batch_blocks_cover_the_batch_once():
+    """batch_blocks: increasing bounds from 0 to n, one block when the work is small."""
+    from caffe2py.kernels.cpu.runtime import jit
+    assert list(fused_lstm.batch_blocks(32, 1)) == [0, 32]
+    bounds = fused_lstm.batch_blocks(5, 10 ** 7)
+    assert bounds[0] == 0 and bounds[-1] == 5 and np.all(np.diff(bounds) > 0)
+    assert len(bounds) - 1 == min(5, jit.team_size())

@@ -16,6 +16,7 @@ then runs the generic loop, which also gives the errors for bad inputs.
 """
 import numpy as np
 
+from caffe2py.kernels.cpu.math.gemm import fc
 from caffe2py.kernels.cpu.rnn import fused_gru
 from caffe2py.kernels.cpu.rnn import fused_lstm as K
 
@@ -116,7 +117,7 @@ def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, 
         else:
             wi, bi = (inputs[k] for k in plan.i2h_params[l - 1])
             prev = states[l - 1][0]
-            proj = (prev[1:].reshape(steps * batch, -1) @ wi.T + bi).reshape(steps, batch, -1)
+            proj = fc(prev[1:].reshape(steps * batch, -1), wi, bi).reshape(steps, batch, -1)   # on the team
         w, b, seq = _lstm_layer_ok(layer, inputs, proj, hs, cs)
         saved.append(K.lstm_sequence(proj, w, b, hs, cs, seq, layer.forget_bias, layer.drop_states)[0])
         layer_inputs.append(proj)

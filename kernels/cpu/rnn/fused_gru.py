@@ -21,7 +21,10 @@ import math
 import numpy as np
 
 from ..runtime.blas import gemm_entry
-from ..runtime.jit import LazyGlobal, call_gemm, call_gemv, compiled
+from ..math.gemm import matmul
+from ..math.packed_gemm import packed_product
+from ..runtime.jit import LazyGlobal, call_gemv, compiled, prange
+from .fused_lstm import _packed, batch_blocks, run_on_blocks
 
 LANES_8 = LazyGlobal(".simd", "LANES_8")
 vload_f32 = LazyGlobal(".simd", "vload_f32")
@@ -41,36 +44,38 @@ def _sig(x):
 
 
 @compiled
-def _times_wt(out, a, lda, w, n, m, k, gemm, gemv, ilp64):
-    """out (n, m), C-contiguous at `out` (an address) = a (n, k; lda) @ w^T, w (m, k) C-contiguous."""
+def _times_wt(out, a, lda, w, wp, n, m, k, gemm, gemv, ilp64):
+    """out (n, m), C-contiguous at `out` (an address) = a (n, k; lda) @ w^T, w (m, k)
+    C-contiguous, wp = w^T packed (math/packed_gemm.py; read when n > 1)."""
     if n == 1:
         call_gemv(gemv, ilp64, False, m, k, w.ctypes.data, k, a, 1, out, 1, w)
     else:
-        call_gemm(gemm, ilp64, False, True, n, m, k, 1.0, a, lda, w.ctypes.data, k, 0.0, out, m, w)
+        packed_product(a, lda, n, wp, m, out, m)
 
 
 @compiled
-def _times_w(out, a, lda, w, n, m, k, gemm, gemv, ilp64):
-    """out (n, k) at `out` = a (n, m; lda) @ w, w (m, k) C-contiguous."""
+def _times_w(out, a, lda, w, wp, n, m, k, gemm, gemv, ilp64):
+    """out (n, k) at `out` = a (n, m; lda) @ w, w (m, k) C-contiguous, wp = w packed."""
     if n == 1:
         call_gemv(gemv, ilp64, True, m, k, w.ctypes.data, k, a, 1, out, 1, w)
     else:
-        call_gemm(gemm, ilp64, False, False, n, k, m, 1.0, a, lda, w.ctypes.data, k, 0.0, out, k, w)
+        packed_product(a, lda, n, wp, k, out, k)
 
 
 @compiled
-def _gru_forward(x, w3, wn, b, hs, gates, og, rs, mh, proj, seq, has_seq, lbr, drop, gemm, gemv, ilp64):
-    """x [T, N, 3D]; w3 [R, D] (R = 3D with lbr, else 2D); wn [D, D] (read without
-    lbr); b [3D]; hs [T + 1, N, D] (step 0 given); gates [T, N, 3D], og, rs, mh
-    [T, N, D] written (mh without lbr); proj [N, R] scratch."""
+def _gru_forward(x, w3, wn, p3, pn, b, hs, gates, og, rs, mh, proj, seq, has_seq, lbr, drop, r0, r1, gemm, gemv, ilp64):
+    """Batch rows r0..r1 of: x [T, N, 3D]; w3 [R, D] (R = 3D with lbr, else 2D); wn
+    [D, D] (read without lbr); b [3D]; hs [T + 1, N, D] (step 0 given); gates
+    [T, N, 3D], og, rs, mh [T, N, D] written (mh without lbr); proj [N, R] scratch."""
     steps, n, d = x.shape[0], x.shape[1], hs.shape[2]
     rows = w3.shape[0]
     zero = np.float32(0.0)
     one = np.float32(1.0)
     count, last = (d + 7) // 8, d - 8
     for t in range(steps):
-        _times_wt(proj.ctypes.data, hs.ctypes.data + 4 * t * n * d, d, w3, n, rows, d, gemm, gemv, ilp64)
-        for r in range(n):
+        _times_wt(proj.ctypes.data + 4 * r0 * rows, hs.ctypes.data + 4 * (t * n + r0) * d, d, w3, p3, r1 - r0,
+                  rows, d, gemm, gemv, ilp64)
+        for r in range(r0, r1):
             g, p, xr = gates[t, r], proj[r], x[t, r]
             for j in range(2 * d):
                 g[j] = (p[j] + b[j]) + xr[j]
@@ -88,17 +93,17 @@ def _gru_forward(x, w3, wn, b, hs, gates, og, rs, mh, proj, seq, has_seq, lbr, d
                 for j in range(d):
                     s[j] = _sig(g[j])
         if not lbr:
-            for r in range(n):
+            for r in range(r0, r1):
                 m, s, h = mh[t, r], rs[t, r], hs[t, r]
                 for j in range(d):
                     m[j] = s[j] * h[j]
-            _times_wt(og.ctypes.data + 4 * t * n * d, mh.ctypes.data + 4 * t * n * d, d, wn, n, d, d,
-                      gemm, gemv, ilp64)
-            for r in range(n):
+            _times_wt(og.ctypes.data + 4 * (t * n + r0) * d, mh.ctypes.data + 4 * (t * n + r0) * d, d, wn, pn,
+                      r1 - r0, d, d, gemm, gemv, ilp64)
+            for r in range(r0, r1):
                 o = og[t, r]
                 for j in range(d):
                     o[j] += b[2 * d + j]
-        for r in range(n):
+        for r in range(r0, r1):
             g, o, s, xr = gates[t, r], og[t, r], rs[t, r], x[t, r]
             if lbr:
                 for j in range(d):
@@ -132,8 +137,11 @@ def _sigmoid_numpy(v):
 
 
 @_gru_forward.numpy_twin
-def _gru_forward_numpy(x, w3, wn, b, hs, gates, og, rs, mh, proj, seq, has_seq, lbr, drop, gemm, gemv, ilp64):
+def _gru_forward_numpy(x, w3, wn, p3, pn, b, hs, gates, og, rs, mh, proj, seq, has_seq, lbr, drop, r0, r1, gemm, gemv,
+                       ilp64):
     d = hs.shape[2]
+    x, hs, gates, og, rs, mh = (a[:, r0:r1] for a in (x, hs, gates, og, rs, mh))
+    seq = seq[r0:r1]
     for t in range(x.shape[0]):
         p = hs[t] @ w3.T
         gates[t, :, :2 * d] = (p[:, :2 * d] + b[:2 * d]) + x[t, :, :2 * d]
@@ -152,9 +160,28 @@ def _gru_forward_numpy(x, w3, wn, b, hs, gates, og, rs, mh, proj, seq, has_seq, 
         hs[t + 1] = np.where(valid, h, np.float32(0.0) if drop else hs[t])
 
 
+@compiled(parallel=True)
+def _gru_forward_team(x, w3, wn, p3, pn, b, hs, gates, og, rs, mh, proj, seq, has_seq, lbr, drop, bounds, gemm,
+                      gemv, ilp64):
+    """_gru_forward on row blocks bounds[k]..bounds[k + 1], one per team thread."""
+    for k in prange(bounds.shape[0] - 1):
+        _gru_forward(x, w3, wn, p3, pn, b, hs, gates, og, rs, mh, proj, seq, has_seq, lbr, drop, bounds[k],
+                     bounds[k + 1], gemm, gemv, ilp64)
+
+
+@_gru_forward_team.numpy_twin
+def _gru_forward_team_numpy(x, w3, wn, p3, pn, b, hs, gates, og, rs, mh, proj, seq, has_seq, lbr, drop, bounds,
+                            gemm, gemv, ilp64):
+    for k in range(bounds.shape[0] - 1):
+        _gru_forward_numpy(x, w3, wn, p3, pn, b, hs, gates, og, rs, mh, proj, seq, has_seq, lbr, drop, bounds[k],
+                           bounds[k + 1], gemm, gemv, ilp64)
+
+
 @compiled
-def _gru_backward(w3, wn, hs, gates, og, rs, seq, has_seq, lbr, drop, dhs, dgates, dp, du, dfc, gemm, gemv, ilp64):
-    """dhs [T + 1, N, D]: gradients from outside, updated in place (dhs[0]: the initial
+def _gru_backward(w3, wn, p3, pn, hs, gates, og, rs, seq, has_seq, lbr, drop, dhs, dgates, dp, du, dfc, r0, r1,
+                  gemm, gemv, ilp64):
+    """Batch rows r0..r1 (independent of the others) of: dhs [T + 1, N, D]: gradients
+    from outside, updated in place (dhs[0]: the initial
     state's on return); dgates [T, N, 3D] (the input projection's gradient) and
     dp [T, N, 3D] (the recurrent products' output gradients) written; du, dfc [N, D] scratch."""
     steps, n, d = gates.shape[0], gates.shape[1], hs.shape[2]
@@ -163,7 +190,7 @@ def _gru_backward(w3, wn, hs, gates, og, rs, seq, has_seq, lbr, drop, dhs, dgate
     one = np.float32(1.0)
     count, last = (d + 7) // 8, d - 8
     for t in range(steps - 1, -1, -1):
-        for r in range(n):
+        for r in range(r0, r1):
             valid = not has_seq or t < seq[r]
             dg, dh, uu = dgates[t, r], dhs[t + 1, r], du[r]
             if not valid:
@@ -196,9 +223,9 @@ def _gru_backward(w3, wn, hs, gates, og, rs, seq, has_seq, lbr, drop, dhs, dgate
                     dg[2 * d + j] = dh[j] * (one - u) * (one - o * o)
                     uu[j] = dh[j] * u
         if not lbr:     # d mh = d n_pre @ W_n, into dfc
-            _times_w(dfc.ctypes.data, dgates.ctypes.data + 4 * (t * n * 3 * d + 2 * d), 3 * d, wn, n, d, d,
-                     gemm, gemv, ilp64)
-        for r in range(n):
+            _times_w(dfc.ctypes.data + 4 * r0 * d, dgates.ctypes.data + 4 * ((t * n + r0) * 3 * d + 2 * d), 3 * d,
+                     wn, pn, r1 - r0, d, d, gemm, gemv, ilp64)
+        for r in range(r0, r1):
             dg, pr, s, o, h, uu, m = dgates[t, r], dp[t, r], rs[t, r], og[t, r], hs[t, r], du[r], dfc[r]
             for j in range(d):
                 ds = dg[2 * d + j]
@@ -213,17 +240,20 @@ def _gru_backward(w3, wn, hs, gates, og, rs, seq, has_seq, lbr, drop, dhs, dgate
                 dg[j] = dr
                 pr[j] = dr
                 pr[d + j] = dg[d + j]
-        _times_w(dfc.ctypes.data, dp.ctypes.data + 4 * t * n * 3 * d, 3 * d, w3, n, rows, d, gemm, gemv, ilp64)
-        for r in range(n):
+        _times_w(dfc.ctypes.data + 4 * r0 * d, dp.ctypes.data + 4 * (t * n + r0) * 3 * d, 3 * d, w3, p3, r1 - r0,
+                 rows, d, gemm, gemv, ilp64)
+        for r in range(r0, r1):
             out, uu, m = dhs[t, r], du[r], dfc[r]
             for j in range(d):
                 out[j] += uu[j] + m[j]
 
 
 @_gru_backward.numpy_twin
-def _gru_backward_numpy(w3, wn, hs, gates, og, rs, seq, has_seq, lbr, drop, dhs, dgates, dp, du, dfc,
+def _gru_backward_numpy(w3, wn, p3, pn, hs, gates, og, rs, seq, has_seq, lbr, drop, dhs, dgates, dp, du, dfc, r0, r1,
                         gemm, gemv, ilp64):
     d = hs.shape[2]
+    hs, gates, og, rs, dhs, dgates, dp = (a[:, r0:r1] for a in (hs, gates, og, rs, dhs, dgates, dp))
+    seq = seq[r0:r1]
     one = np.float32(1.0)
     for t in range(gates.shape[0] - 1, -1, -1):
         n = gates.shape[1]
@@ -246,6 +276,23 @@ def _gru_backward_numpy(w3, wn, hs, gates, og, rs, seq, has_seq, lbr, drop, dhs,
         dgates[t] = np.concatenate([dr, dz, ds], axis=1)
         dp[t] = np.concatenate([dr, dz, dog], axis=1)
         dhs[t] += uu + dp[t, :, :w3.shape[0]] @ w3
+
+
+@compiled(parallel=True)
+def _gru_backward_team(w3, wn, p3, pn, hs, gates, og, rs, seq, has_seq, lbr, drop, dhs, dgates, dp, du, dfc, bounds,
+                       gemm, gemv, ilp64):
+    """_gru_backward on row blocks bounds[k]..bounds[k + 1], one per team thread."""
+    for k in prange(bounds.shape[0] - 1):
+        _gru_backward(w3, wn, p3, pn, hs, gates, og, rs, seq, has_seq, lbr, drop, dhs, dgates, dp, du, dfc, bounds[k],
+                      bounds[k + 1], gemm, gemv, ilp64)
+
+
+@_gru_backward_team.numpy_twin
+def _gru_backward_team_numpy(w3, wn, p3, pn, hs, gates, og, rs, seq, has_seq, lbr, drop, dhs, dgates, dp, du, dfc,
+                             bounds, gemm, gemv, ilp64):
+    for k in range(bounds.shape[0] - 1):
+        _gru_backward_numpy(w3, wn, p3, pn, hs, gates, og, rs, seq, has_seq, lbr, drop, dhs, dgates, dp, du, dfc,
+                            bounds[k], bounds[k + 1], gemm, gemv, ilp64)
 
 
 def available():
@@ -282,11 +329,11 @@ def gru_sequence(x, w3, wn, b, hs, seq_lengths, linear_before_reset, drop_states
     mh = None if lbr else np.empty((steps, n, d), np.float32)
     if steps and n and d:
         seq, has_seq = _seq_array(seq_lengths, n)
-        entry = gemm_entry(np.float32)
-        _check(entry is not None, "no direct BLAS entry point")
-        _gru_forward(x, w3, w3 if lbr else wn, b, hs, gates, og, rs, og if lbr else mh,
-                     np.empty((n, w3.shape[0]), np.float32), seq, has_seq, lbr, bool(drop_states),
-                     entry.gemm, entry.gemv, entry.ilp64)
+        p3 = _packed(w3.T, n)
+        run_on_blocks(_gru_forward, _gru_forward_team, batch_blocks(n, steps * 3 * d * d),
+                      x, w3, w3 if lbr else wn, p3, p3 if lbr else _packed(wn.T, n), b, hs, gates, og, rs,
+                      og if lbr else mh,
+                      np.empty((n, w3.shape[0]), np.float32), seq, has_seq, lbr, bool(drop_states))
     return gates, og, rs, mh
 
 
@@ -304,14 +351,15 @@ def gru_sequence_gradient(w3, wn, hs, saved, seq_lengths, linear_before_reset, d
     dp = np.zeros((steps, n, 3 * d), np.float32)
     if steps and n and d:
         seq, has_seq = _seq_array(seq_lengths, n)
-        entry = gemm_entry(np.float32)
-        _check(entry is not None, "no direct BLAS entry point")
         scratch = np.empty((2, n, d), np.float32)
-        _gru_backward(w3, w3 if lbr else wn, hs, gates, og, rs, seq, has_seq, lbr, bool(drop_states), dhs, dgates,
-                      dp, scratch[0], scratch[1], entry.gemm, entry.gemv, entry.ilp64)
+        p3 = _packed(w3, n)
+        run_on_blocks(_gru_backward, _gru_backward_team, batch_blocks(n, steps * 3 * d * d),
+                      w3, w3 if lbr else wn, p3, p3 if lbr else _packed(wn, n), hs, gates, og, rs, seq, has_seq,
+                      lbr, bool(drop_states), dhs, dgates,
+                      dp, scratch[0], scratch[1])
     flat = dp.reshape(steps * n, 3 * d)
     h_flat = hs[:steps].reshape(steps * n, d)
     rows = w3.shape[0]
-    dw3 = flat[:, :rows].T @ h_flat
-    dwn = None if lbr else flat[:, 2 * d:].T @ mh.reshape(steps * n, d)
+    dw3 = matmul(flat[:, :rows].T, h_flat)          # products over all steps, on the team
+    dwn = None if lbr else matmul(flat[:, 2 * d:].T, mh.reshape(steps * n, d))
     return dgates, dw3, dwn, flat.sum(axis=0)

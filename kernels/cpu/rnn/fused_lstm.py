@@ -4,16 +4,20 @@
 The step net rnn_cell.LSTM builds is, per timestep t,
     gates_t = (h_{t-1} @ W^T + b) + x_t          (FC, then Sum with the input projection)
     h_t, c_t = LSTMUnit(h_{t-1}, c_{t-1}, gates_t, seq_lengths, t)
-Here the loop over t runs in machine code: the recurrent product is one BLAS call
-per step (GEMV when N = 1, GEMM otherwise, through the entry points of blas.py, on
-the calling thread), and the gate math is the same vector code as LSTMUnit's
-(8 columns at a time, vsigmoid / vtanh). float32 only; every shape is checked by
+Here the loop over t runs in machine code: the recurrent product is one call per
+step (OpenBLAS's GEMV for one row; otherwise math/packed_gemm.py's product on W
+packed once per sequence, as OpenBLAS's GEMM would repack W on every step),
+and the gate math is the same vector code as LSTMUnit's (8 columns at a time,
+vsigmoid / vtanh). A row's recurrence reads only that row's states, so the batch
+is cut into one block of rows per team thread and each thread runs the whole
+sequence for its block with its own single-threaded GEMMs: no barrier per step
+(splitting each step's GEMM by columns instead would need two per step). float32 only; every shape is checked by
 the Python wrappers before the loop (the compiled loop has no bounds checks).
 
 Backward keeps the forward's per-step gates and states and runs t = T-1 .. 0 once:
 LSTMUnitGradient's math per row, then dh_{t-1} += dgates_t @ W. The weight and bias
 gradients are not summed per step: dW = sum_t dgates_t^T h_{t-1} is one GEMM over
-all T * N rows after the loop (and db one column sum), as the step net's summed
+all T * N rows after the loop (split over the team) (and db one column sum), as the step net's summed
 FCGradients would give up to float rounding.
 """
 import math
@@ -21,7 +25,9 @@ import math
 import numpy as np
 
 from ..runtime.blas import gemm_entry
-from ..runtime.jit import LazyGlobal, call_gemm, call_gemv, compiled
+from ..math.gemm import matmul
+from ..math.packed_gemm import pack_columns, packed_product
+from ..runtime.jit import LazyGlobal, call_gemv, compiled, prange, team, team_blocks
 
 LANES_8 = LazyGlobal(".simd", "LANES_8")
 vload_f32 = LazyGlobal(".simd", "vload_f32")
@@ -42,18 +48,18 @@ def _sig(x):
 
 
 @compiled
-def _project(gates, t, h, x, w, b, mi, pre, alpha, beta1, beta2, bias2, gemm, gemv, ilp64):
-    """gates[t] = (h[t] @ w^T + b) + x[t], the step net's FC and Sum; with mi
-    (MILSTM) pre[t] = h[t] @ w^T + b and gates[t] = (alpha x + beta1) pre + (beta2 x + bias2)."""
+def _project(gates, t, h, x, w, wp, b, mi, pre, alpha, beta1, beta2, bias2, r0, r1, gemm, gemv, ilp64):
+    """gates[t, r0:r1] = (h[t, r0:r1] @ w^T + b) + x[t, r0:r1], the step net's FC and Sum;
+    with mi (MILSTM) pre[t] = h[t] @ w^T + b and gates[t] = (alpha x + beta1) pre + (beta2 x + bias2)."""
     n, g4 = gates.shape[1], gates.shape[2]
     d = w.shape[1]
-    out = (pre if mi else gates).ctypes.data + 4 * t * n * g4
-    hp = h.ctypes.data + 4 * t * n * d
-    if n == 1:
+    out = (pre if mi else gates).ctypes.data + 4 * (t * n + r0) * g4
+    hp = h.ctypes.data + 4 * (t * n + r0) * d
+    if r1 - r0 == 1:
         call_gemv(gemv, ilp64, False, g4, d, w.ctypes.data, d, hp, 1, out, 1, gates)
     else:
-        call_gemm(gemm, ilp64, False, True, n, g4, d, 1.0, hp, d, w.ctypes.data, d, 0.0, out, g4, gates)
-    for r in range(n):
+        packed_product(hp, d, r1 - r0, wp, g4, out, g4)
+    for r in range(r0, r1):
         row = gates[t, r]
         xr = x[t, r]
         if mi:
@@ -68,18 +74,20 @@ def _project(gates, t, h, x, w, b, mi, pre, alpha, beta1, beta2, bias2, gemm, ge
 
 
 @compiled
-def _lstm_forward(x, w, b, hs, cs, gates, seq, has_seq, forget_bias, drop, mi, pre, alpha, beta1, beta2, bias2,
-                  gemm, gemv, ilp64):
-    """hs, cs [T + 1, N, D] (step 0 the initial state, filled here for 1..T), gates
-    [T, N, 4D] (written) from x [T, N, 4D], w [4D, D], b [4D]; seq [N] int64. With mi
-    (MILSTM): pre [T, N, 4D] written, alpha, beta1, beta2, bias2 [4D] read."""
+def _lstm_forward(x, w, wp, b, hs, cs, gates, seq, has_seq, forget_bias, drop, mi, pre, alpha, beta1, beta2, bias2,
+                  r0, r1, gemm, gemv, ilp64):
+    """Batch rows r0..r1 of: hs, cs [T + 1, N, D] (step 0 the initial state, filled
+    here for 1..T), gates [T, N, 4D] (written) from x [T, N, 4D], w [4D, D], b [4D];
+    seq [N] int64. With mi (MILSTM): pre [T, N, 4D] written, alpha, beta1, beta2,
+    bias2 [4D] read. Rows never read each other's state, so row blocks may run on
+    different threads."""
     steps, n, d = x.shape[0], x.shape[1], w.shape[1]
     zero = np.float32(0.0)
     fb = np.float32(forget_bias)
     count, last = (d + 7) // 8, d - 8
     for t in range(steps):
-        _project(gates, t, hs, x, w, b, mi, pre, alpha, beta1, beta2, bias2, gemm, gemv, ilp64)
-        for r in range(n):
+        _project(gates, t, hs, x, w, wp, b, mi, pre, alpha, beta1, beta2, bias2, r0, r1, gemm, gemv, ilp64)
+        for r in range(r0, r1):
             g = address(gates) + 4 * (t * n + r) * 4 * d
             hp = address(hs) + 4 * (t * n + r) * d
             cp = address(cs) + 4 * (t * n + r) * d
@@ -125,10 +133,11 @@ def _valid_numpy(seq, has_seq, t, n):
 
 
 @_lstm_forward.numpy_twin
-def _lstm_forward_numpy(x, w, b, hs, cs, gates, seq, has_seq, forget_bias, drop, mi, pre, alpha, beta1, beta2,
-                        bias2, gemm, gemv, ilp64):
+def _lstm_forward_numpy(x, w, wp, b, hs, cs, gates, seq, has_seq, forget_bias, drop, mi, pre, alpha, beta1, beta2,
+                        bias2, r0, r1, gemm, gemv, ilp64):
     d = w.shape[1]
     zero = np.float32(0.0)
+    x, hs, cs, gates, pre, seq = x[:, r0:r1], hs[:, r0:r1], cs[:, r0:r1], gates[:, r0:r1], pre[:, r0:r1], seq[r0:r1]
     for t in range(x.shape[0]):
         if mi:
             pre[t] = hs[t] @ w.T + b
@@ -145,10 +154,28 @@ def _lstm_forward_numpy(x, w, b, hs, cs, gates, seq, has_seq, forget_bias, drop,
         hs[t + 1] = np.where(valid, h, zero if drop else hs[t])
 
 
+@compiled(parallel=True)
+def _lstm_forward_team(x, w, wp, b, hs, cs, gates, seq, has_seq, forget_bias, drop, mi, pre, alpha, beta1, beta2, bias2,
+                       bounds, gemm, gemv, ilp64):
+    """_lstm_forward on row blocks bounds[k]..bounds[k + 1], one per team thread."""
+    for k in prange(bounds.shape[0] - 1):
+        _lstm_forward(x, w, wp, b, hs, cs, gates, seq, has_seq, forget_bias, drop, mi, pre, alpha, beta1, beta2, bias2,
+                      bounds[k], bounds[k + 1], gemm, gemv, ilp64)
+
+
+@_lstm_forward_team.numpy_twin
+def _lstm_forward_team_numpy(x, w, wp, b, hs, cs, gates, seq, has_seq, forget_bias, drop, mi, pre, alpha, beta1, beta2,
+                             bias2, bounds, gemm, gemv, ilp64):
+    for k in range(bounds.shape[0] - 1):
+        _lstm_forward_numpy(x, w, wp, b, hs, cs, gates, seq, has_seq, forget_bias, drop, mi, pre, alpha, beta1, beta2,
+                            bias2, bounds[k], bounds[k + 1], gemm, gemv, ilp64)
+
+
 @compiled
-def _lstm_backward(w, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, dgates, dh_fc, dh_unit, dc_unit,
-                   mi, x, alpha, beta1, dpre, gemm, gemv, ilp64):
-    """Backward through time. dhs, dcs [T + 1, N, D] hold the gradients arriving from
+def _lstm_backward(w, wp, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, dgates, dh_fc, dh_unit, dc_unit,
+                   mi, x, alpha, beta1, dpre, r0, r1, gemm, gemv, ilp64):
+    """Backward through time, for batch rows r0..r1 (independent of the others).
+    dhs, dcs [T + 1, N, D] hold the gradients arriving from
     outside (step t + 1 for the output of step t); each step adds what flows back, so
     on return dhs[0], dcs[0] are the initial states' gradients. dgates [T, N, 4D] is
     written (the gates' gradient). dh_fc, dh_unit, dc_unit: [N, D] scratch. With mi
@@ -162,7 +189,7 @@ def _lstm_backward(w, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, 
     zeros = vsplat(LANES_8, zero)
     ones = vsplat(LANES_8, one)
     for t in range(steps - 1, -1, -1):
-        for r in range(n):
+        for r in range(r0, r1):
             g = address(gates) + 4 * (t * n + r) * 4 * d
             dg = address(dgates) + 4 * (t * n + r) * 4 * d
             cp = address(cs) + 4 * (t * n + r) * d
@@ -219,17 +246,17 @@ def _lstm_backward(w, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, 
                         dh_unit[r, j] = zero if drop else dh
         # the FC's input gradient: dgates[t] @ w (MILSTM: dpre[t] @ w)
         if mi:
-            for r in range(n):
+            for r in range(r0, r1):
                 dg, dp, xr = dgates[t, r], dpre[t, r], x[t, r]
                 for j in range(4 * d):
                     dp[j] = dg[j] * (xr[j] * alpha[j] + beta1[j])
-        src = (dpre if mi else dgates).ctypes.data + 4 * t * n * 4 * d
-        if n == 1:
-            call_gemv(gemv, ilp64, True, 4 * d, d, w.ctypes.data, d, src, 1, dh_fc.ctypes.data, 1, dh_fc)
+        src = (dpre if mi else dgates).ctypes.data + 4 * (t * n + r0) * 4 * d
+        dst = dh_fc.ctypes.data + 4 * r0 * d
+        if r1 - r0 == 1:
+            call_gemv(gemv, ilp64, True, 4 * d, d, w.ctypes.data, d, src, 1, dst, 1, dh_fc)
         else:
-            call_gemm(gemm, ilp64, False, False, n, d, 4 * d, 1.0, src, 4 * d, w.ctypes.data, d, 0.0,
-                      dh_fc.ctypes.data, d, dh_fc)
-        for r in range(n):
+            packed_product(src, 4 * d, r1 - r0, wp, d, dst, d)
+        for r in range(r0, r1):
             dh_row, dc_row = dhs[t, r], dcs[t, r]
             a, u, c = dh_fc[r], dh_unit[r], dc_unit[r]
             for j in range(d):
@@ -238,10 +265,15 @@ def _lstm_backward(w, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, 
 
 
 @_lstm_backward.numpy_twin
-def _lstm_backward_numpy(w, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, dgates, dh_fc, dh_unit, dc_unit,
-                         mi, x, alpha, beta1, dpre, gemm, gemv, ilp64):
+def _lstm_backward_numpy(w, wp, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, dgates, dh_fc, dh_unit,
+                         dc_unit,
+                         mi, x, alpha, beta1, dpre, r0, r1, gemm, gemv, ilp64):
     d = w.shape[1]
     one, zero = np.float32(1.0), np.float32(0.0)
+    rows = slice(r0, r1)
+    hs, cs, gates, dhs, dcs, dgates, dpre = (a[:, rows] for a in (hs, cs, gates, dhs, dcs, dgates, dpre))
+    x = x[:, rows] if mi else x
+    seq, dh_unit, dc_unit = seq[rows], dh_unit[rows], dc_unit[rows]
     for t in range(gates.shape[0] - 1, -1, -1):
         g = gates[t]
         with np.errstate(all="ignore"):
@@ -260,6 +292,24 @@ def _lstm_backward_numpy(w, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs,
             dpre[t] = dgates[t] * (x[t] * alpha + beta1)
         dhs[t] += dh_unit + (dpre[t] if mi else dgates[t]) @ w
         dcs[t] += dc_unit
+
+
+@compiled(parallel=True)
+def _lstm_backward_team(w, wp, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, dgates, dh_fc, dh_unit,
+                        dc_unit,
+                        mi, x, alpha, beta1, dpre, bounds, gemm, gemv, ilp64):
+    """_lstm_backward on row blocks bounds[k]..bounds[k + 1], one per team thread."""
+    for k in prange(bounds.shape[0] - 1):
+        _lstm_backward(w, wp, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, dgates, dh_fc, dh_unit, dc_unit,
+                       mi, x, alpha, beta1, dpre, bounds[k], bounds[k + 1], gemm, gemv, ilp64)
+
+
+@_lstm_backward_team.numpy_twin
+def _lstm_backward_team_numpy(w, wp, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, dgates, dh_fc, dh_unit,
+                              dc_unit, mi, x, alpha, beta1, dpre, bounds, gemm, gemv, ilp64):
+    for k in range(bounds.shape[0] - 1):
+        _lstm_backward_numpy(w, wp, hs, cs, gates, seq, has_seq, forget_bias, drop, dhs, dcs, dgates, dh_fc, dh_unit,
+                             dc_unit, mi, x, alpha, beta1, dpre, bounds[k], bounds[k + 1], gemm, gemv, ilp64)
 
 
 def _entry():
@@ -285,6 +335,32 @@ def _check(cond, what):
         raise ValueError("fused LSTM: " + what)
 
 
+def _packed(b, rows):
+    """b packed for packed_product (the per-step products of two rows or more), or an
+    empty stand-in when every block has one row (those steps run GEMV)."""
+    return pack_columns(b) if rows > 1 else np.zeros((0, 1, 16), np.float32)
+
+
+def batch_blocks(n, work_per_row):
+    """Row bounds [0, .., n] splitting a batch of n sequences over the team: each block
+    runs the whole sequence for its rows with no synchronisation (a row's recurrence
+    reads only its own states), so blocks need no barrier per step."""
+    blocks = team_blocks(n, work_per_row)
+    return np.linspace(0, n, blocks + 1).round().astype(np.int64)
+
+
+def run_on_blocks(serial, parallel, bounds, *args):
+    """serial(*args, 0, n, <blas>) for one block (no parallel region), else
+    parallel(*args, bounds, <blas>); inside team() so OpenBLAS stays on one thread."""
+    gemm, gemv, ilp64 = _entry()
+    _check(gemm != 0, "no direct BLAS entry point")
+    with team():
+        if len(bounds) == 2:
+            serial(*args, bounds[0], bounds[1], gemm, gemv, ilp64)
+        else:
+            parallel(*args, bounds, gemm, gemv, ilp64)
+
+
 def lstm_sequence(x, w, b, hs, cs, seq_lengths, forget_bias, drop_states, mi=None):
     """Forward over the whole sequence. x [T, N, 4D] the input projection; w [4D, D];
     b [4D]; hs, cs [T + 1, N, D] with step 0 the initial state (steps 1..T written).
@@ -303,11 +379,11 @@ def lstm_sequence(x, w, b, hs, cs, seq_lengths, forget_bias, drop_states, mi=Non
     pre = np.empty((steps, n, 4 * d), np.float32) if mi else None
     if steps and n and d:
         seq, has_seq = _seq_array(seq_lengths, n)
-        gemm, gemv, ilp64 = _entry()
-        _check(gemm != 0, "no direct BLAS entry point")
         alpha, beta1, beta2, bias2 = mi or (b, b, b, b)
-        _lstm_forward(x, w, b, hs, cs, gates, seq, has_seq, float(forget_bias), bool(drop_states), mi is not None,
-                      gates if pre is None else pre, alpha, beta1, beta2, bias2, gemm, gemv, ilp64)
+        run_on_blocks(_lstm_forward, _lstm_forward_team, batch_blocks(n, steps * 4 * d * d),
+                      x, w, _packed(w.T, n), b, hs, cs, gates, seq, has_seq, float(forget_bias), bool(drop_states),
+                      mi is not None,
+                      gates if pre is None else pre, alpha, beta1, beta2, bias2)
     return gates, pre
 
 
@@ -331,13 +407,13 @@ def lstm_sequence_gradient(w, hs, cs, gates, seq_lengths, forget_bias, drop_stat
     dpre = np.zeros_like(gates) if mi else dgates
     if steps and n and d:
         seq, has_seq = _seq_array(seq_lengths, n)
-        gemm, gemv, ilp64 = _entry()
-        _check(gemm != 0, "no direct BLAS entry point")
         scratch = np.empty((3, n, d), np.float32)
         x, alpha, beta1 = mi[:3] if mi else (gates, w[0], w[0])
-        _lstm_backward(w, hs, cs, gates, seq, has_seq, float(forget_bias), bool(drop_states), dhs, dcs, dgates,
-                       scratch[0], scratch[1], scratch[2], mi is not None, x, alpha, beta1, dpre, gemm, gemv, ilp64)
+        run_on_blocks(_lstm_backward, _lstm_backward_team, batch_blocks(n, steps * 4 * d * d),
+                      w, _packed(w, n), hs, cs, gates, seq, has_seq, float(forget_bias), bool(drop_states), dhs, dcs,
+                      dgates,
+                      scratch[0], scratch[1], scratch[2], mi is not None, x, alpha, beta1, dpre)
     flat = dpre.reshape(steps * n, 4 * d)
-    dw = flat.T @ hs[:steps].reshape(steps * n, d)
+    dw = matmul(flat.T, hs[:steps].reshape(steps * n, d))       # one product over all steps, on the team
     db = flat.sum(axis=0)
     return dgates, dpre, dw, db

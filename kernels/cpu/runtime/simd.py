@@ -17,7 +17,7 @@ guarantees that every address is in bounds: nothing here checks.
 
     Lanes(n[, kind])               token argument: the kernel is compiled for n lanes
                                    (of table values stored as `kind`, one of KINDS)
-    LANES_8, LOOKUP_LANES          constants: 8 lanes; every (width, kind) of a lookup
+    LANES_8, LANES_16, LOOKUP_LANES   constants: 8 and 16 lanes; every (width, kind) of a lookup
     lanes_are(lanes, width, kind)  whether a constant Lanes is (run-time) width, kind
     vzeros(lanes)                  a zero vector, type Vec(n)
     vload_f32 / vload_f16 / vload_u8 / vload_u4 / vload_u2(lanes, address)
@@ -133,6 +133,7 @@ def _constant_lanes(context, builder, ty, value):
 
 
 LANES_8 = Lanes(8)
+LANES_16 = Lanes(16)
 # Every (width, kind) a lookup kernel uses, for numba.literal_unroll: one compiled kernel
 # holds a copy of its row loop for each, picked at run time by lanes_are().
 LOOKUP_WIDTHS = (64, 32, 16, 8, 4, 2, 1)
