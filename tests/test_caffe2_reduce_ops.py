@@ -302,3 +302,14 @@ def test_gradient_makers_follow_caffe2():
         ("ReduceFrontMaxGradient", ["Y_grad", "X", "Y", "L"], ["X_grad"])]
     with pytest.raises(Caffe2Error, match="should not ask for the gradient"):
         gradients.get_gradient_for_op(core.CreateOperator("SumElementsInt", ["X"], ["Y"]), ["Y_grad"])
+
+
+@pytest.mark.parametrize("rows", [1, 63, 64, 65, 1600])
+def test_column_sums_match_float64_sums(rows):
+    """math/reduce.column_sums (FCGradient's bias gradient): float32 blocks of 64 rows,
+    then float64 across blocks, stays near the float64 sum."""
+    from caffe2py.kernels.cpu.math.reduce import column_sums
+    x = (np.random.default_rng(rows).random((rows, 33)) - 0.5).astype(np.float32)
+    got = column_sums(x)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, x.astype(np.float64).sum(axis=0), rtol=1e-6, atol=2e-6)

@@ -54,3 +54,4 @@ def test_bad_operands_are_refused():
         P.packed_matmul(np.ones((2, 4), np.float32), packed, 40)       # more columns than packed
     with pytest.raises(ValueError):
         P.packed_matmul(np.ones((2, 4), np.float64), packed, 20)
+

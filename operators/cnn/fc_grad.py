@@ -7,6 +7,7 @@ import numpy as np
 
 from caffe2py.gradients import register_gradient
 from caffe2py.kernels.cpu.math import gemm as gemm_k
+from caffe2py.kernels.cpu.math.reduce import column_sums
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 
 from .nn import _fc_dims
@@ -52,7 +53,7 @@ for _name, _transposed in (("FCGradient", False), ("FCTransposedGradient", True)
             dy2 = np.ascontiguousarray(dy, dtype=x.dtype).reshape(m, n)
             w2 = np.ascontiguousarray(w, dtype=x.dtype).reshape((k, n) if transposed else (n, k))
             dw = gemm_k.matmul(x2.T, dy2) if transposed else gemm_k.matmul(dy2.T, x2)
-            db = dy2.sum(axis=0, dtype=np.float64).astype(x.dtype)
+            db = column_sums(dy2).astype(x.dtype, copy=False)
             if not want_dx:
                 return dw.reshape(w.shape), db
             dx = gemm_k.matmul(dy2, w2.T if transposed else w2)
