@@ -1,0 +1,152 @@
+"""An LSTM decoder with attention (rnn_cell.LSTMWithAttention, Regular or Dot
+attention) over a whole sequence, forward and backward through time, for
+RecurrentNetwork's fused path (operators/rnn/fused_attention_run.py).
+
+Per decoder step t (E = encoder_output_dim, T_enc encoder steps):
+    gates_t = [h_{t-1}, ctx_{t-1}] @ W^T + b + x_t
+    h_t, c_t = LSTMUnit(h_{t-1}, c_{t-1}, gates_t, seq_lengths, t)
+    q_t = h_t @ Wd^T + bd                                  (Dot with D == E: q_t = h_t)
+    Regular: s_t = tanh(wenc + q_t) [T_enc, N, E]; logits_t = s_t @ v^T + bv
+    Dot:     logits_t[n, j] = enc_t[n, :, j] . q_t[n]
+    weights_t = softmax over j of logits_t (j >= encoder_lengths[n] masked to -inf)
+    ctx_t[n] = enc_t[n] @ weights_t[n]
+
+The loop over time is Python; each step is a few whole-batch NumPy/BLAS calls and
+the LSTM unit is LSTMUnit's own compiled kernel (kernels/cpu/rnn/lstm.py), so
+there is no per-op dispatch, no step workspace and no link copying per step.
+Backward runs t = T-1 .. 0 once; the parameter gradients that need nothing from
+later steps (W, b, Wd, bd, v, bv, the encoder outputs' transposed gradient) are
+single GEMMs / einsums over all steps after the loop, which equals the step net's
+per-step sums up to float rounding.
+
+float32 and C-contiguous arrays only; the caller (fused_attention_run.py) checks
+every shape before calling.
+"""
+import numpy as np
+
+from ..math.elementwise import softmax_2d
+from ..math.elementwise_grad import softmax_grad
+from .lstm import lstm_unit, lstm_unit_gradient
+
+
+class AttentionWeights:
+    """The parameters of one attention decoder: w [4D, D + E], b [4D]; wd [E, D] and
+    bd [E] or None (Dot with D == E); wenc [T_enc, N, E], v [1, E], bv [1] (Regular;
+    None for Dot); enc_t [N, E, T_enc]; enc_len [N] int or None."""
+    __slots__ = ("regular", "w", "b", "wd", "bd", "wenc", "v", "bv", "enc_t", "enc_len")
+
+    def __init__(self, regular, w, b, wd, bd, wenc, v, bv, enc_t, enc_len):
+        self.regular, self.w, self.b, self.wd, self.bd = regular, w, b, wd, bd
+        self.wenc, self.v, self.bv, self.enc_t, self.enc_len = wenc, v, bv, enc_t, enc_len
+
+    def masked(self):
+        """[N, T_enc] bool: the encoder steps past each row's length, or None."""
+        if self.enc_len is None:
+            return None
+        return np.arange(self.enc_t.shape[2])[None, :] >= self.enc_len[:, None]
+
+
+class AttentionSaved:
+    """What the forward keeps for the backward and for the step workspaces: per step
+    gates [T, N, 4D], q [T, N, E], logits [T, N, T_enc] (before the mask), weights
+    [T, N, T_enc], and for Regular summed = s_t [T, T_enc, N, E]."""
+    __slots__ = ("gates", "q", "logits", "weights", "summed")
+
+    def __init__(self, gates, q, logits, weights, summed):
+        self.gates, self.q, self.logits, self.weights, self.summed = gates, q, logits, weights, summed
+
+
+def attention_lstm_sequence(x, p, hs, cs, ctxs, seq_lengths, forget_bias, drop_states):
+    """Forward over x [T, N, 4D] (the input projection). hs, cs [T + 1, N, D] and ctxs
+    [T + 1, N, E] hold the initial states at step 0; steps 1..T are written.
+    Returns an AttentionSaved."""
+    steps, n, d = x.shape[0], x.shape[1], hs.shape[2]
+    e, t_enc = p.enc_t.shape[1], p.enc_t.shape[2]
+    saved = AttentionSaved(np.empty((steps, n, 4 * d), np.float32), np.empty((steps, n, e), np.float32),
+                           np.empty((steps, n, t_enc), np.float32), np.empty((steps, n, t_enc), np.float32),
+                           np.empty((steps, t_enc, n, e), np.float32) if p.regular else None)
+    masked = p.masked()
+    enc_rows = p.enc_t.transpose(0, 2, 1)                  # [N, T_enc, E]
+    for t in range(steps):
+        gates = saved.gates[t]
+        np.matmul(np.concatenate([hs[t], ctxs[t]], axis=1), p.w.T, out=gates)
+        gates += p.b
+        gates += x[t]
+        h, c = lstm_unit(hs[t][None], cs[t][None], gates[None], seq_lengths, t, forget_bias, drop_states)
+        hs[t + 1], cs[t + 1] = h[0], c[0]
+        q = saved.q[t]
+        if p.wd is not None:
+            np.matmul(hs[t + 1], p.wd.T, out=q)
+            q += p.bd
+        else:
+            q[...] = hs[t + 1]
+        logits = saved.logits[t]
+        if p.regular:
+            s = saved.summed[t]
+            np.add(p.wenc, q, out=s)
+            np.tanh(s, out=s)
+            logits[...] = (s.reshape(t_enc * n, e) @ p.v[0] + p.bv[0]).reshape(t_enc, n).T
+        else:
+            np.matmul(enc_rows, q[:, :, None], out=logits[:, :, None])
+        scores = logits if masked is None else np.where(masked, np.float32(-np.inf), logits)
+        with np.errstate(invalid="ignore"):          # a row with every step masked: NaN, as the step net gives
+            saved.weights[t] = softmax_2d(scores.copy())
+        np.matmul(p.enc_t, saved.weights[t][:, :, None], out=ctxs[t + 1][:, :, None])
+    return saved
+
+
+def attention_lstm_sequence_gradient(x_shape, p, hs, cs, ctxs, saved, seq_lengths, forget_bias, drop_states,
+                                     dhs, dcs, dctxs):
+    """Backward through time. dhs, dcs, dctxs: the gradients arriving from outside
+    ([T + 1, N, *], step t + 1 for step t's outputs), updated in place: on return
+    step 0 holds the initial states' gradients. Returns {role: gradient} for
+    'input' (the input projection's, [T, N, 4D]), 'weight', 'bias', 'wd_w', 'wd_b',
+    'wenc', 'v', 'bv', 'enc_t' (those the decoder has)."""
+    steps, n, d = x_shape[0], x_shape[1], hs.shape[2]
+    e, t_enc = p.enc_t.shape[1], p.enc_t.shape[2]
+    masked = p.masked()
+    dgates = np.empty((steps, n, 4 * d), np.float32)
+    dlogits = np.empty((steps, n, t_enc), np.float32)
+    dq = np.empty((steps, n, e), np.float32)
+    dwenc = np.zeros((t_enc, n, e), np.float32) if p.regular else None
+    enc_rows = p.enc_t.transpose(0, 2, 1)
+    for t in range(steps - 1, -1, -1):
+        dctx = dctxs[t + 1]
+        dweights = np.matmul(enc_rows, dctx[:, :, None])[:, :, 0]           # [N, T_enc]
+        dl = softmax_grad(saved.weights[t], dweights, 1)
+        if masked is not None:
+            dl = np.where(masked, np.float32(0.0), dl)
+        dlogits[t] = dl
+        if p.regular:
+            s = saved.summed[t]
+            dz = dl.T[:, :, None] * p.v[0]                                    # [T_enc, N, E]
+            dz *= np.float32(1.0) - s * s
+            dwenc += dz
+            dq[t] = dz.sum(axis=0)
+        else:
+            np.matmul(p.enc_t, dl[:, :, None], out=dq[t][:, :, None])
+        dh = dhs[t + 1] + (dq[t] @ p.wd if p.wd is not None else dq[t])
+        dh_prev, dc_prev, dg = lstm_unit_gradient(cs[t][None], saved.gates[t][None], cs[t + 1][None],
+                                                  hs[t + 1][None], dcs[t + 1][None], dh[None], seq_lengths, t,
+                                                  forget_bias, drop_states)
+        dgates[t] = dg[0]
+        dcat = dg[0] @ p.w                                                    # [N, D + E]
+        dhs[t] += dh_prev[0] + dcat[:, :d]
+        dcs[t] += dc_prev[0]
+        dctxs[t] += dcat[:, d:]
+    flat_g = dgates.reshape(steps * n, 4 * d)
+    cat = np.concatenate([hs[:steps], ctxs[:steps]], axis=2).reshape(steps * n, d + e)
+    grads = {"input": dgates, "weight": flat_g.T @ cat, "bias": flat_g.sum(axis=0)}
+    # enc_t: the context's product with every step's weights, and Dot's logits' with q
+    enc_grad = np.einsum("tne,tnj->nej", dctxs[1:], saved.weights)
+    if p.regular:
+        flat_l = dlogits.transpose(0, 2, 1).reshape(-1)                       # [T, T_enc, N] rows
+        grads.update(wenc=dwenc, v=(flat_l @ saved.summed.reshape(-1, e))[None, :],
+                     bv=np.array([flat_l.sum()], np.float32))
+    else:
+        enc_grad += np.einsum("tne,tnj->nej", saved.q, dlogits)
+    grads["enc_t"] = enc_grad.astype(np.float32, copy=False)
+    if p.wd is not None:
+        flat_q = dq.reshape(steps * n, e)
+        grads.update(wd_w=flat_q.T @ hs[1:].reshape(steps * n, d), wd_b=flat_q.sum(axis=0))
+    return grads
