@@ -190,17 +190,11 @@ def test_attention_bad_encoder_lengths_take_the_generic_path(monkeypatch, fused_
     assert fused_calls["forward"] == 0
 
 
-@pytest.mark.parametrize("attention", [AttentionType.Recurrent, AttentionType.SoftCoverage])
-def test_unfused_attention_types_run_generic(monkeypatch, fused_calls, attention):
-    """Recurrent and SoftCoverage attention are not recognised: the generic loop runs."""
-    from caffe2py.operators.rnn.fused_steps import recognise
-    model, _ = _build(attention, 3, 4, 5, None, [5, 2], forward_only=True)
-    op = [op for op in model.net.Proto().op if op.type == "RecurrentNetwork"][0]
-    args = {a.name: a for a in op.arg}
-    from caffe2py.operators.rnn.rnn_ops import Link
-    links = [Link(i.decode(), x.decode(), o, 1) for i, x, o in zip(
-        args["link_internal"].strings, args["link_external"].strings, args["link_offset"].ints)]
-    kind, _ = recognise(args["step_net"].n, links, [s.decode() for s in args["recurrent_states"].strings],
-                        list(args["initial_recurrent_state_ids"].ints), args["timestep"].s.decode(),
-                        list(op.input))
-    assert kind is None
+def test_unfused_attention_type_runs_generic(monkeypatch, fused_calls):
+    """SoftCoverage attention is not recognised: the generic loop runs, with or
+    without CAFFE2PY_RNN_FUSED, and gives the same results."""
+    case = (AttentionType.SoftCoverage, 3, 2, 3, 4, 5, 4, [3, 2], [5, 2])
+    generic, _ = _run(monkeypatch, "0", case, backward=False)
+    fused, _ = _run(monkeypatch, "1", case, backward=False)
+    assert fused_calls == {"forward": 0, "backward": 0}
+    _assert_same(generic, fused, tol=0)
