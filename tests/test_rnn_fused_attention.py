@@ -117,6 +117,8 @@ CASES = [
     (AttentionType.Regular, 5, 3, 4, 6, 7, 5, [5, 2, 3], [7, 3, 5]),
     (AttentionType.Regular, 4, 2, 3, 8, 5, 8, None, None),
     (AttentionType.Regular, 3, 1, 2, 4, 6, 3, [2], [4], dict(memopt=True, forget_bias=1.0)),
+    (AttentionType.Recurrent, 5, 3, 4, 6, 7, 5, [5, 2, 3], [7, 3, 5]),
+    (AttentionType.Recurrent, 4, 2, 3, 5, 4, 5, None, None, dict(memopt=True)),
     (AttentionType.Dot, 5, 3, 4, 6, 7, 5, [5, 1, 4], [6, 7, 2]),             # D != E: projected query
     (AttentionType.Dot, 4, 2, 3, 5, 6, 5, None, None),                      # D == E: the hidden state itself
     (AttentionType.Dot, 4, 2, 3, 5, 6, 5, [3, 4], [2, 6], dict(memopt=True)),

@@ -43,8 +43,8 @@ def _attention_weights(plan, inputs, x, hs, cs, ctxs):
     if not (_float32(enc_t) and enc_t.ndim == 3 and enc_t.shape[:2] == (n, e) and enc_t.shape[2] >= 1):
         return None
     t_enc = enc_t.shape[2]
-    want = {"weight": (4 * d, d + e), "bias": (4 * d,), "wd_w": (e, d), "wd_b": (e,), "wenc": (t_enc, n, e),
-            "v": (1, e), "bv": (1,)}
+    want = {"weight": (4 * d, d + e), "bias": (4 * d,), "wd_w": (e, d), "wd_b": (e,), "wc_w": (e, e),
+            "wc_b": (e,), "wenc": (t_enc, n, e), "v": (1, e), "bv": (1,)}
     if any(not _shaped(value, want[role]) for role, value in get.items() if role != "enc_t"):
         return None
     if "wd_w" not in get and d != e:
@@ -56,8 +56,9 @@ def _attention_weights(plan, inputs, x, hs, cs, ctxs):
             return None                     # SequenceMask takes int32 only: the generic loop says so
         enc_len = enc_len.reshape(-1)[:n].astype(np.int64)
     c = {role: np.ascontiguousarray(value) for role, value in get.items()}
-    return K.AttentionWeights(plan.kind == "regular", c["weight"], c["bias"], c.get("wd_w"), c.get("wd_b"),
-                              c.get("wenc"), c.get("v"), c.get("bv"), c["enc_t"], enc_len)
+    return K.AttentionWeights(plan.kind != "dot", c["weight"], c["bias"], c.get("wd_w"), c.get("wd_b"),
+                              c.get("wc_w"), c.get("wc_b"), c.get("wenc"), c.get("v"), c.get("bv"), c["enc_t"],
+                              enc_len)
 
 
 def lstm_attention_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
@@ -96,6 +97,9 @@ def _fill_step_workspaces(plan, x, weights, hs, cs, ctxs, saved, step_workspaces
                   "weights": saved.weights[t][:, :, None], "old_shape": np.array([n, e, 1], np.int64)}
         if plan.kind == "regular":
             values.update(wd=saved.q[t], summed=saved.summed[t], logits=logits.T[:, :, None])
+        elif plan.kind == "recurrent":
+            values.update(wpc=ctxs[t] @ weights.wc.T + weights.bc, wd=hs[t + 1] @ weights.wd.T + weights.bd,
+                          query=saved.q[t], summed=saved.summed[t], logits=logits.T[:, :, None])
         else:
             values.update(query=saved.q[t][:, :, None])
             if "wd_w" in plan.params:

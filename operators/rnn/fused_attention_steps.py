@@ -1,4 +1,4 @@
-"""Recognising rnn_cell.LSTMWithAttention's step nets (Regular and Dot attention)
+"""Recognising rnn_cell.LSTMWithAttention's step nets (Regular, Recurrent and Dot attention)
 for RecurrentNetwork's fused path (fused_attention_run.py).
 
 The step net AttentionCell builds around an LSTMCell is, per decoder step t:
@@ -9,6 +9,8 @@ The step net AttentionCell builds around an LSTMCell is, per decoder step t:
     Regular: FC(h, Wd, bd) -> wd; Squeeze(wd) -> wd (dims 0);
              Add(wenc, wd) -> sum (broadcast); Tanh(sum) -> sum;
              FC(sum, v, bv) -> logits; Transpose(logits) -> logits_t  (axes 1, 0, 2)
+    Recurrent: FC(ctx_prev, Wc, bc) -> wpc; Squeeze(wpc); FC(h, Wd, bd) -> wd;
+             Squeeze(wd); Add(wpc, wd) -> query; then Regular's Add(wenc, query) ...
     Dot:     [FC(h, Wd, bd) -> wd when D != E;] Squeeze(wd or h) -> q (dims 0);
              ExpandDims(q) -> q (dims 2); BatchMatMul(enc_t, q) -> logits_t (trans_a)
     [SequenceMask(logits_t, encoder_lengths) -> masked]                mode sequence
@@ -17,9 +19,9 @@ The step net AttentionCell builds around an LSTMCell is, per decoder step t:
     Copy(h) -> h_ext
 
 with links h_prev/h_ext, c_prev/c and ctx_prev/ctx to three state tensors and
-input_t to the op's input 0; W, b, Wd, bd, wenc (the encoder projection), v, bv,
-enc_t (the transposed encoder outputs) and the lengths are op inputs. Anything
-else (Recurrent or SoftCoverage attention, MILSTM decoders, other arguments)
+input_t to the op's input 0; W, b, Wd, bd, Wc, bc, wenc (the encoder projection),
+v, bv, enc_t (the transposed encoder outputs) and the lengths are op inputs.
+Anything else (SoftCoverage attention, MILSTM decoders, other arguments)
 gives None, and the op keeps the generic step loop.
 """
 from .fused_steps import _link_map, _param_index
@@ -29,8 +31,8 @@ _UNIT_ARGS = ("forget_bias", "drop_states", "sequence_lengths")
 
 class AttentionStepPlan:
     """The roles of a recognised attention step net's blobs (`blobs`), the op input
-    index of each parameter (`params`: weight, bias, [wd_w, wd_b,] [wenc, v, bv,]
-    enc_t) and its name (`param_names`), the lengths' inputs (`seq`, `enc_len`),
+    index of each parameter (`params`: weight, bias, [wd_w, wd_b,] [wc_w, wc_b,]
+    [wenc, v, bv,] enc_t) and its name (`param_names`), the lengths' inputs (`seq`, `enc_len`),
     the LSTM unit's options and E (`dims`, from the Reshape)."""
     __slots__ = ("kind", "blobs", "params", "seq", "enc_len", "h_states", "c_states", "ctx_states",
                  "forget_bias", "drop_states", "unit_args", "dims", "param_names")
@@ -148,7 +150,26 @@ def recognise_lstm_attention(step_def, links, states, state_inputs, timestep, op
     params = {"weight": weight, "bias": bias}
 
     kind = None
-    if ops.peek() == "FC":
+    if ops.peek() == "FC" and ops.ops[ops.k].input[0] == b["ctx_prev"]:
+        # Recurrent: the previous context's projection joins the decoder state's
+        fc = _take_fc(ops, b["ctx_prev"])
+        if fc is None:
+            return None
+        b["wpc"], params["wc_w"], params["wc_b"] = fc
+        if ops.take("Squeeze", [b["wpc"]], 1, {"dims": [0]}) != [b["wpc"]]:
+            return None
+        fc = _take_fc(ops, b["h"])
+        if fc is None:
+            return None
+        b["wd"], params["wd_w"], params["wd_b"] = fc
+        if ops.take("Squeeze", [b["wd"]], 1, {"dims": [0]}) != [b["wd"]]:
+            return None
+        out = ops.take("Add", [b["wpc"], b["wd"]], 1)
+        if out is None:
+            return None
+        b["query"] = out[0]
+        kind = "recurrent"
+    elif ops.peek() == "FC":
         fc = _take_fc(ops, b["h"])
         if fc is None:
             return None
@@ -160,10 +181,12 @@ def recognise_lstm_attention(step_def, links, states, state_inputs, timestep, op
     elif ops.peek() == "Squeeze":
         kind = "dot"
         b["wd"] = b["h"]             # Dot attention with D == E: no projection
-    if kind == "regular":
-        if ops.take("Squeeze", [b["wd"]], 1, {"dims": [0]}) != [b["wd"]]:
-            return None
-        out = ops.take("Add", [None, b["wd"]], 1, {"broadcast": 1}, {"use_grad_hack": (0, 1)})
+    if kind in ("regular", "recurrent"):
+        if kind == "regular":
+            if ops.take("Squeeze", [b["wd"]], 1, {"dims": [0]}) != [b["wd"]]:
+                return None
+            b["query"] = b["wd"]
+        out = ops.take("Add", [None, b["query"]], 1, {"broadcast": 1}, {"use_grad_hack": (0, 1)})
         if out is None:
             return None
         params["wenc"] = ops.last.input[0]
@@ -236,7 +259,8 @@ def recognise_lstm_attention(step_def, links, states, state_inputs, timestep, op
     if (link[b["input_t"]] != (op_inputs[0], 0) or len(set(pairs.values())) != 3
             or sorted(states) != sorted(pairs.values()) or len(state_inputs) != 3):
         return None
-    names = [v for k, v in b.items() if not (k == "wd" and v == b["h"])] + list(params.values())
+    names = [v for k, v in b.items() if not (k == "wd" and v == b["h"]) and not (k == "query" and v == b["wd"])]
+    names += list(params.values())
     names += [n for n in (seq, enc_len) if n]
     if len(set(names)) != len(names):
         return None
@@ -256,6 +280,9 @@ _BACKWARD_TYPES = {
     "regular": ["Copy", "Reshape", "BatchMatMul", "BatchMatMul", "SoftmaxGradient", "Transpose", "FCGradient",
                 "TanhGradient", "AddGradient", "ExpandDims", "FCGradient", "Sum", "LSTMUnitGradient",
                 "FCGradient", "Split", "Sum"],
+    "recurrent": ["Copy", "Reshape", "BatchMatMul", "BatchMatMul", "SoftmaxGradient", "Transpose", "FCGradient",
+                  "TanhGradient", "AddGradient", "AddGradient", "ExpandDims", "FCGradient", "Sum", "ExpandDims",
+                  "FCGradient", "LSTMUnitGradient", "FCGradient", "Split", "Sum", "Sum"],
     "dot": ["Copy", "Reshape", "BatchMatMul", "BatchMatMul", "SoftmaxGradient", "BatchMatMul", "BatchMatMul",
             "Sum", "Squeeze", "ExpandDims", "Sum", "LSTMUnitGradient", "FCGradient", "Split", "Sum"],
 }
@@ -295,12 +322,19 @@ def recognise_lstm_attention_backward(plan, step_def, backward_links, params, pa
     want = {(h_g, 1), (h_g, 0), (c_g, 1), (c_g, 0), (ctx_g, 1), (ctx_g, 0), (input_grad, 0)}
     if (len(link) != 7 or set(link.values()) != want or link.get(hp_grad) != (h_g, 0)
             or link.get(cp_grad) != (c_g, 0) or link.get(gates_grad) != (input_grad, 0)
-            or link.get(unit.input[-1]) != (c_g, 1) or link.get(split.output[1]) != (ctx_g, 0)):
+            or link.get(unit.input[-1]) != (c_g, 1)):
+        return None
+    ctx_prev_grad = [k for k, v in link.items() if v == (ctx_g, 0)][0]
+    if plan.kind == "recurrent":        # the Split's part plus the previous context projection's
+        if not any(op.type == "Sum" and list(op.output) == [ctx_prev_grad] and split.output[1] in op.input
+                   for op in ops):
+            return None
+    elif split.output[1] != ctx_prev_grad:
         return None
     grads = {}
     for op in ops:
         if op.type == "FCGradient" and len(op.output) == 3:
-            for w_role, b_role in (("weight", "bias"), ("wd_w", "wd_b"), ("v", "bv")):
+            for w_role, b_role in (("weight", "bias"), ("wd_w", "wd_b"), ("v", "bv"), ("wc_w", "wc_b")):
                 if plan.param_names.get(w_role) == op.input[1]:
                     grads[w_role], grads[b_role] = op.output[0], op.output[1]
         elif op.type == "AddGradient" and len(op.output) == 2 and op.input[1] == plan.param_names.get("wenc"):

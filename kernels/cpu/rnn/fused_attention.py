@@ -1,11 +1,12 @@
-"""An LSTM decoder with attention (rnn_cell.LSTMWithAttention, Regular or Dot
-attention) over a whole sequence, forward and backward through time, for
+"""An LSTM decoder with attention (rnn_cell.LSTMWithAttention, Regular, Recurrent
+or Dot attention) over a whole sequence, forward and backward through time, for
 RecurrentNetwork's fused path (operators/rnn/fused_attention_run.py).
 
 Per decoder step t (E = encoder_output_dim, T_enc encoder steps):
     gates_t = [h_{t-1}, ctx_{t-1}] @ W^T + b + x_t
     h_t, c_t = LSTMUnit(h_{t-1}, c_{t-1}, gates_t, seq_lengths, t)
     q_t = h_t @ Wd^T + bd                                  (Dot with D == E: q_t = h_t)
+    Recurrent: q_t = (ctx_{t-1} @ Wc^T + bc) + (h_t @ Wd^T + bd), then as Regular
     Regular: s_t = tanh(wenc + q_t) [T_enc, N, E]; logits_t = s_t @ v^T + bv
     Dot:     logits_t[n, j] = enc_t[n, :, j] . q_t[n]
     weights_t = softmax over j of logits_t (j >= encoder_lengths[n] masked to -inf)
@@ -31,12 +32,13 @@ from .lstm import lstm_unit, lstm_unit_gradient
 
 class AttentionWeights:
     """The parameters of one attention decoder: w [4D, D + E], b [4D]; wd [E, D] and
-    bd [E] or None (Dot with D == E); wenc [T_enc, N, E], v [1, E], bv [1] (Regular;
-    None for Dot); enc_t [N, E, T_enc]; enc_len [N] int or None."""
-    __slots__ = ("regular", "w", "b", "wd", "bd", "wenc", "v", "bv", "enc_t", "enc_len")
+    bd [E] or None (Dot with D == E); wc [E, E], bc [E] (Recurrent) or None; wenc
+    [T_enc, N, E], v [1, E], bv [1] (Regular and Recurrent: `regular` set; None for
+    Dot); enc_t [N, E, T_enc]; enc_len [N] int or None."""
+    __slots__ = ("regular", "w", "b", "wd", "bd", "wc", "bc", "wenc", "v", "bv", "enc_t", "enc_len")
 
-    def __init__(self, regular, w, b, wd, bd, wenc, v, bv, enc_t, enc_len):
-        self.regular, self.w, self.b, self.wd, self.bd = regular, w, b, wd, bd
+    def __init__(self, regular, w, b, wd, bd, wc, bc, wenc, v, bv, enc_t, enc_len):
+        self.regular, self.w, self.b, self.wd, self.bd, self.wc, self.bc = regular, w, b, wd, bd, wc, bc
         self.wenc, self.v, self.bv, self.enc_t, self.enc_len = wenc, v, bv, enc_t, enc_len
 
     def masked(self):
@@ -80,6 +82,8 @@ def attention_lstm_sequence(x, p, hs, cs, ctxs, seq_lengths, forget_bias, drop_s
             q += p.bd
         else:
             q[...] = hs[t + 1]
+        if p.wc is not None:
+            q[...] = (ctxs[t] @ p.wc.T + p.bc) + q
         logits = saved.logits[t]
         if p.regular:
             s = saved.summed[t]
@@ -101,7 +105,7 @@ def attention_lstm_sequence_gradient(x_shape, p, hs, cs, ctxs, saved, seq_length
     ([T + 1, N, *], step t + 1 for step t's outputs), updated in place: on return
     step 0 holds the initial states' gradients. Returns {role: gradient} for
     'input' (the input projection's, [T, N, 4D]), 'weight', 'bias', 'wd_w', 'wd_b',
-    'wenc', 'v', 'bv', 'enc_t' (those the decoder has)."""
+    'wc_w', 'wc_b', 'wenc', 'v', 'bv', 'enc_t' (those the decoder has)."""
     steps, n, d = x_shape[0], x_shape[1], hs.shape[2]
     e, t_enc = p.enc_t.shape[1], p.enc_t.shape[2]
     masked = p.masked()
@@ -126,6 +130,8 @@ def attention_lstm_sequence_gradient(x_shape, p, hs, cs, ctxs, saved, seq_length
         else:
             np.matmul(p.enc_t, dl[:, :, None], out=dq[t][:, :, None])
         dh = dhs[t + 1] + (dq[t] @ p.wd if p.wd is not None else dq[t])
+        if p.wc is not None:
+            dctxs[t] += dq[t] @ p.wc
         dh_prev, dc_prev, dg = lstm_unit_gradient(cs[t][None], saved.gates[t][None], cs[t + 1][None],
                                                   hs[t + 1][None], dcs[t + 1][None], dh[None], seq_lengths, t,
                                                   forget_bias, drop_states)
@@ -149,4 +155,6 @@ def attention_lstm_sequence_gradient(x_shape, p, hs, cs, ctxs, saved, seq_length
     if p.wd is not None:
         flat_q = dq.reshape(steps * n, e)
         grads.update(wd_w=flat_q.T @ hs[1:].reshape(steps * n, d), wd_b=flat_q.sum(axis=0))
+    if p.wc is not None:
+        grads.update(wc_w=flat_q.T @ ctxs[:steps].reshape(steps * n, e), wc_b=flat_q.sum(axis=0))
     return grads
