@@ -18,10 +18,11 @@ from .fused_run import _float32, _initial_state_grads, _lengths, _state_grads
 
 class FusedAttentionRecord:
     """What a fused forward run leaves in the scratch blob for its gradient."""
-    __slots__ = ("plan", "x", "weights", "hs", "cs", "ctxs", "saved", "seq")
+    __slots__ = ("plan", "x", "weights", "hs", "cs", "ctxs", "covs", "saved", "seq")
 
-    def __init__(self, plan, x, weights, hs, cs, ctxs, saved, seq):
+    def __init__(self, plan, x, weights, hs, cs, ctxs, covs, saved, seq):
         self.plan, self.x, self.weights, self.hs, self.cs, self.ctxs = plan, x, weights, hs, cs, ctxs
+        self.covs = covs
         self.saved, self.seq = saved, seq
 
 
@@ -29,7 +30,7 @@ def _shaped(a, shape):
     return _float32(a) and a.shape == shape
 
 
-def _attention_weights(plan, inputs, x, hs, cs, ctxs):
+def _attention_weights(plan, inputs, x, hs, cs, ctxs, covs):
     """K.AttentionWeights when the kernel can run on these values, else None."""
     if not all(_float32(a) for a in (x, hs, cs, ctxs)) or x.ndim != 3 or hs.ndim != 3 or ctxs.ndim != 3:
         return None
@@ -43,8 +44,10 @@ def _attention_weights(plan, inputs, x, hs, cs, ctxs):
     if not (_float32(enc_t) and enc_t.ndim == 3 and enc_t.shape[:2] == (n, e) and enc_t.shape[2] >= 1):
         return None
     t_enc = enc_t.shape[2]
+    if plan.cov_states is not None and not (_shaped(covs, (steps + 1, n, t_enc)) and covs.flags.c_contiguous):
+        return None
     want = {"weight": (4 * d, d + e), "bias": (4 * d,), "wd_w": (e, d), "wd_b": (e,), "wc_w": (e, e),
-            "wc_b": (e,), "wenc": (t_enc, n, e), "v": (1, e), "bv": (1,)}
+            "wc_b": (e,), "wenc": (t_enc, n, e), "v": (1, e), "bv": (1,), "cw": (t_enc, n, e)}
     if any(not _shaped(value, want[role]) for role, value in get.items() if role != "enc_t"):
         return None
     if "wd_w" not in get and d != e:
@@ -57,8 +60,8 @@ def _attention_weights(plan, inputs, x, hs, cs, ctxs):
         enc_len = enc_len.reshape(-1)[:n].astype(np.int64)
     c = {role: np.ascontiguousarray(value) for role, value in get.items()}
     return K.AttentionWeights(plan.kind != "dot", c["weight"], c["bias"], c.get("wd_w"), c.get("wd_b"),
-                              c.get("wc_w"), c.get("wc_b"), c.get("wenc"), c.get("v"), c.get("bv"), c["enc_t"],
-                              enc_len)
+                              c.get("wc_w"), c.get("wc_b"), c.get("wenc"), c.get("v"), c.get("bv"), c.get("cw"),
+                              c["enc_t"], enc_len)
 
 
 def lstm_attention_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
@@ -66,21 +69,22 @@ def lstm_attention_forward(plan, inputs, blobs, scratch, step_workspaces, timest
     their initial step). Returns True, or None to ask for the generic loop."""
     x = inputs[0]
     hs, cs, ctxs = (blobs.get(name) for name in (plan.h_states, plan.c_states, plan.ctx_states))
-    weights = _attention_weights(plan, inputs, x, hs, cs, ctxs)
+    covs = blobs.get(plan.cov_states) if plan.cov_states is not None else None
+    weights = _attention_weights(plan, inputs, x, hs, cs, ctxs, covs)
     if weights is None:
         return None
     seq = _lengths(plan, inputs, x.shape[1])
     if seq is False:
         return None
     x = np.ascontiguousarray(x)
-    saved = K.attention_lstm_sequence(x, weights, hs, cs, ctxs, seq, plan.forget_bias, plan.drop_states)
-    scratch.set_fused(FusedAttentionRecord(plan, x, weights, hs, cs, ctxs, saved, seq),
-                      lambda: _fill_step_workspaces(plan, x, weights, hs, cs, ctxs, saved, step_workspaces,
+    saved = K.attention_lstm_sequence(x, weights, hs, cs, ctxs, covs, seq, plan.forget_bias, plan.drop_states)
+    scratch.set_fused(FusedAttentionRecord(plan, x, weights, hs, cs, ctxs, covs, saved, seq),
+                      lambda: _fill_step_workspaces(plan, x, weights, hs, cs, ctxs, covs, saved, step_workspaces,
                                                     timestep, has_backward))
     return True
 
 
-def _fill_step_workspaces(plan, x, weights, hs, cs, ctxs, saved, step_workspaces, timestep, has_backward):
+def _fill_step_workspaces(plan, x, weights, hs, cs, ctxs, covs, saved, step_workspaces, timestep, has_backward):
     """The step workspaces as the generic loop leaves them (each blob's last value in
     the step net): every step's with a backward net, else the two alternating ones."""
     b = plan.blobs
@@ -95,8 +99,11 @@ def _fill_step_workspaces(plan, x, weights, hs, cs, ctxs, saved, step_workspaces
                   "cat": np.concatenate([hs[s], ctxs[s]], axis=2), "cat_dims": np.array([d, e], np.int32),
                   "gates": saved.gates[s], "logits_t": logits[:, :, None],
                   "weights": saved.weights[t][:, :, None], "old_shape": np.array([n, e, 1], np.int64)}
-        if plan.kind == "regular":
+        if plan.kind in ("regular", "coverage"):
             values.update(wd=saved.q[t], summed=saved.summed[t], logits=logits.T[:, :, None])
+            if plan.kind == "coverage":
+                values.update(cov_prev=covs[s], cov=covs[s1], cov_2d=covs[t], cov_t=covs[t].T,
+                              scaled_cov=weights.cw * covs[t].T[:, :, None], weights_2d=saved.weights[t])
         elif plan.kind == "recurrent":
             values.update(wpc=ctxs[t] @ weights.wc.T + weights.bc, wd=hs[t + 1] @ weights.wd.T + weights.bd,
                           query=saved.q[t], summed=saved.summed[t], logits=logits.T[:, :, None])
@@ -119,19 +126,23 @@ def lstm_attention_backward(record, roles, inputs, n_go, per_step, last_step, st
     forward_x = inputs[n_go]
     if not isinstance(forward_x, np.ndarray) or forward_x.shape != record.x.shape:
         return None
-    if any(blobs.get(name) is not value for name, value in
-           ((plan.h_states, hs), (plan.c_states, cs), (plan.ctx_states, ctxs))):
+    tensors = [(plan.h_states, hs), (plan.c_states, cs), (plan.ctx_states, ctxs)]
+    if plan.cov_states is not None:
+        tensors.append((plan.cov_states, record.covs))
+    if any(blobs.get(name) is not value for name, value in tensors):
         return None                 # the states were replaced since: the generic path reads them
-    if sorted(states) != sorted([plan.h_states, plan.c_states, plan.ctx_states]):
+    if sorted(states) != sorted(name for name, _ in tensors):
         return None
-    grads = _state_grads(hs, inputs, [plan.h_states, plan.c_states], per_step, last_step)
-    ctx_grads = _state_grads(ctxs, inputs, [plan.ctx_states], per_step, last_step)
-    if grads is None or ctx_grads is None:
-        return None
-    grads.update(ctx_grads)
+    grads = {}
+    for name, value in tensors:     # _state_grads takes states of one shape
+        grad = _state_grads(value, inputs, [name], per_step, last_step)
+        if grad is None:
+            return None
+        grads.update(grad)
     by_role = K.attention_lstm_sequence_gradient(
-        record.x.shape, record.weights, hs, cs, ctxs, record.saved, record.seq, plan.forget_bias,
-        plan.drop_states, grads[plan.h_states], grads[plan.c_states], grads[plan.ctx_states])
+        record.x.shape, record.weights, hs, cs, ctxs, record.covs, record.saved, record.seq, plan.forget_bias,
+        plan.drop_states, grads[plan.h_states], grads[plan.c_states], grads[plan.ctx_states],
+        grads.get(plan.cov_states))
     for name, g in grads.items():
         blobs[name + "_grad"] = g
     blobs[input_grad_name] = by_role["input"]

@@ -1,4 +1,4 @@
-"""Recognising rnn_cell.LSTMWithAttention's step nets (Regular, Recurrent and Dot attention)
+"""Recognising rnn_cell.LSTMWithAttention's step nets (every attention type)
 for RecurrentNetwork's fused path (fused_attention_run.py).
 
 The step net AttentionCell builds around an LSTMCell is, per decoder step t:
@@ -11,6 +11,10 @@ The step net AttentionCell builds around an LSTMCell is, per decoder step t:
              FC(sum, v, bv) -> logits; Transpose(logits) -> logits_t  (axes 1, 0, 2)
     Recurrent: FC(ctx_prev, Wc, bc) -> wpc; Squeeze(wpc); FC(h, Wd, bd) -> wd;
              Squeeze(wd); Add(wpc, wd) -> query; then Regular's Add(wenc, query) ...
+    SoftCoverage: Regular with, after its Add, Squeeze(cov_prev) -> cov_2d (dims 0);
+             Transpose(cov_2d) -> cov_t; Mul(cw, cov_t) -> scaled (broadcast, axis 0);
+             Add(sum, scaled) -> sum; and after the Reshape Squeeze(weights) ->
+             weights_2d (dims 2); Add(cov_prev, weights_2d) -> cov (broadcast)
     Dot:     [FC(h, Wd, bd) -> wd when D != E;] Squeeze(wd or h) -> q (dims 0);
              ExpandDims(q) -> q (dims 2); BatchMatMul(enc_t, q) -> logits_t (trans_a)
     [SequenceMask(logits_t, encoder_lengths) -> masked]                mode sequence
@@ -18,10 +22,10 @@ The step net AttentionCell builds around an LSTMCell is, per decoder step t:
     BatchMatMul(enc_t, weights) -> ctx; Reshape(ctx) -> ctx, old_shape  shape [1, -1, E]
     Copy(h) -> h_ext
 
-with links h_prev/h_ext, c_prev/c and ctx_prev/ctx to three state tensors and
+with links h_prev/h_ext, c_prev/c, ctx_prev/ctx (and cov_prev/cov) to the state tensors and
 input_t to the op's input 0; W, b, Wd, bd, Wc, bc, wenc (the encoder projection),
-v, bv, enc_t (the transposed encoder outputs) and the lengths are op inputs.
-Anything else (SoftCoverage attention, MILSTM decoders, other arguments)
+cw (the coverage weights), v, bv, enc_t (the transposed encoder outputs) and the
+lengths are op inputs. Anything else (MILSTM decoders, other arguments)
 gives None, and the op keeps the generic step loop.
 """
 from .fused_steps import _link_map, _param_index
@@ -32,9 +36,9 @@ _UNIT_ARGS = ("forget_bias", "drop_states", "sequence_lengths")
 class AttentionStepPlan:
     """The roles of a recognised attention step net's blobs (`blobs`), the op input
     index of each parameter (`params`: weight, bias, [wd_w, wd_b,] [wc_w, wc_b,]
-    [wenc, v, bv,] enc_t) and its name (`param_names`), the lengths' inputs (`seq`, `enc_len`),
+    [wenc, v, bv,] [cw,] enc_t) and its name (`param_names`), the lengths' inputs (`seq`, `enc_len`),
     the LSTM unit's options and E (`dims`, from the Reshape)."""
-    __slots__ = ("kind", "blobs", "params", "seq", "enc_len", "h_states", "c_states", "ctx_states",
+    __slots__ = ("kind", "blobs", "params", "seq", "enc_len", "h_states", "c_states", "ctx_states", "cov_states",
                  "forget_bias", "drop_states", "unit_args", "dims", "param_names")
 
     def __init__(self, **fields):
@@ -191,6 +195,23 @@ def recognise_lstm_attention(step_def, links, states, state_inputs, timestep, op
             return None
         params["wenc"] = ops.last.input[0]
         b["summed"] = out[0]
+        if kind == "regular" and ops.peek() == "Squeeze":
+            # SoftCoverage: + coverage_weights * the previous coverage, inside the tanh
+            out = ops.take("Squeeze", [None], 1, {"dims": [0]})
+            if out is None:
+                return None
+            b["cov_prev"], b["cov_2d"] = ops.last.input[0], out[0]
+            out = ops.take("Transpose", [b["cov_2d"]], 1, optional_args={"axes": ([1, 0],)})
+            if out is None:
+                return None
+            b["cov_t"] = out[0]
+            out = ops.take("Mul", [None, b["cov_t"]], 1, {"broadcast": 1, "axis": 0})
+            if out is None:
+                return None
+            params["cw"], b["scaled_cov"] = ops.last.input[0], out[0]
+            if ops.take("Add", [b["summed"], b["scaled_cov"]], 1) != [b["summed"]]:
+                return None
+            kind = "coverage"
         if ops.take("Tanh", [b["summed"]], 1) != [b["summed"]]:
             return None
         fc = _take_fc(ops, b["summed"])
@@ -241,23 +262,34 @@ def recognise_lstm_attention(step_def, links, states, state_inputs, timestep, op
     if out is None or out[0] != b["ctx"]:
         return None
     b["old_shape"] = out[1]
+    if kind == "coverage":
+        out = ops.take("Squeeze", [b["weights"]], 1, {"dims": [2]})
+        if out is None:
+            return None
+        b["weights_2d"] = out[0]
+        out = ops.take("Add", [b["cov_prev"], b["weights_2d"]], 1, {"broadcast": 1})
+        if out is None:
+            return None
+        b["cov"] = out[0]
     out = ops.take("Copy", [b["h"]], 1)
     if out is None or not ops.done():
         return None
     b["h_ext"] = out[0]
 
+    state_pairs = [("h_prev", "h_ext"), ("c_prev", "c"), ("ctx_prev", "ctx")]
+    if kind == "coverage":
+        state_pairs.append(("cov_prev", "cov"))
     link = _link_map(links)
-    if link is None or set(link) != {b["h_prev"], b["h_ext"], b["c_prev"], b["c"], b["ctx_prev"], b["ctx"],
-                                     b["input_t"]}:
+    if link is None or set(link) != {b[role] for pair in state_pairs for role in pair} | {b["input_t"]}:
         return None
     pairs = {}
-    for prev, new in (("h_prev", "h_ext"), ("c_prev", "c"), ("ctx_prev", "ctx")):
+    for prev, new in state_pairs:
         external = link[b[prev]][0]
         if link[b[prev]] != (external, 0) or link[b[new]] != (external, 1) or external not in states:
             return None
         pairs[prev] = external
-    if (link[b["input_t"]] != (op_inputs[0], 0) or len(set(pairs.values())) != 3
-            or sorted(states) != sorted(pairs.values()) or len(state_inputs) != 3):
+    if (link[b["input_t"]] != (op_inputs[0], 0) or len(set(pairs.values())) != len(pairs)
+            or sorted(states) != sorted(pairs.values()) or len(state_inputs) != len(pairs)):
         return None
     names = [v for k, v in b.items() if not (k == "wd" and v == b["h"]) and not (k == "query" and v == b["wd"])]
     names += list(params.values())
@@ -271,6 +303,7 @@ def recognise_lstm_attention(step_def, links, states, state_inputs, timestep, op
         return None
     return AttentionStepPlan(kind=kind, blobs=b, params=index, seq=lengths["seq"], enc_len=lengths["enc_len"],
                              h_states=pairs["h_prev"], c_states=pairs["c_prev"], ctx_states=pairs["ctx_prev"],
+                             cov_states=pairs.get("cov_prev"),
                              forget_bias=float(unit_args.get("forget_bias", 0.0)),
                              drop_states=bool(unit_args.get("drop_states", 0)), unit_args=unit_args, dims=dims,
                              param_names=params)
@@ -283,10 +316,14 @@ _BACKWARD_TYPES = {
     "recurrent": ["Copy", "Reshape", "BatchMatMul", "BatchMatMul", "SoftmaxGradient", "Transpose", "FCGradient",
                   "TanhGradient", "AddGradient", "AddGradient", "ExpandDims", "FCGradient", "Sum", "ExpandDims",
                   "FCGradient", "LSTMUnitGradient", "FCGradient", "Split", "Sum", "Sum"],
+    "coverage": ["Copy", "AddGradient", "ExpandDims", "Reshape", "BatchMatMul", "BatchMatMul", "Sum",
+                 "SoftmaxGradient", "Transpose", "FCGradient", "TanhGradient", "AddGradient", "MulGradient",
+                 "Transpose", "ExpandDims", "Sum", "AddGradient", "ExpandDims", "FCGradient", "Sum",
+                 "LSTMUnitGradient", "FCGradient", "Split", "Sum"],
     "dot": ["Copy", "Reshape", "BatchMatMul", "BatchMatMul", "SoftmaxGradient", "BatchMatMul", "BatchMatMul",
             "Sum", "Squeeze", "ExpandDims", "Sum", "LSTMUnitGradient", "FCGradient", "Split", "Sum"],
 }
-_FORWARD_TYPES = {"Concat", "FC", "Sum", "LSTMUnit", "Squeeze", "Add", "Tanh", "Transpose", "ExpandDims",
+_FORWARD_TYPES = {"Concat", "FC", "Sum", "LSTMUnit", "Squeeze", "Add", "Mul", "Tanh", "Transpose", "ExpandDims",
                   "BatchMatMul", "SequenceMask", "Softmax", "Reshape", "Copy"}
 
 
@@ -320,7 +357,9 @@ def recognise_lstm_attention_backward(plan, step_def, backward_links, params, pa
         return None
     h_g, c_g, ctx_g = plan.h_states + "_grad", plan.c_states + "_grad", plan.ctx_states + "_grad"
     want = {(h_g, 1), (h_g, 0), (c_g, 1), (c_g, 0), (ctx_g, 1), (ctx_g, 0), (input_grad, 0)}
-    if (len(link) != 7 or set(link.values()) != want or link.get(hp_grad) != (h_g, 0)
+    if plan.cov_states is not None:
+        want |= {(plan.cov_states + "_grad", 1), (plan.cov_states + "_grad", 0)}
+    if (len(link) != len(want) or set(link.values()) != want or link.get(hp_grad) != (h_g, 0)
             or link.get(cp_grad) != (c_g, 0) or link.get(gates_grad) != (input_grad, 0)
             or link.get(unit.input[-1]) != (c_g, 1)):
         return None
@@ -339,6 +378,8 @@ def recognise_lstm_attention_backward(plan, step_def, backward_links, params, pa
                     grads[w_role], grads[b_role] = op.output[0], op.output[1]
         elif op.type == "AddGradient" and len(op.output) == 2 and op.input[1] == plan.param_names.get("wenc"):
             grads["wenc"] = op.output[0]
+        elif op.type == "MulGradient" and len(op.output) == 2 and op.input[1] == plan.param_names.get("cw"):
+            grads["cw"] = op.output[0]
         elif op.type == "BatchMatMul" and list(op.input[1:]) == [b["weights"]] and len(op.output) == 1:
             grads["enc_t"] = op.output[0]
     if set(grads) != set(plan.params) or not param_grads or len(params) != len(param_grads):

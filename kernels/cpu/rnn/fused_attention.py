@@ -7,6 +7,8 @@ Per decoder step t (E = encoder_output_dim, T_enc encoder steps):
     h_t, c_t = LSTMUnit(h_{t-1}, c_{t-1}, gates_t, seq_lengths, t)
     q_t = h_t @ Wd^T + bd                                  (Dot with D == E: q_t = h_t)
     Recurrent: q_t = (ctx_{t-1} @ Wc^T + bc) + (h_t @ Wd^T + bd), then as Regular
+    SoftCoverage: Regular with s_t = tanh((wenc + q_t) + cw * cov_{t-1}^T) and a fourth
+             state cov_t = cov_{t-1} + weights_t [N, T_enc]
     Regular: s_t = tanh(wenc + q_t) [T_enc, N, E]; logits_t = s_t @ v^T + bv
     Dot:     logits_t[n, j] = enc_t[n, :, j] . q_t[n]
     weights_t = softmax over j of logits_t (j >= encoder_lengths[n] masked to -inf)
@@ -34,12 +36,13 @@ class AttentionWeights:
     """The parameters of one attention decoder: w [4D, D + E], b [4D]; wd [E, D] and
     bd [E] or None (Dot with D == E); wc [E, E], bc [E] (Recurrent) or None; wenc
     [T_enc, N, E], v [1, E], bv [1] (Regular and Recurrent: `regular` set; None for
-    Dot); enc_t [N, E, T_enc]; enc_len [N] int or None."""
-    __slots__ = ("regular", "w", "b", "wd", "bd", "wc", "bc", "wenc", "v", "bv", "enc_t", "enc_len")
+    Dot); cw [T_enc, N, E] (SoftCoverage's coverage weights) or None; enc_t [N, E,
+    T_enc]; enc_len [N] int or None."""
+    __slots__ = ("regular", "w", "b", "wd", "bd", "wc", "bc", "wenc", "v", "bv", "cw", "enc_t", "enc_len")
 
-    def __init__(self, regular, w, b, wd, bd, wc, bc, wenc, v, bv, enc_t, enc_len):
+    def __init__(self, regular, w, b, wd, bd, wc, bc, wenc, v, bv, cw, enc_t, enc_len):
         self.regular, self.w, self.b, self.wd, self.bd, self.wc, self.bc = regular, w, b, wd, bd, wc, bc
-        self.wenc, self.v, self.bv, self.enc_t, self.enc_len = wenc, v, bv, enc_t, enc_len
+        self.wenc, self.v, self.bv, self.cw, self.enc_t, self.enc_len = wenc, v, bv, cw, enc_t, enc_len
 
     def masked(self):
         """[N, T_enc] bool: the encoder steps past each row's length, or None."""
@@ -58,9 +61,10 @@ class AttentionSaved:
         self.gates, self.q, self.logits, self.weights, self.summed = gates, q, logits, weights, summed
 
 
-def attention_lstm_sequence(x, p, hs, cs, ctxs, seq_lengths, forget_bias, drop_states):
-    """Forward over x [T, N, 4D] (the input projection). hs, cs [T + 1, N, D] and ctxs
-    [T + 1, N, E] hold the initial states at step 0; steps 1..T are written.
+def attention_lstm_sequence(x, p, hs, cs, ctxs, covs, seq_lengths, forget_bias, drop_states):
+    """Forward over x [T, N, 4D] (the input projection). hs, cs [T + 1, N, D], ctxs
+    [T + 1, N, E] and (SoftCoverage, else None) covs [T + 1, N, T_enc] hold the
+    initial states at step 0; steps 1..T are written.
     Returns an AttentionSaved."""
     steps, n, d = x.shape[0], x.shape[1], hs.shape[2]
     e, t_enc = p.enc_t.shape[1], p.enc_t.shape[2]
@@ -88,6 +92,8 @@ def attention_lstm_sequence(x, p, hs, cs, ctxs, seq_lengths, forget_bias, drop_s
         if p.regular:
             s = saved.summed[t]
             np.add(p.wenc, q, out=s)
+            if p.cw is not None:
+                s += p.cw * covs[t].T[:, :, None]
             np.tanh(s, out=s)
             logits[...] = (s.reshape(t_enc * n, e) @ p.v[0] + p.bv[0]).reshape(t_enc, n).T
         else:
@@ -96,16 +102,18 @@ def attention_lstm_sequence(x, p, hs, cs, ctxs, seq_lengths, forget_bias, drop_s
         with np.errstate(invalid="ignore"):          # a row with every step masked: NaN, as the step net gives
             saved.weights[t] = softmax_2d(scores.copy())
         np.matmul(p.enc_t, saved.weights[t][:, :, None], out=ctxs[t + 1][:, :, None])
+        if p.cw is not None:
+            np.add(covs[t], saved.weights[t], out=covs[t + 1])
     return saved
 
 
-def attention_lstm_sequence_gradient(x_shape, p, hs, cs, ctxs, saved, seq_lengths, forget_bias, drop_states,
-                                     dhs, dcs, dctxs):
-    """Backward through time. dhs, dcs, dctxs: the gradients arriving from outside
+def attention_lstm_sequence_gradient(x_shape, p, hs, cs, ctxs, covs, saved, seq_lengths, forget_bias,
+                                     drop_states, dhs, dcs, dctxs, dcovs):
+    """Backward through time. dhs, dcs, dctxs, dcovs: the gradients arriving from outside
     ([T + 1, N, *], step t + 1 for step t's outputs), updated in place: on return
     step 0 holds the initial states' gradients. Returns {role: gradient} for
     'input' (the input projection's, [T, N, 4D]), 'weight', 'bias', 'wd_w', 'wd_b',
-    'wc_w', 'wc_b', 'wenc', 'v', 'bv', 'enc_t' (those the decoder has)."""
+    'wc_w', 'wc_b', 'wenc', 'cw', 'v', 'bv', 'enc_t' (those the decoder has)."""
     steps, n, d = x_shape[0], x_shape[1], hs.shape[2]
     e, t_enc = p.enc_t.shape[1], p.enc_t.shape[2]
     masked = p.masked()
@@ -113,10 +121,14 @@ def attention_lstm_sequence_gradient(x_shape, p, hs, cs, ctxs, saved, seq_length
     dlogits = np.empty((steps, n, t_enc), np.float32)
     dq = np.empty((steps, n, e), np.float32)
     dwenc = np.zeros((t_enc, n, e), np.float32) if p.regular else None
+    dcw = np.zeros((t_enc, n, e), np.float32) if p.cw is not None else None
     enc_rows = p.enc_t.transpose(0, 2, 1)
     for t in range(steps - 1, -1, -1):
         dctx = dctxs[t + 1]
         dweights = np.matmul(enc_rows, dctx[:, :, None])[:, :, 0]           # [N, T_enc]
+        if p.cw is not None:
+            dweights += dcovs[t + 1]                 # cov_t = cov_{t-1} + weights_t
+            dcovs[t] += dcovs[t + 1]
         dl = softmax_grad(saved.weights[t], dweights, 1)
         if masked is not None:
             dl = np.where(masked, np.float32(0.0), dl)
@@ -125,6 +137,9 @@ def attention_lstm_sequence_gradient(x_shape, p, hs, cs, ctxs, saved, seq_length
             s = saved.summed[t]
             dz = dl.T[:, :, None] * p.v[0]                                    # [T_enc, N, E]
             dz *= np.float32(1.0) - s * s
+            if p.cw is not None:
+                dcw += dz * covs[t].T[:, :, None]
+                dcovs[t] += (dz * p.cw).sum(axis=2).T
             dwenc += dz
             dq[t] = dz.sum(axis=0)
         else:
@@ -149,6 +164,8 @@ def attention_lstm_sequence_gradient(x_shape, p, hs, cs, ctxs, saved, seq_length
         flat_l = dlogits.transpose(0, 2, 1).reshape(-1)                       # [T, T_enc, N] rows
         grads.update(wenc=dwenc, v=(flat_l @ saved.summed.reshape(-1, e))[None, :],
                      bv=np.array([flat_l.sum()], np.float32))
+        if p.cw is not None:
+            grads["cw"] = dcw
     else:
         enc_grad += np.einsum("tne,tnj->nej", saved.q, dlogits)
     grads["enc_t"] = enc_grad.astype(np.float32, copy=False)
