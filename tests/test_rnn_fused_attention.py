@@ -116,6 +116,7 @@ CASES = [
     # attention, T, N, din, D, T_enc, E, seq lengths, encoder lengths
     (AttentionType.Regular, 5, 3, 4, 6, 7, 5, [5, 2, 3], [7, 3, 5]),
     (AttentionType.Regular, 4, 2, 3, 8, 5, 8, None, None),
+    (AttentionType.Regular, 3, 1, 2, 4, 1, 3, [3], [1]),                    # N = 1, one encoder step
     (AttentionType.Regular, 3, 1, 2, 4, 6, 3, [2], [4], dict(memopt=True, forget_bias=1.0)),
     (AttentionType.Recurrent, 5, 3, 4, 6, 7, 5, [5, 2, 3], [7, 3, 5]),
     (AttentionType.Recurrent, 4, 2, 3, 5, 4, 5, None, None, dict(memopt=True)),
@@ -138,6 +139,18 @@ def test_attention_fused_matches_generic(monkeypatch, fused_calls, case):
     assert any(name.startswith("step:steps_dec/attention_weights_3d") for name in fused)
     assert any(name.startswith("grad:dec/encoder_outputs_transposed") for name in fused)
     _assert_same(generic, fused)
+
+
+@pytest.mark.parametrize("attention", [AttentionType.Regular, AttentionType.Recurrent, AttentionType.Dot,
+                                       AttentionType.SoftCoverage])
+def test_generic_backward_after_a_fused_forward(monkeypatch, attention):
+    """A gradient op that falls back to the generic loop reads the step workspaces the
+    fused forward filled (on first access): the all-generic run's gradients."""
+    case = (attention, 4, 3, 3, 5, 6, 5, [4, 2, 3], [6, 1, 4])
+    generic, _ = _run(monkeypatch, "0", case, fetch_steps=False)
+    monkeypatch.setattr(fused_run, "lstm_attention_backward", lambda *args: None)
+    mixed, _ = _run(monkeypatch, "1", case, fetch_steps=False)
+    _assert_same(generic, mixed)
 
 
 def test_attention_fused_forward_only(monkeypatch, fused_calls):
