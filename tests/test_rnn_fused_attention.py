@@ -115,12 +115,12 @@ def _assert_same(generic, fused, tol=1e-5):
 CASES = [
     # attention, T, N, din, D, T_enc, E, seq lengths, encoder lengths
     (AttentionType.Regular, 5, 3, 4, 6, 7, 5, [5, 2, 3], [7, 3, 5]),
-    (AttentionType.Regular, 4, 2, 3, 8, 5, 8, None, None),
+    (AttentionType.Regular, 4, 2, 3, 8, 5, 11, None, None),                 # E >= 8: vector code
     (AttentionType.Regular, 3, 1, 2, 4, 1, 3, [3], [1]),                    # N = 1, one encoder step
     (AttentionType.Regular, 3, 1, 2, 4, 6, 3, [2], [4], dict(memopt=True, forget_bias=1.0)),
     (AttentionType.Recurrent, 5, 3, 4, 6, 7, 5, [5, 2, 3], [7, 3, 5]),
     (AttentionType.Recurrent, 4, 2, 3, 5, 4, 5, None, None, dict(memopt=True)),
-    (AttentionType.SoftCoverage, 5, 3, 4, 6, 7, 5, [5, 2, 3], [7, 3, 5]),
+    (AttentionType.SoftCoverage, 5, 3, 4, 6, 7, 10, [5, 2, 3], [7, 3, 5]),
     (AttentionType.SoftCoverage, 4, 2, 3, 5, 4, 5, None, None, dict(memopt=True)),
     (AttentionType.Dot, 5, 3, 4, 6, 7, 5, [5, 1, 4], [6, 7, 2]),             # D != E: projected query
     (AttentionType.Dot, 4, 2, 3, 5, 6, 5, None, None),                      # D == E: the hidden state itself
@@ -151,6 +151,24 @@ def test_generic_backward_after_a_fused_forward(monkeypatch, attention):
     monkeypatch.setattr(fused_run, "lstm_attention_backward", lambda *args: None)
     mixed, _ = _run(monkeypatch, "1", case, fetch_steps=False)
     _assert_same(generic, mixed)
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[6]], ids=["regular", "coverage"])
+def test_numpy_twins_agree_with_the_compiled_kernels(monkeypatch, case):
+    """The attention kernels' NumPy twins (CAFFE2PY_JIT=numpy, and while a kernel
+    compiles) give the compiled results: E < 8 (scalar code) and E >= 8 (vector code)."""
+    from caffe2py.kernels.cpu.runtime import jit
+    before = jit.jit_mode()
+    results = []
+    try:
+        for mode in ("inline", "numpy"):
+            jit.set_jit_mode(mode)
+            for e in (5, 12):
+                results.append(_run(monkeypatch, "1", case[:6] + (e,) + case[7:], fetch_steps=False)[0])
+    finally:
+        jit.set_jit_mode(before)
+    _assert_same(results[0], results[2])
+    _assert_same(results[1], results[3])
 
 
 def test_attention_fused_forward_only(monkeypatch, fused_calls):

@@ -25,11 +25,102 @@ per-step sums up to float rounding.
 float32 and C-contiguous arrays only; the caller (fused_attention_run.py) checks
 every shape before calling.
 """
+import math
+
 import numpy as np
 
 from ..math.elementwise import softmax_2d
 from ..math.elementwise_grad import softmax_grad
+from ..runtime.jit import LazyGlobal, compiled
 from .lstm import lstm_unit, lstm_unit_gradient
+
+LANES_8 = LazyGlobal("..runtime.simd", "LANES_8")
+vload_f32 = LazyGlobal("..runtime.simd", "vload_f32")
+vstore_f32_at = LazyGlobal("..runtime.simd", "vstore_f32_at")
+vadd = LazyGlobal("..runtime.simd", "vadd")
+vmuls = LazyGlobal("..runtime.simd", "vmuls")
+vtanh = LazyGlobal("..runtime.simd", "vtanh")
+address = LazyGlobal("..runtime.simd", "address")
+
+
+@compiled
+def _scores(wenc, q, cw, cov, has_cov, v, bv, s, logits):
+    """Regular-family attention of one step, one pass over [T_enc, N, E]:
+    s[j, r] = tanh((wenc[j, r] + q[r]) (+ cw[j, r] * cov[r, j])), logits[r, j] =
+    s[j, r] . v + bv. All C-contiguous float32 (cw, cov unused without has_cov)."""
+    t_enc, n, e = wenc.shape
+    count, last = (e + 7) // 8, e - 8
+    for j in range(t_enc):
+        for r in range(n):
+            row = 4 * (j * n + r) * e
+            if e >= 8:
+                for k in range(count):        # the last block overlaps the one before: same values
+                    off = 4 * min(8 * k, last)
+                    x = vadd(vload_f32(LANES_8, address(wenc) + row + off),
+                             vload_f32(LANES_8, address(q) + 4 * r * e + off))
+                    if has_cov:
+                        x = vadd(x, vmuls(vload_f32(LANES_8, address(cw) + row + off), cov[r, j]))
+                    vstore_f32_at(address(s) + row + off, vtanh(x))
+            else:
+                for k in range(e):
+                    x = wenc[j, r, k] + q[r, k]
+                    if has_cov:
+                        x = x + cw[j, r, k] * cov[r, j]
+                    s[j, r, k] = np.float32(math.tanh(x))
+            acc = np.float32(0.0)
+            srow = s[j, r]
+            for k in range(e):
+                acc += srow[k] * v[k]
+            logits[r, j] = acc + bv
+
+
+@_scores.numpy_twin
+def _scores_numpy(wenc, q, cw, cov, has_cov, v, bv, s, logits):
+    np.add(wenc, q, out=s)
+    if has_cov:
+        s += cw * cov.T[:, :, None]
+    np.tanh(s, out=s)
+    t_enc, n, e = s.shape
+    logits[...] = (s.reshape(t_enc * n, e) @ v + bv).reshape(t_enc, n).T
+
+
+@compiled
+def _scores_backward(dl, v, s, cw, cov, has_cov, dwenc, dq, dcw, dcov):
+    """_scores' gradient for logits' gradient dl [N, T_enc]: dz = dl[r, j] v (1 - s^2);
+    dwenc += dz; dq[r] = sum_j dz (written); with has_cov dcw += dz cov[r, j] and
+    dcov[r, j] += dz . cw[j, r]."""
+    t_enc, n, e = s.shape
+    for r in range(n):
+        dqr = dq[r]
+        for k in range(e):
+            dqr[k] = np.float32(0.0)
+    for j in range(t_enc):
+        for r in range(n):
+            c = dl[r, j]
+            srow, dwrow, dqr = s[j, r], dwenc[j, r], dq[r]
+            for k in range(e):
+                dz = c * v[k] * (np.float32(1.0) - srow[k] * srow[k])
+                dwrow[k] += dz
+                dqr[k] += dz
+            if has_cov:
+                acc = np.float32(0.0)
+                cwrow, dcwrow, cv = cw[j, r], dcw[j, r], cov[r, j]
+                for k in range(e):
+                    dz = c * v[k] * (np.float32(1.0) - srow[k] * srow[k])
+                    dcwrow[k] += dz * cv
+                    acc += dz * cwrow[k]
+                dcov[r, j] += acc
+
+
+@_scores_backward.numpy_twin
+def _scores_backward_numpy(dl, v, s, cw, cov, has_cov, dwenc, dq, dcw, dcov):
+    dz = dl.T[:, :, None] * v
+    dz *= np.float32(1.0) - s * s
+    dwenc += dz
+    dq[...] = dz.sum(axis=0)
+    if has_cov:
+        dcw += dz * cov.T[:, :, None]
+        dcov += (dz * cw).sum(axis=2).T
 
 
 class AttentionWeights:
@@ -90,12 +181,9 @@ def attention_lstm_sequence(x, p, hs, cs, ctxs, covs, seq_lengths, forget_bias, 
             q[...] = (ctxs[t] @ p.wc.T + p.bc) + q
         logits = saved.logits[t]
         if p.regular:
-            s = saved.summed[t]
-            np.add(p.wenc, q, out=s)
-            if p.cw is not None:
-                s += p.cw * covs[t].T[:, :, None]
-            np.tanh(s, out=s)
-            logits[...] = (s.reshape(t_enc * n, e) @ p.v[0] + p.bv[0]).reshape(t_enc, n).T
+            cov = covs[t] if p.cw is not None else logits
+            _scores(p.wenc, q, p.wenc if p.cw is None else p.cw, cov, p.cw is not None, p.v[0], p.bv[0],
+                    saved.summed[t], logits)
         else:
             np.matmul(enc_rows, q[:, :, None], out=logits[:, :, None])
         scores = logits if masked is None else np.where(masked, np.float32(-np.inf), logits)
@@ -134,14 +222,9 @@ def attention_lstm_sequence_gradient(x_shape, p, hs, cs, ctxs, covs, saved, seq_
             dl = np.where(masked, np.float32(0.0), dl)
         dlogits[t] = dl
         if p.regular:
-            s = saved.summed[t]
-            dz = dl.T[:, :, None] * p.v[0]                                    # [T_enc, N, E]
-            dz *= np.float32(1.0) - s * s
-            if p.cw is not None:
-                dcw += dz * covs[t].T[:, :, None]
-                dcovs[t] += (dz * p.cw).sum(axis=2).T
-            dwenc += dz
-            dq[t] = dz.sum(axis=0)
+            has_cov = p.cw is not None
+            _scores_backward(dl, p.v[0], saved.summed[t], p.cw if has_cov else dwenc, covs[t] if has_cov else dl,
+                             has_cov, dwenc, dq[t], dcw if has_cov else dwenc, dcovs[t] if has_cov else dl)
         else:
             np.matmul(p.enc_t, dl[:, :, None], out=dq[t][:, :, None])
         dh = dhs[t + 1] + (dq[t] @ p.wd if p.wd is not None else dq[t])
