@@ -70,7 +70,7 @@ class _Ops:
     count and arguments."""
 
     def __init__(self, ops):
-        self.ops, self.k = list(ops), 0
+        self.ops, self.k, self.last = list(ops), 0, None
 
     def peek(self):
         return self.ops[self.k].type if self.k < len(self.ops) else None
@@ -116,10 +116,45 @@ def _take_fc(ops, x):
 
 
 def recognise_lstm_attention(step_def, links, states, state_inputs, timestep, op_inputs):
-    """An AttentionStepPlan when step_def is LSTMWithAttention's Regular or Dot step
-    (see the module docstring), else None."""
+    """An AttentionStepPlan when step_def is LSTMWithAttention's step (any attention
+    type; see the module docstring), else None."""
     ops = _Ops(step_def.op)
-    b = {}
+    b, params = {}, {}
+    decoder = _take_decoder(ops, b, params, timestep)
+    if decoder is None:
+        return None
+    unit_args, seq = decoder
+    kind = _take_scores(ops, b, params)
+    if kind is None:
+        return None
+    context = _take_context(ops, b, params, kind)
+    if context is None:
+        return None
+    enc_len, dims = context
+    pairs = _state_links(links, b, kind, states, state_inputs, op_inputs)
+    if pairs is None:
+        return None
+    names = [v for k, v in b.items() if not (k == "wd" and v == b["h"]) and not (k == "query" and v == b["wd"])]
+    names += list(params.values())
+    names += [n for n in (seq, enc_len) if n]
+    if len(set(names)) != len(names):
+        return None
+    index = {role: _param_index(name, op_inputs, states) for role, name in params.items()}
+    lengths = {role: _param_index(name, op_inputs, states) if name else None
+               for role, name in (("seq", seq), ("enc_len", enc_len))}
+    if None in index.values() or (seq and lengths["seq"] is None) or (enc_len and lengths["enc_len"] is None):
+        return None
+    return AttentionStepPlan(kind=kind, blobs=b, params=index, seq=lengths["seq"], enc_len=lengths["enc_len"],
+                             h_states=pairs["h_prev"], c_states=pairs["c_prev"], ctx_states=pairs["ctx_prev"],
+                             cov_states=pairs.get("cov_prev"),
+                             forget_bias=float(unit_args.get("forget_bias", 0.0)),
+                             drop_states=bool(unit_args.get("drop_states", 0)), unit_args=unit_args, dims=dims,
+                             param_names=params)
+
+
+def _take_decoder(ops, b, params, timestep):
+    """Concat, FC, Sum, LSTMUnit: (the unit's arguments, the lengths' name or None),
+    or None. Fills b and params."""
     out = ops.take("Concat", [None, None], 2, {"axis": 2})
     if out is None:
         return None
@@ -151,8 +186,13 @@ def recognise_lstm_attention(step_def, links, states, state_inputs, timestep, op
     seq = unit.input[3] if with_seq else None
     b["h"], b["c"] = out
     b["timestep"] = timestep
-    params = {"weight": weight, "bias": bias}
+    params.update(weight=weight, bias=bias)
+    return unit_args, seq
 
+
+def _take_scores(ops, b, params):
+    """The attention logits' ops: the kind ('regular', 'recurrent', 'coverage', 'dot')
+    or None. Fills b and params."""
     kind = None
     if ops.peek() == "FC" and ops.ops[ops.k].input[0] == b["ctx_prev"]:
         # Recurrent: the previous context's projection joins the decoder state's
@@ -234,8 +274,12 @@ def recognise_lstm_attention(step_def, links, states, state_inputs, timestep, op
             return None
         params["enc_t"] = ops.last.input[0]
         b["logits_t"] = out[0]
-    else:
-        return None
+    return kind
+
+
+def _take_context(ops, b, params, kind):
+    """[SequenceMask,] Softmax, BatchMatMul, Reshape[, the coverage's Squeeze and Add],
+    Copy: (the encoder lengths' name or None, E) or None. Fills b and params."""
     enc_len = None
     softmax_in = b["logits_t"]
     if ops.peek() == "SequenceMask":
@@ -275,7 +319,12 @@ def recognise_lstm_attention(step_def, links, states, state_inputs, timestep, op
     if out is None or not ops.done():
         return None
     b["h_ext"] = out[0]
+    return enc_len, dims
 
+
+def _state_links(links, b, kind, states, state_inputs, op_inputs):
+    """{role of the previous state: its state tensor} when the links are the cell's
+    (each state's previous and new blob at offsets 0 and 1, input_t to input 0), else None."""
     state_pairs = [("h_prev", "h_ext"), ("c_prev", "c"), ("ctx_prev", "ctx")]
     if kind == "coverage":
         state_pairs.append(("cov_prev", "cov"))
@@ -291,22 +340,7 @@ def recognise_lstm_attention(step_def, links, states, state_inputs, timestep, op
     if (link[b["input_t"]] != (op_inputs[0], 0) or len(set(pairs.values())) != len(pairs)
             or sorted(states) != sorted(pairs.values()) or len(state_inputs) != len(pairs)):
         return None
-    names = [v for k, v in b.items() if not (k == "wd" and v == b["h"]) and not (k == "query" and v == b["wd"])]
-    names += list(params.values())
-    names += [n for n in (seq, enc_len) if n]
-    if len(set(names)) != len(names):
-        return None
-    index = {role: _param_index(name, op_inputs, states) for role, name in params.items()}
-    lengths = {role: _param_index(name, op_inputs, states) if name else None
-               for role, name in (("seq", seq), ("enc_len", enc_len))}
-    if None in index.values() or (seq and lengths["seq"] is None) or (enc_len and lengths["enc_len"] is None):
-        return None
-    return AttentionStepPlan(kind=kind, blobs=b, params=index, seq=lengths["seq"], enc_len=lengths["enc_len"],
-                             h_states=pairs["h_prev"], c_states=pairs["c_prev"], ctx_states=pairs["ctx_prev"],
-                             cov_states=pairs.get("cov_prev"),
-                             forget_bias=float(unit_args.get("forget_bias", 0.0)),
-                             drop_states=bool(unit_args.get("drop_states", 0)), unit_args=unit_args, dims=dims,
-                             param_names=params)
+    return pairs
 
 
 _BACKWARD_TYPES = {
