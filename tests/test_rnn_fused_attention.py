@@ -42,13 +42,14 @@ def fused_calls(monkeypatch):
 GRAD_OF = (0, 3, 4, 5)
 
 
-def _feed(rng, t, n, din, d, t_enc, e, lengths, enc_lengths):
+def _feed(rng, t, n, din, d, t_enc, e, lengths, enc_lengths, init_ndim=3):
     f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
     workspace.FeedBlob("input", f32(t, n, din))
     workspace.FeedBlob("encoder_outputs", f32(t_enc, n, e))
-    workspace.FeedBlob("h0", f32(1, n, d))
-    workspace.FeedBlob("c0", f32(1, n, d))
-    workspace.FeedBlob("ctx0", f32(1, n, e))
+    initial = lambda dim: f32(*(1, n, dim)[3 - init_ndim:])  # noqa: E731    [1, N, dim], [N, dim] or [dim]
+    workspace.FeedBlob("h0", initial(d))
+    workspace.FeedBlob("c0", initial(d))
+    workspace.FeedBlob("ctx0", initial(e))
     if lengths is not None:
         workspace.FeedBlob("seq_lengths", np.asarray(lengths, np.int32))
     if enc_lengths is not None:
@@ -81,10 +82,11 @@ def _run(monkeypatch, fused, case, backward=True, fetch_steps=True):
     """Every output, every gradient and the step workspaces' blobs of one run in a
     fresh workspace (so nothing a previous run left can stand in for a missing blob)."""
     attention, t, n, din, d, t_enc, e, lengths, enc_lengths = case[:9]
-    extra = case[9] if len(case) > 9 else {}
+    extra = dict(case[9]) if len(case) > 9 else {}
     workspace.ResetWorkspace()
     monkeypatch.setenv("CAFFE2PY_RNN_FUSED", fused)
-    _feed(np.random.default_rng(t * 100 + d), t, n, din, d, t_enc, e, lengths, enc_lengths)
+    _feed(np.random.default_rng(t * 100 + d), t, n, din, d, t_enc, e, lengths, enc_lengths,
+          extra.pop("init_ndim", 3))
     model, out = _build(attention, din, d, e, lengths, enc_lengths, forward_only=not backward, **extra)
     grads = {}
     if backward:
@@ -120,6 +122,8 @@ CASES = [
     (AttentionType.Regular, 3, 1, 2, 4, 6, 3, [2], [4], dict(memopt=True, forget_bias=1.0)),
     (AttentionType.Recurrent, 5, 3, 4, 6, 7, 5, [5, 2, 3], [7, 3, 5]),
     (AttentionType.Recurrent, 4, 2, 3, 5, 4, 5, None, None, dict(memopt=True)),
+    (AttentionType.Recurrent, 4, 3, 3, 5, 4, 6, [4, 1, 2], None, dict(init_ndim=2)),      # [N, D] initial states
+    (AttentionType.Dot, 4, 3, 3, 5, 4, 6, None, [4, 1, 3], dict(init_ndim=1)),             # [D] initial states
     (AttentionType.SoftCoverage, 5, 3, 4, 6, 7, 10, [5, 2, 3], [7, 3, 5]),
     (AttentionType.SoftCoverage, 4, 2, 3, 5, 4, 5, None, None, dict(memopt=True)),
     (AttentionType.Dot, 5, 3, 4, 6, 7, 5, [5, 1, 4], [6, 7, 2]),             # D != E: projected query
@@ -153,7 +157,7 @@ def test_generic_backward_after_a_fused_forward(monkeypatch, attention):
     _assert_same(generic, mixed)
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[6]], ids=["regular", "coverage"])
+@pytest.mark.parametrize("case", [CASES[0], CASES[8]], ids=["regular", "coverage"])
 def test_numpy_twins_agree_with_the_compiled_kernels(monkeypatch, case):
     """The attention kernels' NumPy twins (CAFFE2PY_JIT=numpy, and while a kernel
     compiles) give the compiled results: E < 8 (scalar code) and E >= 8 (vector code)."""
