@@ -242,7 +242,8 @@ def attention_lstm_sequence_gradient(x_shape, p, hs, cs, ctxs, covs, saved, seq_
     cat = np.concatenate([hs[:steps], ctxs[:steps]], axis=2).reshape(steps * n, d + e)
     grads = {"input": dgates, "weight": flat_g.T @ cat, "bias": flat_g.sum(axis=0)}
     # enc_t: the context's product with every step's weights, and Dot's logits' with q
-    enc_grad = np.einsum("tne,tnj->nej", dctxs[1:], saved.weights)
+    by_row = lambda a: a.transpose(1, 0, 2)  # noqa: E731    [T, N, k] -> [N, T, k]
+    enc_grad = np.matmul(by_row(dctxs[1:]).transpose(0, 2, 1), by_row(saved.weights))
     if p.regular:
         flat_l = dlogits.transpose(0, 2, 1).reshape(-1)                       # [T, T_enc, N] rows
         grads.update(wenc=dwenc, v=(flat_l @ saved.summed.reshape(-1, e))[None, :],
@@ -250,7 +251,7 @@ def attention_lstm_sequence_gradient(x_shape, p, hs, cs, ctxs, covs, saved, seq_
         if p.cw is not None:
             grads["cw"] = dcw
     else:
-        enc_grad += np.einsum("tne,tnj->nej", saved.q, dlogits)
+        enc_grad += np.matmul(by_row(saved.q).transpose(0, 2, 1), by_row(dlogits))
     grads["enc_t"] = enc_grad.astype(np.float32, copy=False)
     if p.wd is not None:
         flat_q = dq.reshape(steps * n, e)
