@@ -15,6 +15,9 @@ the generic step-net loop. `recognise_lstm_backward` does the same for the backw
 step net recurrent.py derives from it (LSTMUnitGradient, FCGradient, Sum, and the
 recomputed forward ops of memory_optimization).
 
+rnn_cell.LSTMWithAttention's step nets are recognised in fused_attention_steps.py
+(kind 'lstm_attention', run by fused_attention_run.py).
+
 CAFFE2PY_RNN_FUSED=0 turns the fused path off (read at every run), so tests can
 compare the two paths on the same net.
 """
