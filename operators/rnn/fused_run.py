@@ -299,3 +299,15 @@ def gru_backward(record, roles, inputs, n_go, per_step, last_step, states, state
     for k, role in roles:
         outputs.append(np.ascontiguousarray(by_role[role]).reshape(np.shape(inputs[n_go + k])))
     return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
+
+
+
+# LSTMWithAttention: fused_attention_run.py (imported on use: it imports this module's helpers)
+def lstm_attention_forward(*args):
+    from .fused_attention_run import lstm_attention_forward as forward
+    return forward(*args)
+
+
+def lstm_attention_backward(*args):
+    from .fused_attention_run import lstm_attention_backward as backward
+    return backward(*args)

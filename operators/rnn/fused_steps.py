@@ -15,6 +15,9 @@ the generic step-net loop. `recognise_lstm_backward` does the same for the backw
 step net recurrent.py derives from it (LSTMUnitGradient, FCGradient, Sum, and the
 recomputed forward ops of memory_optimization).
 
+rnn_cell.LSTMWithAttention's step nets are recognised in fused_attention_steps.py
+(kind 'lstm_attention', run by fused_attention_run.py).
+
 CAFFE2PY_RNN_FUSED=0 turns the fused path off (read at every run), so tests can
 compare the two paths on the same net.
 """
@@ -482,10 +485,27 @@ RECOGNISE_BACKWARD = {"lstm": recognise_lstm_backward, "gru": recognise_gru_back
 
 
 def recognise(step_def, links, states, state_inputs, timestep, op_inputs):
-    """(kind, plan) of a step net the fused path runs ('lstm', 'gru'), or (None, None)."""
+    """(kind, plan) of a step net the fused path runs ('lstm', 'gru', 'lstm_stack', 'milstm',
+    'lstm_attention'), or (None, None)."""
     for kind, fn in (("lstm", recognise_lstm), ("gru", recognise_gru), ("lstm_stack", recognise_lstm_stack),
-                     ("milstm", recognise_milstm)):
+                     ("milstm", recognise_milstm), ("lstm_attention", recognise_lstm_attention)):
         plan = fn(step_def, links, states, state_inputs, timestep, op_inputs)
         if plan is not None:
             return kind, plan
     return None, None
+
+
+
+def recognise_lstm_attention(*args):
+    """LSTMWithAttention's step nets: fused_attention_steps.py (imported on use: it
+    imports this module's helpers)."""
+    from .fused_attention_steps import recognise_lstm_attention as recognise_attention
+    return recognise_attention(*args)
+
+
+def _recognise_lstm_attention_backward(*args):
+    from .fused_attention_steps import recognise_lstm_attention_backward
+    return recognise_lstm_attention_backward(*args)
+
+
+RECOGNISE_BACKWARD["lstm_attention"] = _recognise_lstm_attention_backward
