@@ -143,6 +143,8 @@ class BranchGraph:
                     continue
             chain_of[j] = len(self.chains)
             self.chains.append([j])
+        # chains holding a barrier op run on the run's own thread (nothing else runs then)
+        self.chain_ordered = [any(is_ordered(steps[j]) for j in chain) for chain in self.chains]
         self.chain_parents = [sorted({chain_of[p] for j in chain for p in parents[j]} - {c})
                               for c, chain in enumerate(self.chains)]
         self.chain_children = [[] for _ in self.chains]

@@ -15,7 +15,8 @@ workspace shared by the run (blob_scopes.BlobOverlay). A chain starts when every
 chain it depends on has finished, so its reads see their writes and no two chains
 touch one blob in conflicting ways at once. Each worker runs its chain with the
 kernels' team limited to budget // workers threads (jit.team_limit): workers x team
-threads <= budget. Every op runs with the same inputs as under `simple` and each
+threads <= budget. A chain holding a barrier op (net_dag: control flow, I/O, shared
+state) runs on the run's own thread once nothing else is running, as under `simple`. Every op runs with the same inputs as under `simple` and each
 kernel is deterministic, so results are those of `simple`.
 
 Failure: the first failing chain's error (naming its op, as the serial plan does)
@@ -121,6 +122,14 @@ class BranchSchedule:
         try:
             while True:
                 while ready and failure is None and in_flight < workers:
+                    if graph.chain_ordered[ready[0]]:
+                        if in_flight:       # a barrier: never beside another chain
+                            break
+                        chain = ready.pop(0)
+                        failure = self._run_inline(chain, overlay)
+                        if failure is None:
+                            self._finished(chain, ready, waiting)
+                        continue
                     pool.submit(self._run_chain, ready.pop(0), overlay, team, policy, done)
                     in_flight += 1
                 if not in_flight:
@@ -137,15 +146,28 @@ class BranchSchedule:
                     continue
                 self.stats["worker_chains"] += 1
                 self.stats["worker_ops"] += len(graph.chains[chain])
-                for child in graph.chain_children[chain]:
-                    waiting[child] -= 1
-                    if waiting[child] == 0:
-                        ready.append(child)
-                ready.sort()        # program order among the chains ready to start
+                self._finished(chain, ready, waiting)
         finally:
             _local.inside = False
         if failure is not None:
             raise failure
+
+    def _finished(self, chain, ready, waiting):
+        for child in self.graph.chain_children[chain]:
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                ready.append(child)
+        ready.sort()        # program order among the chains ready to start
+
+    def _run_inline(self, chain, overlay):
+        """Run a chain holding a barrier op (control flow, I/O, shared state) on the run's
+        own thread, inside the run's contexts, as the serial plan would: the error, or None."""
+        sub = self.chain_plans[chain]
+        try:
+            sub._runner(overlay)
+        except Exception as exc:  # noqa: BLE001 - raised by _execute once nothing is in flight
+            return sub._explain(exc)
+        return None
 
     def _run_chain(self, chain, overlay, team, policy, done):
         from .kernels.cpu.runtime.jit import team_limit

@@ -344,10 +344,11 @@ def test_in_place_chains_in_parallel_branches(monkeypatch):
     np.testing.assert_allclose(workspace.FetchBlob("b"), b, rtol=1e-6)
 
 
-def test_control_flow_keeps_its_place_between_parallel_branches(monkeypatch):
+def test_control_flow_keeps_its_place_between_parallel_branches_on_the_runs_thread(monkeypatch):
     monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
     then = core.Net("then")
     then.Add(["x", "y"], "x")            # reads what both branches before it wrote
+    then._TestBranchProbe("x", "then_probe")    # records the thread the If runs on
     net = core.Net("cf")
     net.Relu("a", "x")
     net.Sigmoid("b", "y")
@@ -364,6 +365,8 @@ def test_control_flow_keeps_its_place_between_parallel_branches(monkeypatch):
     workspace.FeedBlob("c", np.array(True))
     branches = _run_twice(net)
     assert branches.active and branches.stats["worker_chains"] >= 4
+    # the If (a barrier) ran on the run's own thread, as under simple
+    assert [ident for name, ident, _ in _PROBE["seen"]][-1] == threading.get_ident()
     x = np.maximum(a, 0) + 1 / (1 + np.exp(-b))
     np.testing.assert_allclose(workspace.FetchBlob("after_x"), 2 * x, rtol=1e-6)
     np.testing.assert_allclose(workspace.FetchBlob("after_y"), 2 / (1 + np.exp(-b)), rtol=1e-6)
