@@ -16,8 +16,10 @@ chain it depends on has finished, so its reads see their writes and no two chain
 touch one blob in conflicting ways at once. Each worker runs its chain with the
 kernels' team limited to budget // workers threads (jit.team_limit): workers x team
 threads <= budget. A chain holding a barrier op (net_dag: control flow, I/O, shared
-state) runs on the run's own thread once nothing else is running, as under `simple`. Every op runs with the same inputs as under `simple` and each
-kernel is deterministic, so results are those of `simple`.
+state) runs on the run's own thread once nothing else is running, as under `simple`.
+Every op runs with the same inputs as under `simple` and each kernel is
+deterministic, so results are those of `simple` run with a branch's team size (the
+GEMMs' column blocks follow the team size and may round differently on the whole team).
 
 Failure: the first failing chain's error (naming its op, as the serial plan does)
 is raised after the chains in flight have finished; no new chain starts. The
