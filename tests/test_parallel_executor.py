@@ -386,3 +386,29 @@ def test_ops_with_shared_state_are_barriers():
     steps = compile_net(net.Proto(), ["a", "b"]).steps
     assert net_dag.is_ordered(steps[1]) and not net_dag.is_ordered(steps[0])
     assert net_dag.dependencies(steps) == [set(), {0}, {1}]
+
+
+def test_ctrl_c_while_branches_run_stops_the_run_and_leaves_the_workspace(monkeypatch):
+    import signal
+    monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
+    workspace.FeedBlob("x", f32(3))
+    net = core.Net("interrupted")
+    net._TestSleep("x", "s1")
+    net._TestSleep("x", "s2")
+    net.Add(["s1", "s2"], "y")
+    net = _typed(net, "async_scheduling", 2, fusion=False)
+    workspace.CreateNet(net)
+    workspace.RunNet(net.Name())                     # serial: decides
+    assert workspace.GetNet(net.Name()).plan.branches.active
+    workspace.FeedBlob("x", f32(3, seed=1))
+    before = {b: workspace.FetchBlob(b).copy() for b in workspace.Blobs()}
+    main = threading.get_ident()
+    timer = threading.Timer(0.03, lambda: signal.pthread_kill(main, signal.SIGINT))
+    timer.start()
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        workspace.RunNet(net.Name())
+    timer.join()
+    assert time.perf_counter() - t0 >= 0.09          # the sleeping chains in flight were waited for
+    for blob, value in before.items():
+        np.testing.assert_array_equal(workspace.FetchBlob(blob), value)
