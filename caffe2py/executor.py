@@ -539,7 +539,7 @@ def _compile(net_def, known_blobs, input_types, blob_values, keep, policy=None):
     steps, fused_groups = fuse_steps(steps, net_def, keep, step_error)
     plan = Plan(net_def, steps, keep, policy, fused_groups)
     # a chain of a parallel run commits everything it writes to the run's overlay
-    plan.branches = branch_schedule(plan, lambda chain: Plan(net_def, chain, None, policy))
+    plan.branches = branch_schedule(plan, lambda chain: Plan(net_def, chain, None, policy), blob_values)
     return plan
 
 

@@ -21,6 +21,7 @@ each node's work (flops from the schema's cost estimate, else the bytes it reads
 and writes) measured on the blobs of the first run: the work off the critical path
 (what can overlap) must reach MIN_OVERLAP_WORK, else the net stays serial.
 """
+import math
 import os
 import re
 
@@ -169,17 +170,43 @@ class BranchGraph:
         return sum(chain_work) - max(finish, default=0.0)
 
 
-def step_work(step, blobs):
-    """Estimated work of one step from the values in `blobs` (after a run): the schema's
-    flops where it has a cost estimate, else the bytes of its inputs and outputs."""
-    from .benchmark import _op_cost
+def step_work(step, type_of):
+    """Estimated work of one step, type_of(blob) giving each blob's TensorType (UNKNOWN
+    where not known): the schema's flops where it has a cost estimate, else the bytes
+    of its inputs and outputs."""
+    from .registry import OpContext
     total = 0.0
     for m in members(step):
-        ins = [blobs.get(b) for b in m.op_def.input]
-        cost = None if any(v is None for v in ins) else _op_cost(m, ins)
-        if cost is not None and cost.flops:
-            total += float(cost.flops)
-        else:
-            total += sum(float(getattr(blobs.get(b), "nbytes", 0) or 0)
-                         for b in tuple(m.op_def.input) + tuple(m.op_def.output))
+        ins = [type_of(b) for b in m.op_def.input]
+        schema = m.context.schema if m.context is not None else None
+        flops = 0.0
+        if schema is not None and schema.cost is not None and all(t.known for t in ins):
+            try:
+                flops = float(schema.cost(OpContext(m.op_def, schema, m.index, ins), ins).flops or 0.0)
+            except Exception:  # noqa: BLE001 - cost is advisory
+                flops = 0.0
+        total += flops or sum(_nbytes(type_of(b)) for b in tuple(m.op_def.input) + tuple(m.op_def.output))
     return total
+
+
+def _nbytes(t):
+    from .shape_inference import itemsize
+    return float(math.prod(t.dims)) * itemsize(t.dtype) if t.known else 0.0
+
+
+def types_after_run(blobs):
+    """type_of for the values a run left in `blobs`."""
+    from .registry import UNKNOWN
+    from .schema_inference import type_of_value
+    return lambda b: type_of_value(blobs[b]) if b in blobs else UNKNOWN
+
+
+def types_before_run(net_def, blob_values, reads):
+    """type_of from the workspace's values of the blobs the net reads, carried through
+    the net by the schemas' shape inference; None when a read blob has no value."""
+    from .registry import UNKNOWN
+    from .schema_inference import infer_net, type_of_value
+    if blob_values is None or any(b not in blob_values for b in reads):
+        return None
+    types = infer_net([net_def], {b: type_of_value(blob_values[b]) for b in reads})
+    return lambda b: types.get(b, UNKNOWN)

@@ -5,9 +5,11 @@ When: a plan of a DAG net type (net_dag.DAG_NET_TYPES) with at least two workers
 (NetDef.num_workers, else Caffe2's default of the machine's hardware threads),
 capped by the thread budget (CAFFE2PY_NUM_THREADS, else min(4, CPUs)) so that
 workers never outnumber the cores; every op on the CPU; two chains that can run at
-once; and enough work off the critical path (net_dag.MIN_OVERLAP_WORK). The first
-run is always the serial plan; its blobs measure each op's work and decide. A run
-inside another parallel run (a control-flow subnet on a worker) runs serially.
+once; and enough work off the critical path (net_dag.MIN_OVERLAP_WORK). Each op's
+work is estimated from shapes: at compile time from the workspace's values of the
+blobs the net reads, carried through shape inference; failing that (a blob not fed
+yet, work that inference cannot see), from the blobs the first run, a serial one,
+leaves. A run inside another parallel run (a control-flow subnet) runs serially.
 
 How: each chain is compiled as its own plan (executor.Plan, the same generated
 runner) that reads its inputs from, and writes its outputs to, one overlay of the
@@ -35,7 +37,8 @@ from .blob_scopes import BlobOverlay
 from .devices import cpu_run_context
 from .inplace import adopt, collect_undo, undo_on_failure
 from . import fp_exceptions, model_trust
-from .net_dag import DAG_NET_TYPES, BranchGraph, step_work, worker_count
+from .net_dag import (DAG_NET_TYPES, BranchGraph, step_work, types_after_run, types_before_run,
+                      worker_count)
 from . import net_dag
 
 _local = threading.local()           # .inside: this thread is running a parallel run or a chain of one
@@ -84,15 +87,29 @@ class BranchSchedule:
         self.overlap_work = None
         self.stats = {"parallel_runs": 0, "worker_chains": 0, "worker_ops": 0}
 
+    def decide_early(self, blob_values):
+        """At compile time: go parallel now when the workspace's values of the blobs the
+        net reads, carried through shape inference, already show enough work overlapping
+        (a net run once, RunNetOnce, runs in parallel too). Otherwise the first run decides."""
+        type_of = types_before_run(self.plan.net_def, blob_values, self.plan.reads)
+        if type_of is not None and self._pays(type_of):
+            self._activate()
+
     def decide(self, blobs):
         """After the plan's first successful run: go parallel when enough work overlaps."""
-        work = [step_work(s, blobs) for s in self.plan.steps]
-        self.overlap_work = self.graph.overlap_work(work)
-        if self.overlap_work >= net_dag.MIN_OVERLAP_WORK and self.overlap_work > 0:
-            self.chain_plans = [self.make_plan([self.plan.steps[j] for j in chain]) for chain in self.graph.chains]
-            self.active = True
+        if self._pays(types_after_run(blobs)):
+            self._activate()
         else:
             self.active = False
+
+    def _pays(self, type_of):
+        work = [step_work(s, type_of) for s in self.plan.steps]
+        self.overlap_work = self.graph.overlap_work(work)
+        return self.overlap_work >= net_dag.MIN_OVERLAP_WORK and self.overlap_work > 0
+
+    def _activate(self):
+        self.chain_plans = [self.make_plan([self.plan.steps[j] for j in chain]) for chain in self.graph.chains]
+        self.active = True
 
     def run(self, blobs):
         """One parallel run against blobs; OperatorError (the first failing op) with
@@ -189,8 +206,9 @@ class BranchSchedule:
             _local.inside = False
 
 
-def branch_schedule(plan, make_plan):
-    """The BranchSchedule of a plan that may run its branches in parallel, else None."""
+def branch_schedule(plan, make_plan, blob_values=None):
+    """The BranchSchedule of a plan that may run its branches in parallel, else None
+    (blob_values: the workspace's values at compile time, for an early decision)."""
     net_def = plan.net_def
     if net_def.type not in DAG_NET_TYPES:
         return None
@@ -202,4 +220,5 @@ def branch_schedule(plan, make_plan):
     schedule = BranchSchedule(plan, make_plan, workers)
     if not schedule.graph.width_possible():
         return None
+    schedule.decide_early(blob_values)
     return schedule
