@@ -141,16 +141,17 @@ class BranchSchedule:
         try:
             while True:
                 while ready and failure is None and in_flight < workers:
-                    if graph.chain_ordered[ready[0]]:
-                        if in_flight:       # a barrier: never beside another chain
-                            break
-                        chain = ready.pop(0)
-                        failure = self._run_inline(chain, overlay)
-                        if failure is None:
-                            self._finished(chain, ready, waiting)
+                    if graph.chain_ordered[ready[0]] and in_flight:
+                        break               # a barrier: never beside another chain
+                    chain = ready.pop(0)
+                    if not graph.chain_ordered[chain] and _submitted(
+                            pool, self._run_chain, chain, overlay, team, policy, done):
+                        in_flight += 1
                         continue
-                    pool.submit(self._run_chain, ready.pop(0), overlay, team, policy, done)
-                    in_flight += 1
+                    # a barrier's chain, or the pool is shut down (interpreter exit): here
+                    failure = self._run_inline(chain, overlay)
+                    if failure is None:
+                        self._finished(chain, ready, waiting)
                 if not in_flight:
                     break
                 try:
@@ -204,6 +205,14 @@ class BranchSchedule:
             if trust is not None:
                 model_trust.leave(trust)
             _local.inside = False
+
+
+def _submitted(pool, *call):
+    try:
+        pool.submit(*call)
+    except RuntimeError:        # "cannot schedule new futures after interpreter shutdown"
+        return False
+    return True
 
 
 def branch_schedule(plan, make_plan, blob_values=None):
