@@ -152,6 +152,21 @@ class BranchGraph:
         for c, ps in enumerate(self.chain_parents):
             for p in ps:
                 self.chain_children[p].append(c)
+        self.chain_alone = self._alone()
+
+    def _alone(self):
+        """Per chain: whether every other chain runs before or after it (a stem, a
+        Concat joining the branches): such a chain never runs beside another one."""
+        n = len(self.chains)
+        before = [0] * n            # bitsets of the chains each chain waits for, directly or not
+        for c, ps in enumerate(self.chain_parents):
+            for p in ps:
+                before[c] |= before[p] | (1 << p)
+        after = [0] * n
+        for c in range(n - 1, -1, -1):
+            for child in self.chain_children[c]:
+                after[c] |= after[child] | (1 << child)
+        return [bin(before[c] | after[c]).count("1") == n - 1 for c in range(n)]
 
     def width_possible(self):
         """Whether two chains can run at once (some depth level holds two chains)."""

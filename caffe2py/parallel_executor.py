@@ -17,11 +17,13 @@ workspace shared by the run (blob_scopes.BlobOverlay). A chain starts when every
 chain it depends on has finished, so its reads see their writes and no two chains
 touch one blob in conflicting ways at once. Each worker runs its chain with the
 kernels' team limited to budget // workers threads (jit.team_limit): workers x team
-threads <= budget. A chain holding a barrier op (net_dag: control flow, I/O, shared
+threads <= budget; a chain that never runs beside another (every other chain runs
+before or after it: a stem, the Concat joining the branches) gets the whole team. A chain holding a barrier op (net_dag: control flow, I/O, shared
 state) runs on the run's own thread once nothing else is running, as under `simple`.
 Every op runs with the same inputs as under `simple` and each kernel is
-deterministic, so results are those of `simple` run with a branch's team size (the
-GEMMs' column blocks follow the team size and may round differently on the whole team).
+deterministic, so results are those of `simple` with each chain's team size fixed at
+plan time (the GEMMs' column blocks follow the team size: a branch's GEMMs may round
+differently from the same GEMMs on the whole team).
 
 Failure: the first failing chain's error (naming its op, as the serial plan does)
 is raised after the chains in flight have finished; no new chain starts. The
@@ -129,7 +131,8 @@ class BranchSchedule:
     def _execute(self, overlay):
         graph = self.graph
         workers = self.workers
-        team = max(1, thread_budget() // workers)
+        budget = thread_budget()
+        team = max(1, budget // workers)    # a chain that may run beside others
         pool = _pool(workers)
         done = queue.SimpleQueue()
         waiting = [len(ps) for ps in graph.chain_parents]
@@ -145,7 +148,8 @@ class BranchSchedule:
                         break               # a barrier: never beside another chain
                     chain = ready.pop(0)
                     if not graph.chain_ordered[chain] and _submitted(
-                            pool, self._run_chain, chain, overlay, team, policy, done):
+                            pool, self._run_chain, chain, overlay,
+                            budget if graph.chain_alone[chain] else team, policy, done):
                         in_flight += 1
                         continue
                     # a barrier's chain, or the pool is shut down (interpreter exit): here

@@ -226,6 +226,24 @@ def test_work_is_estimated_from_the_schemas_flops_through_shape_inference():
     assert plan.branches.overlap_work == conv3 + 32 * 24 * 24
 
 
+def test_a_chain_that_never_runs_beside_another_gets_the_whole_team(monkeypatch):
+    from caffe2py.parallel_executor import thread_budget
+    monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
+    workspace.FeedBlob("x", f32(4))
+    net = core.Net("stem_branches_join")
+    net._TestBranchProbe("x", "stem")
+    net._TestBranchProbe("stem", "left")
+    net._TestBranchProbe("stem", "right")
+    net.Add(["left", "right"], "joined")
+    net._TestBranchProbe("joined", "head")
+    branches = _run_twice(_typed(net, "dag", 2))
+    assert branches.active
+    assert branches.graph.chain_alone == [True, False, False, True]    # stem, left, right, join+head
+    teams = {name: size for name, _, size in _PROBE["seen"][-4:]}
+    assert teams == {"stem": thread_budget(), "left": thread_budget() // 2,
+                     "right": thread_budget() // 2, "head": thread_budget()}
+
+
 @pytest.mark.parametrize("net_type, workers", [("simple", 2), ("async_scheduling", 1), ("dag", 1)])
 def test_simple_nets_and_single_workers_stay_serial(monkeypatch, net_type, workers):
     monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
