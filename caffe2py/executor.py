@@ -26,6 +26,7 @@ from .errors import Caffe2Error, OperatorError, describe_op, out_of_memory_text
 from .fusion import fuse_steps
 from .host_memory import keep_freed_memory
 from .inplace import undo_on_failure
+from .parallel_executor import branch_schedule, inside_parallel_run
 from . import fp_exceptions, model_trust, model_trust_ops
 from .proto import caffe2_pb2
 from .registry import OpContext, select_kernel
@@ -204,6 +205,8 @@ class Plan:
         self._input_locals = {}      # id(step) -> the locals holding its inputs (for error text)
         self._load_line_to_blob = {}
         self._runner = self._render()
+        # DAG net types: the chains that may run on worker threads (parallel_executor.py)
+        self.branches = None
 
     def _render(self):
         slots = {}           # blob -> the local variable holding its current value
@@ -350,7 +353,13 @@ class Plan:
     def run(self, blobs):
         """Run once against the mapping of blobs; on failure raise OperatorError and
         leave blobs untouched. A plan with workspace ops (control flow) runs on an
-        overlay of blobs that is applied only when the whole run succeeded."""
+        overlay of blobs that is applied only when the whole run succeeded. A DAG
+        net's plan runs its branches on worker threads once its first run has shown
+        that they pay (parallel_executor.py)."""
+        branches = self.branches
+        if branches is not None and branches.active and not inside_parallel_run():
+            branches.run(blobs)
+            return
         target = BlobOverlay(blobs) if self.uses_workspace else blobs
         trust = model_trust.enter(self.policy) if self.policy is not None else None
         try:
@@ -363,6 +372,8 @@ class Plan:
                 model_trust.leave(trust)
         if target is not blobs:
             target.commit(self.keep)
+        if branches is not None and branches.active is None:
+            branches.decide(blobs)
 
     def _explain(self, exc):
         tb = exc.__traceback__
@@ -526,7 +537,10 @@ def _compile(net_def, known_blobs, input_types, blob_values, keep, policy=None):
                           reads_outputs=schema is not None and schema.reads_outputs,
                           guard=runtime_guard(schema, ctx)))
     steps, fused_groups = fuse_steps(steps, net_def, keep, step_error)
-    return Plan(net_def, steps, keep, policy, fused_groups)
+    plan = Plan(net_def, steps, keep, policy, fused_groups)
+    # a chain of a parallel run commits everything it writes to the run's overlay
+    plan.branches = branch_schedule(plan, lambda chain: Plan(net_def, chain, None, policy), blob_values)
+    return plan
 
 
 # --------------------------------------------------------------------------- observers

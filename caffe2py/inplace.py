@@ -131,3 +131,35 @@ class undo_on_failure:
         elif stack and records:
             stack[-1].extend(records)
         return False
+
+
+class collect_undo:
+    """undo_on_failure for a part of a net run on another thread (a branch the parallel
+    executor runs on a worker): if the part raises, its writes are undone at once;
+    if it succeeds, its records are kept in `records` for the run's own thread to
+    `adopt`, so that a later failure anywhere in the run undoes them too."""
+    __slots__ = ("records",)
+
+    def __init__(self):
+        self.records = []
+
+    def __enter__(self):
+        _stack().append([])
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        records = _state.stack.pop()
+        if exc_type is not None:
+            for restore in reversed(records):
+                restore()
+        else:
+            self.records = records
+        return False
+
+
+def adopt(records):
+    """Add undo records collected on another thread (collect_undo) to this thread's
+    run, after those it holds (they are undone newest first, as if written here)."""
+    stack = getattr(_state, "stack", None)
+    if stack and records:
+        stack[-1].extend(records)

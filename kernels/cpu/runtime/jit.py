@@ -358,12 +358,39 @@ _team_lock = threading.Lock()
 
 
 def team_size():
-    """Threads in the team: CAFFE2PY_NUM_THREADS, else min(4, CPUs), at most numba's."""
+    """Threads in the team: CAFFE2PY_NUM_THREADS, else min(4, CPUs), at most numba's;
+    on a thread inside team_limit(n), at most n."""
     global _team_size
     if _team_size is None:
         import numba
         _team_size = max(1, min(num_threads(), numba.config.NUMBA_NUM_THREADS))
-    return _team_size
+    limit = getattr(_this_thread, "limit", 0)
+    return min(_team_size, limit) if limit else _team_size
+
+
+class team_limit:
+    """Context: kernels called on this thread split their work over at most `size`
+    threads. The parallel net executor runs each branch of a net under
+    team_limit(budget // workers), so that branches on worker threads times each
+    branch's team never exceed the thread budget (caffe2py/parallel_executor.py)."""
+    __slots__ = ("size", "_before")
+
+    def __init__(self, size):
+        self.size = max(1, int(size))
+        self._before = 0
+
+    def __enter__(self):
+        self._before = getattr(_this_thread, "limit", 0)
+        _this_thread.limit = self.size
+        if "numba" in _sys_modules and getattr(_this_thread, "depth", 0):
+            _use_team_size()
+        return self
+
+    def __exit__(self, *exc):
+        _this_thread.limit = self._before
+        if "numba" in _sys_modules and getattr(_this_thread, "depth", 0):
+            _use_team_size()
+        return False
 
 
 def team_blocks(count, work_per_item):

@@ -1,0 +1,237 @@
+"""Branch parallelism for the DAG net types: a plan's independent chains of ops
+(caffe2py/net_dag.py) run on a small persistent pool of worker threads.
+
+When: a plan of a DAG net type (net_dag.DAG_NET_TYPES) with at least two workers
+(NetDef.num_workers, else Caffe2's default of the machine's hardware threads),
+capped by the thread budget (CAFFE2PY_NUM_THREADS, else min(4, CPUs)) so that
+workers never outnumber the cores; every op on the CPU; two chains that can run at
+once; and enough work off the critical path (net_dag.MIN_OVERLAP_WORK). Each op's
+work is estimated from shapes: at compile time from the workspace's values of the
+blobs the net reads, carried through shape inference; failing that (a blob not fed
+yet, work that inference cannot see), from the blobs the first run, a serial one,
+leaves. A run inside another parallel run (a control-flow subnet) runs serially.
+
+How: each chain is compiled as its own plan (executor.Plan, the same generated
+runner) that reads its inputs from, and writes its outputs to, one overlay of the
+workspace shared by the run (blob_scopes.BlobOverlay). A chain starts when every
+chain it depends on has finished, so its reads see their writes and no two chains
+touch one blob in conflicting ways at once. Each worker runs its chain with the
+kernels' team limited to budget // workers threads (jit.team_limit): workers x team
+threads <= budget; a chain that never runs beside another (every other chain runs
+before or after it: a stem, the Concat joining the branches) gets the whole team. A chain holding a barrier op (net_dag: control flow, I/O, shared
+state) runs on the run's own thread once nothing else is running, as under `simple`.
+Every op runs with the same inputs as under `simple` and each kernel is
+deterministic, so results are those of `simple` with each chain's team size fixed at
+plan time (the GEMMs' column blocks follow the team size: a branch's GEMMs may round
+differently from the same GEMMs on the whole team).
+
+Failure: the first failing chain's error (naming its op, as the serial plan does)
+is raised after the chains in flight have finished; no new chain starts. The
+overlay is dropped and the in-place writes of every chain are undone (inplace.py:
+workers collect their undo records, the run's thread adopts them), so the
+workspace is left as it was. KeyboardInterrupt on the run's thread stops
+scheduling the same way.
+"""
+import queue
+import threading
+
+from .blob_scopes import BlobOverlay
+from .devices import cpu_run_context
+from .inplace import adopt, collect_undo, undo_on_failure
+from . import fp_exceptions, model_trust
+from .net_dag import (DAG_NET_TYPES, BranchGraph, step_work, types_after_run, types_before_run,
+                      worker_count)
+from . import net_dag
+
+_local = threading.local()           # .inside: this thread is running a parallel run or a chain of one
+_pools = {}                          # worker count -> ThreadPoolExecutor, kept for the process
+_pools_lock = threading.Lock()
+
+
+def inside_parallel_run():
+    return getattr(_local, "inside", False)
+
+
+def thread_budget():
+    """Threads caffe2py may keep busy: the kernels' team size (kernels/cpu/runtime/threads.py)."""
+    from .kernels.cpu.runtime.threads import num_threads
+    return num_threads()
+
+
+def _pool(workers):
+    with _pools_lock:
+        pool = _pools.get(workers)
+        if pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            pool = _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="caffe2py-branch")
+        return pool
+
+
+def _on_cpu(step):
+    from .registry import CPU
+    op = step.op_def
+    return not op.HasField("device_option") or op.device_option.device_type == CPU
+
+
+class BranchSchedule:
+    """A plan's chains and, once decided, their compiled sub-plans.
+
+    `active`: None until the first run decides, then True (runs go parallel) or False.
+    `stats`: parallel runs, and chains and ops run on worker threads."""
+
+    def __init__(self, plan, make_plan, workers):
+        self.plan = plan
+        self.make_plan = make_plan       # steps -> a Plan committing to the blobs it is run on
+        self.workers = workers
+        self.graph = BranchGraph(plan.steps)
+        self.active = None
+        self.chain_plans = None
+        self.overlap_work = None
+        self.stats = {"parallel_runs": 0, "worker_chains": 0, "worker_ops": 0}
+
+    def decide_early(self, blob_values):
+        """At compile time: go parallel now when the workspace's values of the blobs the
+        net reads, carried through shape inference, already show enough work overlapping
+        (a net run once, RunNetOnce, runs in parallel too). Otherwise the first run decides."""
+        type_of = types_before_run(self.plan.net_def, blob_values, self.plan.reads)
+        if type_of is not None and self._pays(type_of):
+            self._activate()
+
+    def decide(self, blobs):
+        """After the plan's first successful run: go parallel when enough work overlaps."""
+        if self._pays(types_after_run(blobs)):
+            self._activate()
+        else:
+            self.active = False
+
+    def _pays(self, type_of):
+        work = [step_work(s, type_of) for s in self.plan.steps]
+        self.overlap_work = self.graph.overlap_work(work)
+        return self.overlap_work >= net_dag.MIN_OVERLAP_WORK and self.overlap_work > 0
+
+    def _activate(self):
+        self.chain_plans = [self.make_plan([self.plan.steps[j] for j in chain]) for chain in self.graph.chains]
+        self.active = True
+
+    def run(self, blobs):
+        """One parallel run against blobs; OperatorError (the first failing op) with
+        blobs untouched on failure."""
+        plan = self.plan
+        overlay = BlobOverlay(blobs)
+        trust = model_trust.enter(plan.policy) if plan.policy is not None else None
+        try:
+            with cpu_run_context(), undo_on_failure(), fp_exceptions.run_context():
+                self._execute(overlay)
+        finally:
+            if trust is not None:
+                model_trust.leave(trust)
+        overlay.commit(plan.keep)
+        self.stats["parallel_runs"] += 1
+
+    def _execute(self, overlay):
+        graph = self.graph
+        workers = self.workers
+        budget = thread_budget()
+        team = max(1, budget // workers)    # a chain that may run beside others
+        pool = _pool(workers)
+        done = queue.SimpleQueue()
+        waiting = [len(ps) for ps in graph.chain_parents]
+        ready = [c for c, n in enumerate(waiting) if n == 0]
+        in_flight = 0
+        failure = None
+        policy = self.plan.policy
+        _local.inside = True
+        try:
+            while True:
+                while ready and failure is None and in_flight < workers:
+                    if graph.chain_ordered[ready[0]] and in_flight:
+                        break               # a barrier: never beside another chain
+                    chain = ready.pop(0)
+                    if not graph.chain_ordered[chain] and _submitted(
+                            pool, self._run_chain, chain, overlay,
+                            budget if graph.chain_alone[chain] else team, policy, done):
+                        in_flight += 1
+                        continue
+                    # a barrier's chain, or the pool is shut down (interpreter exit): here
+                    failure = self._run_inline(chain, overlay)
+                    if failure is None:
+                        self._finished(chain, ready, waiting)
+                if not in_flight:
+                    break
+                try:
+                    chain, records, error = done.get()
+                except BaseException as exc:    # KeyboardInterrupt: stop scheduling, let the chains in flight end
+                    failure = failure or exc
+                    continue
+                in_flight -= 1
+                adopt(records)
+                if error is not None:
+                    failure = failure or error
+                    continue
+                self.stats["worker_chains"] += 1
+                self.stats["worker_ops"] += len(graph.chains[chain])
+                self._finished(chain, ready, waiting)
+        finally:
+            _local.inside = False
+        if failure is not None:
+            raise failure
+
+    def _finished(self, chain, ready, waiting):
+        for child in self.graph.chain_children[chain]:
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                ready.append(child)
+        ready.sort()        # program order among the chains ready to start
+
+    def _run_inline(self, chain, overlay):
+        """Run a chain holding a barrier op (control flow, I/O, shared state) on the run's
+        own thread, inside the run's contexts, as the serial plan would: the error, or None."""
+        sub = self.chain_plans[chain]
+        try:
+            sub._runner(overlay)
+        except Exception as exc:  # noqa: BLE001 - raised by _execute once nothing is in flight
+            return sub._explain(exc)
+        return None
+
+    def _run_chain(self, chain, overlay, team, policy, done):
+        from .kernels.cpu.runtime.jit import team_limit
+        sub = self.chain_plans[chain]
+        _local.inside = True
+        trust = model_trust.enter(policy) if policy is not None else None
+        undo = collect_undo()
+        try:
+            with team_limit(team), cpu_run_context(), undo, fp_exceptions.run_context():
+                sub._runner(overlay)
+            done.put((chain, undo.records, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the run's thread, which raises it
+            done.put((chain, [], sub._explain(exc) if isinstance(exc, Exception) else exc))
+        finally:
+            if trust is not None:
+                model_trust.leave(trust)
+            _local.inside = False
+
+
+def _submitted(pool, *call):
+    try:
+        pool.submit(*call)
+    except RuntimeError:        # "cannot schedule new futures after interpreter shutdown"
+        return False
+    return True
+
+
+def branch_schedule(plan, make_plan, blob_values=None):
+    """The BranchSchedule of a plan that may run its branches in parallel, else None
+    (blob_values: the workspace's values at compile time, for an early decision)."""
+    net_def = plan.net_def
+    if net_def.type not in DAG_NET_TYPES:
+        return None
+    workers = min(worker_count(net_def), thread_budget())
+    if workers < 2 or len(plan.steps) < 2:
+        return None
+    if not all(_on_cpu(m) for s in plan.steps for m in (getattr(s, "members", None) or (s,))):
+        return None     # device contexts (CUDA) are per thread: GPU nets stay on the run's thread
+    schedule = BranchSchedule(plan, make_plan, workers)
+    if not schedule.graph.width_possible():
+        return None
+    schedule.decide_early(blob_values)
+    return schedule
