@@ -16,6 +16,7 @@ then runs the generic loop, which also gives the errors for bad inputs.
 """
 import numpy as np
 
+from caffe2py.kernels.cpu.math import gemm
 from caffe2py.kernels.cpu.rnn import fused_gru
 from caffe2py.kernels.cpu.rnn import fused_lstm as K
 
@@ -86,6 +87,15 @@ def lstm_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_ba
 milstm_forward = lstm_forward         # the plan's `mi` says which
 
 
+class FusedLSTMStackRecord:
+    """What a fused stacked forward keeps for its gradient: per layer (bottom first) its
+    input projection x, recurrent weight w, states hs / cs and per-step gates."""
+    __slots__ = ("plan", "layers", "seq")
+
+    def __init__(self, plan, layers, seq):
+        self.plan, self.layers, self.seq = plan, layers, seq
+
+
 def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
     """Stacked layers one after the other over the whole sequence: layer l's input
     projection of layer l - 1's states is one product over all steps."""
@@ -109,25 +119,74 @@ def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, 
             if not (_float32(wi) and _float32(bi) and wi.shape == (4 * d, d_in) and bi.shape == (4 * d,)):
                 return None
         d_in = d
-    layer_inputs, saved = [], []
+    layers, seq = [], None
     for l, (layer, (hs, cs)) in enumerate(zip(plan.layers, states)):
         if l == 0:
             proj = np.ascontiguousarray(x)
         else:
             wi, bi = (inputs[k] for k in plan.i2h_params[l - 1])
-            prev = states[l - 1][0]
-            proj = (prev[1:].reshape(steps * batch, -1) @ wi.T + bi).reshape(steps, batch, -1)
+            below = states[l - 1][0][1:].reshape(steps * batch, -1)
+            proj = gemm.fc(below, np.ascontiguousarray(wi), bi).reshape(steps, batch, -1)
         w, b, seq = _lstm_layer_ok(layer, inputs, proj, hs, cs)
-        saved.append(K.lstm_sequence(proj, w, b, hs, cs, seq, layer.forget_bias, layer.drop_states)[0])
-        layer_inputs.append(proj)
+        gates = K.lstm_sequence(proj, w, b, hs, cs, seq, layer.forget_bias, layer.drop_states)[0]
+        layers.append((proj, w, hs, cs, gates))
 
     def fill():
-        for l, layer in enumerate(plan.layers):
-            hs, cs = states[l]
-            _fill_step_workspaces(layer, layer_inputs[l], hs, cs, saved[l], step_workspaces, timestep,
-                                  has_backward)
-    scratch.set_fused(None, fill)
+        for layer, (proj, _, hs, cs, gates) in zip(plan.layers, layers):
+            _fill_step_workspaces(layer, proj, hs, cs, gates, step_workspaces, timestep, has_backward)
+    scratch.set_fused(FusedLSTMStackRecord(plan, layers, seq), fill)
     return True
+
+
+def lstm_stack_backward(record, roles, inputs, n_go, per_step, last_step, states, state_inputs, blobs,
+                        input_grad_name):
+    """lstm_backward for a stack, layer by layer from the top: each layer's backward
+    through time (lstm_sequence_gradient), then its input projection's gradient as
+    whole-sequence products: dW_i2h, db_i2h, and the lower layer's hidden-state
+    gradient at steps 1..T (added to what arrives from outside before that layer runs)."""
+    plan, layers = record.plan, record.layers
+    x = layers[0][0]
+    forward_x = inputs[n_go]
+    if not isinstance(forward_x, np.ndarray) or forward_x.shape != x.shape:
+        return None
+    if sorted(states) != sorted(n for layer in plan.layers for n in (layer.h_states, layer.c_states)):
+        return None
+    grads = {}
+    for layer, (_, _, hs, cs, _) in zip(plan.layers, layers):
+        if blobs.get(layer.h_states) is not hs or blobs.get(layer.c_states) is not cs:
+            return None             # the states were replaced since: the generic path reads them
+        layer_grads = _state_grads(hs, inputs, [layer.h_states, layer.c_states], per_step, last_step)
+        if layer_grads is None:
+            return None
+        grads.update(layer_grads)
+    steps, batch = x.shape[0], x.shape[1]
+    by_role = {}
+    input_grad = None
+    for l in range(len(layers) - 1, -1, -1):
+        layer = plan.layers[l]
+        proj, w, hs, cs, gates = layers[l]
+        dgates, _, dw, db = K.lstm_sequence_gradient(w, hs, cs, gates, record.seq, layer.forget_bias,
+                                                     layer.drop_states, grads[layer.h_states],
+                                                     grads[layer.c_states])
+        by_role[l, "weight"], by_role[l, "bias"] = dw, db
+        if l == 0:
+            input_grad = dgates
+            break
+        # the projection FC(h_{l-1}, W_i2h, b_i2h) feeding this layer's gates at every step
+        flat = dgates.reshape(steps * batch, -1)
+        below = plan.layers[l - 1]
+        below_h = layers[l - 1][2][1:].reshape(steps * batch, -1)
+        wi = np.ascontiguousarray(inputs[n_go + plan.i2h_params[l - 1][0]])
+        by_role[l, "i2h_weight"] = gemm.matmul(flat.T, below_h)
+        by_role[l, "i2h_bias"] = flat.sum(axis=0)
+        grads[below.h_states][1:] += gemm.matmul(flat, wi).reshape(steps, batch, -1)
+    for name, g in grads.items():
+        blobs[name + "_grad"] = g
+    blobs[input_grad_name] = input_grad
+    outputs = [input_grad]
+    for k, role in roles:
+        outputs.append(by_role[role].reshape(np.shape(inputs[n_go + k])))
+    return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
 
 
 def _fill_step_workspaces(plan, x, hs, cs, gates, step_workspaces, timestep, has_backward, pre=None, mi=None):

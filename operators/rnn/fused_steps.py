@@ -234,11 +234,11 @@ def recognise_milstm_backward(plan, step_def, backward_links, params, param_grad
 class LSTMStackPlan:
     """Stacked LSTM layers in one step net (rnn_cell's MultiRNNCell without residual
     layers): layer l > 0 projects layer l - 1's new hidden state with its own FC
-    (`i2h`, op inputs `i2h_params`) before its recurrent FC."""
-    __slots__ = ("layers", "i2h", "i2h_params")
+    (`i2h`, op inputs `i2h_params`, weight names `i2h_weights`) before its recurrent FC."""
+    __slots__ = ("layers", "i2h", "i2h_params", "i2h_weights")
 
-    def __init__(self, layers, i2h, i2h_params):
-        self.layers, self.i2h, self.i2h_params = layers, i2h, i2h_params
+    def __init__(self, layers, i2h, i2h_params, i2h_weights):
+        self.layers, self.i2h, self.i2h_params, self.i2h_weights = layers, i2h, i2h_params, i2h_weights
 
     @property
     def h_states(self):
@@ -279,7 +279,7 @@ def recognise_lstm_stack(step_def, links, states, state_inputs, timestep, op_inp
     step_blobs += i2h + [layers[0].input_t]
     if len(set(step_blobs)) != len(step_blobs):
         return None
-    return LSTMStackPlan(layers, i2h, i2h_params)
+    return LSTMStackPlan(layers, i2h, i2h_params, [proj.input[1] for proj in ops[3::4]])
 
 
 def recognise_lstm_backward(plan, step_def, backward_links, params, param_grads, input_grad):
@@ -476,9 +476,85 @@ def recognise_gru_backward(plan, step_def, backward_links, params, param_grads, 
     return roles
 
 
+def _stack_layer_backward(layer, ops, link):
+    """Checks one layer's LSTMUnitGradient, FCGradient and Sum of a stacked backward step
+    net (as recognise_lstm_backward does for a single layer); returns
+    (gates_grad, weight_grad, bias_grad, backward links) or None."""
+    unit, fcg, add = ops
+    if [op.type for op in ops] != ["LSTMUnitGradient", "FCGradient", "Sum"]:
+        return None
+    head = [layer.h_prev, layer.c_prev, layer.gates] + ([None] if layer.seq is not None else [])
+    if len(unit.input) != len(head) + 5 or _args(unit) != layer.unit_args or len(unit.output) != 3:
+        return None
+    if [b for b, want in zip(unit.input, head) if want is not None] != [b for b in head if b is not None]:
+        return None
+    if list(unit.input[len(head) + 1:len(head) + 3]) != [layer.h, layer.c]:
+        return None
+    h_grad, c_grad = unit.input[-2], unit.input[-1]
+    hp_grad, cp_grad, gates_grad = unit.output
+    if list(fcg.input) != [layer.h_prev, layer.weight_name, gates_grad] or len(fcg.output) != 3:
+        return None
+    w_grad, b_grad, fc_h_grad = fcg.output
+    if sorted(add.input) != sorted([hp_grad, fc_h_grad]) or list(add.output) != [hp_grad]:
+        return None
+    want = {h_grad: (layer.h_states + "_grad", 1), hp_grad: (layer.h_states + "_grad", 0),
+            c_grad: (layer.c_states + "_grad", 1), cp_grad: (layer.c_states + "_grad", 0)}
+    if any(link.get(k) != v for k, v in want.items()):
+        return None
+    return gates_grad, w_grad, b_grad, want
+
+
+def recognise_lstm_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad):
+    """{op input index: (layer, role)} when the backward step net is what recurrent.py
+    derives from plan's stacked step net, else None. Per layer, top first: the layer's
+    LSTMUnitGradient, FCGradient, Sum, then for layers above 0 the input projection's
+    FCGradient (of the lower layer's new hidden state) and the Sum adding its hidden-state
+    gradient to the lower layer's. Roles: 'weight', 'bias', 'i2h_weight', 'i2h_bias'."""
+    forward_outputs = set(plan.i2h)
+    for layer in plan.layers:
+        forward_outputs |= {layer.gates, layer.h, layer.c}
+    ops = [op for op in step_def.op
+           if not (op.type in ("FC", "Sum", "LSTMUnit") and set(op.output) <= forward_outputs)]
+    link = _link_map(backward_links)
+    if link is None or len(ops) != 5 * len(plan.layers) - 2:
+        return None
+    grads, wanted_links, start = {}, {}, 0
+    for l in range(len(plan.layers) - 1, -1, -1):
+        layer = plan.layers[l]
+        found = _stack_layer_backward(layer, ops[start:start + 3], link)
+        if found is None:
+            return None
+        gates_grad, w_grad, b_grad, layer_links = found
+        wanted_links.update(layer_links)
+        grads[layer.weight], grads[layer.bias] = (l, "weight", w_grad), (l, "bias", b_grad)
+        start += 3
+        if l == 0:
+            wanted_links[gates_grad] = (input_grad, 0)
+            continue
+        fcg, add = ops[start:start + 2]
+        start += 2
+        below = plan.layers[l - 1]
+        wi, bi = plan.i2h_params[l - 1]
+        if (fcg.type != "FCGradient" or list(fcg.input) != [below.h, plan.i2h_weights[l - 1], gates_grad]
+                or len(fcg.output) != 3 or add.type != "Sum"):
+            return None
+        below_h_grad = [k for k, v in link.items() if v == (below.h_states + "_grad", 1)]
+        if len(below_h_grad) != 1 or not _sum_ok(add, below_h_grad[0], fcg.output[2], below_h_grad[0]):
+            return None
+        grads[wi], grads[bi] = (l, "i2h_weight", fcg.output[0]), (l, "i2h_bias", fcg.output[1])
+    if (link != wanted_links or not param_grads or len(param_grads) != len(params)
+            or len(grads) != 4 * len(plan.layers) - 2):        # a parameter shared by two roles: generic
+        return None
+    roles = {}
+    for k, name in zip(params, param_grads):
+        if k not in grads or grads[k][2] != name:
+            return None
+        roles[k] = grads[k][:2]
+    return roles
+
+
 RECOGNISE_BACKWARD = {"lstm": recognise_lstm_backward, "gru": recognise_gru_backward,
-                      "milstm": recognise_milstm_backward,
-                      "lstm_stack": lambda *args: None}      # stacked layers: forward only (see docs/rnn.md)
+                      "milstm": recognise_milstm_backward, "lstm_stack": recognise_lstm_stack_backward}
 
 
 def recognise(step_def, links, states, state_inputs, timestep, op_inputs):
