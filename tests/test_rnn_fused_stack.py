@@ -193,3 +193,108 @@ def test_stacked_lstm_matches_torch(fused_calls):
     for layer in range(2):
         close(grads[core.BlobReference("h%d" % layer)], h0t.grad[layer:layer + 1].numpy())
         close(grads[core.BlobReference("c%d" % layer)], c0t.grad[layer:layer + 1].numpy())
+
+
+def _bidirectional_encoder(model, inputs, lengths, initial, din, dims, use_attention):
+    """Caffe2's seq2seq_util.rnn_bidirectional_encoder, written with the public API (and
+    any number of layers): an LSTM over the input, another over ReversePackedSegs(input)
+    whose outputs are reversed back, both concatenated on the feature axis; both
+    directions start from the same initial states."""
+    with_grads = [0] if use_attention else [1, 3]
+    out_fw, last_h_fw, _, last_c_fw = rnn_cell.LSTM(model, inputs, lengths, initial, din, dims,
+                                                    scope="forward_encoder", outputs_with_grads=with_grads)
+    reversed_inputs = model.net.ReversePackedSegs([inputs, lengths], ["reversed_embedded_inputs"])
+    out_bw, last_h_bw, _, last_c_bw = rnn_cell.LSTM(model, reversed_inputs, lengths, initial, din, dims,
+                                                    scope="backward_encoder", outputs_with_grads=with_grads)
+    out_bw = model.net.ReversePackedSegs([out_bw, lengths], ["outputs_bw"])
+    outputs, _ = model.net.Concat([out_fw, out_bw], ["outputs", "outputs_dim"], axis=2)
+    last_h, _ = model.net.Concat([last_h_fw, last_h_bw], ["final_hidden_state", "final_hidden_state_dim"], axis=2)
+    last_c, _ = model.net.Concat([last_c_fw, last_c_bw], ["final_cell_state", "final_cell_state_dim"], axis=2)
+    return outputs, last_h, last_c
+
+
+@pytest.mark.parametrize("dims,use_attention", [([8], True), ([8], False), ([6, 9], True), ([7, 5, 6], False)])
+def test_bidirectional_encoder_fused_matches_generic(monkeypatch, fused_calls, dims, use_attention):
+    """Each direction's RecurrentNetwork runs fused forward and backward (variable lengths,
+    [D] initial states as in seq2seq, random here, shared by both directions)."""
+    rng = np.random.default_rng(31 + len(dims))
+    t, n, din = 6, 4, 5
+    workspace.FeedBlob("input", rng.standard_normal((t, n, din)).astype(np.float32))
+    workspace.FeedBlob("lengths", np.array([6, 3, 1, 4], np.int32))
+    model = model_helper.ModelHelper(name="bidir")
+    initial = []
+    for k, d in enumerate(dims):
+        for state in ("h", "c"):
+            initial.append(model.param_init_net.GaussianFill([], "init_%s%d" % (state, k), shape=[d]))
+    outputs, last_h, last_c = _bidirectional_encoder(model, "input", "lengths", initial, din, dims, use_attention)
+    with_grads = [outputs] if use_attention else [last_h, last_c]
+    generic, fused = _run_both(monkeypatch, model, [outputs, last_h, last_c], with_grads, rng)
+    kind = "lstm" if len(dims) == 1 else "lstm_stack"
+    # per direction: the forward-only run and the training run forward, one backward
+    assert fused_calls == {kind + "_forward": 4, kind + "_backward": 2}
+    assert all("grad:" + name in fused for name in [str(p) for p in model.params + initial] + ["input"])
+    _assert_same(generic, fused, tol=1e-5)
+
+
+@pytest.mark.parametrize("use_attention", [True, False])
+def test_bidirectional_encoder_matches_torch(fused_calls, use_attention):
+    """The bidirectional encoder is torch.nn.LSTM(bidirectional=True) on packed sequences:
+    outputs, final states and the gradients of both directions' weights, the input and
+    the shared [D] initial states (their gradient sums both directions and the batch).
+    The loss reads what the encoder's outputs_with_grads pass on: the all-step outputs
+    with attention, else the final hidden and cell states."""
+    torch = pytest.importorskip("torch")
+    t, n, din, h = 6, 3, 4, 10
+    lengths = np.array([6, 2, 4], np.int32)
+    mask = (np.arange(t)[:, None] < lengths[None, :])[:, :, None].astype(np.float32)
+    rng = np.random.default_rng(41)
+    x = rng.standard_normal((t, n, din)).astype(np.float32)
+    init_h, init_c = (rng.standard_normal(h).astype(np.float32) for _ in range(2))
+    r_all = rng.standard_normal((t, n, 2 * h)).astype(np.float32) * mask
+    r_h, r_c = (rng.standard_normal((1, n, 2 * h)).astype(np.float32) for _ in range(2))
+    for name, value in (("input", x), ("lengths", lengths), ("init_h", init_h), ("init_c", init_c),
+                        ("g_all", r_all), ("g_h", r_h), ("g_c", r_c)):
+        workspace.FeedBlob(name, value)
+    model = model_helper.ModelHelper(name="bidir_torch")
+    outputs, last_h, last_c = _bidirectional_encoder(model, "input", "lengths", ["init_h", "init_c"], din, [h],
+                                                     use_attention=use_attention)
+    grads = model.net.AddGradientOperators({outputs: "g_all"} if use_attention
+                                           else {last_h: "g_h", last_c: "g_c"})
+    workspace.RunNetOnce(model.param_init_net)
+    ref = torch.nn.LSTM(din, h, bidirectional=True)
+
+    def reorder(w):                       # torch's gates i, f, g, o -> Caffe2's i, f, o, g
+        i, f, g, o = np.split(w.detach().numpy(), 4, axis=0)
+        return np.concatenate([i, f, o, g], axis=0)
+    blobs = {}
+    for scope, suffix in (("forward_encoder", ""), ("backward_encoder", "_reverse")):
+        for blob, p in (("i2h_w", "weight_ih_l0"), ("i2h_b", "bias_ih_l0"), ("gates_t_w", "weight_hh_l0"),
+                        ("gates_t_b", "bias_hh_l0")):
+            blobs[scope + "/" + blob] = getattr(ref, p + suffix)
+    for blob, p in blobs.items():
+        workspace.FeedBlob(blob, reorder(p))
+    workspace.RunNetOnce(model.net)
+    assert fused_calls == {"lstm_forward": 2, "lstm_backward": 2}
+    xt = torch.from_numpy(x).requires_grad_()
+    h0t, c0t = (torch.from_numpy(v).requires_grad_() for v in (init_h, init_c))
+    packed = torch.nn.utils.rnn.pack_padded_sequence(xt, torch.from_numpy(lengths.astype(np.int64)),
+                                                     enforce_sorted=False)
+    y, (hn, cn) = ref(packed, (h0t.expand(2, n, h).contiguous(), c0t.expand(2, n, h).contiguous()))
+    y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, total_length=t)
+    hn_cat, cn_cat = (torch.cat([v[0], v[1]], dim=1)[None] for v in (hn, cn))
+    if use_attention:
+        (y * torch.from_numpy(r_all)).sum().backward()
+    else:
+        ((hn_cat * torch.from_numpy(r_h)).sum() + (cn_cat * torch.from_numpy(r_c)).sum()).backward()
+
+    def close(name, expected, scale=1.0):
+        np.testing.assert_allclose(workspace.FetchBlob(name) * scale, expected, rtol=1e-5, atol=1e-5,
+                                   err_msg=str(name))
+    close(outputs, y.detach().numpy(), mask)   # rows past their length: ours repeat the state, torch pads 0
+    close(last_h, hn_cat.detach().numpy())
+    close(last_c, cn_cat.detach().numpy())
+    for blob, p in blobs.items():
+        close(grads[core.BlobReference(blob)], reorder(p.grad))
+    close(grads[core.BlobReference("input")], xt.grad.numpy())
+    close(grads[core.BlobReference("init_h")], h0t.grad.numpy())
+    close(grads[core.BlobReference("init_c")], c0t.grad.numpy())
