@@ -89,11 +89,11 @@ milstm_forward = lstm_forward         # the plan's `mi` says which
 
 class FusedLSTMStackRecord:
     """What a fused stacked forward keeps for its gradient: per layer (bottom first) its
-    input projection x, recurrent weight w, states hs / cs and per-step gates."""
-    __slots__ = ("plan", "layers", "seq")
+    input projection x, recurrent weight w, states hs / cs, per-step gates and lengths."""
+    __slots__ = ("plan", "layers")
 
-    def __init__(self, plan, layers, seq):
-        self.plan, self.layers, self.seq = plan, layers, seq
+    def __init__(self, plan, layers):
+        self.plan, self.layers = plan, layers
 
 
 def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
@@ -119,7 +119,7 @@ def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, 
             if not (_float32(wi) and _float32(bi) and wi.shape == (4 * d, d_in) and bi.shape == (4 * d,)):
                 return None
         d_in = d
-    layers, seq = [], None
+    layers = []
     for l, (layer, (hs, cs)) in enumerate(zip(plan.layers, states)):
         if l == 0:
             proj = np.ascontiguousarray(x)
@@ -129,12 +129,12 @@ def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, 
             proj = gemm.fc(below, np.ascontiguousarray(wi), bi).reshape(steps, batch, -1)
         w, b, seq = _lstm_layer_ok(layer, inputs, proj, hs, cs)
         gates = K.lstm_sequence(proj, w, b, hs, cs, seq, layer.forget_bias, layer.drop_states)[0]
-        layers.append((proj, w, hs, cs, gates))
+        layers.append((proj, w, hs, cs, gates, seq))
 
     def fill():
-        for layer, (proj, _, hs, cs, gates) in zip(plan.layers, layers):
+        for layer, (proj, _, hs, cs, gates, _) in zip(plan.layers, layers):
             _fill_step_workspaces(layer, proj, hs, cs, gates, step_workspaces, timestep, has_backward)
-    scratch.set_fused(FusedLSTMStackRecord(plan, layers, seq), fill)
+    scratch.set_fused(FusedLSTMStackRecord(plan, layers), fill)
     return True
 
 
@@ -152,7 +152,7 @@ def lstm_stack_backward(record, roles, inputs, n_go, per_step, last_step, states
     if sorted(states) != sorted(n for layer in plan.layers for n in (layer.h_states, layer.c_states)):
         return None
     grads = {}
-    for layer, (_, _, hs, cs, _) in zip(plan.layers, layers):
+    for layer, (_, _, hs, cs, _, _) in zip(plan.layers, layers):
         if blobs.get(layer.h_states) is not hs or blobs.get(layer.c_states) is not cs:
             return None             # the states were replaced since: the generic path reads them
         layer_grads = _state_grads(hs, inputs, [layer.h_states, layer.c_states], per_step, last_step)
@@ -160,12 +160,16 @@ def lstm_stack_backward(record, roles, inputs, n_go, per_step, last_step, states
             return None
         grads.update(layer_grads)
     steps, batch = x.shape[0], x.shape[1]
+    for l in range(1, len(layers)):             # the projections' weights, as the forward checked them
+        wi = inputs[n_go + plan.i2h_params[l - 1][0]]
+        if not _float32(wi) or wi.shape != (layers[l][0].shape[2], layers[l - 1][2].shape[2]):
+            return None
     by_role = {}
     input_grad = None
     for l in range(len(layers) - 1, -1, -1):
         layer = plan.layers[l]
-        proj, w, hs, cs, gates = layers[l]
-        dgates, _, dw, db = K.lstm_sequence_gradient(w, hs, cs, gates, record.seq, layer.forget_bias,
+        _, w, hs, cs, gates, seq = layers[l]
+        dgates, _, dw, db = K.lstm_sequence_gradient(w, hs, cs, gates, seq, layer.forget_bias,
                                                      layer.drop_states, grads[layer.h_states],
                                                      grads[layer.c_states])
         by_role[l, "weight"], by_role[l, "bias"] = dw, db
