@@ -9,7 +9,7 @@ from caffe2py import core, model_helper, rnn_cell, workspace
 from caffe2py.kernels.cpu.rnn import fused_lstm
 from caffe2py.operators.rnn import fused_run
 
-from test_rnn_fused import _assert_same, _randomise_params, _run_both
+from test_rnn_fused import _assert_same, _run_both
 
 if getattr(core, "GradientRegistry", None) is None:
     pytest.skip("needs the gradient registry (core.GradientRegistry)", allow_module_level=True)
@@ -57,26 +57,29 @@ def _feed_stack(rng, t, n, din, dims, lengths, init_shape=None):
     return initial
 
 
-@pytest.mark.parametrize("t,n,din,dims,lengths,forget_bias,drop_states,memopt", [
-    (5, 3, 4, [6, 6], [5, 1, 3], 0.0, False, False),
-    (6, 2, 5, [12, 8, 9], None, 1.0, False, False),            # 3 layers, every dim different
-    (4, 4, 3, [9, 5], [4, 0, 2, 3], 0.5, True, False),          # drop_states, a zero length
-    (6, 1, 4, [7, 10], [4], 1.0, False, False),                 # N = 1 (GEMV in the kernels)
-    (5, 3, 4, [8, 6, 7], [5, 2, 4], 0.0, False, True),          # memory_optimization (recomputed forward)
+@pytest.mark.parametrize("cell,t,n,din,dims,lengths,forget_bias,drop_states,memopt", [
+    ("LSTM", 5, 3, 4, [6, 6], [5, 1, 3], 0.0, False, False),
+    ("LSTM", 6, 2, 5, [12, 8, 9], None, 1.0, False, False),            # 3 layers, every dim different
+    ("LSTM", 4, 4, 3, [9, 5], [4, 0, 2, 3], 0.5, True, False),          # drop_states, a zero length
+    ("LSTM", 6, 1, 4, [7, 10], [4], 1.0, False, False),                 # N = 1 (GEMV in the kernels)
+    ("LSTM", 5, 3, 4, [8, 6, 7], [5, 2, 4], 0.0, False, True),          # memory_optimization (recomputed forward)
+    ("MILSTM", 5, 3, 4, [6, 9], [5, 1, 3], 0.5, False, False),
+    ("MILSTM", 4, 2, 3, [8, 5, 7], None, 0.0, True, True),
 ])
-def test_stacked_lstm_training_fused_matches_generic(monkeypatch, fused_calls, t, n, din, dims, lengths,
+def test_stacked_lstm_training_fused_matches_generic(monkeypatch, fused_calls, cell, t, n, din, dims, lengths,
                                                      forget_bias, drop_states, memopt):
     rng = np.random.default_rng(t * 100 + sum(dims))
     initial = _feed_stack(rng, t, n, din, dims, lengths)
     model = model_helper.ModelHelper(name="stack")
-    out = rnn_cell.LSTM(model, "input", "seq_lengths" if lengths is not None else None, initial, din, dims,
-                        scope="stack", outputs_with_grads=(0, 1, 3), forget_bias=forget_bias,
-                        drop_states=drop_states, memory_optimization=memopt)
+    out = getattr(rnn_cell, cell)(model, "input", "seq_lengths" if lengths is not None else None, initial, din,
+                                  dims, scope="stack", outputs_with_grads=(0, 1, 3), forget_bias=forget_bias,
+                                  drop_states=drop_states, memory_optimization=memopt)
     generic, fused = _run_both(monkeypatch, model, out, [out[0], out[1], out[3]], rng)
     # generic run: none; fused: the forward-only run and the training net's forward and backward
     assert fused_calls == {"lstm_stack_forward": 2, "lstm_stack_backward": 1}
     wanted = [str(p) for p in model.params] + initial + ["input"]
-    assert len(model.params) == 4 * len(dims) and all("grad:" + name in fused for name in wanted)
+    per_layer = 4 if cell == "LSTM" else 8         # i2h and recurrent W, b (MILSTM: alpha, beta1, beta2, b)
+    assert len(model.params) == per_layer * len(dims) and all("grad:" + name in fused for name in wanted)
     _assert_same(generic, fused, tol=1e-5)
 
 

@@ -14,6 +14,8 @@ Both functions return None when the run's values are outside what the kernel doe
 (float16, initial states of several steps, non-integer lengths, ...); the caller
 then runs the generic loop, which also gives the errors for bad inputs.
 """
+import collections
+
 import numpy as np
 
 from caffe2py.kernels.cpu.math import gemm
@@ -70,12 +72,9 @@ def lstm_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_ba
     if ok is None:
         return None
     w, b, seq = ok
-    mi = None
-    if plan.mi is not None:
-        mi = tuple(inputs[plan.mi["params"][role]] for role in ("alpha", "beta1", "beta2", "bias2"))
-        if not all(_float32(v) and v.shape == b.shape for v in mi):
-            return None
-        mi = tuple(np.ascontiguousarray(v) for v in mi)
+    mi = _milstm_values(plan, inputs, b)
+    if mi is False:
+        return None
     x = np.ascontiguousarray(x)
     gates, pre = K.lstm_sequence(x, w, b, hs, cs, seq, plan.forget_bias, plan.drop_states, mi)
     scratch.set_fused(FusedLSTMRecord(plan, x, w, hs, cs, gates, seq, pre, mi),
@@ -87,13 +86,39 @@ def lstm_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_ba
 milstm_forward = lstm_forward         # the plan's `mi` says which
 
 
+def _milstm_values(plan, inputs, b):
+    """MILSTM's (alpha, beta1, beta2, bias2) as the kernel takes them, None for an LSTM,
+    False when they do not fit."""
+    if plan.mi is None:
+        return None
+    mi = tuple(inputs[plan.mi["params"][role]] for role in ("alpha", "beta1", "beta2", "bias2"))
+    if not all(_float32(v) and v.shape == b.shape for v in mi):
+        return False
+    return tuple(np.ascontiguousarray(v) for v in mi)
+
+
+def _milstm_input_grads(dgates, x, pre, mi):
+    """MILSTM's ElementwiseLinear and Mul gradients summed over all steps: the gradient
+    of the layer input x and {role: gradient} of alpha, beta1, beta2, bias2."""
+    alpha, beta1, beta2, bias2 = mi
+    d_scaled = dgates * pre
+    input_grad = dgates * beta2 + d_scaled * alpha
+    return input_grad, dict(alpha=(d_scaled * x).sum(axis=(0, 1)), beta1=d_scaled.sum(axis=(0, 1)),
+                            beta2=(dgates * x).sum(axis=(0, 1)), bias2=dgates.sum(axis=(0, 1)))
+
+
 class FusedLSTMStackRecord:
-    """What a fused stacked forward keeps for its gradient: per layer (bottom first) its
-    input projection x, recurrent weight w, states hs / cs, per-step gates and lengths."""
+    """What a fused stacked forward keeps for its gradient: a StackLayerRecord per layer,
+    bottom first."""
     __slots__ = ("plan", "layers")
 
     def __init__(self, plan, layers):
         self.plan, self.layers = plan, layers
+
+
+# one layer of a fused stacked run: its input projection x, recurrent weight w, states
+# hs / cs, per-step gates, lengths, and for MILSTM pre (h @ w^T + b per step) and mi
+StackLayerRecord = collections.namedtuple("StackLayerRecord", "x w hs cs gates seq pre mi")
 
 
 def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
@@ -112,7 +137,8 @@ def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, 
             return None
         d = hs.shape[2]
         shape = x.shape if l == 0 else (steps, batch, 4 * d)
-        if _lstm_layer_ok(layer, inputs, np.empty(shape, np.float32) if l else x, hs, cs) is None:
+        ok = _lstm_layer_ok(layer, inputs, np.empty(shape, np.float32) if l else x, hs, cs)
+        if ok is None or _milstm_values(layer, inputs, ok[1]) is False:
             return None
         if l:
             wi, bi = (inputs[k] for k in plan.i2h_params[l - 1])
@@ -128,12 +154,14 @@ def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, 
             below = states[l - 1][0][1:].reshape(steps * batch, -1)
             proj = gemm.fc(below, np.ascontiguousarray(wi), bi).reshape(steps, batch, -1)
         w, b, seq = _lstm_layer_ok(layer, inputs, proj, hs, cs)
-        gates = K.lstm_sequence(proj, w, b, hs, cs, seq, layer.forget_bias, layer.drop_states)[0]
-        layers.append((proj, w, hs, cs, gates, seq))
+        mi = _milstm_values(layer, inputs, b)
+        gates, pre = K.lstm_sequence(proj, w, b, hs, cs, seq, layer.forget_bias, layer.drop_states, mi)
+        layers.append(StackLayerRecord(proj, w, hs, cs, gates, seq, pre, mi))
 
     def fill():
-        for layer, (proj, _, hs, cs, gates, _) in zip(plan.layers, layers):
-            _fill_step_workspaces(layer, proj, hs, cs, gates, step_workspaces, timestep, has_backward)
+        for layer, r in zip(plan.layers, layers):
+            _fill_step_workspaces(layer, r.x, r.hs, r.cs, r.gates, step_workspaces, timestep, has_backward,
+                                  pre=r.pre, mi=r.mi)
     scratch.set_fused(FusedLSTMStackRecord(plan, layers), fill)
     return True
 
@@ -145,41 +173,45 @@ def lstm_stack_backward(record, roles, inputs, n_go, per_step, last_step, states
     whole-sequence products: dW_i2h, db_i2h, and the lower layer's hidden-state
     gradient at steps 1..T (added to what arrives from outside before that layer runs)."""
     plan, layers = record.plan, record.layers
-    x = layers[0][0]
+    x = layers[0].x
     forward_x = inputs[n_go]
     if not isinstance(forward_x, np.ndarray) or forward_x.shape != x.shape:
         return None
     if sorted(states) != sorted(n for layer in plan.layers for n in (layer.h_states, layer.c_states)):
         return None
     grads = {}
-    for layer, (_, _, hs, cs, _, _) in zip(plan.layers, layers):
-        if blobs.get(layer.h_states) is not hs or blobs.get(layer.c_states) is not cs:
+    for layer, r in zip(plan.layers, layers):
+        if blobs.get(layer.h_states) is not r.hs or blobs.get(layer.c_states) is not r.cs:
             return None             # the states were replaced since: the generic path reads them
-        layer_grads = _state_grads(hs, inputs, [layer.h_states, layer.c_states], per_step, last_step)
+        layer_grads = _state_grads(r.hs, inputs, [layer.h_states, layer.c_states], per_step, last_step)
         if layer_grads is None:
             return None
         grads.update(layer_grads)
     steps, batch = x.shape[0], x.shape[1]
     for l in range(1, len(layers)):             # the projections' weights, as the forward checked them
         wi = inputs[n_go + plan.i2h_params[l - 1][0]]
-        if not _float32(wi) or wi.shape != (layers[l][0].shape[2], layers[l - 1][2].shape[2]):
+        if not _float32(wi) or wi.shape != (layers[l].x.shape[2], layers[l - 1].hs.shape[2]):
             return None
     by_role = {}
     input_grad = None
     for l in range(len(layers) - 1, -1, -1):
-        layer = plan.layers[l]
-        _, w, hs, cs, gates, seq = layers[l]
-        dgates, _, dw, db = K.lstm_sequence_gradient(w, hs, cs, gates, seq, layer.forget_bias,
+        layer, r = plan.layers[l], layers[l]
+        mi = None if r.mi is None else (r.x, r.mi[0], r.mi[1], r.pre)
+        dgates, _, dw, db = K.lstm_sequence_gradient(r.w, r.hs, r.cs, r.gates, r.seq, layer.forget_bias,
                                                      layer.drop_states, grads[layer.h_states],
-                                                     grads[layer.c_states])
+                                                     grads[layer.c_states], mi)
         by_role[l, "weight"], by_role[l, "bias"] = dw, db
+        layer_input_grad = dgates
+        if mi is not None:
+            layer_input_grad, mi_grads = _milstm_input_grads(dgates, r.x, r.pre, r.mi)
+            by_role.update({(l, role): g for role, g in mi_grads.items()})
         if l == 0:
-            input_grad = dgates
+            input_grad = layer_input_grad
             break
-        # the projection FC(h_{l-1}, W_i2h, b_i2h) feeding this layer's gates at every step
-        flat = dgates.reshape(steps * batch, -1)
+        # the projection FC(h_{l-1}, W_i2h, b_i2h) feeding this layer's input at every step
+        flat = layer_input_grad.reshape(steps * batch, -1)
         below = plan.layers[l - 1]
-        below_h = layers[l - 1][2][1:].reshape(steps * batch, -1)
+        below_h = layers[l - 1].hs[1:].reshape(steps * batch, -1)
         wi = np.ascontiguousarray(inputs[n_go + plan.i2h_params[l - 1][0]])
         by_role[l, "i2h_weight"] = gemm.matmul(flat.T, below_h)
         by_role[l, "i2h_bias"] = flat.sum(axis=0)
@@ -233,12 +265,9 @@ def lstm_backward(record, roles, inputs, n_go, per_step, last_step, states, stat
                                                  plan.drop_states, grads[plan.h_states], grads[plan.c_states], mi)
     by_role = {"weight": dw, "bias": db}
     input_grad = dgates
-    if mi is not None:        # MILSTM: the ElementwiseLinear and Mul gradients, summed over all steps
-        alpha, beta1, beta2, bias2 = record.mi
-        d_scaled = dgates * record.pre
-        input_grad = dgates * beta2 + d_scaled * alpha
-        by_role.update(alpha=(d_scaled * x).sum(axis=(0, 1)), beta1=d_scaled.sum(axis=(0, 1)),
-                       beta2=(dgates * x).sum(axis=(0, 1)), bias2=dgates.sum(axis=(0, 1)))
+    if mi is not None:
+        input_grad, mi_grads = _milstm_input_grads(dgates, x, record.pre, record.mi)
+        by_role.update(mi_grads)
     for name, g in grads.items():
         blobs[name + "_grad"] = g
     blobs[input_grad_name] = input_grad

@@ -145,8 +145,20 @@ def recognise_milstm(step_def, links, states, state_inputs, timestep, op_inputs)
     FC(h_prev) -> pre; ElementwiseLinear(input_t, alpha, beta1) -> scaled;
     Mul(scaled, pre) -> mixed; ElementwiseLinear(input_t, beta2, b) -> input_part;
     Sum(mixed, input_part) -> gates; LSTMUnit. Else None."""
+    link = _link_map(links)
+    if link is None:
+        return None
+    plan = _milstm_layer(list(step_def.op), link, timestep, op_inputs, states, None)
+    if (plan is None or set(link) != {plan.h_prev, plan.h, plan.c_prev, plan.c, plan.input_t}
+            or sorted(states) != sorted([plan.h_states, plan.c_states]) or len(state_inputs) != 2):
+        return None
+    return plan
+
+
+def _milstm_layer(ops, link, timestep, op_inputs, states, input_name):
+    """One MILSTM layer's six ops as an LSTMStepPlan with `mi` (links checked for its own
+    blobs only); its input is the op's input 0 through a link, or the blob input_name."""
     from caffe2py.proto import caffe2_pb2
-    ops = list(step_def.op)
     if [op.type for op in ops] != _MI_TYPES:
         return None
     fc, el1, mul, el2, add, unit = ops
@@ -166,12 +178,8 @@ def recognise_milstm(step_def, links, states, state_inputs, timestep, op_inputs)
     fake_fc.CopyFrom(fc)
     fake_fc.output[:] = [gates]
     fake_sum = caffe2_pb2.OperatorDef(type="Sum", input=[gates, input_t], output=[gates])
-    link = _link_map(links)
-    if link is None:
-        return None
-    plan = _lstm_layer([fake_fc, fake_sum, unit], link, timestep, op_inputs, states, None)
-    if (plan is None or set(link) != {plan.h_prev, plan.h, plan.c_prev, plan.c, plan.input_t}
-            or sorted(states) != sorted([plan.h_states, plan.c_states]) or len(state_inputs) != 2):
+    plan = _lstm_layer([fake_fc, fake_sum, unit], link, timestep, op_inputs, states, input_name)
+    if plan is None:
         return None
     names = [plan.h_prev, plan.c_prev, plan.h, plan.c, gates, input_t, pre, scaled, mixed, part]
     if len(set(names)) != len(names):
@@ -232,9 +240,10 @@ def recognise_milstm_backward(plan, step_def, backward_links, params, param_grad
 
 
 class LSTMStackPlan:
-    """Stacked LSTM layers in one step net (rnn_cell's MultiRNNCell without residual
-    layers): layer l > 0 projects layer l - 1's new hidden state with its own FC
-    (`i2h`, op inputs `i2h_params`, weight names `i2h_weights`) before its recurrent FC."""
+    """Stacked LSTM or MILSTM layers in one step net (rnn_cell's MultiRNNCell without
+    residual layers; every layer of one kind, `layers[l].mi` set for MILSTM): layer l > 0
+    projects layer l - 1's new hidden state with its own FC (`i2h`, op inputs
+    `i2h_params`, weight names `i2h_weights`) before its recurrent FC."""
     __slots__ = ("layers", "i2h", "i2h_params", "i2h_weights")
 
     def __init__(self, layers, i2h, i2h_params, i2h_weights):
@@ -246,16 +255,17 @@ class LSTMStackPlan:
 
 
 def recognise_lstm_stack(step_def, links, states, state_inputs, timestep, op_inputs):
-    """An LSTMStackPlan for a step net of two or more LSTM layers, else None."""
+    """An LSTMStackPlan for a step net of two or more LSTM (or MILSTM) layers, else None."""
     ops = list(step_def.op)
-    if len(ops) < 7 or (len(ops) - 3) % 4:
+    width, layer_fn = (6, _milstm_layer) if [op.type for op in ops[:6]] == _MI_TYPES else (3, _lstm_layer)
+    if len(ops) < 2 * width + 1 or (len(ops) - width) % (width + 1):
         return None
     link = _link_map(links)
     if link is None:
         return None
-    layers = [_lstm_layer(ops[:3], link, timestep, op_inputs, states, None)]
-    i2h, i2h_params = [], []
-    for start in range(3, len(ops), 4):
+    layers = [layer_fn(ops[:width], link, timestep, op_inputs, states, None)]
+    i2h, i2h_params, projections = [], [], ops[width::width + 1]
+    for start in range(width, len(ops), width + 1):
         prev = layers[-1]
         proj = ops[start]
         if prev is None or proj.type != "FC" or not _fc_ok(proj, prev.h):
@@ -265,7 +275,8 @@ def recognise_lstm_stack(step_def, links, states, state_inputs, timestep, op_inp
         if None in params:
             return None
         i2h_params.append(params)
-        layers.append(_lstm_layer(ops[start + 1:start + 4], link, timestep, op_inputs, states, proj.output[0]))
+        layers.append(layer_fn(ops[start + 1:start + 1 + width], link, timestep, op_inputs, states,
+                               proj.output[0]))
     if layers[-1] is None:
         return None
     linked = {layers[0].input_t}
@@ -276,10 +287,11 @@ def recognise_lstm_stack(step_def, links, states, state_inputs, timestep, op_inp
             or len(state_inputs) != len(states) or len(set(i2h)) != len(i2h)):
         return None
     step_blobs = [n for layer in layers for n in (layer.h_prev, layer.h, layer.c_prev, layer.c, layer.gates)]
+    step_blobs += [n for layer in layers if layer.mi for n in (layer.mi[k] for k in ("pre", "scaled", "mixed", "part"))]
     step_blobs += i2h + [layers[0].input_t]
     if len(set(step_blobs)) != len(step_blobs):
         return None
-    return LSTMStackPlan(layers, i2h, i2h_params, [proj.input[1] for proj in ops[3::4]])
+    return LSTMStackPlan(layers, i2h, i2h_params, [proj.input[1] for proj in projections])
 
 
 def recognise_lstm_backward(plan, step_def, backward_links, params, param_grads, input_grad):
@@ -477,12 +489,12 @@ def recognise_gru_backward(plan, step_def, backward_links, params, param_grads, 
 
 
 def _stack_layer_backward(layer, ops, link):
-    """Checks one layer's LSTMUnitGradient, FCGradient and Sum of a stacked backward step
-    net (as recognise_lstm_backward does for a single layer); returns
-    (gates_grad, weight_grad, bias_grad, backward links) or None."""
-    unit, fcg, add = ops
+    """One LSTM layer's LSTMUnitGradient, FCGradient and Sum in a stacked backward step
+    net (the checks of recognise_lstm_backward); returns (the layer input's gradient,
+    {op input: (role, gradient name)}, {backward link: its window}) or None."""
     if [op.type for op in ops] != ["LSTMUnitGradient", "FCGradient", "Sum"]:
         return None
+    unit, fcg, add = ops
     head = [layer.h_prev, layer.c_prev, layer.gates] + ([None] if layer.seq is not None else [])
     if len(unit.input) != len(head) + 5 or _args(unit) != layer.unit_args or len(unit.output) != 3:
         return None
@@ -497,53 +509,102 @@ def _stack_layer_backward(layer, ops, link):
     w_grad, b_grad, fc_h_grad = fcg.output
     if sorted(add.input) != sorted([hp_grad, fc_h_grad]) or list(add.output) != [hp_grad]:
         return None
+    links = _state_grad_links(layer, h_grad, hp_grad, c_grad, cp_grad, link)
+    if links is None:
+        return None
+    return gates_grad, {layer.weight: ("weight", w_grad), layer.bias: ("bias", b_grad)}, links
+
+
+def _state_grad_links(layer, h_grad, hp_grad, c_grad, cp_grad, link):
     want = {h_grad: (layer.h_states + "_grad", 1), hp_grad: (layer.h_states + "_grad", 0),
             c_grad: (layer.c_states + "_grad", 1), cp_grad: (layer.c_states + "_grad", 0)}
-    if any(link.get(k) != v for k, v in want.items()):
+    return want if all(link.get(k) == v for k, v in want.items()) else None
+
+
+def _stack_milstm_layer_backward(layer, ops, link):
+    """_stack_layer_backward for an MILSTM layer's seven gradient ops (LSTMUnitGradient,
+    the two ElementwiseLinearGradients, MulGradient, FCGradient and the two Sums adding the
+    split input and hidden-state gradients), checked op by op, in any order."""
+    if sorted(op.type for op in ops) != _MI_BACKWARD_TYPES:
         return None
-    return gates_grad, w_grad, b_grad, want
+    by_type = {}
+    for op in ops:
+        by_type.setdefault(op.type, []).append(op)
+    (unit,), (mul,), (fcg,) = by_type["LSTMUnitGradient"], by_type["MulGradient"], by_type["FCGradient"]
+    mi, names = layer.mi, layer.mi["names"]
+    if (_args(unit) != layer.unit_args or len(unit.output) != 3 or list(unit.input[:3]) != [layer.h_prev,
+                                                                                            layer.c_prev, layer.gates]):
+        return None
+    hp_grad, cp_grad, gates_grad = unit.output
+    els = {op.input[2]: op for op in by_type["ElementwiseLinearGradient"] if len(op.input) == 3 and len(op.output) == 3}
+    el_part, el_scaled = els.get(names["beta2"]), els.get(names["alpha"])
+    if (el_part is None or el_scaled is None or list(mul.input) != [gates_grad, mi["scaled"], mi["pre"]]
+            or len(mul.output) != 2 or list(el_part.input[:2]) != [gates_grad, layer.input_t]
+            or list(el_scaled.input[:2]) != [mul.output[0], layer.input_t]
+            or list(fcg.input) != [layer.h_prev, layer.weight_name, mul.output[1]] or len(fcg.output) != 3):
+        return None
+    input_grad = el_part.output[0]
+    sums = by_type["Sum"]
+    if not any(_sum_ok(op, input_grad, el_scaled.output[0], input_grad) for op in sums):
+        return None
+    if not any(_sum_ok(op, hp_grad, fcg.output[2], hp_grad) for op in sums):
+        return None
+    links = _state_grad_links(layer, unit.input[-2], hp_grad, unit.input[-1], cp_grad, link)
+    if links is None:
+        return None
+    index = mi["params"]
+    grads = {layer.weight: ("weight", fcg.output[0]), layer.bias: ("bias", fcg.output[1]),
+             index["alpha"]: ("alpha", el_scaled.output[1]), index["beta1"]: ("beta1", el_scaled.output[2]),
+             index["beta2"]: ("beta2", el_part.output[1]), index["bias2"]: ("bias2", el_part.output[2])}
+    return input_grad, grads, links
 
 
 def recognise_lstm_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad):
     """{op input index: (layer, role)} when the backward step net is what recurrent.py
     derives from plan's stacked step net, else None. Per layer, top first: the layer's
-    LSTMUnitGradient, FCGradient, Sum, then for layers above 0 the input projection's
-    FCGradient (of the lower layer's new hidden state) and the Sum adding its hidden-state
-    gradient to the lower layer's. Roles: 'weight', 'bias', 'i2h_weight', 'i2h_bias'."""
+    gradient ops (_stack_layer_backward, _stack_milstm_layer_backward), then for layers
+    above 0 the input projection's FCGradient (of the lower layer's new hidden state) and
+    the Sum adding its hidden-state gradient to the lower layer's. Roles: the layer's
+    ('weight', 'bias', MILSTM's 'alpha', 'beta1', 'beta2', 'bias2'), 'i2h_weight', 'i2h_bias'."""
     forward_outputs = set(plan.i2h)
     for layer in plan.layers:
         forward_outputs |= {layer.gates, layer.h, layer.c}
-    ops = [op for op in step_def.op
-           if not (op.type in ("FC", "Sum", "LSTMUnit") and set(op.output) <= forward_outputs)]
+        if layer.mi:
+            forward_outputs |= {layer.mi[k] for k in ("pre", "scaled", "mixed", "part")}
+    forward_types = ("FC", "Sum", "LSTMUnit", "ElementwiseLinear", "Mul")
+    ops = [op for op in step_def.op if not (op.type in forward_types and set(op.output) <= forward_outputs)]
     link = _link_map(backward_links)
-    if link is None or len(ops) != 5 * len(plan.layers) - 2:
+    width = 7 if plan.layers[0].mi else 3
+    if link is None or len(ops) != (width + 2) * len(plan.layers) - 2:
         return None
     grads, wanted_links, start = {}, {}, 0
     for l in range(len(plan.layers) - 1, -1, -1):
         layer = plan.layers[l]
-        found = _stack_layer_backward(layer, ops[start:start + 3], link)
+        check = _stack_milstm_layer_backward if layer.mi else _stack_layer_backward
+        found = check(layer, ops[start:start + width], link)
         if found is None:
             return None
-        gates_grad, w_grad, b_grad, layer_links = found
+        layer_input_grad, layer_grads, layer_links = found
         wanted_links.update(layer_links)
-        grads[layer.weight], grads[layer.bias] = (l, "weight", w_grad), (l, "bias", b_grad)
-        start += 3
+        grads.update({k: (l, role, name) for k, (role, name) in layer_grads.items()})
+        start += width
         if l == 0:
-            wanted_links[gates_grad] = (input_grad, 0)
+            wanted_links[layer_input_grad] = (input_grad, 0)
             continue
         fcg, add = ops[start:start + 2]
         start += 2
         below = plan.layers[l - 1]
         wi, bi = plan.i2h_params[l - 1]
-        if (fcg.type != "FCGradient" or list(fcg.input) != [below.h, plan.i2h_weights[l - 1], gates_grad]
+        if (fcg.type != "FCGradient" or list(fcg.input) != [below.h, plan.i2h_weights[l - 1], layer_input_grad]
                 or len(fcg.output) != 3 or add.type != "Sum"):
             return None
         below_h_grad = [k for k, v in link.items() if v == (below.h_states + "_grad", 1)]
         if len(below_h_grad) != 1 or not _sum_ok(add, below_h_grad[0], fcg.output[2], below_h_grad[0]):
             return None
         grads[wi], grads[bi] = (l, "i2h_weight", fcg.output[0]), (l, "i2h_bias", fcg.output[1])
+    per_layer = 6 if plan.layers[0].mi else 2
     if (link != wanted_links or not param_grads or len(param_grads) != len(params)
-            or len(grads) != 4 * len(plan.layers) - 2):        # a parameter shared by two roles: generic
+            or len(grads) != (per_layer + 2) * len(plan.layers) - 2):   # a parameter shared by two roles: generic
         return None
     roles = {}
     for k, name in zip(params, param_grads):
