@@ -74,9 +74,10 @@ def test_stacked_lstm_training_fused_matches_generic(monkeypatch, fused_calls, c
     out = getattr(rnn_cell, cell)(model, "input", "seq_lengths" if lengths is not None else None, initial, din,
                                   dims, scope="stack", outputs_with_grads=(0, 1, 3), forget_bias=forget_bias,
                                   drop_states=drop_states, memory_optimization=memopt)
-    generic, fused = _run_both(monkeypatch, model, out, [out[0], out[1], out[3]], rng)
+    generic, fused = _run_both(monkeypatch, model, out, [out[0], out[1], out[3]], rng, fetch_steps=True)
     # generic run: none; fused: the forward-only run and the training net's forward and backward
     assert fused_calls == {"lstm_stack_forward": 2, "lstm_stack_backward": 1}
+    assert any(name.startswith("steps_stack/layer_1/i2h") for name in fused)    # the step workspaces' blobs
     wanted = [str(p) for p in model.params] + initial + ["input"]
     per_layer = 4 if cell == "LSTM" else 8         # i2h and recurrent W, b (MILSTM: alpha, beta1, beta2, b)
     assert len(model.params) == per_layer * len(dims) and all("grad:" + name in fused for name in wanted)
@@ -112,13 +113,14 @@ def test_stacked_lstm_zero_initial_state_parameters(monkeypatch, fused_calls):
     _assert_same(generic, fused, tol=1e-5)
 
 
-def test_generic_stack_backward_after_a_fused_forward(monkeypatch, fused_calls):
+@pytest.mark.parametrize("cell", ["LSTM", "MILSTM"])
+def test_generic_stack_backward_after_a_fused_forward(monkeypatch, fused_calls, cell):
     """When the fused stack backward declines, the generic loop reads the step workspaces
     the fused forward filled (each layer's blobs, the projections between them)."""
     rng = np.random.default_rng(23)
     initial = _feed_stack(rng, 5, 3, 4, [6, 7], [5, 2, 4])
     model = model_helper.ModelHelper(name="stack")
-    out = rnn_cell.LSTM(model, "input", "seq_lengths", initial, 4, [6, 7], scope="stack")
+    out = getattr(rnn_cell, cell)(model, "input", "seq_lengths", initial, 4, [6, 7], scope="stack")
     monkeypatch.setattr(fused_run, "lstm_stack_backward", lambda *args: None)
     generic, mixed = _run_both(monkeypatch, model, out, [out[0]], rng)
     assert fused_calls == {"lstm_stack_forward": 2}
