@@ -5,7 +5,7 @@ nets (CAFFE2PY_RNN_FUSED=0) and against torch.nn.LSTM."""
 import numpy as np
 import pytest
 
-from caffe2py import core, model_helper, rnn_cell, workspace
+from caffe2py import core, gru_cell, model_helper, rnn_cell, workspace
 from caffe2py.kernels.cpu.rnn import fused_lstm
 from caffe2py.operators.rnn import fused_run
 
@@ -37,7 +37,7 @@ def fused_calls(monkeypatch):
             calls[name] = calls.get(name, 0) + (result is not None)
             return result
         monkeypatch.setattr(fused_run, name, wrapper)
-    for kind in ("lstm", "lstm_stack"):
+    for kind in ("lstm", "lstm_stack", "gru_stack"):
         counted(kind + "_forward")
         counted(kind + "_backward")
     return calls
@@ -81,6 +81,33 @@ def test_stacked_lstm_training_fused_matches_generic(monkeypatch, fused_calls, c
     wanted = [str(p) for p in model.params] + initial + ["input"]
     per_layer = 4 if cell == "LSTM" else 8         # i2h and recurrent W, b (MILSTM: alpha, beta1, beta2, b)
     assert len(model.params) == per_layer * len(dims) and all("grad:" + name in fused for name in wanted)
+    _assert_same(generic, fused, tol=1e-5)
+
+
+@pytest.mark.parametrize("t,n,din,dims,lengths,lbr,drop_states,memopt", [
+    (5, 3, 4, [6, 9], [5, 1, 3], True, False, False),
+    (6, 2, 5, [12, 8, 9], None, False, False, False),           # 3 layers, the other reset form
+    (4, 4, 3, [9, 5], [4, 0, 2, 3], True, True, True),          # drop_states, a zero length, memory_optimization
+    (6, 1, 4, [7, 10], [4], False, False, False),               # N = 1
+])
+def test_stacked_gru_training_fused_matches_generic(monkeypatch, fused_calls, t, n, din, dims, lengths, lbr,
+                                                    drop_states, memopt):
+    rng = np.random.default_rng(t * 10 + sum(dims))
+    workspace.FeedBlob("input", rng.standard_normal((t, n, din)).astype(np.float32))
+    if lengths is not None:
+        workspace.FeedBlob("seq_lengths", np.asarray(lengths, np.int32))
+    initial = ["h%d" % k for k in range(len(dims))]
+    for name, d in zip(initial, dims):
+        workspace.FeedBlob(name, rng.standard_normal((1, n, d)).astype(np.float32))
+    model = model_helper.ModelHelper(name="gru_stack")
+    out = gru_cell.GRU(model, "input", "seq_lengths" if lengths is not None else None, initial, din, dims,
+                       scope="stack", outputs_with_grads=(0, 1), linear_before_reset=lbr, drop_states=drop_states,
+                       memory_optimization=memopt)
+    generic, fused = _run_both(monkeypatch, model, out, [out[0], out[1]], rng, fetch_steps=True)
+    assert fused_calls == {"gru_stack_forward": 2, "gru_stack_backward": 1}
+    assert any(name.startswith("steps_stack/layer_1/output_gate_t") for name in fused)
+    wanted = [str(p) for p in model.params] + initial + ["input"]
+    assert len(model.params) == 8 * len(dims) and all("grad:" + name in fused for name in wanted)
     _assert_same(generic, fused, tol=1e-5)
 
 
@@ -303,3 +330,55 @@ def test_bidirectional_encoder_matches_torch(fused_calls, use_attention):
     close(grads[core.BlobReference("input")], xt.grad.numpy())
     close(grads[core.BlobReference("init_h")], h0t.grad.numpy())
     close(grads[core.BlobReference("init_c")], c0t.grad.numpy())
+
+
+def test_stacked_gru_matches_torch(fused_calls):
+    """A 2-layer gru_cell.GRU(linear_before_reset=True) is torch.nn.GRU(num_layers=2):
+    outputs and the gradients of every weight, the input and each layer's initial state."""
+    torch = pytest.importorskip("torch")
+    t, n, din, h = 6, 3, 5, 10
+    lengths = np.array([6, 3, 1], np.int32)
+    mask = (np.arange(t)[:, None] < lengths[None, :])[:, :, None].astype(np.float32)
+    rng = np.random.default_rng(51)
+    x = rng.standard_normal((t, n, din)).astype(np.float32)
+    h0 = rng.standard_normal((2, n, h)).astype(np.float32)
+    r_all = rng.standard_normal((t, n, h)).astype(np.float32) * mask
+    for name, value in (("input", x), ("seq_lengths", lengths), ("h0", h0[:1]), ("h1", h0[1:]), ("g_all", r_all)):
+        workspace.FeedBlob(name, value)
+    model = model_helper.ModelHelper(name="gru_torch")
+    h_all, _ = gru_cell.GRU(model, "input", "seq_lengths", ["h0", "h1"], din, [h, h], scope="stack",
+                            linear_before_reset=True)
+    grads = model.net.AddGradientOperators({h_all: "g_all"})
+    workspace.RunNetOnce(model.param_init_net)
+    ref = torch.nn.GRU(din, h, num_layers=2)
+    gates = ("reset", "update", "output")
+    blobs = {"stack/i2h_w": (ref.weight_ih_l0, None), "stack/i2h_b": (ref.bias_ih_l0, None),
+             "stack/layer_1/i2h_w": (ref.weight_ih_l1, None), "stack/layer_1/i2h_b": (ref.bias_ih_l1, None)}
+    for layer in range(2):
+        for k, gate in enumerate(gates):       # torch packs the recurrent weights of r, z, n in one tensor
+            blobs["stack/layer_%d/%s_gate_t_w" % (layer, gate)] = (getattr(ref, "weight_hh_l%d" % layer), k)
+            blobs["stack/layer_%d/%s_gate_t_b" % (layer, gate)] = (getattr(ref, "bias_hh_l%d" % layer), k)
+
+    def value(p, k, grad=False):
+        v = (p.grad if grad else p.detach()).numpy()
+        return v if k is None else np.split(v, 3)[k]
+    for blob, (p, k) in blobs.items():
+        workspace.FeedBlob(blob, value(p, k))
+    workspace.RunNetOnce(model.net)
+    assert fused_calls == {"gru_stack_forward": 1, "gru_stack_backward": 1}
+    xt, h0t = torch.from_numpy(x).requires_grad_(), torch.from_numpy(h0).requires_grad_()
+    packed = torch.nn.utils.rnn.pack_padded_sequence(xt, torch.from_numpy(lengths.astype(np.int64)),
+                                                     enforce_sorted=False)
+    y, _ = ref(packed, h0t)
+    y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, total_length=t)
+    (y * torch.from_numpy(r_all)).sum().backward()
+
+    def close(name, expected, scale=1.0):
+        np.testing.assert_allclose(workspace.FetchBlob(name) * scale, expected, rtol=1e-5, atol=1e-5,
+                                   err_msg=str(name))
+    close(h_all, y.detach().numpy(), mask)
+    for blob, (p, k) in blobs.items():
+        close(grads[core.BlobReference(blob)], value(p, k, grad=True))
+    close(grads[core.BlobReference("input")], xt.grad.numpy())
+    for layer in range(2):
+        close(grads[core.BlobReference("h%d" % layer)], h0t.grad[layer:layer + 1].numpy())

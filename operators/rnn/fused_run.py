@@ -150,9 +150,7 @@ def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, 
         if l == 0:
             proj = np.ascontiguousarray(x)
         else:
-            wi, bi = (inputs[k] for k in plan.i2h_params[l - 1])
-            below = states[l - 1][0][1:].reshape(steps * batch, -1)
-            proj = gemm.fc(below, np.ascontiguousarray(wi), bi).reshape(steps, batch, -1)
+            proj = _projection(plan, l, inputs, states[l - 1][0])
         w, b, seq = _lstm_layer_ok(layer, inputs, proj, hs, cs)
         mi = _milstm_values(layer, inputs, b)
         gates, pre = K.lstm_sequence(proj, w, b, hs, cs, seq, layer.forget_bias, layer.drop_states, mi)
@@ -187,11 +185,8 @@ def lstm_stack_backward(record, roles, inputs, n_go, per_step, last_step, states
         if layer_grads is None:
             return None
         grads.update(layer_grads)
-    steps, batch = x.shape[0], x.shape[1]
-    for l in range(1, len(layers)):             # the projections' weights, as the forward checked them
-        wi = inputs[n_go + plan.i2h_params[l - 1][0]]
-        if not _float32(wi) or wi.shape != (layers[l].x.shape[2], layers[l - 1].hs.shape[2]):
-            return None
+    if not _projection_weights_ok(plan, layers, inputs, n_go):
+        return None
     by_role = {}
     input_grad = None
     for l in range(len(layers) - 1, -1, -1):
@@ -208,14 +203,8 @@ def lstm_stack_backward(record, roles, inputs, n_go, per_step, last_step, states
         if l == 0:
             input_grad = layer_input_grad
             break
-        # the projection FC(h_{l-1}, W_i2h, b_i2h) feeding this layer's input at every step
-        flat = layer_input_grad.reshape(steps * batch, -1)
-        below = plan.layers[l - 1]
-        below_h = layers[l - 1].hs[1:].reshape(steps * batch, -1)
-        wi = np.ascontiguousarray(inputs[n_go + plan.i2h_params[l - 1][0]])
-        by_role[l, "i2h_weight"] = gemm.matmul(flat.T, below_h)
-        by_role[l, "i2h_bias"] = flat.sum(axis=0)
-        grads[below.h_states][1:] += gemm.matmul(flat, wi).reshape(steps, batch, -1)
+        _projection_grads(plan, l, inputs[n_go + plan.i2h_params[l - 1][0]], layer_input_grad, layers[l - 1].hs,
+                          grads[plan.layers[l - 1].h_states], by_role)
     for name, g in grads.items():
         blobs[name + "_grad"] = g
     blobs[input_grad_name] = input_grad
@@ -223,6 +212,35 @@ def lstm_stack_backward(record, roles, inputs, n_go, per_step, last_step, states
     for k, role in roles:
         outputs.append(by_role[role].reshape(np.shape(inputs[n_go + k])))
     return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
+
+
+def _projection(plan, l, inputs, below_hs):
+    """Layer l's input: FC(h_{l-1}, W_i2h, b_i2h) over all steps (steps 1..T of the lower
+    layer's states) as one product on the thread team."""
+    wi, bi = (inputs[k] for k in plan.i2h_params[l - 1])
+    steps, batch = below_hs.shape[0] - 1, below_hs.shape[1]
+    below = below_hs[1:].reshape(steps * batch, -1)
+    return gemm.fc(below, np.ascontiguousarray(wi), bi).reshape(steps, batch, -1)
+
+
+def _projection_weights_ok(plan, layers, inputs, n_go):
+    """Whether each projection weight still has the shape the forward ran with."""
+    for l in range(1, len(layers)):
+        wi = inputs[n_go + plan.i2h_params[l - 1][0]]
+        if not _float32(wi) or wi.shape != (layers[l].x.shape[2], layers[l - 1].hs.shape[2]):
+            return False
+    return True
+
+
+def _projection_grads(plan, l, wi, layer_input_grad, below_hs, below_h_grad, by_role):
+    """The gradient of layer l's projection FC(h_{l-1}, W_i2h, b_i2h) over all steps as
+    whole-sequence products: by_role[l, 'i2h_weight' / 'i2h_bias'], and the lower layer's
+    hidden-state gradient at steps 1..T added into below_h_grad (before that layer runs)."""
+    steps, batch = below_hs.shape[0] - 1, below_hs.shape[1]
+    flat = layer_input_grad.reshape(steps * batch, -1)
+    by_role[l, "i2h_weight"] = gemm.matmul(flat.T, below_hs[1:].reshape(steps * batch, -1))
+    by_role[l, "i2h_bias"] = flat.sum(axis=0)
+    below_h_grad[1:] += gemm.matmul(flat, np.ascontiguousarray(wi)).reshape(steps, batch, -1)
 
 
 def _fill_step_workspaces(plan, x, hs, cs, gates, step_workspaces, timestep, has_backward, pre=None, mi=None):
@@ -323,13 +341,10 @@ class FusedGRURecord:
         self.plan, self.x, self.w3, self.wn, self.hs, self.saved, self.seq = plan, x, w3, wn, hs, saved, seq
 
 
-def gru_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
-    """As lstm_forward, for a recognised gru_cell step net."""
-    if not fused_gru.available():
-        return None
-    x = inputs[0]
+def _gru_layer_ok(plan, inputs, x, hs):
+    """The layer's (w3, wn, b, lengths) as gru_sequence takes them when the kernel can
+    run it on input projection x, else None."""
     params = [inputs[k] for k in plan.params]          # W_r, b_r, W_z, b_z, W_n, b_n
-    hs = blobs.get(plan.h_states)
     if not all(_float32(a) for a in [x, hs] + params) or x.ndim != 3 or hs.ndim != 3:
         return None
     steps, batch, d = x.shape[0], x.shape[1], hs.shape[2]
@@ -339,12 +354,22 @@ def gru_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_bac
     seq = _lengths(plan, inputs, batch)
     if seq is False:
         return None
-    x = np.ascontiguousarray(x)
     w_r, b_r, w_z, b_z, w_n, b_n = params
     w3 = np.concatenate([w_r, w_z, w_n] if plan.lbr else [w_r, w_z])
-    wn = np.ascontiguousarray(w_n)
-    saved = fused_gru.gru_sequence(x, w3, wn, np.concatenate([b_r, b_z, b_n]), hs, seq, plan.lbr,
-                                   plan.drop_states)
+    return w3, np.ascontiguousarray(w_n), np.concatenate([b_r, b_z, b_n]), seq
+
+
+def gru_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
+    """As lstm_forward, for a recognised gru_cell step net."""
+    if not fused_gru.available():
+        return None
+    x, hs = inputs[0], blobs.get(plan.h_states)
+    ok = _gru_layer_ok(plan, inputs, x, hs)
+    if ok is None:
+        return None
+    w3, wn, b, seq = ok
+    x = np.ascontiguousarray(x)
+    saved = fused_gru.gru_sequence(x, w3, wn, b, hs, seq, plan.lbr, plan.drop_states)
     scratch.set_fused(FusedGRURecord(plan, x, w3, wn, hs, saved, seq),
                       lambda: _fill_gru_workspaces(plan, x, hs, saved, step_workspaces, timestep, has_backward))
     return True
@@ -389,4 +414,88 @@ def gru_backward(record, roles, inputs, n_go, per_step, last_step, states, state
     outputs = [dgates]
     for k, role in roles:
         outputs.append(np.ascontiguousarray(by_role[role]).reshape(np.shape(inputs[n_go + k])))
+    return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
+
+
+# --------------------------------------------------------------------------- stacked GRU
+
+# one layer of a fused stacked GRU run: its input projection x, the kernel's weights
+# (w3, wn, concatenated b), states hs, gru_sequence's saved values and the lengths
+GRUStackLayerRecord = collections.namedtuple("GRUStackLayerRecord", "x w3 wn hs saved seq")
+
+
+def gru_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
+    """As lstm_stack_forward, for stacked gru_cell layers."""
+    if not fused_gru.available():
+        return None
+    x = inputs[0]
+    if not _float32(x) or x.ndim != 3:
+        return None
+    steps, batch = x.shape[0], x.shape[1]
+    states = [blobs.get(layer.h_states) for layer in plan.layers]
+    d_in = None
+    for l, (layer, hs) in enumerate(zip(plan.layers, states)):    # check every layer before running
+        if not (_float32(hs) and hs.ndim == 3):
+            return None
+        d = hs.shape[2]
+        if _gru_layer_ok(layer, inputs, np.empty((steps, batch, 3 * d), np.float32) if l else x, hs) is None:
+            return None
+        if l:
+            wi, bi = (inputs[k] for k in plan.i2h_params[l - 1])
+            if not (_float32(wi) and _float32(bi) and wi.shape == (3 * d, d_in) and bi.shape == (3 * d,)):
+                return None
+        d_in = d
+    layers = []
+    for l, (layer, hs) in enumerate(zip(plan.layers, states)):
+        proj = np.ascontiguousarray(x) if l == 0 else _projection(plan, l, inputs, states[l - 1])
+        w3, wn, b, seq = _gru_layer_ok(layer, inputs, proj, hs)
+        saved = fused_gru.gru_sequence(proj, w3, wn, b, hs, seq, layer.lbr, layer.drop_states)
+        layers.append(GRUStackLayerRecord(proj, w3, wn, hs, saved, seq))
+
+    def fill():
+        for layer, r in zip(plan.layers, layers):
+            _fill_gru_workspaces(layer, r.x, r.hs, r.saved, step_workspaces, timestep, has_backward)
+    scratch.set_fused(FusedLSTMStackRecord(plan, layers), fill)
+    return True
+
+
+def gru_stack_backward(record, roles, inputs, n_go, per_step, last_step, states, state_inputs, blobs,
+                       input_grad_name):
+    """As lstm_stack_backward, for gru_stack_forward's record."""
+    plan, layers = record.plan, record.layers
+    forward_x = inputs[n_go]
+    if not isinstance(forward_x, np.ndarray) or forward_x.shape != layers[0].x.shape:
+        return None
+    if sorted(states) != sorted(layer.h_states for layer in plan.layers):
+        return None
+    grads = {}
+    for layer, r in zip(plan.layers, layers):
+        if blobs.get(layer.h_states) is not r.hs:
+            return None             # the states were replaced since: the generic path reads them
+        layer_grads = _state_grads(r.hs, inputs, [layer.h_states], per_step, last_step)
+        if layer_grads is None:
+            return None
+        grads.update(layer_grads)
+    if not _projection_weights_ok(plan, layers, inputs, n_go):
+        return None
+    by_role = {}
+    input_grad = None
+    for l in range(len(layers) - 1, -1, -1):
+        layer, r = plan.layers[l], layers[l]
+        d = r.hs.shape[2]
+        dgates, dw3, dwn, db = fused_gru.gru_sequence_gradient(r.w3, r.wn, r.hs, r.saved, r.seq, layer.lbr,
+                                                               layer.drop_states, grads[layer.h_states])
+        per_role = [dw3[:d], db[:d], dw3[d:2 * d], db[d:2 * d], dw3[2 * d:] if layer.lbr else dwn, db[2 * d:]]
+        by_role.update({(l, k): np.ascontiguousarray(g) for k, g in enumerate(per_role)})
+        if l == 0:
+            input_grad = dgates
+            break
+        _projection_grads(plan, l, inputs[n_go + plan.i2h_params[l - 1][0]], dgates, layers[l - 1].hs,
+                          grads[plan.layers[l - 1].h_states], by_role)
+    for name, g in grads.items():
+        blobs[name + "_grad"] = g
+    blobs[input_grad_name] = input_grad
+    outputs = [input_grad]
+    for k, role in roles:
+        outputs.append(by_role[role].reshape(np.shape(inputs[n_go + k])))
     return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))

@@ -254,10 +254,48 @@ class LSTMStackPlan:
         return self.layers[0].h_states
 
 
+class GRUStackPlan(LSTMStackPlan):
+    """The same for stacked gru_cell.GRU layers (GRUStepPlans)."""
+    __slots__ = ()
+
+
+def _layer_input(layer):
+    return layer.blobs["input_t"] if isinstance(layer, GRUStepPlan) else layer.input_t
+
+
+def _layer_output(layer):
+    """The layer's new hidden state (what the next layer's projection reads)."""
+    return layer.blobs["h"] if isinstance(layer, GRUStepPlan) else layer.h
+
+
+def _layer_names(layer):
+    """(linked step blobs, state tensors, step blobs of its own) of a recognised layer."""
+    if isinstance(layer, GRUStepPlan):
+        own = [v for k, v in layer.blobs.items() if k not in ("input_t", "timestep")]
+        return {layer.blobs["h_prev"], layer.blobs["h"]}, [layer.h_states], own
+    own = [layer.h_prev, layer.h, layer.c_prev, layer.c, layer.gates]
+    if layer.mi:
+        own += [layer.mi[k] for k in ("pre", "scaled", "mixed", "part")]
+    return {layer.h_prev, layer.h, layer.c_prev, layer.c}, [layer.h_states, layer.c_states], own
+
+
 def recognise_lstm_stack(step_def, links, states, state_inputs, timestep, op_inputs):
     """An LSTMStackPlan for a step net of two or more LSTM (or MILSTM) layers, else None."""
+    mi = [op.type for op in step_def.op[:6]] == _MI_TYPES
+    return _recognise_stack(step_def, links, states, state_inputs, timestep, op_inputs,
+                            6 if mi else 3, _milstm_layer if mi else _lstm_layer, LSTMStackPlan)
+
+
+def recognise_gru_stack(step_def, links, states, state_inputs, timestep, op_inputs):
+    """A GRUStackPlan for a step net of two or more gru_cell.GRU layers, else None."""
+    return _recognise_stack(step_def, links, states, state_inputs, timestep, op_inputs, 11, _gru_layer,
+                            GRUStackPlan)
+
+
+def _recognise_stack(step_def, links, states, state_inputs, timestep, op_inputs, width, layer_fn, plan_class):
+    """Layers of `width` ops each (layer_fn recognises one), every layer above 0 preceded
+    by the FC projecting the lower layer's new hidden state; a plan_class or None."""
     ops = list(step_def.op)
-    width, layer_fn = (6, _milstm_layer) if [op.type for op in ops[:6]] == _MI_TYPES else (3, _lstm_layer)
     if len(ops) < 2 * width + 1 or (len(ops) - width) % (width + 1):
         return None
     link = _link_map(links)
@@ -268,7 +306,7 @@ def recognise_lstm_stack(step_def, links, states, state_inputs, timestep, op_inp
     for start in range(width, len(ops), width + 1):
         prev = layers[-1]
         proj = ops[start]
-        if prev is None or proj.type != "FC" or not _fc_ok(proj, prev.h):
+        if prev is None or proj.type != "FC" or not _fc_ok(proj, _layer_output(prev)):
             return None
         i2h.append(proj.output[0])
         params = [_param_index(name, op_inputs, states) for name in proj.input[1:]]
@@ -279,19 +317,20 @@ def recognise_lstm_stack(step_def, links, states, state_inputs, timestep, op_inp
                                proj.output[0]))
     if layers[-1] is None:
         return None
-    linked = {layers[0].input_t}
+    linked = {_layer_input(layers[0])}
+    state_names, step_blobs = [], []
     for layer in layers:
-        linked |= {layer.h_prev, layer.h, layer.c_prev, layer.c}
-    state_names = [n for layer in layers for n in (layer.h_states, layer.c_states)]
+        layer_linked, layer_states, own = _layer_names(layer)
+        linked |= layer_linked
+        state_names += layer_states
+        step_blobs += own
     if (set(link) != linked or sorted(states) != sorted(state_names) or len(set(state_names)) != len(state_names)
             or len(state_inputs) != len(states) or len(set(i2h)) != len(i2h)):
         return None
-    step_blobs = [n for layer in layers for n in (layer.h_prev, layer.h, layer.c_prev, layer.c, layer.gates)]
-    step_blobs += [n for layer in layers if layer.mi for n in (layer.mi[k] for k in ("pre", "scaled", "mixed", "part"))]
-    step_blobs += i2h + [layers[0].input_t]
+    step_blobs += i2h + [_layer_input(layers[0])]
     if len(set(step_blobs)) != len(step_blobs):
         return None
-    return LSTMStackPlan(layers, i2h, i2h_params, [proj.input[1] for proj in projections])
+    return plan_class(layers, i2h, i2h_params, [proj.input[1] for proj in projections])
 
 
 def recognise_lstm_backward(plan, step_def, backward_links, params, param_grads, input_grad):
@@ -371,7 +410,19 @@ def _sum_ok(op, a, b, out):
 def recognise_gru(step_def, links, states, state_inputs, timestep, op_inputs):
     """A GRUStepPlan when step_def is gru_cell.GRU's step (either linear_before_reset),
     else None."""
-    ops = list(step_def.op)
+    link = _link_map(links)
+    if link is None:
+        return None
+    plan = _gru_layer(list(step_def.op), link, timestep, op_inputs, states, None)
+    if (plan is None or set(link) != {plan.blobs["h_prev"], plan.blobs["h"], plan.blobs["input_t"]}
+            or list(states) != [plan.h_states] or len(state_inputs) != 1):
+        return None
+    return plan
+
+
+def _gru_layer(ops, link, timestep, op_inputs, states, input_name):
+    """One GRU layer's eleven ops as a GRUStepPlan (links checked for its own blobs
+    only); its input is the op's input 0 through a link, or the blob input_name."""
     types = [op.type for op in ops]
     lbr = True if types == _GRU_TYPES[True] else False if types == _GRU_TYPES[False] else None
     if lbr is None or any(op.engine for op in ops):
@@ -425,12 +476,12 @@ def recognise_gru(step_def, links, states, state_inputs, timestep, op_inputs):
         return None
     seq = unit.input[2] if with_seq else None
     h = unit.output[0]
-    link = _link_map(links)
-    if link is None or set(link) != {h_prev, h, input_t}:
+    if h_prev not in link or h not in link:
         return None
     h_states = link[h_prev][0]
-    if (link[h_prev] != (h_states, 0) or link[h] != (h_states, 1) or link[input_t] != (op_inputs[0], 0)
-            or list(states) != [h_states] or len(state_inputs) != 1):
+    if link[h_prev] != (h_states, 0) or link[h] != (h_states, 1) or h_states not in states:
+        return None
+    if (link.get(input_t) != (op_inputs[0], 0)) if input_name is None else (input_t != input_name):
         return None
     blobs = dict(h_prev=h_prev, h=h, input_t=input_t, x_r=x_r, x_z=x_z, x_n=x_n, r=r, z=z, rs=rs, og=og,
                  mixed=mixed, summed=summed, gates=gates, dims=dims, timestep=timestep)
@@ -457,35 +508,49 @@ def recognise_gru_backward(plan, step_def, backward_links, params, param_grads, 
     backward step net is the registry's gradient of plan's step net, else None."""
     forward_outputs = {b for b in plan.blobs.values()}
     ops = [op for op in step_def.op if not set(op.output) <= forward_outputs]
+    link = _link_map(backward_links)
+    found = None if link is None else _gru_layer_backward(plan, ops, link)
+    if found is None:
+        return None
+    layer_input_grad, grads, links = found
+    links[layer_input_grad] = (input_grad, 0)
+    if link != links or not param_grads or len(params) != len(param_grads):
+        return None
+    roles = {}
+    for k, name in zip(params, param_grads):
+        if k not in grads or grads[k][1] != name:
+            return None
+        roles[k] = grads[k][0]
+    return roles
+
+
+def _gru_layer_backward(layer, ops, link):
+    """One GRU layer's ten gradient ops (GRUUnitGradient, Split, MulGradient, three
+    FCGradients, SigmoidGradient, two Sums, Concat; in any order): (the layer input's
+    gradient, {op input: (k, gradient name)} with k the position among W_r, b_r, W_z,
+    b_z, W_n, b_n, {state gradient link: its window}), or None."""
     if sorted(op.type for op in ops) != _GRU_BACKWARD_TYPES:
         return None
     unit = [op for op in ops if op.type == "GRUUnitGradient"][0]
-    if _args(unit) != plan.unit_args or len(unit.output) != 2 or unit.input[0] != plan.blobs["h_prev"]:
+    if _args(unit) != layer.unit_args or len(unit.output) != 2 or unit.input[0] != layer.blobs["h_prev"]:
         return None
     h_grad, hp_grad = unit.input[-1], unit.output[0]
     concat = [op for op in ops if op.type == "Concat"][0]
-    link = _link_map(backward_links)
-    states_grad = plan.h_states + "_grad"
-    if link != {h_grad: (states_grad, 1), hp_grad: (states_grad, 0), concat.output[0]: (input_grad, 0)}:
+    states_grad = layer.h_states + "_grad"
+    links = {h_grad: (states_grad, 1), hp_grad: (states_grad, 0)}
+    if any(link.get(k) != v for k, v in links.items()):
         return None
     grad_names = {}
     for op in ops:
         if op.type == "FCGradient":
-            for w, b in plan.fc_params:
+            for w, b in layer.fc_params:
                 if op.input[1] == w and len(op.output) == 3:
                     grad_names[w], grad_names[b] = op.output[0], op.output[1]
-    wanted = [n for pair in plan.fc_params for n in pair]
-    if len(grad_names) != 6 or not param_grads or len(params) != len(param_grads):
+    wanted = [n for pair in layer.fc_params for n in pair]
+    if len(grad_names) != 6 or len(concat.output) < 1:
         return None
-    roles = {}
-    for k, name in zip(params, param_grads):
-        if k not in plan.params:
-            return None
-        role = plan.params.index(k)
-        if grad_names[wanted[role]] != name:
-            return None
-        roles[k] = role
-    return roles
+    grads = {k: (role, grad_names[wanted[role]]) for role, k in enumerate(layer.params)}
+    return concat.output[0], grads, links
 
 
 def _stack_layer_backward(layer, ops, link):
@@ -561,27 +626,39 @@ def _stack_milstm_layer_backward(layer, ops, link):
 
 def recognise_lstm_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad):
     """{op input index: (layer, role)} when the backward step net is what recurrent.py
-    derives from plan's stacked step net, else None. Per layer, top first: the layer's
-    gradient ops (_stack_layer_backward, _stack_milstm_layer_backward), then for layers
-    above 0 the input projection's FCGradient (of the lower layer's new hidden state) and
-    the Sum adding its hidden-state gradient to the lower layer's. Roles: the layer's
-    ('weight', 'bias', MILSTM's 'alpha', 'beta1', 'beta2', 'bias2'), 'i2h_weight', 'i2h_bias'."""
+    derives from plan's stacked step net, else None (see _recognise_stack_backward).
+    Roles: the layer's ('weight', 'bias', MILSTM's 'alpha', 'beta1', 'beta2', 'bias2'),
+    'i2h_weight', 'i2h_bias'."""
+    if plan.layers[0].mi:
+        return _recognise_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad,
+                                         7, 6, _stack_milstm_layer_backward)
+    return _recognise_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad,
+                                     3, 2, _stack_layer_backward)
+
+
+def recognise_gru_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad):
+    """As recognise_lstm_stack_backward for a GRUStackPlan; the layers' roles are the
+    positions among W_r, b_r, W_z, b_z, W_n, b_n."""
+    return _recognise_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad,
+                                     10, 6, _gru_layer_backward)
+
+
+def _recognise_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad, width, per_layer,
+                              check):
+    """Per layer, top first: the layer's `width` gradient ops (`check` recognises them),
+    then for layers above 0 the input projection's FCGradient (of the lower layer's new
+    hidden state) and the Sum adding its hidden-state gradient to the lower layer's.
+    Recomputed forward ops (memory_optimization) are left out first."""
     forward_outputs = set(plan.i2h)
     for layer in plan.layers:
-        forward_outputs |= {layer.gates, layer.h, layer.c}
-        if layer.mi:
-            forward_outputs |= {layer.mi[k] for k in ("pre", "scaled", "mixed", "part")}
-    forward_types = ("FC", "Sum", "LSTMUnit", "ElementwiseLinear", "Mul")
-    ops = [op for op in step_def.op if not (op.type in forward_types and set(op.output) <= forward_outputs)]
+        forward_outputs |= set(_layer_names(layer)[2])
+    ops = [op for op in step_def.op if not set(op.output) <= forward_outputs]
     link = _link_map(backward_links)
-    width = 7 if plan.layers[0].mi else 3
     if link is None or len(ops) != (width + 2) * len(plan.layers) - 2:
         return None
     grads, wanted_links, start = {}, {}, 0
     for l in range(len(plan.layers) - 1, -1, -1):
-        layer = plan.layers[l]
-        check = _stack_milstm_layer_backward if layer.mi else _stack_layer_backward
-        found = check(layer, ops[start:start + width], link)
+        found = check(plan.layers[l], ops[start:start + width], link)
         if found is None:
             return None
         layer_input_grad, layer_grads, layer_links = found
@@ -595,14 +672,13 @@ def recognise_lstm_stack_backward(plan, step_def, backward_links, params, param_
         start += 2
         below = plan.layers[l - 1]
         wi, bi = plan.i2h_params[l - 1]
-        if (fcg.type != "FCGradient" or list(fcg.input) != [below.h, plan.i2h_weights[l - 1], layer_input_grad]
-                or len(fcg.output) != 3 or add.type != "Sum"):
+        if (fcg.type != "FCGradient" or len(fcg.output) != 3 or add.type != "Sum"
+                or list(fcg.input) != [_layer_output(below), plan.i2h_weights[l - 1], layer_input_grad]):
             return None
         below_h_grad = [k for k, v in link.items() if v == (below.h_states + "_grad", 1)]
         if len(below_h_grad) != 1 or not _sum_ok(add, below_h_grad[0], fcg.output[2], below_h_grad[0]):
             return None
         grads[wi], grads[bi] = (l, "i2h_weight", fcg.output[0]), (l, "i2h_bias", fcg.output[1])
-    per_layer = 6 if plan.layers[0].mi else 2
     if (link != wanted_links or not param_grads or len(param_grads) != len(params)
             or len(grads) != (per_layer + 2) * len(plan.layers) - 2):   # a parameter shared by two roles: generic
         return None
@@ -615,13 +691,14 @@ def recognise_lstm_stack_backward(plan, step_def, backward_links, params, param_
 
 
 RECOGNISE_BACKWARD = {"lstm": recognise_lstm_backward, "gru": recognise_gru_backward,
-                      "milstm": recognise_milstm_backward, "lstm_stack": recognise_lstm_stack_backward}
+                      "milstm": recognise_milstm_backward, "lstm_stack": recognise_lstm_stack_backward,
+                      "gru_stack": recognise_gru_stack_backward}
 
 
 def recognise(step_def, links, states, state_inputs, timestep, op_inputs):
     """(kind, plan) of a step net the fused path runs ('lstm', 'gru'), or (None, None)."""
     for kind, fn in (("lstm", recognise_lstm), ("gru", recognise_gru), ("lstm_stack", recognise_lstm_stack),
-                     ("milstm", recognise_milstm)):
+                     ("milstm", recognise_milstm), ("gru_stack", recognise_gru_stack)):
         plan = fn(step_def, links, states, state_inputs, timestep, op_inputs)
         if plan is not None:
             return kind, plan
