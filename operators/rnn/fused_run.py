@@ -1,6 +1,6 @@
-"""RecurrentNetwork / RecurrentNetworkGradient on a recognised LSTM step net: the
-whole sequence in one compiled pass (kernels/cpu/rnn/fused_lstm.py) instead of one
-step-net run per timestep.
+"""RecurrentNetwork / RecurrentNetworkGradient on a recognised LSTM, MILSTM or GRU step
+net, or a stack of such layers: the whole sequence in one compiled pass per layer
+(kernels/cpu/rnn/fused_lstm.py, fused_gru.py) instead of one step-net run per timestep.
 
 The results are the generic path's: the same state tensors (hence the same
 all-step and last-step outputs), and the same gradients of the input projection,
@@ -107,9 +107,9 @@ def _milstm_input_grads(dgates, x, pre, mi):
                             beta2=(dgates * x).sum(axis=(0, 1)), bias2=dgates.sum(axis=(0, 1)))
 
 
-class FusedLSTMStackRecord:
-    """What a fused stacked forward keeps for its gradient: a StackLayerRecord per layer,
-    bottom first."""
+class FusedStackRecord:
+    """What a fused stacked forward keeps for its gradient: a StackLayerRecord (LSTM,
+    MILSTM) or GRUStackLayerRecord per layer, bottom first."""
     __slots__ = ("plan", "layers")
 
     def __init__(self, plan, layers):
@@ -160,7 +160,7 @@ def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, 
         for layer, r in zip(plan.layers, layers):
             _fill_step_workspaces(layer, r.x, r.hs, r.cs, r.gates, step_workspaces, timestep, has_backward,
                                   pre=r.pre, mi=r.mi)
-    scratch.set_fused(FusedLSTMStackRecord(plan, layers), fill)
+    scratch.set_fused(FusedStackRecord(plan, layers), fill)
     return True
 
 
@@ -203,8 +203,15 @@ def lstm_stack_backward(record, roles, inputs, n_go, per_step, last_step, states
         if l == 0:
             input_grad = layer_input_grad
             break
-        _projection_grads(plan, l, inputs[n_go + plan.i2h_params[l - 1][0]], layer_input_grad, layers[l - 1].hs,
+        _projection_grads(l, inputs[n_go + plan.i2h_params[l - 1][0]], layer_input_grad, layers[l - 1].hs,
                           grads[plan.layers[l - 1].h_states], by_role)
+    return _stack_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs,
+                          input_grad_name)
+
+
+def _stack_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs, input_grad_name):
+    """The gradient op's outputs (input projection, parameters in `roles` order, initial
+    states), leaving the state and input gradients in blobs as the generic loop does."""
     for name, g in grads.items():
         blobs[name + "_grad"] = g
     blobs[input_grad_name] = input_grad
@@ -232,7 +239,7 @@ def _projection_weights_ok(plan, layers, inputs, n_go):
     return True
 
 
-def _projection_grads(plan, l, wi, layer_input_grad, below_hs, below_h_grad, by_role):
+def _projection_grads(l, wi, layer_input_grad, below_hs, below_h_grad, by_role):
     """The gradient of layer l's projection FC(h_{l-1}, W_i2h, b_i2h) over all steps as
     whole-sequence products: by_role[l, 'i2h_weight' / 'i2h_bias'], and the lower layer's
     hidden-state gradient at steps 1..T added into below_h_grad (before that layer runs)."""
@@ -455,7 +462,7 @@ def gru_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, h
     def fill():
         for layer, r in zip(plan.layers, layers):
             _fill_gru_workspaces(layer, r.x, r.hs, r.saved, step_workspaces, timestep, has_backward)
-    scratch.set_fused(FusedLSTMStackRecord(plan, layers), fill)
+    scratch.set_fused(FusedStackRecord(plan, layers), fill)
     return True
 
 
@@ -490,12 +497,7 @@ def gru_stack_backward(record, roles, inputs, n_go, per_step, last_step, states,
         if l == 0:
             input_grad = dgates
             break
-        _projection_grads(plan, l, inputs[n_go + plan.i2h_params[l - 1][0]], dgates, layers[l - 1].hs,
+        _projection_grads(l, inputs[n_go + plan.i2h_params[l - 1][0]], dgates, layers[l - 1].hs,
                           grads[plan.layers[l - 1].h_states], by_role)
-    for name, g in grads.items():
-        blobs[name + "_grad"] = g
-    blobs[input_grad_name] = input_grad
-    outputs = [input_grad]
-    for k, role in roles:
-        outputs.append(by_role[role].reshape(np.shape(inputs[n_go + k])))
-    return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
+    return _stack_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs,
+                          input_grad_name)

@@ -13,7 +13,11 @@ created (plan time) and returns an LSTMStepPlan; anything else (another cell, ex
 links, an argument the fused kernel does not model) gives None and the op keeps
 the generic step-net loop. `recognise_lstm_backward` does the same for the backward
 step net recurrent.py derives from it (LSTMUnitGradient, FCGradient, Sum, and the
-recomputed forward ops of memory_optimization).
+recomputed forward ops of memory_optimization). MILSTM and gru_cell.GRU steps are
+recognised the same way, and so are stacks of one of these layer kinds (MultiRNNCell:
+each layer's ops, the layers above 0 preceded by the FC projecting the lower layer's new
+hidden state) with their backward nets (per layer from the top, then the projection's
+FCGradient and the Sum into the lower layer's hidden-state gradient).
 
 CAFFE2PY_RNN_FUSED=0 turns the fused path off (read at every run), so tests can
 compare the two paths on the same net.
@@ -696,7 +700,9 @@ RECOGNISE_BACKWARD = {"lstm": recognise_lstm_backward, "gru": recognise_gru_back
 
 
 def recognise(step_def, links, states, state_inputs, timestep, op_inputs):
-    """(kind, plan) of a step net the fused path runs ('lstm', 'gru'), or (None, None)."""
+    """(kind, plan) of a step net the fused path runs ('lstm', 'gru', 'milstm', 'lstm_stack'
+    (LSTM or MILSTM layers), 'gru_stack'), or (None, None); fused_run.py has
+    <kind>_forward / <kind>_backward."""
     for kind, fn in (("lstm", recognise_lstm), ("gru", recognise_gru), ("lstm_stack", recognise_lstm_stack),
                      ("milstm", recognise_milstm), ("gru_stack", recognise_gru_stack)):
         plan = fn(step_def, links, states, state_inputs, timestep, op_inputs)
