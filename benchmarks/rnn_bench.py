@@ -13,6 +13,11 @@ forward pass alone (LSTM, GRU, 2-layer LSTM), at T=25 N=1 H=100 and T=50 N=32 H=
 CAFFE2PY_RNN_FUSED=0 in the environment times the generic step-net loop instead.
 
     python benchmarks/rnn_bench.py --suite [--threads 1 2] [--runs 30]
+
+--stack LAYERS: a stacked LSTM char_rnn training step on the fused path against the
+generic loop and torch, with the load average before and after:
+
+    python benchmarks/rnn_bench.py --stack 2 --t 50 --n 32 --h 256 --threads 1 --runs 10
 """
 import argparse
 import os
@@ -100,7 +105,28 @@ def _char_rnn(kind, t, n, h, train, layers=1):
 
 
 SUITE = (("LSTM", "lstm", True, 1), ("GRU", "gru", True, 1), ("LSTM", "lstm", False, 1),
-         ("GRU", "gru", False, 1), ("LSTM 2-layer", "lstm", False, 2))
+         ("GRU", "gru", False, 1), ("LSTM 2-layer", "lstm", False, 2), ("LSTM 2-layer", "lstm", True, 2))
+
+
+def fused_vs_generic(threads, runs, t, n, h, layers):
+    """A stacked char_rnn LSTM training step on RecurrentNetwork's fused path against
+    the generic step-net loop (CAFFE2PY_RNN_FUSED=0) and torch, alternating blocks."""
+    torch.set_num_threads(threads)
+    ours, peer = _char_rnn("lstm", t, n, h, True, layers)
+
+    def generic():
+        os.environ["CAFFE2PY_RNN_FUSED"] = "0"
+        try:
+            ours()
+        finally:
+            os.environ.pop("CAFFE2PY_RNN_FUSED")
+    load_before = os.getloadavg()
+    fused_ms, generic_ms = interleaved_ms(ours, generic, runs)
+    _, torch_ms = interleaved_ms(ours, peer, runs)
+    print("%d-layer LSTM train step T=%d N=%d H=%d, %d threads: fused %.1f ms, generic %.1f ms (%.2fx), "
+          "torch %.1f ms (fused/torch %.2f); load average %s -> %s"
+          % (layers, t, n, h, threads, fused_ms, generic_ms, generic_ms / fused_ms, torch_ms, fused_ms / torch_ms,
+             "/".join("%.1f" % v for v in load_before), "/".join("%.1f" % v for v in os.getloadavg())), flush=True)
 
 
 def suite(threads, runs):
@@ -124,6 +150,8 @@ def main():
     p.add_argument("--threads", type=int, nargs="+", default=[2])
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--suite", action="store_true", help="the issue-37 rows (see the module docstring)")
+    p.add_argument("--stack", type=int, default=0, metavar="LAYERS",
+                   help="time a LAYERS-layer LSTM training step (--t --n --h) fused vs generic vs torch")
     a = p.parse_args()
     if a.suite:
         if torch is None:
@@ -141,6 +169,9 @@ def main():
         return
     a.threads = a.threads[0]
     os.environ["CAFFE2PY_NUM_THREADS"] = str(a.threads)
+    if a.stack:
+        fused_vs_generic(a.threads, a.runs, a.t, a.n, a.h, a.stack)
+        return
     rng = np.random.default_rng(0)
     x = rng.standard_normal((a.t, a.n, a.d), dtype=np.float32)
     h0 = np.zeros((1, a.n, a.h), np.float32)

@@ -341,8 +341,8 @@ def test_gru_fused_matches_torch():
 
 @pytest.mark.parametrize("dims,lengths", [([6, 6], [5, 1, 3]), ([12, 8, 9], None)])
 def test_stacked_lstm_forward_fused_matches_generic(monkeypatch, fused_calls, dims, lengths):
-    """Stacked layers in one step net (MultiRNNCell): fused layer by layer, forward only.
-    (Their backward net cannot be built yet: AddGradientOperators fails on MultiRNNCell.)"""
+    """Stacked layers in one step net (MultiRNNCell): fused layer by layer, a forward-only
+    net (training nets, backward included: tests/test_rnn_fused_stack.py)."""
     rng = np.random.default_rng(9)
     _feed(rng, 5, 3, 4, dims[0], lengths, states=0)
     initial = []

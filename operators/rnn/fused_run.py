@@ -1,6 +1,6 @@
-"""RecurrentNetwork / RecurrentNetworkGradient on a recognised LSTM step net: the
-whole sequence in one compiled pass (kernels/cpu/rnn/fused_lstm.py) instead of one
-step-net run per timestep.
+"""RecurrentNetwork / RecurrentNetworkGradient on a recognised LSTM, MILSTM or GRU step
+net, or a stack of such layers: the whole sequence in one compiled pass per layer
+(kernels/cpu/rnn/fused_lstm.py, fused_gru.py) instead of one step-net run per timestep.
 
 The results are the generic path's: the same state tensors (hence the same
 all-step and last-step outputs), and the same gradients of the input projection,
@@ -14,9 +14,11 @@ Both functions return None when the run's values are outside what the kernel doe
 (float16, initial states of several steps, non-integer lengths, ...); the caller
 then runs the generic loop, which also gives the errors for bad inputs.
 """
+import collections
+
 import numpy as np
 
-from caffe2py.kernels.cpu.math.gemm import fc
+from caffe2py.kernels.cpu.math import gemm
 from caffe2py.kernels.cpu.rnn import fused_gru
 from caffe2py.kernels.cpu.rnn import fused_lstm as K
 
@@ -70,12 +72,9 @@ def lstm_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_ba
     if ok is None:
         return None
     w, b, seq = ok
-    mi = None
-    if plan.mi is not None:
-        mi = tuple(inputs[plan.mi["params"][role]] for role in ("alpha", "beta1", "beta2", "bias2"))
-        if not all(_float32(v) and v.shape == b.shape for v in mi):
-            return None
-        mi = tuple(np.ascontiguousarray(v) for v in mi)
+    mi = _milstm_values(plan, inputs, b)
+    if mi is False:
+        return None
     x = np.ascontiguousarray(x)
     gates, pre = K.lstm_sequence(x, w, b, hs, cs, seq, plan.forget_bias, plan.drop_states, mi)
     scratch.set_fused(FusedLSTMRecord(plan, x, w, hs, cs, gates, seq, pre, mi),
@@ -85,6 +84,41 @@ def lstm_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_ba
 
 
 milstm_forward = lstm_forward         # the plan's `mi` says which
+
+
+def _milstm_values(plan, inputs, b):
+    """MILSTM's (alpha, beta1, beta2, bias2) as the kernel takes them, None for an LSTM,
+    False when they do not fit."""
+    if plan.mi is None:
+        return None
+    mi = tuple(inputs[plan.mi["params"][role]] for role in ("alpha", "beta1", "beta2", "bias2"))
+    if not all(_float32(v) and v.shape == b.shape for v in mi):
+        return False
+    return tuple(np.ascontiguousarray(v) for v in mi)
+
+
+def _milstm_input_grads(dgates, x, pre, mi):
+    """MILSTM's ElementwiseLinear and Mul gradients summed over all steps: the gradient
+    of the layer input x and {role: gradient} of alpha, beta1, beta2, bias2."""
+    alpha, beta1, beta2, bias2 = mi
+    d_scaled = dgates * pre
+    input_grad = dgates * beta2 + d_scaled * alpha
+    return input_grad, dict(alpha=(d_scaled * x).sum(axis=(0, 1)), beta1=d_scaled.sum(axis=(0, 1)),
+                            beta2=(dgates * x).sum(axis=(0, 1)), bias2=dgates.sum(axis=(0, 1)))
+
+
+class FusedStackRecord:
+    """What a fused stacked forward keeps for its gradient: a StackLayerRecord (LSTM,
+    MILSTM) or GRUStackLayerRecord per layer, bottom first."""
+    __slots__ = ("plan", "layers")
+
+    def __init__(self, plan, layers):
+        self.plan, self.layers = plan, layers
+
+
+# one layer of a fused stacked run: its input projection x, recurrent weight w, states
+# hs / cs, per-step gates, lengths, and for MILSTM pre (h @ w^T + b per step) and mi
+StackLayerRecord = collections.namedtuple("StackLayerRecord", "x w hs cs gates seq pre mi")
 
 
 def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
@@ -103,32 +137,117 @@ def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, 
             return None
         d = hs.shape[2]
         shape = x.shape if l == 0 else (steps, batch, 4 * d)
-        if _lstm_layer_ok(layer, inputs, np.empty(shape, np.float32) if l else x, hs, cs) is None:
+        ok = _lstm_layer_ok(layer, inputs, np.empty(shape, np.float32) if l else x, hs, cs)
+        if ok is None or _milstm_values(layer, inputs, ok[1]) is False:
             return None
         if l:
             wi, bi = (inputs[k] for k in plan.i2h_params[l - 1])
             if not (_float32(wi) and _float32(bi) and wi.shape == (4 * d, d_in) and bi.shape == (4 * d,)):
                 return None
         d_in = d
-    layer_inputs, saved = [], []
+    layers = []
     for l, (layer, (hs, cs)) in enumerate(zip(plan.layers, states)):
         if l == 0:
             proj = np.ascontiguousarray(x)
         else:
-            wi, bi = (inputs[k] for k in plan.i2h_params[l - 1])
-            prev = states[l - 1][0]
-            proj = fc(prev[1:].reshape(steps * batch, -1), wi, bi).reshape(steps, batch, -1)   # on the team
+            proj = _projection(plan, l, inputs, states[l - 1][0])
         w, b, seq = _lstm_layer_ok(layer, inputs, proj, hs, cs)
-        saved.append(K.lstm_sequence(proj, w, b, hs, cs, seq, layer.forget_bias, layer.drop_states)[0])
-        layer_inputs.append(proj)
+        mi = _milstm_values(layer, inputs, b)
+        gates, pre = K.lstm_sequence(proj, w, b, hs, cs, seq, layer.forget_bias, layer.drop_states, mi)
+        layers.append(StackLayerRecord(proj, w, hs, cs, gates, seq, pre, mi))
 
     def fill():
-        for l, layer in enumerate(plan.layers):
-            hs, cs = states[l]
-            _fill_step_workspaces(layer, layer_inputs[l], hs, cs, saved[l], step_workspaces, timestep,
-                                  has_backward)
-    scratch.set_fused(None, fill)
+        for layer, r in zip(plan.layers, layers):
+            _fill_step_workspaces(layer, r.x, r.hs, r.cs, r.gates, step_workspaces, timestep, has_backward,
+                                  pre=r.pre, mi=r.mi)
+    scratch.set_fused(FusedStackRecord(plan, layers), fill)
     return True
+
+
+def lstm_stack_backward(record, roles, inputs, n_go, per_step, last_step, states, state_inputs, blobs,
+                        input_grad_name):
+    """lstm_backward for a stack, layer by layer from the top: each layer's backward
+    through time (lstm_sequence_gradient), then its input projection's gradient as
+    whole-sequence products: dW_i2h, db_i2h, and the lower layer's hidden-state
+    gradient at steps 1..T (added to what arrives from outside before that layer runs)."""
+    plan, layers = record.plan, record.layers
+    x = layers[0].x
+    forward_x = inputs[n_go]
+    if not isinstance(forward_x, np.ndarray) or forward_x.shape != x.shape:
+        return None
+    if sorted(states) != sorted(n for layer in plan.layers for n in (layer.h_states, layer.c_states)):
+        return None
+    grads = {}
+    for layer, r in zip(plan.layers, layers):
+        if blobs.get(layer.h_states) is not r.hs or blobs.get(layer.c_states) is not r.cs:
+            return None             # the states were replaced since: the generic path reads them
+        layer_grads = _state_grads(r.hs, inputs, [layer.h_states, layer.c_states], per_step, last_step)
+        if layer_grads is None:
+            return None
+        grads.update(layer_grads)
+    if not _projection_weights_ok(plan, layers, inputs, n_go):
+        return None
+    by_role = {}
+    input_grad = None
+    for l in range(len(layers) - 1, -1, -1):
+        layer, r = plan.layers[l], layers[l]
+        mi = None if r.mi is None else (r.x, r.mi[0], r.mi[1], r.pre)
+        dgates, _, dw, db = K.lstm_sequence_gradient(r.w, r.hs, r.cs, r.gates, r.seq, layer.forget_bias,
+                                                     layer.drop_states, grads[layer.h_states],
+                                                     grads[layer.c_states], mi)
+        by_role[l, "weight"], by_role[l, "bias"] = dw, db
+        layer_input_grad = dgates
+        if mi is not None:
+            layer_input_grad, mi_grads = _milstm_input_grads(dgates, r.x, r.pre, r.mi)
+            by_role.update({(l, role): g for role, g in mi_grads.items()})
+        if l == 0:
+            input_grad = layer_input_grad
+            break
+        _projection_grads(l, inputs[n_go + plan.i2h_params[l - 1][0]], layer_input_grad, layers[l - 1].hs,
+                          grads[plan.layers[l - 1].h_states], by_role)
+    return _stack_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs,
+                          input_grad_name)
+
+
+def _stack_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs, input_grad_name):
+    """The gradient op's outputs (input projection, parameters in `roles` order, initial
+    states), leaving the state and input gradients in blobs as the generic loop does."""
+    for name, g in grads.items():
+        blobs[name + "_grad"] = g
+    blobs[input_grad_name] = input_grad
+    outputs = [input_grad]
+    for k, role in roles:
+        outputs.append(by_role[role].reshape(np.shape(inputs[n_go + k])))
+    return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
+
+
+def _projection(plan, l, inputs, below_hs):
+    """Layer l's input: FC(h_{l-1}, W_i2h, b_i2h) over all steps (steps 1..T of the lower
+    layer's states) as one product on the thread team."""
+    wi, bi = (inputs[k] for k in plan.i2h_params[l - 1])
+    steps, batch = below_hs.shape[0] - 1, below_hs.shape[1]
+    below = below_hs[1:].reshape(steps * batch, -1)
+    return gemm.fc(below, np.ascontiguousarray(wi), bi).reshape(steps, batch, -1)
+
+
+def _projection_weights_ok(plan, layers, inputs, n_go):
+    """Whether each projection weight still has the shape the forward ran with."""
+    for l in range(1, len(layers)):
+        wi = inputs[n_go + plan.i2h_params[l - 1][0]]
+        if not _float32(wi) or wi.shape != (layers[l].x.shape[2], layers[l - 1].hs.shape[2]):
+            return False
+    return True
+
+
+def _projection_grads(l, wi, layer_input_grad, below_hs, below_h_grad, by_role):
+    """The gradient of layer l's projection FC(h_{l-1}, W_i2h, b_i2h) over all steps as
+    whole-sequence products: by_role[l, 'i2h_weight' / 'i2h_bias'], and the lower layer's
+    hidden-state gradient at steps 1..T added into below_h_grad (before that layer runs)."""
+    steps, batch = below_hs.shape[0] - 1, below_hs.shape[1]
+    flat = layer_input_grad.reshape(steps * batch, -1)
+    by_role[l, "i2h_weight"] = gemm.matmul(flat.T, below_hs[1:].reshape(steps * batch, -1))
+    by_role[l, "i2h_bias"] = flat.sum(axis=0)
+    below_h_grad[1:] += gemm.matmul(flat, np.ascontiguousarray(wi)).reshape(steps, batch, -1)
 
 
 def _fill_step_workspaces(plan, x, hs, cs, gates, step_workspaces, timestep, has_backward, pre=None, mi=None):
@@ -171,12 +290,9 @@ def lstm_backward(record, roles, inputs, n_go, per_step, last_step, states, stat
                                                  plan.drop_states, grads[plan.h_states], grads[plan.c_states], mi)
     by_role = {"weight": dw, "bias": db}
     input_grad = dgates
-    if mi is not None:        # MILSTM: the ElementwiseLinear and Mul gradients, summed over all steps
-        alpha, beta1, beta2, bias2 = record.mi
-        d_scaled = dgates * record.pre
-        input_grad = dgates * beta2 + d_scaled * alpha
-        by_role.update(alpha=(d_scaled * x).sum(axis=(0, 1)), beta1=d_scaled.sum(axis=(0, 1)),
-                       beta2=(dgates * x).sum(axis=(0, 1)), bias2=dgates.sum(axis=(0, 1)))
+    if mi is not None:
+        input_grad, mi_grads = _milstm_input_grads(dgates, x, record.pre, record.mi)
+        by_role.update(mi_grads)
     for name, g in grads.items():
         blobs[name + "_grad"] = g
     blobs[input_grad_name] = input_grad
@@ -232,13 +348,10 @@ class FusedGRURecord:
         self.plan, self.x, self.w3, self.wn, self.hs, self.saved, self.seq = plan, x, w3, wn, hs, saved, seq
 
 
-def gru_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
-    """As lstm_forward, for a recognised gru_cell step net."""
-    if not fused_gru.available():
-        return None
-    x = inputs[0]
+def _gru_layer_ok(plan, inputs, x, hs):
+    """The layer's (w3, wn, b, lengths) as gru_sequence takes them when the kernel can
+    run it on input projection x, else None."""
     params = [inputs[k] for k in plan.params]          # W_r, b_r, W_z, b_z, W_n, b_n
-    hs = blobs.get(plan.h_states)
     if not all(_float32(a) for a in [x, hs] + params) or x.ndim != 3 or hs.ndim != 3:
         return None
     steps, batch, d = x.shape[0], x.shape[1], hs.shape[2]
@@ -248,12 +361,22 @@ def gru_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_bac
     seq = _lengths(plan, inputs, batch)
     if seq is False:
         return None
-    x = np.ascontiguousarray(x)
     w_r, b_r, w_z, b_z, w_n, b_n = params
     w3 = np.concatenate([w_r, w_z, w_n] if plan.lbr else [w_r, w_z])
-    wn = np.ascontiguousarray(w_n)
-    saved = fused_gru.gru_sequence(x, w3, wn, np.concatenate([b_r, b_z, b_n]), hs, seq, plan.lbr,
-                                   plan.drop_states)
+    return w3, np.ascontiguousarray(w_n), np.concatenate([b_r, b_z, b_n]), seq
+
+
+def gru_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
+    """As lstm_forward, for a recognised gru_cell step net."""
+    if not fused_gru.available():
+        return None
+    x, hs = inputs[0], blobs.get(plan.h_states)
+    ok = _gru_layer_ok(plan, inputs, x, hs)
+    if ok is None:
+        return None
+    w3, wn, b, seq = ok
+    x = np.ascontiguousarray(x)
+    saved = fused_gru.gru_sequence(x, w3, wn, b, hs, seq, plan.lbr, plan.drop_states)
     scratch.set_fused(FusedGRURecord(plan, x, w3, wn, hs, saved, seq),
                       lambda: _fill_gru_workspaces(plan, x, hs, saved, step_workspaces, timestep, has_backward))
     return True
@@ -301,6 +424,83 @@ def gru_backward(record, roles, inputs, n_go, per_step, last_step, states, state
     return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
 
 
+# --------------------------------------------------------------------------- stacked GRU
+
+# one layer of a fused stacked GRU run: its input projection x, the kernel's weights
+# (w3, wn, concatenated b), states hs, gru_sequence's saved values and the lengths
+GRUStackLayerRecord = collections.namedtuple("GRUStackLayerRecord", "x w3 wn hs saved seq")
+
+
+def gru_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, has_backward):
+    """As lstm_stack_forward, for stacked gru_cell layers."""
+    if not fused_gru.available():
+        return None
+    x = inputs[0]
+    if not _float32(x) or x.ndim != 3:
+        return None
+    steps, batch = x.shape[0], x.shape[1]
+    states = [blobs.get(layer.h_states) for layer in plan.layers]
+    d_in = None
+    for l, (layer, hs) in enumerate(zip(plan.layers, states)):    # check every layer before running
+        if not (_float32(hs) and hs.ndim == 3):
+            return None
+        d = hs.shape[2]
+        if _gru_layer_ok(layer, inputs, np.empty((steps, batch, 3 * d), np.float32) if l else x, hs) is None:
+            return None
+        if l:
+            wi, bi = (inputs[k] for k in plan.i2h_params[l - 1])
+            if not (_float32(wi) and _float32(bi) and wi.shape == (3 * d, d_in) and bi.shape == (3 * d,)):
+                return None
+        d_in = d
+    layers = []
+    for l, (layer, hs) in enumerate(zip(plan.layers, states)):
+        proj = np.ascontiguousarray(x) if l == 0 else _projection(plan, l, inputs, states[l - 1])
+        w3, wn, b, seq = _gru_layer_ok(layer, inputs, proj, hs)
+        saved = fused_gru.gru_sequence(proj, w3, wn, b, hs, seq, layer.lbr, layer.drop_states)
+        layers.append(GRUStackLayerRecord(proj, w3, wn, hs, saved, seq))
+
+    def fill():
+        for layer, r in zip(plan.layers, layers):
+            _fill_gru_workspaces(layer, r.x, r.hs, r.saved, step_workspaces, timestep, has_backward)
+    scratch.set_fused(FusedStackRecord(plan, layers), fill)
+    return True
+
+
+def gru_stack_backward(record, roles, inputs, n_go, per_step, last_step, states, state_inputs, blobs,
+                       input_grad_name):
+    """As lstm_stack_backward, for gru_stack_forward's record."""
+    plan, layers = record.plan, record.layers
+    forward_x = inputs[n_go]
+    if not isinstance(forward_x, np.ndarray) or forward_x.shape != layers[0].x.shape:
+        return None
+    if sorted(states) != sorted(layer.h_states for layer in plan.layers):
+        return None
+    grads = {}
+    for layer, r in zip(plan.layers, layers):
+        if blobs.get(layer.h_states) is not r.hs:
+            return None             # the states were replaced since: the generic path reads them
+        layer_grads = _state_grads(r.hs, inputs, [layer.h_states], per_step, last_step)
+        if layer_grads is None:
+            return None
+        grads.update(layer_grads)
+    if not _projection_weights_ok(plan, layers, inputs, n_go):
+        return None
+    by_role = {}
+    input_grad = None
+    for l in range(len(layers) - 1, -1, -1):
+        layer, r = plan.layers[l], layers[l]
+        d = r.hs.shape[2]
+        dgates, dw3, dwn, db = fused_gru.gru_sequence_gradient(r.w3, r.wn, r.hs, r.saved, r.seq, layer.lbr,
+                                                               layer.drop_states, grads[layer.h_states])
+        per_role = [dw3[:d], db[:d], dw3[d:2 * d], db[d:2 * d], dw3[2 * d:] if layer.lbr else dwn, db[2 * d:]]
+        by_role.update({(l, k): np.ascontiguousarray(g) for k, g in enumerate(per_role)})
+        if l == 0:
+            input_grad = dgates
+            break
+        _projection_grads(l, inputs[n_go + plan.i2h_params[l - 1][0]], dgates, layers[l - 1].hs,
+                          grads[plan.layers[l - 1].h_states], by_role)
+    return _stack_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs,
+                          input_grad_name)
 
 # LSTMWithAttention: fused_attention_run.py (imported on use: it imports this module's helpers)
 def lstm_attention_forward(*args):

@@ -13,7 +13,11 @@ created (plan time) and returns an LSTMStepPlan; anything else (another cell, ex
 links, an argument the fused kernel does not model) gives None and the op keeps
 the generic step-net loop. `recognise_lstm_backward` does the same for the backward
 step net recurrent.py derives from it (LSTMUnitGradient, FCGradient, Sum, and the
-recomputed forward ops of memory_optimization).
+recomputed forward ops of memory_optimization). MILSTM and gru_cell.GRU steps are
+recognised the same way, and so are stacks of one of these layer kinds (MultiRNNCell:
+each layer's ops, the layers above 0 preceded by the FC projecting the lower layer's new
+hidden state) with their backward nets (per layer from the top, then the projection's
+FCGradient and the Sum into the lower layer's hidden-state gradient).
 
 rnn_cell.LSTMWithAttention's step nets are recognised in fused_attention_steps.py
 (kind 'lstm_attention', run by fused_attention_run.py).
@@ -148,8 +152,20 @@ def recognise_milstm(step_def, links, states, state_inputs, timestep, op_inputs)
     FC(h_prev) -> pre; ElementwiseLinear(input_t, alpha, beta1) -> scaled;
     Mul(scaled, pre) -> mixed; ElementwiseLinear(input_t, beta2, b) -> input_part;
     Sum(mixed, input_part) -> gates; LSTMUnit. Else None."""
+    link = _link_map(links)
+    if link is None:
+        return None
+    plan = _milstm_layer(list(step_def.op), link, timestep, op_inputs, states, None)
+    if (plan is None or set(link) != {plan.h_prev, plan.h, plan.c_prev, plan.c, plan.input_t}
+            or sorted(states) != sorted([plan.h_states, plan.c_states]) or len(state_inputs) != 2):
+        return None
+    return plan
+
+
+def _milstm_layer(ops, link, timestep, op_inputs, states, input_name):
+    """One MILSTM layer's six ops as an LSTMStepPlan with `mi` (links checked for its own
+    blobs only); its input is the op's input 0 through a link, or the blob input_name."""
     from caffe2py.proto import caffe2_pb2
-    ops = list(step_def.op)
     if [op.type for op in ops] != _MI_TYPES:
         return None
     fc, el1, mul, el2, add, unit = ops
@@ -169,12 +185,8 @@ def recognise_milstm(step_def, links, states, state_inputs, timestep, op_inputs)
     fake_fc.CopyFrom(fc)
     fake_fc.output[:] = [gates]
     fake_sum = caffe2_pb2.OperatorDef(type="Sum", input=[gates, input_t], output=[gates])
-    link = _link_map(links)
-    if link is None:
-        return None
-    plan = _lstm_layer([fake_fc, fake_sum, unit], link, timestep, op_inputs, states, None)
-    if (plan is None or set(link) != {plan.h_prev, plan.h, plan.c_prev, plan.c, plan.input_t}
-            or sorted(states) != sorted([plan.h_states, plan.c_states]) or len(state_inputs) != 2):
+    plan = _lstm_layer([fake_fc, fake_sum, unit], link, timestep, op_inputs, states, input_name)
+    if plan is None:
         return None
     names = [plan.h_prev, plan.c_prev, plan.h, plan.c, gates, input_t, pre, scaled, mixed, part]
     if len(set(names)) != len(names):
@@ -235,54 +247,97 @@ def recognise_milstm_backward(plan, step_def, backward_links, params, param_grad
 
 
 class LSTMStackPlan:
-    """Stacked LSTM layers in one step net (rnn_cell's MultiRNNCell without residual
-    layers): layer l > 0 projects layer l - 1's new hidden state with its own FC
-    (`i2h`, op inputs `i2h_params`) before its recurrent FC."""
-    __slots__ = ("layers", "i2h", "i2h_params")
+    """Stacked LSTM or MILSTM layers in one step net (rnn_cell's MultiRNNCell without
+    residual layers; every layer of one kind, `layers[l].mi` set for MILSTM): layer l > 0
+    projects layer l - 1's new hidden state with its own FC (`i2h`, op inputs
+    `i2h_params`, weight names `i2h_weights`) before its recurrent FC."""
+    __slots__ = ("layers", "i2h", "i2h_params", "i2h_weights")
 
-    def __init__(self, layers, i2h, i2h_params):
-        self.layers, self.i2h, self.i2h_params = layers, i2h, i2h_params
+    def __init__(self, layers, i2h, i2h_params, i2h_weights):
+        self.layers, self.i2h, self.i2h_params, self.i2h_weights = layers, i2h, i2h_params, i2h_weights
 
     @property
     def h_states(self):
         return self.layers[0].h_states
 
 
+class GRUStackPlan(LSTMStackPlan):
+    """The same for stacked gru_cell.GRU layers (GRUStepPlans)."""
+    __slots__ = ()
+
+
+def _layer_input(layer):
+    return layer.blobs["input_t"] if isinstance(layer, GRUStepPlan) else layer.input_t
+
+
+def _layer_output(layer):
+    """The layer's new hidden state (what the next layer's projection reads)."""
+    return layer.blobs["h"] if isinstance(layer, GRUStepPlan) else layer.h
+
+
+def _layer_names(layer):
+    """(linked step blobs, state tensors, step blobs of its own) of a recognised layer."""
+    if isinstance(layer, GRUStepPlan):
+        own = [v for k, v in layer.blobs.items() if k not in ("input_t", "timestep")]
+        return {layer.blobs["h_prev"], layer.blobs["h"]}, [layer.h_states], own
+    own = [layer.h_prev, layer.h, layer.c_prev, layer.c, layer.gates]
+    if layer.mi:
+        own += [layer.mi[k] for k in ("pre", "scaled", "mixed", "part")]
+    return {layer.h_prev, layer.h, layer.c_prev, layer.c}, [layer.h_states, layer.c_states], own
+
+
 def recognise_lstm_stack(step_def, links, states, state_inputs, timestep, op_inputs):
-    """An LSTMStackPlan for a step net of two or more LSTM layers, else None."""
+    """An LSTMStackPlan for a step net of two or more LSTM (or MILSTM) layers, else None."""
+    mi = [op.type for op in step_def.op[:6]] == _MI_TYPES
+    return _recognise_stack(step_def, links, states, state_inputs, timestep, op_inputs,
+                            6 if mi else 3, _milstm_layer if mi else _lstm_layer, LSTMStackPlan)
+
+
+def recognise_gru_stack(step_def, links, states, state_inputs, timestep, op_inputs):
+    """A GRUStackPlan for a step net of two or more gru_cell.GRU layers, else None."""
+    return _recognise_stack(step_def, links, states, state_inputs, timestep, op_inputs, 11, _gru_layer,
+                            GRUStackPlan)
+
+
+def _recognise_stack(step_def, links, states, state_inputs, timestep, op_inputs, width, layer_fn, plan_class):
+    """Layers of `width` ops each (layer_fn recognises one), every layer above 0 preceded
+    by the FC projecting the lower layer's new hidden state; a plan_class or None."""
     ops = list(step_def.op)
-    if len(ops) < 7 or (len(ops) - 3) % 4:
+    if len(ops) < 2 * width + 1 or (len(ops) - width) % (width + 1):
         return None
     link = _link_map(links)
     if link is None:
         return None
-    layers = [_lstm_layer(ops[:3], link, timestep, op_inputs, states, None)]
-    i2h, i2h_params = [], []
-    for start in range(3, len(ops), 4):
+    layers = [layer_fn(ops[:width], link, timestep, op_inputs, states, None)]
+    i2h, i2h_params, projections = [], [], ops[width::width + 1]
+    for start in range(width, len(ops), width + 1):
         prev = layers[-1]
         proj = ops[start]
-        if prev is None or proj.type != "FC" or not _fc_ok(proj, prev.h):
+        if prev is None or proj.type != "FC" or not _fc_ok(proj, _layer_output(prev)):
             return None
         i2h.append(proj.output[0])
         params = [_param_index(name, op_inputs, states) for name in proj.input[1:]]
         if None in params:
             return None
         i2h_params.append(params)
-        layers.append(_lstm_layer(ops[start + 1:start + 4], link, timestep, op_inputs, states, proj.output[0]))
+        layers.append(layer_fn(ops[start + 1:start + 1 + width], link, timestep, op_inputs, states,
+                               proj.output[0]))
     if layers[-1] is None:
         return None
-    linked = {layers[0].input_t}
+    linked = {_layer_input(layers[0])}
+    state_names, step_blobs = [], []
     for layer in layers:
-        linked |= {layer.h_prev, layer.h, layer.c_prev, layer.c}
-    state_names = [n for layer in layers for n in (layer.h_states, layer.c_states)]
+        layer_linked, layer_states, own = _layer_names(layer)
+        linked |= layer_linked
+        state_names += layer_states
+        step_blobs += own
     if (set(link) != linked or sorted(states) != sorted(state_names) or len(set(state_names)) != len(state_names)
             or len(state_inputs) != len(states) or len(set(i2h)) != len(i2h)):
         return None
-    step_blobs = [n for layer in layers for n in (layer.h_prev, layer.h, layer.c_prev, layer.c, layer.gates)]
-    step_blobs += i2h + [layers[0].input_t]
+    step_blobs += i2h + [_layer_input(layers[0])]
     if len(set(step_blobs)) != len(step_blobs):
         return None
-    return LSTMStackPlan(layers, i2h, i2h_params)
+    return plan_class(layers, i2h, i2h_params, [proj.input[1] for proj in projections])
 
 
 def recognise_lstm_backward(plan, step_def, backward_links, params, param_grads, input_grad):
@@ -362,7 +417,19 @@ def _sum_ok(op, a, b, out):
 def recognise_gru(step_def, links, states, state_inputs, timestep, op_inputs):
     """A GRUStepPlan when step_def is gru_cell.GRU's step (either linear_before_reset),
     else None."""
-    ops = list(step_def.op)
+    link = _link_map(links)
+    if link is None:
+        return None
+    plan = _gru_layer(list(step_def.op), link, timestep, op_inputs, states, None)
+    if (plan is None or set(link) != {plan.blobs["h_prev"], plan.blobs["h"], plan.blobs["input_t"]}
+            or list(states) != [plan.h_states] or len(state_inputs) != 1):
+        return None
+    return plan
+
+
+def _gru_layer(ops, link, timestep, op_inputs, states, input_name):
+    """One GRU layer's eleven ops as a GRUStepPlan (links checked for its own blobs
+    only); its input is the op's input 0 through a link, or the blob input_name."""
     types = [op.type for op in ops]
     lbr = True if types == _GRU_TYPES[True] else False if types == _GRU_TYPES[False] else None
     if lbr is None or any(op.engine for op in ops):
@@ -416,12 +483,12 @@ def recognise_gru(step_def, links, states, state_inputs, timestep, op_inputs):
         return None
     seq = unit.input[2] if with_seq else None
     h = unit.output[0]
-    link = _link_map(links)
-    if link is None or set(link) != {h_prev, h, input_t}:
+    if h_prev not in link or h not in link:
         return None
     h_states = link[h_prev][0]
-    if (link[h_prev] != (h_states, 0) or link[h] != (h_states, 1) or link[input_t] != (op_inputs[0], 0)
-            or list(states) != [h_states] or len(state_inputs) != 1):
+    if link[h_prev] != (h_states, 0) or link[h] != (h_states, 1) or h_states not in states:
+        return None
+    if (link.get(input_t) != (op_inputs[0], 0)) if input_name is None else (input_t != input_name):
         return None
     blobs = dict(h_prev=h_prev, h=h, input_t=input_t, x_r=x_r, x_z=x_z, x_n=x_n, r=r, z=z, rs=rs, og=og,
                  mixed=mixed, summed=summed, gates=gates, dims=dims, timestep=timestep)
@@ -448,47 +515,200 @@ def recognise_gru_backward(plan, step_def, backward_links, params, param_grads, 
     backward step net is the registry's gradient of plan's step net, else None."""
     forward_outputs = {b for b in plan.blobs.values()}
     ops = [op for op in step_def.op if not set(op.output) <= forward_outputs]
+    link = _link_map(backward_links)
+    found = None if link is None else _gru_layer_backward(plan, ops, link)
+    if found is None:
+        return None
+    layer_input_grad, grads, links = found
+    links[layer_input_grad] = (input_grad, 0)
+    if link != links or not param_grads or len(params) != len(param_grads):
+        return None
+    roles = {}
+    for k, name in zip(params, param_grads):
+        if k not in grads or grads[k][1] != name:
+            return None
+        roles[k] = grads[k][0]
+    return roles
+
+
+def _gru_layer_backward(layer, ops, link):
+    """One GRU layer's ten gradient ops (GRUUnitGradient, Split, MulGradient, three
+    FCGradients, SigmoidGradient, two Sums, Concat; in any order): (the layer input's
+    gradient, {op input: (k, gradient name)} with k the position among W_r, b_r, W_z,
+    b_z, W_n, b_n, {state gradient link: its window}), or None."""
     if sorted(op.type for op in ops) != _GRU_BACKWARD_TYPES:
         return None
     unit = [op for op in ops if op.type == "GRUUnitGradient"][0]
-    if _args(unit) != plan.unit_args or len(unit.output) != 2 or unit.input[0] != plan.blobs["h_prev"]:
+    if _args(unit) != layer.unit_args or len(unit.output) != 2 or unit.input[0] != layer.blobs["h_prev"]:
         return None
     h_grad, hp_grad = unit.input[-1], unit.output[0]
     concat = [op for op in ops if op.type == "Concat"][0]
-    link = _link_map(backward_links)
-    states_grad = plan.h_states + "_grad"
-    if link != {h_grad: (states_grad, 1), hp_grad: (states_grad, 0), concat.output[0]: (input_grad, 0)}:
+    states_grad = layer.h_states + "_grad"
+    links = {h_grad: (states_grad, 1), hp_grad: (states_grad, 0)}
+    if any(link.get(k) != v for k, v in links.items()):
         return None
     grad_names = {}
     for op in ops:
         if op.type == "FCGradient":
-            for w, b in plan.fc_params:
+            for w, b in layer.fc_params:
                 if op.input[1] == w and len(op.output) == 3:
                     grad_names[w], grad_names[b] = op.output[0], op.output[1]
-    wanted = [n for pair in plan.fc_params for n in pair]
-    if len(grad_names) != 6 or not param_grads or len(params) != len(param_grads):
+    wanted = [n for pair in layer.fc_params for n in pair]
+    if len(grad_names) != 6 or len(concat.output) < 1:
+        return None
+    grads = {k: (role, grad_names[wanted[role]]) for role, k in enumerate(layer.params)}
+    return concat.output[0], grads, links
+
+
+def _stack_layer_backward(layer, ops, link):
+    """One LSTM layer's LSTMUnitGradient, FCGradient and Sum in a stacked backward step
+    net (the checks of recognise_lstm_backward); returns (the layer input's gradient,
+    {op input: (role, gradient name)}, {backward link: its window}) or None."""
+    if [op.type for op in ops] != ["LSTMUnitGradient", "FCGradient", "Sum"]:
+        return None
+    unit, fcg, add = ops
+    head = [layer.h_prev, layer.c_prev, layer.gates] + ([None] if layer.seq is not None else [])
+    if len(unit.input) != len(head) + 5 or _args(unit) != layer.unit_args or len(unit.output) != 3:
+        return None
+    if [b for b, want in zip(unit.input, head) if want is not None] != [b for b in head if b is not None]:
+        return None
+    if list(unit.input[len(head) + 1:len(head) + 3]) != [layer.h, layer.c]:
+        return None
+    h_grad, c_grad = unit.input[-2], unit.input[-1]
+    hp_grad, cp_grad, gates_grad = unit.output
+    if list(fcg.input) != [layer.h_prev, layer.weight_name, gates_grad] or len(fcg.output) != 3:
+        return None
+    w_grad, b_grad, fc_h_grad = fcg.output
+    if sorted(add.input) != sorted([hp_grad, fc_h_grad]) or list(add.output) != [hp_grad]:
+        return None
+    links = _state_grad_links(layer, h_grad, hp_grad, c_grad, cp_grad, link)
+    if links is None:
+        return None
+    return gates_grad, {layer.weight: ("weight", w_grad), layer.bias: ("bias", b_grad)}, links
+
+
+def _state_grad_links(layer, h_grad, hp_grad, c_grad, cp_grad, link):
+    want = {h_grad: (layer.h_states + "_grad", 1), hp_grad: (layer.h_states + "_grad", 0),
+            c_grad: (layer.c_states + "_grad", 1), cp_grad: (layer.c_states + "_grad", 0)}
+    return want if all(link.get(k) == v for k, v in want.items()) else None
+
+
+def _stack_milstm_layer_backward(layer, ops, link):
+    """_stack_layer_backward for an MILSTM layer's seven gradient ops (LSTMUnitGradient,
+    the two ElementwiseLinearGradients, MulGradient, FCGradient and the two Sums adding the
+    split input and hidden-state gradients), checked op by op, in any order."""
+    if sorted(op.type for op in ops) != _MI_BACKWARD_TYPES:
+        return None
+    by_type = {}
+    for op in ops:
+        by_type.setdefault(op.type, []).append(op)
+    (unit,), (mul,), (fcg,) = by_type["LSTMUnitGradient"], by_type["MulGradient"], by_type["FCGradient"]
+    mi, names = layer.mi, layer.mi["names"]
+    if (_args(unit) != layer.unit_args or len(unit.output) != 3 or list(unit.input[:3]) != [layer.h_prev,
+                                                                                            layer.c_prev, layer.gates]):
+        return None
+    hp_grad, cp_grad, gates_grad = unit.output
+    els = {op.input[2]: op for op in by_type["ElementwiseLinearGradient"] if len(op.input) == 3 and len(op.output) == 3}
+    el_part, el_scaled = els.get(names["beta2"]), els.get(names["alpha"])
+    if (el_part is None or el_scaled is None or list(mul.input) != [gates_grad, mi["scaled"], mi["pre"]]
+            or len(mul.output) != 2 or list(el_part.input[:2]) != [gates_grad, layer.input_t]
+            or list(el_scaled.input[:2]) != [mul.output[0], layer.input_t]
+            or list(fcg.input) != [layer.h_prev, layer.weight_name, mul.output[1]] or len(fcg.output) != 3):
+        return None
+    input_grad = el_part.output[0]
+    sums = by_type["Sum"]
+    if not any(_sum_ok(op, input_grad, el_scaled.output[0], input_grad) for op in sums):
+        return None
+    if not any(_sum_ok(op, hp_grad, fcg.output[2], hp_grad) for op in sums):
+        return None
+    links = _state_grad_links(layer, unit.input[-2], hp_grad, unit.input[-1], cp_grad, link)
+    if links is None:
+        return None
+    index = mi["params"]
+    grads = {layer.weight: ("weight", fcg.output[0]), layer.bias: ("bias", fcg.output[1]),
+             index["alpha"]: ("alpha", el_scaled.output[1]), index["beta1"]: ("beta1", el_scaled.output[2]),
+             index["beta2"]: ("beta2", el_part.output[1]), index["bias2"]: ("bias2", el_part.output[2])}
+    return input_grad, grads, links
+
+
+def recognise_lstm_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad):
+    """{op input index: (layer, role)} when the backward step net is what recurrent.py
+    derives from plan's stacked step net, else None (see _recognise_stack_backward).
+    Roles: the layer's ('weight', 'bias', MILSTM's 'alpha', 'beta1', 'beta2', 'bias2'),
+    'i2h_weight', 'i2h_bias'."""
+    if plan.layers[0].mi:
+        return _recognise_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad,
+                                         7, 6, _stack_milstm_layer_backward)
+    return _recognise_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad,
+                                     3, 2, _stack_layer_backward)
+
+
+def recognise_gru_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad):
+    """As recognise_lstm_stack_backward for a GRUStackPlan; the layers' roles are the
+    positions among W_r, b_r, W_z, b_z, W_n, b_n."""
+    return _recognise_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad,
+                                     10, 6, _gru_layer_backward)
+
+
+def _recognise_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad, width, per_layer,
+                              check):
+    """Per layer, top first: the layer's `width` gradient ops (`check` recognises them),
+    then for layers above 0 the input projection's FCGradient (of the lower layer's new
+    hidden state) and the Sum adding its hidden-state gradient to the lower layer's.
+    Recomputed forward ops (memory_optimization) are left out first."""
+    forward_outputs = set(plan.i2h)
+    for layer in plan.layers:
+        forward_outputs |= set(_layer_names(layer)[2])
+    ops = [op for op in step_def.op if not set(op.output) <= forward_outputs]
+    link = _link_map(backward_links)
+    if link is None or len(ops) != (width + 2) * len(plan.layers) - 2:
+        return None
+    grads, wanted_links, start = {}, {}, 0
+    for l in range(len(plan.layers) - 1, -1, -1):
+        found = check(plan.layers[l], ops[start:start + width], link)
+        if found is None:
+            return None
+        layer_input_grad, layer_grads, layer_links = found
+        wanted_links.update(layer_links)
+        grads.update({k: (l, role, name) for k, (role, name) in layer_grads.items()})
+        start += width
+        if l == 0:
+            wanted_links[layer_input_grad] = (input_grad, 0)
+            continue
+        fcg, add = ops[start:start + 2]
+        start += 2
+        below = plan.layers[l - 1]
+        wi, bi = plan.i2h_params[l - 1]
+        if (fcg.type != "FCGradient" or len(fcg.output) != 3 or add.type != "Sum"
+                or list(fcg.input) != [_layer_output(below), plan.i2h_weights[l - 1], layer_input_grad]):
+            return None
+        below_h_grad = [k for k, v in link.items() if v == (below.h_states + "_grad", 1)]
+        if len(below_h_grad) != 1 or not _sum_ok(add, below_h_grad[0], fcg.output[2], below_h_grad[0]):
+            return None
+        grads[wi], grads[bi] = (l, "i2h_weight", fcg.output[0]), (l, "i2h_bias", fcg.output[1])
+    if (link != wanted_links or not param_grads or len(param_grads) != len(params)
+            or len(grads) != (per_layer + 2) * len(plan.layers) - 2):   # a parameter shared by two roles: generic
         return None
     roles = {}
     for k, name in zip(params, param_grads):
-        if k not in plan.params:
+        if k not in grads or grads[k][2] != name:
             return None
-        role = plan.params.index(k)
-        if grad_names[wanted[role]] != name:
-            return None
-        roles[k] = role
+        roles[k] = grads[k][:2]
     return roles
 
 
 RECOGNISE_BACKWARD = {"lstm": recognise_lstm_backward, "gru": recognise_gru_backward,
-                      "milstm": recognise_milstm_backward,
-                      "lstm_stack": lambda *args: None}      # stacked layers: forward only (see docs/rnn.md)
+                      "milstm": recognise_milstm_backward, "lstm_stack": recognise_lstm_stack_backward,
+                      "gru_stack": recognise_gru_stack_backward}
 
 
 def recognise(step_def, links, states, state_inputs, timestep, op_inputs):
-    """(kind, plan) of a step net the fused path runs ('lstm', 'gru', 'lstm_stack', 'milstm',
-    'lstm_attention'), or (None, None)."""
+    """(kind, plan) of a step net the fused path runs ('lstm', 'gru', 'milstm', 'lstm_stack'
+    (LSTM or MILSTM layers), 'gru_stack', 'lstm_attention'), or (None, None); fused_run.py has
+    <kind>_forward / <kind>_backward."""
     for kind, fn in (("lstm", recognise_lstm), ("gru", recognise_gru), ("lstm_stack", recognise_lstm_stack),
-                     ("milstm", recognise_milstm), ("lstm_attention", recognise_lstm_attention)):
+                     ("milstm", recognise_milstm), ("gru_stack", recognise_gru_stack),
+                     ("lstm_attention", recognise_lstm_attention)):
         plan = fn(step_def, links, states, state_inputs, timestep, op_inputs)
         if plan is not None:
             return kind, plan
