@@ -30,6 +30,8 @@ import math
 import numpy as np
 
 from ..math.elementwise import softmax_2d
+from ..math.gemm import matmul
+from ..math.team_gemm import gemm_into
 from ..math.elementwise_grad import softmax_grad
 from ..runtime.jit import LazyGlobal, compiled
 from .lstm import lstm_unit, lstm_unit_gradient
@@ -166,19 +168,19 @@ def attention_lstm_sequence(x, p, hs, cs, ctxs, covs, seq_lengths, forget_bias, 
     enc_rows = p.enc_t.transpose(0, 2, 1)                  # [N, T_enc, E]
     for t in range(steps):
         gates = saved.gates[t]
-        np.matmul(np.concatenate([hs[t], ctxs[t]], axis=1), p.w.T, out=gates)
+        gemm_into(np.concatenate([hs[t], ctxs[t]], axis=1), p.w.T, gates)
         gates += p.b
         gates += x[t]
         h, c = lstm_unit(hs[t][None], cs[t][None], gates[None], seq_lengths, t, forget_bias, drop_states)
         hs[t + 1], cs[t + 1] = h[0], c[0]
         q = saved.q[t]
         if p.wd is not None:
-            np.matmul(hs[t + 1], p.wd.T, out=q)
+            gemm_into(hs[t + 1], p.wd.T, q)
             q += p.bd
         else:
             q[...] = hs[t + 1]
         if p.wc is not None:
-            q[...] = (ctxs[t] @ p.wc.T + p.bc) + q
+            q[...] = (matmul(ctxs[t], p.wc.T) + p.bc) + q
         logits = saved.logits[t]
         if p.regular:
             cov = covs[t] if p.cw is not None else logits
@@ -227,20 +229,20 @@ def attention_lstm_sequence_gradient(x_shape, p, hs, cs, ctxs, covs, saved, seq_
                              has_cov, dwenc, dq[t], dcw if has_cov else dwenc, dcovs[t] if has_cov else dl)
         else:
             np.matmul(p.enc_t, dl[:, :, None], out=dq[t][:, :, None])
-        dh = dhs[t + 1] + (dq[t] @ p.wd if p.wd is not None else dq[t])
+        dh = dhs[t + 1] + (matmul(dq[t], p.wd) if p.wd is not None else dq[t])
         if p.wc is not None:
-            dctxs[t] += dq[t] @ p.wc
+            dctxs[t] += matmul(dq[t], p.wc)
         dh_prev, dc_prev, dg = lstm_unit_gradient(cs[t][None], saved.gates[t][None], cs[t + 1][None],
                                                   hs[t + 1][None], dcs[t + 1][None], dh[None], seq_lengths, t,
                                                   forget_bias, drop_states)
         dgates[t] = dg[0]
-        dcat = dg[0] @ p.w                                                    # [N, D + E]
+        dcat = matmul(dg[0], p.w)                                             # [N, D + E]
         dhs[t] += dh_prev[0] + dcat[:, :d]
         dcs[t] += dc_prev[0]
         dctxs[t] += dcat[:, d:]
     flat_g = dgates.reshape(steps * n, 4 * d)
     cat = np.concatenate([hs[:steps], ctxs[:steps]], axis=2).reshape(steps * n, d + e)
-    grads = {"input": dgates, "weight": flat_g.T @ cat, "bias": flat_g.sum(axis=0)}
+    grads = {"input": dgates, "weight": matmul(flat_g.T, cat), "bias": flat_g.sum(axis=0)}
     # enc_t: the context's product with every step's weights, and Dot's logits' with q
     by_row = lambda a: a.transpose(1, 0, 2)  # noqa: E731    [T, N, k] -> [N, T, k]
     enc_grad = np.matmul(by_row(dctxs[1:]).transpose(0, 2, 1), by_row(saved.weights))
@@ -253,9 +255,9 @@ def attention_lstm_sequence_gradient(x_shape, p, hs, cs, ctxs, covs, saved, seq_
     else:
         enc_grad += np.matmul(by_row(saved.q).transpose(0, 2, 1), by_row(dlogits))
     grads["enc_t"] = enc_grad.astype(np.float32, copy=False)
+    flat_q = dq.reshape(steps * n, e)
     if p.wd is not None:
-        flat_q = dq.reshape(steps * n, e)
-        grads.update(wd_w=flat_q.T @ hs[1:].reshape(steps * n, d), wd_b=flat_q.sum(axis=0))
+        grads.update(wd_w=matmul(flat_q.T, hs[1:].reshape(steps * n, d)), wd_b=flat_q.sum(axis=0))
     if p.wc is not None:
-        grads.update(wc_w=flat_q.T @ ctxs[:steps].reshape(steps * n, e), wc_b=flat_q.sum(axis=0))
+        grads.update(wc_w=matmul(flat_q.T, ctxs[:steps].reshape(steps * n, e)), wc_b=flat_q.sum(axis=0))
     return grads
