@@ -153,6 +153,29 @@ def _one_add_nets(t, n, d):
     return nets[0], nets[1], backward.Name()
 
 
+def _step_net_alone_us(net_name, t, n, d, runs):
+    """Microseconds per call of the step net (the forward's, or the gradient op's backward
+    step net) run alone on a dict of [1, n, d] inputs: the part of a step that is not
+    the loop's."""
+    from caffe2py import executor
+    from caffe2py.proto import caffe2_pb2
+    net_def = workspace._ws().nets[net_name].net_def     # noqa: SLF001 - benchmark only
+    op = next(op for op in net_def.op if op.type.startswith("RecurrentNetwork"))
+    field = "step_net" if op.type == "RecurrentNetwork" else "backward_step_net"
+    step = next(a.n for a in op.arg if a.name == field)
+    rng = np.random.default_rng(1)
+    blobs = {name: rng.standard_normal((1, n, d), dtype=np.float32)
+             for name in {b for o in step.op for b in o.input}}
+    plan = executor.compile_net(caffe2_pb2.NetDef.FromString(step.SerializeToString()), blobs.keys())
+    runner = plan.repeatable_runner() if hasattr(plan, "repeatable_runner") else plan._runner  # noqa: SLF001
+
+    def steps():
+        for _ in range(t):
+            runner(blobs)
+    with executor.cpu_run_context():
+        return 1e3 * median_ms(steps, runs) / t
+
+
 def _cell_nets(cell, t, n, h):
     """(forward-only net, training net) of an rnn_cell network over [t, n, h] input."""
     rng = np.random.default_rng(0)
@@ -190,11 +213,14 @@ def step_cost(runs):
         return os.getloadavg()[0]
 
     fwd, train_fwd, bwd = _one_add_nets(t, n, d)
-    print("one-Add step net, T=%d N=%d D=%d (us per timestep, median of %d)" % (t, n, d, runs))
+    print("one-Add step net, T=%d N=%d D=%d (us per timestep, median of %d; overhead: per step less the "
+          "step net run alone)" % (t, n, d, runs))
     for label, net in (("forward (forward_only)", fwd), ("forward (with backward step net)", train_fwd),
                        ("backward (RecurrentNetworkGradient)", bwd)):
-        ms = median_ms(lambda net=net: workspace.RunNet(net), runs)
-        print("  %-36s %6.1f us/step   load %.2f" % (label, 1e3 * ms / t, load()), flush=True)
+        step_us = 1e3 * median_ms(lambda net=net: workspace.RunNet(net), runs) / t
+        alone_us = _step_net_alone_us(net, t, n, d, runs)
+        print("  %-36s %6.1f us/step, step net alone %5.1f, overhead %5.1f us/step   load %.2f"
+              % (label, step_us, alone_us, step_us - alone_us, load()), flush=True)
     t, n, h = 50, 32, 256
     fused = os.environ.get("CAFFE2PY_RNN_FUSED")
     os.environ["CAFFE2PY_RNN_FUSED"] = "0"     # the generic path even for plain LSTM
