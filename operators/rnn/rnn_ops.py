@@ -212,7 +212,7 @@ def recurrent_network(ctx):
                  and getattr(fused_run, kind + "_forward")(fused_plan, inputs, blobs, scratch, step_wss, timestep,
                                                            has_backward))
         if not fused:
-            step_loop.run(shared, blobs, owned, step_wss, cycle, range(seq_len), timestep=timestep)
+            step_loop.run(shared, blobs, owned, step_wss, cycle, seq_len, timestep=timestep)
         aliased = {}
         for src, dst, offset in aliases:
             tensor = blobs.get(src)
@@ -393,7 +393,7 @@ def recurrent_network_gradient(ctx):
                 if value is not None:
                     total += np.asarray(value).reshape(total.shape)
 
-        step_loop.run(scratch.shared, blobs, owned, scratch.step_workspaces, None, range(seq_len - 1, -1, -1),
+        step_loop.run(scratch.shared, blobs, owned, scratch.step_workspaces, None, seq_len, reverse=True,
                       before=add_output_gradients if step_grads else None,
                       after=add_parameter_gradients if step_sums else None)
         outputs = [blobs[input_grad_name]] + [sums[out_name] for out_name, _, _ in accumulate]
