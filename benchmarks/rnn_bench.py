@@ -19,7 +19,8 @@ a one-Add step net (s_t = s_{t-1} + x_t, N=4, D=8, T=100) run forward only (two
 alternating step workspaces), forward with a backward step net (one workspace per
 step) and backward (RecurrentNetworkGradient); then whole generic-path runs of
 BasicRNN, LayerNormLSTM and LSTM (CAFFE2PY_RNN_FUSED=0) at T=50 N=32 H=256, forward only
-and forward + backward, in ms. Medians of --runs runs; the load average is printed.
+and forward + backward, in ms. Medians (and minima) of --runs runs; the 1-minute load
+average is printed next to each row.
 
     python benchmarks/rnn_bench.py --step-cost [--runs 50]
 """
@@ -205,6 +206,19 @@ def _cell_nets(cell, t, n, h):
     return names
 
 
+def _median_and_min_ms(fn, runs, warmup=2):
+    import statistics
+    import time
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(samples), 1e3 * min(samples)
+
+
 def step_cost(runs):
     """The --step-cost rows (see the module docstring)."""
     t, n, d = 100, 4, 8
@@ -217,10 +231,11 @@ def step_cost(runs):
           "step net run alone)" % (t, n, d, runs))
     for label, net in (("forward (forward_only)", fwd), ("forward (with backward step net)", train_fwd),
                        ("backward (RecurrentNetworkGradient)", bwd)):
-        step_us = 1e3 * median_ms(lambda net=net: workspace.RunNet(net), runs) / t
+        step_ms, step_min_ms = _median_and_min_ms(lambda net=net: workspace.RunNet(net), runs)
         alone_us = _step_net_alone_us(net, t, n, d, runs)
-        print("  %-36s %6.1f us/step, step net alone %5.1f, overhead %5.1f us/step   load %.2f"
-              % (label, step_us, alone_us, step_us - alone_us, load()), flush=True)
+        print("  %-36s %6.1f us/step (min %5.1f), step net alone %5.1f, overhead %5.1f us/step (min %5.1f)   "
+              "load %.2f" % (label, 1e3 * step_ms / t, 1e3 * step_min_ms / t, alone_us, 1e3 * step_ms / t - alone_us,
+                             1e3 * step_min_ms / t - alone_us, load()), flush=True)
     t, n, h = 50, 32, 256
     fused = os.environ.get("CAFFE2PY_RNN_FUSED")
     os.environ["CAFFE2PY_RNN_FUSED"] = "0"     # the generic path even for plain LSTM
@@ -229,10 +244,10 @@ def step_cost(runs):
         for label, cell in (("BasicRNN", rnn_cell.BasicRNN), ("LayerNormLSTM", rnn_cell.LayerNormLSTM),
                             ("LSTM", rnn_cell.LSTM)):
             forward_only, train = _cell_nets(cell, t, n, h)
-            f_ms = median_ms(lambda: workspace.RunNet(forward_only), max(5, runs // 5))
-            t_ms = median_ms(lambda: workspace.RunNet(train), max(5, runs // 5))
-            print("  %-14s forward %7.2f ms   forward+backward %7.2f ms   load %.2f"
-                  % (label, f_ms, t_ms, load()), flush=True)
+            f_ms, f_min = _median_and_min_ms(lambda: workspace.RunNet(forward_only), max(5, runs // 5))
+            t_ms, t_min = _median_and_min_ms(lambda: workspace.RunNet(train), max(5, runs // 5))
+            print("  %-14s forward %7.2f ms (min %7.2f)   forward+backward %7.2f ms (min %7.2f)   load %.2f"
+                  % (label, f_ms, f_min, t_ms, t_min, load()), flush=True)
     finally:
         if fused is None:
             del os.environ["CAFFE2PY_RNN_FUSED"]
