@@ -128,9 +128,11 @@ def test_a_step_failing_part_way_leaves_the_workspace_as_it_was():
                                rtol=1e-5, atol=1e-5)
 
 
-def test_gradient_sums_parameter_gradients_and_output_gradients_over_steps():
+@pytest.mark.parametrize("recompute", [[], ["xw"]])
+def test_gradient_sums_parameter_gradients_and_output_gradients_over_steps(recompute):
     """s_t = s_{t-1} + w * x_t; with dL/ds_all = G: dx_t = w * sum_{k>=t} G_k,
-    dw = sum_t x_t * sum_{k>=t} G_k, ds0 = sum_k G_k."""
+    dw = sum_t x_t * sum_{k>=t} G_k, ds0 = sum_k G_k. With xw recomputed on backward it
+    is one blob of the shared workspace, which every step overwrites."""
     cell = core.Net("scaled_cell")
     x_t, s_prev = cell.AddExternalInputs("x_t", "s_prev")
     cell.AddExternalInput("w")
@@ -142,7 +144,7 @@ def test_gradient_sums_parameter_gradients_and_output_gradients_over_steps():
         workspace.FeedBlob(name, value)
     model = model_helper.ModelHelper(name="scaled_rnn")
     s_all, _ = recurrent.recurrent_net(model.net, cell, [(x_t, "x")], [(s_prev, "s0")], {s_prev: s},
-                                       scope="scaled")
+                                       scope="scaled", recompute_blobs_on_backward=recompute)
     model.AddGradientOperators({s_all: "G"})
     for _ in range(2):                       # a second run gives the same gradients
         workspace.RunNetOnce(model.net)
@@ -152,3 +154,36 @@ def test_gradient_sums_parameter_gradients_and_output_gradients_over_steps():
                                    rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(workspace.FetchBlob("s0_grad"), g.sum(axis=0, keepdims=True),
                                    rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(workspace.FetchBlob("scaled/s_prev_states")[1:], s0 + np.cumsum(w * x, axis=0),
+                                   rtol=1e-5, atol=1e-5)
+    workspace.RunOperatorOnce(core.CreateOperator("RecurrentNetworkBlobFetcher", ["scaled/step_workspaces"],
+                                                  ["names"], prefix="rnn"))
+    names = {n.decode() if isinstance(n, bytes) else n for n in workspace.FetchBlob("names").tolist()}
+    # a recomputed blob lives in the shared workspace, not in the step workspaces
+    assert ("rnn_xw0" in names) == (not recompute)
+    if not recompute:
+        np.testing.assert_allclose(workspace.FetchBlob("rnn_xw2"), w * x[2:3], rtol=1e-6)
+
+
+def test_step_workspaces_persist_between_runs_on_the_general_path():
+    """Accumulate reads its own output's value, so its step net runs through the step
+    workspace mapping and Plan.run; each of the two alternating step workspaces keeps
+    its accumulator from step to step and from run to run (Caffe2's workspaces do)."""
+    step = core.Net("accumulating_step")
+    step.AddExternalInputs("s_prev", "x_t", "timestep")
+    step.Accumulate(["x_t"], ["acc"], gamma=1.0)
+    step.Add(["s_prev", "acc"], ["s"])
+    step.AddExternalOutput("s")
+    op = _recurrent_op(step)
+    accumulators = [None, None]
+    for seed in (13, 14):
+        x, s0 = _randn(seed, T, N, D), _randn(seed + 10, 1, N, D)
+        workspace.FeedBlob("x", x)
+        workspace.FeedBlob("s0", s0)
+        workspace.RunOperatorOnce(op)
+        states = [s0[0]]
+        for t in range(T):
+            k = t % 2
+            accumulators[k] = x[t:t + 1].copy() if accumulators[k] is None else accumulators[k] + x[t:t + 1]
+            states.append(states[-1] + accumulators[k][0])
+        np.testing.assert_allclose(workspace.FetchBlob("s_all"), np.stack(states[1:]), rtol=1e-5, atol=1e-5)

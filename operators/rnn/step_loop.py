@@ -17,11 +17,12 @@ per run:
   and the generated plan function is called directly, on the step workspace's own
   dict (`StepWorkspace`), whose missing names fall through at dict speed.
 
-This direct path needs each name the loop or the plans write to be new to the shared
-workspace (a write of a name it holds goes to the shared workspace: recompute blobs)
-and plans that need no more than their function (no workspace ops, no model-file
-policy, no op reading its own output's value); otherwise each step binds and writes
-through the step workspace mapping and runs `Plan.run` (`_run_general`), as before.
+This direct path needs the linked blobs and the timestep to be names new to the shared
+workspace, and plans that need no more than their function (no workspace ops, no
+model-file policy, no op reading its own output's value); otherwise each step binds and
+writes through the step workspace mapping and runs `Plan.run` (`_run_general`), as
+before. A plan's output that the shared workspace has (recompute blobs) is handed to it
+after each run of the plan, where SharedBlobs would have written it.
 """
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -95,7 +96,8 @@ class StepLoop:
                 self.direct_specs.append(([k for k in everything if self.specs[k][0] not in piece.writes],
                                           [k for k in everything if self.specs[k][0] in piece.writes]))
         written = set().union(*(piece.writes for piece in self.pieces if piece.writes is not None))
-        self.local_names = written | {link.internal for link in links}
+        self.internal_names = {link.internal for link in links}
+        self.local_names = written | self.internal_names
         # what the plans read from the shared workspace: looked up once per run
         self.shared_reads = (set().union(*(piece.reads for piece in self.pieces))
                              - self.local_names - set(self.external_names))
@@ -174,8 +176,11 @@ class StepLoop:
         used = workspaces if cycle is None else workspaces[:cycle]
         timesteps = range(seq_len - 1, -1, -1) if reverse else range(seq_len)
         direct = (self.direct and all(type(ws.local) is _LocalBlobs for ws in used)
-                  and not any(name in scope for name in self.local_names)
+                  and not any(name in scope for name in self.internal_names)
                   and (timestep is None or timestep not in scope))
+        if direct:      # a shared blob a step workspace also has itself: that one is written
+            shared = [name for name in self.local_names if name in scope]
+            direct = not any(name in ws.local for ws in used for name in shared)
         with repeated_runs():
             if not direct:
                 self._run_general(values, limit, parent, owned, workspaces, cycle, timesteps, timestep, before, after)
@@ -184,8 +189,8 @@ class StepLoop:
             for ws in used:
                 ws.local.parent = resolved
             try:
-                self._run_direct(values, min(limit, seq_len), parent, owned, workspaces, cycle, timesteps, timestep,
-                                 before, after)
+                self._run_direct(scope, values, min(limit, seq_len), parent, owned, workspaces, cycle, timesteps,
+                                 timestep, before, after)
             finally:
                 for ws in used:
                     ws.local.parent = ws.parent
@@ -200,7 +205,7 @@ class StepLoop:
                                            strides=(step,) + value.strides)))
         return windows
 
-    def _run_direct(self, values, count, parent, owned, workspaces, cycle, timesteps, timestep, before, after):
+    def _run_direct(self, scope, values, count, parent, owned, workspaces, cycle, timesteps, timestep, before, after):
         ctx, label = self.ctx, self.label
         if count > 0:
             written = {self.specs[k][1] for _, checked in self.direct_specs for k in checked}
@@ -211,8 +216,11 @@ class StepLoop:
                     owned.add(id(values[i]))
         windows = self._windows(values, max(count, 0)) if count > 0 else [[] for _ in self.specs]
         stamps = list(np.arange(max(count, 0), dtype=np.int32).reshape(-1, 1))
+        # a blob a plan writes that the shared workspace has is the shared workspace's
+        # (recompute blobs): handed to it after each run of the plan, as SharedBlobs does
         pieces = [(piece.runner, piece.plan, [(self.specs[k][0], windows[k]) for k in plain],
-                   [(self.specs[k][0], windows[k], k) for k in checked])
+                   [(self.specs[k][0], windows[k], k) for k in checked],
+                   [name for name in piece.writes if name in scope])
                   for piece, (plain, checked) in zip(self.pieces, self.direct_specs)]
         ndarray = np.ndarray
         for t in timesteps:
@@ -223,7 +231,7 @@ class StepLoop:
                 before(t)
             if t >= count:
                 raise self._window_error(values, t)
-            for run, plan, plain, checked in pieces:    # several pieces: links overlap (step_segments.py)
+            for run, plan, plain, checked, shared in pieces:   # several pieces: links overlap (step_segments.py)
                 for name, views in plain:
                     blobs[name] = views[t]
                 for name, views, _ in checked:
@@ -233,6 +241,8 @@ class StepLoop:
                 except Exception as exc:  # noqa: BLE001 - named with the op and the timestep
                     error = plan.explain(exc)
                     raise ctx.error("%s %d: %s" % (label, t, error)) from error
+                for name in shared:
+                    scope[name] = blobs.pop(name)
                 for name, views, k in checked:
                     value, view = blobs[name], views[t]
                     if value is not view:
