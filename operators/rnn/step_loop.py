@@ -8,11 +8,11 @@ per run:
 - the step plans are compiled once per op (rnn_ops.py), and what each may write
   (`Plan.writes`) is known then: only the links a plan writes are looked at after it;
 - per run, the external tensors and the blobs the plans read from the shared workspace
-  are looked up once, the links' windows checked against the tensors' lengths (a
-  window past the end still fails at the step that needs it, with the same message),
-  and every step's window of every link made as a view up front (one C call per link);
+  are looked up once and the links' windows checked against the tensors' lengths (a
+  window past the end still fails at the step that needs it, with the same message);
   a linked tensor the op did not create and a plan writes is copied then (never
-  written into a caller's array), instead of at the first write;
+  written into a caller's array), instead of at the first write, so that a write-back
+  is one copy into the window's view;
 - the run context of a plan run (executor.repeated_runs) is entered once per run,
   and the generated plan function is called directly, on the step workspace's own
   dict (`StepWorkspace`), whose missing names fall through at dict speed.
@@ -25,7 +25,6 @@ before. A plan's output that the shared workspace has (recompute blobs) is hande
 after each run of the plan, where SharedBlobs would have written it.
 """
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from caffe2py.blob_scopes import SharedBlobs
 from caffe2py.errors import Caffe2Error
@@ -175,12 +174,13 @@ class StepLoop:
             limit = seq_len
         used = workspaces if cycle is None else workspaces[:cycle]
         timesteps = range(seq_len - 1, -1, -1) if reverse else range(seq_len)
-        direct = (self.direct and all(type(ws.local) is _LocalBlobs for ws in used)
-                  and not any(name in scope for name in self.internal_names)
-                  and (timestep is None or timestep not in scope))
-        if direct:      # a shared blob a step workspace also has itself: that one is written
-            shared = [name for name in self.local_names if name in scope]
-            direct = not any(name in ws.local for ws in used for name in shared)
+        direct = self.direct and (timestep is None or timestep not in scope)
+        if direct:
+            shared = {name for name in self.local_names if name in scope}
+            # a linked blob must be the step workspace's; of a shared blob that a step
+            # workspace also has itself, its own is written
+            direct = (shared.isdisjoint(self.internal_names) and all(type(ws.local) is _LocalBlobs for ws in used)
+                      and not any(name in ws.local for ws in used for name in shared))
         with repeated_runs():
             if not direct:
                 self._run_general(values, limit, parent, owned, workspaces, cycle, timesteps, timestep, before, after)
@@ -189,23 +189,13 @@ class StepLoop:
             for ws in used:
                 ws.local.parent = resolved
             try:
-                self._run_direct(scope, values, min(limit, seq_len), parent, owned, workspaces, cycle, timesteps,
-                                 timestep, before, after)
+                self._run_direct(scope, shared, values, min(limit, seq_len), parent, owned, workspaces, cycle,
+                                 timesteps, timestep, before, after)
             finally:
                 for ws in used:
                     ws.local.parent = ws.parent
 
-    def _windows(self, values, count):
-        """Per link, its window for t = 0 .. count - 1: views of its external tensor."""
-        windows = []
-        for _, i, start, stop in self.specs:
-            value = values[i]
-            step = value.strides[0]
-            windows.append(list(as_strided(value[start:], shape=(count, stop - start) + value.shape[1:],
-                                           strides=(step,) + value.strides)))
-        return windows
-
-    def _run_direct(self, scope, values, count, parent, owned, workspaces, cycle, timesteps, timestep, before, after):
+    def _run_direct(self, scope, shared, values, count, parent, owned, workspaces, cycle, timesteps, timestep, before, after):
         ctx, label = self.ctx, self.label
         if count > 0:
             written = {self.specs[k][1] for _, checked in self.direct_specs for k in checked}
@@ -214,13 +204,11 @@ class StepLoop:
                     values[i] = values[i].copy()
                     parent[self.external_names[i]] = values[i]
                     owned.add(id(values[i]))
-        windows = self._windows(values, max(count, 0)) if count > 0 else [[] for _ in self.specs]
         stamps = list(np.arange(max(count, 0), dtype=np.int32).reshape(-1, 1))
         # a blob a plan writes that the shared workspace has is the shared workspace's
         # (recompute blobs): handed to it after each run of the plan, as SharedBlobs does
-        pieces = [(piece.runner, piece.plan, [(self.specs[k][0], windows[k]) for k in plain],
-                   [(self.specs[k][0], windows[k], k) for k in checked],
-                   [name for name in piece.writes if name in scope])
+        pieces = [(piece.runner, piece.plan, [self.specs[k] for k in plain], [self.specs[k] for k in checked],
+                   [name for name in piece.writes if name in shared])
                   for piece, (plain, checked) in zip(self.pieces, self.direct_specs)]
         ndarray = np.ndarray
         for t in timesteps:
@@ -231,26 +219,28 @@ class StepLoop:
                 before(t)
             if t >= count:
                 raise self._window_error(values, t)
-            for run, plan, plain, checked, shared in pieces:   # several pieces: links overlap (step_segments.py)
-                for name, views in plain:
-                    blobs[name] = views[t]
-                for name, views, _ in checked:
-                    blobs[name] = views[t]
+            for run, plan, plain, checked, handed in pieces:   # several pieces: links overlap (step_segments.py)
+                for name, i, start, stop in plain:
+                    blobs[name] = values[i][t + start:t + stop]
+                views = []
+                for name, i, start, stop in checked:
+                    view = blobs[name] = values[i][t + start:t + stop]
+                    views.append(view)
                 try:
                     run(blobs)
                 except Exception as exc:  # noqa: BLE001 - named with the op and the timestep
                     error = plan.explain(exc)
                     raise ctx.error("%s %d: %s" % (label, t, error)) from error
-                for name in shared:
+                for name in handed:
                     scope[name] = blobs.pop(name)
-                for name, views, k in checked:
-                    value, view = blobs[name], views[t]
+                for (name, i, _, _), view in zip(checked, views):
+                    value = blobs[name]
                     if value is not view:
                         if type(value) is not ndarray or value.shape != view.shape:
                             value = np.asarray(value)
-                            self._check_size(name, value, view, t, self.external_names[self.specs[k][1]])
+                            self._check_size(name, value, view, t, self.external_names[i])
                             value = value.reshape(view.shape)
-                        view[...] = value
+                        view[...] = value       # the view is of the tensor itself: copied before the loop
             if after is not None:
                 after(t, workspaces[t if cycle is None else t % cycle])
 
