@@ -94,6 +94,12 @@ class StepLoop:
             else:
                 self.direct_specs.append(([k for k in everything if self.specs[k][0] not in piece.writes],
                                           [k for k in everything if self.specs[k][0] in piece.writes]))
+        # the external tensors of the links checked after a piece (copied before a direct
+        # run when the op did not make them), and the pieces as the direct loop takes them
+        self.written_externals = sorted({self.specs[k][1] for _, checked in self.direct_specs for k in checked})
+        self.direct_pieces = [(piece.runner, piece.plan, [self.specs[k] for k in plain],
+                               [self.specs[k] for k in checked], [])
+                              for piece, (plain, checked) in zip(self.pieces, self.direct_specs)]
         written = set().union(*(piece.writes for piece in self.pieces if piece.writes is not None))
         self.internal_names = {link.internal for link in links}
         self.local_names = written | self.internal_names
@@ -198,8 +204,7 @@ class StepLoop:
     def _run_direct(self, scope, shared, values, count, parent, owned, workspaces, cycle, timesteps, timestep, before, after):
         ctx, label = self.ctx, self.label
         if count > 0:
-            written = {self.specs[k][1] for _, checked in self.direct_specs for k in checked}
-            for i in written:
+            for i in self.written_externals:
                 if id(values[i]) not in owned:    # never write into an array the op did not make
                     values[i] = values[i].copy()
                     parent[self.external_names[i]] = values[i]
@@ -207,9 +212,10 @@ class StepLoop:
         stamps = list(np.arange(max(count, 0), dtype=np.int32).reshape(-1, 1))
         # a blob a plan writes that the shared workspace has is the shared workspace's
         # (recompute blobs): handed to it after each run of the plan, as SharedBlobs does
-        pieces = [(piece.runner, piece.plan, [self.specs[k] for k in plain], [self.specs[k] for k in checked],
-                   [name for name in piece.writes if name in shared])
-                  for piece, (plain, checked) in zip(self.pieces, self.direct_specs)]
+        pieces = self.direct_pieces
+        if shared:
+            pieces = [entry[:4] + ([name for name in piece.writes if name in shared],)
+                      for entry, piece in zip(pieces, self.pieces)]
         ndarray = np.ndarray
         for t in timesteps:
             blobs = workspaces[t if cycle is None else t % cycle].local
