@@ -201,7 +201,8 @@ class StepLoop:
                 for ws in used:
                     ws.local.parent = ws.parent
 
-    def _run_direct(self, scope, shared, values, count, parent, owned, workspaces, cycle, timesteps, timestep, before, after):
+    def _run_direct(self, scope, shared, values, count, parent, owned, workspaces, cycle, timesteps, timestep,
+                    before, after):
         ctx, label = self.ctx, self.label
         if count > 0:
             for i in self.written_externals:
