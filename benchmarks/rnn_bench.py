@@ -18,6 +18,16 @@ CAFFE2PY_RNN_FUSED=0 in the environment times the generic step-net loop instead.
 generic loop and torch, with the load average before and after:
 
     python benchmarks/rnn_bench.py --stack 2 --t 50 --n 32 --h 256 --threads 1 --runs 10
+
+--step-cost (issue 37, generic path): the generic step-net loop's own cost per timestep,
+a one-Add step net (s_t = s_{t-1} + x_t, N=4, D=8, T=100) run forward only (two
+alternating step workspaces), forward with a backward step net (one workspace per
+step) and backward (RecurrentNetworkGradient); then whole generic-path runs of
+BasicRNN, LayerNormLSTM and LSTM (CAFFE2PY_RNN_FUSED=0) at T=50 N=32 H=256, forward only
+and forward + backward, in ms. Medians (and minima) of --runs runs; the 1-minute load
+average is printed next to each row.
+
+    python benchmarks/rnn_bench.py --step-cost [--runs 50]
 """
 import argparse
 import os
@@ -141,6 +151,136 @@ def suite(threads, runs):
                      ours_ms / peer_ms), flush=True)
 
 
+def _one_add_nets(t, n, d):
+    """(forward-only net, training forward net, its gradient net) over a one-Add step net."""
+    from caffe2py import recurrent
+    rng = np.random.default_rng(0)
+    workspace.FeedBlob("add_x", rng.standard_normal((t, n, d), dtype=np.float32))
+    workspace.FeedBlob("add_s0", np.zeros((1, n, d), np.float32))
+    nets = []
+    for forward_only in (True, False):
+        cell = core.Net("add_cell_%d" % forward_only)
+        x_t, s_prev = cell.AddExternalInputs("x_t", "s_prev")
+        s = cell.Add([s_prev, x_t], "s")
+        cell.AddExternalOutput(s)
+        model = model_helper.ModelHelper(name="add_rnn_%d" % forward_only)
+        s_all, _ = recurrent.recurrent_net(model.net, cell, [(x_t, "add_x")], [(s_prev, "add_s0")], {s_prev: s},
+                                           scope="add%d" % forward_only, forward_only=forward_only)
+        if not forward_only:
+            n_forward = len(model.net.Proto().op)
+            workspace.FeedBlob("add_s_all_grad", np.ones((t, n, d), np.float32))
+            model.AddGradientOperators({s_all: "add_s_all_grad"})
+            backward = core.Net("add_rnn_backward")
+            backward.Proto().op.extend(model.net.Proto().op[n_forward:])
+            del model.net.Proto().op[n_forward:]
+        workspace.CreateNet(model.net)
+        nets.append(model.net.Name())
+    workspace.RunNet(nets[1])
+    workspace.CreateNet(backward)
+    return nets[0], nets[1], backward.Name()
+
+
+def _step_net_alone_us(net_name, t, n, d, runs):
+    """Microseconds per call of the step net (the forward's, or the gradient op's backward
+    step net) run alone on a dict of [1, n, d] inputs: the part of a step that is not
+    the loop's."""
+    from caffe2py import executor
+    from caffe2py.proto import caffe2_pb2
+    net_def = workspace._ws().nets[net_name].net_def     # noqa: SLF001 - benchmark only
+    op = next(op for op in net_def.op if op.type.startswith("RecurrentNetwork"))
+    field = "step_net" if op.type == "RecurrentNetwork" else "backward_step_net"
+    step = next(a.n for a in op.arg if a.name == field)
+    rng = np.random.default_rng(1)
+    blobs = {name: rng.standard_normal((1, n, d), dtype=np.float32)
+             for name in {b for o in step.op for b in o.input}}
+    plan = executor.compile_net(caffe2_pb2.NetDef.FromString(step.SerializeToString()), blobs.keys())
+    runner = plan.repeatable_runner() if hasattr(plan, "repeatable_runner") else plan._runner  # noqa: SLF001
+
+    def steps():
+        for _ in range(t):
+            runner(blobs)
+    with executor.cpu_run_context():
+        return 1e3 * median_ms(steps, runs) / t
+
+
+def _cell_nets(cell, t, n, h):
+    """(forward-only net, training net) of an rnn_cell network over [t, n, h] input."""
+    rng = np.random.default_rng(0)
+    workspace.FeedBlob("cell_x", rng.standard_normal((t, n, h), dtype=np.float32))
+    workspace.FeedBlob("cell_len", np.full(n, t, np.int32))
+    names = []
+    for forward_only in (True, False):
+        model = model_helper.ModelHelper(name="%s_%d" % (cell.__name__ if hasattr(cell, "__name__") else "cell",
+                                                         forward_only))
+        states = ["cell_h0_%d" % forward_only, "cell_c0_%d" % forward_only]
+        for name in states:
+            workspace.FeedBlob(name, np.zeros((1, n, h), np.float32))
+        kwargs = {"activation": "tanh"} if cell is rnn_cell.BasicRNN else {}
+        if cell is rnn_cell.BasicRNN:
+            states = states[:1]
+        # BasicRNN's sequence-length masking overwrites hidden_t in place, which has no
+        # gradient (in Caffe2 too): it runs without sequence lengths
+        lengths = None if cell is rnn_cell.BasicRNN else "cell_len"
+        out = cell(model, "cell_x", lengths, states, h, h, scope="c%d" % forward_only,
+                   forward_only=forward_only, **kwargs)
+        if not forward_only:
+            loss = model.net.AveragedLoss(model.net.SumElements(out[0], "cell_sum"), "cell_loss")
+            model.AddGradientOperators([loss])
+        workspace.RunNetOnce(model.param_init_net)
+        workspace.CreateNet(model.net)
+        names.append(model.net.Name())
+    return names
+
+
+def _median_and_min_ms(fn, runs, warmup=2):
+    import statistics
+    import time
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(samples), 1e3 * min(samples)
+
+
+def step_cost(runs):
+    """The --step-cost rows (see the module docstring)."""
+    t, n, d = 100, 4, 8
+
+    def load():
+        return os.getloadavg()[0]
+
+    fwd, train_fwd, bwd = _one_add_nets(t, n, d)
+    print("one-Add step net, T=%d N=%d D=%d (us per timestep, median of %d; overhead: per step less the "
+          "step net run alone)" % (t, n, d, runs))
+    for label, net in (("forward (forward_only)", fwd), ("forward (with backward step net)", train_fwd),
+                       ("backward (RecurrentNetworkGradient)", bwd)):
+        step_ms, step_min_ms = _median_and_min_ms(lambda net=net: workspace.RunNet(net), runs)
+        alone_us = _step_net_alone_us(net, t, n, d, runs)
+        print("  %-36s %6.1f us/step (min %5.1f), step net alone %5.1f, overhead %5.1f us/step (min %5.1f)   "
+              "load %.2f" % (label, 1e3 * step_ms / t, 1e3 * step_min_ms / t, alone_us, 1e3 * step_ms / t - alone_us,
+                             1e3 * step_min_ms / t - alone_us, load()), flush=True)
+    t, n, h = 50, 32, 256
+    fused = os.environ.get("CAFFE2PY_RNN_FUSED")
+    os.environ["CAFFE2PY_RNN_FUSED"] = "0"     # the generic path even for plain LSTM
+    try:
+        print("generic path, T=%d N=%d H=%d (ms per run, median of %d)" % (t, n, h, max(5, runs // 5)))
+        for label, cell in (("BasicRNN", rnn_cell.BasicRNN), ("LayerNormLSTM", rnn_cell.LayerNormLSTM),
+                            ("LSTM", rnn_cell.LSTM)):
+            forward_only, train = _cell_nets(cell, t, n, h)
+            f_ms, f_min = _median_and_min_ms(lambda: workspace.RunNet(forward_only), max(5, runs // 5))
+            t_ms, t_min = _median_and_min_ms(lambda: workspace.RunNet(train), max(5, runs // 5))
+            print("  %-14s forward %7.2f ms (min %7.2f)   forward+backward %7.2f ms (min %7.2f)   load %.2f"
+                  % (label, f_ms, f_min, t_ms, t_min, load()), flush=True)
+    finally:
+        if fused is None:
+            del os.environ["CAFFE2PY_RNN_FUSED"]
+        else:
+            os.environ["CAFFE2PY_RNN_FUSED"] = fused
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--t", type=int, default=50)
@@ -152,7 +292,12 @@ def main():
     p.add_argument("--suite", action="store_true", help="the issue-37 rows (see the module docstring)")
     p.add_argument("--stack", type=int, default=0, metavar="LAYERS",
                    help="time a LAYERS-layer LSTM training step (--t --n --h) fused vs generic vs torch")
+    p.add_argument("--step-cost", action="store_true", help="the generic loop's per-step cost (module docstring)")
     a = p.parse_args()
+    if a.step_cost:
+        os.environ["CAFFE2PY_NUM_THREADS"] = str(a.threads[0])
+        step_cost(a.runs)
+        return
     if a.suite:
         if torch is None:
             raise SystemExit("--suite compares against torch, which is not installed")

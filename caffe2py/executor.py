@@ -18,6 +18,7 @@ returns only the graph outputs) commits only those and drops each other blob
 right after the op that uses it last (`del v3`), so the memory is reused by the
 next ops while it is still in cache.
 """
+import contextlib
 import time
 
 from .blob_scopes import BlobOverlay
@@ -375,6 +376,25 @@ class Plan:
         if branches is not None and branches.active is None:
             branches.decide(blobs)
 
+    def repeatable_runner(self):
+        """The generated function itself, for a caller that runs this plan many times in a
+        row (RecurrentNetwork's timesteps) inside one `repeated_runs()` context, so that
+        each run costs the one call: run it as `runner(blobs)` and turn what it raises into
+        the named error with `explain`. None when a run needs more than that call (a plan
+        with workspace ops runs on an overlay; a model file's plan sets its trust policy;
+        a DAG net's plan may run its branches on worker threads)."""
+        if self.uses_workspace or self.policy is not None or self.branches is not None:
+            return None
+        return self._runner
+
+    def explain(self, exc):
+        """The OperatorError naming the op (or the missing input) an exception raised by
+        `repeatable_runner()`'s function comes from."""
+        error = self._explain(exc)
+        if error is not exc:
+            error.__cause__ = exc
+        return error
+
     def _explain(self, exc):
         tb = exc.__traceback__
         line, frame = None, None
@@ -455,6 +475,16 @@ class Plan:
         env.commit()
         for obs in observers:
             obs.net_stop(self)
+
+
+@contextlib.contextmanager
+def repeated_runs():
+    """What `Plan.run` wraps each run in, entered once around many runs of
+    repeatable runners: the CPU thread team, the undo log of in-place writes (a failure
+    undoes every run's writes inside it, as the failing op's enclosing net run would),
+    the floating-point exception flag."""
+    with cpu_run_context(), undo_on_failure(), fp_exceptions.run_context():
+        yield
 
 
 class PlacementTracker:

@@ -27,6 +27,7 @@ from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
 
 from ..control.control_flow import build_subnet
 from . import fused_run, step_segments
+from .step_loop import StepLoop, StepWorkspace
 from .fused_steps import RECOGNISE_BACKWARD, fused_enabled, recognise
 
 _STRING = caffe2_pb2.TensorProto.STRING
@@ -131,64 +132,6 @@ def initial_states(ctx, state_input, seq_len, batch, index):
     return states
 
 
-class LinkedSteps:
-    """Applies links around one run of a step net (see the module docstring). The
-    external tensors are looked up once per op run (`resolve`), not once per step."""
-
-    def __init__(self, ctx, links, owned):
-        self.ctx, self.links, self.owned = ctx, links, owned
-        self.externals = {}
-
-    def resolve(self, scope):
-        for link in self.links:
-            if link.external not in self.externals:
-                try:
-                    self.externals[link.external] = scope[link.external]
-                except KeyError:
-                    raise self.ctx.error("linked blob '%s' does not exist" % link.external) from None
-
-    def bind(self, ws, t):
-        views = []
-        for link in self.links:
-            external = self.externals[link.external]
-            start, stop = t + link.offset, t + link.offset + link.window
-            if not isinstance(external, np.ndarray) or external.ndim < 1 or stop > external.shape[0]:
-                raise self.ctx.error("link '%s' -> '%s' needs steps [%d, %d) at timestep %d, but '%s' has shape %s"
-                                     % (link.internal, link.external, start, stop, t, link.external,
-                                        list(np.shape(external))))
-            view = external[start:stop]
-            ws[link.internal] = view
-            views.append(view)
-        return views
-
-    def run(self, plan, ws, t, parent, label="timestep"):
-        """Bind the links for step t, run `plan` in ws, copy written links back into parent."""
-        views = self.bind(ws, t)
-        try:
-            plan.run(ws)
-        except Caffe2Error as exc:
-            raise self.ctx.error("%s %d: %s" % (label, t, exc)) from exc
-        self.write_back(ws, t, views, parent)
-
-    def write_back(self, ws, t, views, parent):
-        for link, view in zip(self.links, views):
-            value = ws[link.internal]
-            if value is view:
-                continue
-            value = np.asarray(value)
-            if value.size != view.size:
-                raise self.ctx.error("timestep %d: the step net wrote '%s' with shape %s, but its link to '%s' "
-                                     "holds %s" % (t, link.internal, list(value.shape), link.external,
-                                                   list(view.shape)))
-            external = self.externals[link.external]
-            if id(external) not in self.owned:
-                external = external.copy()           # never write into an array the op did not make
-                parent[link.external] = self.externals[link.external] = external
-                self.owned.add(id(external))
-            start = t + link.offset
-            external[start:start + link.window] = value.reshape(view.shape)
-
-
 register_schema(OpSchema(
     "RecurrentNetwork", num_inputs=(1, None), num_outputs=(2, None),
     args=(Arg("step_net", "net", required=True, doc="the net run at every timestep (NetDef or its text)"),
@@ -237,7 +180,8 @@ def recurrent_network(ctx):
     step_def.external_input.append(timestep)
     for link in links:
         step_def.external_input.extend([link.internal, link.external])
-    step_plans = [build_subnet(ctx, piece, "step_net") for piece in step_segments.segments(step_def, links)]
+    step_loop = StepLoop(ctx, links, [build_subnet(ctx, piece, "step_net")
+                                      for piece in step_segments.segments(step_def, links)], "timestep")
     scratch_name = ctx.outputs[-1]
     kind, fused_plan = recognise(net_argument(ctx, "step_net"), links, states, state_inputs, timestep, ctx.inputs)
 
@@ -263,18 +207,12 @@ def recurrent_network(ctx):
         cycle = None if has_backward else 2
         wanted = seq_len if has_backward else 2
         while len(step_wss) < wanted:
-            step_wss.append(SharedBlobs(shared))
+            step_wss.append(StepWorkspace(shared))
         fused = (fused_plan is not None and fused_enabled()
                  and getattr(fused_run, kind + "_forward")(fused_plan, inputs, blobs, scratch, step_wss, timestep,
                                                            has_backward))
-        linked = LinkedSteps(ctx, links, owned)
         if not fused:
-            linked.resolve(shared)
-        for t in range(0 if fused else seq_len):
-            ws = step_wss[t if cycle is None else t % cycle]
-            ws[timestep] = np.array([t], np.int32)
-            for piece in step_plans:    # several pieces: links overlap (step_segments.py)
-                linked.run(piece, ws, t, blobs)
+            step_loop.run(shared, blobs, owned, step_wss, cycle, seq_len, timestep=timestep)
         aliased = {}
         for src, dst, offset in aliases:
             tensor = blobs.get(src)
@@ -392,7 +330,7 @@ def recurrent_network_gradient(ctx):
         tmp = step_name + "_tmpstep"
         _renamed(step_def, step_name, tmp)
         accumulate.append((out_name, tmp, n_go + k))
-    step_plan = build_subnet(ctx, step_def, "backward_step_net")
+    step_loop = StepLoop(ctx, links, [build_subnet(ctx, step_def, "backward_step_net")], "backward timestep")
     input_grad_name = ctx.outputs[0]
     scratch_index = ctx.n_inputs - 1
     kind, fused_plan = recognise(net_argument(ctx, "step_net") or caffe2_pb2.NetDef(),
@@ -442,17 +380,22 @@ def recurrent_network_gradient(ctx):
         input_grad = np.zeros_like(seq)
         blobs[input_grad_name] = input_grad
         owned.add(id(input_grad))
-        linked = LinkedSteps(ctx, links, owned)
-        linked.resolve(scratch.shared)
-        for t in range(seq_len - 1, -1, -1):
-            ws = scratch.step_workspaces[t]
-            for name, k in per_step.items():
-                grads[name][t + 1] += inputs[k][t]
-            linked.run(step_plan, ws, t, blobs, label="backward timestep")
-            for out_name, tmp, _ in accumulate:
+        step_grads = [(grads[name], inputs[k]) for name, k in per_step.items()]
+        step_sums = [(sums[out_name], tmp) for out_name, tmp, _ in accumulate]
+
+        def add_output_gradients(t):
+            for grad, output_grad in step_grads:
+                grad[t + 1] += output_grad[t]
+
+        def add_parameter_gradients(t, ws):
+            for total, tmp in step_sums:
                 value = ws.get(tmp)
                 if value is not None:
-                    sums[out_name] += np.asarray(value).reshape(sums[out_name].shape)
+                    total += np.asarray(value).reshape(total.shape)
+
+        step_loop.run(scratch.shared, blobs, owned, scratch.step_workspaces, None, seq_len, reverse=True,
+                      before=add_output_gradients if step_grads else None,
+                      after=add_parameter_gradients if step_sums else None)
         outputs = [blobs[input_grad_name]] + [sums[out_name] for out_name, _, _ in accumulate]
         for name, k in zip(states, state_inputs):
             init = np.asarray(inputs[n_go + k])
