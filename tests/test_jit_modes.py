@@ -360,6 +360,7 @@ TWINS_TESTED_ELSEWHERE = (
     "caffe2py.kernels.cpu.quant.",                  # tests/test_int8_ops.py (the Int8 GEMM twins)
     "caffe2py.kernels.cpu.quant.int8_conv",    # tests/test_int8_ops.py
     "caffe2py.kernels.cpu.rnn.fused_",         # tests/test_rnn_fused.py (fused_lstm, fused_gru)
+    "caffe2py.kernels.cpu.math.packed_gemm",   # tests/test_packed_gemm.py
 )
 
 @pytest.fixture

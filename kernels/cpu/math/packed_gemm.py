@@ -13,7 +13,8 @@ Public:
     pack_columns(b) -> packed [P, K, 16] float32        (host side, once per sequence)
         b: a 2-D float32 view (K, N), any strides; columns past N in the last
         panel are zero.
-    packed_product(a, lda, m, packed, n, out, ldo)      compiled; call from kernels
+    packed_product(a, lda, m, packed, n, out, ldo)      compiled; call from kernels (it has
+        no NumPy twin: it works on addresses, and the kernels calling it have their own)
         out[i, :n] = a[i, :K] @ b for i < m. a and out are addresses of float32 rows
         lda / ldo elements apart (the caller guarantees they are in bounds: no checks).
     packed_matmul(a, packed, n) -> a @ b                 host-side wrapper (tests)
@@ -85,11 +86,6 @@ def packed_product(a, lda, m, packed, n, out, ldo):
                         store_f32(dst + 4 * j, tail[j])
             i += 4
     tail[0] = 0.0           # keeps `tail` alive past the stores through its address
-
-
-@packed_product.numpy_twin
-def _packed_product_numpy(a, lda, m, packed, n, out, ldo):
-    raise NotImplementedError("packed_product works on addresses; call packed_matmul from Python")
 
 
 def packed_matmul(a, packed, n):
