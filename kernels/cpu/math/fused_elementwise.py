@@ -77,10 +77,12 @@ def fused(shape, chunk, blocks, {params}):
 {steps}
             fo = r * n + j0
 {rows}
+{start}
             for i in range(m):
 {loads}
 {body}
 {stores}
+{finish}
 '''
 
 
@@ -88,9 +90,16 @@ def _indent(lines, depth):
     return "\n".join(" " * depth + line for line in lines) or " " * depth + "pass"
 
 
+REDUCTIONS = ("sum", "mean")
+
+
 def render_source(dtype, input_kinds, body, outputs, inner, parallel):
     """The module source of one loop. inner[i]: 'c' when input i runs along the
-    inner dim (contiguous slice), 'b' when it is broadcast along it (one load per row)."""
+    inner dim (contiguous slice), 'b' when it is broadcast along it (one load per row).
+    An output of kind 'sum' or 'mean' is one value per row (the caller runs whole rows:
+    chunk = row length): a float64 accumulator added to in order along the row, stored
+    (divided by the row length for a mean, in the chain's type as np.mean divides)
+    after it; its values are never written."""
     params = ["a%d, s%d" % (i, i) for i in range(len(input_kinds))] + ["o%d" % j for j in range(len(outputs))]
     offsets = ["f%d = 0" % i for i in range(len(input_kinds))]
     steps = ["f%d += k * s%d[d]" % (i, i) for i in range(len(input_kinds))]
@@ -101,11 +110,20 @@ def render_source(dtype, input_kinds, body, outputs, inner, parallel):
             loads.append("x%d = r%d[i]" % (i, i))
         else:
             rows.append("x%d = a%d[f%d]" % (i, i, i))
-    rows += ["w%d = o%d[fo:fo + m]" % (j, j) for j in range(len(outputs))]
-    stores = ["w%d[i] = %s" % (j, var) for j, (var, _) in enumerate(outputs)]
+    start, stores, finish = [], [], []
+    for j, (var, kind) in enumerate(outputs):
+        if kind in REDUCTIONS:
+            start.append("acc%d = 0.0" % j)
+            stores.append("acc%d += %s" % (j, var))
+            total = "DT(acc%d)" % j if kind == "sum" else "DT(acc%d) / DT(n)" % j
+            finish.append("o%d[r] = %s" % (j, total))
+        else:
+            rows.append("w%d = o%d[fo:fo + m]" % (j, j))
+            stores.append("w%d[i] = %s" % (j, var))
     return _HEADER.format(dtype=dtype, params=", ".join(params), range="prange" if parallel else "range",
                           offsets=_indent(offsets, 12), steps=_indent(steps, 16), rows=_indent(rows, 12),
-                          loads=_indent(loads, 16), body=_indent(body, 16), stores=_indent(stores, 16))
+                          start=_indent(start, 12), loads=_indent(loads, 16), body=_indent(body, 16),
+                          stores=_indent(stores, 16), finish=_indent(finish, 12))
 
 
 def _load_kernel(source, parallel):
@@ -179,7 +197,10 @@ class FusedProgram:
         return kernel
 
     def output_dtypes(self):
-        return [np.dtype(self.dtype if kind == "f" else np.bool_) for _, kind in self.outputs]
+        return [np.dtype(np.bool_ if kind == "b" else self.dtype) for _, kind in self.outputs]
+
+    def reduces(self):
+        return any(kind in REDUCTIONS for _, kind in self.outputs)
 
     @staticmethod
     def available():
@@ -190,13 +211,17 @@ class FusedProgram:
         """arrays[i]: input i (any strides); views[i]: its shape as the loop sees it,
         of len(shape), each dim equal to shape's or 1 (the caller checked). Returns
         the outputs: `outs` when given (C-contiguous arrays of `shape` and
-        output_dtypes(), none of them an input), else new arrays."""
+        output_dtypes(), none of them an input; a reduction's of shape[:-1]'s size,
+        any shape), else new arrays. With a reduction `shape` has at least one dim
+        and no zero."""
         shape = tuple(int(d) for d in shape)
         size = 1
         for d in shape:
             size *= d
+        reducing = self.reduces()
         if outs is None:
-            outs = [np.empty(shape, dtype) for dtype in self.output_dtypes()]
+            outs = [np.empty(shape[:-1] if kind in REDUCTIONS else shape, dtype)
+                    for (_, kind), dtype in zip(self.outputs, self.output_dtypes())]
         if size == 0:
             return outs
         buffers, strides = [], []
@@ -212,13 +237,24 @@ class FusedProgram:
         for d in range(len(shape) - 1, -1, -1):
             out_stride[d] = step if shape[d] != 1 else 0
             step *= shape[d]
-        merged, merged_strides = _merge_dims(shape, strides + [out_stride])
+        if reducing:
+            # rows must stay rows: merge only the dims before the reduced last one
+            lead, lead_strides = _merge_dims(shape[:-1], [s[:-1] for s in strides + [out_stride]])
+            merged = lead + [shape[-1]]
+            merged_strides = [ls + [s[-1]] for ls, s in zip(lead_strides, strides + [out_stride])]
+            chunk = shape[-1]                   # one task per whole row
+            rows = size // chunk
+        else:
+            merged, merged_strides = _merge_dims(shape, strides + [out_stride])
+            chunk = _CHUNK
         inner = tuple("c" if s[-1] else "b" for s in merged_strides[:-1])
         blocks = 1
         if size >= _PARALLEL_MIN:
             blocks = max(1, min(team_size(), size // _CHUNK))
+            if reducing:
+                blocks = min(blocks, rows)
         kernel = self.loop(inner, blocks > 1)
-        args = [np.asarray(merged, np.int64), np.int64(_CHUNK), np.int64(blocks)]
+        args = [np.asarray(merged, np.int64), np.int64(chunk), np.int64(blocks)]
         for flat, s in zip(buffers, merged_strides[:-1]):
             args += [flat, np.asarray(s, np.int64)]
         args += [o.reshape(-1) for o in outs]
