@@ -306,10 +306,24 @@ def _last_axis_reduction(kind, out_shape):
     return make_rule
 
 
+def _known_rank(ctx):
+    types = ctx.input_types
+    t = types[0] if types else None
+    return len(t.dims) if t is not None and getattr(t, "known", False) else None
+
+
 def _reduce_last(kind):
     def make(ctx):
         keep = ctx.bool("keepdims", True)
         axes = ctx.ints("axes") if ctx.has("axes") else None
+        # joined to a chain only when the reduced axis is surely the last one: a group
+        # whose reduction turns out to be over other axes runs wholly unfused
+        rank = _known_rank(ctx)
+        if axes is None or len(axes) != 1 or axes[0] != -1:
+            if rank is None or (axes is None and rank != 1):
+                return None
+            if axes is not None and (len(axes) != 1 or not -rank <= axes[0] < rank or axes[0] % rank != rank - 1):
+                return None
 
         def out_shape(x):
             nd = len(x)
