@@ -215,3 +215,31 @@ def test_a_float16_chain_rounds_after_every_op():
     expected = (np.float16(1) + np.float16(1e-3)) - np.float16(1)
     assert expected != np.float16(1e-3)
     np.testing.assert_array_equal(fused["y"], np.full((3, 5), expected, np.float16))
+
+
+def test_groups_never_mix_devices(monkeypatch):
+    """A CPU chain, a copy to the GPU, a CUDA chain: two groups, one per device."""
+    monkeypatch.setattr(fusion, "MIN_ELEMENTS", 0)
+    rng = np.random.RandomState(5)
+    x, w = rng.randn(4, 30).astype(np.float32), rng.randn(30).astype(np.float32)
+    ops = [core.CreateOperator("Mul", ["x", "w"], ["m"]), core.CreateOperator("Relu", ["m"], ["r"]),
+           _op("CopyCPUToGPU", ["r"], "g"), _op("Add", ["g", "gw"], "a"), _op("Tanh", ["a"], "y")]
+    results = {}
+    for mode in (1, 0):
+        net = caffe2_pb2.NetDef(name="mixed")
+        net.op.extend(ops)
+        net.arg.add(name="fusion", i=mode)
+        blobs = {"x": x, "w": w, "gw": _device(w)}
+        plan = compile_net(net, blobs.keys(), blob_values=blobs)
+        before = dict(fusion.stats)
+        plan.run(blobs)
+        results[mode] = blobs["y"].get()
+        groups = [s for s in plan.steps if getattr(s, "members", None)]
+        if mode:
+            assert [[m.op_def.type for m in g.members] for g in groups] == [["Mul", "Relu"], ["Add", "Tanh"]]
+            assert fusion.stats["fused_runs"] - before["fused_runs"] == 2
+            assert fusion.stats["cuda_fused_runs"] - before["cuda_fused_runs"] == 1
+        else:
+            assert not groups
+    np.testing.assert_array_equal(results[1], results[0])
+    np.testing.assert_allclose(results[1], np.tanh(np.maximum(x * w, 0) + w), rtol=1e-6, atol=1e-6)

@@ -77,12 +77,7 @@ def fused(shape, chunk, blocks, {params}):
 {steps}
             fo = r * n + j0
 {rows}
-{start}
-            for i in range(m):
-{loads}
-{body}
-{stores}
-{finish}
+{loop}
 '''
 
 
@@ -91,15 +86,17 @@ def _indent(lines, depth):
 
 
 REDUCTIONS = ("sum", "mean")
+_LANES = 4          # accumulators per reduced row (the sum's final form assumes 4)
 
 
 def render_source(dtype, input_kinds, body, outputs, inner, parallel):
     """The module source of one loop. inner[i]: 'c' when input i runs along the
     inner dim (contiguous slice), 'b' when it is broadcast along it (one load per row).
     An output of kind 'sum' or 'mean' is one value per row (the caller runs whole rows:
-    chunk = row length): a float64 accumulator added to in order along the row, stored
-    (divided by the row length for a mean, in the chain's type as np.mean divides)
-    after it; its values are never written."""
+    chunk = row length): four float64 accumulators, element i added to accumulator
+    i % 4, summed as (a0 + a1) + (a2 + a3) and rounded once after the row (divided by
+    the row length for a mean, in the chain's type as np.mean divides); the summed
+    values themselves are never written."""
     params = ["a%d, s%d" % (i, i) for i in range(len(input_kinds))] + ["o%d" % j for j in range(len(outputs))]
     offsets = ["f%d = 0" % i for i in range(len(input_kinds))]
     steps = ["f%d += k * s%d[d]" % (i, i) for i in range(len(input_kinds))]
@@ -110,20 +107,34 @@ def render_source(dtype, input_kinds, body, outputs, inner, parallel):
             loads.append("x%d = r%d[i]" % (i, i))
         else:
             rows.append("x%d = a%d[f%d]" % (i, i, i))
-    start, stores, finish = [], [], []
+    sums = [(j, var, kind) for j, (var, kind) in enumerate(outputs) if kind in REDUCTIONS]
+    stores = []
     for j, (var, kind) in enumerate(outputs):
-        if kind in REDUCTIONS:
-            start.append("acc%d = 0.0" % j)
-            stores.append("acc%d += %s" % (j, var))
-            total = "DT(acc%d)" % j if kind == "sum" else "DT(acc%d) / DT(n)" % j
-            finish.append("o%d[r] = %s" % (j, total))
-        else:
+        if kind not in REDUCTIONS:
             rows.append("w%d = o%d[fo:fo + m]" % (j, j))
             stores.append("w%d[i] = %s" % (j, var))
+    element = loads + list(body) + stores
+    if not sums:
+        loop = ["for i in range(m):"] + ["    " + line for line in element]
+    else:
+        # _LANES accumulators, one per element position mod _LANES, so the adds form
+        # independent chains (one float64 add chain waits ~4 cycles per element)
+        loop = ["acc%d_%d = 0.0" % (j, lane) for j, _, _ in sums for lane in range(_LANES)]
+        loop.append("m4 = m - m %% %d" % _LANES)
+        loop.append("for i4 in range(0, m4, %d):" % _LANES)
+        for lane in range(_LANES):
+            loop.append("    i = i4 + %d" % lane)
+            loop += ["    " + line for line in element]
+            loop += ["    acc%d_%d += %s" % (j, lane, var) for j, var, _ in sums]
+        loop.append("for i in range(m4, m):")
+        loop += ["    " + line for line in element]
+        loop += ["    acc%d_0 += %s" % (j, var) for j, var, _ in sums]
+        for j, _, kind in sums:
+            total = "(acc%d_0 + acc%d_1) + (acc%d_2 + acc%d_3)" % (j, j, j, j)
+            loop.append("o%d[r] = DT(%s)%s" % (j, total, "" if kind == "sum" else " / DT(n)"))
     return _HEADER.format(dtype=dtype, params=", ".join(params), range="prange" if parallel else "range",
                           offsets=_indent(offsets, 12), steps=_indent(steps, 16), rows=_indent(rows, 12),
-                          start=_indent(start, 12), loads=_indent(loads, 16), body=_indent(body, 16),
-                          stores=_indent(stores, 16), finish=_indent(finish, 12))
+                          loop=_indent(loop, 12))
 
 
 def _load_kernel(source, parallel):
