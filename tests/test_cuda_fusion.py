@@ -243,3 +243,15 @@ def test_groups_never_mix_devices(monkeypatch):
             assert not groups
     np.testing.assert_array_equal(results[1], results[0])
     np.testing.assert_allclose(results[1], np.tanh(np.maximum(x * w, 0) + w), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_exp_log_sqrt_abs_negative_fuse(dtype):
+    rng = np.random.RandomState(6)
+    feeds = {"x": rng.randn(3, 41).astype(dtype), "c": np.full((1,), 0.5, dtype)}
+    ops = [_op("Abs", ["x"], "a"), _op("Add", ["a", "c"], "p"), _op("Log", ["p"], "l"),
+           _op("Exp", ["l"], "e"), _op("Sqrt", ["e"], "s"), _op("Negative", ["s"], "y")]
+    fused = _fused_vs_unfused(ops, feeds, ["a", "p", "l", "e", "s", "y"])
+    x = feeds["x"].astype(np.float64)
+    tol = 1e-5 if dtype == np.float32 else 1e-2
+    np.testing.assert_allclose(fused["y"], -np.sqrt(np.abs(x) + 0.5), rtol=tol)

@@ -9,7 +9,8 @@ NumPy's maximum(a, b) is `a if a > b or a is NaN else b` (so maximum(-0., 0.) is
 and maximum(0., -0.) is -0.), minimum likewise: the same selects here.
 
 CUDA forms (`cuda=`): only the ops with a CUDA kernel (operators/math/cuda_math.py:
-Add, Sub, Mul, Div, Relu, Sigmoid, Tanh) can sit in a CUDA chain, and each form is
+Add, Sub, Mul, Div, Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Abs, Negative) can sit in a
+CUDA chain, and each form is
 that kernel's expression (kernels/cuda/tensor/tensor_ops.cu apply_binary /
 apply_unary) in float, so the fused kernel computes what the ops compute. Arithmetic
 is written with the __f*_rn intrinsics, which nvcc never contracts into an FMA
@@ -111,6 +112,11 @@ _CUDA_UNARY = {
     "Relu": lambda x: "fmaxf(%s, 0.0f)" % x,
     "Sigmoid": lambda x: "1.0f / (1.0f + expf(-%s))" % x,
     "Tanh": lambda x: "tanhf(%s)" % x,
+    "Exp": lambda x: "expf(%s)" % x,
+    "Log": lambda x: "logf(%s)" % x,
+    "Sqrt": lambda x: "sqrtf(%s)" % x,
+    "Abs": lambda x: "fabsf(%s)" % x,
+    "Negative": lambda x: "-%s" % x,
 }
 
 
@@ -171,7 +177,8 @@ def _caffe2_binary(op_type, symbol):
 for _op, _symbol in _BINARY.items():
     register_rule(_op)(_caffe2_binary(_op, _symbol))
 _register_unaries("", {})
-register_rule("Negative")(lambda ctx: _unary_lines(lambda x, o, lit: "%s = -%s" % (o, x)))
+register_rule("Negative")(lambda ctx: _unary_lines(lambda x, o, lit: "%s = -%s" % (o, x),
+                                                    cuda=_cuda_unary("Negative")))
 
 
 @register_rule("Scale")
