@@ -3,7 +3,8 @@ operators/math/elementwise_fusion.py): ReduceSum / ReduceMean over the last axis
 (keepdims 0 and 1) and ReduceBackSum / ReduceBackMean accumulate inside the generated
 loop.
 
-Tolerance: the fused loop adds each row in element order in float64 and rounds once;
+Tolerance: the fused loop adds each row in float64 (in an order LLVM may choose: the
+add is vectorised) and rounds once;
 the unfused op (np.sum / np.mean in the chain's dtype) adds pairwise, with an error
 of at most about (log2(n) + 20) eps sum|v| (blocks of 128 summed by 8 accumulators of
 16 terms, then halving). So |fused - unfused| <= (log2(n) + 20) eps sum|v| (divided

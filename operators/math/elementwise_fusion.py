@@ -18,8 +18,9 @@ is written with the __f*_rn intrinsics, which nvcc never contracts into an FMA
 
 Reductions (`reduce=`): ReduceSum / ReduceMean with axes [last] (keepdims either way)
 and ReduceBackSum / ReduceBackMean with num_reduce_dim 1 and no lengths, as a CPU
-chain's last op: the loop sums each row in float64 in element order, where NumPy
-sums pairwise in the chain's type, so results agree to float rounding, not bitwise."""
+chain's last op: the loop sums each row in float64 (vectorised, in an order of LLVM's
+choosing), where NumPy sums pairwise in the chain's type, so results agree to float
+rounding, not bitwise."""
 import numpy as np
 
 from caffe2py.fusion import ElementwiseRule, register_rule
