@@ -202,3 +202,34 @@ def test_lengths_input_is_not_fused():
     plain, _, _ = _run(ops, feeds, 0, keep=["y"])
     assert plan.steps[-1].op_def.type == "ReduceBackSum"
     np.testing.assert_array_equal(fused["y"], plain["y"])
+
+
+def test_onnx_model_chain_ending_in_reduce_mean(monkeypatch):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    from caffe2py.onnx import backend
+    nodes = [helper.make_node("Mul", ["x", "w"], ["a"]),
+             helper.make_node("Relu", ["a"], ["s"]),
+             helper.make_node("Sub", ["s", "w"], ["d"]),
+             helper.make_node("ReduceMean", ["d"], ["y"], axes=[-1], keepdims=1)]
+    graph = helper.make_graph(
+        nodes, "reduce_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 500]),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, [500])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    rs = np.random.RandomState(8)
+    x, w = rs.randn(6, 500).astype(np.float32), rs.randn(500).astype(np.float32)
+    results = {}
+    for mode in ("1", "0"):
+        monkeypatch.setenv("CAFFE2PY_FUSION", mode)
+        rep = backend.prepare(model)
+        before = fusion.stats["fused_runs"]
+        (results[mode],) = rep.run([x, w])
+        if mode == "1":
+            assert [m.op_def.type for m in rep.plan.steps[0].members] == ["Mul", "Relu", "Sub", "ReduceMean"]
+            assert fusion.stats["fused_runs"] == before + 1
+    d = (np.maximum(x * w, 0) - w).astype(np.float64)
+    for y in results.values():
+        assert y.shape == (6, 1) and y.dtype == np.float32
+        _check(y, d.mean(-1), d, True, np.float32)

@@ -16,8 +16,9 @@ apply_unary) in float, so the fused kernel computes what the ops compute. Arithm
 is written with the __f*_rn intrinsics, which nvcc never contracts into an FMA
 (a * b + c across two statements otherwise may be; the unfused ops round twice).
 
-Reductions (`reduce=`): ReduceSum / ReduceMean with axes [last] (keepdims either way)
-and ReduceBackSum / ReduceBackMean with num_reduce_dim 1 and no lengths, as a CPU
+Reductions (`reduce=`): ReduceSum / ReduceMean with axes [last] (keepdims either way;
+Caffe2's, and ONNX's while axes is an attribute) and ReduceBackSum / ReduceBackMean
+with num_reduce_dim 1 and no lengths, as a CPU
 chain's last op: the loop sums each row in float64 (vectorised, in an order of LLVM's
 choosing), where NumPy sums pairwise in the chain's type, so results agree to float
 rounding, not bitwise."""
@@ -320,10 +321,13 @@ def _known_rank(ctx):
     return len(t.dims) if t is not None and getattr(t, "known", False) else None
 
 
-def _reduce_last(kind):
+def _reduce_last(kind, onnx_axes_input_since=None):
     def make(ctx):
         keep = ctx.bool("keepdims", True)
         axes = ctx.ints("axes") if ctx.has("axes") else None
+        if onnx_axes_input_since is not None:
+            if ctx.op_version >= onnx_axes_input_since or ctx.int("noop_with_empty_axes", 0):
+                return None     # axes from an input (a run-time value), or maybe a copy
         # joined to a chain only when the reduced axis is surely the last one: a group
         # whose reduction turns out to be over other axes runs wholly unfused
         rank = _known_rank(ctx)
@@ -362,3 +366,7 @@ register_rule("ReduceSum")(_reduce_last("sum"))
 register_rule("ReduceMean")(_reduce_last("mean"))
 register_rule("ReduceBackSum")(_reduce_back("sum"))
 register_rule("ReduceBackMean")(_reduce_back("mean"))
+# ONNX: axes an attribute (ReduceSum before opset 13, ReduceMean before 18), as
+# onnx_math's factory reads it
+register_rule("ReduceSum", _ONNX)(_reduce_last("sum", onnx_axes_input_since=13))
+register_rule("ReduceMean", _ONNX)(_reduce_last("mean", onnx_axes_input_since=18))
