@@ -7,7 +7,15 @@ np.copyto of the tensor into a preallocated array: a chain that reads the input
 once and writes the output once cannot beat that by much, so "x copy" near 1.0
 means the fused loop runs at the memory bandwidth limit. Medians of --runs runs.
 
-    python benchmarks/fusion_bench.py [--sizes 1M,64M] [--lengths 2,4,8] [--runs 7] [--append]
+--reduce adds a second table: the same chains ended by ReduceSum over the last axis
+(rows of 1024; keepdims 0), fused into the loop (the chain's values are summed in
+registers and never written) against the unfused ops, torch eager (chain then
+.sum(-1)) and one np.sum(x, -1) (a read of x with NumPy's vectorised sum).
+
+GPU: the fused CUDA kernels (caffe2py/fusion_cuda.py) have only run on the CUDA
+emulator, which measures nothing about a GPU, so there are no GPU rows.
+
+    python benchmarks/fusion_bench.py [--sizes 1M,64M] [--lengths 2,4,8] [--runs 7] [--reduce] [--append]
 """
 import argparse
 import os
@@ -25,11 +33,11 @@ COLS = 1024
 OPS = ["Mul", "Add", "Relu", "Scale", "Sub", "Abs", "MulB", "Negative"]
 
 
-def chain_net(length, fusion):
+def chain_net(length, fusion, reduce=False):
     net = core.Net("chain%d" % length)
     cur = "x"
     for k, op in enumerate(OPS[:length]):
-        out = "t%d" % k if k < length - 1 else "y"
+        out = "t%d" % k if k < length - 1 or reduce else "y"
         if op in ("Mul", "MulB"):
             net.Mul([cur, "a"], out)
         elif op in ("Add", "Sub"):
@@ -39,6 +47,8 @@ def chain_net(length, fusion):
         else:
             getattr(net, op)([cur], out)
         cur = out
+    if reduce:
+        net.ReduceSum([cur], "y", axes=[-1], keepdims=0)
     proto = caffe2_pb2.NetDef()
     proto.CopyFrom(net.Proto())
     proto.arg.add(name="fusion", i=fusion)
@@ -65,7 +75,7 @@ def torch_chain(torch, x, a, b, length):
     return y
 
 
-def bench(size, length, runs):
+def bench(size, length, runs, reduce=False):
     rs = np.random.RandomState(0)
     x = rs.standard_normal((size // COLS, COLS)).astype(np.float32)
     a = rs.standard_normal(COLS).astype(np.float32)
@@ -73,7 +83,7 @@ def bench(size, length, runs):
     feeds = {"x": x, "a": a, "b": b}
     times, results = {}, {}
     for label, mode in (("fused", 1), ("unfused", 0)):
-        plan = compile_net(chain_net(length, mode), feeds.keys(), keep=["y"])
+        plan = compile_net(chain_net(length, mode, reduce), feeds.keys(), keep=["y"])
         assert plan.fused_groups == (1 if mode else 0)
 
         def run(plan=plan):
@@ -82,15 +92,22 @@ def bench(size, length, runs):
             return blobs["y"]
         results[label] = run()
         times[label] = median_ms(run, runs)
-    assert np.array_equal(results["fused"], results["unfused"], equal_nan=True)
-    dst = np.empty_like(x)
-    times["copy"] = median_ms(lambda: np.copyto(dst, x), runs)
+    if reduce:     # summation order differs (float64 in order vs NumPy's pairwise float32)
+        assert np.allclose(results["fused"], results["unfused"], rtol=1e-4, atol=1e-3, equal_nan=True)
+        times["copy"] = median_ms(lambda: np.sum(x, axis=-1), runs)
+    else:
+        assert np.array_equal(results["fused"], results["unfused"], equal_nan=True)
+        dst = np.empty_like(x)
+        times["copy"] = median_ms(lambda: np.copyto(dst, x), runs)
     try:
         import torch
         from caffe2py.kernels.cpu.runtime.jit import team_size
         torch.set_num_threads(team_size())
         tx, ta, tb = torch.from_numpy(x), torch.from_numpy(a), torch.from_numpy(b)
-        times["torch"] = median_ms(lambda: torch_chain(torch, tx, ta, tb, length), runs)
+        if reduce:
+            times["torch"] = median_ms(lambda: torch_chain(torch, tx, ta, tb, length).sum(-1), runs)
+        else:
+            times["torch"] = median_ms(lambda: torch_chain(torch, tx, ta, tb, length), runs)
     except ImportError:
         times["torch"] = float("nan")
     return times
@@ -101,6 +118,7 @@ def main():
     parser.add_argument("--sizes", default="1M,64M")
     parser.add_argument("--lengths", default="2,4,8")
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--reduce", action="store_true", help="also the chains ended by ReduceSum over the last axis")
     parser.add_argument("--append", action="store_true", help="append the table to benchmarks/RESULTS.md")
     args = parser.parse_args()
     sizes = [int(s[:-1]) << 20 if s.endswith("M") else int(s) for s in args.sizes.split(",")]
@@ -119,6 +137,20 @@ def main():
                        t["unfused"] / t["fused"], t["torch"] / t["fused"], gbs))
             lines.append(line)
             print(line, flush=True)
+    if args.reduce:
+        lines += ["", "| elements | ops + ReduceSum(last axis) | fused ms | unfused ms | torch eager ms | "
+                  "np.sum(x, -1) ms | fused / np.sum | unfused / fused | torch / fused | fused GB/s (read x) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        print("\n".join(lines[-3:-1]))
+        for size in sizes:
+            for length in lengths:
+                t = bench(size, length, args.runs, reduce=True)
+                gbs = size * 4 / (t["fused"] / 1e3) / 1e9
+                line = ("| %dM | %d + 1 | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2fx | %.2fx | %.1f |"
+                        % (size >> 20, length, t["fused"], t["unfused"], t["torch"], t["copy"],
+                           t["fused"] / t["copy"], t["unfused"] / t["fused"], t["torch"] / t["fused"], gbs))
+                lines.append(line)
+                print(line, flush=True)
     if args.append:
         load = os.getloadavg()
         header = ("\n## Elementwise chains fused into one generated loop (benchmarks/fusion_bench.py, issue 38) — %s, "

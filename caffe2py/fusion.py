@@ -27,6 +27,15 @@ elements to pay for the call); otherwise `try_fused` returns None and the plan r
 the member ops' own lines, which the executor renders after the group's call
 (executor.Plan._render), so errors read the same, naming the op.
 
+Reductions at the end of a chain (CPU): a rule with `reduce` ("sum" or "mean" over
+the input's last axis: ReduceSum/ReduceMean with axes [-1], ReduceBackSum/Mean with
+num_reduce_dim 1) may be a group's last op; the loop accumulates each row while the
+chain's values are in registers (kernels/cpu/math/fused_elementwise.py).
+
+CUDA (caffe2py/fusion_cuda.py): runs of ops on one CUDA device whose rules have a
+`cuda` form become one generated CUDA kernel; the same planning, keeping and fallback
+rules apply. Groups never mix devices.
+
 Switch: CAFFE2PY_FUSION=0 (off), 1 (default: exact ops only), all (exact and close
 ops); a net argument `fusion` (0, 1, 2) overrides it for one net.
 """
@@ -36,7 +45,7 @@ import threading
 
 import numpy as np
 
-from .registry import CPU, normalize_domain
+from .registry import CPU, CUDA, normalize_domain
 
 _RULES = {}      # (domain, op type) -> make(ctx) -> ElementwiseRule or None
 
@@ -46,13 +55,14 @@ MODES = {"0": 0, "off": 0, "false": 0, "1": 1, "on": 1, "exact": 1, "2": 2, "all
 # set-up (~15 us of Python) costs more than NumPy's per-op overhead saves.
 MIN_ELEMENTS = int(os.environ.get("CAFFE2PY_FUSION_MIN_ELEMENTS", 1 << 14))
 
-# fused_runs / fallback_runs: group runs on the generated loop / op by op;
+# fused_runs / fallback_runs: group runs on the generated code / op by op (cuda_fused_runs: of
+# fused_runs, those on a CUDA device);
 # allocations / reuses: output buffers a fused run took new / from its group's pool
 # At most this many ops in one group: numba's compile time grows with the loop body
 # (a 10,000-op chain of Adds becomes groups of 32).
 MAX_GROUP_OPS = 32
 
-stats = {"fused_runs": 0, "fallback_runs": 0, "allocations": 0, "reuses": 0}
+stats = {"fused_runs": 0, "fallback_runs": 0, "allocations": 0, "reuses": 0, "cuda_fused_runs": 0}
 
 
 class ElementwiseRule:
@@ -66,12 +76,18 @@ class ElementwiseRule:
     in_kinds: 'f' (the chain's float dtype) or 'b' (bool) per input; out_kind too;
     exact: True when the per-element result is bitwise NumPy's;
     accepts(dtype) -> whether the op computes this way for the chain's float dtype
-        (Cast: only to that same dtype or to bool)."""
-    __slots__ = ("emit", "shape", "in_kinds", "out_kind", "exact", "accepts")
+        (Cast: only to that same dtype or to bool);
+    cuda(args, out, lit) -> C statements assigning the float local `out` from float
+        argument locals, mirroring the op's CUDA kernel operation by operation (so the
+        fused kernel is bitwise the unfused CUDA op); None: not fused on CUDA;
+    reduce: None, or "sum" / "mean": the op reduces its one input over the last axis
+        (emit is unused; shape() gives the reduced shape); only a group's last op."""
+    __slots__ = ("emit", "shape", "in_kinds", "out_kind", "exact", "accepts", "cuda", "reduce")
 
-    def __init__(self, emit, shape, in_kinds, out_kind="f", exact=True, accepts=None):
+    def __init__(self, emit, shape, in_kinds, out_kind="f", exact=True, accepts=None, cuda=None, reduce=None):
         self.emit, self.shape, self.in_kinds = emit, shape, tuple(in_kinds)
         self.out_kind, self.exact, self.accepts = out_kind, exact, accepts
+        self.cuda, self.reduce = cuda, reduce
 
 
 def register_rule(op_type, domain=""):
@@ -93,9 +109,18 @@ def fusion_mode(net_def):
 
 # --------------------------------------------------------------------------- planning
 
-def _rule_for(step, mode):
+def step_device(step):
+    """(device type, device id) an op runs on: groups never mix devices."""
     op = step.op_def
     if op.HasField("device_option") and op.device_option.device_type != CPU:
+        return op.device_option.device_type, op.device_option.device_id
+    return CPU, 0
+
+
+def _rule_for(step, mode):
+    op = step.op_def
+    device = step_device(step)[0]
+    if device not in (CPU, CUDA):
         return None
     if step.engine not in ("", "DEFAULT") or step.takes_blobs or step.commits_outputs:
         return None
@@ -108,7 +133,12 @@ def _rule_for(step, mode):
         rule = make(step.context)
     except Exception:  # noqa: BLE001 - an argument the rule cannot read: leave the op alone
         return None
-    if rule is None or len(rule.in_kinds) != len(step.inputs) or (not rule.exact and mode < 2):
+    if rule is None or len(rule.in_kinds) != len(step.inputs):
+        return None
+    if device == CUDA:
+        # the cuda form mirrors the CUDA op's own kernel: exact by construction
+        return rule if rule.cuda is not None and rule.reduce is None else None
+    if not rule.exact and mode < 2:
         return None
     return rule
 
@@ -125,8 +155,11 @@ def fuse_steps(steps, net_def, keep, make_error):
     out, groups, i = [], 0, 0
     while i < len(steps):
         j = i
-        while j < len(steps) and rules[j] is not None and j - i < MAX_GROUP_OPS:
+        while (j < len(steps) and rules[j] is not None and j - i < MAX_GROUP_OPS
+               and step_device(steps[j]) == step_device(steps[i])):
             j += 1
+            if rules[j - 1].reduce is not None:
+                break           # a reduction ends its group
         if j - i >= 2:
             for part in _connected_parts(steps, i, j):
                 kept = _kept_outputs(steps, part, j, keep, external, events) if len(part) >= 2 else ()
@@ -237,7 +270,11 @@ class FusedStep:
         self.engine, self.context, self.guard = "", None, None
         self.takes_blobs = self.commits_outputs = False
         self.optional = frozenset()
-        self.kernel = _GroupKernel(members, rules, self.inputs, self.outputs, make_error)
+        if step_device(members[0])[0] == CUDA:
+            from .fusion_cuda import CudaGroupKernel
+            self.kernel = CudaGroupKernel(members, rules, self.inputs, self.outputs, make_error)
+        else:
+            self.kernel = _GroupKernel(members, rules, self.inputs, self.outputs, make_error)
         self.fused = self.kernel
 
 
@@ -276,17 +313,26 @@ class _GroupKernel:
         return tuple(env[b] for b in self.outputs)
 
     # ---------------------------------------------------------------- fused path
+    FLOATS = (np.float32, np.float64)      # the chain dtypes the generated code takes
+    min_elements = property(lambda self: MIN_ELEMENTS)   # read at run time: tests lower it
+
+    def _value_ok(self, v):
+        """Whether the generated code can read this input value at all."""
+        return type(v) is np.ndarray
+
     def _plan_shapes(self, values):
-        """(dtype, out shape, [(array, view shape)] per program input) or None."""
+        """(dtype, loop shape, node shapes, uses) or None: the loop runs over the
+        chain's shape (a reduction's input shape); node_shapes[n] is member n's output
+        shape; uses lists (member, input position, view shape) per program input."""
         dtype = None
         for v, kinds in zip(values, self._input_kinds()):
-            if type(v) is not np.ndarray:
+            if not self._value_ok(v):
                 return None
             if kinds == {"b"}:
                 if v.dtype != np.bool_:
                     return None
             elif kinds == {"f"}:
-                if v.dtype.type not in (np.float32, np.float64) or (dtype is not None and v.dtype != dtype):
+                if v.dtype.type not in self.FLOATS or (dtype is not None and v.dtype != dtype):
                     return None
                 dtype = v.dtype
             else:
@@ -304,9 +350,10 @@ class _GroupKernel:
                 return None
             out_shape, views = found
             out_shape = tuple(out_shape)
+            loop_shape = tuple(in_shapes[0]) if rule.reduce else out_shape
             if shape is None:
-                shape = out_shape
-            elif out_shape != shape:
+                shape = loop_shape
+            elif loop_shape != shape:
                 return None
             node_shapes.append(out_shape)
             for (kind, i), view in zip(sources, views):
@@ -315,8 +362,8 @@ class _GroupKernel:
         size = 1
         for d in shape:
             size *= d
-        if size < MIN_ELEMENTS:
-            return None
+        if size < self.min_elements or (size == 0 and self.rules[-1].reduce):
+            return None     # an empty reduction: the op's own kernel says what it gives
         return dtype, shape, node_shapes, uses
 
     def _input_kinds(self):
@@ -368,18 +415,19 @@ class _GroupKernel:
         for n, (rule, sources) in enumerate(zip(self.rules, self.sources)):
             args = [names[(n, i)] if kind == "in" else "t%d" % i for kind, i in sources]
             body += rule.emit(args, "t%d" % n, lit)
-        outputs = [("t%d" % i, self.rules[i].out_kind) for _, i in self.result_of]   # always a member's value
+        outputs = [("t%d" % i, self.rules[i].reduce or self.rules[i].out_kind)
+                   for _, i in self.result_of]   # always a member's value
         program = self.programs[key] = FusedProgram(dtype, kinds, body, outputs)
         return program
 
-    def _buffers(self, shape, dtypes):
+    def _buffers(self, shapes, dtypes):
         """The output arrays of this run: last run's buffer for each output when it has
         the shape and dtype and nobody else holds it any more (the pool's reference is
         the only one: not fetched, not committed, no view of it alive), else new ones.
         A warm run of a plan whose intermediates are dropped allocates nothing."""
         outs = []
         with self.pool_lock:           # take-or-allocate is atomic: two runs never share one
-            for k, dtype in enumerate(dtypes):
+            for k, (shape, dtype) in enumerate(zip(shapes, dtypes)):
                 buf = self.pool[k]
                 # 3 references: the pool's list, `buf`, getrefcount's argument
                 if buf is not None and buf.shape == shape and buf.dtype == dtype and sys.getrefcount(buf) == 3:
@@ -396,7 +444,7 @@ class _GroupKernel:
         if self.broken:
             return None
         # cheap first look: groups of small arrays are not worth the loop's set-up
-        if max(getattr(v, "size", 0) for v in values) < MIN_ELEMENTS:
+        if max(getattr(v, "size", 0) for v in values) < self.min_elements:
             stats["fallback_runs"] += 1
             return None
         planned = self._plan_shapes(values)
@@ -410,8 +458,9 @@ class _GroupKernel:
             return None
         arrays = [values[i] for _, i, _ in uses]
         views = [(1,) * (len(shape) - len(v)) + v for _, _, v in uses]
+        out_shapes = [node_shapes[i] for _, i in self.result_of]
         try:
-            results = program.run(arrays, views, shape, self._buffers(shape, program.output_dtypes()))
+            results = program.run(arrays, views, shape, self._buffers(out_shapes, program.output_dtypes()))
         except MemoryError:
             raise
         except Exception:  # noqa: BLE001 - the loop would not build: never try again

@@ -302,10 +302,14 @@ def test_legacy_broadcast_with_axis(rng):
 
 
 @pytest.mark.parametrize("op_type,fn", [("Relu", lambda x: np.maximum(x, 0)), ("Sigmoid", _sig),
-                                        ("Tanh", np.tanh)])
+                                        ("Tanh", np.tanh), ("Exp", np.exp), ("Log", np.log), ("Sqrt", np.sqrt),
+                                        ("Abs", np.abs), ("Negative", np.negative)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_activations(rng, op_type, fn, dtype):
-    x = (rng.standard_normal((7, 33)) * 4).astype(dtype)
+    x = rng.standard_normal((7, 33)) * (2 if op_type == "Exp" else 4)
+    if op_type in ("Log", "Sqrt"):
+        x = np.abs(x) + 0.1
+    x = x.astype(dtype)
     got = run_gpu(op_type, [x])
     close(got, fn(x.astype(np.float64)), 1e-5 if dtype == np.float32 else 1e-2, rng.seed_text)
 

@@ -285,3 +285,37 @@ def test_a_spilling_lookup_or_lstm_kernel_fails_the_check():
     table = tool.table([("embedding.cu", r) for r in res])
     assert "| embedding.cu | lengths_to_offsets | 1024 | - / 61 | - / 0 | 0 | 264 | - | 50% (1 blocks; registers) |" \
         in table
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_generated_chain_kernels_compile_and_match_their_format(tmp_path, dtype):
+    """A fused elementwise chain's generated kernel (caffe2py/cuda/fused.py, built from
+    the ops' CUDA forms) compiles with nvcc for sm_80 and sm_90, with no spills, and
+    its PTX parameters are the layout the host packs (arg_format)."""
+    from caffe2py import core, fusion
+    from caffe2py.cuda.fused import CudaFusedProgram, literal
+    from caffe2py.proto import caffe2_pb2
+    from caffe2py.registry import OpContext, normalize_domain
+    chain = [("Mul", 2), ("Add", 2), ("Relu", 1), ("Sigmoid", 1), ("Tanh", 1), ("Exp", 1), ("Log", 1),
+             ("Sqrt", 1), ("Abs", 1), ("Negative", 1), ("Sub", 2), ("Div", 2)]
+    body, n_inputs, prev = [], 0, None
+    for n, (op_type, arity) in enumerate(chain):
+        rule = fusion._RULES[(normalize_domain(""), op_type)](
+            OpContext(core.CreateOperator(op_type, ["a", "b"][:arity], ["y"],
+                                          device_option=core.DeviceOption(caffe2_pb2.CUDA, 0))))
+        args = [prev or "x0"] + ["x%d" % (n_inputs + 1)] * (arity - 1)
+        n_inputs += arity - 1
+        body += rule.cuda(args, "t%d" % n, lambda v: literal(v, dtype)) + ["t%d = c2f_round(t%d);" % (n, n)]
+        prev = "t%d" % n
+    program = CudaFusedProgram(dtype, n_inputs + 1, body, ["t2", prev], ["t%d" % n for n in range(len(chain))])
+    path = tmp_path / "chain.cu"
+    path.write_text(program.source)
+    (entry,) = _ptx_entries(str(path)).values()
+    assert _matches(entry, program.arg_format), (entry, program.arg_format)
+    for arch in ("sm_80", "sm_90"):
+        proc = subprocess.run([NVCC, "-cubin", "-O3", "-arch=" + arch, "--resource-usage", "-o",
+                               str(tmp_path / ("chain_%s.cubin" % arch)), str(path)],
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert "spill" not in proc.stderr or "0 bytes spill stores, 0 bytes spill loads" in proc.stderr, proc.stderr

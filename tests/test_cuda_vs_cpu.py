@@ -231,10 +231,13 @@ def test_binary_ops_with_broadcasting(rng, op_type, dtype):
     compare(op_type, [a, rng.uniform(0.5, 2, (3, 4)).astype(dtype)], tol=1e-5, broadcast=1, axis=1)
 
 
-@pytest.mark.parametrize("op_type", ["Relu", "Sigmoid", "Tanh"])
+@pytest.mark.parametrize("op_type", ["Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Abs", "Negative"])
 @pytest.mark.parametrize("dtype", [F32, F16])
 def test_activations(rng, op_type, dtype):
-    compare(op_type, [(rng.standard_normal((9, 31)) * 5).astype(dtype)], tol=1e-5)
+    x = rng.standard_normal((9, 31)) * (2 if op_type == "Exp" else 5)
+    if op_type in ("Log", "Sqrt"):
+        x = np.abs(x) + 0.1
+    compare(op_type, [x.astype(dtype)], tol=1e-5)
 
 
 @pytest.mark.parametrize("shape,axis", [((6, 10), 1), ((2, 3, 5), 1), ((2, 3, 700), 2), ((4, 3), 0)])

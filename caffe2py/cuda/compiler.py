@@ -145,6 +145,43 @@ def module(name, device_id=0):
     return mod
 
 
+def generated_source_path(source):
+    """Where generated CUDA text (fused elementwise chains, caffe2py/cuda/fused.py) is
+    kept: <cache>/generated/<sha256 of the text>.cu, written once, atomically."""
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:32]
+    folder = os.path.join(cache_dir(), "generated")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "chain_%s.cu" % digest)
+    if not os.path.exists(path):
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(source)
+        os.replace(tmp, path)   # concurrent processes write the same bytes
+    return path
+
+
+def module_from_source(source, device_id=0):
+    """The loaded module for generated CUDA source text on device_id, cached per process
+    by the text's hash; on disk the cubin is cached by compile_cubin's key (the text,
+    options, arch) and the emulator's library by its build key, so a chain compiled
+    once loads without nvcc / g++ in later processes. The text must be self-contained
+    (it may include only the toolkit's headers)."""
+    path = generated_source_path(source)
+    key = ("generated:" + os.path.basename(path), device_id)
+    mod = _modules.get(key)
+    if mod is None:
+        context.activate(device_id)
+        if backend.is_emulator():
+            from .emulator import driver as emu  # noqa: PLC0415
+            mod = emu.module_from_file(path)
+        else:
+            import pycuda.driver as drv  # noqa: PLC0415
+            arch = arch_for(context.compute_capability(device_id))
+            mod = drv.module_from_buffer(compile_cubin(source, arch, OPTIONS, "", os.path.dirname(path)))
+        _modules[key] = mod
+    return mod
+
+
 def function(name, func, arg_format, device_id=0):
     """A prepared kernel function: arg_format is PyCUDA's struct-style type string."""
     key = (name, func, device_id)

@@ -1,5 +1,6 @@
 """CUDA kernels (device=CUDA) of the elementwise math: Add, Sub, Mul, Div (NumPy and
-Caffe2's legacy broadcasting), Relu, Sigmoid, Tanh, Softmax, and MatMul (cuBLAS)."""
+Caffe2's legacy broadcasting), Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Abs, Negative,
+Softmax, and MatMul (cuBLAS)."""
 import numpy as np
 
 from caffe2py.registry import CUDA, register_kernel
@@ -12,7 +13,7 @@ from .._common import legacy_broadcast_shape
 # --------------------------------------------------------------------------- elementwise
 
 _BINARY_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}
-_UNARY_OPS = {"Relu": 0, "Sigmoid": 1, "Tanh": 2}
+_UNARY_OPS = {"Relu": 0, "Sigmoid": 1, "Tanh": 2, "Exp": 3, "Log": 4, "Sqrt": 5, "Abs": 6, "Negative": 7}
 _FLOATS = (np.float32, np.float16)
 
 

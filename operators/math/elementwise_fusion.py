@@ -6,7 +6,22 @@ fused result is bitwise the unfused one; the rules marked exact=False use numba'
 exp/log/tanh, which differ from NumPy's SIMD versions by about an ulp.
 
 NumPy's maximum(a, b) is `a if a > b or a is NaN else b` (so maximum(-0., 0.) is 0.
-and maximum(0., -0.) is -0.), minimum likewise: the same selects here."""
+and maximum(0., -0.) is -0.), minimum likewise: the same selects here.
+
+CUDA forms (`cuda=`): only the ops with a CUDA kernel (operators/math/cuda_math.py:
+Add, Sub, Mul, Div, Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Abs, Negative) can sit in a
+CUDA chain, and each form is
+that kernel's expression (kernels/cuda/tensor/tensor_ops.cu apply_binary /
+apply_unary) in float, so the fused kernel computes what the ops compute. Arithmetic
+is written with the __f*_rn intrinsics, which nvcc never contracts into an FMA
+(a * b + c across two statements otherwise may be; the unfused ops round twice).
+
+Reductions (`reduce=`): ReduceSum / ReduceMean with axes [last] (keepdims either way;
+Caffe2's, and ONNX's while axes is an attribute) and ReduceBackSum / ReduceBackMean
+with num_reduce_dim 1 and no lengths, as a CPU
+chain's last op: the loop sums each row in float64 (vectorised, in an order of LLVM's
+choosing), where NumPy sums pairwise in the chain's type, so results agree to float
+rounding, not bitwise."""
 import numpy as np
 
 from caffe2py.fusion import ElementwiseRule, register_rule
@@ -87,6 +102,31 @@ def _binary_emit(symbol):
     return lambda args, o, lit: ["%s = %s %s %s" % (o, args[0], symbol, args[1])]
 
 
+_CUDA_BINARY = {"Add": "__fadd_rn", "Sub": "__fsub_rn", "Mul": "__fmul_rn", "Div": "__fdiv_rn"}
+
+
+def _cuda_binary(op_type):
+    return lambda args, o, lit: ["%s = %s(%s, %s);" % (o, _CUDA_BINARY[op_type], args[0], args[1])]
+
+
+# tensor_ops.cu's apply_unary, expression for expression
+_CUDA_UNARY = {
+    "Relu": lambda x: "fmaxf(%s, 0.0f)" % x,
+    "Sigmoid": lambda x: "1.0f / (1.0f + expf(-%s))" % x,
+    "Tanh": lambda x: "tanhf(%s)" % x,
+    "Exp": lambda x: "expf(%s)" % x,
+    "Log": lambda x: "logf(%s)" % x,
+    "Sqrt": lambda x: "sqrtf(%s)" % x,
+    "Abs": lambda x: "fabsf(%s)" % x,
+    "Negative": lambda x: "-%s" % x,
+}
+
+
+def _cuda_unary(op_type):
+    expr = _CUDA_UNARY[op_type]
+    return lambda args, o, lit: ["%s = %s;" % (o, expr(args[0]))]
+
+
 def _sigmoid(x, o, lit):
     # kernels/cpu/math/elementwise.sigmoid: e = exp(-|x|), then one of two quotients
     e = o + "e"
@@ -102,10 +142,10 @@ def _lines(text):
     return text.split("\n")
 
 
-def _unary_lines(make, exact=True):
+def _unary_lines(make, exact=True, cuda=None):
     def emit(args, o, lit):
         return _lines(make(args[0], o, lit))
-    return ElementwiseRule(emit, _unary_shape, (F,), F, exact)
+    return ElementwiseRule(emit, _unary_shape, (F,), F, exact, cuda=cuda)
 
 
 _UNARY = {
@@ -121,22 +161,26 @@ _UNARY = {
 
 def _register_unaries(domain, names):
     for name, (make, exact) in _UNARY.items():
-        register_rule(names.get(name, name), domain)(lambda ctx, make=make, exact=exact: _unary_lines(make, exact))
+        # CUDA kernels exist for the Caffe2 ops only
+        cuda = _cuda_unary(name) if domain == "" and name in _CUDA_UNARY else None
+        register_rule(names.get(name, name), domain)(
+            lambda ctx, make=make, exact=exact, cuda=cuda: _unary_lines(make, exact, cuda))
 
 
 # ----------------------------------------------------------------- Caffe2 ops
 
-def _caffe2_binary(symbol):
+def _caffe2_binary(op_type, symbol):
     def make(ctx):
         shape = _legacy_shapes(legacy_axis(ctx)) if ctx.bool("broadcast") else _numpy_shapes
-        return ElementwiseRule(_binary_emit(symbol), shape, (F, F))
+        return ElementwiseRule(_binary_emit(symbol), shape, (F, F), cuda=_cuda_binary(op_type))
     return make
 
 
 for _op, _symbol in _BINARY.items():
-    register_rule(_op)(_caffe2_binary(_symbol))
+    register_rule(_op)(_caffe2_binary(_op, _symbol))
 _register_unaries("", {})
-register_rule("Negative")(lambda ctx: _unary_lines(lambda x, o, lit: "%s = -%s" % (o, x)))
+register_rule("Negative")(lambda ctx: _unary_lines(lambda x, o, lit: "%s = -%s" % (o, x),
+                                                    cuda=_cuda_unary("Negative")))
 
 
 @register_rule("Scale")
@@ -256,3 +300,73 @@ def _cast(ctx):
         return None
     return ElementwiseRule(lambda args, o, lit: ["%s = %s" % (o, args[0])], _unary_shape, (F,),
                            accepts=lambda dtype: dtype == target)
+
+
+# ----------------------------------------------------------------- reductions at a chain's end
+
+def _last_axis_reduction(kind, out_shape):
+    """out_shape(in_shape) -> the reduced shape, or None when the op reduces other axes."""
+    def make_rule():
+        def shape(shapes):
+            (x,) = shapes
+            out = out_shape(tuple(x))
+            return None if out is None else (out, shapes)
+        return ElementwiseRule(lambda args, o, lit: ["%s = %s" % (o, args[0])], shape, (F,), reduce=kind)
+    return make_rule
+
+
+def _known_rank(ctx):
+    types = ctx.input_types
+    t = types[0] if types else None
+    return len(t.dims) if t is not None and getattr(t, "known", False) else None
+
+
+def _reduce_last(kind, onnx_axes_input_since=None):
+    def make(ctx):
+        keep = ctx.bool("keepdims", True)
+        axes = ctx.ints("axes") if ctx.has("axes") else None
+        if onnx_axes_input_since is not None:
+            if ctx.op_version >= onnx_axes_input_since or ctx.int("noop_with_empty_axes", 0):
+                return None     # axes from an input (a run-time value), or maybe a copy
+        # joined to a chain only when the reduced axis is surely the last one: a group
+        # whose reduction turns out to be over other axes runs wholly unfused
+        rank = _known_rank(ctx)
+        if axes is None or len(axes) != 1 or axes[0] != -1:
+            if rank is None or (axes is None and rank != 1):
+                return None
+            if axes is not None and (len(axes) != 1 or not -rank <= axes[0] < rank or axes[0] % rank != rank - 1):
+                return None
+
+        def out_shape(x):
+            nd = len(x)
+            if nd == 0:
+                return None
+            if axes is None:
+                if nd != 1:
+                    return None
+            elif len(axes) != 1 or not -nd <= axes[0] < nd or axes[0] % nd != nd - 1:
+                return None
+            return x[:-1] + ((1,) if keep else ())
+        return _last_axis_reduction(kind, out_shape)()
+    return make
+
+
+def _reduce_back(kind):
+    def make(ctx):
+        if len(ctx.inputs) != 1:
+            return None         # lengths: per-row extents, not a whole-row reduction
+        from .caffe2_reduce import num_reduce_dims
+        if num_reduce_dims(ctx) != 1:
+            return None
+        return _last_axis_reduction(kind, lambda x: x[:-1] if x else None)()
+    return make
+
+
+register_rule("ReduceSum")(_reduce_last("sum"))
+register_rule("ReduceMean")(_reduce_last("mean"))
+register_rule("ReduceBackSum")(_reduce_back("sum"))
+register_rule("ReduceBackMean")(_reduce_back("mean"))
+# ONNX: axes an attribute (ReduceSum before opset 13, ReduceMean before 18), as
+# onnx_math's factory reads it
+register_rule("ReduceSum", _ONNX)(_reduce_last("sum", onnx_axes_input_since=13))
+register_rule("ReduceMean", _ONNX)(_reduce_last("mean", onnx_axes_input_since=18))

@@ -63,7 +63,12 @@ C2_INLINE float apply_unary(int op, float x) {
     switch (op) {
         case 0: return fmaxf(x, 0.0f);
         case 1: return 1.0f / (1.0f + expf(-x));
-        default: return tanhf(x);
+        case 2: return tanhf(x);
+        case 3: return expf(x);
+        case 4: return logf(x);
+        case 5: return sqrtf(x);
+        case 6: return fabsf(x);
+        default: return -x;
     }
 }
 
