@@ -190,6 +190,22 @@ class _BackwardStep:
         return args
 
 
+def derived_backward_step(cell_proto, state_links, input_links, recompute_blobs_on_backward=()):
+    """(ops, links) of the backward step net recurrent_net derives from the step net
+    cell_proto (a NetDef): state_links [(cell_input, cell_output, states_grad)],
+    input_links [(input_t, input_grad)]; links are (internal, external, offset).
+    The fused path checks a backward step net against it (fused_steps.py)."""
+    cell_net = core.Net("RecurrentStep")
+    cell_net.Proto().CopyFrom(cell_proto)
+    backward = _BackwardStep(cell_net, list(recompute_blobs_on_backward) or None)
+    for cell_input, cell_output, states_grad in state_links:
+        backward.link_state(cell_input, cell_output, states_grad)
+    for input_t, input_grad in input_links:
+        backward.link_input(input_t, input_grad)
+    backward._accumulate_linked_gradients()
+    return list(backward.net.Proto().op), list(backward.links)
+
+
 def set_rnn_executor_config(rnn_op, num_threads=None, max_cuda_streams=None):
     """Caffe2's executor settings; accepted (steps run one after another here)."""
     from .args import make_argument

@@ -3,7 +3,8 @@ output with its input (a Sum whose gradient passes through to both), so the regi
 gradient of layer l's hidden state is the Sum's pass-through, not the `<hidden>_grad`
 the backward links fill; caffe2py/recurrent.py sums the two (gradients.backward_pass
 partial). Checked against an unrolled torch reference (nn.LSTMCell layers plus the
-residual adds, float64 autograd) and against central finite differences."""
+residual adds, float64 autograd) on the generic loop and the fused path, and against
+central finite differences."""
 import numpy as np
 import pytest
 
@@ -138,10 +139,13 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("fused", ["0", "1"])
 @pytest.mark.parametrize("output_only", [False, True])
 @pytest.mark.parametrize("t,n,din,dims,residual,lengths", CASES)
-def test_residual_stack_matches_torch(t, n, din, dims, residual, lengths, output_only):
+def test_residual_stack_matches_torch(monkeypatch, t, n, din, dims, residual, lengths, output_only, fused):
+    """Both paths: the generic step-net loop and the fused stack (operators/rnn/fused_run.py)."""
     torch = pytest.importorskip("torch")
+    monkeypatch.setenv("CAFFE2PY_RNN_FUSED", fused)
     rng = np.random.default_rng(t * 100 + sum(dims) + len(residual))
     model, _, grads, wanted, projections = _build(rng, t, n, din, dims, residual, lengths, output_only)
     workspace.RunNetOnce(model.net)
@@ -155,9 +159,11 @@ def test_residual_stack_matches_torch(t, n, din, dims, residual, lengths, output
 
 
 @pytest.mark.parametrize("t,n,din,dims,residual,lengths", [c for c in CASES if c[4] in ([1], [1, 2])][:4])
-def test_residual_stack_gradients_match_finite_differences(t, n, din, dims, residual, lengths):
+def test_residual_stack_gradients_match_finite_differences(monkeypatch, t, n, din, dims, residual, lengths):
     """Every gradient along a random direction against central differences of the
-    float32 forward (step 1e-2 along a unit direction; the loss is linear in the outputs)."""
+    float32 forward (step 1e-2 along a unit direction; the loss is linear in the outputs),
+    on the generic loop."""
+    monkeypatch.setenv("CAFFE2PY_RNN_FUSED", "0")
     rng = np.random.default_rng(7 + t + sum(dims))
     model, forward, grads, wanted, projections = _build(rng, t, n, din, dims, residual, lengths, False)
     workspace.RunNetOnce(model.net)
