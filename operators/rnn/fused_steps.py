@@ -17,7 +17,10 @@ recomputed forward ops of memory_optimization). MILSTM and gru_cell.GRU steps ar
 recognised the same way, and so are stacks of one of these layer kinds (MultiRNNCell:
 each layer's ops, the layers above 0 preceded by the FC projecting the lower layer's new
 hidden state) with their backward nets (per layer from the top, then the projection's
-FCGradient and the Sum into the lower layer's hidden-state gradient).
+FCGradient and the Sum into the lower layer's hidden-state gradient). LSTM stacks may have
+residual layers (MultiRNNCell's residual_output_layers: a Sum of a layer's new hidden state
+and its input, which the next layer projects); their backward net must be what
+caffe2py/recurrent.py derives from the step net.
 
 rnn_cell.LSTMWithAttention's step nets are recognised in fused_attention_steps.py
 (kind 'lstm_attention', run by fused_attention_run.py).
