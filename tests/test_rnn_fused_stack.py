@@ -9,7 +9,7 @@ from caffe2py import core, gru_cell, model_helper, rnn_cell, workspace
 from caffe2py.kernels.cpu.rnn import fused_lstm
 from caffe2py.operators.rnn import fused_run
 
-from test_rnn_fused import _assert_same, _run_both
+from test_rnn_fused import _assert_same, _randomise_params, _run_both
 
 if getattr(core, "GradientRegistry", None) is None:
     pytest.skip("needs the gradient registry (core.GradientRegistry)", allow_module_level=True)
@@ -189,6 +189,33 @@ def test_residual_lstm_stack_fused_matches_generic(monkeypatch, fused_calls, dim
     wanted = [str(p) for p in model.params] + initial + ["input"]
     assert all("grad:" + name in fused for name in wanted)
     _assert_same(generic, fused, tol=1e-5)
+
+
+def test_generic_backward_after_a_fused_residual_forward(monkeypatch, fused_calls):
+    """When the fused backward declines, the generic loop's gradient of the next layer's
+    projection reads the residual sums the fused forward left in the step workspaces."""
+    rng = np.random.default_rng(27)
+    dims = [6, 6, 6]
+    initial = _feed_stack(rng, 5, 3, 6, dims, [5, 2, 4])
+    cells = [rnn_cell.LSTMCell(input_size=6, hidden_size=6, forget_bias=0.0, memory_optimization=False)
+             for _ in dims]
+    cell = rnn_cell.MultiRNNCell(cells, name="res", residual_output_layers=[1, 2])
+    model = model_helper.ModelHelper(name="res")
+    output, states = cell.apply_over_sequence(model, "input", "seq_lengths", initial, outputs_with_grads=[0, 4, 8])
+    monkeypatch.setattr(fused_run, "lstm_stack_backward", lambda *args: None)
+    grads = model.net.AddGradientOperators({output: "output_g"})
+    workspace.RunNetOnce(model.param_init_net)
+    _randomise_params(model, rng)
+    workspace.FeedBlob("output_g", rng.standard_normal((5, 3, 6)).astype(np.float32))
+    results = []
+    for fused in ("1", "0"):        # the fused forward first: no generic run has filled the step workspaces
+        monkeypatch.setenv("CAFFE2PY_RNN_FUSED", fused)
+        workspace.RunNetOnce(model.net)
+        results.append({str(k): workspace.FetchBlob(v) for k, v in grads.items()
+                        if isinstance(v, core.BlobReference)})
+        workspace.FeedBlob("res/step_workspaces", np.zeros(0))      # fresh step workspaces for the next run
+    assert fused_calls == {"lstm_stack_forward": 1}
+    _assert_same(results[1], results[0], tol=1e-5)
 
 
 def test_residual_milstm_stack_runs_generic(monkeypatch, fused_calls):
