@@ -329,6 +329,7 @@ class BackwardPass:
         self.gradient_frontier = {}             # blob -> version its current gradient belongs to
         self.generators = defaultdict(lambda: defaultdict(list))   # blob -> version -> producers
         self.written_by = defaultdict(list)     # blob -> [(op, version)] for error texts
+        self.partial_seeds = set()              # given gradients to sum with the net's (build's partial)
         for op in operators:
             self._play(op)
         self._check_stop_gradients()
@@ -523,10 +524,13 @@ class BackwardPass:
                     out, counter = self._rename(p.grad_op, p.index, counter, p.chain)
                     parts.append(out)
             else:
-                if p.gradient == base:          # as Caffe2's _CheckSumOpsConflict
+                if p.gradient == base and p.gradient not in self.partial_seeds:   # as Caffe2's _CheckSumOpsConflict
                     raise Caffe2Error("a gradient handed over without an op is named '%s', the name of the "
                                       "summed gradient itself" % base)
                 parts.append(p.gradient)
+        if parts.count(base) > 1:
+            raise Caffe2Error("the gradient given for '%s' as a partial gradient is also the name an op of "
+                              "the net writes its part to" % base)
         if base in parts:          # Sum may only run in place on its first input
             k = parts.index(base)
             parts[0], parts[k] = parts[k], parts[0]
@@ -550,9 +554,16 @@ class BackwardPass:
         return ops, GradientSlice(base + "_indices_concat", base + "_values_concat")
 
     # -- the walk
-    def _seed(self, ys, scalar_losses):
+    def _seed(self, ys, scalar_losses, partial):
         grads, ops = {}, []
         for y, g in ys.items():
+            if y in partial and not isinstance(g, str):
+                raise Caffe2Error("the partial gradient given for '%s' must be a dense blob name, got %r" % (y, g))
+            if y in partial:
+                # a gradient that arrives from outside (RecurrentNetwork's link from step t + 1)
+                # and adds to what the net's own readers of y hand back: summed with them
+                self.partial_seeds.add(g)
+                self.generators[y][self.frontier[y]].append(_Dense(None, 0, g))
             if g is None:
                 seed = GradientDefs.op("ConstantFill", [y], [y + "_autogen_grad"], value=1.0)
                 if scalar_losses:
@@ -561,9 +572,10 @@ class BackwardPass:
                 grads[y] = seed.output[0]
                 self.generators[y][self.frontier[y]].append(_Dense(seed, 0, seed.output[0]))
             else:
-                # as in Caffe2, a given gradient is not a partial gradient to sum: when
-                # ops of the net also read y, their gradient of y replaces it
-                # (RecurrentNetwork's backward step adds its linked gradients itself)
+                # as in Caffe2, a given gradient is not a partial gradient to sum (unless
+                # named in partial): when ops of the net also read y, their gradient of y
+                # replaces it (RecurrentNetwork's backward step adds its linked gradients
+                # itself when an op writes them under their own name)
                 grads[y] = g
         return grads, ops
 
@@ -590,7 +602,9 @@ class BackwardPass:
                 new[name] = g
         return new, grad_ops
 
-    def build(self, ys, scalar_losses=False):
+    def build(self, ys, scalar_losses=False, partial=()):
+        """partial: the ys whose given gradient is one part of their gradient, summed
+        with the gradients the net's ops reading them produce (Caffe2 replaces it)."""
         if isinstance(ys, (list, tuple)):
             ys = {y: None for y in ys}
         elif not isinstance(ys, dict):
@@ -602,7 +616,11 @@ class BackwardPass:
                 raise Caffe2Error("cannot differentiate '%s': no op of the net reads or writes it" % y)
             self.gradient_frontier[y] = self.frontier[y]
             self.readers[y][self.frontier[y]].append(len(self.ssa))
-        grads, all_ops = self._seed(ys, scalar_losses)
+        partial = {_name(y) for y in partial}
+        unknown = partial - set(ys)
+        if unknown:
+            raise Caffe2Error("partial gradients named for blobs that are not ys: %s" % sorted(unknown))
+        grads, all_ops = self._seed(ys, scalar_losses, partial)
         for position in reversed(range(len(self.ssa))):
             new, grad_ops = self._step(position, grads)
             grads.update(new)
@@ -613,9 +631,9 @@ class BackwardPass:
         return all_ops, {name: g for name, g in grads.items() if g is not None}
 
 
-def backward_pass(operators, ys, scalar_losses=False):
+def backward_pass(operators, ys, scalar_losses=False, partial=()):
     """(gradient ops, {blob name: gradient name or GradientSlice}) for the forward ops."""
-    return BackwardPass(list(operators)).build(ys, scalar_losses)
+    return BackwardPass(list(operators)).build(ys, scalar_losses, partial)
 
 
 def add_gradient_operators(net, ys, skip=0, scalar_losses=False):

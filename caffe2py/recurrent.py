@@ -18,7 +18,7 @@ forward-only and a warning says so.
 """
 import logging
 
-from . import core
+from . import core, gradients
 
 log = logging.getLogger("caffe2py")
 
@@ -105,9 +105,7 @@ class _BackwardStep:
     def __init__(self, cell_net, recompute_blobs_on_backward):
         cell = cell_net.Proto()
         self.cell = cell
-        outputs = list(cell.external_output)
-        ops, mapping = core.GradientRegistry.GetBackwardPass(cell.op, {o: o + "_grad" for o in outputs})
-        self.mapping = {str(k): v for k, v in mapping.items()}
+        ops, self.mapping = self._gradient_ops(cell)
         self.net = core.Net("RecurrentBackwardStep")
         proto = self.net.Proto()
         self.recompute = {str(b) for b in (recompute_blobs_on_backward or [])}
@@ -126,6 +124,22 @@ class _BackwardStep:
         proto.external_input.extend(scratches)
         proto.type = "simple"
         self.links = []
+
+    @staticmethod
+    def _gradient_ops(cell):
+        """The cell's gradient ops and {blob: gradient name}, every output's gradient
+        given as `<output>_grad` (what the backward links fill). When ops of the cell
+        read an output and their gradient of it has another name (a pass-through
+        gradient: Sum's inputs share its output's gradient, e.g. the residual Sum of
+        MultiRNNCell), the registry would let that replace `<output>_grad`, losing the
+        gradient from outside and from step t + 1: those outputs are built again with
+        `<output>_grad` as a partial gradient, summed with what their readers hand back."""
+        given = {o: o + "_grad" for o in cell.external_output}
+        ops, mapping = gradients.backward_pass(cell.op, given)
+        replaced = [o for o, g in given.items() if mapping.get(o) != g]
+        if replaced:
+            ops, mapping = gradients.backward_pass(cell.op, given, partial=replaced)
+        return ops, mapping
 
     def link_state(self, cell_input, cell_output, states_grad):
         proto = self.net.Proto()
@@ -174,6 +188,22 @@ class _BackwardStep:
         if len(proto.op):
             args["backward_step_net"] = proto
         return args
+
+
+def derived_backward_step(cell_proto, state_links, input_links, recompute_blobs_on_backward=()):
+    """(ops, links) of the backward step net recurrent_net derives from the step net
+    cell_proto (a NetDef): state_links [(cell_input, cell_output, states_grad)],
+    input_links [(input_t, input_grad)]; links are (internal, external, offset).
+    The fused path checks a backward step net against it (fused_steps.py)."""
+    cell_net = core.Net("RecurrentStep")
+    cell_net.Proto().CopyFrom(cell_proto)
+    backward = _BackwardStep(cell_net, list(recompute_blobs_on_backward) or None)
+    for cell_input, cell_output, states_grad in state_links:
+        backward.link_state(cell_input, cell_output, states_grad)
+    for input_t, input_grad in input_links:
+        backward.link_input(input_t, input_grad)
+    backward._accumulate_linked_gradients()
+    return list(backward.net.Proto().op), list(backward.links)
 
 
 def set_rnn_executor_config(rnn_op, num_threads=None, max_cuda_streams=None):

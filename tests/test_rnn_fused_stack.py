@@ -9,7 +9,7 @@ from caffe2py import core, gru_cell, model_helper, rnn_cell, workspace
 from caffe2py.kernels.cpu.rnn import fused_lstm
 from caffe2py.operators.rnn import fused_run
 
-from test_rnn_fused import _assert_same, _run_both
+from test_rnn_fused import _assert_same, _randomise_params, _run_both
 
 if getattr(core, "GradientRegistry", None) is None:
     pytest.skip("needs the gradient registry (core.GradientRegistry)", allow_module_level=True)
@@ -154,15 +154,79 @@ def test_generic_stack_backward_after_a_fused_forward(monkeypatch, fused_calls, 
     _assert_same(generic, mixed, tol=1e-5)
 
 
-def test_residual_stack_runs_generic(monkeypatch, fused_calls):
-    """residual_output_layers adds a Sum between layers: not the recognised shape, so the
-    generic loop runs it (forward and backward), with its own results."""
+@pytest.mark.parametrize("dims,residual,lengths,with_grads,memopt,drop_states", [
+    ([6, 6, 6], [1, 2], [4, 2], "all", False, False),
+    ([6, 6, 6], [1], None, "all", False, False),              # an intermediate residual layer only
+    ([5, 7, 7, 7], [2, 3], [4, 1], "output", False, False),   # layer 1 plain, then a residual chain
+    ([6, 6, 6, 6], [1, 2, 3], [3, 4], "output", True, False),  # memory_optimization (recomputed gates)
+    ([6, 6, 6], [1, 2], [4, 0], "all", False, True),           # drop_states, a zero length
+    ([6, 6], [1], [4, 2], "all", False, False),                # 2 layers: the add is outside the op
+])
+def test_residual_lstm_stack_fused_matches_generic(monkeypatch, fused_calls, dims, residual, lengths, with_grads,
+                                                   memopt, drop_states):
+    """residual_output_layers: layer l's Sum of its new hidden state and its input is what
+    layer l + 1 projects (fused: one add over the sequence; backward: its gradient goes
+    to both), on the fused path forward and backward, against the generic loop: outputs,
+    every gradient, the step workspaces' blobs (the residual sums included)."""
+    rng = np.random.default_rng(26 + sum(dims) + len(residual))
+    initial = _feed_stack(rng, 4, 2, 6, dims, lengths)
+    cells = [rnn_cell.LSTMCell(input_size=(6 if k == 0 else dims[k - 1]), hidden_size=d, forget_bias=0.5,
+                               memory_optimization=memopt, drop_states=drop_states) for k, d in enumerate(dims)]
+    cell = rnn_cell.MultiRNNCell(cells, name="res", residual_output_layers=residual)
+    model = model_helper.ModelHelper(name="res")
+    if with_grads == "all":
+        indices = list(range(4 * len(dims)))
+    else:
+        indices = [4 * k for k in cell.output_connected_layers]
+    output, states = cell.apply_over_sequence(model, "input", "seq_lengths" if lengths is not None else None,
+                                              initial, outputs_with_grads=indices)
+    grad_of = [states[k] for k in indices] if with_grads == "all" else [output]
+    generic, fused = _run_both(monkeypatch, model, list(states) + [output], grad_of, rng, fetch_steps=True)
+    assert fused_calls == {"lstm_stack_forward": 2, "lstm_stack_backward": 1}
+    sums = ["res/layer_%d/res/residual_output_%d" % (k, k) for k in residual if k < len(dims) - 1]
+    for name in sums:
+        assert any(name in blob for blob in fused), sorted(b for b in fused if "resid" in b)   # in the step workspaces
+    wanted = [str(p) for p in model.params] + initial + ["input"]
+    assert all("grad:" + name in fused for name in wanted)
+    _assert_same(generic, fused, tol=1e-5)
+
+
+def test_generic_backward_after_a_fused_residual_forward(monkeypatch, fused_calls):
+    """When the fused backward declines, the generic loop's gradient of the next layer's
+    projection reads the residual sums the fused forward left in the step workspaces."""
+    rng = np.random.default_rng(27)
+    dims = [6, 6, 6]
+    initial = _feed_stack(rng, 5, 3, 6, dims, [5, 2, 4])
+    cells = [rnn_cell.LSTMCell(input_size=6, hidden_size=6, forget_bias=0.0, memory_optimization=False)
+             for _ in dims]
+    cell = rnn_cell.MultiRNNCell(cells, name="res", residual_output_layers=[1, 2])
+    model = model_helper.ModelHelper(name="res")
+    output, states = cell.apply_over_sequence(model, "input", "seq_lengths", initial, outputs_with_grads=[0, 4, 8])
+    monkeypatch.setattr(fused_run, "lstm_stack_backward", lambda *args: None)
+    grads = model.net.AddGradientOperators({output: "output_g"})
+    workspace.RunNetOnce(model.param_init_net)
+    _randomise_params(model, rng)
+    workspace.FeedBlob("output_g", rng.standard_normal((5, 3, 6)).astype(np.float32))
+    results = []
+    for fused in ("1", "0"):        # the fused forward first: no generic run has filled the step workspaces
+        monkeypatch.setenv("CAFFE2PY_RNN_FUSED", fused)
+        workspace.RunNetOnce(model.net)
+        results.append({str(k): workspace.FetchBlob(v) for k, v in grads.items()
+                        if isinstance(v, core.BlobReference)})
+        workspace.FeedBlob("res/step_workspaces", np.zeros(0))      # fresh step workspaces for the next run
+    assert fused_calls == {"lstm_stack_forward": 1}
+    _assert_same(results[1], results[0], tol=1e-5)
+
+
+def test_residual_milstm_stack_runs_generic(monkeypatch, fused_calls):
+    """A residual stack of MILSTM layers is not a recognised shape: the generic loop runs
+    it (forward and backward)."""
     rng = np.random.default_rng(24)
     dims = [6, 6, 6]
     initial = _feed_stack(rng, 4, 2, 6, dims, [4, 2])
-    cells = [rnn_cell.LSTMCell(input_size=6, hidden_size=6, forget_bias=0.0, memory_optimization=False)
+    cells = [rnn_cell.MILSTMCell(input_size=6, hidden_size=6, forget_bias=0.0, memory_optimization=False)
              for _ in dims]
-    cell = rnn_cell.MultiRNNCell(cells, name="res", residual_output_layers=[1])
+    cell = rnn_cell.MultiRNNCell(cells, name="res", residual_output_layers=[1, 2])
     model = model_helper.ModelHelper(name="res")
     _, states = cell.apply_over_sequence(model, "input", "seq_lengths", initial, outputs_with_grads=[8])
     generic, fused = _run_both(monkeypatch, model, states, [states[8]], rng)

@@ -109,11 +109,13 @@ def _milstm_input_grads(dgates, x, pre, mi):
 
 class FusedStackRecord:
     """What a fused stacked forward keeps for its gradient: a StackLayerRecord (LSTM,
-    MILSTM) or GRUStackLayerRecord per layer, bottom first."""
-    __slots__ = ("plan", "layers")
+    MILSTM) or GRUStackLayerRecord per layer, bottom first; `outputs[l]` what layer l + 1
+    projects, [T, N, D] (an LSTM stack's: layer l's new hidden states, plus its input
+    for a residual layer)."""
+    __slots__ = ("plan", "layers", "outputs")
 
-    def __init__(self, plan, layers):
-        self.plan, self.layers = plan, layers
+    def __init__(self, plan, layers, outputs=None):
+        self.plan, self.layers, self.outputs = plan, layers, outputs
 
 
 # one layer of a fused stacked run: its input projection x, recurrent weight w, states
@@ -144,23 +146,31 @@ def lstm_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, 
             wi, bi = (inputs[k] for k in plan.i2h_params[l - 1])
             if not (_float32(wi) and _float32(bi) and wi.shape == (4 * d, d_in) and bi.shape == (4 * d,)):
                 return None
+            if plan.residual[l] and d != d_in:      # the Sum's shapes: the generic loop reports it
+                return None
         d_in = d
-    layers = []
+    layers, outputs = [], []
     for l, (layer, (hs, cs)) in enumerate(zip(plan.layers, states)):
         if l == 0:
             proj = np.ascontiguousarray(x)
         else:
-            proj = _projection(plan, l, inputs, states[l - 1][0])
+            proj = _projection(plan, l, inputs, outputs[l - 1])
         w, b, seq = _lstm_layer_ok(layer, inputs, proj, hs, cs)
         mi = _milstm_values(layer, inputs, b)
         gates, pre = K.lstm_sequence(proj, w, b, hs, cs, seq, layer.forget_bias, layer.drop_states, mi)
         layers.append(StackLayerRecord(proj, w, hs, cs, gates, seq, pre, mi))
+        # residual_output_<l>: the layer's new hidden states plus its input
+        outputs.append(hs[1:] + outputs[l - 1] if plan.residual[l] else hs[1:])
 
     def fill():
         for layer, r in zip(plan.layers, layers):
             _fill_step_workspaces(layer, r.x, r.hs, r.cs, r.gates, step_workspaces, timestep, has_backward,
                                   pre=r.pre, mi=r.mi)
-    scratch.set_fused(FusedStackRecord(plan, layers), fill)
+        for name, out in zip(plan.residual, outputs):
+            if name:
+                for t in _filled_steps(x.shape[0], has_backward):
+                    step_workspaces[t if has_backward else t % 2][name] = out[t:t + 1]
+    scratch.set_fused(FusedStackRecord(plan, layers, outputs), fill)
     return True
 
 
@@ -189,8 +199,11 @@ def lstm_stack_backward(record, roles, inputs, n_go, per_step, last_step, states
         return None
     by_role = {}
     input_grad = None
+    output_grad = None              # the gradient of what layer l + 1 projects (record.outputs[l])
     for l in range(len(layers) - 1, -1, -1):
         layer, r = plan.layers[l], layers[l]
+        if output_grad is not None:
+            grads[layer.h_states][1:] += output_grad
         mi = None if r.mi is None else (r.x, r.mi[0], r.mi[1], r.pre)
         dgates, _, dw, db = K.lstm_sequence_gradient(r.w, r.hs, r.cs, r.gates, r.seq, layer.forget_bias,
                                                      layer.drop_states, grads[layer.h_states],
@@ -203,8 +216,11 @@ def lstm_stack_backward(record, roles, inputs, n_go, per_step, last_step, states
         if l == 0:
             input_grad = layer_input_grad
             break
-        _projection_grads(l, inputs[n_go + plan.i2h_params[l - 1][0]], layer_input_grad, layers[l - 1].hs,
-                          grads[plan.layers[l - 1].h_states], by_role)
+        below_grad = _projection_grads(l, inputs[n_go + plan.i2h_params[l - 1][0]], layer_input_grad,
+                                       record.outputs[l - 1], by_role)
+        if plan.residual[l]:        # the residual Sum hands its gradient to the layer's input too
+            below_grad += output_grad
+        output_grad = below_grad
     return _stack_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs,
                           input_grad_name)
 
@@ -221,13 +237,13 @@ def _stack_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, stat
     return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
 
 
-def _projection(plan, l, inputs, below_hs):
-    """Layer l's input: FC(h_{l-1}, W_i2h, b_i2h) over all steps (steps 1..T of the lower
-    layer's states) as one product on the thread team."""
+def _projection(plan, l, inputs, below):
+    """Layer l's input: FC(below, W_i2h, b_i2h) over all steps (below [T, N, D]: steps
+    1..T of the lower layer's states, or its residual sums) as one product on the thread team."""
     wi, bi = (inputs[k] for k in plan.i2h_params[l - 1])
-    steps, batch = below_hs.shape[0] - 1, below_hs.shape[1]
-    below = below_hs[1:].reshape(steps * batch, -1)
-    return gemm.fc(below, np.ascontiguousarray(wi), bi).reshape(steps, batch, -1)
+    steps, batch = below.shape[0], below.shape[1]
+    flat = np.ascontiguousarray(below).reshape(steps * batch, -1)
+    return gemm.fc(flat, np.ascontiguousarray(wi), bi).reshape(steps, batch, -1)
 
 
 def _projection_weights_ok(plan, layers, inputs, n_go):
@@ -239,22 +255,29 @@ def _projection_weights_ok(plan, layers, inputs, n_go):
     return True
 
 
-def _projection_grads(l, wi, layer_input_grad, below_hs, below_h_grad, by_role):
-    """The gradient of layer l's projection FC(h_{l-1}, W_i2h, b_i2h) over all steps as
-    whole-sequence products: by_role[l, 'i2h_weight' / 'i2h_bias'], and the lower layer's
-    hidden-state gradient at steps 1..T added into below_h_grad (before that layer runs)."""
-    steps, batch = below_hs.shape[0] - 1, below_hs.shape[1]
+def _projection_grads(l, wi, layer_input_grad, below, by_role):
+    """The gradient of layer l's projection FC(below, W_i2h, b_i2h) over all steps as
+    whole-sequence products: by_role[l, 'i2h_weight' / 'i2h_bias']; returns the gradient
+    of below [T, N, D] (for the lower layer's hidden state at steps 1..T, before that
+    layer runs)."""
+    steps, batch = below.shape[0], below.shape[1]
     flat = layer_input_grad.reshape(steps * batch, -1)
-    by_role[l, "i2h_weight"] = gemm.matmul(flat.T, below_hs[1:].reshape(steps * batch, -1))
+    by_role[l, "i2h_weight"] = gemm.matmul(flat.T, np.ascontiguousarray(below).reshape(steps * batch, -1))
     by_role[l, "i2h_bias"] = flat.sum(axis=0)
-    below_h_grad[1:] += gemm.matmul(flat, np.ascontiguousarray(wi)).reshape(steps, batch, -1)
+    return gemm.matmul(flat, np.ascontiguousarray(wi)).reshape(steps, batch, -1)
+
+
+def _filled_steps(steps, has_backward):
+    """The steps whose workspaces the generic loop leaves: every step's with a backward
+    net, else the last two (two alternating workspaces)."""
+    return range(steps) if has_backward else range(max(0, steps - 2), steps)
 
 
 def _fill_step_workspaces(plan, x, hs, cs, gates, step_workspaces, timestep, has_backward, pre=None, mi=None):
     """The step workspaces as the generic loop leaves them (views, not copies): every
     step's with a backward net, else the two alternating ones holding the last steps."""
     steps = x.shape[0]
-    for t in (range(steps) if has_backward else range(max(0, steps - 2), steps)):
+    for t in _filled_steps(steps, has_backward):
         ws = step_workspaces[t if has_backward else t % 2]
         ws[timestep] = np.array([t], np.int32)
         s = slice(t, t + 1)
@@ -454,7 +477,7 @@ def gru_stack_forward(plan, inputs, blobs, scratch, step_workspaces, timestep, h
         d_in = d
     layers = []
     for l, (layer, hs) in enumerate(zip(plan.layers, states)):
-        proj = np.ascontiguousarray(x) if l == 0 else _projection(plan, l, inputs, states[l - 1])
+        proj = np.ascontiguousarray(x) if l == 0 else _projection(plan, l, inputs, states[l - 1][1:])
         w3, wn, b, seq = _gru_layer_ok(layer, inputs, proj, hs)
         saved = fused_gru.gru_sequence(proj, w3, wn, b, hs, seq, layer.lbr, layer.drop_states)
         layers.append(GRUStackLayerRecord(proj, w3, wn, hs, saved, seq))
@@ -497,8 +520,8 @@ def gru_stack_backward(record, roles, inputs, n_go, per_step, last_step, states,
         if l == 0:
             input_grad = dgates
             break
-        _projection_grads(l, inputs[n_go + plan.i2h_params[l - 1][0]], dgates, layers[l - 1].hs,
-                          grads[plan.layers[l - 1].h_states], by_role)
+        grads[plan.layers[l - 1].h_states][1:] += _projection_grads(
+            l, inputs[n_go + plan.i2h_params[l - 1][0]], dgates, layers[l - 1].hs[1:], by_role)
     return _stack_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs,
                           input_grad_name)
 

@@ -17,7 +17,10 @@ recomputed forward ops of memory_optimization). MILSTM and gru_cell.GRU steps ar
 recognised the same way, and so are stacks of one of these layer kinds (MultiRNNCell:
 each layer's ops, the layers above 0 preceded by the FC projecting the lower layer's new
 hidden state) with their backward nets (per layer from the top, then the projection's
-FCGradient and the Sum into the lower layer's hidden-state gradient).
+FCGradient and the Sum into the lower layer's hidden-state gradient). LSTM stacks may have
+residual layers (MultiRNNCell's residual_output_layers: a Sum of a layer's new hidden state
+and its input, which the next layer projects); their backward net must be what
+caffe2py/recurrent.py derives from the step net.
 
 rnn_cell.LSTMWithAttention's step nets are recognised in fused_attention_steps.py
 (kind 'lstm_attention', run by fused_attention_run.py).
@@ -247,18 +250,27 @@ def recognise_milstm_backward(plan, step_def, backward_links, params, param_grad
 
 
 class LSTMStackPlan:
-    """Stacked LSTM or MILSTM layers in one step net (rnn_cell's MultiRNNCell without
-    residual layers; every layer of one kind, `layers[l].mi` set for MILSTM): layer l > 0
-    projects layer l - 1's new hidden state with its own FC (`i2h`, op inputs
-    `i2h_params`, weight names `i2h_weights`) before its recurrent FC."""
-    __slots__ = ("layers", "i2h", "i2h_params", "i2h_weights")
+    """Stacked LSTM or MILSTM layers in one step net (rnn_cell's MultiRNNCell; every
+    layer of one kind, `layers[l].mi` set for MILSTM): layer l > 0 projects the layer
+    below's output with its own FC (`i2h`, op inputs `i2h_params`, weight names
+    `i2h_weights`) before its recurrent FC. `residual[l]`: for an LSTM layer l > 0 in
+    residual_output_layers below the top, the Sum adding its input to its new hidden
+    state (what layer l + 1 projects; None otherwise); `step_def` the forward step net
+    (a residual stack's backward net is checked against recurrent.py's derivation)."""
+    __slots__ = ("layers", "i2h", "i2h_params", "i2h_weights", "residual", "step_def")
 
-    def __init__(self, layers, i2h, i2h_params, i2h_weights):
+    def __init__(self, layers, i2h, i2h_params, i2h_weights, residual=None, step_def=None):
         self.layers, self.i2h, self.i2h_params, self.i2h_weights = layers, i2h, i2h_params, i2h_weights
+        self.residual = residual or [None] * len(layers)
+        self.step_def = step_def
 
     @property
     def h_states(self):
         return self.layers[0].h_states
+
+    @property
+    def has_residual(self):
+        return any(self.residual)
 
 
 class GRUStackPlan(LSTMStackPlan):
@@ -287,10 +299,11 @@ def _layer_names(layer):
 
 
 def recognise_lstm_stack(step_def, links, states, state_inputs, timestep, op_inputs):
-    """An LSTMStackPlan for a step net of two or more LSTM (or MILSTM) layers, else None."""
+    """An LSTMStackPlan for a step net of two or more LSTM (or MILSTM) layers, else None
+    (residual layers: LSTM only)."""
     mi = [op.type for op in step_def.op[:6]] == _MI_TYPES
     return _recognise_stack(step_def, links, states, state_inputs, timestep, op_inputs,
-                            6 if mi else 3, _milstm_layer if mi else _lstm_layer, LSTMStackPlan)
+                            6 if mi else 3, _milstm_layer if mi else _lstm_layer, LSTMStackPlan, residual=not mi)
 
 
 def recognise_gru_stack(step_def, links, states, state_inputs, timestep, op_inputs):
@@ -299,30 +312,48 @@ def recognise_gru_stack(step_def, links, states, state_inputs, timestep, op_inpu
                             GRUStackPlan)
 
 
-def _recognise_stack(step_def, links, states, state_inputs, timestep, op_inputs, width, layer_fn, plan_class):
+def _recognise_stack(step_def, links, states, state_inputs, timestep, op_inputs, width, layer_fn, plan_class,
+                     residual=False):
     """Layers of `width` ops each (layer_fn recognises one), every layer above 0 preceded
-    by the FC projecting the lower layer's new hidden state; a plan_class or None."""
+    by the FC projecting the output of the layer below: its new hidden state, or with
+    `residual` allowed, for a layer l > 0, the Sum of that and the layer's own input
+    (MultiRNNCell's residual_output_<l>); a plan_class or None."""
     ops = list(step_def.op)
-    if len(ops) < 2 * width + 1 or (len(ops) - width) % (width + 1):
-        return None
     link = _link_map(links)
-    if link is None:
+    if link is None or len(ops) < width:
         return None
     layers = [layer_fn(ops[:width], link, timestep, op_inputs, states, None)]
-    i2h, i2h_params, projections = [], [], ops[width::width + 1]
-    for start in range(width, len(ops), width + 1):
+    layer_inputs = [None]                   # the blob each layer's projection reads
+    sums = [None]
+    i2h, i2h_params, projections = [], [], []
+    pos = width
+    while pos < len(ops):
         prev = layers[-1]
-        proj = ops[start]
-        if prev is None or proj.type != "FC" or not _fc_ok(proj, _layer_output(prev)):
+        if prev is None:
+            return None
+        below = _layer_output(prev)
+        add = ops[pos]
+        if residual and len(layers) > 1 and add.type == "Sum" and len(add.output) == 1:
+            if not _sum_ok(add, below, layer_inputs[-1], add.output[0]) or add.engine:
+                return None
+            sums[-1] = below = add.output[0]
+            pos += 1
+        if pos + 1 + width > len(ops):
+            return None
+        proj = ops[pos]
+        if proj.type != "FC" or not _fc_ok(proj, below):
             return None
         i2h.append(proj.output[0])
         params = [_param_index(name, op_inputs, states) for name in proj.input[1:]]
         if None in params:
             return None
         i2h_params.append(params)
-        layers.append(layer_fn(ops[start + 1:start + 1 + width], link, timestep, op_inputs, states,
-                               proj.output[0]))
-    if layers[-1] is None:
+        projections.append(proj)
+        layer_inputs.append(below)
+        sums.append(None)
+        layers.append(layer_fn(ops[pos + 1:pos + 1 + width], link, timestep, op_inputs, states, proj.output[0]))
+        pos += 1 + width
+    if len(layers) < 2 or layers[-1] is None:
         return None
     linked = {_layer_input(layers[0])}
     state_names, step_blobs = [], []
@@ -334,9 +365,11 @@ def _recognise_stack(step_def, links, states, state_inputs, timestep, op_inputs,
     if (set(link) != linked or sorted(states) != sorted(state_names) or len(set(state_names)) != len(state_names)
             or len(state_inputs) != len(states) or len(set(i2h)) != len(i2h)):
         return None
-    step_blobs += i2h + [_layer_input(layers[0])]
+    step_blobs += i2h + [_layer_input(layers[0])] + [name for name in sums if name]
     if len(set(step_blobs)) != len(step_blobs):
         return None
+    if any(sums):
+        return plan_class(layers, i2h, i2h_params, [proj.input[1] for proj in projections], sums, step_def)
     return plan_class(layers, i2h, i2h_params, [proj.input[1] for proj in projections])
 
 
@@ -636,6 +669,8 @@ def recognise_lstm_stack_backward(plan, step_def, backward_links, params, param_
     derives from plan's stacked step net, else None (see _recognise_stack_backward).
     Roles: the layer's ('weight', 'bias', MILSTM's 'alpha', 'beta1', 'beta2', 'bias2'),
     'i2h_weight', 'i2h_bias'."""
+    if plan.has_residual:
+        return _recognise_residual_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad)
     if plan.layers[0].mi:
         return _recognise_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad,
                                          7, 6, _stack_milstm_layer_backward)
@@ -695,6 +730,70 @@ def _recognise_stack_backward(plan, step_def, backward_links, params, param_grad
             return None
         roles[k] = grads[k][:2]
     return roles
+
+
+def _op_key(op):
+    return (op.type, list(op.input), list(op.output), op.engine, sorted(a.SerializeToString() for a in op.arg))
+
+
+def _recognise_residual_stack_backward(plan, step_def, backward_links, params, param_grads, input_grad):
+    """A residual LSTM stack's backward step net and links must be exactly what
+    recurrent.py derives from plan's step net (its residual Sums make the summing of the
+    hidden-state gradients vary with the layers; the derivation is tested against torch);
+    then the roles of recognise_lstm_stack_backward."""
+    from caffe2py import recurrent
+    link = _link_map(backward_links)
+    if link is None:
+        return None
+    forward_outputs = {b for op in plan.step_def.op for b in op.output}
+    recompute = [b for op in step_def.op if set(op.output) <= forward_outputs for b in op.output]
+    state_links = []
+    for layer in plan.layers:
+        state_links += [(layer.h_prev, layer.h, layer.h_states + "_grad"),
+                        (layer.c_prev, layer.c, layer.c_states + "_grad")]
+    try:
+        ops, links = recurrent.derived_backward_step(plan.step_def, state_links,
+                                                     [(plan.layers[0].input_t, input_grad)], recompute)
+    except Exception:       # noqa: BLE001 - a step net the derivation refuses is not ours to run
+        return None
+    if [_op_key(op) for op in ops] != [_op_key(op) for op in step_def.op]:
+        return None
+    if _link_map([_Link(*x) for x in links]) != link:
+        return None
+    # each parameter's role, its name in the step net, and the gradient the derivation gives it
+    by_name = {op.output[0]: op for op in plan.step_def.op if op.type == "FC"}
+    roles, names = {}, {}
+    for l, layer in enumerate(plan.layers):
+        fc = next(op for op in plan.step_def.op if op.type == "FC" and op.input[0] == layer.h_prev)
+        roles[layer.weight], roles[layer.bias] = (l, "weight"), (l, "bias")
+        names[layer.weight], names[layer.bias] = (fc.input[1], 0), (fc.input[1], 1)
+        if l:
+            proj = by_name[plan.i2h[l - 1]]
+            wi, bi = plan.i2h_params[l - 1]
+            roles[wi], roles[bi] = (l, "i2h_weight"), (l, "i2h_bias")
+            names[wi], names[bi] = (proj.input[1], 0), (proj.input[1], 1)
+    if len(roles) != 4 * len(plan.layers) - 2 or sorted(params) != sorted(roles) or len(param_grads) != len(params):
+        return None                 # a parameter shared by two roles: generic
+    for k, name in zip(params, param_grads):
+        if _param_grad_name(ops, *names[k]) != name:
+            return None
+    return {k: roles[k] for k in params}
+
+
+class _Link:
+    __slots__ = ("internal", "external", "offset", "window")
+
+    def __init__(self, internal, external, offset):
+        self.internal, self.external, self.offset, self.window = internal, external, offset, 1
+
+
+def _param_grad_name(ops, weight, output):
+    """The gradient the derived backward ops give an FC's weight (output 0) or bias
+    (output 1): its FCGradient's outputs."""
+    for op in ops:
+        if op.type == "FCGradient" and len(op.input) == 3 and op.input[1] == weight and len(op.output) == 3:
+            return op.output[output]
+    return None
 
 
 RECOGNISE_BACKWARD = {"lstm": recognise_lstm_backward, "gru": recognise_gru_backward,
