@@ -7,6 +7,7 @@ from .registry import CUDA as _CUDA  # noqa: E402
 
 def _load_cuda_device():
     from . import cuda  # noqa: F401,PLC0415  (registers its adapter with caffe2py.devices)
+    from . import fusion_cuda  # noqa: F401,PLC0415  (elementwise groups on CUDA devices)
 
 
 # devices is below caffe2py.cuda: the CUDA device is loaded through this, on first use

@@ -27,6 +27,7 @@ from .errors import Caffe2Error, OperatorError, describe_op, out_of_memory_text
 from .fusion import fuse_steps
 from .host_memory import keep_freed_memory
 from .inplace import undo_on_failure
+from .net_defs import normalized_ops
 from .parallel_executor import branch_schedule, inside_parallel_run
 from . import fp_exceptions, model_trust, model_trust_ops
 from .proto import caffe2_pb2
@@ -105,17 +106,6 @@ def _printable(text):
     if isinstance(text, bytes):      # a name protobuf could not read as UTF-8
         text = text.decode("utf-8", "replace")
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def normalized_ops(net_def):
-    """The net's ops with the net-level device option copied into ops that lack one."""
-    ops = []
-    for op in net_def.op:
-        if net_def.HasField("device_option") and not op.HasField("device_option"):
-            op = caffe2_pb2.OperatorDef.FromString(op.SerializeToString())
-            op.device_option.CopyFrom(net_def.device_option)
-        ops.append(op)
-    return ops
 
 
 def _check_text_fields(label, op):

@@ -62,6 +62,11 @@ MIN_ELEMENTS = int(os.environ.get("CAFFE2PY_FUSION_MIN_ELEMENTS", 1 << 14))
 # (a 10,000-op chain of Adds becomes groups of 32).
 MAX_GROUP_OPS = 32
 
+# device type -> the group kernel class of groups on that device (CPU: _GroupKernel).
+# fusion_cuda.py adds CUDA's when the CUDA device loads (it subclasses this module's
+# kernel, so this module cannot import it); until then no CUDA op joins a group.
+GROUP_KERNELS = {}
+
 stats = {"fused_runs": 0, "fallback_runs": 0, "allocations": 0, "reuses": 0, "cuda_fused_runs": 0}
 
 
@@ -120,7 +125,7 @@ def step_device(step):
 def _rule_for(step, mode):
     op = step.op_def
     device = step_device(step)[0]
-    if device not in (CPU, CUDA):
+    if device != CPU and device not in GROUP_KERNELS:
         return None
     if step.engine not in ("", "DEFAULT") or step.takes_blobs or step.commits_outputs:
         return None
@@ -270,11 +275,8 @@ class FusedStep:
         self.engine, self.context, self.guard = "", None, None
         self.takes_blobs = self.commits_outputs = False
         self.optional = frozenset()
-        if step_device(members[0])[0] == CUDA:
-            from .fusion_cuda import CudaGroupKernel
-            self.kernel = CudaGroupKernel(members, rules, self.inputs, self.outputs, make_error)
-        else:
-            self.kernel = _GroupKernel(members, rules, self.inputs, self.outputs, make_error)
+        kernel_class = GROUP_KERNELS.get(step_device(members[0])[0], _GroupKernel)
+        self.kernel = kernel_class(members, rules, self.inputs, self.outputs, make_error)
         self.fused = self.kernel
 
 

@@ -12,6 +12,7 @@ is no size threshold: one launch always beats one launch per op.
 import numpy as np
 
 from . import fusion
+from .registry import CUDA
 
 
 class CudaGroupKernel(fusion._GroupKernel):
@@ -79,3 +80,6 @@ class CudaGroupKernel(fusion._GroupKernel):
         fusion.stats["fused_runs"] += 1
         fusion.stats["cuda_fused_runs"] += 1
         return tuple(outs)
+
+
+fusion.GROUP_KERNELS[CUDA] = CudaGroupKernel

@@ -3,7 +3,7 @@ import logging
 
 import numpy as np
 
-from .executor import normalized_ops
+from .net_defs import normalized_ops
 from .registry import UNKNOWN, OpContext, TensorType, schema_for
 from .tensors import data_type_of
 

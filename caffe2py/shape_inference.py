@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from .errors import Caffe2Error, describe_op
-from .executor import normalized_ops
+from .net_defs import normalized_ops
 from .proto import caffe2_pb2
 from .registry import CAFFE2_DOMAIN, ONNX_DOMAIN, OpContext, TensorType, normalize_domain, schema_for
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from caffe2py.kernels.cpu.rnn import fused_attention as K
 
+from . import fused_run
 from .fused_run import _float32, _initial_state_grads, _lengths, _state_grads
 
 
@@ -150,3 +151,9 @@ def lstm_attention_backward(record, roles, inputs, n_go, per_step, last_step, st
     for k, role in roles:
         outputs.append(np.ascontiguousarray(by_role[role]).reshape(np.shape(inputs[n_go + k])))
     return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
+
+
+# RecurrentNetwork finds each kind's runner on fused_run (`<kind>_forward`); fused_run
+# cannot import this module (this one imports its helpers), so the kind is added here.
+fused_run.lstm_attention_forward = lstm_attention_forward
+fused_run.lstm_attention_backward = lstm_attention_backward

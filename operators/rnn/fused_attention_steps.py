@@ -28,6 +28,7 @@ cw (the coverage weights), v, bv, enc_t (the transposed encoder outputs) and the
 lengths are op inputs. Anything else (MILSTM decoders, other arguments)
 gives None, and the op keeps the generic step loop.
 """
+from . import fused_steps
 from .fused_steps import _link_map, _param_index
 
 _UNIT_ARGS = ("forget_bias", "drop_states", "sequence_lengths")
@@ -425,3 +426,6 @@ def recognise_lstm_attention_backward(plan, step_def, backward_links, params, pa
             return None
         roles[k] = role[0]
     return roles
+
+
+fused_steps.register_kind("lstm_attention", recognise_lstm_attention, recognise_lstm_attention_backward)

@@ -525,12 +525,6 @@ def gru_stack_backward(record, roles, inputs, n_go, per_step, last_step, states,
     return _stack_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs,
                           input_grad_name)
 
-# LSTMWithAttention: fused_attention_run.py (imported on use: it imports this module's helpers)
-def lstm_attention_forward(*args):
-    from .fused_attention_run import lstm_attention_forward as forward
-    return forward(*args)
 
-
-def lstm_attention_backward(*args):
-    from .fused_attention_run import lstm_attention_backward as backward
-    return backward(*args)
+# LSTMWithAttention's lstm_attention_forward / lstm_attention_backward are set here by
+# fused_attention_run.py when it is imported (it imports this module's helpers).

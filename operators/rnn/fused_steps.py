@@ -801,30 +801,27 @@ RECOGNISE_BACKWARD = {"lstm": recognise_lstm_backward, "gru": recognise_gru_back
                       "gru_stack": recognise_gru_stack_backward}
 
 
+# (kind, recogniser) in the order they are tried; modules above this one add their
+# kinds with register_kind (fused_attention_steps.py: 'lstm_attention')
+_RECOGNISERS = [("lstm", recognise_lstm), ("gru", recognise_gru), ("lstm_stack", recognise_lstm_stack),
+                ("milstm", recognise_milstm), ("gru_stack", recognise_gru_stack)]
+
+
+def register_kind(kind, forward, backward):
+    """A step-net kind recognised by another module (which imports this one, so this
+    one cannot import it): forward(step_def, links, ...) -> plan or None, backward as
+    RECOGNISE_BACKWARD's values."""
+    if all(k != kind for k, _ in _RECOGNISERS):
+        _RECOGNISERS.append((kind, forward))
+    RECOGNISE_BACKWARD[kind] = backward
+
+
 def recognise(step_def, links, states, state_inputs, timestep, op_inputs):
     """(kind, plan) of a step net the fused path runs ('lstm', 'gru', 'milstm', 'lstm_stack'
-    (LSTM or MILSTM layers), 'gru_stack', 'lstm_attention'), or (None, None); fused_run.py has
-    <kind>_forward / <kind>_backward."""
-    for kind, fn in (("lstm", recognise_lstm), ("gru", recognise_gru), ("lstm_stack", recognise_lstm_stack),
-                     ("milstm", recognise_milstm), ("gru_stack", recognise_gru_stack),
-                     ("lstm_attention", recognise_lstm_attention)):
+    (LSTM or MILSTM layers), 'gru_stack', and the registered kinds: 'lstm_attention'), or
+    (None, None); fused_run.py has <kind>_forward / <kind>_backward."""
+    for kind, fn in _RECOGNISERS:
         plan = fn(step_def, links, states, state_inputs, timestep, op_inputs)
         if plan is not None:
             return kind, plan
     return None, None
-
-
-
-def recognise_lstm_attention(*args):
-    """LSTMWithAttention's step nets: fused_attention_steps.py (imported on use: it
-    imports this module's helpers)."""
-    from .fused_attention_steps import recognise_lstm_attention as recognise_attention
-    return recognise_attention(*args)
-
-
-def _recognise_lstm_attention_backward(*args):
-    from .fused_attention_steps import recognise_lstm_attention_backward
-    return recognise_lstm_attention_backward(*args)
-
-
-RECOGNISE_BACKWARD["lstm_attention"] = _recognise_lstm_attention_backward

@@ -27,6 +27,7 @@ from caffe2py.registry import Arg, OpSchema, register_kernel, register_schema
 
 from ..control.control_flow import build_subnet
 from . import fused_run, step_segments
+from . import fused_attention_run, fused_attention_steps  # noqa: F401  (add the 'lstm_attention' kind)
 from .step_loop import StepLoop, StepWorkspace
 from .fused_steps import RECOGNISE_BACKWARD, fused_enabled, recognise
 
