@@ -225,6 +225,12 @@ def branch_schedule(plan, make_plan, blob_values=None):
     net_def = plan.net_def
     if net_def.type not in DAG_NET_TYPES:
         return None
+    if not (net_def.HasField("num_workers") and net_def.num_workers > 1):
+        # Only a net that asks for workers gets them. Caffe2 would use one per hardware
+        # thread, but here every op already runs on the team: on a quiet 2-CPU machine
+        # two Inception-style conv branches on 2 workers x 1 thread took 0.84-0.91x of
+        # `simple`'s speed on a team of 2 (benchmarks/RESULTS.md), so the default stays serial.
+        return None
     workers = min(worker_count(net_def), thread_budget())
     if workers < 2 or len(plan.steps) < 2:
         return None

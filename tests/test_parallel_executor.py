@@ -261,15 +261,14 @@ def test_a_cheap_net_stays_serial():
     assert {ident for _, ident, _ in _PROBE["seen"]} == {threading.get_ident()}
 
 
-def test_num_workers_unset_uses_the_machines_threads_capped_by_the_budget(monkeypatch):
-    import os
+def test_num_workers_unset_runs_serially(monkeypatch):
+    """Without num_workers a DAG net runs its ops in order on the run's thread, each op
+    on the whole team (branch workers only where the net asks for them)."""
+    monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
     workspace.FeedBlob("a", f32(4))
     workspace.FeedBlob("b", f32(4))
-    branches = _run_twice(_probe_net("default_workers", "dag", 0))
-    if (os.cpu_count() or 1) >= 2:
-        assert branches.workers == 2
-    else:
-        assert branches is None
+    assert _run_twice(_probe_net("default_workers", "dag", 0)) is None
+    assert {ident for _, ident, _ in _PROBE["seen"]} == {threading.get_ident()}
 
 
 # --------------------------------------------------------------------------- failure
