@@ -448,3 +448,52 @@ def test_batch_blocks_cover_the_batch_once():
     bounds = fused_lstm.batch_blocks(5, 10 ** 7)
     assert bounds[0] == 0 and bounds[-1] == 5 and np.all(np.diff(bounds) > 0)
     assert len(bounds) - 1 == min(5, jit.team_size())
+
+
+def test_hand_written_lstm_step_net_is_fused(monkeypatch, fused_calls):
+    """The same structure written by hand (not rnn_cell's names): FC on the previous
+    hidden state, Sum with the input step, LSTMUnit, a raw RecurrentNetwork op: fused,
+    and equal to the generic loop and to the LSTM written out in NumPy."""
+    rng = np.random.default_rng(11)
+    t, n, d = 5, 3, 8
+    x = rng.standard_normal((t, n, 4 * d)).astype(np.float32)
+    w = (0.3 * rng.standard_normal((4 * d, d))).astype(np.float32)
+    b = rng.standard_normal(4 * d).astype(np.float32)
+    lengths = np.array([5, 2, 4], np.int32)
+    step = core.Net("my_step")
+    step.AddExternalInputs("xin", "tick", "hp", "cp", "W", "B", "lens")
+    step.FC(["hp", "W", "B"], "pre", axis=2)
+    step.Sum(["pre", "xin"], "pre")
+    step.LSTMUnit(["hp", "cp", "pre", "lens", "tick"], ["hh", "cc"], forget_bias=1.0)
+    step.AddExternalOutputs("hh", "cc")
+    net = core.Net("my_lstm")
+    net.RecurrentNetwork(["x", "h0", "c0", "W", "B", "lens"], ["h_all", "h_last", "c_all", "c_last", "scratch"],
+                         step_net=step.Proto(), recurrent_states=["h_seq", "c_seq"],
+                         initial_recurrent_state_ids=[1, 2], param=[3, 4, 5],
+                         link_internal=["hp", "hh", "cp", "cc", "xin"],
+                         link_external=["h_seq", "h_seq", "c_seq", "c_seq", "x"], link_offset=[0, 1, 0, 1, 0],
+                         alias_src=["h_seq", "h_seq", "c_seq", "c_seq"],
+                         alias_dst=["h_all", "h_last", "c_all", "c_last"], alias_offset=[1, -1, 1, -1],
+                         timestep="tick")
+    h0 = rng.standard_normal((1, n, d)).astype(np.float32)
+    c0 = rng.standard_normal((1, n, d)).astype(np.float32)
+    results = []
+    for fused in ("0", "1"):
+        monkeypatch.setenv("CAFFE2PY_RNN_FUSED", fused)
+        for name, value in (("x", x), ("h0", h0), ("c0", c0), ("W", w), ("B", b), ("lens", lengths)):
+            workspace.FeedBlob(name, value)
+        workspace.RunNetOnce(net)
+        results.append({k: workspace.FetchBlob(k) for k in ("h_all", "h_last", "c_all", "c_last")})
+    assert fused_calls["forward"] == 1
+    _assert_same(*results)
+    sig = lambda v: 1 / (1 + np.exp(-v))    # noqa: E731
+    h, c = h0[0].astype(np.float64), c0[0].astype(np.float64)
+    for s in range(t):
+        g = h @ w.T + b + x[s]
+        i, f, o, gg = sig(g[:, :d]), sig(g[:, d:2 * d] + 1.0), sig(g[:, 2 * d:3 * d]), np.tanh(g[:, 3 * d:])
+        c_new = f * c + i * gg
+        h_new = o * np.tanh(c_new)
+        live = (s < lengths)[:, None]
+        h, c = np.where(live, h_new, h), np.where(live, c_new, c)
+        np.testing.assert_allclose(results[1]["h_all"][s], h, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(results[1]["c_last"][0], c, rtol=1e-5, atol=1e-5)
