@@ -29,7 +29,7 @@ lengths are op inputs. Anything else (MILSTM decoders, other arguments)
 gives None, and the op keeps the generic step loop.
 """
 from . import fused_steps
-from .fused_steps import _link_map, _param_index
+from .fused_steps import _link_map, _param_index, arg_values
 
 _UNIT_ARGS = ("forget_bias", "drop_states", "sequence_lengths")
 
@@ -45,25 +45,6 @@ class AttentionStepPlan:
     def __init__(self, **fields):
         for name in self.__slots__:
             setattr(self, name, fields[name])
-
-
-def _arg_values(op):
-    """{name: value} of every argument (f, i, s, ints, strings)."""
-    out = {}
-    for a in op.arg:
-        if a.HasField("f"):
-            out[a.name] = a.f
-        elif a.HasField("i"):
-            out[a.name] = a.i
-        elif a.HasField("s"):
-            out[a.name] = a.s.decode() if isinstance(a.s, bytes) else a.s
-        elif a.ints:
-            out[a.name] = list(a.ints)
-        elif a.strings:
-            out[a.name] = [s.decode() for s in a.strings]
-        else:
-            out[a.name] = None
-    return out
 
 
 class _Ops:
@@ -88,7 +69,7 @@ class _Ops:
             return None
         if any(want is not None and got != want for got, want in zip(op.input, inputs)):
             return None
-        values = _arg_values(op)
+        values = arg_values(op)
         optional = optional_args or {}
         want_args = args or {}
         for name, value in values.items():
@@ -175,7 +156,7 @@ def _take_decoder(ops, b, params, timestep):
     unit = ops.ops[ops.k] if ops.peek() == "LSTMUnit" else None
     if unit is None:
         return None
-    unit_args = _arg_values(unit)
+    unit_args = arg_values(unit)
     if any(k not in _UNIT_ARGS or not isinstance(v, (int, float)) for k, v in unit_args.items()):
         return None
     with_seq = bool(unit_args.get("sequence_lengths", 1))
@@ -299,7 +280,7 @@ def _take_context(ops, b, params, kind):
     params["enc_t"] = ops.last.input[0]
     b["ctx"] = out[0]
     reshape = ops.ops[ops.k] if ops.peek() == "Reshape" else None
-    shape = _arg_values(reshape).get("shape") if reshape is not None else None
+    shape = arg_values(reshape).get("shape") if reshape is not None else None
     if shape is None or len(shape) != 3 or shape[:2] != [1, -1]:
         return None
     dims = shape[2]
@@ -380,7 +361,7 @@ def recognise_lstm_attention_backward(plan, step_def, backward_links, params, pa
     if sorted(op.type for op in ops) != _backward_types(plan):
         return None
     unit = [op for op in ops if op.type == "LSTMUnitGradient"][0]
-    if (_arg_values(unit) != plan.unit_args or len(unit.output) != 3
+    if (arg_values(unit) != plan.unit_args or len(unit.output) != 3
             or list(unit.input[:3]) != [b["h_prev"], b["c_prev"], b["gates"]]):
         return None
     hp_grad, cp_grad, gates_grad = unit.output

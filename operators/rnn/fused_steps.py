@@ -48,17 +48,29 @@ class LSTMStepPlan:
             setattr(self, name, fields[name])
 
 
-def _args(op):
-    """{name: value} of an OperatorDef's scalar arguments (None for anything else)."""
+def arg_values(op):
+    """{name: value} of every argument of an OperatorDef (f, i, s, ints, strings; None
+    for anything else)."""
     out = {}
     for a in op.arg:
         if a.HasField("f"):
             out[a.name] = a.f
         elif a.HasField("i"):
             out[a.name] = a.i
+        elif a.HasField("s"):
+            out[a.name] = a.s.decode() if isinstance(a.s, bytes) else a.s
+        elif a.ints:
+            out[a.name] = list(a.ints)
+        elif a.strings:
+            out[a.name] = [v.decode() for v in a.strings]
         else:
             out[a.name] = None
     return out
+
+
+def _args(op):
+    """{name: value} of an OperatorDef's scalar arguments (None for anything else)."""
+    return {k: v if isinstance(v, (int, float)) else None for k, v in arg_values(op).items()}
 
 
 def _link_map(links):
