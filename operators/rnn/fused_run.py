@@ -187,15 +187,8 @@ def lstm_stack_backward(record, roles, inputs, n_go, per_step, last_step, states
         return None
     if sorted(states) != sorted(n for layer in plan.layers for n in (layer.h_states, layer.c_states)):
         return None
-    grads = {}
-    for layer, r in zip(plan.layers, layers):
-        if blobs.get(layer.h_states) is not r.hs or blobs.get(layer.c_states) is not r.cs:
-            return None             # the states were replaced since: the generic path reads them
-        layer_grads = _state_grads(r.hs, inputs, [layer.h_states, layer.c_states], per_step, last_step)
-        if layer_grads is None:
-            return None
-        grads.update(layer_grads)
-    if not _projection_weights_ok(plan, layers, inputs, n_go):
+    grads = _stack_state_grads(plan, layers, blobs, inputs, per_step, last_step, with_cells=True)
+    if grads is None or not _projection_weights_ok(plan, layers, inputs, n_go):
         return None
     by_role = {}
     input_grad = None
@@ -350,6 +343,22 @@ def _state_grads(hs, inputs, states, per_step, last_step):
     return grads
 
 
+def _stack_state_grads(plan, layers, blobs, inputs, per_step, last_step, with_cells):
+    """Every layer's state gradients (_state_grads), or None when a layer's state
+    tensors were replaced since the forward (the generic path reads them) or an output
+    gradient does not fit."""
+    grads = {}
+    for layer, r in zip(plan.layers, layers):
+        if blobs.get(layer.h_states) is not r.hs or (with_cells and blobs.get(layer.c_states) is not r.cs):
+            return None
+        names = [layer.h_states, layer.c_states] if with_cells else [layer.h_states]
+        layer_grads = _state_grads(r.hs, inputs, names, per_step, last_step)
+        if layer_grads is None:
+            return None
+        grads.update(layer_grads)
+    return grads
+
+
 def _initial_state_grads(grads, inputs, n_go, states, state_inputs):
     outputs = []
     for name, k in zip(states, state_inputs):
@@ -498,15 +507,8 @@ def gru_stack_backward(record, roles, inputs, n_go, per_step, last_step, states,
         return None
     if sorted(states) != sorted(layer.h_states for layer in plan.layers):
         return None
-    grads = {}
-    for layer, r in zip(plan.layers, layers):
-        if blobs.get(layer.h_states) is not r.hs:
-            return None             # the states were replaced since: the generic path reads them
-        layer_grads = _state_grads(r.hs, inputs, [layer.h_states], per_step, last_step)
-        if layer_grads is None:
-            return None
-        grads.update(layer_grads)
-    if not _projection_weights_ok(plan, layers, inputs, n_go):
+    grads = _stack_state_grads(plan, layers, blobs, inputs, per_step, last_step, with_cells=False)
+    if grads is None or not _projection_weights_ok(plan, layers, inputs, n_go):
         return None
     by_role = {}
     input_grad = None
