@@ -14,7 +14,7 @@ import numpy as np
 from caffe2py.kernels.cpu.rnn import fused_attention as K
 
 from . import fused_run
-from .fused_run import _float32, _initial_state_grads, _lengths, _state_grads
+from .fused_run import _float32, _lengths, _state_grads, gradient_outputs
 
 
 class FusedAttentionRecord:
@@ -144,13 +144,8 @@ def lstm_attention_backward(record, roles, inputs, n_go, per_step, last_step, st
         record.x.shape, record.weights, hs, cs, ctxs, record.covs, record.saved, record.seq, plan.forget_bias,
         plan.drop_states, grads[plan.h_states], grads[plan.c_states], grads[plan.ctx_states],
         grads.get(plan.cov_states))
-    for name, g in grads.items():
-        blobs[name + "_grad"] = g
-    blobs[input_grad_name] = by_role["input"]
-    outputs = [by_role["input"]]
-    for k, role in roles:
-        outputs.append(np.ascontiguousarray(by_role[role]).reshape(np.shape(inputs[n_go + k])))
-    return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
+    return gradient_outputs(by_role["input"], by_role, grads, roles, inputs, n_go, states, state_inputs, blobs,
+                            input_grad_name)
 
 
 # RecurrentNetwork finds each kind's runner on fused_run (`<kind>_forward`); fused_run

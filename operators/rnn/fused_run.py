@@ -214,19 +214,20 @@ def lstm_stack_backward(record, roles, inputs, n_go, per_step, last_step, states
         if plan.residual[l]:        # the residual Sum hands its gradient to the layer's input too
             below_grad += output_grad
         output_grad = below_grad
-    return _stack_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs,
+    return gradient_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs,
                           input_grad_name)
 
 
-def _stack_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs, input_grad_name):
+def gradient_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs, input_grad_name):
     """The gradient op's outputs (input projection, parameters in `roles` order, initial
-    states), leaving the state and input gradients in blobs as the generic loop does."""
+    states), leaving the state and input gradients in blobs as the generic loop does.
+    by_role: {role: gradient} (or a list indexed by role), views allowed."""
     for name, g in grads.items():
         blobs[name + "_grad"] = g
     blobs[input_grad_name] = input_grad
     outputs = [input_grad]
     for k, role in roles:
-        outputs.append(by_role[role].reshape(np.shape(inputs[n_go + k])))
+        outputs.append(np.ascontiguousarray(by_role[role]).reshape(np.shape(inputs[n_go + k])))
     return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
 
 
@@ -309,13 +310,8 @@ def lstm_backward(record, roles, inputs, n_go, per_step, last_step, states, stat
     if mi is not None:
         input_grad, mi_grads = _milstm_input_grads(dgates, x, record.pre, record.mi)
         by_role.update(mi_grads)
-    for name, g in grads.items():
-        blobs[name + "_grad"] = g
-    blobs[input_grad_name] = input_grad
-    outputs = [input_grad]
-    for k, role in roles:
-        outputs.append(by_role[role].reshape(np.shape(inputs[n_go + k])))
-    return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
+    return gradient_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs,
+                            input_grad_name)
 
 
 milstm_backward = lstm_backward
@@ -447,13 +443,9 @@ def gru_backward(record, roles, inputs, n_go, per_step, last_step, states, state
         return None
     dgates, dw3, dwn, db = fused_gru.gru_sequence_gradient(record.w3, record.wn, hs, record.saved, record.seq,
                                                            plan.lbr, plan.drop_states, grads[plan.h_states])
-    blobs[plan.h_states + "_grad"] = grads[plan.h_states]
-    blobs[input_grad_name] = dgates
     by_role = [dw3[:d], db[:d], dw3[d:2 * d], db[d:2 * d], dw3[2 * d:] if plan.lbr else dwn, db[2 * d:]]
-    outputs = [dgates]
-    for k, role in roles:
-        outputs.append(np.ascontiguousarray(by_role[role]).reshape(np.shape(inputs[n_go + k])))
-    return tuple(outputs + _initial_state_grads(grads, inputs, n_go, states, state_inputs))
+    return gradient_outputs(dgates, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs,
+                            input_grad_name)
 
 
 # --------------------------------------------------------------------------- stacked GRU
@@ -524,7 +516,7 @@ def gru_stack_backward(record, roles, inputs, n_go, per_step, last_step, states,
             break
         grads[plan.layers[l - 1].h_states][1:] += _projection_grads(
             l, inputs[n_go + plan.i2h_params[l - 1][0]], dgates, layers[l - 1].hs[1:], by_role)
-    return _stack_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs,
+    return gradient_outputs(input_grad, by_role, grads, roles, inputs, n_go, states, state_inputs, blobs,
                           input_grad_name)
 
 

@@ -392,41 +392,20 @@ def recognise_lstm_backward(plan, step_def, backward_links, params, param_grads,
     forward_outputs = {plan.gates, plan.h, plan.c}
     ops = [op for op in step_def.op
            if not (op.type in ("FC", "Sum", "LSTMUnit") and set(op.output) <= forward_outputs)]
-    if [op.type for op in ops] != ["LSTMUnitGradient", "FCGradient", "Sum"]:
-        return None
-    unit, fcg, add = ops
-    head = [plan.h_prev, plan.c_prev, plan.gates] + ([None] if plan.seq is not None else [])
-    if len(unit.input) != len(head) + 5 or _args(unit) != plan.unit_args or len(unit.output) != 3:
-        return None
-    if [b for b, want in zip(unit.input, head) if want is not None] != [b for b in head if b is not None]:
-        return None
-    if list(unit.input[len(head) + 1:len(head) + 3]) != [plan.h, plan.c]:
-        return None
-    h_grad, c_grad = unit.input[-2], unit.input[-1]
-    hp_grad, cp_grad, gates_grad = unit.output
-    if list(fcg.input) != [plan.h_prev, plan.weight_name, gates_grad] or len(fcg.output) != 3:
-        return None
-    w_grad, b_grad, fc_h_grad = fcg.output
-    if sorted(add.input) != sorted([hp_grad, fc_h_grad]) or list(add.output) != [hp_grad]:
-        return None
     link = _link_map(backward_links)
-    if link is None:
+    found = None if link is None else _stack_layer_backward(plan, ops, link)
+    if found is None:
         return None
-    want = {h_grad: (plan.h_states + "_grad", 1), hp_grad: (plan.h_states + "_grad", 0),
-            c_grad: (plan.c_states + "_grad", 1), cp_grad: (plan.c_states + "_grad", 0),
-            gates_grad: (input_grad, 0)}
-    if link != want:
+    gates_grad, grads, want = found
+    if link != {**want, gates_grad: (input_grad, 0)}:
         return None
     roles = {}
     if not param_grads or len(param_grads) != len(params):
         return None
     for k, name in zip(params, param_grads):
-        if k == plan.weight and name == w_grad:
-            roles[k] = "weight"
-        elif k == plan.bias and name == b_grad:
-            roles[k] = "bias"
-        else:
+        if k not in grads or grads[k][1] != name:
             return None
+        roles[k] = grads[k][0]
     return roles
 
 
@@ -606,8 +585,8 @@ def _gru_layer_backward(layer, ops, link):
 
 
 def _stack_layer_backward(layer, ops, link):
-    """One LSTM layer's LSTMUnitGradient, FCGradient and Sum in a stacked backward step
-    net (the checks of recognise_lstm_backward); returns (the layer input's gradient,
+    """One LSTM layer's LSTMUnitGradient, FCGradient and Sum in a backward step net
+    (a single layer's, recognise_lstm_backward, or one of a stack's); returns (the layer input's gradient,
     {op input: (role, gradient name)}, {backward link: its window}) or None."""
     if [op.type for op in ops] != ["LSTMUnitGradient", "FCGradient", "Sum"]:
         return None
