@@ -21,9 +21,9 @@ def fresh_workspace():
     workspace.ResetWorkspace()
 
 
-@pytest.fixture
-def fused_calls(monkeypatch):
-    """How many times the fused forward and backward ran (and whether they took the run)."""
+def count_fused_calls(monkeypatch, forward_kinds, backward_kinds):
+    """{"forward": n, "backward": n}: how many times fused_run's runners of these kinds
+    took the run (a forward returning True, a backward returning outputs)."""
     calls = {"forward": 0, "backward": 0}
 
     def counted(fn, key, took):
@@ -32,13 +32,19 @@ def fused_calls(monkeypatch):
             calls[key] += took(result)
             return result
         return wrapper
-    for kind in ("lstm", "gru", "lstm_stack", "milstm"):
-        monkeypatch.setattr(fused_run, kind + "_forward", counted(getattr(fused_run, kind + "_forward"), "forward",
-                                                                  bool))
-    for kind in ("lstm", "gru", "milstm"):
-        monkeypatch.setattr(fused_run, kind + "_backward", counted(getattr(fused_run, kind + "_backward"),
-                                                                   "backward", lambda r: r is not None))
+    for kind in forward_kinds:
+        name = kind + "_forward"
+        monkeypatch.setattr(fused_run, name, counted(getattr(fused_run, name), "forward", bool))
+    for kind in backward_kinds:
+        name = kind + "_backward"
+        monkeypatch.setattr(fused_run, name, counted(getattr(fused_run, name), "backward", lambda r: r is not None))
     return calls
+
+
+@pytest.fixture
+def fused_calls(monkeypatch):
+    """How many times the fused forward and backward ran (and whether they took the run)."""
+    return count_fused_calls(monkeypatch, ("lstm", "gru", "lstm_stack", "milstm"), ("lstm", "gru", "milstm"))
 
 
 def _feed(rng, t, n, din, h, lengths, states=2, init_shape=None):

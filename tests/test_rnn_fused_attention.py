@@ -9,6 +9,8 @@ from caffe2py import core, model_helper, recurrent, rnn_cell, workspace
 from caffe2py.attention import AttentionType
 from caffe2py.operators.rnn import fused_run
 
+from test_rnn_fused import count_fused_calls
+
 if getattr(core, "GradientRegistry", None) is None:
     pytest.skip("needs the gradient registry (core.GradientRegistry)", allow_module_level=True)
 
@@ -23,19 +25,7 @@ def fresh_workspace():
 @pytest.fixture
 def fused_calls(monkeypatch):
     """How many times the fused attention forward and backward took the run."""
-    calls = {"forward": 0, "backward": 0}
-
-    def counted(fn, key, took):
-        def wrapper(*args):
-            result = fn(*args)
-            calls[key] += took(result)
-            return result
-        return wrapper
-    monkeypatch.setattr(fused_run, "lstm_attention_forward",
-                        counted(fused_run.lstm_attention_forward, "forward", bool))
-    monkeypatch.setattr(fused_run, "lstm_attention_backward",
-                        counted(fused_run.lstm_attention_backward, "backward", lambda r: r is not None))
-    return calls
+    return count_fused_calls(monkeypatch, ("lstm_attention",), ("lstm_attention",))
 
 
 # outputs: h_all, h_last, c_all, c_last, ctx_all, ctx_last
