@@ -124,20 +124,8 @@ def boolean_mask_grad(ctx):
     return run
 
 
-register_schema(OpSchema(
-    "ReduceTailSum", num_inputs=1, num_outputs=1, inputs=("mat",), outputs=("output",),
-    inference=lambda ctx, ins: [TensorType((ins[0].dims[0],), ins[0].dtype)],
-    doc="Sum of each outer row of mat (RowMul's gradient for w)."))
-
-
-@register_kernel("ReduceTailSum")
-def reduce_tail_sum(ctx):
-    def run(mat):
-        if mat.ndim < 1:
-            raise ctx.input_error(0, "mat must be at least 1-D")
-        return mat.reshape(mat.shape[0], -1).sum(axis=1, dtype=mat.dtype) if mat.shape[0] else \
-            np.zeros(0, mat.dtype)
-    return run
+# ReduceTailSum (RowMul's gradient for w) is registered with the other Caffe2 reductions
+# in operators/math/caffe2_reduce.py.
 
 
 # --------------------------------------------------------------------------- makers
