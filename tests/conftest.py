@@ -81,3 +81,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             r.replace("Skipped: ", "") for r in out["other_skips"]))))
     terminalreporter.write_line("CUDA tests on %s: %d passed, %d failed, %d skipped for want of a device%s"
                                 % (where, out["passed"], out["failed"], out["no_device"], others))
+
+
+@pytest.fixture
+def fresh_workspace():
+    """A reset default workspace before and after the test; test files that want it for
+    every test say `pytestmark = pytest.mark.usefixtures("fresh_workspace")`."""
+    from caffe2py import workspace
+    workspace.ResetWorkspace()
+    yield
+    workspace.ResetWorkspace()

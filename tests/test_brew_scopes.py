@@ -17,11 +17,7 @@ if not brew.has_helper("_echo"):
     brew.Register(_echo)
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def test_arg_scope_defaults_nest_and_yield_to_the_call():

@@ -18,11 +18,7 @@ from caffe2py.proto import caffe2_pb2
 DT = caffe2_pb2.TensorProto
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def run(op_type, inputs, outputs, **kwargs):

@@ -11,11 +11,7 @@ from caffe2.proto import caffe2_pb2
 from caffe2.python import core, workspace
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 # ------------------------------------------------------------------ mkl / hip test utils

@@ -54,11 +54,7 @@ def _fetcher(total):
     return value
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def test_job_runs_epochs_saves_resumes_and_loads(tmp_path):

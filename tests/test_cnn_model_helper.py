@@ -9,11 +9,7 @@ from caffe2.python import brew, cnn, model_helper, optimizer, workspace
 from caffe2py.errors import Caffe2Error
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def lenet_cnn(model, data):

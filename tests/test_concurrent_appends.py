@@ -8,11 +8,7 @@ import pytest
 from caffe2py import core, workspace
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def test_concurrent_appends_keep_every_row():

@@ -8,11 +8,7 @@ from caffe2py import brew, core, model_helper, scope, workspace
 from caffe2py.proto import caffe2_pb2
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def test_net_appends_ops_and_tracks_external_inputs():

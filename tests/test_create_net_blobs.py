@@ -8,11 +8,7 @@ from caffe2py import core, workspace
 from caffe2py.errors import Caffe2Error
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _net(name, *ops):

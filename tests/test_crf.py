@@ -16,11 +16,7 @@ needs_tile_gradient = pytest.mark.skipif(
     reason="needs the gradients of Tile and ExpandDims (tensor family gradients)")
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _path_score(unary, transitions, tags):

@@ -10,11 +10,7 @@ from caffe2py.errors import Caffe2Error, OperatorError
 from caffe2py.registry import left_out_reasons
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def run(op, inputs, outputs, **kwargs):

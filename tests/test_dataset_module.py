@@ -6,11 +6,7 @@ from caffe2py import core, dataset, registry, schema, workspace
 from caffe2py.registry import OpSchema, TensorType, register_kernel, register_schema
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 @pytest.fixture

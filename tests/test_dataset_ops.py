@@ -62,11 +62,7 @@ def assert_columns(got, ref):
         assert np.asarray(g).dtype == ref[f].dtype, f
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def feed_dataset(records, prefix="d/"):

@@ -14,11 +14,7 @@ from caffe2py.errors import Caffe2Error
 
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 @pytest.mark.slow      # two processes import torch (~30 s on the shared 2-core VM)

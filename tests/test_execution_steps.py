@@ -7,11 +7,7 @@ from caffe2py import core, workspace
 from caffe2py.errors import Caffe2Error
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _run(step):

@@ -22,11 +22,7 @@ rng = np.random.default_rng(99)
 U8 = TensorProto.UINT8
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def model(nodes, inputs, outputs, initializers=(), ms=False):

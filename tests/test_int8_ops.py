@@ -13,11 +13,7 @@ from caffe2py.errors import Caffe2Error
 rng = np.random.default_rng(1234)
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def feed(name, data, scale=1.0, zero_point=0):

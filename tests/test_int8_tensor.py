@@ -17,11 +17,7 @@ from caffe2py.serialization import SerializationError
 from caffe2py.shape_inference import BoundShapeSpec, infer_bound_shapes
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def run(op_type, inputs, outputs, **kwargs):

@@ -19,11 +19,7 @@ rng = np.random.default_rng(7)
 C_IN, C, CLASSES, H = 3, 8, 10, 16
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def float_params():

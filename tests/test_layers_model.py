@@ -16,11 +16,7 @@ LENGTHS = np.array([2, 1, 3, 2], np.int32)
 LABELS = np.array([1.0, 0.0, 1.0, 0.0], np.float32)
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _sparse_model():

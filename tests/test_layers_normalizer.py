@@ -8,11 +8,7 @@ from caffe2py.normalizer import BatchNormalizer, LayerNormalizer
 from caffe2py.normalizer_context import NormalizerContext, UseNormalizer
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _forward(model):

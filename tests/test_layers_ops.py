@@ -9,11 +9,7 @@ from caffe2py.layers.layers import InstantiationContext, get_key
 RNG = np.random.RandomState(7)
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _model():

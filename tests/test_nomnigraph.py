@@ -12,11 +12,7 @@ from caffe2py.nomnigraph_transformations import transpose_network
 from caffe2py.proto import caffe2_pb2
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _conv_nchw(x, w, b):

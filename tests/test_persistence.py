@@ -14,11 +14,7 @@ from caffe2py.proto import caffe2_pb2
 from caffe2py.serialization import SerializationError
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def run(op_type, inputs, outputs, **kwargs):

@@ -18,11 +18,7 @@ from caffe2py.session import LocalSession
 from caffe2py.task import TaskGroup, WorkspaceType, final_output
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _source(scope_name, **columns):

@@ -8,11 +8,7 @@ from caffe2py.errors import Caffe2Error
 from caffe2py.executor import NetObserver
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _nets():

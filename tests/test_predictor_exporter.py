@@ -11,11 +11,7 @@ from caffe2py.predictor_constants import predictor_constants as pc
 from caffe2py.proto import caffe2_pb2
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def build_mlp():

@@ -13,11 +13,7 @@ from caffe2py.proto import caffe2_pb2, hsm_pb2
 from caffe2py.session import LocalSession
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 # ----------------------------------------------------------------- sessions, plans

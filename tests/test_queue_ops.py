@@ -14,11 +14,7 @@ from caffe2py.queues import QueueError
 WAIT = 20.0     # seconds: generous bound for a thread that should finish
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def run(op, inputs, outputs, **kwargs):

@@ -9,11 +9,7 @@ from caffe2py.dataset import Dataset
 from caffe2py.record_queue import RecordQueue
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _source(label, value):

@@ -15,11 +15,7 @@ LENGTHS = np.array([5, 2, 3], np.int32)
 MASK = (np.arange(T)[:, None] < LENGTHS[None, :])[:, :, None].astype(np.float32)
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _reorder(w):

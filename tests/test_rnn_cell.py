@@ -17,11 +17,7 @@ T, N, DIN, H = 5, 3, 4, 6
 LENGTHS = np.array([5, 2, 3], np.int32)
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _rng(seed=0):

@@ -15,11 +15,7 @@ if getattr(core, "GradientRegistry", None) is None:
     pytest.skip("needs the gradient registry (core.GradientRegistry)", allow_module_level=True)
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 @pytest.fixture

@@ -17,11 +17,7 @@ if not fused_lstm.available():
     pytest.skip("the fused kernels need NumPy's OpenBLAS entry points", allow_module_level=True)
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 @pytest.fixture

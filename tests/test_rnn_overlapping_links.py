@@ -8,11 +8,7 @@ from caffe2py import core, workspace
 from caffe2py.proto import caffe2_pb2
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _sliding_sum_net(window):

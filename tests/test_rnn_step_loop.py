@@ -13,11 +13,7 @@ from caffe2py.errors import Caffe2Error
 T, N, D = 5, 3, 2
 
 
-@pytest.fixture(autouse=True)
-def _fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _randn(seed, *shape):

@@ -7,11 +7,7 @@ import pytest
 from caffe2py import core, model_helper, rnn_cell, workspace
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 class ProductCell(rnn_cell.RNNCell):

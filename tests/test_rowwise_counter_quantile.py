@@ -9,11 +9,7 @@ from caffe2.python import core, workspace
 from caffe2py.errors import Caffe2Error
 
 
-@pytest.fixture(autouse=True)
-def _fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _run(op_type, inputs, outputs, feeds, **args):

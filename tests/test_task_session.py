@@ -12,11 +12,7 @@ from caffe2py.task import (Cluster, Node, SetupNets, Task, TaskGroup, TaskOutput
                            final_output)
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def test_reprs_name_what_each_object_holds():

@@ -11,11 +11,7 @@ from caffe2py.transformations import Transformer
 transformer = Transformer()
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def _conv(x, w, b=None):

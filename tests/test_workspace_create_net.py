@@ -6,11 +6,7 @@ from caffe2py import core, workspace
 from caffe2py.errors import Caffe2Error
 
 
-@pytest.fixture(autouse=True)
-def fresh_workspace():
-    workspace.ResetWorkspace()
-    yield
-    workspace.ResetWorkspace()
+pytestmark = pytest.mark.usefixtures("fresh_workspace")   # tests/conftest.py
 
 
 def test_an_input_nobody_made_is_refused_and_nothing_is_created():
