@@ -27,14 +27,15 @@ elements to pay for the call); otherwise `try_fused` returns None and the plan r
 the member ops' own lines, which the executor renders after the group's call
 (executor.Plan._render), so errors read the same, naming the op.
 
-Reductions at the end of a chain (CPU): a rule with `reduce` ("sum" or "mean" over
+Reductions at the end of a chain (CPU and CUDA): a rule with `reduce` ("sum" or "mean" over
 the input's last axis: ReduceSum/ReduceMean with axes [-1], ReduceBackSum/Mean with
 num_reduce_dim 1) may be a group's last op; the loop accumulates each row while the
 chain's values are in registers (kernels/cpu/math/fused_elementwise.py).
 
 CUDA (caffe2py/fusion_cuda.py): runs of ops on one CUDA device whose rules have a
-`cuda` form become one generated CUDA kernel; the same planning, keeping and fallback
-rules apply. Groups never mix devices.
+`cuda` form become one generated CUDA kernel, ended by a last-axis ReduceSum /
+ReduceMean / ReduceBackSum / ReduceBackMean when one follows (one block per row); the
+same planning, keeping and fallback rules apply. Groups never mix devices.
 
 Switch: CAFFE2PY_FUSION=0 (off), 1 (default: exact ops only), all (exact and close
 ops); a net argument `fusion` (0, 1, 2) overrides it for one net.
@@ -141,8 +142,11 @@ def _rule_for(step, mode):
     if rule is None or len(rule.in_kinds) != len(step.inputs):
         return None
     if device == CUDA:
-        # the cuda form mirrors the CUDA op's own kernel: exact by construction
-        return rule if rule.cuda is not None and rule.reduce is None else None
+        # the cuda form mirrors the CUDA op's own kernel: exact by construction; a
+        # reduction joins when the device's group kernel sums rows as the op does
+        if rule.reduce is not None:
+            return rule if getattr(GROUP_KERNELS[device], "fuses_reductions", False) else None
+        return rule if rule.cuda is not None else None
     if not rule.exact and mode < 2:
         return None
     return rule
