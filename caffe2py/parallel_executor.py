@@ -5,7 +5,8 @@ When: a plan of a DAG net type (net_dag.DAG_NET_TYPES) with at least two workers
 (NetDef.num_workers, else Caffe2's default of the machine's hardware threads),
 capped by the thread budget (CAFFE2PY_NUM_THREADS, else min(4, CPUs)) so that
 workers never outnumber the cores; every op on the CPU; two chains that can run at
-once; and enough work off the critical path (net_dag.MIN_OVERLAP_WORK). Each op's
+once; enough work off the critical path (net_dag.MIN_OVERLAP_WORK); and a timed trial
+that shows the parallel runs faster (below). Each op's
 work is estimated from shapes: at compile time from the workspace's values of the
 blobs the net reads, carried through shape inference; failing that (a blob not fed
 yet, work that inference cannot see), from the blobs the first run, a serial one,
