@@ -49,10 +49,11 @@ class CudaGroupKernel(fusion._GroupKernel):
             if rule.reduce is not None:       # the group's last op: the kernel sums its input per row
                 reduced = args[0]
                 continue
-            body += rule.cuda(args, "t%d" % n, lambda v: literal(v, dtype))
-            body.append("t%d = c2f_round(t%d);" % (n, n))
-        outputs = ["t%d" % i for _, i in self.result_of if self.rules[i].reduce is None]
-        locals_ = ["t%d" % n for n, rule in enumerate(self.rules) if rule.reduce is None]
+            body += rule.cuda(args, self.out_locals(n), lambda v: literal(v, dtype))
+            body += ["t%d = c2f_round(t%d);" % (v, v) for v in self.member_values[n]]
+        rule_of = [self.rules[n] for n in self.value_member]
+        outputs = ["t%d" % i for _, i in self.result_of if rule_of[i].reduce is None]
+        locals_ = ["t%d" % v for v, rule in enumerate(rule_of) if rule.reduce is None]
         program = self.programs[key] = CudaFusedProgram(dtype, len(uses), body, outputs, locals_, reduced)
         return program
 
@@ -75,8 +76,8 @@ class CudaGroupKernel(fusion._GroupKernel):
         except ValueError:          # more than 6 dims after merging: the ops handle it
             fusion.stats["fallback_runs"] += 1
             return None
-        last = len(self.rules) - 1
-        reduction = self.rules[last].reduce
+        last = self.member_values[-1][0]      # the last member's (first) value
+        reduction = self.rules[-1].reduce
         if reduction is not None and ("node", last) not in self.result_of:
             fusion.stats["fallback_runs"] += 1     # nobody reads the sum: not worth a kernel
             return None

@@ -4,8 +4,8 @@ side): MLP and CNN training nets built the way the training tests build them
 with CAFFE2PY_FUSION on and off, and every blob (parameters, optimizer state, loss,
 gradients) compared. Exact mode (1, the default) must be bitwise; mode 2 (also
 Sigmoid / Tanh / Exp / Log, numba's libm) within a few ulp. The tests also check that
-the gradient nets' backward chains (ReluGradient, SigmoidGradient, TanhGradient, the
-gradient-accumulating Sum, Scale) were fused and that the fused code ran, so a plan
+the gradient nets' backward chains (ReluGradient, SigmoidGradient, TanhGradient,
+Add/MulGradient, the gradient-accumulating Sum, Scale) were fused and that the fused code ran, so a plan
 that fused nothing, or fused the backward wrongly, fails here."""
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ import pytest
 from caffe2py import brew, fusion, model_helper, optimizer, workspace
 from caffe2py.executor import compile_net
 
-BACKWARD = {"ReluGradient", "SigmoidGradient", "TanhGradient"}
+BACKWARD = {"ReluGradient", "SigmoidGradient", "TanhGradient", "MulGradient", "AddGradient"}
 
 
 @pytest.fixture(autouse=True)
@@ -107,11 +107,12 @@ def test_training_fused_and_unfused_are_bitwise_equal(build, opt, monkeypatch):
 
 def test_the_mlps_backward_chains_fuse_whole():
     """Which groups the exact mode forms in the MLP's gradient net: the chains of
-    activation gradients and the Sum that accumulates relu1's three gradients."""
+    activation gradients, the two-output Add/MulGradient and the Sum that accumulates
+    relu1's three gradients."""
     plan = _train(_gated_residual_mlp, "sgd", 1, pytest.MonkeyPatch(), steps=1)[2]
     groups = _fused_types(plan)
-    assert ["Scale", "ReluGradient"] in groups
-    assert ["TanhGradient", "SigmoidGradient", "Sum", "ReluGradient"] in groups
+    assert ["Scale", "ReluGradient", "AddGradient"] in groups
+    assert ["MulGradient", "TanhGradient", "SigmoidGradient", "Sum", "ReluGradient"] in groups
 
 
 @pytest.mark.parametrize("build", [_gated_residual_mlp, _residual_cnn])
@@ -124,3 +125,60 @@ def test_training_in_mode_2_stays_within_ulps(build, monkeypatch):
     for name in plain:
         np.testing.assert_allclose(fused[name], plain[name], rtol=1e-4, atol=1e-6, err_msg=name)
     np.testing.assert_allclose(fused_losses, plain_losses, rtol=1e-5)
+
+
+# ----------------------------------------------------------------- two-output gradients
+
+def _binary_gradient_net(op_type, n_inputs, mode):
+    from caffe2py import core
+    from caffe2py.proto import caffe2_pb2
+    net = caffe2_pb2.NetDef(name="grad_" + op_type)
+    ins = ["dc", "a", "b", "c"][:n_inputs]
+    net.op.extend([core.CreateOperator("Relu", ["g"], ["dc"]),
+                   core.CreateOperator(op_type, ins, ["da", "db"]),
+                   core.CreateOperator("Mul", ["da", "db"], ["y"])])
+    net.arg.add(name="fusion", i=mode)
+    return net
+
+
+@pytest.mark.parametrize("op_type,n_inputs,formula", [
+    ("AddGradient", 3, lambda dc, a, b, c: (dc, dc)),
+    ("SubGradient", 3, lambda dc, a, b, c: (dc, -dc)),
+    ("MulGradient", 3, lambda dc, a, b, c: (dc * b, dc * a)),
+    ("DivGradient", 4, lambda dc, a, b, c: (dc / b, -dc * c / b)),
+])
+def test_binary_gradients_fuse_with_both_outputs(op_type, n_inputs, formula):
+    """Relu -> XGradient -> Mul(dA, dB): one group, both outputs from the loop, bitwise
+    the unfused ops' and NumPy's formulas."""
+    rs = np.random.RandomState(5)
+    feeds = {k: rs.standard_normal((6, 33)).astype(np.float32) for k in ("g", "a", "b", "c")}
+    feeds["b"] += np.sign(feeds["b"]) * 0.5          # Div: away from 0
+    results = []
+    for mode in (1, 0):
+        blobs = dict(feeds)
+        plan = compile_net(_binary_gradient_net(op_type, n_inputs, mode), list(blobs))
+        before = fusion.stats["fused_runs"]
+        plan.run(blobs)
+        assert plan.fused_groups == fusion.stats["fused_runs"] - before == mode
+        results.append(blobs)
+    dc = np.maximum(feeds["g"], 0)
+    da, db = formula(dc, feeds["a"], feeds["b"], feeds["c"])
+    for name, want in (("da", da), ("db", db), ("y", da * db)):
+        np.testing.assert_array_equal(results[0][name], results[1][name], err_msg=name)
+        np.testing.assert_array_equal(results[0][name], want, err_msg=name)
+
+
+def test_a_broadcast_operands_gradient_is_not_fused():
+    """B broadcast along rows: its gradient sums dC over them, no elementwise op: the
+    group declines at run time and the op's own kernel runs."""
+    rs = np.random.RandomState(6)
+    feeds = {"g": rs.standard_normal((6, 33)).astype(np.float32), "a": rs.standard_normal((6, 33)).astype(np.float32),
+             "b": rs.standard_normal(33).astype(np.float32)}
+    blobs = dict(feeds)
+    plan = compile_net(_binary_gradient_net("MulGradient", 3, 1), list(blobs))
+    before = dict(fusion.stats)
+    plan.run(blobs)
+    assert fusion.stats["fused_runs"] == before["fused_runs"] and fusion.stats["fallback_runs"] > before["fallback_runs"]
+    dc = np.maximum(feeds["g"], 0)
+    np.testing.assert_allclose(blobs["db"], (dc * feeds["a"]).sum(0), rtol=1e-5)
+    np.testing.assert_array_equal(blobs["da"], dc * feeds["b"])
