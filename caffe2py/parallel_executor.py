@@ -1,9 +1,8 @@
 """Branch parallelism for the DAG net types: a plan's independent chains of ops
 (caffe2py/net_dag.py) run on a small persistent pool of worker threads.
 
-When: a plan of a DAG net type (net_dag.DAG_NET_TYPES) with at least two workers
-(NetDef.num_workers, else Caffe2's default of the machine's hardware threads),
-capped by the thread budget (CAFFE2PY_NUM_THREADS, else min(4, CPUs)) so that
+When: a plan of a DAG net type (net_dag.DAG_NET_TYPES) whose NetDef.num_workers asks
+for at least two workers (unset: serial, see branch_schedule), capped by the thread budget (CAFFE2PY_NUM_THREADS, else min(4, CPUs)) so that
 workers never outnumber the cores; every op on the CPU; two chains that can run at
 once; enough work off the critical path (net_dag.MIN_OVERLAP_WORK); and a timed trial
 that shows the parallel runs faster (below). Each op's
