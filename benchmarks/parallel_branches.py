@@ -1,14 +1,30 @@
-"""Branch parallelism (issue 38): an Inception-style net, 2 or 4 independent conv
-branches on one input concatenated, run as `simple` and as `async_scheduling` with
-2 workers, in one process, runs alternating one by one; medians.
+"""Branch parallelism (issue 38): Inception-style nets, `simple` against
+`async_scheduling` with 2 workers, in one process, runs alternating one by one (the
+order rotating every round); medians.
 
-Each branch: Conv kxk (k = 1, 3, 5, 3 by branch) -> Relu -> Conv 3x3 -> Relu on
-1x64x56x56 with 64 channels. The parallel net's result is checked against the simple
-net's: bitwise against `simple` run with a branch's team (thread budget // 2 threads;
-the kernels' blocking follows the team size), to 1e-5 against `simple` on the whole team.
+Two nets (--net):
+  big    2 or 4 branches on 1x64x56x56, each Conv kxk (k = 1, 3, 5, 3) -> Relu ->
+         Conv 3x3 -> Relu with 64 channels, then Concat (early Inception: each conv
+         keeps the team of 2 busy on its own);
+  small  a late-Inception block at batch 1 (default 1x64x14x14): branch A Conv 1x1
+         -> Relu -> Conv 3x3 -> Relu, branch B Conv 1x1 -> Relu -> Conv 3x3 -> Relu ->
+         Conv 3x3 -> Relu, 32 channels per conv, then Concat: many small ops, each too
+         small for a team of 2 to split well.
+Columns: `simple` on the whole team; `async_scheduling` as the executor decides it (the
+work estimate, then the timed trial of parallel_executor.py: workers, or serial
+again); the same net with workers forced (no trial); `simple` on a team of 1. The
+team-of-2 speed-up is simple(team 1) / simple(team 2), the workers' is
+simple(team 1) / forced workers. Results are checked: the decided and forced nets'
+outputs against `simple`'s (to 1e-4: the GEMMs' blocking follows the team size; the
+forced net bitwise against `simple` on a branch's team).
 
-Usage: python benchmarks/parallel_branches.py [--branches 2] [--runs 30] [--size 56]
+--sweep prints one row per op size (channels x spatial size of the small net), so
+the regime where workers pay shows.
+
+Usage: python benchmarks/parallel_branches.py [--net small|big] [--branches 2] [--runs 30]
+       [--size N] [--channels C] [--sweep]
        (CAFFE2PY_NUM_THREADS sets the thread budget: 2 workers x budget // 2 threads)
+The last line is `ratio simple/async_scheduling: X.XXx` (above 1: the async net is faster).
 """
 import argparse
 import datetime
@@ -57,65 +73,155 @@ def feed(ws, branches, size, channels=64):
         ws.feed_blob("bv%d" % b, rng.standard_normal(channels).astype(np.float32))
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--branches", type=int, default=2)
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--size", type=int, default=56)
-    args = parser.parse_args()
-    ws = Workspace("bench")
-    feed(ws, args.branches, args.size)
-    simple = inception("simple", "simple", args.branches)
-    parallel = inception("parallel", "async_scheduling", args.branches, workers=2)
-    for net in (simple, parallel):
-        ws.create_net(net)
-    run_simple, run_parallel = ws.get_net(simple.Name()).run, ws.get_net(parallel.Name()).run
-    for _ in range(3):                       # compile, decide, warm
-        run_simple()
-        run_parallel()
-    wait_for_compiled_kernels()
-    branches = ws.get_net(parallel.Name()).plan.branches
-    assert branches is not None and branches.active, "the parallel path did not switch on"
+def inception_small(name, net_type, workers=None, width=32):
+    """Late Inception at batch 1: two branches of small convs (3 and 4 ops deep)."""
+    net = core.Net(name)
+    net.Proto().type = net_type
+    if workers:
+        net.Proto().num_workers = workers
+    outs = []
+    for b, kernels in enumerate(((1, 3), (1, 3, 3))):
+        prev = "x"
+        for d, k in enumerate(kernels):
+            tag = "%d_%d" % (b, d)
+            net.Conv([prev, "sw" + tag, "sb" + tag], "sc" + tag, kernel=k, pad=k // 2)
+            net.Relu("sc" + tag, "sr" + tag)
+            prev = "sr" + tag
+        outs.append(prev)
+    net.Concat(outs, ["out", "split"], axis=1)
+    return net
 
-    run_parallel()
-    out_parallel = ws.fetch_blob("out").copy()
-    with team_limit(max(1, thread_budget() // 2)):
+
+def feed_small(ws, size, channels, width=32):
+    rng = np.random.default_rng(0)
+    ws.feed_blob("x", rng.standard_normal((1, channels, size, size)).astype(np.float32))
+    for b, kernels in enumerate(((1, 3), (1, 3, 3))):
+        c_in = channels
+        for d, k in enumerate(kernels):
+            tag = "%d_%d" % (b, d)
+            ws.feed_blob("sw" + tag, (rng.standard_normal((width, c_in, k, k)) * 0.1).astype(np.float32))
+            ws.feed_blob("sb" + tag, rng.standard_normal(width).astype(np.float32))
+            c_in = width
+
+
+def measure(ws, build, runs, tag):
+    """Times (ms medians) of simple, async as decided, async with forced workers and
+    simple on a team of 1, alternating run by run; plus the decided net's schedule and
+    the outputs' check."""
+    from caffe2py import net_dag, parallel_executor
+    simple = build("simple_" + tag, "simple", None)
+    decided = build("async_" + tag, "async_scheduling", 2)
+    forced = build("forced_" + tag, "async_scheduling", 2)
+    ws.create_net(simple)
+    ws.create_net(decided)
+    saved = parallel_executor.TRIAL_RUNS, net_dag.MIN_OVERLAP_WORK
+    parallel_executor.TRIAL_RUNS, net_dag.MIN_OVERLAP_WORK = 0, 0.0
+    try:
+        ws.create_net(forced)
+        ws.get_net(forced.Name()).run()      # decided (parallel) by now at the latest
+    finally:
+        parallel_executor.TRIAL_RUNS, net_dag.MIN_OVERLAP_WORK = saved
+    run_simple, run_decided, run_forced = (ws.get_net(n.Name()).run for n in (simple, decided, forced))
+    for _ in range(3):
         run_simple()
-    same_team = np.array_equal(ws.fetch_blob("out"), out_parallel)
+        run_forced()
+    wait_for_compiled_kernels()
+    for _ in range(2 + 2 * parallel_executor.TRIAL_RUNS + 2):   # the decided net's trial, then 2 more
+        run_decided()
+    schedule = ws.get_net(decided.Name()).plan.branches
+    forced_schedule = ws.get_net(forced.Name()).plan.branches
+    assert forced_schedule is not None and forced_schedule.active, "the forced net did not go parallel"
+
     run_simple()
     out_simple = ws.fetch_blob("out").copy()
-    np.testing.assert_allclose(out_parallel, out_simple, rtol=1e-5, atol=1e-5)
+    with team_limit(max(1, thread_budget() // 2)):
+        run_simple()
+    out_team = ws.fetch_blob("out").copy()
+    run_forced()
+    out_forced = ws.fetch_blob("out").copy()
+    run_decided()
+    out_decided = ws.fetch_blob("out").copy()
+    for out in (out_forced, out_decided):
+        np.testing.assert_allclose(out, out_simple, rtol=1e-4, atol=1e-4)   # GEMM blocking follows the team
 
-    def run_simple_branch_team():
-        with team_limit(max(1, thread_budget() // 2)):
+    def run_simple_team_1():
+        with team_limit(1):
             run_simple()
 
-    # alternating run by run, so all three see the same load; the third column is
-    # `simple` with a branch's team: what the worker threads add beyond the team size
-    runners = (run_simple, run_parallel, run_simple_branch_team)
+    runners = (run_simple, run_decided, run_forced, run_simple_team_1)
     times = tuple([] for _ in runners)
-    load_before = os.getloadavg()
-    for _ in range(args.runs):
-        for fn, out in zip(runners, times):
+    # round r starts with runner r % 4: each runner follows each other one equally
+    # often (on a loaded machine the run after a team-of-1 or worker run pays to wake
+    # the team's threads)
+    for r in range(runs):
+        for k in range(len(runners)):
+            i = (r + k) % len(runners)
             t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-    load_after = os.getloadavg()
-    ms_simple, ms_parallel, ms_small_team = (1e3 * statistics.median(t) for t in times)
-    team = max(1, thread_budget() // 2)
-    print("machine: %s; thread budget %d; %s UTC" % (machine_label(), thread_budget(),
+            runners[i]()
+            times[i].append(time.perf_counter() - t0)
+    ms = [1e3 * statistics.median(t) for t in times]
+    return {"simple": ms[0], "decided": ms[1], "forced": ms[2], "team1": ms[3],
+            "workers": bool(schedule is not None and schedule.active),
+            "trial": schedule.measured if schedule is not None else None,
+            "bitwise_team": bool(np.array_equal(out_forced, out_team)),
+            "diff": float(np.abs(out_forced - out_simple).max())}
+
+
+def _header(budget, team):
+    print("| net | input | simple ms (team %d) | async_scheduling ms (decided) | workers kept? (trial: serial / "
+          "parallel ms) | forced 2 workers x %d ms | simple ms (team 1) | team-of-%d speed-up | 2-worker "
+          "speed-up | simple / async |" % (budget, team, budget))
+    print("|---|---|---|---|---|---|---|---|---|---|")
+
+
+def _row(label, shape, r):
+    trial = r["trial"]
+    kept = ("yes" if r["workers"] else "no") + (" (%.2f / %.2f)" % (trial["serial_ms"], trial["parallel_ms"])
+                                                 if trial else "")
+    print("| %s | %s | %.2f | %.2f | %s | %.2f | %.2f | %.2fx | %.2fx | %.2fx |"
+          % (label, shape, r["simple"], r["decided"], kept, r["forced"], r["team1"], r["team1"] / r["simple"],
+             r["team1"] / r["forced"], r["simple"] / r["decided"]), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--net", choices=("small", "big"), default="small")
+    parser.add_argument("--branches", type=int, default=2, help="big net only")
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--size", type=int, default=None, help="spatial size (small: 14, big: 56)")
+    parser.add_argument("--channels", type=int, default=64, help="small net's input channels")
+    parser.add_argument("--sweep", action="store_true", help="small net over op sizes")
+    args = parser.parse_args()
+    budget, team = thread_budget(), max(1, thread_budget() // 2)
+    load_before = os.getloadavg()
+    print("machine: %s; thread budget %d; %s UTC" % (machine_label(), budget,
                                                    datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M")))
+    _header(budget, team)
+    if args.sweep:
+        cases = [(16, 7), (32, 7), (64, 7), (32, 14), (64, 14), (128, 14), (64, 28), (128, 28)]
+    elif args.net == "small":
+        cases = [(args.channels, args.size or 14)]
+    else:
+        cases = [(64, args.size or 56)]
+    result = None
+    for channels, size in cases:
+        ws = Workspace("bench_%d_%d" % (channels, size))
+        tag = "%s_%d_%d" % (args.net if not args.sweep else "small", channels, size)
+        if args.net == "big" and not args.sweep:
+            feed(ws, args.branches, size)
+            result = measure(ws, lambda n, t, w: inception(n, t, args.branches, w), args.runs, tag)
+            _row("big, %d branches" % args.branches, "1x64x%dx%d" % (size, size), result)
+        else:
+            feed_small(ws, size, channels)
+            result = measure(ws, inception_small, args.runs, tag)
+            _row("small (2 branches, 5 convs)", "1x%dx%dx%d" % (channels, size, size), result)
+    load_after = os.getloadavg()
     print("load average before/after: %s / %s" % (" ".join("%.2f" % v for v in load_before),
                                                  " ".join("%.2f" % v for v in load_after)))
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    print("| branches | input | simple ms (team %d) | async_scheduling ms (2 workers x %d) | speed-up "
-          "| simple ms (team %d) | bitwise = simple (team %d) | max abs diff to simple (team %d) |"
-          % (thread_budget(), team, team, team, thread_budget()))
-    print("|---|---|---|---|---|---|---|---|")
-    print("| %d | 1x64x%dx%d | %.2f | %.2f | %.2fx | %.2f | %s | %.2g |"
-          % (args.branches, args.size, args.size, ms_simple, ms_parallel, ms_simple / ms_parallel,
-             ms_small_team, "yes" if same_team else "no", float(np.abs(out_parallel - out_simple).max())))
-    print("parallel runs %d, chains on workers %d" % (branches.stats["parallel_runs"], branches.stats["worker_chains"]))
+    print("forced workers' output bitwise = simple on a team of %d: %s; max abs diff to simple: %.2g"
+          % (team, "yes" if result["bitwise_team"] else "no", result["diff"]))
+    print("ratio simple/async_scheduling: %.2fx" % (result["simple"] / result["decided"]))
 
 
 if __name__ == "__main__":

@@ -351,6 +351,12 @@ class Plan:
         if branches is not None and branches.active and not inside_parallel_run():
             branches.run(blobs)
             return
+        self.run_serial(blobs)
+        if branches is not None and branches.active is None:
+            branches.decide(blobs)
+
+    def run_serial(self, blobs):
+        """run(), every op in order on this thread (a DAG plan's serial runs)."""
         target = BlobOverlay(blobs) if self.uses_workspace else blobs
         trust = model_trust.enter(self.policy) if self.policy is not None else None
         try:
@@ -363,8 +369,6 @@ class Plan:
                 model_trust.leave(trust)
         if target is not blobs:
             target.commit(self.keep)
-        if branches is not None and branches.active is None:
-            branches.decide(blobs)
 
     def repeatable_runner(self):
         """The generated function itself, for a caller that runs this plan many times in a

@@ -27,14 +27,15 @@ elements to pay for the call); otherwise `try_fused` returns None and the plan r
 the member ops' own lines, which the executor renders after the group's call
 (executor.Plan._render), so errors read the same, naming the op.
 
-Reductions at the end of a chain (CPU): a rule with `reduce` ("sum" or "mean" over
+Reductions at the end of a chain (CPU and CUDA): a rule with `reduce` ("sum" or "mean" over
 the input's last axis: ReduceSum/ReduceMean with axes [-1], ReduceBackSum/Mean with
 num_reduce_dim 1) may be a group's last op; the loop accumulates each row while the
 chain's values are in registers (kernels/cpu/math/fused_elementwise.py).
 
 CUDA (caffe2py/fusion_cuda.py): runs of ops on one CUDA device whose rules have a
-`cuda` form become one generated CUDA kernel; the same planning, keeping and fallback
-rules apply. Groups never mix devices.
+`cuda` form become one generated CUDA kernel, ended by a last-axis ReduceSum /
+ReduceMean / ReduceBackSum / ReduceBackMean when one follows (one block per row); the
+same planning, keeping and fallback rules apply. Groups never mix devices.
 
 Switch: CAFFE2PY_FUSION=0 (off), 1 (default: exact ops only), all (exact and close
 ops); a net argument `fusion` (0, 1, 2) overrides it for one net.
@@ -86,13 +87,16 @@ class ElementwiseRule:
         argument locals, mirroring the op's CUDA kernel operation by operation (so the
         fused kernel is bitwise the unfused CUDA op); None: not fused on CUDA;
     reduce: None, or "sum" / "mean": the op reduces its one input over the last axis
-        (emit is unused; shape() gives the reduced shape); only a group's last op."""
-    __slots__ = ("emit", "shape", "in_kinds", "out_kind", "exact", "accepts", "cuda", "reduce")
+        (emit is unused; shape() gives the reduced shape); only a group's last op;
+    n_out: the op's outputs (MulGradient's dA, dB: 2), all of shape() 's out_shape and
+        of out_kind; emit (and cuda) then get a list of n_out output locals."""
+    __slots__ = ("emit", "shape", "in_kinds", "out_kind", "exact", "accepts", "cuda", "reduce", "n_out")
 
-    def __init__(self, emit, shape, in_kinds, out_kind="f", exact=True, accepts=None, cuda=None, reduce=None):
+    def __init__(self, emit, shape, in_kinds, out_kind="f", exact=True, accepts=None, cuda=None, reduce=None,
+                 n_out=1):
         self.emit, self.shape, self.in_kinds = emit, shape, tuple(in_kinds)
         self.out_kind, self.exact, self.accepts = out_kind, exact, accepts
-        self.cuda, self.reduce = cuda, reduce
+        self.cuda, self.reduce, self.n_out = cuda, reduce, n_out
 
 
 def register_rule(op_type, domain=""):
@@ -129,7 +133,7 @@ def _rule_for(step, mode):
         return None
     if step.engine not in ("", "DEFAULT") or step.takes_blobs or step.commits_outputs:
         return None
-    if step.context is None or step.context.wants_workspace or step.optional or len(step.outputs) != 1:
+    if step.context is None or step.context.wants_workspace or step.optional:
         return None
     make = _RULES.get((normalize_domain(op.domain), op.type))
     if make is None:
@@ -138,11 +142,14 @@ def _rule_for(step, mode):
         rule = make(step.context)
     except Exception:  # noqa: BLE001 - an argument the rule cannot read: leave the op alone
         return None
-    if rule is None or len(rule.in_kinds) != len(step.inputs):
+    if rule is None or len(rule.in_kinds) != len(step.inputs) or rule.n_out != len(step.outputs):
         return None
     if device == CUDA:
-        # the cuda form mirrors the CUDA op's own kernel: exact by construction
-        return rule if rule.cuda is not None and rule.reduce is None else None
+        # the cuda form mirrors the CUDA op's own kernel: exact by construction; a
+        # reduction joins when the device's group kernel sums rows as the op does
+        if rule.reduce is not None:
+            return rule if getattr(GROUP_KERNELS[device], "fuses_reductions", False) else None
+        return rule if rule.cuda is not None else None
     if not rule.exact and mode < 2:
         return None
     return rule
@@ -292,13 +299,24 @@ class _GroupKernel:
         self.pool = [None] * len(outputs)     # each output's buffer of the last run
         self.pool_lock = threading.Lock()
         self.broken = False       # the generated loop failed to build: always unfused
-        # each member's arguments as ('in', position in inputs) or ('node', member position)
+        # each member's arguments as ('in', position in inputs) or ('node', value): the
+        # members' outputs are values 0, 1, ... in op order (member n's are member_values[n])
         where, self.sources = {b: ("in", i) for i, b in enumerate(inputs)}, []
+        self.member_values, self.value_member = [], []
         for n, m in enumerate(members):
             self.sources.append([where[b] for b in m.inputs])
+            values = []
             for blob in m.outputs:
-                where[blob] = ("node", n)
+                where[blob] = ("node", len(self.value_member))
+                values.append(len(self.value_member))
+                self.value_member.append(n)
+            self.member_values.append(values)
         self.result_of = [where[b] for b in outputs]
+
+    def out_locals(self, n):
+        """Member n's output local(s) for its rule's emit: one name, or a list."""
+        names = ["t%d" % v for v in self.member_values[n]]
+        return names[0] if len(names) == 1 else names
 
     # ---------------------------------------------------------------- unfused path
     def unfused(self, values):
@@ -311,7 +329,10 @@ class _GroupKernel:
                 result = m.kernel(*args)
             except Exception as exc:  # noqa: BLE001 - named as the unfused plan names it
                 raise self.make_error(m, exc, list(args)) from exc
-            env[m.outputs[0]] = result
+            if len(m.outputs) == 1:
+                env[m.outputs[0]] = result
+            else:
+                env.update(zip(m.outputs, result))
         return tuple(env[b] for b in self.outputs)
 
     # ---------------------------------------------------------------- fused path
@@ -324,8 +345,8 @@ class _GroupKernel:
 
     def _plan_shapes(self, values):
         """(dtype, loop shape, node shapes, uses) or None: the loop runs over the
-        chain's shape (a reduction's input shape); node_shapes[n] is member n's output
-        shape; uses lists (member, input position, view shape) per program input."""
+        chain's shape (a reduction's input shape); node_shapes[v] is value v's shape;
+        uses lists (member, input position, view shape) per program input."""
         dtype = None
         for v, kinds in zip(values, self._input_kinds()):
             if not self._value_ok(v):
@@ -357,7 +378,7 @@ class _GroupKernel:
                 shape = loop_shape
             elif loop_shape != shape:
                 return None
-            node_shapes.append(out_shape)
+            node_shapes.extend(out_shape for _ in self.member_values[n])
             for (kind, i), view in zip(sources, views):
                 if kind == "in":
                     uses.append((n, i, tuple(view)))
@@ -385,7 +406,7 @@ class _GroupKernel:
                 if kind == "in":
                     args.append(values[i])
                 else:
-                    out_kind = self.rules[i].out_kind
+                    out_kind = self.rules[self.value_member[i]].out_kind
                     args.append(np.broadcast_to(np.zeros((), dtype if out_kind == "f" else np.bool_),
                                                 node_shapes[i]))
             try:
@@ -416,8 +437,9 @@ class _GroupKernel:
             return "DT(%r)" % value
         for n, (rule, sources) in enumerate(zip(self.rules, self.sources)):
             args = [names[(n, i)] if kind == "in" else "t%d" % i for kind, i in sources]
-            body += rule.emit(args, "t%d" % n, lit)
-        outputs = [("t%d" % i, self.rules[i].reduce or self.rules[i].out_kind)
+            body += rule.emit(args, self.out_locals(n), lit)
+        rule_of = [self.rules[n] for n in self.value_member]
+        outputs = [("t%d" % i, rule_of[i].reduce or rule_of[i].out_kind)
                    for _, i in self.result_of]   # always a member's value
         program = self.programs[key] = FusedProgram(dtype, kinds, body, outputs)
         return program

@@ -19,7 +19,8 @@ child (Caffe2's computeChains): a chain runs on one worker, start to end, and is
 the unit the executor schedules. Whether the parallel path pays is decided from
 each node's work (flops from the schema's cost estimate, else the bytes it reads
 and writes) measured on the blobs of the first run: the work off the critical path
-(what can overlap) must reach MIN_OVERLAP_WORK, else the net stays serial.
+(what can overlap) must reach MIN_OVERLAP_WORK, else the net stays serial; past it,
+timed runs of both kinds decide (parallel_executor.py).
 """
 import math
 import os
@@ -28,9 +29,10 @@ import re
 DAG_NET_TYPES = frozenset({"dag", "prof_dag", "async_dag", "async_polling", "async_scheduling", "parallel"})
 
 # Work (flops, or bytes moved where an op has no cost estimate) that must be able to
-# overlap before branches go to worker threads: handing a chain to a pool thread and
-# back costs ~60 us of Python; 4M flops is ~1 ms of one core's convolution.
-MIN_OVERLAP_WORK = float(os.environ.get("CAFFE2PY_DAG_MIN_WORK", 4e6))
+# overlap before branches are tried on worker threads: handing a chain to a pool
+# thread and back costs ~60 us of Python; 1M flops is ~0.25 ms of one core's
+# convolution. Past it, timed runs decide (parallel_executor.TRIAL_RUNS).
+MIN_OVERLAP_WORK = float(os.environ.get("CAFFE2PY_DAG_MIN_WORK", 1e6))
 
 # Families whose ops touch files, queues, other nets or other processes.
 _ORDERED_FAMILIES = ("io", "control", "distributed")

@@ -1,11 +1,11 @@
 """Branch parallelism for the DAG net types: a plan's independent chains of ops
 (caffe2py/net_dag.py) run on a small persistent pool of worker threads.
 
-When: a plan of a DAG net type (net_dag.DAG_NET_TYPES) with at least two workers
-(NetDef.num_workers, else Caffe2's default of the machine's hardware threads),
-capped by the thread budget (CAFFE2PY_NUM_THREADS, else min(4, CPUs)) so that
+When: a plan of a DAG net type (net_dag.DAG_NET_TYPES) whose NetDef.num_workers asks
+for at least two workers (unset: serial, see branch_schedule), capped by the thread budget (CAFFE2PY_NUM_THREADS, else min(4, CPUs)) so that
 workers never outnumber the cores; every op on the CPU; two chains that can run at
-once; and enough work off the critical path (net_dag.MIN_OVERLAP_WORK). Each op's
+once; enough work off the critical path (net_dag.MIN_OVERLAP_WORK); and a timed trial
+that shows the parallel runs faster (below). Each op's
 work is estimated from shapes: at compile time from the workspace's values of the
 blobs the net reads, carried through shape inference; failing that (a blob not fed
 yet, work that inference cannot see), from the blobs the first run, a serial one,
@@ -25,6 +25,17 @@ deterministic, so results are those of `simple` with each chain's team size fixe
 plan time (the GEMMs' column blocks follow the team size: a branch's GEMMs may round
 differently from the same GEMMs on the whole team).
 
+Measured, not guessed: the work estimate only says whether workers could pay. Once
+it does, the next runs are a trial (TRIAL_RUNS timed runs each way, after one untimed
+parallel warm-up run): parallel and serial runs alternate, each a real run of the
+net, and the workers stay only when the parallel runs' median is at least
+TRIAL_MARGIN faster than the serial runs' (`BranchSchedule.measured` keeps the two
+medians). A team of 2 threads splits each op; 2 workers run two ops side by side:
+which wins depends on each op's size and the machine's load (with big convolutions
+the team already keeps both cores busy and workers lose; with many small ops per
+branch a team scales poorly and workers can win; benchmarks/parallel_branches.py),
+so the net's own runs decide.
+
 Failure: the first failing chain's error (naming its op, as the serial plan does)
 is raised after the chains in flight have finished; no new chain starts. The
 overlay is dropped and the in-place writes of every chain are undone (inplace.py:
@@ -32,8 +43,11 @@ workers collect their undo records, the run's thread adopts them), so the
 workspace is left as it was. KeyboardInterrupt on the run's thread stops
 scheduling the same way.
 """
+import os
 import queue
+import statistics
 import threading
+import time
 
 from .blob_scopes import BlobOverlay
 from .devices import cpu_run_context
@@ -42,6 +56,12 @@ from . import fp_exceptions, model_trust
 from .net_dag import (DAG_NET_TYPES, BranchGraph, step_work, types_after_run, types_before_run,
                       worker_count)
 from . import net_dag
+
+# Timed runs each way before a plan keeps or drops its workers (0: trust the work
+# estimate alone), and how much faster the parallel median must be to keep them.
+TRIAL_RUNS = int(os.environ.get("CAFFE2PY_DAG_TRIAL_RUNS", 3))
+TRIAL_MARGIN = 0.05
+_clock = time.perf_counter
 
 _local = threading.local()           # .inside: this thread is running a parallel run or a chain of one
 _pools = {}                          # worker count -> ThreadPoolExecutor, kept for the process
@@ -76,8 +96,10 @@ def _on_cpu(step):
 class BranchSchedule:
     """A plan's chains and, once decided, their compiled sub-plans.
 
-    `active`: None until the first run decides, then True (runs go parallel) or False.
-    `stats`: parallel runs, and chains and ops run on worker threads."""
+    `active`: None until the first run decides, then True (runs go parallel, or
+    alternate while `trial` is measuring) or False.
+    `stats`: parallel runs, and chains and ops run on worker threads.
+    `measured`: after a trial, {"serial_ms", "parallel_ms"}: the medians it compared."""
 
     def __init__(self, plan, make_plan, workers):
         self.plan = plan
@@ -87,6 +109,8 @@ class BranchSchedule:
         self.active = None
         self.chain_plans = None
         self.overlap_work = None
+        self.trial = None           # {"serial": [s], "parallel": [s], "next": mode} while measuring
+        self.measured = None
         self.stats = {"parallel_runs": 0, "worker_chains": 0, "worker_ops": 0}
 
     def decide_early(self, blob_values):
@@ -112,10 +136,35 @@ class BranchSchedule:
     def _activate(self):
         self.chain_plans = [self.make_plan([self.plan.steps[j] for j in chain]) for chain in self.graph.chains]
         self.active = True
+        if TRIAL_RUNS > 0:
+            self.trial = {"serial": [], "parallel": [], "next": "warm-up"}
 
     def run(self, blobs):
-        """One parallel run against blobs; OperatorError (the first failing op) with
-        blobs untouched on failure."""
+        """One run against blobs (parallel, or while measuring, either way); OperatorError
+        (the first failing op) with blobs untouched on failure."""
+        trial = self.trial
+        if trial is None:
+            self._run_parallel(blobs)
+            return
+        mode = trial["next"]
+        start = _clock()
+        if mode == "serial":
+            self.plan.run_serial(blobs)
+        else:
+            self._run_parallel(blobs)
+        if mode != "warm-up":
+            trial[mode].append(_clock() - start)
+        trial["next"] = "parallel" if mode == "serial" else "serial"
+        if len(trial["serial"]) >= TRIAL_RUNS and len(trial["parallel"]) >= TRIAL_RUNS:
+            self._conclude()
+
+    def _conclude(self):
+        serial, parallel = (1e3 * statistics.median(self.trial[m]) for m in ("serial", "parallel"))
+        self.measured = {"serial_ms": serial, "parallel_ms": parallel}
+        self.trial = None
+        self.active = parallel <= serial * (1.0 - TRIAL_MARGIN)
+
+    def _run_parallel(self, blobs):
         plan = self.plan
         overlay = BlobOverlay(blobs)
         trust = model_trust.enter(plan.policy) if plan.policy is not None else None

@@ -144,6 +144,7 @@ def _recorded_formats(monkeypatch):
         ("FC", [np.zeros((2, 3), f32), np.zeros((4, 3), f32), np.zeros(4, f32)]),
         ("Conv", [np.zeros((1, 2, 5, 5), f32), np.zeros((3, 2, 3, 3), f32), np.zeros(3, f32)]),
         ("MaxPool", [np.zeros((1, 2, 4, 4), f32)]), ("AveragePool", [np.zeros((1, 2, 4, 4), f32)]),
+        ("ReduceSum", [np.zeros((2, 3), f32)]),
     ]
     from caffe2py.cuda import cublas
     monkeypatch.setattr(cublas, "sgemm_batched", lambda *a, **k: None)
@@ -319,3 +320,24 @@ def test_generated_chain_kernels_compile_and_match_their_format(tmp_path, dtype)
                               capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stderr
         assert "spill" not in proc.stderr or "0 bytes spill stores, 0 bytes spill loads" in proc.stderr, proc.stderr
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_generated_reduction_chain_kernels_compile_and_match_their_format(tmp_path, dtype):
+    """A fused chain ending in a row sum (cuda/fused.py's row kernel, with its
+    shuffle / shared-memory tree and __launch_bounds__) compiles for sm_80 and sm_90
+    without spills, with the PTX parameters the host packs."""
+    from caffe2py.cuda.fused import CudaFusedProgram
+    body = ["t0 = __fmul_rn(x0, x1);", "t0 = c2f_round(t0);", "t1 = tanhf(t0);", "t1 = c2f_round(t1);"]
+    program = CudaFusedProgram(dtype, 2, body, ["t0"], ["t0", "t1"], reduced="t1")
+    path = tmp_path / "chain_reduce.cu"
+    path.write_text(program.source)
+    (entry,) = _ptx_entries(str(path)).values()
+    assert _matches(entry, program.arg_format), (entry, program.arg_format)
+    for arch in ("sm_80", "sm_90"):
+        proc = subprocess.run([NVCC, "-cubin", "-O3", "-arch=" + arch, "--resource-usage", "-o",
+                               str(tmp_path / ("chain_reduce_%s.cubin" % arch)), str(path)],
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr, proc.stderr

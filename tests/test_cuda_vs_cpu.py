@@ -245,6 +245,17 @@ def test_softmax(rng, shape, axis):
     compare("Softmax", [(rng.standard_normal(shape) * 4).astype(F32)], tol=1e-5, axis=axis)
 
 
+@pytest.mark.parametrize("op_type,args", [
+    ("ReduceSum", {"axes": [-1]}), ("ReduceSum", {"axes": [0, 2], "keepdims": 0}), ("ReduceSum", {}),
+    ("ReduceMean", {"axes": [1]}), ("ReduceMean", {"axes": [2], "keepdims": 0}),
+    ("ReduceBackSum", {"num_reduce_dim": 2}), ("ReduceBackMean", {}),
+    ("ReduceFrontSum", {}), ("ReduceFrontMean", {"num_reduce_dim": 2}),
+])
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_sum_reductions(rng, op_type, args, dtype):
+    compare(op_type, [rng.standard_normal((3, 5, 300)).astype(dtype)], tol=1e-5, **args)
+
+
 # --------------------------------------------------------------------------- layout ops
 
 @pytest.mark.parametrize("dtype", [F32, F16, np.int64, np.uint8, np.int32])

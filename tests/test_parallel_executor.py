@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from caffe2py import core, net_dag, workspace
+from caffe2py import core, net_dag, parallel_executor, workspace
 from caffe2py.args import make_argument
 from caffe2py.errors import OperatorError
 from caffe2py.registry import OpSchema, register_kernel, register_schema
@@ -16,6 +16,9 @@ from caffe2py.registry import OpSchema, register_kernel, register_schema
 @pytest.fixture(autouse=True)
 def fresh_workspace(monkeypatch):
     monkeypatch.setenv("CAFFE2PY_NUM_THREADS", "2")      # a thread budget of two on any machine
+    # these tests are about the parallel path itself: no timed trial between the two
+    # paths (tests/test_branch_decision.py tests that)
+    monkeypatch.setattr(parallel_executor, "TRIAL_RUNS", 0)
     workspace.ResetWorkspace()
     _PROBE.clear()
     yield

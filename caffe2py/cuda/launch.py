@@ -140,3 +140,42 @@ def broadcast_like_merge(dims, strides):
     if len(dims) > MAX_DIMS:
         raise ValueError("transpose needs %d dims after merging; at most %d are supported" % (len(dims), MAX_DIMS))
     return dims, strides
+
+
+# Reductions (kernels/cuda/math/reduce.cu and fused chains ending in one): threads per
+# block depend only on the reduced length, so a fused chain and the unfused op sum in
+# the same order; at most 256 (the kernels' __launch_bounds__).
+REDUCE_BLOCK_MAX = 256
+
+
+def reduction(n_out, r):
+    """A block per output value (grid-stride past MAX_ELEMENTWISE_BLOCKS outputs):
+    threads = a power of two covering r, at least a warp, at most REDUCE_BLOCK_MAX."""
+    threads = max(WARP, min(REDUCE_BLOCK_MAX, next_pow2(int(r))))
+    return Launch((max(1, min(int(n_out), MAX_ELEMENTWISE_BLOCKS)), 1, 1), (threads, 1, 1))
+
+
+def reduction_strides(shape, axes):
+    """(kept dims, kept strides, reduced dims, reduced strides) of a contiguous input
+    reduced over `axes` (sorted, distinct): size-1 dims dropped, adjacent dims of one
+    kind merged; raises ValueError past MAX_DIMS of either kind."""
+    cs = contiguous_strides(shape)
+    parts = {True: ([], []), False: ([], [])}
+    last_kind = None
+    for k, d in enumerate(shape):
+        if d == 1:
+            continue
+        kind = k in axes
+        dims, strides = parts[kind]
+        if kind == last_kind and strides[-1] == cs[k] * d:
+            dims[-1] *= d
+            strides[-1] = cs[k]
+        else:
+            dims.append(d)
+            strides.append(cs[k])
+        last_kind = kind
+    for kind, (dims, _) in parts.items():
+        if len(dims) > MAX_DIMS:
+            raise ValueError("the reduction needs %d %s dims after merging; at most %d are supported"
+                             % (len(dims), "reduced" if kind else "kept", MAX_DIMS))
+    return parts[False][0], parts[False][1], parts[True][0], parts[True][1]

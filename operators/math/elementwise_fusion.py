@@ -16,6 +16,9 @@ apply_unary) in float, so the fused kernel computes what the ops compute. Arithm
 is written with the __f*_rn intrinsics, which nvcc never contracts into an FMA
 (a * b + c across two statements otherwise may be; the unfused ops round twice).
 
+Add/Sub/Mul/DivGradient have two outputs each (`n_out=2`): fused while all their
+inputs share one shape (no broadcast operand to sum over).
+
 Reductions (`reduce=`): ReduceSum / ReduceMean with axes [last] (keepdims either way;
 Caffe2's, and ONNX's while axes is an attribute) and ReduceBackSum / ReduceBackMean
 with num_reduce_dim 1 and no lengths, as a CPU
@@ -214,6 +217,35 @@ _GRADIENTS = {
 for _op, _make in _GRADIENTS.items():
     register_rule(_op)(lambda ctx, make=_make: ElementwiseRule(
         lambda args, o, lit: [make(args[0], args[1], o, lit)], _same_shapes, (F, F)))
+
+
+
+# Add/Sub/Mul/DivGradient (elementwise_grad.py's binary_grads): two outputs, elementwise
+# only while dC, A and B (and Div's C) have one shape; a broadcast operand's gradient is
+# a sum over the broadcast axes, which these rules decline (the op then runs alone)
+_BINARY_GRADIENTS = {
+    "AddGradient": lambda dc, a, b, c, lit: (dc, dc),
+    "SubGradient": lambda dc, a, b, c, lit: (dc, "-%s" % dc),
+    "MulGradient": lambda dc, a, b, c, lit: ("%s * %s" % (dc, b), "%s * %s" % (dc, a)),
+    # NumPy's -dc * c / b: (-dc * c) / b
+    "DivGradient": lambda dc, a, b, c, lit: ("%s / %s" % (dc, b), "(-%s * %s) / %s" % (dc, c, b)),
+}
+
+
+def _binary_gradient(formula, n_inputs):
+    def make(ctx):
+        if len(ctx.inputs) != n_inputs:
+            return None         # DivGradient's legacy (B, C, dC) form
+        def emit(args, outs, lit):
+            dc, a, b = args[:3]
+            da, db = formula(dc, a, b, args[3] if len(args) > 3 else None, lit)
+            return ["%s = %s" % (outs[0], da), "%s = %s" % (outs[1], db)]
+        return ElementwiseRule(emit, _same_shapes, (F,) * n_inputs, n_out=2)
+    return make
+
+
+for _op, _formula in _BINARY_GRADIENTS.items():
+    register_rule(_op)(_binary_gradient(_formula, 4 if _op == "DivGradient" else 3))
 
 
 # ----------------------------------------------------------------- ONNX ops
