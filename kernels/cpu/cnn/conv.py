@@ -43,6 +43,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..runtime.blas import gemm_entry
 from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import depthwise_plan
+from .grouped_pointwise import grouped_pointwise_plan
 from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
 from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size, thread_id
 from .shift_conv import shift_plan
@@ -260,7 +261,8 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     plan.fuses_output = True
     plan.takes_residual = False
     if all(kk == 1 for kk in kernel) and not any(pads):
-        plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial)
+        plan.compute = grouped_pointwise_plan(x_shape, m, strides, group, out_spatial, dtype) or \
+            _pointwise_plan(x_shape, m, strides, group, out_spatial)
         plan.takes_residual = True
     elif k == 2 and group == 1 and all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * m <= c and (
             shift := shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype)):
