@@ -34,7 +34,7 @@ CASES = [
     ((2, 24, 9, 7), 112, (1, 1), 4),         # a batch, 6 inputs per group
     ((1, 12, 5, 6), 9, (2, 2), 3),           # strided, 3 outputs per group, odd sizes
     ((1, 6, 3, 3), 4, (1, 1), 2),            # 3 inputs and 2 outputs per group, tiny map
-    ((1, 8, 7, 9), 8, (1, 2), 8),            # one input and one output per group
+    ((1, 8, 7, 9), 16, (1, 2), 8),           # one input and two outputs per group
     ((1, 10, 40, 40), 15, (1, 1), 5),        # more columns than one block
 ]
 
@@ -110,9 +110,13 @@ def test_grouped_pointwise_refuses_operands_that_do_not_agree():
         gp_k.grouped_pointwise(x, w, out, residual=rand(2, 4, 9))      # residual of the wrong size
 
 
-def test_group_one_and_integer_convs_keep_their_paths():
+def test_group_one_matrix_vector_and_integer_convs_keep_their_paths():
     x = rand(1, 8, 4, 4)
-    assert not plan_of(x, rand(8, 8, 1, 1), (1, 1), 1).compute.__qualname__.startswith("grouped_pointwise_plan")
+    for w, group, xs in ((rand(8, 8, 1, 1), 1, x), (rand(4, 2, 1, 1), 4, x),      # group 1; 1 output a group
+                         (rand(8, 4, 1, 1), 2, rand(1, 8, 1, 1))):                # a 1x1 map (GEMV)
+        assert not plan_of(xs, w, (1, 1), group).compute.__qualname__.startswith("grouped_pointwise_plan")
+        y = conv_k.conv_nchw(xs, w, None, (1, 1), (0, 0, 0, 0), (1, 1), group)
+        np.testing.assert_allclose(y, ref_grouped_1x1(xs, w, None, (1, 1), group), rtol=1e-5, atol=1e-5)
     xi = np.ones((1, 4, 3, 3), np.int32)
     assert not plan_of(xi, np.ones((4, 2, 1, 1), np.int32), (1, 1), 2).compute.__qualname__.startswith(
         "grouped_pointwise_plan")

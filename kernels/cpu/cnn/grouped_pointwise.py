@@ -125,11 +125,14 @@ def grouped_pointwise(x3, w3, out3, bias=None, residual=None, relu=False):
 
 def grouped_pointwise_plan(x_shape, m, strides, group, out_spatial, dtype):
     """The compute function of conv.py's plans for a grouped 1x1 convolution without
-    padding, or None (group 1, or a dtype without a direct BLAS entry)."""
+    padding, or None (group 1, one output channel per group, a 1x1 map, or a dtype
+    without a direct BLAS entry)."""
     n, c = x_shape[:2]
-    if group < 2 or gemm_entry(dtype) is None:
-        return None
     p = int(np.prod(out_spatial, dtype=np.int64))
+    # one output row or column per group is a matrix-vector product: team_gemm calls
+    # GEMV there (OpenBLAS's GEMM is 2-3x slower on it)
+    if group < 2 or m // group == 1 or p == 1 or gemm_entry(dtype) is None:
+        return None
     sub = None if all(s == 1 for s in strides) else \
         (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
     shape_in, shape_w, shape_out = (group, c // group, p), (group, m // group, c // group), (group, m // group, p)
