@@ -12,7 +12,8 @@ Public:
 
 Strategy, chosen once per geometry (a cached plan holds every slice it copies):
   * 1x1, no padding: a plain matmul W (M, C) @ X (C, H*W) per image and group
-    (strided 1x1 subsamples first);
+    (strided 1x1 subsamples first); grouped ones in float, one BLAS GEMM per group on
+    the team with bias / residual / ReLU in one pass per group (grouped_pointwise.py);
   * stride-1 2-D with at least twice as many input as output channels: one GEMM of
     the tap-major weights with the flattened padded input, then a compiled
     shift-add of the taps (shift_conv.py);
