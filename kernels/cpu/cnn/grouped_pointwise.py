@@ -9,14 +9,14 @@ Public:
 
 A grouped 1x1 convolution is one small product per group (ShuffleNet: 4 x 34x34 @
 34x784 ... 4 x 136x136 @ 136x49). Each team thread takes whole groups (or column
-blocks of one when there are fewer groups than threads), runs one single-threaded
+blocks of them when the groups do not share out evenly), runs one single-threaded
 BLAS GEMM into the group's output rows and then adds bias and residual and applies
 ReLU in one pass over them while they are in cache. The general batched path
 (team_gemm.gemm_into) costs 25-100% more on these shapes: its per-call layout lookup
 and its output pass (three passes per row) are as long as the products themselves
 (one thread, 136 -> 136 channels, group 4, 28x28: 0.26 ms against 0.17 for the bare
 products). Same BLAS products and same order of additions: results equal the
-general path's.
+general path's. One output row or column per group stays there (its GEMV path).
 """
 import numpy as np
 
