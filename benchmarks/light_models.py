@@ -10,7 +10,13 @@ importer and shows where the time goes. --gemm-floor times only the GEMMs the
 models' convolutions need (im2col shapes, caffe2py's team GEMM with nothing else): a
 floor for direct convolution on this BLAS.
 
-    python benchmarks/light_models.py [--models resnet50,vgg19] [--layers] [--gemm-floor] [--append]
+--op-types times each model's ops by type inside the whole model: ours op by op on the
+prepared plan (caffe2py.benchmark.per_op_timing; a model's fused ops under their fused
+names), ORT's from its own profiler (SessionOptions.enable_profiling, kernel times per
+node, its layout reorders included), so the gap shows per kind of op with the caches
+as the model leaves them.
+
+    python benchmarks/light_models.py [--models resnet50,vgg19] [--layers] [--gemm-floor] [--op-types] [--append]
 """
 import argparse
 import os
@@ -229,6 +235,61 @@ def gemm_floor(name, runs):
     return total_ms, flops / 1e9
 
 
+def op_type_times(name, runs, rng):
+    """({op type: [count, ms per run]} ours, the same for ORT) inside the whole model."""
+    import collections
+    import json
+    import tempfile
+    import onnx
+    import onnxruntime as ort
+    from caffe2py.benchmark import per_op_timing
+    from caffe2py.devices import wait_for_compiled_kernels
+    from caffe2py.onnx import backend
+    model = onnx.load(os.path.join(light_dir(), "light_%s.onnx" % name))
+    feeds = random_feeds(model, rng)
+    rep = backend.prepare(model)
+    for _ in range(3):
+        rep.run(feeds)
+    wait_for_compiled_kernels()
+    blobs = dict(rep.constants)
+    blobs.update(feeds)
+    ours = collections.defaultdict(lambda: [0, 0.0])
+    for step, ms in zip(rep.plan.op_steps(), per_op_timing(rep.plan, blobs, runs)[0]):
+        ours[step.op_def.type][0] += 1
+        ours[step.op_def.type][1] += ms
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = THREADS, 1
+    opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    for _ in range(3 + runs):
+        sess.run(None, feeds)
+    path = sess.end_profiling()
+    with open(path) as f:
+        events = json.load(f)
+    os.remove(path)
+    per_node = collections.defaultdict(list)
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            per_node[(e["name"], e["args"]["op_name"])].append(e["dur"] / 1e3)
+    theirs = collections.defaultdict(lambda: [0, 0.0])
+    for (_, op_type), times in per_node.items():
+        theirs[op_type][0] += 1
+        theirs[op_type][1] += statistics.median(times[3:] or times)   # after the warm-ups
+    return ours, theirs
+
+
+def print_op_types(name, ours, theirs):
+    print("%s: ours %.2f ms (sum of ops run one by one), ORT %.2f ms (sum of its kernel times)"
+          % (name, sum(v[1] for v in ours.values()), sum(v[1] for v in theirs.values())))
+    width = max(len(k) for k in list(ours) + list(theirs))
+    rows = sorted(set(ours) | set(theirs), key=lambda k: -max(ours.get(k, [0, 0])[1], theirs.get(k, [0, 0])[1]))
+    for k in rows:
+        a, b = ours.get(k), theirs.get(k)
+        print("  %-*s %s   %s" % (width, k, "ours %3d x %8.3f ms" % tuple(a) if a else " " * 22,
+                                   "ORT %3d x %8.3f ms" % tuple(b) if b else ""))
+
+
 def table(rows, header):
     """rows: (name, ours ms, ORT ms, ratios of the rounds, max abs diff)."""
     lines = ["| model | %s | ORT ms | ratio (median of rounds) | ratio range | max abs diff |" % header,
@@ -251,6 +312,8 @@ def main(argv=None):
     parser.add_argument("--gemm-floor", action="store_true",
                         help="time only the convolutions' GEMMs (a floor for im2col/GEMM convolution on this BLAS)")
     parser.add_argument("--verbose", type=int, default=0, help="show the N slowest layers (vs ORT)")
+    parser.add_argument("--op-types", action="store_true",
+                        help="time each model's ops by type inside the model: ours op by op, ORT by its profiler")
     parser.add_argument("--threads", type=int, default=THREADS, help="caffe2py's team and ORT's intra-op threads")
     parser.add_argument("--append", action="store_true", help="append the table to benchmarks/RESULTS.md")
     args = parser.parse_args(argv)
@@ -267,6 +330,10 @@ def main(argv=None):
             print("%-14s conv GEMMs alone %8.2f ms  %6.2f GFLOP  %5.0f GFLOP/s" % (name, ms, gflop, gflop / ms * 1e3))
         return 0
     names = args.models.split(",")
+    if args.op_types:
+        for name in names:
+            print_op_types(name, *op_type_times(name, args.runs, rng))
+        return 0
     if args.layers:
         for name in names:
             ours, ort, diff = bench_layers(name, args.runs, rng, args.verbose)

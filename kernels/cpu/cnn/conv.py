@@ -12,7 +12,8 @@ Public:
 
 Strategy, chosen once per geometry (a cached plan holds every slice it copies):
   * 1x1, no padding: a plain matmul W (M, C) @ X (C, H*W) per image and group
-    (strided 1x1 subsamples first);
+    (strided 1x1 subsamples first); grouped ones in float, one BLAS GEMM per group on
+    the team with bias / residual / ReLU in one pass per group (grouped_pointwise.py);
   * stride-1 2-D with at least twice as many input as output channels: one GEMM of
     the tap-major weights with the flattened padded input, then a compiled
     shift-add of the taps (shift_conv.py);
@@ -43,6 +44,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..runtime.blas import gemm_entry
 from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import depthwise_plan
+from .grouped_pointwise import grouped_pointwise_plan
 from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
 from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size, thread_id
 from .shift_conv import shift_plan
@@ -260,7 +262,8 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     plan.fuses_output = True
     plan.takes_residual = False
     if all(kk == 1 for kk in kernel) and not any(pads):
-        plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial)
+        plan.compute = grouped_pointwise_plan(x_shape, m, strides, group, out_spatial, dtype) or \
+            _pointwise_plan(x_shape, m, strides, group, out_spatial)
         plan.takes_residual = True
     elif k == 2 and group == 1 and all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * m <= c and (
             shift := shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype)):
