@@ -397,6 +397,39 @@ def test_team_gemm_blocks_views_transposes_and_the_output_pass(monkeypatch, dtyp
         assert set(used) == {(1, 1)}
 
 
+@pytest.mark.parametrize("has_bias,has_res,relu", list(itertools.product([False, True], repeat=3)))
+@pytest.mark.parametrize("split", [True, False], ids=["team blocks", "serial"])
+def test_output_pass_every_combination_keeps_nan(monkeypatch, has_bias, has_res, relu, split):
+    """gemm_into's and finish_channels' output passes run one loop per combination of
+    bias, residual and ReLU: each against NumPy, with a NaN that ReLU must keep."""
+    from caffe2py.kernels.cpu.runtime import jit
+    from caffe2py.kernels.cpu.math import team_gemm
+    from caffe2py.kernels.cpu.math.epilogue import finish_channels
+    monkeypatch.setattr(jit, "TEAM_MIN_WORK", 1)
+    monkeypatch.setattr(team_gemm, "_MIN_PARALLEL_MACS", 1 if split else 1 << 30)
+    monkeypatch.setattr(team_gemm, "_layouts", {})
+    f64 = np.float64
+    m, k, n = 37, 19, 301                               # tails in every direction
+    a, b = rand(m, k), rand(k, n)
+    a[3, 0] = np.nan                                    # row 3 of the product is NaN
+    bias, res = (rand(m) if has_bias else None), (rand(m, n) if has_res else None)
+    want = a.astype(f64) @ b.astype(f64)
+    if has_bias:
+        want += bias.astype(f64)[:, None]
+    if has_res:
+        want += res
+    if relu:
+        want = np.where(want < 0, 0.0, want)            # NaN stays NaN
+    out = np.empty((m, n), np.float32)
+    team_gemm.gemm_into(a, b, out, bias, res, relu)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+    assert np.isnan(out[3]).all()
+    y = (a.astype(f64) @ b.astype(f64)).astype(np.float32).reshape(1, m, n)
+    got = finish_channels(y.copy(), bias, None if res is None else res.reshape(1, m, n), relu)
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-4)
+    assert np.isnan(got[0, 3]).all()
+
+
 def test_parallel_kernels_from_two_threads_on_numbas_workqueue_layer(tmp_path):
     """numba's fallback threading layer aborts on concurrent parallel launches: caffe2py
     serialises them there (a subprocess, since the layer is chosen once per process)."""
