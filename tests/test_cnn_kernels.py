@@ -1029,6 +1029,71 @@ def test_optimize_places_conv_outputs_in_their_concat():
     assert "Concat" in [op.type for op in optimize(_net(ops2, ["x"] + list(consts), ["y"]), dict(consts)).op]
 
 
+def _dense_block_net(links, outputs):
+    """A DenseNet-style block: stem conv + max pool, then `links` times BN -> Relu ->
+    3x3 conv (2 channels) -> Concat(previous, new); a 1x1 conv reads the last Concat."""
+    consts = {"w0": rand(4, 3, 3, 3), "b0": rand(4)}
+    ops = [_op("Conv", ["x", "w0", "b0"], ["s"], pads=[1, 1, 1, 1]), _op("Relu", ["s"], ["sr"]),
+           _op("MaxPool", ["sr"], ["c0"], kernel_shape=[2, 2], strides=[2, 2])]
+    channels = 4
+    for i in range(1, links + 1):
+        consts.update(_bn_consts("bn%d" % i, channels))
+        consts["w%d" % i] = rand(2, channels, 3, 3)
+        ops += [_op("BatchNormalization", ["c%d" % (i - 1)] + ["bn%d_%s" % (i, t) for t in "sbmv"], ["n%d" % i]),
+                _op("Relu", ["n%d" % i], ["r%d" % i]),
+                _op("Conv", ["r%d" % i, "w%d" % i], ["y%d" % i], pads=[1, 1, 1, 1]),
+                _op("Concat", ["c%d" % (i - 1), "y%d" % i], ["c%d" % i], axis=1)]
+        channels += 2
+    consts["wt"] = rand(3, channels, 1, 1)
+    ops.append(_op("Conv", ["c%d" % links, "wt"], ["out"]))
+    return _net(ops, ["x"] + list(consts), outputs), consts
+
+
+def test_optimize_grows_a_concat_chain_in_one_buffer():
+    """DenseNet's chain of Concats, each adding one conv's output to the previous one,
+    becomes one ChannelBuffer the convs write into and ChannelPrefix views; same results
+    (batch 2: the views are not contiguous); a chain whose middle value is a net output
+    is grown only after it."""
+    from caffe2py.optimize import optimize
+    feeds = {"x": rand(2, 3, 10, 8)}
+    net, consts = _dense_block_net(3, ["out", "c3"])
+    blobs = dict(consts)
+    opt = optimize(net, blobs)
+    types = [op.type for op in opt.op]
+    assert "Concat" not in types and types.count("ChannelBuffer") == 1 and types.count("ChannelPrefix") == 3
+    buffer = next(op for op in opt.op if op.type == "ChannelBuffer")
+    assert [a.i for a in buffer.arg if a.name == "channels"] == [10] and list(buffer.input) == ["c0"]
+    places = [list(a.ints) for op in opt.op for a in op.arg if a.name == "concat_channels"]
+    assert places == [[10, 4], [10, 6], [10, 8]]
+    for got, want in zip(_run(opt, blobs, feeds), _run(net, consts, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # c1 is a net output: the chain starts after it (c1's channels from its Concat's inputs)
+    net, consts = _dense_block_net(3, ["out", "c1"])
+    blobs = dict(consts)
+    opt = optimize(net, blobs)
+    types = [op.type for op in opt.op]
+    assert types.count("Concat") == 1 and types.count("ChannelPrefix") == 2
+    for got, want in zip(_run(opt, blobs, feeds), _run(net, consts, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # a single link is left to the Concat
+    net, consts = _dense_block_net(1, ["out"])
+    assert "Concat" in [op.type for op in optimize(net, dict(consts)).op]
+
+
+def test_channel_buffer_and_prefix_ops():
+    x = rand(2, 3, 4, 5)
+    y = run_op("ChannelBuffer", [x], channels=7)
+    assert y.shape == (2, 7, 4, 5)
+    np.testing.assert_array_equal(y[:, :3], x)
+    view = run_op("ChannelPrefix", [y], channels=5)
+    assert view.shape == (2, 5, 4, 5)
+    np.testing.assert_array_equal(view[:, :3], x)
+    with pytest.raises(Caffe2Error, match="more than the buffer"):
+        run_op("ChannelBuffer", [x], channels=2)
+    with pytest.raises(Caffe2Error, match="fewer than"):
+        run_op("ChannelPrefix", [x], channels=4)
+
+
 def test_conv_into_a_concat_buffer_checks_the_buffer():
     x, w, b = rand(1, 3, 4, 4), rand(2, 3, 1, 1), rand(2)
     first = run_op("ConvRelu", [x, w, b], kernel=1, concat_channels=[5, 3])
