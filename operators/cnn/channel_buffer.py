@@ -8,7 +8,9 @@ chain as one buffer with the block's final channel count: ChannelBuffer copies x
 its first channels once, each conv writes its channels in place (Conv's
 concat_channels), and every c_i becomes ChannelPrefix, a view of the channels filled so
 far. Later writes go to channels past every earlier view, so the views read what the
-Concats would have copied.
+Concats would have copied. The views keep the buffer's memory alive (NumPy's base
+reference), whatever the executor drops; a pool that recycles output arrays must not
+hand out one that a live view still reads.
 """
 import numpy as np
 
