@@ -21,13 +21,15 @@ def median_ms(fn, repeat, warmup=2):
     return 1e3 * statistics.median(samples)
 
 
-def interleaved_ms(ours, peer, runs, warmup=3, blocks=3, rest=0.3):
+def interleaved_ms(ours, peer, runs, warmup=3, blocks=3, rest=0.3, clock=time.perf_counter):
     """Medians (ms) of `runs` calls each, taken in alternating blocks (ours, peer, ours,
     ...) so both see the same machine load over time. Between blocks the process rests
     `rest` seconds: OpenBLAS's and onnxruntime's worker threads spin for up to ~0.1 s
     after their last call, and on a 2-core machine a peer's spinning workers would slow
     the next runs of the other library (run-by-run alternation measured both sides up
-    to 2-4x slow)."""
+    to 2-4x slow). clock: time.thread_time counts only this thread's CPU time (one
+    thread on both sides: on a shared machine the time other processes hold the core
+    then does not count; cache and memory contention still do)."""
     for _ in range(warmup):
         ours()
         peer()
@@ -38,9 +40,9 @@ def interleaved_ms(ours, peer, runs, warmup=3, blocks=3, rest=0.3):
             time.sleep(rest)
             fn()                                  # wake this library's threads
             for _ in range(per_block):
-                t0 = time.perf_counter()
+                t0 = clock()
                 fn()
-                out.append(time.perf_counter() - t0)
+                out.append(clock() - t0)
     return 1e3 * statistics.median(times[0]), 1e3 * statistics.median(times[1])
 
 

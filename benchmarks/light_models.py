@@ -30,6 +30,7 @@ from _timing import interleaved_ms, machine_label, median_ms
 MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
           "shufflenet", "squeezenet", "vgg19", "zfnet512"]
 THREADS = 2
+CLOCK = time.perf_counter
 
 
 def light_dir():
@@ -92,7 +93,7 @@ def bench_models(names, runs, repeats, rng):
     for round_ in range(repeats):
         for name in names:
             ours, ort, _ = prepared[name]
-            t_ours, t_ort = interleaved_ms(ours, ort, runs)
+            t_ours, t_ort = interleaved_ms(ours, ort, runs, clock=CLOCK)
             times[name].append((t_ours, t_ort))
             print("%-14s round %d  ours %8.2f ms  ORT %8.2f ms  ratio %5.2f"
                   % (name, round_ + 1, t_ours, t_ort, t_ours / t_ort), flush=True)
@@ -302,7 +303,7 @@ def table(rows, header):
 
 
 def main(argv=None):
-    global THREADS
+    global THREADS, CLOCK
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--runs", type=int, default=20)
@@ -316,8 +317,15 @@ def main(argv=None):
                         help="time each model's ops by type inside the model: ours op by op, ORT by its profiler")
     parser.add_argument("--threads", type=int, default=THREADS, help="caffe2py's team and ORT's intra-op threads")
     parser.add_argument("--append", action="store_true", help="append the table to benchmarks/RESULTS.md")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="whole models: this thread's CPU time instead of wall time (--threads 1 only: "
+                             "both libraries then run on the calling thread; for a shared, loaded machine)")
     args = parser.parse_args(argv)
     THREADS = args.threads
+    if args.cpu_time:
+        if THREADS != 1:
+            parser.error("--cpu-time needs --threads 1 (other threads' time would not be counted)")
+        CLOCK = time.thread_time
     if os.environ.get("CAFFE2PY_NUM_THREADS") != str(THREADS) or os.environ.get("OPENBLAS_NUM_THREADS") != str(THREADS):
         # the team and OpenBLAS read their thread counts once: restart with them set
         os.environ["CAFFE2PY_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = str(THREADS)
@@ -349,12 +357,13 @@ def main(argv=None):
         kind = "per-layer sums (Conv/pool/Gemm/LRN as single-node models)" if args.layers else "whole models"
         load = "%.1f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else "n/a"
         section = ("\n## Light ONNX models, %s: caffe2py vs onnxruntime, %d thread%s\n\n"
-                   "Machine: %s; date %s; batch 1, median of %d runs in alternating blocks, "
+                   "Machine: %s; date %s; batch 1, median of %d runs (" + ("CPU time of the thread" if args.cpu_time
+                                                                          else "wall time") + ") in alternating blocks, "
                    "%d round%s over the models, 1-minute load average %s when the table was written; "
-                   "`python benchmarks/light_models.py --threads %d --runs %d --repeats %d%s`.\n\n%s\n"
+                   "`python benchmarks/light_models.py --threads %d --runs %d --repeats %d%s%s`.\n\n%s\n"
                    % (kind, THREADS, "" if THREADS == 1 else "s", machine_label(), time.strftime("%Y-%m-%d"), args.runs,
                       args.repeats, "" if args.repeats == 1 else "s", load, THREADS, args.runs, args.repeats,
-                      " --layers" if args.layers else "", text))
+                      " --layers" if args.layers else "", " --cpu-time" if args.cpu_time else "", text))
         with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"), "a") as f:
             f.write(section)
     return 0

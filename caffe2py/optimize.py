@@ -63,6 +63,7 @@ def optimize(predict_net, blobs):
     fuse_conv_sum(net, blobs)
     fuse_channel_shuffle(net, blobs)
     place_concat_inputs(net, blobs)
+    grow_concat_chains(net, blobs)
     return net
 
 
@@ -640,3 +641,147 @@ def place_concat_inputs(net, blobs):
         _remove_ops(net, [j])
         placed += 1
     return placed
+
+
+def _placeable_conv(net, blobs, index, blob, reads, protected):
+    """Whether op `index` is a Caffe2 NCHW Conv/ConvRelu with constant weights making
+    `blob` for one reader only, which can write into a concat buffer."""
+    if index is None:
+        return False
+    op = net.op[index]
+    return (op.type in ("Conv", "ConvRelu") and _domain(op) == CAFFE2 and list(op.output) == [blob]
+            and 2 <= len(op.input) <= 3 and _const(blobs, op.input[1]) is not None
+            and _const(blobs, op.input[1]).ndim == 4 and _caffe2_conv_args(op) is not None
+            and reads.get(blob, 0) == 1 and blob not in protected
+            and not any(a.name == "concat_channels" for a in op.arg))
+
+
+def _producer(net, stop, blob):
+    """Index of the last op before `stop` that writes `blob`, or None."""
+    return next((i for i in range(stop - 1, -1, -1) if blob in net.op[i].output), None)
+
+
+def grow_concat_chains(net, blobs):
+    """Channel Concats k_1 = Concat(x0, y_1), k_i = Concat(c_(i-1), y_i), with every y_i
+    made by a placeable conv (see _placeable_conv) that comes after k_(i-1), at least
+    two links, and no c_i written again, become: ChannelBuffer(x0) -> B before the
+    first conv; each conv writing its channels into B in place (concat_channels =
+    [total, offset], B its 4th input and its output); each c_i = ChannelPrefix(B)
+    at k_i's place. Returns the number of chains."""
+    protected = set(net.external_output)
+    grown = 0
+    j = 0
+    while j < len(net.op):
+        reads = _readers(net)
+        chain = []                  # (concat index, conv index, conv channels)
+        k = j
+        while k < len(net.op):
+            op = net.op[k]
+            if not _channel_concat(op) or len(op.input) != 2 or op.input[0] == op.input[1]:
+                break
+            if chain and op.input[0] != net.op[chain[-1][0]].output[0]:
+                break
+            conv = _producer(net, k, op.input[1])
+            if not _placeable_conv(net, blobs, conv, op.input[1], reads, protected) \
+                    or conv < (chain[-1][0] if chain else 0):
+                break
+            chain.append((k, conv, int(_const(blobs, net.op[conv].input[1]).shape[0])))
+            # the next link: the first later Concat that reads this one's output first
+            out = op.output[0]
+            k = next((i for i in range(k + 1, len(net.op)) if _channel_concat(net.op[i])
+                      and list(net.op[i].input[:1]) == [out]), len(net.op))
+        if len(chain) < 2 or not _chain_is_safe(net, blobs, chain, protected):
+            j += 1
+            continue
+        _grow_chain(net, blobs, chain)
+        grown += 1
+        j = chain[-1][0] + 2        # past the last link (one op was inserted before it)
+    return grown
+
+
+def _chain_is_safe(net, blobs, chain, protected):
+    """The chain's values c_i become views of one buffer: nothing may write them after
+    their Concat, the intermediate ones must not be net outputs, and x0 must exist
+    before the first conv."""
+    outputs = [net.op[k].output[0] for k, _, _ in chain]
+    if any(c in protected for c in outputs[:-1]) or len(set(outputs)) != len(outputs):
+        return False
+    writers = {}
+    for op in net.op:
+        for blob in op.output:
+            writers[blob] = writers.get(blob, 0) + 1
+    if any(writers.get(c, 0) != 1 for c in outputs):
+        return False
+    x0 = net.op[chain[0][0]].input[0]
+    first_conv = min(conv for _, conv, _ in chain)
+    made = _producer(net, len(net.op), x0)
+    return (made is None or made < first_conv) and _channels_of(net, blobs, chain[0][0], x0) is not None
+
+
+def _grow_chain(net, blobs, chain):
+    names = set(blobs) | set(net.external_input) | set(net.external_output)
+    for op in net.op:
+        names.update(op.input)
+        names.update(op.output)
+    first = net.op[chain[0][0]]
+    x0 = first.input[0]
+    buffer = _new_name(names, first.output[0] + "_buffer")
+    x0_channels = _channels_of(net, blobs, chain[0][0], x0)
+    total = x0_channels + sum(m for _, _, m in chain)
+    offset = x0_channels
+    for k, conv, m in chain:
+        op = net.op[conv]
+        if len(op.input) < 3:        # the buffer goes 4th: a bias first
+            op.input.append(_add_constant(net, blobs, op.output[0] + "_zero_bias",
+                                          np.zeros(m, _const(blobs, op.input[1]).dtype)))
+        op.input.append(buffer)
+        op.output[0] = buffer
+        op.arg.add(name="concat_channels", ints=[total, offset])
+        offset += m
+        concat = net.op[k]
+        view = caffe2_pb2.OperatorDef(type="ChannelPrefix", name=concat.name)
+        view.input.append(buffer)
+        view.output.append(concat.output[0])
+        view.arg.add(name="channels", i=offset)
+        if concat.HasField("device_option"):
+            view.device_option.CopyFrom(concat.device_option)
+        net.op[k].CopyFrom(view)
+    make = caffe2_pb2.OperatorDef(type="ChannelBuffer", name=first.name + "_buffer")
+    make.input.append(x0)
+    make.output.append(buffer)
+    make.arg.add(name="channels", i=total)
+    at = min(conv for _, conv, _ in chain)
+    ops = list(net.op)
+    del net.op[:]
+    net.op.extend(ops[:at] + [make] + ops[at:])
+
+
+# single-input ops that keep an NCHW tensor's channels (the way back from a dense
+# block's input to the conv that set its width)
+_SAME_CHANNELS = {"MaxPool", "AveragePool", "Relu", "SpatialBN", "SpatialBNRelu", "BatchNormalization"}
+
+
+def _channels_of(net, blobs, stop, blob, depth=8):
+    """The channel count of NCHW `blob` as written before op `stop`, when the ops that
+    make it tell it without shapes: a Caffe2 conv (its weights, or its concat buffer),
+    through channel-keeping ops (pools, ReLU, BN) and channel Concats; else None."""
+    k = _producer(net, stop, blob)
+    if k is None or depth == 0:
+        return None
+    op = net.op[k]
+    args = _args(op)
+    if op.type in ("Conv", "ConvRelu", "ConvSum", "ConvSumRelu") and _domain(op) == CAFFE2 \
+            and args.get("order", "NCHW") == "NCHW":
+        if args.get("concat_channels"):
+            return int(args["concat_channels"][0])
+        w = _const(blobs, op.input[1]) if len(op.input) > 1 else None
+        return int(w.shape[0]) if w is not None and w.ndim >= 3 else None
+    if op.type == "ChannelPrefix" or op.type == "ChannelBuffer":
+        return int(args["channels"])
+    if _channel_concat(op):
+        parts = [_channels_of(net, blobs, k, b, depth - 1) for b in op.input]
+        return None if None in parts else sum(parts)
+    if op.type in _SAME_CHANNELS and args.get("order", "NCHW") == "NCHW" and op.input \
+            and args.get("global_pooling", 0) in (0, None):
+        return _channels_of(net, blobs, k, op.input[0], depth - 1)
+    return None

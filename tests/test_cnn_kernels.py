@@ -397,6 +397,39 @@ def test_team_gemm_blocks_views_transposes_and_the_output_pass(monkeypatch, dtyp
         assert set(used) == {(1, 1)}
 
 
+@pytest.mark.parametrize("has_bias,has_res,relu", list(itertools.product([False, True], repeat=3)))
+@pytest.mark.parametrize("split", [True, False], ids=["team blocks", "serial"])
+def test_output_pass_every_combination_keeps_nan(monkeypatch, has_bias, has_res, relu, split):
+    """gemm_into's and finish_channels' output passes run one loop per combination of
+    bias, residual and ReLU: each against NumPy, with a NaN that ReLU must keep."""
+    from caffe2py.kernels.cpu.runtime import jit
+    from caffe2py.kernels.cpu.math import team_gemm
+    from caffe2py.kernels.cpu.math.epilogue import finish_channels
+    monkeypatch.setattr(jit, "TEAM_MIN_WORK", 1)
+    monkeypatch.setattr(team_gemm, "_MIN_PARALLEL_MACS", 1 if split else 1 << 30)
+    monkeypatch.setattr(team_gemm, "_layouts", {})
+    f64 = np.float64
+    m, k, n = 37, 19, 301                               # tails in every direction
+    a, b = rand(m, k), rand(k, n)
+    a[3, 0] = np.nan                                    # row 3 of the product is NaN
+    bias, res = (rand(m) if has_bias else None), (rand(m, n) if has_res else None)
+    want = a.astype(f64) @ b.astype(f64)
+    if has_bias:
+        want += bias.astype(f64)[:, None]
+    if has_res:
+        want += res
+    if relu:
+        want = np.where(want < 0, 0.0, want)            # NaN stays NaN
+    out = np.empty((m, n), np.float32)
+    team_gemm.gemm_into(a, b, out, bias, res, relu)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+    assert np.isnan(out[3]).all()
+    y = (a.astype(f64) @ b.astype(f64)).astype(np.float32).reshape(1, m, n)
+    got = finish_channels(y.copy(), bias, None if res is None else res.reshape(1, m, n), relu)
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-4)
+    assert np.isnan(got[0, 3]).all()
+
+
 def test_parallel_kernels_from_two_threads_on_numbas_workqueue_layer(tmp_path):
     """numba's fallback threading layer aborts on concurrent parallel launches: caffe2py
     serialises them there (a subprocess, since the layer is chosen once per process)."""
@@ -994,6 +1027,71 @@ def test_optimize_places_conv_outputs_in_their_concat():
     ops2 = ops[:6] + [_op("Concat", ["e1r", "sr"], ["cat"], axis=1), _op("Conv", ["cat", "wn"], ["y"])]
     consts["wn"] = rand(4, 11, 1, 1)
     assert "Concat" in [op.type for op in optimize(_net(ops2, ["x"] + list(consts), ["y"]), dict(consts)).op]
+
+
+def _dense_block_net(links, outputs):
+    """A DenseNet-style block: stem conv + max pool, then `links` times BN -> Relu ->
+    3x3 conv (2 channels) -> Concat(previous, new); a 1x1 conv reads the last Concat."""
+    consts = {"w0": rand(4, 3, 3, 3), "b0": rand(4)}
+    ops = [_op("Conv", ["x", "w0", "b0"], ["s"], pads=[1, 1, 1, 1]), _op("Relu", ["s"], ["sr"]),
+           _op("MaxPool", ["sr"], ["c0"], kernel_shape=[2, 2], strides=[2, 2])]
+    channels = 4
+    for i in range(1, links + 1):
+        consts.update(_bn_consts("bn%d" % i, channels))
+        consts["w%d" % i] = rand(2, channels, 3, 3)
+        ops += [_op("BatchNormalization", ["c%d" % (i - 1)] + ["bn%d_%s" % (i, t) for t in "sbmv"], ["n%d" % i]),
+                _op("Relu", ["n%d" % i], ["r%d" % i]),
+                _op("Conv", ["r%d" % i, "w%d" % i], ["y%d" % i], pads=[1, 1, 1, 1]),
+                _op("Concat", ["c%d" % (i - 1), "y%d" % i], ["c%d" % i], axis=1)]
+        channels += 2
+    consts["wt"] = rand(3, channels, 1, 1)
+    ops.append(_op("Conv", ["c%d" % links, "wt"], ["out"]))
+    return _net(ops, ["x"] + list(consts), outputs), consts
+
+
+def test_optimize_grows_a_concat_chain_in_one_buffer():
+    """DenseNet's chain of Concats, each adding one conv's output to the previous one,
+    becomes one ChannelBuffer the convs write into and ChannelPrefix views; same results
+    (batch 2: the views are not contiguous); a chain whose middle value is a net output
+    is grown only after it."""
+    from caffe2py.optimize import optimize
+    feeds = {"x": rand(2, 3, 10, 8)}
+    net, consts = _dense_block_net(3, ["out", "c3"])
+    blobs = dict(consts)
+    opt = optimize(net, blobs)
+    types = [op.type for op in opt.op]
+    assert "Concat" not in types and types.count("ChannelBuffer") == 1 and types.count("ChannelPrefix") == 3
+    buffer = next(op for op in opt.op if op.type == "ChannelBuffer")
+    assert [a.i for a in buffer.arg if a.name == "channels"] == [10] and list(buffer.input) == ["c0"]
+    places = [list(a.ints) for op in opt.op for a in op.arg if a.name == "concat_channels"]
+    assert places == [[10, 4], [10, 6], [10, 8]]
+    for got, want in zip(_run(opt, blobs, feeds), _run(net, consts, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # c1 is a net output: the chain starts after it (c1's channels from its Concat's inputs)
+    net, consts = _dense_block_net(3, ["out", "c1"])
+    blobs = dict(consts)
+    opt = optimize(net, blobs)
+    types = [op.type for op in opt.op]
+    assert types.count("Concat") == 1 and types.count("ChannelPrefix") == 2
+    for got, want in zip(_run(opt, blobs, feeds), _run(net, consts, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # a single link is left to the Concat
+    net, consts = _dense_block_net(1, ["out"])
+    assert "Concat" in [op.type for op in optimize(net, dict(consts)).op]
+
+
+def test_channel_buffer_and_prefix_ops():
+    x = rand(2, 3, 4, 5)
+    y = run_op("ChannelBuffer", [x], channels=7)
+    assert y.shape == (2, 7, 4, 5)
+    np.testing.assert_array_equal(y[:, :3], x)
+    view = run_op("ChannelPrefix", [y], channels=5)
+    assert view.shape == (2, 5, 4, 5)
+    np.testing.assert_array_equal(view[:, :3], x)
+    with pytest.raises(Caffe2Error, match="more than the buffer"):
+        run_op("ChannelBuffer", [x], channels=2)
+    with pytest.raises(Caffe2Error, match="fewer than"):
+        run_op("ChannelPrefix", [x], channels=4)
 
 
 def test_conv_into_a_concat_buffer_checks_the_buffer():

@@ -52,18 +52,23 @@ def _finish_rows(y, bias, residual, has_bias, has_residual, relu, blocks):
         for r in range(lo, hi):
             row = y[r]
             b = bias[r % channels]
+            # the ReLU in the same loop as the adds: a store every element vectorises,
+            # a ReLU pass of its own stores only where it clamps (3-5x slower, team_gemm.py)
             if has_residual:
                 res = residual[r]
                 if has_bias:
                     for i in range(length):
-                        row[i] = row[i] + b + res[i]
+                        v = row[i] + b + res[i]
+                        row[i] = 0.0 if relu and v < 0 else v
                 else:
                     for i in range(length):
-                        row[i] = row[i] + res[i]
+                        v = row[i] + res[i]
+                        row[i] = 0.0 if relu and v < 0 else v
             elif has_bias:
                 for i in range(length):
-                    row[i] = row[i] + b
-            if relu:
+                    v = row[i] + b
+                    row[i] = 0.0 if relu and v < 0 else v
+            elif relu:
                 for i in range(length):
                     v = row[i]
                     row[i] = 0.0 if v < 0 else v

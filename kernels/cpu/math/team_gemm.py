@@ -70,17 +70,27 @@ def _gemm_blocks(address, gemv, ilp64, a, b, out, ta, lda, gsa, tb, ldb, gsb, k,
                       b.ctypes.data + b_at * item, ldb, 0.0, out.ctypes.data + c_at * item, n, out)
         if not (has_bias or has_res or relu):
             continue
+        # one pass per row, a loop per flag combination, the ReLU inside it: a store of
+        # every element vectorises, a ReLU pass of its own stores only where it clamps
+        # and does not (bias + residual + ReLU of a 256 x 3136 output: 0.9 ms in three
+        # passes, 0.13 ms in one; one thread, 256x64 @ 64x3136 with them: 2.6 -> 1.6 ms)
         for r in range(m0, m1):
             row = out[g, r, n0:n1]
-            if has_bias:
-                v = bias[g * m + r]
+            extra = res[g, r, n0:n1] if has_res else row
+            v = bias[g * m + r] if has_bias else bias[0]
+            if has_bias and has_res:
                 for i in range(n1 - n0):
-                    row[i] += v
-            if has_res:
-                extra = res[g, r, n0:n1]
+                    x = row[i] + v + extra[i]
+                    row[i] = 0.0 if relu and x < 0 else x
+            elif has_res:
                 for i in range(n1 - n0):
-                    row[i] += extra[i]
-            if relu:
+                    x = row[i] + extra[i]
+                    row[i] = 0.0 if relu and x < 0 else x
+            elif has_bias:
+                for i in range(n1 - n0):
+                    x = row[i] + v
+                    row[i] = 0.0 if relu and x < 0 else x
+            else:
                 for i in range(n1 - n0):
                     x = row[i]
                     row[i] = 0.0 if x < 0 else x

@@ -1,0 +1,63 @@
+"""ChannelBuffer and ChannelPrefix: a chain of channel Concats sharing one buffer.
+
+DenseNet's dense block concatenates the block's input with every layer's output in
+turn: c_1 = Concat(x0, y_1), c_2 = Concat(c_1, y_2), ... Each Concat copies all the
+channels so far, so the copies grow with the square of the block's length (densenet121:
+58 Concats, about 9% of a run). caffe2py.optimize (grow_concat_chains) rewrites such a
+chain as one buffer with the block's final channel count: ChannelBuffer copies x0 into
+its first channels once, each conv writes its channels in place (Conv's
+concat_channels), and every c_i becomes ChannelPrefix, a view of the channels filled so
+far. Later writes go to channels past every earlier view, so the views read what the
+Concats would have copied. The views keep the buffer's memory alive (NumPy's base
+reference), whatever the executor drops; a pool that recycles output arrays must not
+hand out one that a live view still reads.
+"""
+import numpy as np
+
+from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.schema_rules import Range, Rank
+
+register_schema(OpSchema(
+    "ChannelBuffer", num_inputs=1, num_outputs=1,
+    args=(Arg("channels", "int", required=True, check=Range(1)),),
+    checks=(Rank(0, 2),),
+    inference=lambda ctx, ins: [TensorType((ins[0].dims[0], ctx.int("channels")) + tuple(ins[0].dims[2:]),
+                                           ins[0].dtype)],
+    inputs=("X",), outputs=("Y",),
+    doc="Y: a new NCHW array of `channels` channels (at least X's) whose first channels are X "
+        "and whose others are left for the convs that write into it (what caffe2py.optimize "
+        "makes of the first Concat of a chain, see ChannelPrefix)."))
+
+register_schema(OpSchema(
+    "ChannelPrefix", num_inputs=1, num_outputs=1,
+    args=(Arg("channels", "int", required=True, check=Range(1)),),
+    checks=(Rank(0, 2),),
+    inference=lambda ctx, ins: [TensorType((ins[0].dims[0], ctx.int("channels")) + tuple(ins[0].dims[2:]),
+                                           ins[0].dtype)],
+    inputs=("X",), outputs=("Y",),
+    doc="Y = X[:, :channels], a view (no copy): the value of one Concat of a chain whose "
+        "channels later ops fill in a shared buffer (caffe2py.optimize's grow_concat_chains)."))
+
+
+@register_kernel("ChannelBuffer")
+def channel_buffer(ctx):
+    channels = ctx.int("channels")
+
+    def run(x):
+        if x.shape[1] > channels:
+            raise ctx.input_error(0, "has %d channels, more than the buffer's %d" % (x.shape[1], channels))
+        y = np.empty((x.shape[0], channels) + x.shape[2:], x.dtype)
+        y[:, :x.shape[1]] = x
+        return y
+    return run
+
+
+@register_kernel("ChannelPrefix")
+def channel_prefix(ctx):
+    channels = ctx.int("channels")
+
+    def run(x):
+        if x.shape[1] < channels:
+            raise ctx.input_error(0, "has %d channels, fewer than the %d asked for" % (x.shape[1], channels))
+        return x[:, :channels]
+    return run
