@@ -1,0 +1,168 @@
+"""Output arrays reused between runs of a net: a pool whose buffers are free when
+nobody but the pool holds them.
+
+Public:
+    output_array(shape, dtype)    where a kernel gets the array it returns: np.empty
+                                  when no pool is active on this thread, else a pooled
+                                  array of exactly that shape and dtype that nobody
+                                  else holds
+    OutputPool()                  the buffers; `with pool:` makes it this thread's
+                                  active pool for one net run (the executor does this
+                                  once per run of a plan that drops its intermediates)
+    NO_POOL                       `with NO_POOL:` turns pooling off for a nested run
+                                  (a workspace net run from inside a pooled one)
+    pooling_enabled()             False when CAFFE2PY_OUTPUT_POOL=0 (plans then make
+                                  no pool: every output a new array, as before)
+
+The rule for "free": a buffer is free when the pool's own entry is its only holder,
+counted with sys.getrefcount (the technique caffe2py/inplace.py uses to tell an
+array only the workspace holds). Anything else that holds it keeps it busy, and a
+busy buffer is never handed out: a local of the running net that a later op still
+reads, a view or reshape of it (a view holds its base), a workspace entry, an array
+a caller fetched or got back from an earlier run. So the memory a net's dropped
+intermediates leave behind is taken by the next outputs of the same shape, within
+the run and in the runs that follow, and nothing anyone can still see is ever
+overwritten. Kernels know nothing of nets: they only ask output_array for memory.
+
+What the pool keeps between runs (the sweep when a run ends):
+  * free buffers this run took: the next run takes them again (a warm run of
+    unchanged shapes allocates nothing);
+  * buffers still busy (a returned output the caller holds) taken in this run or
+    the one before: a caller looping `out = run(x)` holds the previous output while
+    the next run computes, so two buffers alternate;
+  * nothing else: free buffers this run did not take (their shapes changed) are let
+    go at once, busy ones older than that are forgotten (they are the holder's).
+So the pool holds about one run's worth of output memory.
+
+Threads: the active pool is per thread (a DAG net's worker threads have none unless
+they enter one); taking a buffer is atomic under the pool's lock, so two threads
+running the same plan never share a buffer.
+"""
+import os
+import sys
+import threading
+
+import numpy as np
+
+_state = threading.local()
+
+
+def _probe_free_count():
+    """sys.getrefcount of a buffer only the pool holds, as OutputPool.take and the
+    sweep call it (the entry list's reference plus the call's argument)."""
+    entry = [np.empty(1), 0]
+    return sys.getrefcount(entry[0])
+
+
+_FREE = _probe_free_count()
+
+
+def pooling_enabled():
+    return os.environ.get("CAFFE2PY_OUTPUT_POOL", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def output_array(shape, dtype):
+    """A C-contiguous array of `shape` and `dtype` for a kernel to fill and return;
+    its contents are undefined (as np.empty's)."""
+    pool = getattr(_state, "pool", None)
+    if pool is None:
+        return np.empty(shape, dtype)
+    return pool.take(shape, dtype)
+
+
+def active_pool():
+    """This thread's active pool, or None."""
+    return getattr(_state, "pool", None)
+
+
+class OutputPool:
+    """Buffers by (shape, dtype); counts allocations (new buffers) and reuses."""
+
+    def __init__(self):
+        self._entries = {}       # (shape, dtype.str) -> [[array, run it was last taken in], ...]
+        self._lock = threading.Lock()
+        self._run = 0            # runs entered so far (the sweep's clock)
+        self.allocations = 0
+        self.reuses = 0
+
+    # ---------------------------------------------------------------- taking
+
+    def take(self, shape, dtype):
+        dtype = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        key = (shape, dtype.str)
+        with self._lock:         # check-and-take is atomic: two threads never share one
+            entries = self._entries.get(key)
+            if entries is None:
+                entries = self._entries[key] = []
+            else:
+                for entry in entries:
+                    if sys.getrefcount(entry[0]) == _FREE:
+                        entry[1] = self._run
+                        self.reuses += 1
+                        return entry[0]
+            array = np.empty(shape, dtype)
+            entries.append([array, self._run])
+            self.allocations += 1
+            return array
+
+    # ---------------------------------------------------------------- one run
+
+    def __enter__(self):
+        stack = getattr(_state, "stack", None)
+        if stack is None:
+            stack = _state.stack = []
+        stack.append(getattr(_state, "pool", None))
+        _state.pool = self
+        with self._lock:
+            self._run += 1
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        _state.pool = _state.stack.pop()
+        if _state.pool is not self:         # the outermost run of this pool on this thread
+            self.sweep()
+        return False
+
+    def sweep(self):
+        """Keep what the next run will want (see the module's docstring)."""
+        with self._lock:
+            now = self._run
+            for key in list(self._entries):
+                kept = [entry for entry in self._entries[key]
+                        if (entry[1] == now if sys.getrefcount(entry[0]) == _FREE else entry[1] >= now - 1)]
+                if kept:
+                    self._entries[key] = kept
+                else:
+                    del self._entries[key]
+
+    # ---------------------------------------------------------------- looking
+
+    def held_bytes(self):
+        """Bytes of every buffer the pool holds, free or busy."""
+        with self._lock:
+            return sum(entry[0].nbytes for entries in self._entries.values() for entry in entries)
+
+    def buffer_count(self):
+        with self._lock:
+            return sum(len(entries) for entries in self._entries.values())
+
+
+class _NoPool:
+    """`with NO_POOL:` for a run whose outputs must be plain arrays."""
+    __slots__ = ()
+
+    def __enter__(self):
+        stack = getattr(_state, "stack", None)
+        if stack is None:
+            stack = _state.stack = []
+        stack.append(getattr(_state, "pool", None))
+        _state.pool = None
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        _state.pool = _state.stack.pop()
+        return False
+
+
+NO_POOL = _NoPool()
