@@ -4,8 +4,9 @@ nobody but the pool holds them.
 Public:
     output_array(shape, dtype)    where a kernel gets the array it returns: np.empty
                                   when no pool is active on this thread, else a pooled
-                                  array of exactly that shape and dtype that nobody
-                                  else holds
+                                  C-contiguous array of that shape and dtype that
+                                  nobody else holds (a reshape of a pooled buffer of
+                                  the same size when the shapes differ)
     OutputPool()                  the buffers; `with pool:` makes it this thread's
                                   active pool for one net run (the executor does this
                                   once per run of a plan that drops its intermediates)
@@ -38,6 +39,7 @@ Threads: the active pool is per thread (a DAG net's worker threads have none unl
 they enter one); taking a buffer is atomic under the pool's lock, so two threads
 running the same plan never share a buffer.
 """
+import math
 import os
 import sys
 import threading
@@ -76,10 +78,10 @@ def active_pool():
 
 
 class OutputPool:
-    """Buffers by (shape, dtype); counts allocations (new buffers) and reuses."""
+    """Buffers by (element count, dtype); counts allocations (new buffers) and reuses."""
 
     def __init__(self):
-        self._entries = {}       # (shape, dtype.str) -> [[array, run it was last taken in], ...]
+        self._entries = {}       # (size, dtype.str) -> [[array, run it was last taken in], ...]
         self._lock = threading.Lock()
         self._run = 0            # runs entered so far (the sweep's clock)
         self.allocations = 0
@@ -90,7 +92,9 @@ class OutputPool:
     def take(self, shape, dtype):
         dtype = np.dtype(dtype)
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        key = (shape, dtype.str)
+        # by element count, not shape: a free buffer of another shape and the same size
+        # serves as a reshape (a view, which holds the buffer busy like any holder)
+        key = (math.prod(shape), dtype.str)
         with self._lock:         # check-and-take is atomic: two threads never share one
             entries = self._entries.get(key)
             if entries is None:
@@ -100,7 +104,8 @@ class OutputPool:
                     if sys.getrefcount(entry[0]) == _FREE:
                         entry[1] = self._run
                         self.reuses += 1
-                        return entry[0]
+                        array = entry[0]
+                        return array if array.shape == shape else array.reshape(shape)
             array = np.empty(shape, dtype)
             entries.append([array, self._run])
             self.allocations += 1
