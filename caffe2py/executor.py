@@ -480,8 +480,8 @@ def repeated_runs():
     """What `Plan.run` wraps each run in, entered once around many runs of
     repeatable runners: the CPU thread team, the undo log of in-place writes (a failure
     undoes every run's writes inside it, as the failing op's enclosing net run would),
-    the floating-point exception flag."""
-    with cpu_run_context(), undo_on_failure(), fp_exceptions.run_context():
+    the floating-point exception flag; no output pool (the runs commit every blob)."""
+    with cpu_run_context(), undo_on_failure(), fp_exceptions.run_context(), NO_POOL:
         yield
 
 

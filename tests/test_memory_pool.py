@@ -98,9 +98,9 @@ def test_warm_resnet50_run_allocates_no_intermediate_buffers():
     rep = backend.prepare(model)
     pool = rep.plan.output_pool
     assert pool is not None
-    first = rep.run(feeds)                 # cold: every buffer is new
-    cold_allocations = pool.allocations
-    assert cold_allocations > 10
+    first = rep.run(feeds)                 # cold: new buffers, shared along the net
+    requests = pool.allocations + pool.reuses
+    assert 0 < pool.allocations < requests and requests > 50      # ~55 conv/pool/Gemm outputs
     second = rep.run(feeds)                # the caller still holds the first outputs
     del second
     before = (pool.allocations, pool.reuses)
@@ -109,7 +109,7 @@ def test_warm_resnet50_run_allocates_no_intermediate_buffers():
     _, warm_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert pool.allocations == before[0], "a warm run allocated new pool buffers"
-    assert pool.reuses - before[1] >= cold_allocations
+    assert pool.reuses - before[1] == requests, "every output of the warm run came from the pool"
     for a, b in zip(third, first):
         np.testing.assert_array_equal(a, b)
     _assert_matches(third, _ort_run(model, feeds))
@@ -127,18 +127,16 @@ def test_changed_shapes_get_new_buffers_and_right_values():
     model = _small_cnn()
     rep = backend.prepare(model)
     pool = rep.plan.output_pool
-    kinds = {}                   # image shape -> the (shape, dtype) keys the pool held after its runs
-    for shape, seed in (((1, 16, 16), 1), ((1, 16, 16), 2), ((2, 12, 20), 3), ((2, 12, 20), 4), ((1, 16, 16), 5)):
+    for shape, seed in (((1, 16, 16), 1), ((1, 16, 16), 2), ((2, 12, 20), 3), ((2, 12, 20), 4), ((1, 16, 8), 5)):
         feeds = _feeds(*shape, seed)
         before = pool.allocations
         _assert_matches(rep.run(feeds), _ort_run(model, feeds))
-        if seed in (1, 3, 5):        # a shape the previous run did not have
+        if seed == 3:                # larger maps than any buffer held
             assert pool.allocations > before
-        else:
+        elif seed in (2, 4):         # the same shapes again
             assert pool.allocations == before
-        kinds.setdefault(shape, set(pool._entries))
-    # the buffers of shapes the last run did not use were let go
-    assert set(pool._entries) == kinds[(1, 16, 16)] != kinds[(2, 12, 20)]
+    # what the pool keeps is what the last run took: the larger shape's spare buffers went
+    assert all(entry[1] == pool._run for entries in pool._entries.values() for entry in entries)
 
 
 def test_returned_outputs_and_their_views_are_never_overwritten():

@@ -5,8 +5,9 @@ Public:
     output_array(shape, dtype)    where a kernel gets the array it returns: np.empty
                                   when no pool is active on this thread, else a pooled
                                   C-contiguous array of that shape and dtype that
-                                  nobody else holds (a reshape of a pooled buffer of
-                                  the same size when the shapes differ)
+                                  nobody else holds (when the pooled buffer has
+                                  another shape or more room: a reshaped view of its
+                                  front)
     OutputPool()                  the buffers; `with pool:` makes it this thread's
                                   active pool for one net run (the executor does this
                                   once per run of a plan that drops its intermediates)
@@ -21,7 +22,7 @@ array only the workspace holds). Anything else that holds it keeps it busy, and 
 busy buffer is never handed out: a local of the running net that a later op still
 reads, a view or reshape of it (a view holds its base), a workspace entry, an array
 a caller fetched or got back from an earlier run. So the memory a net's dropped
-intermediates leave behind is taken by the next outputs of the same shape, within
+intermediates leave behind is taken by the next outputs it has room for, within
 the run and in the runs that follow, and nothing anyone can still see is ever
 overwritten. Kernels know nothing of nets: they only ask output_array for memory.
 
@@ -31,7 +32,7 @@ What the pool keeps between runs (the sweep when a run ends):
   * buffers still busy (a returned output the caller holds) taken in this run or
     the one before: a caller looping `out = run(x)` holds the previous output while
     the next run computes, so two buffers alternate;
-  * nothing else: free buffers this run did not take (their shapes changed) are let
+  * nothing else: free buffers this run did not take (the shapes changed) are let
     go at once, busy ones older than that are forgotten (they are the holder's).
 So the pool holds about one run's worth of output memory.
 
@@ -58,6 +59,11 @@ def _probe_free_count():
 
 _FREE = _probe_free_count()
 
+# a free buffer serves an output of up to MAX_SLACK times fewer elements: best fit
+# over element counts took the pools of warm light model runs from 13.5 / 37 / 11 MB
+# (exact sizes only) to 11.5 / 13 / 7.5 MB (resnet50 / densenet121 / inception_v2)
+MAX_SLACK = 4
+
 
 def pooling_enabled():
     return os.environ.get("CAFFE2PY_OUTPUT_POOL", "1").strip().lower() not in ("0", "false", "no", "off")
@@ -78,10 +84,12 @@ def active_pool():
 
 
 class OutputPool:
-    """Buffers by (element count, dtype); counts allocations (new buffers) and reuses."""
+    """Buffers by dtype, handed out best fit: the smallest free one with room for the
+    output (at most MAX_SLACK times its size, so a small output never pins a large
+    buffer). Counts allocations (new buffers) and reuses."""
 
     def __init__(self):
-        self._entries = {}       # (size, dtype.str) -> [[array, run it was last taken in], ...]
+        self._entries = {}       # dtype.str -> [[array, run it was last taken in], ...]
         self._lock = threading.Lock()
         self._run = 0            # runs entered so far (the sweep's clock)
         self.allocations = 0
@@ -92,20 +100,26 @@ class OutputPool:
     def take(self, shape, dtype):
         dtype = np.dtype(dtype)
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        # by element count, not shape: a free buffer of another shape and the same size
-        # serves as a reshape (a view, which holds the buffer busy like any holder)
-        key = (math.prod(shape), dtype.str)
+        size = math.prod(shape)
         with self._lock:         # check-and-take is atomic: two threads never share one
-            entries = self._entries.get(key)
+            entries = self._entries.get(dtype.str)
             if entries is None:
-                entries = self._entries[key] = []
-            else:
-                for entry in entries:
-                    if sys.getrefcount(entry[0]) == _FREE:
-                        entry[1] = self._run
-                        self.reuses += 1
-                        array = entry[0]
-                        return array if array.shape == shape else array.reshape(shape)
+                entries = self._entries[dtype.str] = []
+            best = None
+            for entry in entries:
+                have = entry[0].size
+                if size <= have <= MAX_SLACK * max(size, 1) and (best is None or have < best[0].size) \
+                        and sys.getrefcount(entry[0]) == _FREE:
+                    best = entry
+                    if have == size:
+                        break
+            if best is not None:
+                best[1] = self._run
+                self.reuses += 1
+                array = best[0]
+                if array.shape == shape:
+                    return array
+                return (array if array.size == size else array.reshape(-1)[:size]).reshape(shape)
             array = np.empty(shape, dtype)
             entries.append([array, self._run])
             self.allocations += 1
