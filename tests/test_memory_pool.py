@@ -215,25 +215,27 @@ def test_without_an_active_pool_outputs_are_plain_new_arrays():
     assert not np.shares_memory(a, b)
 
 
-def test_a_buffer_is_reused_only_when_nobody_else_holds_it():
+@pytest.mark.parametrize("shape", [(5,), (64, 512)], ids=["heap", "mapped"])
+def test_a_buffer_is_reused_only_when_nobody_else_holds_it(shape):
     pool = OutputPool()
     with pool:
-        a = output_array((5,), np.float64)
-        b = output_array((5,), np.float64)         # `a` is held: a second buffer
-        assert a is not b and pool.allocations == 2
-        c = output_array((5,), np.float32)         # another dtype: its own buffer
+        a = output_array(shape, np.float64)
+        b = output_array(shape, np.float64)        # `a` is held: a second buffer
+        assert not np.shares_memory(a, b) and pool.allocations == 2
+        assert a.shape == shape and a.flags.c_contiguous and a.flags.writeable
+        c = output_array(shape, np.float32)        # another dtype: its own buffer
         assert pool.allocations == 3
         address = a.ctypes.data
-        view = a[1:]
+        view = a[1:][::2]                          # a view of a view
         del a
-        d = output_array((5,), np.float64)         # `a` lives on through its view
+        d = output_array(shape, np.float64)        # `a` lives on through its view
         assert pool.allocations == 4 and not np.shares_memory(d, view)
         del view
-        e = output_array((5,), np.float64)
+        e = output_array(shape, np.float64)
         assert e.ctypes.data == address and pool.reuses == 1
         with NO_POOL:                              # a nested run without pooling
             assert output_pool.active_pool() is None
-            assert output_array((5,), np.float64).ctypes.data != address
+            assert output_array(shape, np.float64).ctypes.data != address
         assert output_pool.active_pool() is pool
     assert output_pool.active_pool() is None
     del b, c, d, e

@@ -41,6 +41,7 @@ they enter one); taking a buffer is atomic under the pool's lock, so two threads
 running the same plan never share a buffer.
 """
 import math
+import mmap
 import os
 import sys
 import threading
@@ -63,6 +64,22 @@ _FREE = _probe_free_count()
 # over element counts took the pools of warm light model runs from 13.5 / 37 / 11 MB
 # (exact sizes only) to 11.5 / 13 / 7.5 MB (resnet50 / densenet121 / inception_v2)
 MAX_SLACK = 4
+# buffers from this size up get their own memory mapping (_new_buffer)
+MAPPED_MIN_BYTES = 1 << 16
+
+
+def _new_buffer(shape, dtype):
+    """A pooled buffer. Large ones live in their own anonymous mapping, not on
+    malloc's heap: pinned for many runs among the heap's short-lived blocks, they kept
+    the heap from reusing the space around them (light_resnet50's warm peak RSS, with
+    an 11.5 MB pool: 15 MB above the unpooled runs' on the heap, 10 MB mapped). Such a
+    buffer is the 1-D array over the mapping itself and is always handed out as a
+    view of it: NumPy points every view at that array (the first one up the chain
+    whose base is not an array), so every view counts as a holder."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < MAPPED_MIN_BYTES:
+        return np.empty(shape, dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype)
 
 
 def pooling_enabled():
@@ -120,10 +137,10 @@ class OutputPool:
                 if array.shape == shape:
                     return array
                 return (array if array.size == size else array.reshape(-1)[:size]).reshape(shape)
-            array = np.empty(shape, dtype)
+            array = _new_buffer(shape, dtype)
             entries.append([array, self._run])
             self.allocations += 1
-            return array
+            return array if array.shape == shape else array.reshape(shape)
 
     # ---------------------------------------------------------------- one run
 
