@@ -263,3 +263,26 @@ def test_pooling_can_be_turned_off(monkeypatch):
     assert rep.plan.output_pool is None
     feeds = _feeds(1, 16, 16, 1)
     _assert_matches(rep.run(feeds), _ort_run(model, feeds))
+
+
+def test_weights_the_optimiser_replaced_are_not_kept():
+    """Conv + BatchNormalization: prepare folds the BN into a new conv weight; the
+    unfolded weight is no longer read by anything and is not kept beside it."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((6, 3, 3, 3)).astype(np.float32)
+    params = [rng.standard_normal(6).astype(np.float32) for _ in range(3)] + [rng.uniform(0.5, 2, 6).astype(np.float32)]
+    names = ["scale", "bias", "mean", "var"]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("BatchNormalization", ["c"] + names, ["y"])],
+        "conv_bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")] + [numpy_helper.from_array(p, n) for p, n in zip(params, names)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    rep = backend.prepare(model)
+    assert [op.type for op in rep.predict_net.op] == ["Conv"]          # folded
+    assert "w" not in rep.constants and not set(names) & set(rep.constants)
+    held = sum(v.nbytes for v in rep.constants.values() if isinstance(v, np.ndarray))
+    assert held == w.nbytes + 6 * 4                                     # folded weight and bias
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    _assert_matches(rep.run({"x": x}), _ort_run(model, {"x": x}))
