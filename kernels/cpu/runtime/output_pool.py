@@ -77,7 +77,7 @@ def _new_buffer(shape, dtype):
     view of it: NumPy points every view at that array (the first one up the chain
     whose base is not an array), so every view counts as a holder."""
     nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes < MAPPED_MIN_BYTES:
+    if nbytes < MAPPED_MIN_BYTES or dtype.kind not in "biufc":    # no object arrays over raw memory
         return np.empty(shape, dtype)
     return np.frombuffer(mmap.mmap(-1, nbytes), dtype)
 
