@@ -27,6 +27,7 @@ from .errors import Caffe2Error, OperatorError, describe_op, out_of_memory_text
 from .fusion import fuse_steps
 from .host_memory import keep_freed_memory
 from .inplace import undo_on_failure
+from .kernels.cpu.runtime.output_pool import NO_POOL, OutputPool, pooling_enabled
 from .net_defs import normalized_ops
 from .parallel_executor import branch_schedule, inside_parallel_run
 from . import fp_exceptions, model_trust, model_trust_ops
@@ -196,6 +197,13 @@ class Plan:
         self._input_locals = {}      # id(step) -> the locals holding its inputs (for error text)
         self._load_line_to_blob = {}
         self._runner = self._render()
+        # A plan that drops its intermediates takes its kernels' outputs from its own
+        # pool, active once per run: a warm run reuses the buffers the previous one
+        # left (kernels/cpu/runtime/output_pool.py). A workspace net commits every
+        # blob it writes, so pooling would only add a second copy: plain arrays.
+        self.output_pool = (OutputPool() if self.keep is not None and not self.uses_workspace and pooling_enabled()
+                            else None)
+        self._memory = self.output_pool or NO_POOL
         # DAG net types: the chains that may run on worker threads (parallel_executor.py)
         self.branches = None
 
@@ -360,7 +368,7 @@ class Plan:
         target = BlobOverlay(blobs) if self.uses_workspace else blobs
         trust = model_trust.enter(self.policy) if self.policy is not None else None
         try:
-            with cpu_run_context(), undo_on_failure(), fp_exceptions.run_context():
+            with cpu_run_context(), undo_on_failure(), fp_exceptions.run_context(), self._memory:
                 self._runner(target)
         except Exception as exc:  # noqa: BLE001 - re-raised with the op named
             raise self._explain(exc) from exc
@@ -476,8 +484,8 @@ def repeated_runs():
     """What `Plan.run` wraps each run in, entered once around many runs of
     repeatable runners: the CPU thread team, the undo log of in-place writes (a failure
     undoes every run's writes inside it, as the failing op's enclosing net run would),
-    the floating-point exception flag."""
-    with cpu_run_context(), undo_on_failure(), fp_exceptions.run_context():
+    the floating-point exception flag; no output pool (the runs commit every blob)."""
+    with cpu_run_context(), undo_on_failure(), fp_exceptions.run_context(), NO_POOL:
         yield
 
 

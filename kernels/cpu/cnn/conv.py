@@ -46,6 +46,7 @@ from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  
 from .depthwise import depthwise_plan
 from .grouped_pointwise import grouped_pointwise_plan
 from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
+from ..runtime.output_pool import output_array
 from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size, thread_id
 from .shift_conv import shift_plan
 from ..math.team_gemm import gemm_into
@@ -189,7 +190,7 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
     x = x.astype(dtype, copy=False)
     w = np.ascontiguousarray(w, dtype=dtype)
     if out is None:
-        out = np.empty(plan.out_shape, dtype=dtype)
+        out = output_array(plan.out_shape, dtype)
     elif tuple(out.shape) != plan.out_shape or out.dtype != dtype or not all(o.flags.c_contiguous for o in out):
         raise ValueError("output buffer of shape %s (%s) does not take a %s result (%s) with C-contiguous images"
                          % (list(out.shape), out.dtype, list(plan.out_shape), dtype))

@@ -35,6 +35,7 @@ import numpy as np
 
 from .conv import check_window_sizes, default_scratch, padded_image
 from ..runtime.jit import compiled, prange, serial_variant, team_blocks
+from ..runtime.output_pool import output_array
 
 
 def _ceil_extra_pads(spatial, kernel, strides, pads, dilations, ceil_mode):
@@ -462,7 +463,7 @@ def _compiled_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, inclu
         return None                              # _reduce_windows words the error
     planes = x.shape[0] * x.shape[1]
     src = np.ascontiguousarray(x).reshape((planes,) + spatial)
-    out = np.empty((planes,) + out_spatial, x.dtype)
+    out = output_array((planes,) + out_spatial, x.dtype)
     inv = _inverse_counts(spatial, tuple(kernel), tuple(strides), tuple(pads), out_spatial,
                           bool(include_pad), x.dtype.str)
     if stride1 and out_spatial == (1, 1) and tuple(kernel) == spatial and not any(pads) and tuple(dilations) == (1, 1):

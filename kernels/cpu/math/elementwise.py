@@ -12,6 +12,8 @@ import threading
 
 import numpy as np
 
+from ..runtime.output_pool import output_array
+
 BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
 
 
@@ -81,7 +83,7 @@ _ROW_SCALARS_BUFFER = 256
 def relu(x, out=None):
     x = np.asarray(x)
     if out is None:
-        out = np.empty(x.shape, x.dtype)
+        out = output_array(x.shape, x.dtype)
     n = x.size
     if n < _RELU_MIN_SIZE or x.dtype.kind not in "fi" or x.shape != out.shape:
         return np.maximum(x, x.dtype.type(0), out=out)

@@ -23,6 +23,7 @@ once while it is in cache. ReLU keeps NaN and -0.0, as np.maximum(y, 0) does.
 import numpy as np
 
 from ..runtime.jit import compiled, prange, team_blocks
+from ..runtime.output_pool import output_array
 
 _NO_BIAS = {np.dtype(t).char: np.zeros(1, t) for t in (np.float32, np.float64)}
 
@@ -189,7 +190,7 @@ def channel_affine(x, mul, add, relu=False):
     maximum (DenseNet's pre-activation BN + ReLU on 256x56x56: see docs/performance.md)."""
     n, c = x.shape[:2]
     src = np.ascontiguousarray(x).reshape(n * c, -1)
-    y = np.empty(x.shape, x.dtype)
+    y = output_array(x.shape, x.dtype)
     args = (src, np.ascontiguousarray(mul, x.dtype), np.ascontiguousarray(add, x.dtype), y.reshape(n * c, -1), relu)
     _affine_rows(*args, team_blocks(n * c, src.shape[1]))
     return y

@@ -19,13 +19,14 @@ import os
 import numpy as np
 
 from ..runtime.blas import blas_threads, openblas_core
+from ..runtime.output_pool import output_array
 from .team_gemm import gemm_into
 
 def _product(a, b):
     """a @ b for 2-D operands: float32/float64 on caffe2py's team (team_gemm), others
     and N-d operands through np.matmul."""
     if a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype and a.dtype in (np.float32, np.float64):
-        return gemm_into(a, b, np.empty((a.shape[0], b.shape[1]), a.dtype))
+        return gemm_into(a, b, output_array((a.shape[0], b.shape[1]), a.dtype))
     return np.matmul(a, b)
 
 

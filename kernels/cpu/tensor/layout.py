@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from ..runtime.jit import compiled, prange, team_blocks
+from ..runtime.output_pool import output_array
 
 
 @compiled(parallel=True)
@@ -90,7 +91,7 @@ def concat(xs, axis):
         return np.concatenate(xs, axis=axis)
     shape = list(first.shape)
     shape[axis] = sum(x.shape[axis] for x in xs)
-    y = np.empty(shape, first.dtype)
+    y = output_array(shape, first.dtype)
     if y.size == 0:
         return y
     lead = math.prod(shape[:axis])
