@@ -449,6 +449,16 @@ def takes_blobs(run):
     return run
 
 
+def fast_form(run, fast):
+    """Give kernel `run` a cheaper callable the compiled plan calls instead (the NumPy
+    ufunc a kernel wraps, with none of the kernel's Python around it). `fast` must
+    return what `run` returns whenever it returns at all, and change nothing when it
+    raises: the plan then calls `run` itself, so errors are still the kernel's own,
+    naming the op and its blobs (executor.Plan._render)."""
+    run.fast_form = fast
+    return run
+
+
 def commits_outputs(run):
     """Mark a kernel that writes its outputs into the workspace itself, inside its
     own lock (AtomicAppend): it gets the run's blob view first, as a takes_blobs
