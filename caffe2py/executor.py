@@ -241,6 +241,7 @@ class Plan:
         # by the first. Lines inside a fused group's fallback block are one path of
         # two: what they establish is forgotten where the block ends.
         established = [set()]
+        passed_keys = [[]]   # the keys the current step's guard establishes
         block_scopes = {}    # group index -> what was established before its block
 
         def guard_line(step, names):
@@ -249,6 +250,7 @@ class Plan:
             if fast is None:
                 return call
             terms = fast(names, constant)
+            passed_keys[0] = [key for key, _ in terms if key is not None]
             left = [text for key, text in terms if key is None or key not in established[0]]
             established[0].update(key for key, _ in terms if key is not None)
             if not left:        # every check already passed on these very values
@@ -281,6 +283,7 @@ class Plan:
                 group_end[position + len(step.members)] = (step, position, dict(zip(step.inputs, args)))
                 continue
             self._input_locals[id(step)] = list(args[:len(step.op_def.input)])
+            passed_keys[0] = []
             if step.guard is not None:
                 # the rules inlined: valid inputs cost a few comparisons and no call
                 call_guard = guard_line(step, args[:len(step.op_def.input)])
@@ -315,6 +318,12 @@ class Plan:
                 body.append((indent + "    " + assign + call, ("step", step)))
             else:
                 body.append((indent + assign + call, ("step", step)))
+            if getattr(step.kernel, "keeps_dtypes", False):
+                # inputs that passed one dtype rule give outputs that pass it too
+                families = {key[1] for key in passed_keys[0] if key[0] == "dtype in"}
+                checked = {key[2] for key in passed_keys[0] if key[0] == "dtype in"}
+                if len(families) == 1 and checked >= set(args[:len(step.op_def.input)]):
+                    established[0].update(("dtype in", families.pop(), out) for out in outs)
             drop = self.keep is not None and not self.uses_workspace
             if drop:
                 # Dropping a blob right after its last use hands its memory back while

@@ -54,8 +54,9 @@ def _register_binary(op_type, ufunc):
             except ValueError:
                 raise ctx.error("shapes %s of '%s' and %s of '%s' do not broadcast"
                                 % (list(a.shape), ctx.inputs[0], list(b.shape), ctx.inputs[1])) from None
-        # the plan calls the ufunc itself; run only words its errors
-        return fast_form(run, ufunc)
+        # the plan calls the ufunc itself; run only words its errors. NumPy's loops
+        # for these ufuncs take numbers (and bools) to numbers (and bools)
+        return fast_form(run, ufunc, keeps_dtypes=True)
 
 
 for _op, _fn in K.BINARY.items():
