@@ -8,6 +8,9 @@ Rows:
   rules off     the Add chain with the schema's per-call rules (schema_rules guards:
                 Add checks its inputs' dtypes) switched off, alternating with the rules-on
                 run in the same process: their difference is what the per-call checks cost
+  fusion off    the Add chain with elementwise fusion off (net argument fusion=0): no
+                fused group's call (which declines [1]-element inputs) every 32 ops
+  Mul/Relu/Sigmoid chains   the same chain with other op types (Mul: x * one)
 Usage: python benchmarks/executor_overhead.py [--ops 10000] [--repeat 20]
 """
 import argparse
@@ -16,28 +19,30 @@ import platform
 import numpy as np
 from _timing import median_ms
 
-from caffe2py import core
+from caffe2py import core, utils
 from caffe2py.workspace import Workspace
 
 
-def ours(op_type, n_ops, repeat, rules=True):
+def ours(op_type, n_ops, repeat, rules=True, fusion=True):
     import caffe2py.executor as executor
     saved = executor.runtime_guard
     if not rules:
         executor.runtime_guard = lambda schema, ctx: None
     try:
-        return _ours(op_type, n_ops, repeat)
+        return _ours(op_type, n_ops, repeat, fusion)
     finally:
         executor.runtime_guard = saved
 
 
-def _ours(op_type, n_ops, repeat):
+def _ours(op_type, n_ops, repeat, fusion=True):
     ws = Workspace("bench")
     ws.feed_blob("x0", np.ones(1, np.float32))
     ws.feed_blob("one", np.ones(1, np.float32))
     net = core.Net("chain_%s" % op_type)
+    if not fusion:
+        net.Proto().arg.add().CopyFrom(utils.MakeArgument("fusion", 0))
     for i in range(n_ops):
-        inputs = ["x%d" % i] + (["one"] if op_type == "Add" else [])
+        inputs = ["x%d" % i] + (["one"] if op_type in ("Add", "Mul") else [])
         getattr(net, op_type)(inputs, "x%d" % (i + 1))
     ws.create_net(net)
     compiled = ws.get_net(net.Name())
@@ -88,6 +93,8 @@ def main():
         add_on.append(ours("Add", args.ops, args.repeat))
         add_off.append(ours("Add", args.ops, args.repeat, rules=False))
     add, add_no_rules = sorted(add_on)[1], sorted(add_off)[1]
+    add_unfused = ours("Add", args.ops, args.repeat, fusion=False)
+    others = [(op, ours(op, args.ops, args.repeat)) for op in ("Mul", "Relu", "Sigmoid")]
     bare = bare_add(args.ops, args.repeat)
     ort_add = onnxruntime_add(args.ops, args.repeat)
     print("machine: %s, %s; %d ops, median of %d runs" % (platform.processor() or platform.machine(),
@@ -99,6 +106,9 @@ def main():
     print("%-34s %10.3f" % ("ours executor overhead (Add - bare)", add - bare))
     print("%-34s %10.3f" % ("ours, Add chain, schema rules off", add_no_rules))
     print("%-34s %10.3f" % ("per-call schema rules (on - off)", add - add_no_rules))
+    print("%-34s %10.3f" % ("ours, Add chain, fusion off", add_unfused))
+    for op, cost in others:
+        print("%-34s %10.3f" % ("ours, %s chain" % op, cost))
     if ort_add is None:
         print("onnxruntime not installed: no peer row")
     else:

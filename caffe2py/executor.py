@@ -194,6 +194,7 @@ class Plan:
         self.reads = []      # blobs read from the workspace before they are written
         self.writes = []     # the blobs the run commits to the workspace at its end
         self._line_to_step = {}
+        self._fast_lines = set()     # lines calling a kernel's fast form (registry.fast_form)
         self._input_locals = {}      # id(step) -> the locals holding its inputs (for error text)
         self._load_line_to_blob = {}
         self._runner = self._render()
@@ -241,6 +242,29 @@ class Plan:
         for position, (step, _, _) in enumerate(sequence):
             for blob in step.inputs + step.outputs:
                 last_use[blob] = position
+
+        # Keys of the inlined checks (schema_rules.fast_path) that every path to the
+        # line being rendered has passed. A local is assigned once, so a check a local
+        # has passed needs no second look: "one" read by every op of a chain is tested
+        # by the first. Lines inside a fused group's fallback block are one path of
+        # two: what they establish is forgotten where the block ends.
+        established = [set()]
+        passed_keys = [[]]   # the keys the current step's guard establishes
+        block_scopes = {}    # group index -> what was established before its block
+
+        def guard_line(step, names):
+            call = "g%d(%s)" % (step.index, ", ".join(names))
+            fast = getattr(step.guard, "fast_terms", None)
+            if fast is None:
+                return call
+            terms = fast(names, constant)
+            passed_keys[0] = [key for key, _ in terms if key is not None]
+            left = [text for key, text in terms if key is None or key not in established[0]]
+            established[0].update(key for key, _ in terms if key is not None)
+            if not left:        # every check already passed on these very values
+                return None
+            return "if not (%s): %s" % (" and ".join("(%s)" % t for t in left), call)
+
         seen_workspace_op = False
         written = set()
         group_end = {}       # position of a group's last member -> (group, its position)
@@ -263,16 +287,16 @@ class Plan:
             if role == "group":
                 body.append(("r%d = f%d(%s)" % (step.index, step.index, ", ".join(args)), ("step", step)))
                 body.append(("if r%d is None:" % step.index, ("step", step)))
+                block_scopes[step.index] = set(established[0])
                 group_end[position + len(step.members)] = (step, position, dict(zip(step.inputs, args)))
                 continue
             self._input_locals[id(step)] = list(args[:len(step.op_def.input)])
+            passed_keys[0] = []
             if step.guard is not None:
-                n_in = len(step.op_def.input)
-                call_guard = "g%d(%s)" % (step.index, ", ".join(args[:n_in]))
-                fast = getattr(step.guard, "fast", None)
-                if fast is not None:    # the rules inlined: valid inputs cost no call
-                    call_guard = "if not (%s): %s" % (fast(args[:n_in], constant), call_guard)
-                body.append((indent + call_guard, ("step", step)))
+                # the rules inlined: valid inputs cost a few comparisons and no call
+                call_guard = guard_line(step, args[:len(step.op_def.input)])
+                if call_guard is not None:
+                    body.append((indent + call_guard, ("step", step)))
             wants_workspace = _wants_workspace(step)
             if wants_workspace:
                 # The op sees the workspace view: hand it every value written so far,
@@ -292,12 +316,22 @@ class Plan:
                     dirty.remove(blob)
                 if not step.commits_outputs:
                     dirty.append(blob)
-            if len(outs) == 0:
-                body.append((indent + call, ("step", step)))
-            elif len(outs) == 1:
-                body.append((indent + "%s = %s" % (outs[0], call), ("step", step)))
+            assign = "%s = " % ", ".join(outs) if outs else ""
+            if getattr(step.kernel, "fast_form", None) is not None and not wants_workspace:
+                # the kernel's fast form (registry.fast_form); the kernel itself only
+                # when that raises, so that the error is the kernel's
+                body.append((indent + "try:", ("step", step)))
+                body.append((indent + "    %su%d(%s)" % (assign, step.index, ", ".join(args)), ("fast", step)))
+                body.append((indent + "except Exception:", ("step", step)))
+                body.append((indent + "    " + assign + call, ("step", step)))
             else:
-                body.append((indent + "%s = %s" % (", ".join(outs), call), ("step", step)))
+                body.append((indent + assign + call, ("step", step)))
+            if getattr(step.kernel, "keeps_dtypes", False):
+                # inputs that passed one dtype rule give outputs that pass it too
+                families = {key[1] for key in passed_keys[0] if key[0] == "dtype in"}
+                checked = {key[2] for key in passed_keys[0] if key[0] == "dtype in"}
+                if len(families) == 1 and checked >= set(args[:len(step.op_def.input)]):
+                    established[0].update(("dtype in", families.pop(), out) for out in outs)
             drop = self.keep is not None and not self.uses_workspace
             if drop:
                 # Dropping a blob right after its last use hands its memory back while
@@ -317,6 +351,7 @@ class Plan:
                     if done:
                         body.append(("    del " + ", ".join(done), ("step", group)))
                 body.append(("del r%d" % group.index, ("step", group)))
+                established[0] = block_scopes.pop(group.index)
         if self.keep is not None and not self.uses_workspace:
             dirty = [b for b in dirty if b in self.keep]
         self.writes = list(dirty)
@@ -328,6 +363,8 @@ class Plan:
                   for i, (s, _, role) in enumerate(sequence)]
         lines += ["    g%d = K[%d].guard" % (s.index, i) for i, (s, _, role) in enumerate(sequence)
                   if role != "group" and s.guard is not None]
+        lines += ["    u%d = K[%d].kernel.fast_form" % (s.index, i) for i, (s, _, role) in enumerate(sequence)
+                  if role != "group" and getattr(s.kernel, "fast_form", None) is not None]
         lines.append("    def run(B):")
         for local, read, blob, reader in loads:
             self._load_line_to_blob[len(lines) + 1] = (blob, reader)
@@ -337,6 +374,8 @@ class Plan:
                 self._load_line_to_blob[len(lines) + 1] = tuple(where)
             else:
                 self._line_to_step[len(lines) + 1] = where[0]
+                if kind == "fast":
+                    self._fast_lines.add(len(lines) + 1)
             lines.append("        " + text)
         for blob in dirty:
             lines.append("        B[%r] = %s" % (blob, slots[blob]))
@@ -345,8 +384,10 @@ class Plan:
         _plan_counter[0] += 1
         # the name is data (any bytes a NetDef holds); compile() refuses a NUL in it
         self._filename = "<caffe2py plan %d: %s>" % (_plan_counter[0], _printable(self.name))
+        # kept for reading: what the plan runs (tests, docs/architecture.md's examples)
+        self.source = "\n".join(lines) + "\n"
         namespace = {}
-        exec(compile("\n".join(lines) + "\n", self._filename, "exec"), namespace)
+        exec(compile(self.source, self._filename, "exec"), namespace)
         return namespace["make"](kernels, {name: value for name, value in constants.values()})
 
     def run(self, blobs):
@@ -410,8 +451,23 @@ class Plan:
         step = self._line_to_step.get(line)
         if step is None:
             return exc if isinstance(exc, Caffe2Error) else Caffe2Error("net '%s' failed: %s" % (self.name, exc))
+        self._forget_fast_form_failure(exc)
         values = frame.f_locals if frame is not None else {}
         return self.step_error(step, exc, [values.get(name) for name in self._input_locals.get(id(step), ())])
+
+    def _forget_fast_form_failure(self, exc):
+        """A kernel called because its fast form raised fails inside that exception's
+        handler: drop the fast form's exception from the chain, so that the traceback
+        shows the kernel's error alone, as an unspecialised plan's would."""
+        seen = set()
+        while exc.__context__ is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            tb = exc.__context__.__traceback__
+            if tb is not None and tb.tb_frame.f_code.co_filename == self._filename \
+                    and tb.tb_lineno in self._fast_lines:
+                exc.__context__ = None
+                return
+            exc = exc.__context__
 
     def step_error(self, step, exc, inputs=None):
         return step_error(step, exc, inputs)

@@ -449,6 +449,21 @@ def takes_blobs(run):
     return run
 
 
+def fast_form(run, fast, keeps_dtypes=False):
+    """Give kernel `run` a cheaper callable the compiled plan calls instead (the NumPy
+    ufunc a kernel wraps, with none of the kernel's Python around it). `fast` must
+    return what `run` returns whenever it returns at all, and change nothing when it
+    raises: the plan then calls `run` itself, so errors are still the kernel's own,
+    naming the op and its blobs (executor.Plan._render).
+
+    keeps_dtypes: inputs whose dtypes are all in the op's DTypes rule's set give
+    outputs whose dtypes are in that set too (a NumPy ufunc over numbers); the plan
+    then treats the outputs as having passed that check (no second look at them)."""
+    run.fast_form = fast
+    run.keeps_dtypes = keeps_dtypes
+    return run
+
+
 def commits_outputs(run):
     """Mark a kernel that writes its outputs into the workspace itself, inside its
     own lock (AtomicAppend): it gets the run's blob view first, as a takes_blobs

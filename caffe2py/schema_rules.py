@@ -77,14 +77,31 @@ def read_arg(helper, arg):
     return reader(helper, arg.name) if reader is not None else helper.get(arg.name)
 
 
-def fast_path(check, render):
+def fast_path(check, render, terms=None):
     """Attach to a per-call check the Python expression that is True whenever the
     check would pass (False may also mean "look closer"): render(names, const) ->
     expression text, with names[i] the local holding input position i and const(v)
     the name of a constant. The executor inlines it in the plan, so valid inputs cost
-    a few comparisons and no call; only when it is False does the check itself run."""
+    a few comparisons and no call; only when it is False does the check itself run.
+
+    terms(names, const), when given, is the same expression as a list of
+    (key, text) conjuncts; a key (None: none) stands for what the check itself
+    requires of one value, so a plan that has already passed a check with that key
+    on the same local (locals are assigned once) may leave the conjunct out
+    (executor.Plan._render). Keys only for properties no kernel changes in place
+    (a value's type and dtype)."""
     check.fast = render
+    if terms is not None:
+        check.fast_terms = terms
     return check
+
+
+def fast_terms(check, names, const):
+    """A check's inlined form as (key, text) conjuncts (see fast_path)."""
+    terms = getattr(check, "fast_terms", None)
+    if terms is not None:
+        return terms(names, const)
+    return [(None, check.fast(names, const))]
 
 
 def _tensor_expr(name, const):
@@ -342,16 +359,17 @@ class DTypes(InputRule):
         # hashing the dtype for a set lookup on nearly every call
         usual = next((np.dtype(t) for t in (np.float32, np.int64, np.int32) if np.dtype(t) in allowed), None)
 
-        def render(names, const):
+        def terms(names, const):
             parts = []
             for _, pos in where:
                 x = names[pos]
                 test = "%s.dtype in %s" % (x, const(allowed))
                 if usual is not None:
                     test = "(%s.dtype is %s or %s)" % (x, const(usual), test)
-                parts.append("%s and %s" % (_tensor_expr(x, const), test))
-            return " and ".join(parts)
-        return fast_path(check, render)
+                # what the check asks of this value: its dtype in `allowed`
+                parts.append((("dtype in", allowed, x), "%s and %s" % (_tensor_expr(x, const), test)))
+            return parts
+        return fast_path(check, lambda names, const: " and ".join(t for _, t in terms(names, const)), terms)
 
 
 class SameDType(InputRule):
@@ -562,4 +580,6 @@ def runtime_guard(schema, ctx):
     # the inlined form of every check, when each has one (see fast_path)
     guard.fast = None if None in fast else (
         lambda names, const: " and ".join("(%s)" % f(names, const) for f in fast))
+    guard.fast_terms = None if None in fast else (
+        lambda names, const: [term for c in checks for term in fast_terms(c, names, const)])
     return guard

@@ -3,7 +3,7 @@ and the activations Relu, Sigmoid, Tanh, Softmax."""
 import numpy as np
 
 from caffe2py.kernels.cpu.math import elementwise as K
-from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.registry import Arg, Cost, OpSchema, TensorType, fast_form, register_kernel, register_schema
 from caffe2py.schema_rules import Axis, DTypes, SameDType
 
 from .._caffe2_binary import legacy_axis
@@ -54,7 +54,9 @@ def _register_binary(op_type, ufunc):
             except ValueError:
                 raise ctx.error("shapes %s of '%s' and %s of '%s' do not broadcast"
                                 % (list(a.shape), ctx.inputs[0], list(b.shape), ctx.inputs[1])) from None
-        return run
+        # the plan calls the ufunc itself; run only words its errors. NumPy's loops
+        # for these ufuncs take numbers (and bools) to numbers (and bools)
+        return fast_form(run, ufunc, keeps_dtypes=True)
 
 
 for _op, _fn in K.BINARY.items():
