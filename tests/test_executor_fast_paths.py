@@ -8,14 +8,25 @@ import numpy as np
 import pytest
 
 from caffe2py import core
+from caffe2py.kernels.cpu.math import elementwise as elementwise_kernels
 from caffe2py.errors import OperatorError
 from caffe2py.executor import compile_net
 from caffe2py.proto import caffe2_pb2
 from caffe2py.registry import OpSchema, fast_form, register_kernel, register_schema
 from caffe2py.schema_rules import DTypes
 
+
+
+def _c_divide(a, b):
+    """Caffe2's Div: C's integer division (toward zero, integer dtype kept) for two
+    integer operands, true division otherwise."""
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        return np.trunc(a.astype(np.float64) / b).astype(np.result_type(a, b))
+    return a / b
+
+
 _REFERENCE = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b,
-              "Mul": lambda a, b: a * b, "Div": lambda a, b: a / b}
+              "Mul": lambda a, b: a * b, "Div": _c_divide}
 
 
 def _net(*ops, name="fast"):
@@ -57,7 +68,7 @@ def test_binary_ops_run_their_ufunc_and_give_the_kernels_results(op_type, dtype_
     plan = _run(_net(core.CreateOperator(op_type, ["a", "b"], ["c"])), blobs)
     step = _op_step(plan, 0)
     assert step.kernel.fast_form is {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply,
-                                     "Div": np.divide}[op_type]
+                                     "Div": elementwise_kernels.divide}[op_type]
     assert "u0(" in plan.source
     expected = _REFERENCE[op_type](a, b)
     full = step.kernel(a, b)
@@ -220,3 +231,17 @@ def test_an_output_is_checked_by_an_op_whose_rule_is_another(consumer, a, messag
     with pytest.raises(OperatorError, match=message):
         _run(net, blobs)
     assert set(blobs) == {"a", "b"}
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_div_truncates_toward_zero_and_refuses_a_zero_divisor_by_name(dtype):
+    a = np.array([7, -7, 7, -7, 6, 0], dtype)
+    b = np.array([2, 2, -2, -2, 3, 5], dtype)
+    blobs = {"a": a, "b": b}
+    _run(_net(core.CreateOperator("Div", ["a", "b"], ["c"])), blobs)
+    assert blobs["c"].dtype == dtype
+    np.testing.assert_array_equal(blobs["c"], np.array([3, -3, -3, 3, 2, 0], dtype))   # C: 7 / -2 == -3
+    blobs = {"a": a, "b": np.array([1, 1, 0, 1, 1, 1], dtype)}
+    with pytest.raises(OperatorError, match=r"Div.*'b'.*integer division by zero"):
+        _run(_net(core.CreateOperator("Div", ["a", "b"], ["c"])), blobs)
+    assert "c" not in blobs

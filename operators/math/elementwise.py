@@ -45,7 +45,11 @@ def _register_binary(op_type, ufunc):
                     view = b.reshape(legacy_broadcast_shape(a.shape, b.shape, axis))
                 except ValueError as exc:
                     raise ctx.input_error(1, str(exc)) from None
-                return ufunc(a, view).astype(np.result_type(a, b), copy=False)
+                try:
+                    result = ufunc(a, view)
+                except ZeroDivisionError:
+                    raise ctx.input_error(1, "holds a zero: integer division by zero") from None
+                return result.astype(np.result_type(a, b), copy=False)
             return run_legacy
 
         def run(a, b):
@@ -54,6 +58,8 @@ def _register_binary(op_type, ufunc):
             except ValueError:
                 raise ctx.error("shapes %s of '%s' and %s of '%s' do not broadcast"
                                 % (list(a.shape), ctx.inputs[0], list(b.shape), ctx.inputs[1])) from None
+            except ZeroDivisionError:
+                raise ctx.input_error(1, "holds a zero: integer division by zero") from None
         # the plan calls the ufunc itself; run only words its errors. NumPy's loops
         # for these ufuncs take numbers (and bools) to numbers (and bools)
         return fast_form(run, ufunc, keeps_dtypes=True)

@@ -5,7 +5,7 @@ Public:
         out may be x (in place) or any array of x's shape, strided ones included.
     row_scalars(row_length)  context for ufuncs that broadcast one value per row
         (per-channel bias / scale over (C, H*W)): picks NumPy's faster loop.
-    sigmoid(x), softmax(x, axis), softmax_2d(x2), BINARY
+    sigmoid(x), softmax(x, axis), softmax_2d(x2), divide(a, b), BINARY
 """
 import math
 import threading
@@ -14,7 +14,23 @@ import numpy as np
 
 from ..runtime.output_pool import output_array
 
-BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+
+
+def divide(a, b):
+    """Div as Caffe2's and ONNX's C++ kernels compute it: true division for floats,
+    truncation toward zero for two integer operands (the integer dtype kept). An integer
+    zero divisor raises ZeroDivisionError (C++ kernels trap on it)."""
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        if not np.all(b):
+            raise ZeroDivisionError("integer division by zero")
+        q = np.floor_divide(a, b)
+        # floor_divide rounds toward -inf; C's integer division rounds toward zero
+        fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+        return (q + fix).astype(np.result_type(a, b), copy=False)
+    return np.divide(a, b)
+
+
+BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": divide}
 
 
 def sigmoid(x):

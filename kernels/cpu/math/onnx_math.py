@@ -3,15 +3,7 @@ import math
 
 import numpy as np
 
-
-def divide(a, b):
-    """ONNX Div: true division for floats, truncation toward zero for integers."""
-    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
-        q = np.floor_divide(a, b)
-        # floor_divide rounds toward -inf; ONNX (C semantics) rounds toward zero.
-        fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
-        return (q + fix).astype(np.result_type(a, b), copy=False)
-    return np.divide(a, b)
+from .elementwise import divide  # noqa: F401  (ONNX Div: the same C semantics as Caffe2's)
 
 
 def power(a, b):
