@@ -7,14 +7,12 @@ on the emulator."""
 import numpy as np
 import pytest
 
-from caffe2py import core, fusion, workspace
+from caffe2py import workspace
 from caffe2py.errors import Caffe2Error
-from caffe2py.executor import compile_net
-from caffe2py.proto import caffe2_pb2
+
+from test_cuda_fusion import _fused_vs_unfused, _group_types, _op, _run
 
 pytestmark = pytest.mark.cuda
-
-GPU = core.DeviceOption(caffe2_pb2.CUDA, 0)
 
 
 @pytest.fixture(autouse=True)
@@ -23,46 +21,6 @@ def fresh_workspace(monkeypatch):
     workspace.ResetWorkspace()
     yield
     workspace.ResetWorkspace()
-
-
-def _op(op_type, inputs, output, **kwargs):
-    return core.CreateOperator(op_type, inputs, [output], device_option=GPU, **kwargs)
-
-
-def _device(value):
-    from caffe2py.cuda import adapter, allocator
-    value = np.ascontiguousarray(value)
-    array = adapter.tag(allocator.empty(value.shape, value.dtype, 0), 0)
-    array.set(value)
-    return array
-
-
-def _run(ops, feeds, mode, fetch):
-    net = caffe2_pb2.NetDef(name="reduce_chain")
-    net.op.extend(ops)
-    net.arg.add(name="fusion", i=mode)
-    blobs = {name: _device(value) for name, value in feeds.items()}
-    plan = compile_net(net, blobs.keys(), blob_values=blobs)
-    before = fusion.stats["cuda_fused_runs"]
-    plan.run(blobs)
-    return {b: blobs[b].get() for b in fetch}, plan, fusion.stats["cuda_fused_runs"] - before
-
-
-def _group_types(plan):
-    return [[m.op_def.type for m in s.members] for s in plan.steps if getattr(s, "members", None)]
-
-
-def _fused_vs_unfused(ops, feeds, fetch, groups=1, ends_with=None):
-    """ends_with: the op type the (first) fused group must end with (its reduction)."""
-    fused, plan, ran = _run(ops, feeds, 1, fetch)
-    plain, plain_plan, ran_plain = _run(ops, feeds, 0, fetch)
-    assert plan.fused_groups == ran == groups and plain_plan.fused_groups == ran_plain == 0
-    if ends_with is not None:
-        assert _group_types(plan)[0][-1] == ends_with, _group_types(plan)
-    for name in fetch:
-        assert fused[name].dtype == plain[name].dtype and fused[name].shape == plain[name].shape, name
-        np.testing.assert_array_equal(fused[name], plain[name], err_msg=name)
-    return fused
 
 
 def _tol(dtype):

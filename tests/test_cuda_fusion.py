@@ -56,10 +56,17 @@ def _run(ops, feeds, mode, fetch):
     return {b: blobs[b].get() for b in fetch}, plan, ran
 
 
-def _fused_vs_unfused(ops, feeds, fetch, groups=1):
+def _group_types(plan):
+    return [[m.op_def.type for m in s.members] for s in plan.steps if getattr(s, "members", None)]
+
+
+def _fused_vs_unfused(ops, feeds, fetch, groups=1, ends_with=None):
+    """ends_with: the op type the (first) fused group must end with (a reduction)."""
     fused, plan, ran = _run(ops, feeds, 1, fetch)
     plain, plain_plan, ran_plain = _run(ops, feeds, 0, fetch)
     assert plan.fused_groups == ran == groups and plain_plan.fused_groups == ran_plain == 0
+    if ends_with is not None:
+        assert _group_types(plan)[0][-1] == ends_with, _group_types(plan)
     for name in fetch:
         assert fused[name].dtype == plain[name].dtype and fused[name].shape == plain[name].shape, name
         np.testing.assert_array_equal(fused[name], plain[name], err_msg=name)

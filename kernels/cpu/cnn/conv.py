@@ -44,7 +44,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..runtime.blas import gemm_entry
 from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import depthwise_plan
-from .grouped_pointwise import grouped_pointwise_plan
+from .grouped_pointwise import grouped_pointwise_product
 from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
 from ..runtime.output_pool import output_array
 from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size, thread_id
@@ -263,8 +263,8 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     plan.fuses_output = True
     plan.takes_residual = False
     if all(kk == 1 for kk in kernel) and not any(pads):
-        plan.compute = grouped_pointwise_plan(x_shape, m, strides, group, out_spatial, dtype) or \
-            _pointwise_plan(x_shape, m, strides, group, out_spatial)
+        product = grouped_pointwise_product(m, group, out_spatial, dtype) or gemm_into
+        plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial, product)
         plan.takes_residual = True
     elif k == 2 and group == 1 and all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * m <= c and (
             shift := shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype)):
@@ -320,7 +320,10 @@ def _offset_index(offset, dilations, strides, out_spatial):
                                   for o, d, s, nn in zip(offset, dilations, strides, out_spatial))
 
 
-def _pointwise_plan(x_shape, m, strides, group, out_spatial):
+def _pointwise_plan(x_shape, m, strides, group, out_spatial, product):
+    """1x1 convolutions without padding: per image, product(w (G, M/G, C/G), x (G, C/G,
+    P), out (G, M/G, P), bias, residual, relu) (team_gemm.gemm_into, or the grouped
+    path of grouped_pointwise.py)."""
     n, c = x_shape[:2]
     p = int(np.prod(out_spatial, dtype=np.int64))
     sub = None if all(s == 1 for s in strides) else \
@@ -334,7 +337,8 @@ def _pointwise_plan(x_shape, m, strides, group, out_spatial):
         for i in range(n):
             xi = np.ascontiguousarray(x[i]).reshape(shape_in)
             res = None if residual is None else residual[i].reshape(shape_out)
-            gemm_into(wg, xi, out[i].reshape(shape_out), bias, res, relu)
+            product(wg, xi, out[i].reshape(shape_out), bias, res, relu)
+    compute.product = product       # which product runs (tests, debugging)
     return compute
 
 

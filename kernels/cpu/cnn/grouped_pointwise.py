@@ -3,9 +3,9 @@
 Public:
     grouped_pointwise(x3, w3, out3, bias=None, residual=None, relu=False) -> out3
         out3[g] (M, P) = w3[g] (M, K) @ x3[g] (K, P) [+ bias per row] [+ residual[g]] [ReLU]
-    grouped_pointwise_plan(x_shape, m, strides, group, out_spatial, dtype)
-        -> compute(x, w, out, scratch, bias=None, relu=False, residual=None), or None
-        when this path does not cover the case.
+    grouped_pointwise_product(m, group, out_spatial, dtype)
+        -> the per-image product for conv.py's pointwise plan, or None when this path
+        does not cover the case.
 
 A grouped 1x1 convolution is one small product per group (ShuffleNet: 4 x 34x34 @
 34x784 ... 4 x 136x136 @ 136x49). Each team thread takes whole groups (or column
@@ -18,6 +18,8 @@ and its output pass (three passes per row) are as long as the products themselve
 products). Same BLAS products and same order of additions: results equal the
 general path's. One output row or column per group stays there (its GEMV path).
 """
+import math
+
 import numpy as np
 
 from ..math.epilogue import bias_values
@@ -123,26 +125,17 @@ def grouped_pointwise(x3, w3, out3, bias=None, residual=None, relu=False):
     return out3
 
 
-def grouped_pointwise_plan(x_shape, m, strides, group, out_spatial, dtype):
-    """The compute function of conv.py's plans for a grouped 1x1 convolution without
-    padding, or None (group 1, one output channel per group, a 1x1 map, or a dtype
-    without a direct BLAS entry)."""
-    n, c = x_shape[:2]
-    p = int(np.prod(out_spatial, dtype=np.int64))
+def grouped_pointwise_product(m, group, out_spatial, dtype):
+    """The product conv.py's pointwise plan runs per image, in team_gemm.gemm_into's
+    argument order (w3, x3, out3, bias, residual, relu), for a grouped 1x1 convolution;
+    None where this path does not cover the case (group 1, one output channel per
+    group, a 1x1 map, a dtype without a direct BLAS entry)."""
+    p = math.prod(out_spatial)
     # one output row or column per group is a matrix-vector product: team_gemm calls
     # GEMV there (OpenBLAS's GEMM is 2-3x slower on it)
     if group < 2 or m // group == 1 or p == 1 or gemm_entry(dtype) is None:
         return None
-    sub = None if all(s == 1 for s in strides) else \
-        (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
-    shape_in, shape_w, shape_out = (group, c // group, p), (group, m // group, c // group), (group, m // group, p)
 
-    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
-        if sub is not None:
-            x = x[sub]
-        wg = w.reshape(shape_w)
-        for i in range(n):
-            xi = np.ascontiguousarray(x[i]).reshape(shape_in)
-            res = None if residual is None else residual[i].reshape(shape_out)
-            grouped_pointwise(xi, wg, out[i].reshape(shape_out), bias, res, relu)
-    return compute
+    def grouped_product(w3, x3, out3, bias, residual, relu):
+        return grouped_pointwise(x3, w3, out3, bias, residual, relu)
+    return grouped_product
