@@ -33,7 +33,9 @@ def _register_binary(op_type, ufunc):
         inference=_binary_inference, cost=elementwise_cost,
         doc="%s of A and B, elementwise. With broadcast=1 Caffe2's legacy rule applies "
             "(B's shape is a contiguous run of A's dims starting at axis); otherwise "
-            "NumPy broadcasting." % op_type))
+            "NumPy broadcasting.%s" % (op_type, " Two integer operands divide as C does (toward zero, "
+                                                 "integer result); an integer zero divisor is an error."
+                                                 if op_type == "Div" else "")))
 
     @register_kernel(op_type)
     def binary(ctx):
