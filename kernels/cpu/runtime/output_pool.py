@@ -100,6 +100,21 @@ def active_pool():
     return getattr(_state, "pool", None)
 
 
+def _activate(pool):
+    """Make `pool` (None: no pool) this thread's active one until the matching _restore."""
+    stack = getattr(_state, "stack", None)
+    if stack is None:
+        stack = _state.stack = []
+    stack.append(getattr(_state, "pool", None))
+    _state.pool = pool
+
+
+def _restore():
+    """Reactivate the pool active before the last _activate on this thread; return it."""
+    _state.pool = _state.stack.pop()
+    return _state.pool
+
+
 class OutputPool:
     """Buffers by dtype, handed out best fit: the smallest free one with room for the
     output (at most MAX_SLACK times its size, so a small output never pins a large
@@ -145,18 +160,13 @@ class OutputPool:
     # ---------------------------------------------------------------- one run
 
     def __enter__(self):
-        stack = getattr(_state, "stack", None)
-        if stack is None:
-            stack = _state.stack = []
-        stack.append(getattr(_state, "pool", None))
-        _state.pool = self
+        _activate(self)
         with self._lock:
             self._run += 1
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        _state.pool = _state.stack.pop()
-        if _state.pool is not self:         # the outermost run of this pool on this thread
+        if _restore() is not self:          # the outermost run of this pool on this thread
             self.sweep()
         return False
 
@@ -189,15 +199,11 @@ class _NoPool:
     __slots__ = ()
 
     def __enter__(self):
-        stack = getattr(_state, "stack", None)
-        if stack is None:
-            stack = _state.stack = []
-        stack.append(getattr(_state, "pool", None))
-        _state.pool = None
+        _activate(None)
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        _state.pool = _state.stack.pop()
+        _restore()
         return False
 
 
