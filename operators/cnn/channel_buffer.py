@@ -17,24 +17,24 @@ import numpy as np
 from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Range, Rank
 
+
+def _with_channels(ctx, ins):
+    """Both ops' output: X's shape and dtype with `channels` channels."""
+    return [TensorType((ins[0].dims[0], ctx.int("channels")) + tuple(ins[0].dims[2:]), ins[0].dtype)]
+
+
+_CHANNELS = (Arg("channels", "int", required=True, check=Range(1)),)
+
 register_schema(OpSchema(
-    "ChannelBuffer", num_inputs=1, num_outputs=1,
-    args=(Arg("channels", "int", required=True, check=Range(1)),),
-    checks=(Rank(0, 2),),
-    inference=lambda ctx, ins: [TensorType((ins[0].dims[0], ctx.int("channels")) + tuple(ins[0].dims[2:]),
-                                           ins[0].dtype)],
-    inputs=("X",), outputs=("Y",),
+    "ChannelBuffer", num_inputs=1, num_outputs=1, args=_CHANNELS, checks=(Rank(0, 2),),
+    inference=_with_channels, inputs=("X",), outputs=("Y",),
     doc="Y: a new NCHW array of `channels` channels (at least X's) whose first channels are X "
         "and whose others are left for the convs that write into it (what caffe2py.optimize "
         "makes of the first Concat of a chain, see ChannelPrefix)."))
 
 register_schema(OpSchema(
-    "ChannelPrefix", num_inputs=1, num_outputs=1,
-    args=(Arg("channels", "int", required=True, check=Range(1)),),
-    checks=(Rank(0, 2),),
-    inference=lambda ctx, ins: [TensorType((ins[0].dims[0], ctx.int("channels")) + tuple(ins[0].dims[2:]),
-                                           ins[0].dtype)],
-    inputs=("X",), outputs=("Y",),
+    "ChannelPrefix", num_inputs=1, num_outputs=1, args=_CHANNELS, checks=(Rank(0, 2),),
+    inference=_with_channels, inputs=("X",), outputs=("Y",),
     doc="Y = X[:, :channels], a view (no copy): the value of one Concat of a chain whose "
         "channels later ops fill in a shared buffer (caffe2py.optimize's grow_concat_chains)."))
 
