@@ -90,7 +90,13 @@ def recognise_lstm(step_def, links, states, state_inputs, timestep, op_inputs):
     link = _link_map(links)
     if link is None or len(step_def.op) != 3:
         return None
-    plan = _lstm_layer(list(step_def.op), link, timestep, op_inputs, states, None)
+    return _one_cell(_lstm_layer(list(step_def.op), link, timestep, op_inputs, states, None), link, states,
+                     state_inputs)
+
+
+def _one_cell(plan, link, states, state_inputs):
+    """plan when it is the whole step net of a one-layer cell: its links are exactly the
+    cell's input, h and c (previous and new), its recurrent states its h and c; else None."""
     if (plan is None or set(link) != {plan.h_prev, plan.h, plan.c_prev, plan.c, plan.input_t}
             or sorted(states) != sorted([plan.h_states, plan.c_states]) or len(state_inputs) != 2):
         return None
@@ -170,11 +176,8 @@ def recognise_milstm(step_def, links, states, state_inputs, timestep, op_inputs)
     link = _link_map(links)
     if link is None:
         return None
-    plan = _milstm_layer(list(step_def.op), link, timestep, op_inputs, states, None)
-    if (plan is None or set(link) != {plan.h_prev, plan.h, plan.c_prev, plan.c, plan.input_t}
-            or sorted(states) != sorted([plan.h_states, plan.c_states]) or len(state_inputs) != 2):
-        return None
-    return plan
+    return _one_cell(_milstm_layer(list(step_def.op), link, timestep, op_inputs, states, None), link, states,
+                     state_inputs)
 
 
 def _milstm_layer(ops, link, timestep, op_inputs, states, input_name):
