@@ -9,16 +9,21 @@ import time
 os.environ.setdefault("CAFFE2PY_JIT", "inline")
 
 
-def median_ms(fn, repeat, warmup=2):
-    """Median wall time of fn() in milliseconds over `repeat` calls after `warmup` calls."""
+def samples_ms(fn, repeat, warmup=2):
+    """Wall times of fn() in milliseconds, one per call, for `repeat` calls after `warmup` calls."""
     for _ in range(warmup):
         fn()
     samples = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
-        samples.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(samples)
+        samples.append(1e3 * (time.perf_counter() - t0))
+    return samples
+
+
+def median_ms(fn, repeat, warmup=2):
+    """Median wall time of fn() in milliseconds over `repeat` calls after `warmup` calls."""
+    return statistics.median(samples_ms(fn, repeat, warmup))
 
 
 def interleaved_ms(ours, peer, runs, warmup=3, blocks=3, rest=0.3, clock=time.perf_counter):

@@ -31,9 +31,10 @@ average is printed next to each row.
 """
 import argparse
 import os
+import statistics
 
 import numpy as np
-from _timing import interleaved_ms, median_ms
+from _timing import interleaved_ms, median_ms, samples_ms
 
 from caffe2py import core, model_helper, rnn_cell, workspace
 
@@ -233,16 +234,8 @@ def _cell_nets(cell, t, n, h):
 
 
 def _median_and_min_ms(fn, runs, warmup=2):
-    import statistics
-    import time
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(samples), 1e3 * min(samples)
+    samples = samples_ms(fn, runs, warmup)
+    return statistics.median(samples), min(samples)
 
 
 def step_cost(runs):
