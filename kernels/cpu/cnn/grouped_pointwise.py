@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from ..math.epilogue import bias_values
+from ..math.team_gemm import numpy_product_pass
 from ..runtime.blas import gemm_entry
 from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_size
 
@@ -81,13 +82,7 @@ def _grouped_gemm(gemm, ilp64, x, w, out, bias, has_bias, res, has_res, relu, co
 
 @_grouped_gemm.numpy_twin
 def _grouped_gemm_numpy(gemm, ilp64, x, w, out, bias, has_bias, res, has_res, relu, cols, blocks):
-    np.matmul(w, x, out=out)
-    if has_bias:
-        out += bias[:out.shape[0] * out.shape[1]].reshape(out.shape[0], out.shape[1], 1)
-    if has_res:
-        out += res
-    if relu:
-        np.maximum(out, out.dtype.type(0), out=out)
+    numpy_product_pass(w, x, out, bias, has_bias, res, has_res, relu)
 
 
 _grouped_gemm_serial = serial_variant(_grouped_gemm, "_grouped_gemm_serial")

@@ -101,6 +101,12 @@ def _gemm_blocks_numpy(address, gemv, ilp64, a, b, out, ta, lda, gsa, tb, ldb, g
                        relu, groups, grid_m, grid_n):
     """_gemm_blocks with NumPy: a (G, M, K) and b (G, K, N) are the operands themselves
     (gemm_into passes them so), the BLAS layout arguments are not needed."""
+    numpy_product_pass(a, b, out, bias, has_bias, res, has_res, relu)
+
+
+def numpy_product_pass(a, b, out, bias, has_bias, res, has_res, relu):
+    """The NumPy twins' product and output pass: out (G, M, N) = a @ b, + bias[g * M + r]
+    per row r, + res, then ReLU (the compiled blocked kernels' results, in NumPy)."""
     np.matmul(a, b, out=out)
     if has_bias:
         out += bias[:out.shape[0] * out.shape[1]].reshape(out.shape[0], out.shape[1], 1)
