@@ -195,15 +195,19 @@ def _scoring(tmp_path, token, signum=signal.SIGKILL):
     return parent, kill_and_time(parent, token, signum)
 
 
-def test_score_workers_die_with_a_sigkilled_parent_and_the_run_resumes(tmp_path):
+def test_score_workers_die_with_a_sigkilled_parent_and_the_run_resumes(tmp_path, monkeypatch):
     from _scoring_data import read_output
 
     from caffe2py.scoring import ModelSpec, run_job
+    # The thread count per worker decides the float sums (a GEMM split over the team
+    # adds in another order), and a resumed run with one shard left starts one worker
+    # with every CPU's threads: one thread per worker in all three runs, so the outputs
+    # can be compared bit for bit.
+    monkeypatch.setenv("CAFFE2PY_NUM_THREADS", "1")
     token = uuid.uuid4().hex
     _, seconds = _scoring(tmp_path, token)
     assert seconds <= GONE_WITHIN
     out, whole = str(tmp_path / "out"), str(tmp_path / "whole")
-    # as the killed run: 2 workers (the thread count per worker decides the float sums)
     clean = run_job(ModelSpec(), [str(tmp_path / "data")], whole, batch_size=4, workers=2, progress=False)
     assert clean.rows == 6 * 160 and not clean.failed
     resumed = run_job(ModelSpec(), [str(tmp_path / "data")], out, batch_size=4, workers=2, progress=False)
