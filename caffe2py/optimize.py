@@ -30,6 +30,12 @@ rounding:
     -> Reshape (N, G*K, H, W) (ShuffleNet's channel shuffle) becomes a Reshape to
     the final shape (a view) and one Caffe2 "ChannelShuffle": one copy in one op
     where there were three ops.
+  * fold_shuffle_into_depthwise: a ChannelShuffle (NCHW) whose output only a Caffe2
+    depthwise conv reads (one input channel per group: ShuffleNet's 3x3 after each
+    shuffle) goes: the conv reads the shuffle's input with `shuffle_group`, its
+    kernel taking each input plane through the channel map, and the shuffle's copy
+    is gone. Kept when the channels do not split into the groups (the shuffle's
+    error stays).
   * place_concat_inputs: convs (Caffe2 Conv/ConvRelu by then) whose outputs only a
     channel Concat reads write straight into the concat's output (`concat_channels`):
     the first allocates it, the others fill their channels in place, and the copy
@@ -62,6 +68,7 @@ def optimize(predict_net, blobs):
     fuse_bn_relu(net, blobs)
     fuse_conv_sum(net, blobs)
     fuse_channel_shuffle(net, blobs)
+    fold_shuffle_into_depthwise(net, blobs)
     place_concat_inputs(net, blobs)
     grow_concat_chains(net, blobs)
     return net
@@ -571,6 +578,55 @@ def fuse_channel_shuffle(net, blobs):
         net.op.extend(ops[:at] + [view, shuffle] + ops[at:])
         fused += 1
     return fused
+
+
+_CAFFE2_CONVS = ("Conv", "ConvRelu", "ConvSum", "ConvSumRelu")
+
+
+def _depthwise_reader(net, blobs, index, blob, reads, protected):
+    """The Caffe2 NCHW depthwise conv (constant 4-D weights with one input channel per
+    group) that alone reads `blob`, as its X, after op `index`; else None."""
+    j = _sole_reader(net, index, blob, reads, protected)
+    op = net.op[j] if j is not None else None
+    if op is None or op.type not in _CAFFE2_CONVS or _domain(op) != CAFFE2 or op.input[0] != blob \
+            or _caffe2_conv_args(op) is None or "shuffle_group" in _args(op):
+        return None
+    w = _const(blobs, op.input[1]) if len(op.input) > 1 else None
+    if w is None or w.ndim != 4 or w.shape[1] != 1:
+        return None
+    return j
+
+
+def fold_shuffle_into_depthwise(net, blobs):
+    """ChannelShuffle(x, group=g) -> depthwise conv becomes the conv on x with
+    shuffle_group = g. A depthwise conv works per channel, so convolving the shuffled
+    channels is convolving x's channels in the shuffled order: the kernel reads its
+    input planes through the shuffle's channel map (the same sums, bit for bit).
+    Returns the number of shuffles folded."""
+    protected = set(net.external_output)
+    folded = 0
+    i = 0
+    while i < len(net.op):
+        shuffle = net.op[i]
+        args = _args(shuffle)
+        if shuffle.type != "ChannelShuffle" or _domain(shuffle) != CAFFE2 or len(shuffle.input) != 1 \
+                or len(shuffle.output) != 1 or args.get("order", "NCHW") != "NCHW":
+            i += 1
+            continue
+        group = args.get("group", 1)
+        j = _depthwise_reader(net, blobs, i, shuffle.output[0], _readers(net), protected)
+        # the conv's group is its input channel count: fold only when the shuffle splits it
+        channels = _args(net.op[j]).get("group", 1) if j is not None else 0
+        if j is None or not isinstance(group, int) or group < 1 or channels % group \
+                or _writes_between(net, i, j, {shuffle.input[0]}):
+            i += 1
+            continue
+        conv = net.op[j]
+        conv.input[0] = shuffle.input[0]
+        conv.arg.add(name="shuffle_group", i=group)
+        _remove_ops(net, [i])
+        folded += 1
+    return folded
 
 
 def _channel_concat(op):

@@ -393,6 +393,33 @@ def test_light_models_fused_and_unfused_agree(name, monkeypatch):
     _assert_bitwise(dict(enumerate(fused)), dict(enumerate(plain)))
 
 
+def test_light_shufflenet_folds_its_shuffles_and_matches_onnxruntime(monkeypatch):
+    """Every channel shuffle of ShuffleNet feeds a depthwise conv alone: caffe2py.optimize
+    folds each into that conv (shuffle_group), bit for bit what the plan with the
+    ChannelShuffle ops computes; the logits (a second graph output) and the softmax
+    agree with onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import helper
+    from caffe2py import optimize
+    from caffe2py.onnx import backend
+    model = _light_model("shufflenet")
+    model.graph.output.append(helper.make_empty_tensor_value_info("r201"))     # the Gemm's logits
+    rs = np.random.RandomState(11)
+    x = rs.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    rep = backend.prepare(model)
+    types = [s.op_def.type for s in rep.plan.op_steps()]
+    folded = [s.op_def for s in rep.plan.op_steps() if any(a.name == "shuffle_group" for a in s.op_def.arg)]
+    assert "ChannelShuffle" not in types and len(folded) == 16
+    got = rep.run([x])
+    monkeypatch.setattr(optimize, "fold_shuffle_into_depthwise", lambda net, blobs: 0)
+    unfolded = backend.prepare(model)
+    assert [s.op_def.type for s in unfolded.plan.op_steps()].count("ChannelShuffle") == 16
+    _assert_bitwise(dict(enumerate(got)), dict(enumerate(unfolded.run([x]))))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for ours, theirs in zip(got, sess.run(None, {model.graph.input[0].name: x})):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
 # ----------------------------------------------------------------- training
 
 def _mlp_workspace(mode):

@@ -83,6 +83,9 @@ def _conv_maker(g):
     if len(g.def_.input) > 3:
         raise Caffe2Error("%s: a Conv writing into a concat buffer (4 inputs, made by caffe2py.optimize "
                           "for inference) has no gradient" % g.label)
+    if g.has_arg("shuffle_group"):
+        raise Caffe2Error("%s: a Conv reading its input through a channel shuffle (shuffle_group, made by "
+                          "caffe2py.optimize for inference) has no gradient" % g.label)
     want_dx = not g.arg("no_gradient_to_input", 0)
     ins = [g.I(0), g.I(1), g.GO(0)]
     if len(g.def_.input) == 3:

@@ -35,6 +35,8 @@ def conv(ctx):
     _nchw_only(ctx, "Conv")
     if ctx.has("concat_channels"):
         raise ctx.error("the CUDA Conv does not write into a concat buffer (concat_channels)")
+    if ctx.has("shuffle_group"):
+        raise ctx.error("the CUDA Conv does not read its input through a channel shuffle (shuffle_group)")
     if ctx.n_inputs > 3:
         raise ctx.error("the CUDA Conv takes X, filter and an optional bias, got %d inputs" % ctx.n_inputs)
     group, legacy = ctx.int("group", 1), ctx.int("legacy_pad", 0)

@@ -139,28 +139,58 @@ _PLACED_DOC = (" With concat_channels = [total, offset] (NCHW; what caffe2py.opt
                "writes its own into channels offset.. of it: a new array, or `into` (the 4th "
                "input, the same blob as Y) that an earlier conv of the concat made.")
 _PLACED_ARG = Arg("concat_channels", "ints", None, doc="[total channels of Y, first channel written]")
+_SHUFFLE_DOC = (" With shuffle_group = g (NCHW) the op convolves ChannelShuffle(X, group=g) without "
+                "making it: what caffe2py.optimize folds a shuffle read only by a depthwise conv into.")
+_SHUFFLE_ARG = Arg("shuffle_group", "int", None, check=_POSITIVE,
+                   doc="read X's channels as ChannelShuffle(group=shuffle_group) orders them")
 register_schema(OpSchema(
-    "Conv", num_inputs=(2, 4), num_outputs=1, args=_CONV_ARGS + (_PLACED_ARG,), allow_inplace={(3, 0)},
+    "Conv", num_inputs=(2, 4), num_outputs=1, args=_CONV_ARGS + (_PLACED_ARG, _SHUFFLE_ARG), allow_inplace={(3, 0)},
     checks=_CONV_CHECKS, inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias", "into"), outputs=("Y",),
-    doc="N-d convolution, NCHW or NHWC, with groups, dilation and Caffe2's pad spellings." + _PLACED_DOC))
+    doc="N-d convolution, NCHW or NHWC, with groups, dilation and Caffe2's pad spellings." + _PLACED_DOC
+    + _SHUFFLE_DOC))
 register_schema(OpSchema(
-    "ConvRelu", num_inputs=(2, 4), num_outputs=1, args=_CONV_ARGS + (_PLACED_ARG,), allow_inplace={(3, 0)},
+    "ConvRelu", num_inputs=(2, 4), num_outputs=1, args=_CONV_ARGS + (_PLACED_ARG, _SHUFFLE_ARG), allow_inplace={(3, 0)},
     checks=_CONV_CHECKS, inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias", "into"), outputs=("Y",),
-    doc="Conv followed by Relu in one pass (what caffe2py.optimize fuses Conv + Relu into)." + _PLACED_DOC))
+    doc="Conv followed by Relu in one pass (what caffe2py.optimize fuses Conv + Relu into)." + _PLACED_DOC
+    + _SHUFFLE_DOC))
 for _name, _doc in (("ConvSum", "Y = Conv(X, filter, bias) + S"),
                     ("ConvSumRelu", "Y = Relu(Conv(X, filter, bias) + S)")):
     register_schema(OpSchema(
-        _name, num_inputs=4, num_outputs=1, args=_CONV_ARGS, checks=_CONV_CHECKS,
+        _name, num_inputs=4, num_outputs=1, args=_CONV_ARGS + (_SHUFFLE_ARG,), checks=_CONV_CHECKS,
         inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias", "S"), outputs=("Y",),
         doc=_doc + ", S of Y's shape, in one output pass (what caffe2py.optimize fuses a Conv "
         "whose output only a Sum/Add with another tensor reads, and a Relu after it, into: "
-        "ResNet's and ShuffleNet's residual joins)."))
+        "ResNet's and ShuffleNet's residual joins)." + _SHUFFLE_DOC))
 
 
 def _conv_factory(activation):
     def factory(ctx):
         return _conv_kernel(ctx, activation)
     return factory
+
+
+def _shuffle_map_reader(ctx, nchw):
+    """x -> the channel map of the conv's shuffle_group (None without one): channel
+    k * g + i reads channel i * K + k of the C = g * K channels, as ChannelShuffle
+    orders them; one map per channel count."""
+    if ctx.type not in ("Conv", "ConvRelu", "ConvSum", "ConvSumRelu") or not ctx.has("shuffle_group"):
+        return lambda x: None
+    group = ctx.int("shuffle_group")
+    if group < 1 or not nchw:
+        raise ctx.error("shuffle_group must be positive on an NCHW conv, got %d (order %s)"
+                        % (group, ctx.string("order", "NCHW")))
+    maps = {}
+
+    def channel_map(x):
+        c = x.shape[1]
+        found = maps.get(c)
+        if found is None:
+            if c % group:
+                raise ctx.input_error(0, "%d channels (shape %s) do not split into %d shuffle groups"
+                                      % (c, list(x.shape), group))
+            found = maps[c] = np.arange(c, dtype=np.intp).reshape(group, c // group).T.reshape(c)
+        return found
+    return channel_map
 
 
 def _conv_kernel(ctx, activation):
@@ -172,6 +202,7 @@ def _conv_kernel(ctx, activation):
         else None
     if placed is not None and (len(placed) != 2 or not nchw or placed[1] < 0):
         raise ctx.error("concat_channels must be [total, offset] on an NCHW conv, got %s" % (placed,))
+    shuffle_map = _shuffle_map_reader(ctx, nchw)
 
     geometries = {}      # (input shape, filter shape) -> (strides, pads, dilations, output shape)
 
@@ -226,7 +257,7 @@ def _conv_kernel(ctx, activation):
             into = placed_output(xc, wc, s, out_shape)
             try:
                 conv_k.conv_nchw(xc, wc, b, strides, pads, dil, group, scratch=scratch, activation=activation,
-                                 out=into[:, placed[1]:placed[1] + out_shape[1]])
+                                 out=into[:, placed[1]:placed[1] + out_shape[1]], channel_map=shuffle_map(xc))
             except ValueError as exc:
                 raise ctx.input_error(0, str(exc)) from None
             return into
@@ -235,7 +266,7 @@ def _conv_kernel(ctx, activation):
         try:
             y = conv_k.conv_nchw(xc, wc, b, strides, pads, dil, group, scratch=scratch,
                                  activation=None if broadcast else activation,
-                                 residual=None if broadcast else residual)
+                                 residual=None if broadcast else residual, channel_map=shuffle_map(xc))
         except ValueError as exc:
             raise ctx.input_error(0, str(exc)) from None
         if broadcast:     # an Add whose other operand broadcasts: NumPy's rules, then the ReLU

@@ -116,6 +116,9 @@ def export_conv(ex):
     if ex.args.has("concat_channels"):
         raise ex.error("a Conv that writes into a concat buffer (concat_channels) is not exported; "
                        "export the net before caffe2py.optimize")
+    if ex.args.has("shuffle_group"):
+        raise ex.error("a Conv that reads its input through a channel shuffle (shuffle_group) is not "
+                       "exported; export the net before caffe2py.optimize")
     rank = _spatial_rank(ex)
     x, w = ex.inputs[0], ex.inputs[1]
     nhwc = _nhwc(ex)

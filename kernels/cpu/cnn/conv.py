@@ -6,7 +6,9 @@ Public:
         pads: begins then ends, one per spatial dim. activation: None or "relu"
         (applied in the output pass). residual: added before the activation (same
         shape as the output). scratch: a Scratch owned by the caller (one per op) so
-        im2col and padding buffers are allocated once, not per run.
+        im2col and padding buffers are allocated once, not per run. channel_map (C ints):
+        convolve x[:, channel_map] (a channel shuffle folded into the convolution; the
+        compiled depthwise kernel reads its planes through the map, other paths gather).
     conv_output_size(size, kernel, stride, pad_begin, pad_end, dilation)
     pad_input(x, pads, value=0.0), windows(x, kernel, strides, dilations)
 
@@ -43,7 +45,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..runtime.blas import gemm_entry
 from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
-from .depthwise import depthwise_plan
+from .depthwise import channel_map_problem, depthwise_plan
 from .grouped_pointwise import grouped_pointwise_product
 from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
 from ..runtime.output_pool import output_array
@@ -173,17 +175,29 @@ def _check_activation(activation):
 
 
 def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activation=None, residual=None,
-              out=None):
+              out=None, channel_map=None):
     """x (N, C, *S), w (M, C/group, *K), b (M,) or None -> (N, M, *out).
     residual: None or an array of the output's shape added before the activation
     (a ResNet-style Conv + Sum [+ Relu] in one op). out: where to write the result (an
     array of its shape and dtype whose images are C-contiguous, e.g. a channel range of
-    a concat buffer); a new array by default."""
+    a concat buffer); a new array by default. channel_map: see the module docstring."""
     _check_activation(activation)
     dtype = np.result_type(x.dtype, w.dtype)
+    if channel_map is not None:
+        problem = channel_map_problem(channel_map, x.shape[1] if x.ndim > 1 else 0)
+        if problem:
+            raise ValueError(problem)
     if dtype == np.float16:
+        if channel_map is not None:
+            x = np.take(x, channel_map, axis=1)
         return _conv_half(x, w, b, strides, pads, dilations, group, scratch, activation, residual, out)
     plan = _plan(x.shape, w.shape, tuple(strides), tuple(pads), tuple(dilations), group, dtype.str)
+    mapped = {}
+    if channel_map is not None:
+        if getattr(plan.compute, "takes_channel_map", False):
+            mapped = {"channel_map": channel_map}
+        else:                                   # paths without the map read a gathered copy
+            x = np.take(x, channel_map, axis=1)
     if residual is not None and tuple(residual.shape) != plan.out_shape:
         raise ValueError("residual of shape %s does not match the output shape %s"
                          % (list(residual.shape), list(plan.out_shape)))
@@ -204,7 +218,7 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
             # waits for a residual the plan cannot add itself)
             takes = residual if plan.takes_residual else None
             plan.compute(x, w, out, scratch or default_scratch(), bias, relu and (residual is None or takes is not None),
-                         takes)
+                         takes, **mapped)
             if residual is not None and takes is None:
                 finish_channels(out, None, residual, relu)
         else:

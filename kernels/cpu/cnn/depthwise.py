@@ -2,8 +2,12 @@
 
 Public:
     depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
-        -> compute(x, w, out, scratch, bias=None, relu=False) or None when the compiled
-        kernel does not cover the case (only float32/float64, non-negative pads).
+        -> compute(x, w, out, scratch, bias=None, relu=False, residual=None, channel_map=None)
+        or None when the compiled kernel does not cover the case (only float32/float64,
+        non-negative pads). channel_map (C ints): output channel o convolves input plane
+        channel_map[o // multiplier] instead of o // multiplier, so a channel shuffle
+        before the convolution costs nothing (caffe2py.optimize's shuffle fold).
+    channel_map_problem(channel_map, channels) -> why a map is unusable, or None.
 
 A depthwise output is kh*kw multiply-adds of one channel's pixels. As NumPy calls
 that is a pass per tap (or a tap stack and a batched matmul of tiny matrices); here
@@ -24,11 +28,12 @@ from ..runtime.jit import compiled, prange, team_blocks
 
 
 @compiled(fastmath=("contract", "reassoc"), parallel=True)
-def _depthwise(x, w, bias, out, kh, kw, sh, sw, dh, dw, pt, pl, relu, blocks):
+def _depthwise(x, w, bias, out, cmap, kh, kw, sh, sw, dh, dw, pt, pl, relu, blocks):
     """All output channels, in `blocks` contiguous blocks on the team. x (C, H, W);
     w (M, kh*kw) with M = C * multiplier; bias (M,) (zeros when there is none);
-    out (M, OH, OW). Windows start at
-    (oy * sh - pt, ox * sw - pl); pads are >= 0 and the caller checked the shapes."""
+    out (M, OH, OW); output channel o reads input plane cmap[o // multiplier]. Windows
+    start at (oy * sh - pt, ox * sw - pl); pads are >= 0 and the caller checked the
+    shapes and that cmap holds C channel indices in range."""
     c_in, h, wd = x.shape
     m, oh, ow = out.shape
     mult = m // c_in
@@ -45,7 +50,7 @@ def _depthwise(x, w, bias, out, kh, kw, sh, sw, dh, dw, pt, pl, relu, blocks):
         acc = np.empty(length, x.dtype)
         loaded = -1
         for o in range(lo, hi):
-            c = o // mult
+            c = cmap[o // mult]
             if c != loaded:
                 for y in range(h):
                     src = x[c, y]
@@ -117,14 +122,14 @@ def _depthwise(x, w, bias, out, kh, kw, sh, sw, dh, dw, pt, pl, relu, blocks):
 
 
 @_depthwise.numpy_twin
-def _depthwise_numpy(x, w, bias, out, kh, kw, sh, sw, dh, dw, pt, pl, relu, blocks):
+def _depthwise_numpy(x, w, bias, out, cmap, kh, kw, sh, sw, dh, dw, pt, pl, relu, blocks):
     c_in, h, wd = x.shape
     m, oh, ow = out.shape
     rows = max(pt + h, (oh - 1) * sh + (kh - 1) * dh + 1)
     width = max(pl + wd, (ow - 1) * sw + (kw - 1) * dw + 1)
     grid = np.zeros((c_in, rows, width), x.dtype)
     grid[:, pt:pt + h, pl:pl + wd] = x
-    planes = grid[np.arange(m) // (m // c_in)]          # the input channel of every output
+    planes = grid[cmap[np.arange(m) // (m // c_in)]]    # the input plane of every output
     acc = np.repeat(bias.reshape(m, 1, 1), oh, axis=1).repeat(ow, axis=2)
     for ky in range(kh):
         for kx in range(kw):
@@ -133,6 +138,17 @@ def _depthwise_numpy(x, w, bias, out, kh, kw, sh, sw, dh, dw, pt, pl, relu, bloc
     if relu:
         np.maximum(acc, acc.dtype.type(0), out=acc)
     out[...] = acc
+
+
+def channel_map_problem(channel_map, channels):
+    """Why `channel_map` cannot say which of `channels` input planes each channel
+    reads (the compiled loop indexes with it unchecked), or None."""
+    cmap = np.asarray(channel_map)
+    if cmap.shape != (channels,) or cmap.dtype.kind not in "iu":
+        return "the channel map must be %d integers, got %s of shape %s" % (channels, cmap.dtype, list(cmap.shape))
+    if channels and (cmap.min() < 0 or cmap.max() >= channels):
+        return "the channel map's values must lie in [0, %d), got %d..%d" % (channels, cmap.min(), cmap.max())
+    return None
 
 
 def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
@@ -146,10 +162,20 @@ def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtyp
     geometry = (kh, kw) + tuple(strides) + tuple(dilations) + (pads[0], pads[1])
     work = int(np.prod(out_spatial)) * kh * kw * max(strides)
 
-    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
+    identity = np.arange(c, dtype=np.intp)
+
+    def compute(x, w, out, scratch, bias=None, relu=False, residual=None, channel_map=None):
+        if channel_map is None:
+            cmap = identity
+        else:
+            problem = channel_map_problem(channel_map, c)
+            if problem:
+                raise ValueError(problem)
+            cmap = np.ascontiguousarray(channel_map, dtype=np.intp)
         w2 = w.reshape(m, kh * kw)
         b = np.zeros(m, dtype) if bias is None else bias_values(bias, dtype)
         for i in range(n):
             xi = np.ascontiguousarray(x[i])
-            _depthwise(xi, w2, b, out[i], *geometry, relu, team_blocks(m, work))
+            _depthwise(xi, w2, b, out[i], cmap, *geometry, relu, team_blocks(m, work))
+    compute.takes_channel_map = True
     return compute

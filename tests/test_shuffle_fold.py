@@ -1,0 +1,210 @@
+"""ShuffleNet's channel shuffle folded into the depthwise convolution that reads it
+(caffe2py.optimize.fold_shuffle_into_depthwise, Conv's shuffle_group, the depthwise
+kernel's channel map), against the unfolded plan (bit for bit) and NumPy references
+written here."""
+import numpy as np
+import pytest
+
+from caffe2py import core, workspace
+from caffe2py.errors import Caffe2Error
+from caffe2py.executor import compile_net
+from caffe2py.kernels.cpu.cnn import conv as conv_k
+from caffe2py.optimize import fold_shuffle_into_depthwise, optimize
+from caffe2py.proto import caffe2_pb2
+
+RNG = np.random.default_rng(38)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def shuffled(x, group):
+    """ChannelShuffle by its definition: channel k * group + g takes channel g * K + k."""
+    k = x.shape[1] // group
+    y = np.empty_like(x)
+    for g in range(group):
+        for kk in range(k):
+            y[:, kk * group + g] = x[:, g * k + kk]
+    return y
+
+
+def depthwise_ref(x, w, b, stride, pad):
+    """Direct depthwise convolution in float64 (w (C * mult, 1, kh, kw))."""
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (pad, pad), (pad, pad)])
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    y = np.zeros((n, m, oh, ow))
+    for o in range(m):
+        plane = xp[:, o // (m // c)]
+        for ky in range(kh):
+            for kx in range(kw):
+                y[:, o] += w[o, 0, ky, kx] * plane[:, ky:ky + (oh - 1) * stride + 1:stride,
+                                                   kx:kx + (ow - 1) * stride + 1:stride]
+    return y + b.astype(np.float64)[None, :, None, None]
+
+
+# ----------------------------------------------------------------- the kernel's channel map
+
+@pytest.mark.parametrize("mult,stride,kernel", [(1, 1, 3), (1, 2, 3), (2, 1, 3), (1, 2, 5)])
+def test_depthwise_conv_reads_its_planes_through_a_channel_map(mult, stride, kernel):
+    c = 12
+    x, w, b = rand(2, c, 9, 7), rand(c * mult, 1, kernel, kernel), rand(c * mult)
+    cmap = RNG.permutation(c)
+    pad = kernel // 2
+    args = (b, (stride, stride), (pad,) * 4, (1, 1), c)
+    got = conv_k.conv_nchw(x, w, *args, activation="relu", channel_map=cmap)
+    # bit for bit what the conv of the gathered input gives, and the definition
+    np.testing.assert_array_equal(got, conv_k.conv_nchw(np.ascontiguousarray(x[:, cmap]), w, *args,
+                                                        activation="relu"))
+    want = np.maximum(depthwise_ref(x[:, cmap], w, b, stride, pad), 0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_other_convolutions_gather_through_the_map_and_bad_maps_are_refused():
+    x, w = rand(1, 6, 5, 5), rand(4, 6, 3, 3)
+    cmap = np.array([5, 4, 3, 2, 1, 0])
+    np.testing.assert_array_equal(conv_k.conv_nchw(x, w, None, (1, 1), (1,) * 4, (1, 1), 1, channel_map=cmap),
+                                  conv_k.conv_nchw(x[:, ::-1].copy(), w, None, (1, 1), (1,) * 4, (1, 1), 1))
+    dw = rand(6, 1, 3, 3)
+    for bad, why in ((np.arange(5), "6 integers"), (np.array([0, 1, 2, 3, 4, 6]), r"\[0, 6\)"),
+                     (np.array([0, 1, 2, 3, 4, -1]), r"\[0, 6\)"), (np.arange(6.0), "6 integers")):
+        with pytest.raises(ValueError, match=why):
+            conv_k.conv_nchw(x, dw, None, (1, 1), (1,) * 4, (1, 1), 6, channel_map=bad)
+
+
+# ----------------------------------------------------------------- the op's shuffle_group
+
+def _run_op(op_type, inputs, **kwargs):
+    workspace.ResetWorkspace()
+    names = ["in%d" % i for i in range(len(inputs))]
+    for name, value in zip(names, inputs):
+        workspace.FeedBlob(name, value)
+    workspace.RunOperatorOnce(core.CreateOperator(op_type, names, ["out"], **kwargs))
+    return workspace.FetchBlob("out")
+
+
+def test_conv_with_shuffle_group_convolves_the_shuffled_input():
+    x, w, b, s = rand(2, 12, 6, 6), rand(12, 1, 3, 3), rand(12), rand(2, 12, 6, 6)
+    want = depthwise_ref(shuffled(x, 3), w, b, 1, 1)
+    got = _run_op("ConvRelu", [x, w, b], group=12, pad=1, shuffle_group=3)
+    np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-5, atol=1e-5)
+    got = _run_op("ConvSum", [x, w, b, s], group=12, pad=1, shuffle_group=4)
+    np.testing.assert_allclose(got, depthwise_ref(shuffled(x, 4), w, b, 1, 1) + s, rtol=1e-5, atol=1e-5)
+    with pytest.raises(Caffe2Error, match=r"Conv.*'in0'.*12 channels.*5 shuffle groups"):
+        _run_op("Conv", [x, w, b], group=12, pad=1, shuffle_group=5)
+    with pytest.raises(Caffe2Error, match="shuffle_group must be positive on an NCHW conv"):
+        _run_op("Conv", [np.moveaxis(x, 1, -1).copy(), np.moveaxis(w, 1, -1).copy(), b], group=12, pad=1,
+                shuffle_group=3, order="NHWC")
+
+
+# ----------------------------------------------------------------- the optimize pass
+
+def _net(ops, inputs, outputs):
+    net = caffe2_pb2.NetDef(name="shuffle")
+    net.op.extend(ops)
+    net.external_input.extend(inputs)
+    net.external_output.extend(outputs)
+    return net
+
+
+def _run(net, consts, feeds):
+    blobs = dict(consts)
+    blobs.update(feeds)
+    compile_net(net, known_blobs=blobs.keys()).run(blobs)
+    return [blobs[o] for o in net.external_output]
+
+
+def _shuffle_unit(groups=4, channels=12, relu=True, outputs=("y",), extra_reader=False):
+    """ShuffleNet's unit as caffe2py.optimize leaves it before the fold: grouped 1x1
+    ConvRelu -> ChannelShuffle -> depthwise 3x3 Conv -> grouped 1x1 ConvSum(Relu) with
+    the unit's input."""
+    consts = {"w1": rand(channels, 12 // groups, 1, 1), "b1": rand(channels), "dw": rand(channels, 1, 3, 3),
+              "bd": rand(channels), "w2": rand(12, channels // groups, 1, 1), "b2": rand(12)}
+    ops = [core.CreateOperator("ConvRelu", ["x", "w1", "b1"], ["a"], kernel=1, group=groups),
+           core.CreateOperator("ChannelShuffle", ["a"], ["s"], group=groups),
+           core.CreateOperator("Conv", ["s", "dw", "bd"], ["d"], kernel=3, pad=1, group=channels),
+           core.CreateOperator("ConvSumRelu" if relu else "ConvSum", ["d", "w2", "b2", "x"], ["y"], kernel=1,
+                               group=groups)]
+    if extra_reader:
+        ops.append(core.CreateOperator("Relu", ["s"], ["z"]))
+    return _net(ops, ["x"] + list(consts), list(outputs)), consts
+
+
+def test_fold_removes_the_shuffle_and_gives_the_unfolded_plans_bits():
+    net, consts = _shuffle_unit()
+    before = net.SerializeToString()
+    opt = optimize(net, dict(consts))
+    assert net.SerializeToString() == before
+    assert [op.type for op in opt.op] == ["ConvRelu", "Conv", "ConvSumRelu"]
+    dwconv = opt.op[1]
+    assert dwconv.input[0] == "a" and [a.i for a in dwconv.arg if a.name == "shuffle_group"] == [4]
+    unfolded = _net(net.op, net.external_input, net.external_output)
+    feeds = {"x": rand(2, 12, 10, 9)}
+    got, = _run(opt, consts, feeds)
+    np.testing.assert_array_equal(got, _run(unfolded, consts, feeds)[0])
+    # and the unit by its definition
+    x = feeds["x"].astype(np.float64)
+    a = np.maximum(np.einsum("gmc,ngchw->ngmhw", consts["w1"][:, :, 0, 0].reshape(4, 3, 3),
+                             x.reshape(2, 4, 3, 10, 9)).reshape(2, 12, 10, 9)
+                   + consts["b1"][None, :, None, None], 0)
+    d = depthwise_ref(shuffled(a, 4), consts["dw"], consts["bd"], 1, 1)
+    y = np.einsum("gmc,ngchw->ngmhw", consts["w2"][:, :, 0, 0].reshape(4, 3, 3),
+                  d.reshape(2, 4, 3, 10, 9)).reshape(2, 12, 10, 9) + consts["b2"][None, :, None, None] + x
+    np.testing.assert_allclose(got, np.maximum(y, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_fold_keeps_a_shuffle_with_another_reader_or_uneven_groups():
+    # a second reader of the shuffled tensor: it must still be made
+    net, consts = _shuffle_unit(extra_reader=True, outputs=("y", "z"))
+    assert fold_shuffle_into_depthwise(_net(net.op, net.external_input, net.external_output), dict(consts)) == 0
+    # the shuffled tensor is a net output
+    net, consts = _shuffle_unit(outputs=("y", "s"))
+    opt = optimize(net, dict(consts))
+    assert "ChannelShuffle" in [op.type for op in opt.op]
+    feeds = {"x": rand(1, 12, 5, 5)}
+    for got, want in zip(_run(opt, consts, feeds), _run(net, consts, feeds)):
+        np.testing.assert_array_equal(got, want)
+    # 12 channels in 5 shuffle groups: the shuffle stays, and so does its error
+    net, consts = _shuffle_unit()
+    net.op[1].arg[0].i = 5
+    opt = optimize(net, dict(consts))
+    assert "ChannelShuffle" in [op.type for op in opt.op]
+    with pytest.raises(Caffe2Error, match="12 channels.*do not split into 5 groups"):
+        _run(opt, consts, feeds)
+    # a consumer that is not depthwise (one group): the shuffle stays
+    net, consts = _shuffle_unit()
+    consts["dw"] = rand(12, 12, 3, 3)
+    net.op[2].arg[-1].i = 1
+    assert [a.name for a in net.op[2].arg][-1] == "group"
+    opt = optimize(net, dict(consts))
+    assert "ChannelShuffle" in [op.type for op in opt.op]
+    np.testing.assert_array_equal(_run(opt, consts, feeds)[0], _run(net, consts, feeds)[0])
+
+
+def test_onnx_shuffle_spelling_folds_into_the_depthwise_conv_relu():
+    """ONNX's Reshape -> Transpose -> Reshape shuffle read by Conv -> Relu: one Reshape
+    (a view) and a ConvRelu with shuffle_group are left."""
+    def onnx_op(op_type, inputs, outputs, **args):
+        op = core.CreateOperator(op_type, inputs, outputs, **args)
+        op.domain, op.op_version = "ai.onnx", 13
+        return op
+    consts = {"w": rand(12, 3, 1, 1), "s5": np.array([2, 3, 4, 3, 4], np.int64),
+              "s4": np.array([2, 12, 3, 4], np.int64), "dw": rand(12, 1, 3, 3)}
+    ops = [onnx_op("Conv", ["x", "w"], ["c"], group=4),
+           onnx_op("Reshape", ["c", "s5"], ["r5"]),
+           onnx_op("Transpose", ["r5"], ["t"], perm=[0, 2, 1, 3, 4]),
+           onnx_op("Reshape", ["t", "s4"], ["r4"]),
+           onnx_op("Conv", ["r4", "dw"], ["d"], group=12, pads=[1, 1, 1, 1]),
+           onnx_op("Relu", ["d"], ["y"])]
+    net = _net(ops, ["x"] + list(consts), ["y"])
+    blobs = dict(consts)
+    opt = optimize(net, blobs)
+    assert [op.type for op in opt.op] == ["Conv", "Reshape", "ConvRelu"]
+    x = rand(2, 12, 3, 4)
+    got, = _run(opt, blobs, {"x": x})
+    c = np.einsum("gmc,ngchw->ngmhw", consts["w"][:, :, 0, 0].reshape(4, 3, 3),
+                  x.astype(np.float64).reshape(2, 4, 3, 3, 4)).reshape(2, 12, 3, 4)
+    want = np.maximum(depthwise_ref(shuffled(c, 3), consts["dw"], np.zeros(12, np.float32), 1, 1), 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
