@@ -183,21 +183,16 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
     a concat buffer); a new array by default. channel_map: see the module docstring."""
     _check_activation(activation)
     dtype = np.result_type(x.dtype, w.dtype)
-    if channel_map is not None:
-        problem = channel_map_problem(channel_map, x.shape[1] if x.ndim > 1 else 0)
-        if problem:
-            raise ValueError(problem)
     if dtype == np.float16:
-        if channel_map is not None:
-            x = np.take(x, channel_map, axis=1)
-        return _conv_half(x, w, b, strides, pads, dilations, group, scratch, activation, residual, out)
+        return _conv_half(_gathered(x, channel_map), w, b, strides, pads, dilations, group, scratch, activation,
+                          residual, out)
     plan = _plan(x.shape, w.shape, tuple(strides), tuple(pads), tuple(dilations), group, dtype.str)
     mapped = {}
     if channel_map is not None:
-        if getattr(plan.compute, "takes_channel_map", False):
+        if getattr(plan.compute, "takes_channel_map", False):     # it checks the map itself
             mapped = {"channel_map": channel_map}
         else:                                   # paths without the map read a gathered copy
-            x = np.take(x, channel_map, axis=1)
+            x = _gathered(x, channel_map)
     if residual is not None and tuple(residual.shape) != plan.out_shape:
         raise ValueError("residual of shape %s does not match the output shape %s"
                          % (list(residual.shape), list(plan.out_shape)))
@@ -225,6 +220,16 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
             plan.compute(x, w, out, scratch or default_scratch())
             finish_channels(out, bias, residual, relu)
     return out
+
+
+def _gathered(x, channel_map):
+    """x[:, channel_map] once the map is checked (NumPy would wrap negative indices)."""
+    if channel_map is None:
+        return x
+    problem = channel_map_problem(channel_map, x.shape[1] if x.ndim > 1 else 0)
+    if problem:
+        raise ValueError(problem)
+    return np.take(x, channel_map, axis=1)
 
 
 def _conv_half(x, w, b, strides, pads, dilations, group, scratch, activation, residual, out):
