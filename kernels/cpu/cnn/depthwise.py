@@ -181,10 +181,10 @@ def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtyp
         if channel_map is None:
             cmap = identity
         else:
-            cmap = np.ascontiguousarray(channel_map, dtype=np.intp)
-            problem = channel_map_problem(cmap, c)
+            problem = channel_map_problem(channel_map, c)
             if problem:
                 raise ValueError(problem)
+            cmap = np.ascontiguousarray(channel_map, dtype=np.intp)
         w2 = w.reshape(m, kh * kw)
         b = np.zeros(m, dtype) if bias is None else bias_values(bias, dtype)
         for i in range(n):
