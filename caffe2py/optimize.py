@@ -40,6 +40,12 @@ rounding:
     channel Concat reads write straight into the concat's output (`concat_channels`):
     the first allocates it, the others fill their channels in place, and the copy
     the Concat made is gone (SqueezeNet's fire modules, Inception's branches).
+  * write_concat_in_place: a channel Concat of convs' outputs and other tensors
+    (ShuffleNet's downsampling units: a conv branch and an AveragePool), and a Relu
+    that alone reads it: the convs write into the concat's buffer as above (ConvRelu
+    when the Relu goes), each other input is copied into its channels by a
+    "ChannelWrite" (with the ReLU) where the Concat was; the Concat's copy of the
+    convs' channels and the Relu's pass are gone.
   * fuse_conv_sum: a Conv whose output only a two-input Sum/Add reads, and the Relu
     that alone reads that sum, become one "ConvSum"/"ConvSumRelu" op (ResNet's and
     ShuffleNet's residual joins): the addition and the ReLU happen in the
@@ -71,6 +77,7 @@ def optimize(predict_net, blobs):
     fold_shuffle_into_depthwise(net, blobs)
     place_concat_inputs(net, blobs)
     grow_concat_chains(net, blobs)
+    write_concat_in_place(net, blobs)
     return net
 
 
@@ -697,6 +704,94 @@ def place_concat_inputs(net, blobs):
         _remove_ops(net, [j])
         placed += 1
     return placed
+
+
+def _concat_parts(net, blobs, j, reads, protected):
+    """For channel Concat j: [(input, producing conv index or None, channels)] when at
+    least one input is made by a placeable conv and every other input's channel count
+    follows from the net; else None."""
+    parts = []
+    for blob in net.op[j].input:
+        k = _producer(net, j, blob)
+        if _placeable_conv(net, blobs, k, blob, reads, protected):
+            parts.append((blob, k, int(_const(blobs, net.op[k].input[1]).shape[0])))
+            continue
+        channels = _channels_of(net, blobs, j, blob)
+        if channels is None:
+            return None
+        parts.append((blob, None, channels))
+    convs = [k for _, k, _ in parts if k is not None]
+    return parts if convs and len(convs) < len(parts) else None
+
+
+def write_concat_in_place(net, blobs):
+    """Concat(a_1, .., a_k) along channels, some a_i made by placeable convs (see
+    _placeable_conv), the others by anything whose channel count follows from the net
+    (_channels_of), optionally followed by a Relu that alone reads it: the earliest
+    conv allocates the buffer (concat_channels), the later ones write into it, and at
+    the Concat's place one ChannelWrite per other input copies it into its channels.
+    With the Relu, the convs become ConvRelu, the ChannelWrites apply it (relu=1) and
+    the buffer takes the Relu's output name. Nothing between the first conv and the
+    last rewritten op may read or write the buffer's name or rewrite a conv's inputs.
+    Returns the number of Concats rewritten."""
+    protected = set(net.external_output)
+    written = 0
+    j = 0
+    while j < len(net.op):
+        concat = net.op[j]
+        if not _channel_concat(concat) or len(set(concat.input)) != len(concat.input):
+            j += 1
+            continue
+        reads = _readers(net)
+        parts = _concat_parts(net, blobs, j, reads, protected)
+        if parts is None:
+            j += 1
+            continue
+        first = min(k for _, k, _ in parts if k is not None)
+        y = concat.output[0]
+        r = _sole_reader(net, j, y, reads, protected)
+        relu = net.op[r] if r is not None else None
+        if relu is not None and (relu.type != "Relu" or _domain(relu) not in (ONNX, CAFFE2)
+                                 or list(relu.input) != [y] or len(relu.output) != 1):
+            relu, r = None, None
+        last = r if relu is not None else j
+        name = relu.output[0] if relu is not None else y
+        span = [op for index, op in enumerate(net.op[first + 1:last], first + 1) if index != j]
+        if name in concat.input or any(name in op.input or name in op.output for op in span) or any(
+                _writes_between(net, k, j, set(net.op[k].input)) for _, k, _ in parts if k is not None):
+            j += 1
+            continue
+        total = sum(m for _, _, m in parts)
+        writes, offset = [], 0
+        for blob, k, m in parts:
+            if k is None:
+                write = caffe2_pb2.OperatorDef(type="ChannelWrite", name=concat.name)
+                write.input.extend([blob, name])
+                write.output.append(name)
+                write.arg.add(name="offset", i=offset)
+                if relu is not None:
+                    write.arg.add(name="relu", i=1)
+                if concat.HasField("device_option"):
+                    write.device_option.CopyFrom(concat.device_option)
+                writes.append(write)
+            else:
+                op = net.op[k]
+                if len(op.input) < 3:        # the buffer goes 4th: a bias first
+                    op.input.append(_add_constant(net, blobs, blob + "_zero_bias",
+                                                  np.zeros(m, _const(blobs, op.input[1]).dtype)))
+                if k != first:
+                    op.input.append(name)
+                op.output[0] = name
+                op.arg.add(name="concat_channels", ints=[total, offset])
+                if relu is not None:
+                    op.type = "ConvRelu"
+            offset += m
+        ops = list(net.op)
+        del net.op[:]
+        net.op.extend(ops[:j] + writes + [op for index, op in enumerate(ops[j + 1:], j + 1) if index != r])
+        written += 1
+        j += len(writes)
+    return written
 
 
 def _placeable_conv(net, blobs, index, blob, reads, protected):

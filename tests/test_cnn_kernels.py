@@ -1020,13 +1020,15 @@ def test_optimize_places_conv_outputs_in_their_concat():
     assert [list(a.ints) for op in opt.op[1:3] for a in op.arg if a.name == "concat_channels"] == [[12, 5], [12, 0]]
     feeds = {"x": rand(2, 8, 6, 5)}
     np.testing.assert_allclose(_run(opt, blobs, feeds)[0], _run(net, consts, feeds)[0], rtol=1e-4, atol=1e-4)
-    # e1r is also a net output: nothing is placed
+    # e1r is also a net output: only e3r is placed, e1r is copied in by a ChannelWrite
+    # (write_concat_in_place; tests/test_shuffle_fold.py)
     net = _net(ops, ["x"] + list(consts), ["y", "e1r"])
-    assert "Concat" in [op.type for op in optimize(net, dict(consts)).op]
-    # a Concat input that no conv makes (the squeeze output itself)
+    assert [op.type for op in optimize(net, dict(consts)).op].count("ChannelWrite") == 1
+    # a Concat input that no conv makes (the squeeze output itself): the same
     ops2 = ops[:6] + [_op("Concat", ["e1r", "sr"], ["cat"], axis=1), _op("Conv", ["cat", "wn"], ["y"])]
     consts["wn"] = rand(4, 11, 1, 1)
-    assert "Concat" in [op.type for op in optimize(_net(ops2, ["x"] + list(consts), ["y"]), dict(consts)).op]
+    types = [op.type for op in optimize(_net(ops2, ["x"] + list(consts), ["y"]), dict(consts)).op]
+    assert "Concat" not in types and types.count("ChannelWrite") == 1
 
 
 def _dense_block_net(links, outputs):
@@ -1072,12 +1074,14 @@ def test_optimize_grows_a_concat_chain_in_one_buffer():
     blobs = dict(consts)
     opt = optimize(net, blobs)
     types = [op.type for op in opt.op]
-    assert types.count("Concat") == 1 and types.count("ChannelPrefix") == 2
+    # (c1's Concat: its conv writes in place, c0 copied in by a ChannelWrite)
+    assert types.count("Concat") == 0 and types.count("ChannelWrite") == 1 and types.count("ChannelPrefix") == 2
     for got, want in zip(_run(opt, blobs, feeds), _run(net, consts, feeds)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    # a single link is left to the Concat
+    # a single link is no chain: its conv writes in place, c0 is copied (write_concat_in_place)
     net, consts = _dense_block_net(1, ["out"])
-    assert "Concat" in [op.type for op in optimize(net, dict(consts)).op]
+    types = [op.type for op in optimize(net, dict(consts)).op]
+    assert "ChannelBuffer" not in types and types.count("ChannelWrite") == 1
 
 
 def test_channel_buffer_and_prefix_ops():

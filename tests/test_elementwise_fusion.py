@@ -395,9 +395,10 @@ def test_light_models_fused_and_unfused_agree(name, monkeypatch):
 
 def test_light_shufflenet_folds_its_shuffles_and_matches_onnxruntime(monkeypatch):
     """Every channel shuffle of ShuffleNet feeds a depthwise conv alone: caffe2py.optimize
-    folds each into that conv (shuffle_group), bit for bit what the plan with the
-    ChannelShuffle ops computes; the logits (a second graph output) and the softmax
-    agree with onnxruntime."""
+    folds each into that conv (shuffle_group), and the downsampling units' Concat (conv
+    branch, AveragePool) + Relu become the conv writing into the concat's buffer and a
+    ChannelWrite: bit for bit what the plan with the ChannelShuffle, Concat and Relu ops
+    computes; the logits (a second graph output) and the softmax agree with onnxruntime."""
     ort = pytest.importorskip("onnxruntime")
     from onnx import helper
     from caffe2py import optimize
@@ -410,10 +411,13 @@ def test_light_shufflenet_folds_its_shuffles_and_matches_onnxruntime(monkeypatch
     types = [s.op_def.type for s in rep.plan.op_steps()]
     folded = [s.op_def for s in rep.plan.op_steps() if any(a.name == "shuffle_group" for a in s.op_def.arg)]
     assert "ChannelShuffle" not in types and len(folded) == 16
+    assert "Concat" not in types and "Relu" not in types and types.count("ChannelWrite") == 3
     got = rep.run([x])
     monkeypatch.setattr(optimize, "fold_shuffle_into_depthwise", lambda net, blobs: 0)
+    monkeypatch.setattr(optimize, "write_concat_in_place", lambda net, blobs: 0)
     unfolded = backend.prepare(model)
-    assert [s.op_def.type for s in unfolded.plan.op_steps()].count("ChannelShuffle") == 16
+    types = [s.op_def.type for s in unfolded.plan.op_steps()]
+    assert types.count("ChannelShuffle") == 16 and types.count("Concat") == 3 and types.count("Relu") == 3
     _assert_bitwise(dict(enumerate(got)), dict(enumerate(unfolded.run([x]))))
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for ours, theirs in zip(got, sess.run(None, {model.graph.input[0].name: x})):

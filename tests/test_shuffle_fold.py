@@ -208,3 +208,94 @@ def test_onnx_shuffle_spelling_folds_into_the_depthwise_conv_relu():
                   x.astype(np.float64).reshape(2, 4, 3, 3, 4)).reshape(2, 12, 3, 4)
     want = np.maximum(depthwise_ref(shuffled(c, 3), consts["dw"], np.zeros(12, np.float32), 1, 1), 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------- Concat of a conv and a pool
+
+def _downsampling_unit(relu=True, pool_first=False, outputs=("out",)):
+    """ShuffleNet's stride-2 unit: a conv branch (depthwise 3x3 s2, 1x1) and a 3x3 s2
+    AveragePool of the same input, concatenated along channels [-> Relu] -> 1x1 conv."""
+    consts = {"w0": rand(8, 3, 3, 3), "b0": rand(8), "wd": rand(8, 1, 3, 3), "bd": rand(8),
+              "w1": rand(6, 8, 1, 1), "b1": rand(6), "wn": rand(5, 14, 1, 1), "bn": rand(5)}
+    ops = [core.CreateOperator("ConvRelu", ["x", "w0", "b0"], ["a"], kernel=3, pad=1),
+           core.CreateOperator("Conv", ["a", "wd", "bd"], ["d"], kernel=3, stride=2, pad=1, group=8),
+           core.CreateOperator("Conv", ["d", "w1", "b1"], ["c"], kernel=1),
+           core.CreateOperator("AveragePool", ["a"], ["p"], kernel=3, stride=2, pad=1),
+           core.CreateOperator("Concat", ["p", "c"] if pool_first else ["c", "p"], ["cat", "cat_info"], axis=1)]
+    last = "cat"
+    if relu:
+        ops.append(core.CreateOperator("Relu", ["cat"], ["y"]))
+        last = "y"
+    ops.append(core.CreateOperator("Conv", [last, "wn", "bn"], ["out"], kernel=1))
+    return _net(ops, ["x"] + list(consts), list(outputs)), consts
+
+
+def _onnx_concat(net):
+    """The Concat as ONNX's (one output): what the backend hands caffe2py.optimize."""
+    for op in net.op:
+        if op.type == "Concat":
+            del op.output[1:]
+            op.domain, op.op_version = "ai.onnx", 13
+    return net
+
+
+@pytest.mark.parametrize("pool_first", [False, True])
+def test_concat_of_conv_and_pool_is_written_in_place_with_its_relu(pool_first):
+    net, consts = _downsampling_unit(pool_first=pool_first, outputs=("out", "y"))
+    net = _onnx_concat(net)
+    opt = optimize(net, dict(consts))
+    types = [op.type for op in opt.op]
+    assert types == ["ConvRelu", "Conv", "ConvRelu", "AveragePool", "ChannelWrite", "Conv"]
+    placed, write = opt.op[2], opt.op[4]
+    assert list(placed.output) == ["y"] and list(write.input) == ["p", "y"] and list(write.output) == ["y"]
+    want_offsets = ([14, 8], 0) if pool_first else ([14, 0], 6)
+    assert [list(a.ints) for a in placed.arg if a.name == "concat_channels"] == [want_offsets[0]]
+    assert {a.name: a.i for a in write.arg} == {"offset": want_offsets[1], "relu": 1}
+    feeds = {"x": rand(2, 3, 9, 8)}
+    got = _run(opt, consts, feeds)
+    for g, w in zip(got, _run(net, consts, feeds)):
+        np.testing.assert_array_equal(g, w)
+    # the unit by its definition: the concat of the branch and the pool, ReLU'd
+    a = _run(_net(net.op[:1], net.external_input, ["a"]), consts, feeds)[0].astype(np.float64)
+    d = depthwise_ref(a, consts["wd"], consts["bd"], 2, 1)
+    c = np.einsum("mc,nchw->nmhw", consts["w1"][:, :, 0, 0], d) + consts["b1"][None, :, None, None]
+    ap = np.pad(a, [(0, 0), (0, 0), (1, 1), (1, 1)])
+    counts = np.pad(np.ones(a.shape[2:]), 1)
+    p = np.zeros_like(c[:, :1].repeat(8, 1))
+    for i in range(p.shape[2]):
+        for j in range(p.shape[3]):
+            win = ap[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3]
+            p[:, :, i, j] = win.sum((2, 3)) / counts[2 * i:2 * i + 3, 2 * j:2 * j + 3].sum()
+    y = np.maximum(np.concatenate([p, c] if pool_first else [c, p], 1), 0)
+    np.testing.assert_allclose(got[1], y, rtol=1e-4, atol=1e-4)
+
+
+def test_concat_without_a_sole_relu_or_with_unknown_channels():
+    # the Concat's output has a second reader: no ReLU folded, ChannelWrite copies
+    net, consts = _downsampling_unit(relu=False, outputs=("out", "cat"))
+    net = _onnx_concat(net)
+    opt = optimize(net, dict(consts))
+    assert [op.type for op in opt.op] == ["ConvRelu", "Conv", "Conv", "AveragePool", "ChannelWrite", "Conv"]
+    assert {a.name: a.i for a in opt.op[4].arg} == {"offset": 6}
+    feeds = {"x": rand(1, 3, 7, 7)}
+    for g, w in zip(_run(opt, consts, feeds), _run(net, consts, feeds)):
+        np.testing.assert_array_equal(g, w)
+    # a pool of a net input: its channel count is not known, the Concat stays
+    net, consts = _downsampling_unit()
+    net = _onnx_concat(net)
+    net.op[3].input[0] = "z"
+    net.external_input.append("z")
+    assert "Concat" in [op.type for op in optimize(net, dict(consts)).op]
+
+
+def test_channel_write_checks_its_buffer():
+    x, buf = rand(2, 3, 4, 5), np.zeros((2, 7, 4, 5), np.float32)
+    got = _run_op("ChannelWrite", [x, buf], offset=4, relu=1)
+    np.testing.assert_array_equal(got[:, 4:], np.maximum(x, 0))
+    np.testing.assert_array_equal(got[:, :4], 0)
+    with pytest.raises(Caffe2Error, match=r"channels 5..8 do not fit"):
+        _run_op("ChannelWrite", [x, buf], offset=5)
+    with pytest.raises(Caffe2Error, match="does not fit the concat buffer"):
+        _run_op("ChannelWrite", [x[:, :, :3], buf], offset=0)
+    with pytest.raises(Caffe2Error, match="does not fit the concat buffer"):
+        _run_op("ChannelWrite", [x.astype(np.float64), buf], offset=0)

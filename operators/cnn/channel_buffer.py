@@ -1,4 +1,5 @@
-"""ChannelBuffer and ChannelPrefix: a chain of channel Concats sharing one buffer.
+"""ChannelBuffer and ChannelPrefix: a chain of channel Concats sharing one buffer;
+ChannelWrite: one input of a Concat copied into its channels of the concat's buffer.
 
 DenseNet's dense block concatenates the block's input with every layer's output in
 turn: c_1 = Concat(x0, y_1), c_2 = Concat(c_1, y_2), ... Each Concat copies all the
@@ -11,9 +12,16 @@ far. Later writes go to channels past every earlier view, so the views read what
 Concats would have copied. The views keep the buffer's memory alive (NumPy's base
 reference), whatever the executor drops; a pool that recycles output arrays must not
 hand out one that a live view still reads.
+
+ShuffleNet's downsampling units concatenate a conv's output with an AveragePool's and
+apply a ReLU to the whole: caffe2py.optimize (write_concat_in_place) lets the conv write
+its channels (ReLU included) into the concat's buffer and copies the pool's output into
+the rest with ChannelWrite (ReLU on the way), where the Concat copied both and the
+Relu made a third pass.
 """
 import numpy as np
 
+from caffe2py.kernels.cpu.math import elementwise as ew
 from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Range, Rank
 
@@ -60,4 +68,36 @@ def channel_prefix(ctx):
         if x.shape[1] < channels:
             raise ctx.input_error(0, "has %d channels, fewer than the %d asked for" % (x.shape[1], channels))
         return x[:, :channels]
+    return run
+
+
+register_schema(OpSchema(
+    "ChannelWrite", num_inputs=2, num_outputs=1, allow_inplace={(1, 0)},
+    args=(Arg("offset", "int", required=True, check=Range(0)),
+          Arg("relu", "int", 0, doc="1: write max(X, 0), as a Relu after the Concat would")),
+    checks=(Rank(0, 2), Rank(1, 2)), inference=lambda ctx, ins: [ins[1]], inputs=("X", "buffer"), outputs=("Y",),
+    doc="Y = buffer (the same blob) with channels offset.. offset + C_X replaced by X (NCHW; N, "
+        "spatial dims and dtype as the buffer's): one input of a channel Concat whose other "
+        "channels convs wrote in place (what caffe2py.optimize makes of a Concat of convs' "
+        "outputs and other tensors)."))
+
+
+@register_kernel("ChannelWrite")
+def channel_write(ctx):
+    offset, relu = ctx.int("offset"), bool(ctx.int("relu", 0))
+
+    def run(x, buffer):
+        if x.shape[:1] + x.shape[2:] != buffer.shape[:1] + buffer.shape[2:] or x.dtype != buffer.dtype:
+            raise ctx.input_error(0, "of shape %s (%s) does not fit the concat buffer of shape %s (%s) "
+                                  "outside the channels" % (list(x.shape), x.dtype, list(buffer.shape), buffer.dtype))
+        if offset + x.shape[1] > buffer.shape[1] or not buffer.flags.writeable:
+            raise ctx.input_error(1, "channels %d..%d do not fit the %s buffer's %d"
+                                  % (offset, offset + x.shape[1], "writable" if buffer.flags.writeable
+                                     else "read-only", buffer.shape[1]))
+        into = buffer[:, offset:offset + x.shape[1]]
+        if relu:
+            ew.relu(x, out=into)
+        else:
+            np.copyto(into, x)
+        return buffer
     return run
