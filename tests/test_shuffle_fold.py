@@ -299,3 +299,37 @@ def test_channel_write_checks_its_buffer():
         _run_op("ChannelWrite", [x[:, :, :3], buf], offset=0)
     with pytest.raises(Caffe2Error, match="does not fit the concat buffer"):
         _run_op("ChannelWrite", [x.astype(np.float64), buf], offset=0)
+
+
+# ----------------------------------------------------------------- the shuffle's Reshape
+
+def test_onnx_reshape_of_a_contiguous_tensor_is_a_view_on_every_run(monkeypatch):
+    """The view's target is resolved once per (input shape, shape values); new shape
+    values or a new input shape are resolved (and checked) again."""
+    from caffe2py.kernels.cpu.tensor import onnx_tensor as tk
+    resolved = []
+    resolve = tk.reshape_target
+    monkeypatch.setattr(tk, "reshape_target", lambda *a: resolved.append(a[0]) or resolve(*a))
+    def onnx_reshape():
+        op = core.CreateOperator("Reshape", ["x", "s"], ["y"])
+        op.domain, op.op_version = "ai.onnx", 13
+        return op
+    net = _net([onnx_reshape()], ["x", "s"], ["y"])
+    blobs = {"x": rand(2, 12, 3, 4), "s": np.array([2, -1, 0, 6], np.int64)}
+    plan = compile_net(net, known_blobs=blobs.keys())
+    for _ in range(2):
+        plan.run(blobs)
+        assert blobs["y"].shape == (2, 8, 3, 6) and np.shares_memory(blobs["y"], blobs["x"])
+    assert resolved == [(2, 12, 3, 4)]
+    blobs["s"] = np.array([0, 12, 12], np.int64)
+    plan.run(blobs)
+    assert blobs["y"].shape == (2, 12, 12) and np.shares_memory(blobs["y"], blobs["x"])
+    blobs["x"] = rand(1, 12, 3, 4)
+    plan.run(blobs)
+    assert blobs["y"].shape == (1, 12, 12) and len(resolved) == 3
+    blobs["x"] = rand(1, 5, 3, 4)
+    with pytest.raises(Caffe2Error, match=r"cannot reshape \[1, 5, 3, 4\]"):
+        plan.run(blobs)
+    blobs["x"] = rand(1, 12, 3, 4)
+    plan.run(blobs)
+    np.testing.assert_array_equal(blobs["y"], blobs["x"].reshape(1, 12, 12))

@@ -100,7 +100,15 @@ def reshape(ctx):
     allowzero = bool(ctx.int("allowzero", 0))
     attr_shape = ctx.ints("shape", None) if ctx.op_version < 5 else None
 
+    targets = {}     # (input shape, shape bytes) -> the checked-out target: a run is then one view
+
     def run(x, shape=None):
+        key = None
+        if isinstance(shape, np.ndarray) and shape.dtype == np.int64 and shape.ndim == 1:
+            key = (x.shape, shape.tobytes())
+            target = targets.get(key)
+            if target is not None:
+                return x.reshape(target)
         wanted = attr_shape if shape is None else _ints(shape)
         if wanted is None:
             raise ctx.error("the new shape is missing (attribute 'shape' before opset 5, input 1 from 5)")
@@ -111,10 +119,15 @@ def reshape(ctx):
         except (ValueError, IndexError):
             target = wanted
         try:
-            return x.reshape(target)   # a view: kernels never write their inputs
+            y = x.reshape(target)   # a view: kernels never write their inputs
         except ValueError:
             raise ctx.input_error(0, "cannot reshape %s (%d elements) to %s"
                                   % (list(x.shape), x.size, target)) from None
+        if key is not None:
+            if len(targets) > 64:
+                targets.clear()
+            targets[key] = y.shape      # a shape x's size fits (only x's shape and the values matter)
+        return y
     return run
 
 
