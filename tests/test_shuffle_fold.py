@@ -333,3 +333,20 @@ def test_onnx_reshape_of_a_contiguous_tensor_is_a_view_on_every_run(monkeypatch)
     blobs["x"] = rand(1, 12, 3, 4)
     plan.run(blobs)
     np.testing.assert_array_equal(blobs["y"], blobs["x"].reshape(1, 12, 12))
+
+
+def test_a_conv_with_shuffle_group_has_no_gradient_and_no_export():
+    """Inference-only, as the concat buffer convs: a gradient or an ONNX export would
+    silently drop the shuffle."""
+    from caffe2py.gradients import get_gradient_for_op
+    op = core.CreateOperator("Conv", ["x", "w", "b"], ["y"], kernel=3, pad=1, group=4, shuffle_group=2)
+    with pytest.raises(Caffe2Error, match="channel shuffle.*has no gradient"):
+        get_gradient_for_op(op, ["y_grad"])
+    plain = core.CreateOperator("Conv", ["x", "w", "b"], ["y"], kernel=3, pad=1, group=4)
+    assert get_gradient_for_op(plain, ["y_grad"])[0]
+    pytest.importorskip("onnx")
+    from caffe2py.onnx import frontend
+    net = _net([op], ["x", "w", "b"], ["y"])
+    value_info = {"x": (1, [1, 4, 5, 5]), "w": (1, [4, 1, 3, 3]), "b": (1, [4])}
+    with pytest.raises(Caffe2Error, match="shuffle_group.*not exported"):
+        frontend.caffe2_net_to_onnx_model(net, None, value_info)
