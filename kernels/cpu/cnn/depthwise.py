@@ -150,6 +150,11 @@ def _outside(cmap, channels):
     return bad
 
 
+@_outside.numpy_twin
+def _outside_numpy(cmap, channels):
+    return int(np.count_nonzero((cmap < 0) | (cmap >= channels)))
+
+
 def channel_map_problem(channel_map, channels):
     """Why `channel_map` cannot say which of `channels` input planes each channel
     reads (the compiled loop indexes with it unchecked), or None. A compiled range
