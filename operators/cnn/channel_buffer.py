@@ -22,7 +22,7 @@ Relu made a third pass.
 import numpy as np
 
 from caffe2py.kernels.cpu.math import elementwise as ew
-from caffe2py.registry import Arg, OpSchema, TensorType, register_kernel, register_schema
+from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Range, Rank
 
 
@@ -71,11 +71,17 @@ def channel_prefix(ctx):
     return run
 
 
+def _write_cost(ctx, ins):
+    n = float(np.prod(ins[0].dims))          # X read once, its channels of the buffer written once
+    return Cost(bytes_read=4 * n, bytes_written=4 * n)
+
+
 register_schema(OpSchema(
     "ChannelWrite", num_inputs=2, num_outputs=1, allow_inplace={(1, 0)},
     args=(Arg("offset", "int", required=True, check=Range(0)),
           Arg("relu", "int", 0, doc="1: write max(X, 0), as a Relu after the Concat would")),
-    checks=(Rank(0, 2), Rank(1, 2)), inference=lambda ctx, ins: [ins[1]], inputs=("X", "buffer"), outputs=("Y",),
+    checks=(Rank(0, 2), Rank(1, 2)), inference=lambda ctx, ins: [ins[1]], cost=_write_cost,
+    inputs=("X", "buffer"), outputs=("Y",),
     doc="Y = buffer (the same blob) with channels offset.. offset + C_X replaced by X (NCHW; N, "
         "spatial dims and dtype as the buffer's): one input of a channel Concat whose other "
         "channels convs wrote in place (what caffe2py.optimize makes of a Concat of convs' "
