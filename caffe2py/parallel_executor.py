@@ -111,7 +111,9 @@ class BranchSchedule:
         self.overlap_work = None
         self.trial = None           # {"serial": [s], "parallel": [s], "next": mode} while measuring
         self.measured = None
-        self.stats = {"parallel_runs": 0, "worker_chains": 0, "worker_ops": 0}
+        self.chain_work = None      # estimated work per chain (net_dag.step_work), once estimated
+        self.stats = {"parallel_runs": 0, "worker_chains": 0, "worker_ops": 0, "caller_chains": 0,
+                      "caller_ops": 0}
 
     def decide_early(self, blob_values):
         """At compile time: go parallel now when the workspace's values of the blobs the
@@ -130,6 +132,7 @@ class BranchSchedule:
 
     def _pays(self, type_of):
         work = [step_work(s, type_of) for s in self.plan.steps]
+        self.chain_work = [sum(work[j] for j in chain) for chain in self.graph.chains]
         self.overlap_work = self.graph.overlap_work(work)
         return self.overlap_work >= net_dag.MIN_OVERLAP_WORK and self.overlap_work > 0
 
@@ -178,11 +181,16 @@ class BranchSchedule:
         self.stats["parallel_runs"] += 1
 
     def _execute(self, overlay):
+        """Run the chains in dependency order: this thread runs one of the chains that may
+        run at once (the heaviest ready one) and hands the others to `workers - 1` pool
+        threads; it runs alone the chains that never run beside another (a stem, the
+        Concat joining the branches: on the whole team, as under `simple`) and the
+        barrier chains, once nothing is in flight."""
         graph = self.graph
-        workers = self.workers
         budget = thread_budget()
-        team = max(1, budget // workers)    # a chain that may run beside others
-        pool = _pool(workers)
+        team = max(1, budget // self.workers)    # a chain that may run beside others
+        helpers = self.workers - 1
+        pool = _pool(helpers)
         done = queue.SimpleQueue()
         waiting = [len(ps) for ps in graph.chain_parents]
         ready = [c for c, n in enumerate(waiting) if n == 0]
@@ -192,23 +200,34 @@ class BranchSchedule:
         _local.inside = True
         try:
             while True:
-                while ready and failure is None and in_flight < workers:
-                    if graph.chain_ordered[ready[0]] and in_flight:
-                        break               # a barrier: never beside another chain
-                    chain = ready.pop(0)
-                    if not graph.chain_ordered[chain] and _submitted(
-                            pool, self._run_chain, chain, overlay,
-                            budget if graph.chain_alone[chain] else team, policy, done):
-                        in_flight += 1
-                        continue
-                    # a barrier's chain, or the pool is shut down (interpreter exit): here
-                    failure = self._run_inline(chain, overlay)
+                mine, helpers_for = None, []
+                if failure is None and ready:
+                    if graph.chain_ordered[ready[0]] or graph.chain_alone[ready[0]]:
+                        if not in_flight:       # a barrier or a lone chain: never beside another
+                            mine = ready.pop(0)
+                    else:
+                        mine = self._heaviest(ready)
+                        ready.remove(mine)
+                        while ready and in_flight + len(helpers_for) < helpers and not (
+                                graph.chain_ordered[ready[0]] or graph.chain_alone[ready[0]]):
+                            helpers_for.append(ready.pop(0))
+                if mine is not None:
+                    alone = graph.chain_ordered[mine] or graph.chain_alone[mine]
+                    failure, handed = self._run_here(mine, overlay, budget if alone else team, pool,
+                                                     [(c, overlay, team, policy, done) for c in helpers_for])
+                    in_flight += handed
+                    ready[:0] = helpers_for[handed:]   # the pool is shut down (interpreter exit): here, later
                     if failure is None:
-                        self._finished(chain, ready, waiting)
+                        self._finished(mine, ready, waiting)
                 if not in_flight:
-                    break
+                    if mine is None and (failure is not None or not ready):
+                        break
+                    continue
                 try:
-                    chain, records, error = done.get()
+                    # after a chain of its own, this thread only collects what has finished
+                    chain, records, error = done.get() if mine is None else done.get_nowait()
+                except queue.Empty:
+                    continue
                 except BaseException as exc:    # KeyboardInterrupt: stop scheduling, let the chains in flight end
                     failure = failure or exc
                     continue
@@ -225,6 +244,12 @@ class BranchSchedule:
         if failure is not None:
             raise failure
 
+    def _heaviest(self, ready):
+        """The ready chain this thread keeps: the one with the most estimated work (a
+        pool thread starts its chain tens of microseconds late), the first on ties."""
+        work = self.chain_work
+        return max(ready, key=lambda c: (work[c] if work else 0.0, -c))
+
     def _finished(self, chain, ready, waiting):
         for child in self.graph.chain_children[chain]:
             waiting[child] -= 1
@@ -232,15 +257,32 @@ class BranchSchedule:
                 ready.append(child)
         ready.sort()        # program order among the chains ready to start
 
-    def _run_inline(self, chain, overlay):
-        """Run a chain holding a barrier op (control flow, I/O, shared state) on the run's
-        own thread, inside the run's contexts, as the serial plan would: the error, or None."""
+    def _run_here(self, chain, overlay, team, pool, helper_calls):
+        """Start helper_calls' chains on pool threads and run `chain` on the run's own
+        thread, inside the run's contexts (its in-place writes are undone with the
+        run's): (the error or None, how many chains were handed to the pool). A
+        KeyboardInterrupt is returned too, so that the chains in flight are waited for
+        before it is raised. This thread's team size is set before the pool threads are
+        woken: numba.set_num_threads is a ctypes call, which releases the GIL, and a
+        woken pool thread that takes the GIL then keeps it for its whole chain's Python
+        parts while this thread waits (measured: the two chains ran one after the other)."""
+        from .kernels.cpu.runtime.jit import team_limit
         sub = self.chain_plans[chain]
+        handed = 0
         try:
-            sub._runner(overlay)
+            with team_limit(team):
+                for call in helper_calls:
+                    if not _submitted(pool, self._run_chain, *call):
+                        break
+                    handed += 1
+                sub._runner(overlay)
         except Exception as exc:  # noqa: BLE001 - raised by _execute once nothing is in flight
-            return sub._explain(exc)
-        return None
+            return sub._explain(exc), handed
+        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt: likewise
+            return exc, handed
+        self.stats["caller_chains"] += 1
+        self.stats["caller_ops"] += len(self.graph.chains[chain])
+        return None, handed
 
     def _run_chain(self, chain, overlay, team, policy, done):
         from .kernels.cpu.runtime.jit import team_limit

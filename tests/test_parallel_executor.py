@@ -138,7 +138,9 @@ def test_inception_branches_run_on_workers_and_match_simple(net_type):
     same_team, simple, parallel, branches = _simple_and_parallel(
         _inception("inc_simple", "simple", 0), _inception("inc_par", net_type, 2), ["out"])
     assert branches.active and branches.stats["parallel_runs"] >= 1
-    assert branches.stats["worker_ops"] == 5 * branches.stats["parallel_runs"]    # every op on a worker
+    # one branch on a pool thread, the other and the Concat on the run's own thread
+    assert branches.stats["worker_ops"] + branches.stats["caller_ops"] == 5 * branches.stats["parallel_runs"]
+    assert branches.stats["worker_chains"] == branches.stats["parallel_runs"]
     # a branch's kernels split work over fewer threads: bitwise the simple net's with
     # that team; the whole team's blocking may round differently (GEMM column blocks)
     np.testing.assert_array_equal(parallel["out"], same_team["out"])
@@ -200,8 +202,8 @@ def test_branches_run_at_once_on_worker_threads_with_a_team_each_within_the_budg
     _PROBE["barrier"] = threading.Barrier(2, timeout=20)   # passes only if both run at once
     workspace.RunNet(net.Name())
     threads = {name: ident for name, ident, _ in _PROBE["seen"]}
-    assert threading.get_ident() not in threads.values()
     assert threads["pa"] != threads["pb"]
+    assert threading.get_ident() in threads.values()     # the run's own thread runs one branch
     teams = [size for _, _, size in _PROBE["seen"]]
     assert all(2 * size <= thread_budget() for size in teams)
     np.testing.assert_array_equal(workspace.FetchBlob("sum"), (f32(4) + 1.0) + (f32(4, seed=1) + 1.0))
@@ -214,7 +216,7 @@ def test_a_net_run_once_runs_its_branches_at_once_when_the_fed_shapes_show_the_w
     workspace.FeedBlob("b", f32(4, seed=1))
     _PROBE["barrier"] = threading.Barrier(2, timeout=20)   # passes only if both run at once
     workspace.RunNetOnce(_probe_net("once"))
-    assert len({ident for _, ident, _ in _PROBE["seen"]} - {threading.get_ident()}) == 2
+    assert len({ident for _, ident, _ in _PROBE["seen"]}) == 2
 
 
 def test_work_is_estimated_from_the_schemas_flops_through_shape_inference():
@@ -455,3 +457,69 @@ def test_ctrl_c_while_branches_run_stops_the_run_and_leaves_the_workspace(monkey
     assert time.perf_counter() - t0 >= 0.09          # the sleeping chains in flight were waited for
     for blob, value in before.items():
         np.testing.assert_array_equal(workspace.FetchBlob(blob), value)
+
+
+# --------------------------------------------------------------------------- scheduling
+
+def test_the_runs_thread_runs_the_heaviest_branch_and_the_join_on_the_whole_team(monkeypatch):
+    """With 2 workers the run's own thread is one of them: it keeps the branch with the
+    most work (a pool thread starts its chain tens of microseconds late) and runs the
+    join itself, on the whole team (as under `simple`: no second OpenMP team on a pool
+    thread); one pool thread runs the other branch."""
+    from caffe2py.parallel_executor import thread_budget
+    monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
+    x = f32(1, 8, 12, 12)
+    workspace.FeedBlob("x", x)
+    for b, k in enumerate((3, 5)):
+        workspace.FeedBlob("w%d" % b, f32(8, 8, k, k, seed=b + 1, scale=0.1))
+        workspace.FeedBlob("b%d" % b, f32(8, seed=b + 3))
+    net = core.Net("heavy_light")
+    net.Conv(["x", "w0", "b0"], "c0", kernel=3, pad=1)
+    net._TestBranchProbe("c0", "light")
+    net.Conv(["x", "w1", "b1"], "c1", kernel=5, pad=2)      # 25/9 of the 3x3 branch's work
+    net._TestBranchProbe("c1", "heavy")
+    net.Add(["light", "heavy"], "joined")
+    net._TestBranchProbe("joined", "head")
+    branches = _run_twice(_typed(net, "async_scheduling", 2))     # shapes known at compile time
+    assert branches.active and branches.chain_work[1] > branches.chain_work[0]
+    _PROBE["seen"] = []
+    workspace.RunNet(net.Name())
+    seen = {name: (ident, team) for name, ident, team in _PROBE["seen"]}
+    me = threading.get_ident()
+    assert seen["heavy"][0] == me and seen["light"][0] != me
+    assert seen["head"] == (me, thread_budget())
+    assert seen["heavy"][1] == seen["light"][1] == thread_budget() // 2
+
+
+def test_the_runs_thread_sets_its_team_before_it_wakes_a_pool_thread(monkeypatch):
+    """numba.set_num_threads is a ctypes call that releases the GIL: made after a pool
+    thread was woken, the pool thread took the GIL and held it through its chain's
+    Python parts, and the two branches ran one after the other (measured). So the run's
+    thread sizes its team (jit._use_team_size) before it hands chains to the pool."""
+    import numba  # noqa: F401 - team_limit sizes numba's team only once numba is imported
+    from caffe2py.kernels.cpu.runtime import jit
+    monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
+    workspace.FeedBlob("a", f32(4))
+    workspace.FeedBlob("b", f32(4, seed=1))
+    net = _probe_net("ordered_team")
+    workspace.CreateNet(net)
+    workspace.RunNet(net.Name())
+    events = []
+    me = threading.get_ident()
+    use_team_size, submitted = jit._use_team_size, parallel_executor._submitted
+
+    def sizing():
+        if threading.get_ident() == me:
+            events.append(("size", jit.team_size()))
+        use_team_size()
+
+    def handing(*call):
+        events.append(("submit", None))
+        return submitted(*call)
+    monkeypatch.setattr(jit, "_use_team_size", sizing)
+    monkeypatch.setattr(parallel_executor, "_submitted", handing)
+    workspace.RunNet(net.Name())
+    first_submit = events.index(("submit", None))
+    assert ("size", 1) in events[:first_submit]             # the branch's team, set before
+    assert all(kind != "size" or size != 1 for kind, size in events[first_submit:])
+    np.testing.assert_array_equal(workspace.FetchBlob("sum"), (f32(4) + 1.0) + (f32(4, seed=1) + 1.0))
