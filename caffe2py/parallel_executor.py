@@ -181,11 +181,11 @@ class BranchSchedule:
         self.stats["parallel_runs"] += 1
 
     def _execute(self, overlay):
-        """Run the chains in dependency order: this thread runs one of the chains that may
-        run at once (the heaviest ready one) and hands the others to `workers - 1` pool
-        threads; it runs alone the chains that never run beside another (a stem, the
-        Concat joining the branches: on the whole team, as under `simple`) and the
-        barrier chains, once nothing is in flight."""
+        """Run the chains in dependency order. The ready chains that may run at once are
+        shared between this thread and `workers - 1` pool threads by their estimated
+        work (_share); this thread runs alone, on the whole team as under `simple`, the
+        chains that never run beside another (a stem, the Concat joining the branches:
+        no second OpenMP team on a pool thread) and the barrier chains."""
         graph = self.graph
         budget = thread_budget()
         team = max(1, budget // self.workers)    # a chain that may run beside others
@@ -200,32 +200,31 @@ class BranchSchedule:
         _local.inside = True
         try:
             while True:
-                mine, helpers_for = None, []
+                mine, helpers_for = [], []
                 if failure is None and ready:
                     if graph.chain_ordered[ready[0]] or graph.chain_alone[ready[0]]:
                         if not in_flight:       # a barrier or a lone chain: never beside another
-                            mine = ready.pop(0)
+                            mine = [ready.pop(0)]
                     else:
-                        mine = self._heaviest(ready)
-                        ready.remove(mine)
-                        while ready and in_flight + len(helpers_for) < helpers and not (
-                                graph.chain_ordered[ready[0]] or graph.chain_alone[ready[0]]):
-                            helpers_for.append(ready.pop(0))
-                if mine is not None:
-                    alone = graph.chain_ordered[mine] or graph.chain_alone[mine]
-                    failure, handed = self._run_here(mine, overlay, budget if alone else team, pool,
-                                                     [(c, overlay, team, policy, done) for c in helpers_for])
+                        mine, helpers_for = self._share(ready, helpers)
+                        del ready[:]
+                if mine:
+                    alone = graph.chain_ordered[mine[0]] or graph.chain_alone[mine[0]]
+                    failure, ran, handed = self._run_here(mine, overlay, budget if alone else team, pool,
+                                                          [(c, overlay, team, policy, done) for c in helpers_for])
                     in_flight += handed
-                    ready[:0] = helpers_for[handed:]   # the pool is shut down (interpreter exit): here, later
-                    if failure is None:
-                        self._finished(mine, ready, waiting)
+                    ready.extend(helpers_for[handed:])  # the pool is shut down (interpreter exit): here, later
+                    ready.extend(mine[ran + (failure is not None):])
+                    for chain in mine[:ran]:
+                        self._finished(chain, ready, waiting)
+                    ready.sort()
                 if not in_flight:
-                    if mine is None and (failure is not None or not ready):
+                    if not mine and (failure is not None or not ready):
                         break
                     continue
                 try:
                     # after a chain of its own, this thread only collects what has finished
-                    chain, records, error = done.get() if mine is None else done.get_nowait()
+                    chain, records, error = done.get() if not mine else done.get_nowait()
                 except queue.Empty:
                     continue
                 except BaseException as exc:    # KeyboardInterrupt: stop scheduling, let the chains in flight end
@@ -244,11 +243,21 @@ class BranchSchedule:
         if failure is not None:
             raise failure
 
-    def _heaviest(self, ready):
-        """The ready chain this thread keeps: the one with the most estimated work (a
-        pool thread starts its chain tens of microseconds late), the first on ties."""
-        work = self.chain_work
-        return max(ready, key=lambda c: (work[c] if work else 0.0, -c))
+    def _share(self, ready, helpers):
+        """Split the ready chains (none a barrier or lone chain) between this thread and
+        the pool's `helpers` threads, heaviest first, each to the least loaded (by the
+        work estimate): (this thread's chains, the pool's), each in program order. This
+        thread gets the heaviest (a pool thread starts its chain tens of microseconds
+        late); the pool's chains queue for its threads."""
+        # at least 1 per chain: chains without an estimate are shared by count
+        work = [max(1.0, w) for w in self.chain_work] if self.chain_work else [1.0] * len(self.graph.chains)
+        loads = [0.0] * (1 + helpers)
+        shares = [[] for _ in loads]
+        for chain in sorted(ready, key=lambda c: (-work[c], c)):
+            least = min(range(len(loads)), key=lambda i: (loads[i], i))
+            loads[least] += work[chain]
+            shares[least].append(chain)
+        return sorted(shares[0]), sorted(c for share in shares[1:] for c in share)
 
     def _finished(self, chain, ready, waiting):
         for child in self.graph.chain_children[chain]:
@@ -257,32 +266,36 @@ class BranchSchedule:
                 ready.append(child)
         ready.sort()        # program order among the chains ready to start
 
-    def _run_here(self, chain, overlay, team, pool, helper_calls):
-        """Start helper_calls' chains on pool threads and run `chain` on the run's own
-        thread, inside the run's contexts (its in-place writes are undone with the
-        run's): (the error or None, how many chains were handed to the pool). A
-        KeyboardInterrupt is returned too, so that the chains in flight are waited for
-        before it is raised. This thread's team size is set before the pool threads are
-        woken: numba.set_num_threads is a ctypes call, which releases the GIL, and a
-        woken pool thread that takes the GIL then keeps it for its whole chain's Python
-        parts while this thread waits (measured: the two chains ran one after the other)."""
+    def _run_here(self, chains, overlay, team, pool, helper_calls):
+        """Start helper_calls' chains on pool threads and run `chains` one after another
+        on the run's own thread, inside the run's contexts (their in-place writes are
+        undone with the run's): (the error or None, how many of `chains` ran, how many
+        chains were handed to the pool). A KeyboardInterrupt is returned too, so that
+        the chains in flight are waited for before it is raised. This thread's team
+        size is set before the pool threads are woken: numba.set_num_threads is a
+        ctypes call, which releases the GIL, and a woken pool thread that takes the GIL
+        then keeps it through its chain's Python parts while this thread waits
+        (measured: the two branches ran one after the other)."""
         from .kernels.cpu.runtime.jit import team_limit
-        sub = self.chain_plans[chain]
-        handed = 0
+        handed = ran = 0
+        sub = None
         try:
             with team_limit(team):
                 for call in helper_calls:
                     if not _submitted(pool, self._run_chain, *call):
                         break
                     handed += 1
-                sub._runner(overlay)
+                for chain in chains:
+                    sub = self.chain_plans[chain]
+                    sub._runner(overlay)
+                    ran += 1
+                    self.stats["caller_chains"] += 1
+                    self.stats["caller_ops"] += len(self.graph.chains[chain])
         except Exception as exc:  # noqa: BLE001 - raised by _execute once nothing is in flight
-            return sub._explain(exc), handed
+            return (sub._explain(exc) if sub is not None else exc), ran, handed
         except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt: likewise
-            return exc, handed
-        self.stats["caller_chains"] += 1
-        self.stats["caller_ops"] += len(self.graph.chains[chain])
-        return None, handed
+            return exc, ran, handed
+        return None, ran, handed
 
     def _run_chain(self, chain, overlay, team, policy, done):
         from .kernels.cpu.runtime.jit import team_limit

@@ -523,3 +523,38 @@ def test_the_runs_thread_sets_its_team_before_it_wakes_a_pool_thread(monkeypatch
     assert ("size", 1) in events[:first_submit]             # the branch's team, set before
     assert all(kind != "size" or size != 1 for kind, size in events[first_submit:])
     np.testing.assert_array_equal(workspace.FetchBlob("sum"), (f32(4) + 1.0) + (f32(4, seed=1) + 1.0))
+
+
+def test_ready_branches_are_shared_by_estimated_work_heaviest_to_the_runs_thread():
+    """Four branches, 2 workers (GoogLeNet's inception 3a: one branch has ~3/4 of the
+    work): the run's thread takes the heavy one, the pool thread queues the three light
+    ones, instead of the run's thread taking a second branch only after the heavy one."""
+    schedule = parallel_executor.BranchSchedule.__new__(parallel_executor.BranchSchedule)
+    schedule.graph = type("G", (), {"chains": [[0], [1], [2], [3]]})()
+    schedule.chain_work = [19.0, 200.0, 25.0, 10.0]
+    assert schedule._share([0, 1, 2, 3], 1) == ([1], [0, 2, 3])
+    schedule.chain_work = [50.0, 40.0, 30.0, 20.0]        # greedy: each to the least loaded
+    assert schedule._share([0, 1, 2, 3], 1) == ([0, 3], [1, 2])
+    assert schedule._share([0, 1, 2, 3], 2) == ([0], [1, 2, 3])
+    schedule.chain_work = None                           # no estimate: program order, first here
+    assert schedule._share([0, 1, 2], 1) == ([0, 2], [1])
+
+
+def test_four_branches_on_two_workers_heaviest_here_the_rest_on_one_pool_thread(monkeypatch):
+    monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
+    sizes = {"a": 8, "b": 512, "c": 16, "d": 4}         # the probes' work: the bytes they move
+    net = core.Net("four")
+    for blob, size in sizes.items():
+        workspace.FeedBlob(blob, f32(size, seed=size))
+        net._TestBranchProbe(blob, "p" + blob)
+    net.Concat(["p" + b for b in sizes], ["cat", "split"], axis=0)
+    branches = _run_twice(_typed(net, "async_scheduling", 2))
+    assert branches.active
+    _PROBE["seen"] = []
+    workspace.RunNet(net.Name())
+    thread_of = {name: ident for name, ident, _ in _PROBE["seen"]}
+    me = threading.get_ident()
+    assert thread_of["pb"] == me
+    assert thread_of["pa"] == thread_of["pc"] == thread_of["pd"] != me
+    np.testing.assert_array_equal(workspace.FetchBlob("cat"),
+                                  np.concatenate([f32(size, seed=size) + 1.0 for size in sizes.values()]))
