@@ -169,7 +169,8 @@ def measure(ws, build, runs, tag):
         run_simple()
         run_forced()
     wait_for_compiled_kernels()
-    for _ in range(2 + 2 * parallel_executor.TRIAL_RUNS + 2):   # the decided net's trial, then 2 more
+    for _ in range(2 + len(parallel_executor._trial_steps(parallel_executor.TRIAL_RUNS)) + 2):
+        # the decided net's first run and trial, then 2 more
         run_decided()
     schedule = ws.get_net(decided.Name()).plan.branches
     forced_schedule = ws.get_net(forced.Name()).plan.branches

@@ -15,11 +15,17 @@ How: each chain is compiled as its own plan (executor.Plan, the same generated
 runner) that reads its inputs from, and writes its outputs to, one overlay of the
 workspace shared by the run (blob_scopes.BlobOverlay). A chain starts when every
 chain it depends on has finished, so its reads see their writes and no two chains
-touch one blob in conflicting ways at once. Each worker runs its chain with the
-kernels' team limited to budget // workers threads (jit.team_limit): workers x team
-threads <= budget; a chain that never runs beside another (every other chain runs
-before or after it: a stem, the Concat joining the branches) gets the whole team. A chain holding a barrier op (net_dag: control flow, I/O, shared
-state) runs on the run's own thread once nothing else is running, as under `simple`.
+touch one blob in conflicting ways at once. The run's own thread is one of the
+workers, with `num_workers - 1` pool threads beside it: the chains ready at once are
+shared by estimated work, the heaviest to the run's thread (a pool thread starts
+tens of microseconds late), the rest queued for the pool. Each worker runs its
+chains with the kernels' team limited to budget // workers threads
+(jit.team_limit): workers x team threads <= budget; a chain that never runs beside
+another (every other chain runs before or after it: a stem, the Concat joining the
+branches) gets the whole team, on the run's own thread (its OpenMP team is the one
+`simple` uses: no second team on a pool thread). A chain holding a barrier op
+(net_dag: control flow, I/O, shared state) runs on the run's own thread once
+nothing else is running, as under `simple`.
 Every op runs with the same inputs as under `simple` and each kernel is
 deterministic, so results are those of `simple` with each chain's team size fixed at
 plan time (the GEMMs' column blocks follow the team size: a branch's GEMMs may round
@@ -27,10 +33,11 @@ differently from the same GEMMs on the whole team).
 
 Measured, not guessed: the work estimate only says whether workers could pay. Once
 it does, the next runs are a trial (TRIAL_RUNS timed runs each way, after one untimed
-parallel warm-up run): parallel and serial runs alternate, each a real run of the
-net, and the workers stay only when the parallel runs' median is at least
-TRIAL_MARGIN faster than the serial runs' (`BranchSchedule.measured` keeps the two
-medians). A team of 2 threads splits each op; 2 workers run two ops side by side:
+parallel warm-up run): pairs of serial and pairs of parallel runs alternate, each a
+real run of the net, the second of each pair timed (so that every timed run follows
+one of its own kind, see _trial_steps), and the workers stay only when the parallel
+runs' median is at least TRIAL_MARGIN faster than the serial runs'
+(`BranchSchedule.measured` keeps the two medians). A team of 2 threads splits each op; 2 workers run two ops side by side:
 which wins depends on each op's size and the machine's load (with big convolutions
 the team already keeps both cores busy and workers lose; with many small ops per
 branch a team scales poorly and workers can win; benchmarks/parallel_branches.py),
@@ -109,7 +116,7 @@ class BranchSchedule:
         self.active = None
         self.chain_plans = None
         self.overlap_work = None
-        self.trial = None           # {"serial": [s], "parallel": [s], "next": mode} while measuring
+        self.trial = None           # {"serial": [s], "parallel": [s], "steps": [(mode, timed)]} while measuring
         self.measured = None
         self.chain_work = None      # estimated work per chain (net_dag.step_work), once estimated
         self.stats = {"parallel_runs": 0, "worker_chains": 0, "worker_ops": 0, "caller_chains": 0,
@@ -140,7 +147,7 @@ class BranchSchedule:
         self.chain_plans = [self.make_plan([self.plan.steps[j] for j in chain]) for chain in self.graph.chains]
         self.active = True
         if TRIAL_RUNS > 0:
-            self.trial = {"serial": [], "parallel": [], "next": "warm-up"}
+            self.trial = {"serial": [], "parallel": [], "steps": _trial_steps(TRIAL_RUNS)}
 
     def run(self, blobs):
         """One run against blobs (parallel, or while measuring, either way); OperatorError
@@ -149,16 +156,15 @@ class BranchSchedule:
         if trial is None:
             self._run_parallel(blobs)
             return
-        mode = trial["next"]
+        mode, timed = trial["steps"].pop(0)
         start = _clock()
         if mode == "serial":
             self.plan.run_serial(blobs)
         else:
             self._run_parallel(blobs)
-        if mode != "warm-up":
+        if timed:
             trial[mode].append(_clock() - start)
-        trial["next"] = "parallel" if mode == "serial" else "serial"
-        if len(trial["serial"]) >= TRIAL_RUNS and len(trial["parallel"]) >= TRIAL_RUNS:
+        if not trial["steps"]:
             self._conclude()
 
     def _conclude(self):
@@ -313,6 +319,20 @@ class BranchSchedule:
             if trust is not None:
                 model_trust.leave(trust)
             _local.inside = False
+
+
+def _trial_steps(runs):
+    """The trial's runs, (mode, timed): an untimed parallel warm-up, then `runs` rounds
+    of serial, serial, parallel, parallel where only the second of each pair is timed:
+    every timed run follows a run of its own kind, as it does once the choice is made.
+    A run after one of the other kind pays for it: a serial run's 2-thread regions leave
+    libgomp's idle team thread spinning for ~4 ms of CPU (measured), on the core the
+    next parallel run's pool thread needs; strict alternation timed every parallel run
+    in that state."""
+    steps = [("parallel", False)]
+    for _ in range(runs):
+        steps += [("serial", False), ("serial", True), ("parallel", False), ("parallel", True)]
+    return steps
 
 
 def _submitted(pool, *call):
