@@ -1,8 +1,10 @@
 """Branch parallelism (issue 38): Inception-style nets, `simple` against
-`async_scheduling` with 2 workers, in one process, runs alternating one by one (the
-order rotating every round); medians.
+`async_scheduling` with 2 workers, in one process, runs alternating (the order
+rotating every round); medians.
 
-Two nets (--net):
+Runs alternate in blocks of 3, the first of each block untimed (see measure).
+
+Nets (--net):
   big    2 or 4 branches on 1x64x56x56, each Conv kxk (k = 1, 3, 5, 3) -> Relu ->
          Conv 3x3 -> Relu with 64 channels, then Concat (early Inception: each conv
          keeps the team of 2 busy on its own);
@@ -47,6 +49,7 @@ from caffe2py.parallel_executor import thread_budget
 from caffe2py.workspace import Workspace
 
 _KERNELS = (1, 3, 5, 3)
+BLOCK = 3          # runs per turn of one runner, the first untimed (measure)
 
 
 def inception(name, net_type, branches, workers=None):
@@ -195,14 +198,17 @@ def measure(ws, build, runs, tag):
     runners = (run_simple, run_decided, run_forced, run_simple_team_1)
     times = tuple([] for _ in runners)
     # round r starts with runner r % 4: each runner follows each other one equally
-    # often (on a loaded machine the run after a team-of-1 or worker run pays to wake
-    # the team's threads)
+    # often. Each turn is a block of BLOCK runs of which the first is untimed: it pays
+    # for the run before it, of another kind (a team of 2 keeps spinning ~4 ms after
+    # its last region, on the core a worker or the next team needs)
     for r in range(runs):
         for k in range(len(runners)):
             i = (r + k) % len(runners)
-            t0 = time.perf_counter()
             runners[i]()
-            times[i].append(time.perf_counter() - t0)
+            for _ in range(BLOCK - 1):
+                t0 = time.perf_counter()
+                runners[i]()
+                times[i].append(time.perf_counter() - t0)
     ms = [1e3 * statistics.median(t) for t in times]
     return {"simple": ms[0], "decided": ms[1], "forced": ms[2], "team1": ms[3],
             "workers": bool(schedule is not None and schedule.active),
