@@ -20,15 +20,19 @@ workers, with `num_workers - 1` pool threads beside it: the chains ready at once
 shared by estimated work, the heaviest to the run's thread (a pool thread starts
 tens of microseconds late), the rest queued for the pool. Each worker runs its
 chains with the kernels' team limited to budget // workers threads
-(jit.team_limit): workers x team threads <= budget; a chain that never runs beside
-another (every other chain runs before or after it: a stem, the Concat joining the
-branches) gets the whole team, on the run's own thread (its OpenMP team is the one
-`simple` uses: no second team on a pool thread). A chain holding a barrier op
+(jit.team_limit): workers x team threads <= budget. So does a chain that never runs
+beside another (every other chain runs before or after it: a stem, the Concat
+joining the branches), on the run's own thread: with the whole team its kernels'
+2-thread regions left libgomp's idle team thread spinning (~4 ms of CPU after each
+region, measured) into the next branches, on the core the pool thread needs
+(inception 3a on the loaded 2-CPU VM, 2 workers: 19-27 ms a run with the Concat on
+the team of 2, 4-7 ms with it on 1 thread, `simple` on 1 thread 4-7 ms). A net whose
+stem needs the whole team runs faster serially, and its trial says so. A chain holding a barrier op
 (net_dag: control flow, I/O, shared state) runs on the run's own thread once
 nothing else is running, as under `simple`.
 Every op runs with the same inputs as under `simple` and each kernel is
-deterministic, so results are those of `simple` with each chain's team size fixed at
-plan time (the GEMMs' column blocks follow the team size: a branch's GEMMs may round
+deterministic, so results are bitwise those of `simple` on a team of budget //
+workers threads (the GEMMs' column blocks follow the team size: they may round
 differently from the same GEMMs on the whole team).
 
 Measured, not guessed: the work estimate only says whether workers could pay. Once
@@ -58,6 +62,7 @@ import time
 
 from .blob_scopes import BlobOverlay
 from .devices import cpu_run_context
+from .kernels.cpu.runtime.jit import team_limit
 from .inplace import adopt, collect_undo, undo_on_failure
 from . import fp_exceptions, model_trust
 from .net_dag import (DAG_NET_TYPES, BranchGraph, step_work, types_after_run, types_before_run,
@@ -187,14 +192,13 @@ class BranchSchedule:
         self.stats["parallel_runs"] += 1
 
     def _execute(self, overlay):
-        """Run the chains in dependency order. The ready chains that may run at once are
-        shared between this thread and `workers - 1` pool threads by their estimated
-        work (_share); this thread runs alone, on the whole team as under `simple`, the
+        """Run the chains in dependency order, each on a team of budget // workers. The
+        ready chains that may run at once are shared between this thread and `workers - 1`
+        pool threads by their estimated work (_share); this thread runs alone the
         chains that never run beside another (a stem, the Concat joining the branches:
-        no second OpenMP team on a pool thread) and the barrier chains."""
+        no OpenMP team on a pool thread) and the barrier chains."""
         graph = self.graph
-        budget = thread_budget()
-        team = max(1, budget // self.workers)    # a chain that may run beside others
+        team = max(1, thread_budget() // self.workers)    # every chain: see the module docstring
         helpers = self.workers - 1
         pool = _pool(helpers)
         done = queue.SimpleQueue()
@@ -204,6 +208,9 @@ class BranchSchedule:
         failure = None
         policy = self.plan.policy
         _local.inside = True
+        # this thread's team is sized before any pool thread is woken (_run_here)
+        limit = team_limit(team)
+        limit.__enter__()
         try:
             while True:
                 mine, helpers_for = [], []
@@ -215,8 +222,7 @@ class BranchSchedule:
                         mine, helpers_for = self._share(ready, helpers)
                         del ready[:]
                 if mine:
-                    alone = graph.chain_ordered[mine[0]] or graph.chain_alone[mine[0]]
-                    failure, ran, handed = self._run_here(mine, overlay, budget if alone else team, pool,
+                    failure, ran, handed = self._run_here(mine, overlay, pool,
                                                           [(c, overlay, team, policy, done) for c in helpers_for])
                     in_flight += handed
                     ready.extend(helpers_for[handed:])  # the pool is shut down (interpreter exit): here, later
@@ -245,6 +251,7 @@ class BranchSchedule:
                 self.stats["worker_ops"] += len(graph.chains[chain])
                 self._finished(chain, ready, waiting)
         finally:
+            limit.__exit__(None, None, None)
             _local.inside = False
         if failure is not None:
             raise failure
@@ -272,31 +279,29 @@ class BranchSchedule:
                 ready.append(child)
         ready.sort()        # program order among the chains ready to start
 
-    def _run_here(self, chains, overlay, team, pool, helper_calls):
+    def _run_here(self, chains, overlay, pool, helper_calls):
         """Start helper_calls' chains on pool threads and run `chains` one after another
         on the run's own thread, inside the run's contexts (their in-place writes are
         undone with the run's): (the error or None, how many of `chains` ran, how many
         chains were handed to the pool). A KeyboardInterrupt is returned too, so that
         the chains in flight are waited for before it is raised. This thread's team
-        size is set before the pool threads are woken: numba.set_num_threads is a
-        ctypes call, which releases the GIL, and a woken pool thread that takes the GIL
-        then keeps it through its chain's Python parts while this thread waits
+        size was set (_execute) before the pool threads are woken: numba.set_num_threads
+        is a ctypes call, which releases the GIL, and a woken pool thread that takes
+        the GIL then keeps it through its chain's Python parts while this thread waits
         (measured: the two branches ran one after the other)."""
-        from .kernels.cpu.runtime.jit import team_limit
         handed = ran = 0
         sub = None
         try:
-            with team_limit(team):
-                for call in helper_calls:
-                    if not _submitted(pool, self._run_chain, *call):
-                        break
-                    handed += 1
-                for chain in chains:
-                    sub = self.chain_plans[chain]
-                    sub._runner(overlay)
-                    ran += 1
-                    self.stats["caller_chains"] += 1
-                    self.stats["caller_ops"] += len(self.graph.chains[chain])
+            for call in helper_calls:
+                if not _submitted(pool, self._run_chain, *call):
+                    break
+                handed += 1
+            for chain in chains:
+                sub = self.chain_plans[chain]
+                sub._runner(overlay)
+                ran += 1
+                self.stats["caller_chains"] += 1
+                self.stats["caller_ops"] += len(self.graph.chains[chain])
         except Exception as exc:  # noqa: BLE001 - raised by _execute once nothing is in flight
             return (sub._explain(exc) if sub is not None else exc), ran, handed
         except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt: likewise

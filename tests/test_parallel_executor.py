@@ -231,7 +231,10 @@ def test_work_is_estimated_from_the_schemas_flops_through_shape_inference():
     assert plan.branches.overlap_work == conv3 + 32 * 24 * 24
 
 
-def test_a_chain_that_never_runs_beside_another_gets_the_whole_team(monkeypatch):
+def test_a_chain_that_never_runs_beside_another_runs_on_the_runs_thread_with_the_branch_team(monkeypatch):
+    """The stem and the join run alone, on the run's own thread, on the branches' team
+    (budget // workers), not the whole team: a team of 2's regions leave libgomp's idle
+    thread spinning into the next branches, on the core the pool thread needs."""
     from caffe2py.parallel_executor import thread_budget
     monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
     workspace.FeedBlob("x", f32(4))
@@ -244,9 +247,13 @@ def test_a_chain_that_never_runs_beside_another_gets_the_whole_team(monkeypatch)
     branches = _run_twice(_typed(net, "dag", 2))
     assert branches.active
     assert branches.graph.chain_alone == [True, False, False, True]    # stem, left, right, join+head
-    teams = {name: size for name, _, size in _PROBE["seen"][-4:]}
-    assert teams == {"stem": thread_budget(), "left": thread_budget() // 2,
-                     "right": thread_budget() // 2, "head": thread_budget()}
+    seen = {name: (ident, size) for name, ident, size in _PROBE["seen"][-4:]}
+    me = threading.get_ident()
+    assert {name: size for name, (_, size) in seen.items()} == {
+        "stem": thread_budget() // 2, "left": thread_budget() // 2, "right": thread_budget() // 2,
+        "head": thread_budget() // 2}
+    assert seen["stem"][0] == seen["head"][0] == me
+    assert seen["left"][0] != seen["right"][0]
 
 
 @pytest.mark.parametrize("net_type, workers", [("simple", 2), ("async_scheduling", 1), ("dag", 1)])
@@ -461,11 +468,11 @@ def test_ctrl_c_while_branches_run_stops_the_run_and_leaves_the_workspace(monkey
 
 # --------------------------------------------------------------------------- scheduling
 
-def test_the_runs_thread_runs_the_heaviest_branch_and_the_join_on_the_whole_team(monkeypatch):
+def test_the_runs_thread_runs_the_heaviest_branch_and_the_join(monkeypatch):
     """With 2 workers the run's own thread is one of them: it keeps the branch with the
     most work (a pool thread starts its chain tens of microseconds late) and runs the
-    join itself, on the whole team (as under `simple`: no second OpenMP team on a pool
-    thread); one pool thread runs the other branch."""
+    join itself (no OpenMP team on a pool thread); one pool thread runs the other
+    branch. Every chain runs on the branches' team."""
     from caffe2py.parallel_executor import thread_budget
     monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
     x = f32(1, 8, 12, 12)
@@ -487,7 +494,7 @@ def test_the_runs_thread_runs_the_heaviest_branch_and_the_join_on_the_whole_team
     seen = {name: (ident, team) for name, ident, team in _PROBE["seen"]}
     me = threading.get_ident()
     assert seen["heavy"][0] == me and seen["light"][0] != me
-    assert seen["head"] == (me, thread_budget())
+    assert seen["head"] == (me, thread_budget() // 2)
     assert seen["heavy"][1] == seen["light"][1] == thread_budget() // 2
 
 
@@ -495,9 +502,8 @@ def test_the_runs_thread_sets_its_team_before_it_wakes_a_pool_thread(monkeypatch
     """numba.set_num_threads is a ctypes call that releases the GIL: made after a pool
     thread was woken, the pool thread took the GIL and held it through its chain's
     Python parts, and the two branches ran one after the other (measured). So the run's
-    thread sizes its team (jit._use_team_size) before it hands chains to the pool."""
-    import numba  # noqa: F401 - team_limit sizes numba's team only once numba is imported
-    from caffe2py.kernels.cpu.runtime import jit
+    thread sizes its team (numba.set_num_threads) before it hands chains to the pool."""
+    import numba
     monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
     workspace.FeedBlob("a", f32(4))
     workspace.FeedBlob("b", f32(4, seed=1))
@@ -506,22 +512,22 @@ def test_the_runs_thread_sets_its_team_before_it_wakes_a_pool_thread(monkeypatch
     workspace.RunNet(net.Name())
     events = []
     me = threading.get_ident()
-    use_team_size, submitted = jit._use_team_size, parallel_executor._submitted
+    set_num_threads, submitted = numba.set_num_threads, parallel_executor._submitted
 
-    def sizing():
+    def sizing(n):
         if threading.get_ident() == me:
-            events.append(("size", jit.team_size()))
-        use_team_size()
+            events.append(("size", n))
+        set_num_threads(n)
 
     def handing(*call):
         events.append(("submit", None))
         return submitted(*call)
-    monkeypatch.setattr(jit, "_use_team_size", sizing)
+    monkeypatch.setattr(numba, "set_num_threads", sizing)
     monkeypatch.setattr(parallel_executor, "_submitted", handing)
     workspace.RunNet(net.Name())
     first_submit = events.index(("submit", None))
     assert ("size", 1) in events[:first_submit]             # the branch's team, set before
-    assert all(kind != "size" or size != 1 for kind, size in events[first_submit:])
+    assert ("size", 1) not in events[first_submit:]
     np.testing.assert_array_equal(workspace.FetchBlob("sum"), (f32(4) + 1.0) + (f32(4, seed=1) + 1.0))
 
 
