@@ -1,5 +1,6 @@
 """Branch parallelism for the DAG net types: a plan's independent chains of ops
-(caffe2py/net_dag.py) run on a small persistent pool of worker threads.
+(caffe2py/net_dag.py) run on the run's own thread and a small persistent pool of
+worker threads.
 
 When: a plan of a DAG net type (net_dag.DAG_NET_TYPES) whose NetDef.num_workers asks
 for at least two workers (unset: serial, see branch_schedule), capped by the thread budget (CAFFE2PY_NUM_THREADS, else min(4, CPUs)) so that
@@ -309,7 +310,6 @@ class BranchSchedule:
         return None, ran, handed
 
     def _run_chain(self, chain, overlay, team, policy, done):
-        from .kernels.cpu.runtime.jit import team_limit
         sub = self.chain_plans[chain]
         _local.inside = True
         trust = model_trust.enter(policy) if policy is not None else None
