@@ -1,8 +1,10 @@
 """Branch parallelism (issue 38): Inception-style nets, `simple` against
-`async_scheduling` with 2 workers, in one process, runs alternating one by one (the
-order rotating every round); medians.
+`async_scheduling` with 2 workers, in one process, runs alternating (the order
+rotating every round); medians.
 
-Two nets (--net):
+Runs alternate in blocks of 3, the first of each block untimed (see measure).
+
+Nets (--net):
   big    2 or 4 branches on 1x64x56x56, each Conv kxk (k = 1, 3, 5, 3) -> Relu ->
          Conv 3x3 -> Relu with 64 channels, then Concat (early Inception: each conv
          keeps the team of 2 busy on its own);
@@ -10,6 +12,10 @@ Two nets (--net):
          -> Relu -> Conv 3x3 -> Relu, branch B Conv 1x1 -> Relu -> Conv 3x3 -> Relu ->
          Conv 3x3 -> Relu, 32 channels per conv, then Concat: many small ops, each too
          small for a team of 2 to split well.
+  3a     GoogLeNet's inception 3a at batch 1: input 1x192x28x28; branches 1x1 -> 64;
+         1x1 -> 96 -> 3x3 -> 128; 1x1 -> 16 -> 5x5 -> 32; MaxPool 3x3/1 -> 1x1 -> 32;
+         a Relu after every conv; Concat (256 channels): four branches of unequal
+         work (the 3x3 branch has ~3/4 of the block's multiply-adds).
 Columns: `simple` on the whole team; `async_scheduling` as the executor decides it (the
 work estimate, then the timed trial of parallel_executor.py: workers, or serial
 again); the same net with workers forced (no trial); `simple` on a team of 1. The
@@ -21,7 +27,7 @@ forced net bitwise against `simple` on a branch's team).
 --sweep prints one row per op size (channels x spatial size of the small net), so
 the regime where workers pay shows.
 
-Usage: python benchmarks/parallel_branches.py [--net small|big] [--branches 2] [--runs 30]
+Usage: python benchmarks/parallel_branches.py [--net small|big|3a] [--branches 2] [--runs 30]
        [--size N] [--channels C] [--sweep]
        (CAFFE2PY_NUM_THREADS sets the thread budget: 2 workers x budget // 2 threads)
 The last line is `ratio simple/async_scheduling: X.XXx` (above 1: the async net is faster).
@@ -43,6 +49,7 @@ from caffe2py.parallel_executor import thread_budget
 from caffe2py.workspace import Workspace
 
 _KERNELS = (1, 3, 5, 3)
+BLOCK = 3          # runs per turn of one runner, the first untimed (measure)
 
 
 def inception(name, net_type, branches, workers=None):
@@ -104,6 +111,45 @@ def feed_small(ws, size, channels, width=32):
             c_in = width
 
 
+# GoogLeNet inception 3a: per branch, (kernel, output channels) of each conv; "pool"
+# is a 3x3 stride-1 MaxPool before the branch's convs
+_3A = ((((1, 64),), False), (((1, 96), (3, 128)), False), (((1, 16), (5, 32)), False), (((1, 32),), True))
+
+
+def inception_3a(name, net_type, workers=None):
+    net = core.Net(name)
+    net.Proto().type = net_type
+    if workers:
+        net.Proto().num_workers = workers
+    outs = []
+    for b, (convs, pool) in enumerate(_3A):
+        prev = "x"
+        if pool:
+            net.MaxPool(prev, "p%d" % b, kernel=3, stride=1, pad=1)
+            prev = "p%d" % b
+        for d, (k, _) in enumerate(convs):
+            tag = "%d_%d" % (b, d)
+            net.Conv([prev, "aw" + tag, "ab" + tag], "ac" + tag, kernel=k, pad=k // 2)
+            net.Relu("ac" + tag, "ar" + tag)
+            prev = "ar" + tag
+        outs.append(prev)
+    net.Concat(outs, ["out", "split"], axis=1)
+    return net
+
+
+def feed_3a(ws, size=28, channels=192):
+    rng = np.random.default_rng(0)
+    ws.feed_blob("x", rng.standard_normal((1, channels, size, size)).astype(np.float32))
+    for b, (convs, _) in enumerate(_3A):
+        c_in = channels
+        for d, (k, c_out) in enumerate(convs):
+            tag = "%d_%d" % (b, d)
+            scale = (2.0 / (c_in * k * k)) ** 0.5
+            ws.feed_blob("aw" + tag, (rng.standard_normal((c_out, c_in, k, k)) * scale).astype(np.float32))
+            ws.feed_blob("ab" + tag, (rng.standard_normal(c_out) * 0.1).astype(np.float32))
+            c_in = c_out
+
+
 def measure(ws, build, runs, tag):
     """Times (ms medians) of simple, async as decided, async with forced workers and
     simple on a team of 1, alternating run by run; plus the decided net's schedule and
@@ -126,7 +172,8 @@ def measure(ws, build, runs, tag):
         run_simple()
         run_forced()
     wait_for_compiled_kernels()
-    for _ in range(2 + 2 * parallel_executor.TRIAL_RUNS + 2):   # the decided net's trial, then 2 more
+    for _ in range(2 + len(parallel_executor._trial_steps(parallel_executor.TRIAL_RUNS)) + 2):
+        # the decided net's first run and trial, then 2 more
         run_decided()
     schedule = ws.get_net(decided.Name()).plan.branches
     forced_schedule = ws.get_net(forced.Name()).plan.branches
@@ -151,14 +198,17 @@ def measure(ws, build, runs, tag):
     runners = (run_simple, run_decided, run_forced, run_simple_team_1)
     times = tuple([] for _ in runners)
     # round r starts with runner r % 4: each runner follows each other one equally
-    # often (on a loaded machine the run after a team-of-1 or worker run pays to wake
-    # the team's threads)
+    # often. Each turn is a block of BLOCK runs of which the first is untimed: it pays
+    # for the run before it, of another kind (a team of 2 keeps spinning ~4 ms after
+    # its last region, on the core a worker or the next team needs)
     for r in range(runs):
         for k in range(len(runners)):
             i = (r + k) % len(runners)
-            t0 = time.perf_counter()
             runners[i]()
-            times[i].append(time.perf_counter() - t0)
+            for _ in range(BLOCK - 1):
+                t0 = time.perf_counter()
+                runners[i]()
+                times[i].append(time.perf_counter() - t0)
     ms = [1e3 * statistics.median(t) for t in times]
     return {"simple": ms[0], "decided": ms[1], "forced": ms[2], "team1": ms[3],
             "workers": bool(schedule is not None and schedule.active),
@@ -185,7 +235,7 @@ def _row(label, shape, r):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--net", choices=("small", "big"), default="small")
+    parser.add_argument("--net", choices=("small", "big", "3a"), default="small")
     parser.add_argument("--branches", type=int, default=2, help="big net only")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--size", type=int, default=None, help="spatial size (small: 14, big: 56)")
@@ -201,13 +251,19 @@ def main():
         cases = [(16, 7), (32, 7), (64, 7), (32, 14), (64, 14), (128, 14), (64, 28), (128, 28)]
     elif args.net == "small":
         cases = [(args.channels, args.size or 14)]
+    elif args.net == "3a":
+        cases = [(192, args.size or 28)]
     else:
         cases = [(64, args.size or 56)]
     result = None
     for channels, size in cases:
         ws = Workspace("bench_%d_%d" % (channels, size))
         tag = "%s_%d_%d" % (args.net if not args.sweep else "small", channels, size)
-        if args.net == "big" and not args.sweep:
+        if args.net == "3a" and not args.sweep:
+            feed_3a(ws, size)
+            result = measure(ws, inception_3a, args.runs, tag)
+            _row("inception 3a (4 branches, 6 convs, pool)", "1x192x%dx%d" % (size, size), result)
+        elif args.net == "big" and not args.sweep:
             feed(ws, args.branches, size)
             result = measure(ws, lambda n, t, w: inception(n, t, args.branches, w), args.runs, tag)
             _row("big, %d branches" % args.branches, "1x64x%dx%d" % (size, size), result)

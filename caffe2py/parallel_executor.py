@@ -1,5 +1,6 @@
 """Branch parallelism for the DAG net types: a plan's independent chains of ops
-(caffe2py/net_dag.py) run on a small persistent pool of worker threads.
+(caffe2py/net_dag.py) run on the run's own thread and a small persistent pool of
+worker threads.
 
 When: a plan of a DAG net type (net_dag.DAG_NET_TYPES) whose NetDef.num_workers asks
 for at least two workers (unset: serial, see branch_schedule), capped by the thread budget (CAFFE2PY_NUM_THREADS, else min(4, CPUs)) so that
@@ -15,22 +16,33 @@ How: each chain is compiled as its own plan (executor.Plan, the same generated
 runner) that reads its inputs from, and writes its outputs to, one overlay of the
 workspace shared by the run (blob_scopes.BlobOverlay). A chain starts when every
 chain it depends on has finished, so its reads see their writes and no two chains
-touch one blob in conflicting ways at once. Each worker runs its chain with the
-kernels' team limited to budget // workers threads (jit.team_limit): workers x team
-threads <= budget; a chain that never runs beside another (every other chain runs
-before or after it: a stem, the Concat joining the branches) gets the whole team. A chain holding a barrier op (net_dag: control flow, I/O, shared
-state) runs on the run's own thread once nothing else is running, as under `simple`.
+touch one blob in conflicting ways at once. The run's own thread is one of the
+workers, with `num_workers - 1` pool threads beside it: the chains ready at once are
+shared by estimated work, the heaviest to the run's thread (a pool thread starts
+tens of microseconds late), the rest queued for the pool. Each worker runs its
+chains with the kernels' team limited to budget // workers threads
+(jit.team_limit): workers x team threads <= budget. So does a chain that never runs
+beside another (every other chain runs before or after it: a stem, the Concat
+joining the branches), on the run's own thread: with the whole team its kernels'
+2-thread regions left libgomp's idle team thread spinning (~4 ms of CPU after each
+region, measured) into the next branches, on the core the pool thread needs
+(inception 3a on the loaded 2-CPU VM, 2 workers: 19-27 ms a run with the Concat on
+the team of 2, 4-7 ms with it on 1 thread, `simple` on 1 thread 4-7 ms). A net whose
+stem needs the whole team runs faster serially, and its trial says so. A chain holding a barrier op
+(net_dag: control flow, I/O, shared state) runs on the run's own thread once
+nothing else is running, as under `simple`.
 Every op runs with the same inputs as under `simple` and each kernel is
-deterministic, so results are those of `simple` with each chain's team size fixed at
-plan time (the GEMMs' column blocks follow the team size: a branch's GEMMs may round
+deterministic, so results are bitwise those of `simple` on a team of budget //
+workers threads (the GEMMs' column blocks follow the team size: they may round
 differently from the same GEMMs on the whole team).
 
 Measured, not guessed: the work estimate only says whether workers could pay. Once
 it does, the next runs are a trial (TRIAL_RUNS timed runs each way, after one untimed
-parallel warm-up run): parallel and serial runs alternate, each a real run of the
-net, and the workers stay only when the parallel runs' median is at least
-TRIAL_MARGIN faster than the serial runs' (`BranchSchedule.measured` keeps the two
-medians). A team of 2 threads splits each op; 2 workers run two ops side by side:
+parallel warm-up run): pairs of serial and pairs of parallel runs alternate, each a
+real run of the net, the second of each pair timed (so that every timed run follows
+one of its own kind, see _trial_steps), and the workers stay only when the parallel
+runs' median is at least TRIAL_MARGIN faster than the serial runs'
+(`BranchSchedule.measured` keeps the two medians). A team of 2 threads splits each op; 2 workers run two ops side by side:
 which wins depends on each op's size and the machine's load (with big convolutions
 the team already keeps both cores busy and workers lose; with many small ops per
 branch a team scales poorly and workers can win; benchmarks/parallel_branches.py),
@@ -51,6 +63,7 @@ import time
 
 from .blob_scopes import BlobOverlay
 from .devices import cpu_run_context
+from .kernels.cpu.runtime.jit import team_limit
 from .inplace import adopt, collect_undo, undo_on_failure
 from . import fp_exceptions, model_trust
 from .net_dag import (DAG_NET_TYPES, BranchGraph, step_work, types_after_run, types_before_run,
@@ -109,9 +122,11 @@ class BranchSchedule:
         self.active = None
         self.chain_plans = None
         self.overlap_work = None
-        self.trial = None           # {"serial": [s], "parallel": [s], "next": mode} while measuring
+        self.trial = None           # {"serial": [s], "parallel": [s], "steps": [(mode, timed)]} while measuring
         self.measured = None
-        self.stats = {"parallel_runs": 0, "worker_chains": 0, "worker_ops": 0}
+        self.chain_work = None      # estimated work per chain (net_dag.step_work), once estimated
+        self.stats = {"parallel_runs": 0, "worker_chains": 0, "worker_ops": 0, "caller_chains": 0,
+                      "caller_ops": 0}
 
     def decide_early(self, blob_values):
         """At compile time: go parallel now when the workspace's values of the blobs the
@@ -130,6 +145,7 @@ class BranchSchedule:
 
     def _pays(self, type_of):
         work = [step_work(s, type_of) for s in self.plan.steps]
+        self.chain_work = [sum(work[j] for j in chain) for chain in self.graph.chains]
         self.overlap_work = self.graph.overlap_work(work)
         return self.overlap_work >= net_dag.MIN_OVERLAP_WORK and self.overlap_work > 0
 
@@ -137,7 +153,7 @@ class BranchSchedule:
         self.chain_plans = [self.make_plan([self.plan.steps[j] for j in chain]) for chain in self.graph.chains]
         self.active = True
         if TRIAL_RUNS > 0:
-            self.trial = {"serial": [], "parallel": [], "next": "warm-up"}
+            self.trial = {"serial": [], "parallel": [], "steps": _trial_steps(TRIAL_RUNS)}
 
     def run(self, blobs):
         """One run against blobs (parallel, or while measuring, either way); OperatorError
@@ -146,16 +162,15 @@ class BranchSchedule:
         if trial is None:
             self._run_parallel(blobs)
             return
-        mode = trial["next"]
+        mode, timed = trial["steps"].pop(0)
         start = _clock()
         if mode == "serial":
             self.plan.run_serial(blobs)
         else:
             self._run_parallel(blobs)
-        if mode != "warm-up":
+        if timed:
             trial[mode].append(_clock() - start)
-        trial["next"] = "parallel" if mode == "serial" else "serial"
-        if len(trial["serial"]) >= TRIAL_RUNS and len(trial["parallel"]) >= TRIAL_RUNS:
+        if not trial["steps"]:
             self._conclude()
 
     def _conclude(self):
@@ -178,11 +193,15 @@ class BranchSchedule:
         self.stats["parallel_runs"] += 1
 
     def _execute(self, overlay):
+        """Run the chains in dependency order, each on a team of budget // workers. The
+        ready chains that may run at once are shared between this thread and `workers - 1`
+        pool threads by their estimated work (_share); this thread runs alone the
+        chains that never run beside another (a stem, the Concat joining the branches:
+        no OpenMP team on a pool thread) and the barrier chains."""
         graph = self.graph
-        workers = self.workers
-        budget = thread_budget()
-        team = max(1, budget // workers)    # a chain that may run beside others
-        pool = _pool(workers)
+        team = max(1, thread_budget() // self.workers)    # every chain: see the module docstring
+        helpers = self.workers - 1
+        pool = _pool(helpers)
         done = queue.SimpleQueue()
         waiting = [len(ps) for ps in graph.chain_parents]
         ready = [c for c, n in enumerate(waiting) if n == 0]
@@ -190,25 +209,37 @@ class BranchSchedule:
         failure = None
         policy = self.plan.policy
         _local.inside = True
+        # this thread's team is sized before any pool thread is woken (_run_here)
+        limit = team_limit(team)
+        limit.__enter__()
         try:
             while True:
-                while ready and failure is None and in_flight < workers:
-                    if graph.chain_ordered[ready[0]] and in_flight:
-                        break               # a barrier: never beside another chain
-                    chain = ready.pop(0)
-                    if not graph.chain_ordered[chain] and _submitted(
-                            pool, self._run_chain, chain, overlay,
-                            budget if graph.chain_alone[chain] else team, policy, done):
-                        in_flight += 1
-                        continue
-                    # a barrier's chain, or the pool is shut down (interpreter exit): here
-                    failure = self._run_inline(chain, overlay)
-                    if failure is None:
+                mine, helpers_for = [], []
+                if failure is None and ready:
+                    if graph.chain_ordered[ready[0]] or graph.chain_alone[ready[0]]:
+                        if not in_flight:       # a barrier or a lone chain: never beside another
+                            mine = [ready.pop(0)]
+                    else:
+                        mine, helpers_for = self._share(ready, helpers)
+                        del ready[:]
+                if mine:
+                    failure, ran, handed = self._run_here(mine, overlay, pool,
+                                                          [(c, overlay, team, policy, done) for c in helpers_for])
+                    in_flight += handed
+                    ready.extend(helpers_for[handed:])  # the pool is shut down (interpreter exit): here, later
+                    ready.extend(mine[ran + (failure is not None):])
+                    for chain in mine[:ran]:
                         self._finished(chain, ready, waiting)
+                    ready.sort()
                 if not in_flight:
-                    break
+                    if not mine and (failure is not None or not ready):
+                        break
+                    continue
                 try:
-                    chain, records, error = done.get()
+                    # after a chain of its own, this thread only collects what has finished
+                    chain, records, error = done.get() if not mine else done.get_nowait()
+                except queue.Empty:
+                    continue
                 except BaseException as exc:    # KeyboardInterrupt: stop scheduling, let the chains in flight end
                     failure = failure or exc
                     continue
@@ -221,9 +252,26 @@ class BranchSchedule:
                 self.stats["worker_ops"] += len(graph.chains[chain])
                 self._finished(chain, ready, waiting)
         finally:
+            limit.__exit__(None, None, None)
             _local.inside = False
         if failure is not None:
             raise failure
+
+    def _share(self, ready, helpers):
+        """Split the ready chains (none a barrier or lone chain) between this thread and
+        the pool's `helpers` threads, heaviest first, each to the least loaded (by the
+        work estimate): (this thread's chains, the pool's), each in program order. This
+        thread gets the heaviest (a pool thread starts its chain tens of microseconds
+        late); the pool's chains queue for its threads."""
+        # at least 1 per chain: chains without an estimate are shared by count
+        work = [max(1.0, w) for w in self.chain_work] if self.chain_work else [1.0] * len(self.graph.chains)
+        loads = [0.0] * (1 + helpers)
+        shares = [[] for _ in loads]
+        for chain in sorted(ready, key=lambda c: (-work[c], c)):
+            least = min(range(len(loads)), key=lambda i: (loads[i], i))
+            loads[least] += work[chain]
+            shares[least].append(chain)
+        return sorted(shares[0]), sorted(c for share in shares[1:] for c in share)
 
     def _finished(self, chain, ready, waiting):
         for child in self.graph.chain_children[chain]:
@@ -232,18 +280,36 @@ class BranchSchedule:
                 ready.append(child)
         ready.sort()        # program order among the chains ready to start
 
-    def _run_inline(self, chain, overlay):
-        """Run a chain holding a barrier op (control flow, I/O, shared state) on the run's
-        own thread, inside the run's contexts, as the serial plan would: the error, or None."""
-        sub = self.chain_plans[chain]
+    def _run_here(self, chains, overlay, pool, helper_calls):
+        """Start helper_calls' chains on pool threads and run `chains` one after another
+        on the run's own thread, inside the run's contexts (their in-place writes are
+        undone with the run's): (the error or None, how many of `chains` ran, how many
+        chains were handed to the pool). A KeyboardInterrupt is returned too, so that
+        the chains in flight are waited for before it is raised. This thread's team
+        size was set (_execute) before the pool threads are woken: numba.set_num_threads
+        is a ctypes call, which releases the GIL, and a woken pool thread that takes
+        the GIL then keeps it through its chain's Python parts while this thread waits
+        (measured: the two branches ran one after the other)."""
+        handed = ran = 0
+        sub = None
         try:
-            sub._runner(overlay)
+            for call in helper_calls:
+                if not _submitted(pool, self._run_chain, *call):
+                    break
+                handed += 1
+            for chain in chains:
+                sub = self.chain_plans[chain]
+                sub._runner(overlay)
+                ran += 1
+                self.stats["caller_chains"] += 1
+                self.stats["caller_ops"] += len(self.graph.chains[chain])
         except Exception as exc:  # noqa: BLE001 - raised by _execute once nothing is in flight
-            return sub._explain(exc)
-        return None
+            return (sub._explain(exc) if sub is not None else exc), ran, handed
+        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt: likewise
+            return exc, ran, handed
+        return None, ran, handed
 
     def _run_chain(self, chain, overlay, team, policy, done):
-        from .kernels.cpu.runtime.jit import team_limit
         sub = self.chain_plans[chain]
         _local.inside = True
         trust = model_trust.enter(policy) if policy is not None else None
@@ -258,6 +324,20 @@ class BranchSchedule:
             if trust is not None:
                 model_trust.leave(trust)
             _local.inside = False
+
+
+def _trial_steps(runs):
+    """The trial's runs, (mode, timed): an untimed parallel warm-up, then `runs` rounds
+    of serial, serial, parallel, parallel where only the second of each pair is timed:
+    every timed run follows a run of its own kind, as it does once the choice is made.
+    A run after one of the other kind pays for it: a serial run's 2-thread regions leave
+    libgomp's idle team thread spinning for ~4 ms of CPU (measured), on the core the
+    next parallel run's pool thread needs; strict alternation timed every parallel run
+    in that state."""
+    steps = [("parallel", False)]
+    for _ in range(runs):
+        steps += [("serial", False), ("serial", True), ("parallel", False), ("parallel", True)]
+    return steps
 
 
 def _submitted(pool, *call):

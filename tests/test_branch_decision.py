@@ -4,6 +4,7 @@ and the plan keeps its workers only when the parallel runs are faster by
 TRIAL_MARGIN. Branches that sleep (the GIL released, as in a big kernel) overlap
 on workers and win; a parallel path made slower than the serial one loses and the
 plan goes back to serial for good. Every run, trial or not, gives the same results."""
+import sys
 import threading
 import time
 
@@ -15,13 +16,14 @@ from caffe2py.registry import OpSchema, register_kernel, register_schema
 
 register_schema(OpSchema("_DecisionSleep", num_inputs=1, num_outputs=1))
 _SEEN = []
+_NAP = 0.03         # seconds each _DecisionSleep op sleeps
 
 
 @register_kernel("_DecisionSleep")
 def _sleep(ctx):
     def run(x):
         _SEEN.append(threading.get_ident())
-        time.sleep(0.03)
+        time.sleep(_NAP)
         return x * 2.0 + 1.0
     return run
 
@@ -66,12 +68,13 @@ def _expected():
 
 def test_overlapping_branches_keep_their_workers():
     # x is fed before CreateNet: the estimate decides at compile time, so run 1 is the
-    # parallel warm-up, runs 2-7 alternate serial / parallel, run 8 is parallel
-    outs, branches = _runs(_two_sleeping_branches("wins"), 8)
+    # parallel warm-up, runs 2-13 are 3 rounds of serial, serial, parallel, parallel,
+    # run 14 is parallel
+    outs, branches = _runs(_two_sleeping_branches("wins"), 14)
     assert branches.trial is None and branches.active is True
     m = branches.measured
     assert m["parallel_ms"] < 0.8 * m["serial_ms"], m      # 2 x 60 ms serial vs ~60 ms on two workers
-    assert branches.stats["parallel_runs"] == 5             # warm-up + 3 timed + run 8
+    assert branches.stats["parallel_runs"] == 8             # warm-up + 3 x 2 + run 14
     for out in outs:
         np.testing.assert_array_equal(out, _expected())
     before = branches.stats["parallel_runs"]
@@ -88,7 +91,7 @@ def test_a_slower_parallel_path_goes_back_to_serial(monkeypatch):
         time.sleep(0.2)
         slow(self, blobs)
     monkeypatch.setattr(parallel_executor.BranchSchedule, "_run_parallel", slower)
-    outs, branches = _runs(_two_sleeping_branches("loses"), 8)
+    outs, branches = _runs(_two_sleeping_branches("loses"), 14)
     assert branches.trial is None and branches.active is False
     assert branches.measured["parallel_ms"] > branches.measured["serial_ms"]
     runs = branches.stats["parallel_runs"]
@@ -100,24 +103,55 @@ def test_a_slower_parallel_path_goes_back_to_serial(monkeypatch):
         np.testing.assert_array_equal(out, _expected())
 
 
-def test_the_trial_alternates_serial_and_parallel_runs():
-    """During the trial the runs take turns: parallel runs use two threads, serial ones
-    only the caller's."""
+def test_the_trial_alternates_pairs_of_serial_and_parallel_runs():
+    """During the trial pairs of runs take turns: parallel runs use two threads, serial
+    ones only the caller's."""
     net = _two_sleeping_branches("turns")
     workspace.FeedBlob("x", np.arange(6, dtype=np.float32))
     workspace.CreateNet(net, overwrite=True)
     me = threading.get_ident()
     kinds = []
-    for _ in range(8):
+    for _ in range(14):
         _SEEN.clear()
         workspace.RunNet("turns")
         kinds.append("serial" if set(_SEEN) == {me} else "parallel")
-    # the warm-up parallel run (decided at compile time), then serial/parallel x 3, then
-    # the decision: parallel
-    assert kinds == ["parallel"] + ["serial", "parallel"] * 3 + ["parallel"]
+    # the warm-up parallel run (decided at compile time), then 3 rounds of two serial and
+    # two parallel runs, then the decision: parallel
+    assert kinds == ["parallel"] + ["serial", "serial", "parallel", "parallel"] * 3 + ["parallel"]
 
 
 def test_no_trial_when_trial_runs_is_zero(monkeypatch):
     monkeypatch.setattr(parallel_executor, "TRIAL_RUNS", 0)
     _, branches = _runs(_two_sleeping_branches("trusted"), 3)
     assert branches.active is True and branches.measured is None and branches.stats["parallel_runs"] == 3
+
+
+def test_each_timed_run_follows_a_run_of_its_own_kind(monkeypatch):
+    """A run after one of the other kind pays for it (on a 2-CPU machine a serial run's
+    2-thread team keeps spinning into the next run, on the core a parallel run's pool
+    thread needs). Fake clock: serial runs take 2, parallel runs 1, or 3 right after a
+    serial run. The trial times only runs that follow their own kind, so it sees 1
+    against 2 and keeps the workers (timing every parallel run right after a serial one,
+    it saw 3 against 2 and dropped them)."""
+    from caffe2py import executor
+    state = {"now": 0.0, "last": None}
+    run_parallel, run_serial = parallel_executor.BranchSchedule._run_parallel, executor.Plan.run_serial
+
+    def fake_parallel(self, blobs):
+        run_parallel(self, blobs)
+        state["now"] += 3.0 if state["last"] == "serial" else 1.0
+        state["last"] = "parallel"
+
+    def fake_serial(self, blobs):
+        run_serial(self, blobs)
+        state["now"] += 2.0
+        state["last"] = "serial"
+    monkeypatch.setattr(parallel_executor, "_clock", lambda: state["now"])
+    monkeypatch.setattr(parallel_executor.BranchSchedule, "_run_parallel", fake_parallel)
+    monkeypatch.setattr(executor.Plan, "run_serial", fake_serial)
+    monkeypatch.setattr(sys.modules[__name__], "_NAP", 0.0)
+    outs, branches = _runs(_two_sleeping_branches("paired"), 14)
+    assert branches.trial is None and branches.active is True
+    assert branches.measured == {"serial_ms": 2000.0, "parallel_ms": 1000.0}
+    for out in outs:
+        np.testing.assert_array_equal(out, _expected())

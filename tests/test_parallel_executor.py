@@ -138,7 +138,9 @@ def test_inception_branches_run_on_workers_and_match_simple(net_type):
     same_team, simple, parallel, branches = _simple_and_parallel(
         _inception("inc_simple", "simple", 0), _inception("inc_par", net_type, 2), ["out"])
     assert branches.active and branches.stats["parallel_runs"] >= 1
-    assert branches.stats["worker_ops"] == 5 * branches.stats["parallel_runs"]    # every op on a worker
+    # one branch on a pool thread, the other and the Concat on the run's own thread
+    assert branches.stats["worker_ops"] + branches.stats["caller_ops"] == 5 * branches.stats["parallel_runs"]
+    assert branches.stats["worker_chains"] == branches.stats["parallel_runs"]
     # a branch's kernels split work over fewer threads: bitwise the simple net's with
     # that team; the whole team's blocking may round differently (GEMM column blocks)
     np.testing.assert_array_equal(parallel["out"], same_team["out"])
@@ -200,8 +202,8 @@ def test_branches_run_at_once_on_worker_threads_with_a_team_each_within_the_budg
     _PROBE["barrier"] = threading.Barrier(2, timeout=20)   # passes only if both run at once
     workspace.RunNet(net.Name())
     threads = {name: ident for name, ident, _ in _PROBE["seen"]}
-    assert threading.get_ident() not in threads.values()
     assert threads["pa"] != threads["pb"]
+    assert threading.get_ident() in threads.values()     # the run's own thread runs one branch
     teams = [size for _, _, size in _PROBE["seen"]]
     assert all(2 * size <= thread_budget() for size in teams)
     np.testing.assert_array_equal(workspace.FetchBlob("sum"), (f32(4) + 1.0) + (f32(4, seed=1) + 1.0))
@@ -214,7 +216,7 @@ def test_a_net_run_once_runs_its_branches_at_once_when_the_fed_shapes_show_the_w
     workspace.FeedBlob("b", f32(4, seed=1))
     _PROBE["barrier"] = threading.Barrier(2, timeout=20)   # passes only if both run at once
     workspace.RunNetOnce(_probe_net("once"))
-    assert len({ident for _, ident, _ in _PROBE["seen"]} - {threading.get_ident()}) == 2
+    assert len({ident for _, ident, _ in _PROBE["seen"]}) == 2
 
 
 def test_work_is_estimated_from_the_schemas_flops_through_shape_inference():
@@ -229,7 +231,10 @@ def test_work_is_estimated_from_the_schemas_flops_through_shape_inference():
     assert plan.branches.overlap_work == conv3 + 32 * 24 * 24
 
 
-def test_a_chain_that_never_runs_beside_another_gets_the_whole_team(monkeypatch):
+def test_a_chain_that_never_runs_beside_another_runs_on_the_runs_thread_with_the_branch_team(monkeypatch):
+    """The stem and the join run alone, on the run's own thread, on the branches' team
+    (budget // workers), not the whole team: a team of 2's regions leave libgomp's idle
+    thread spinning into the next branches, on the core the pool thread needs."""
     from caffe2py.parallel_executor import thread_budget
     monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
     workspace.FeedBlob("x", f32(4))
@@ -242,9 +247,13 @@ def test_a_chain_that_never_runs_beside_another_gets_the_whole_team(monkeypatch)
     branches = _run_twice(_typed(net, "dag", 2))
     assert branches.active
     assert branches.graph.chain_alone == [True, False, False, True]    # stem, left, right, join+head
-    teams = {name: size for name, _, size in _PROBE["seen"][-4:]}
-    assert teams == {"stem": thread_budget(), "left": thread_budget() // 2,
-                     "right": thread_budget() // 2, "head": thread_budget()}
+    seen = {name: (ident, size) for name, ident, size in _PROBE["seen"][-4:]}
+    me = threading.get_ident()
+    assert {name: size for name, (_, size) in seen.items()} == {
+        "stem": thread_budget() // 2, "left": thread_budget() // 2, "right": thread_budget() // 2,
+        "head": thread_budget() // 2}
+    assert seen["stem"][0] == seen["head"][0] == me
+    assert seen["left"][0] != seen["right"][0]
 
 
 @pytest.mark.parametrize("net_type, workers", [("simple", 2), ("async_scheduling", 1), ("dag", 1)])
@@ -455,3 +464,103 @@ def test_ctrl_c_while_branches_run_stops_the_run_and_leaves_the_workspace(monkey
     assert time.perf_counter() - t0 >= 0.09          # the sleeping chains in flight were waited for
     for blob, value in before.items():
         np.testing.assert_array_equal(workspace.FetchBlob(blob), value)
+
+
+# --------------------------------------------------------------------------- scheduling
+
+def test_the_runs_thread_runs_the_heaviest_branch_and_the_join(monkeypatch):
+    """With 2 workers the run's own thread is one of them: it keeps the branch with the
+    most work (a pool thread starts its chain tens of microseconds late) and runs the
+    join itself (no OpenMP team on a pool thread); one pool thread runs the other
+    branch. Every chain runs on the branches' team."""
+    from caffe2py.parallel_executor import thread_budget
+    monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
+    x = f32(1, 8, 12, 12)
+    workspace.FeedBlob("x", x)
+    for b, k in enumerate((3, 5)):
+        workspace.FeedBlob("w%d" % b, f32(8, 8, k, k, seed=b + 1, scale=0.1))
+        workspace.FeedBlob("b%d" % b, f32(8, seed=b + 3))
+    net = core.Net("heavy_light")
+    net.Conv(["x", "w0", "b0"], "c0", kernel=3, pad=1)
+    net._TestBranchProbe("c0", "light")
+    net.Conv(["x", "w1", "b1"], "c1", kernel=5, pad=2)      # 25/9 of the 3x3 branch's work
+    net._TestBranchProbe("c1", "heavy")
+    net.Add(["light", "heavy"], "joined")
+    net._TestBranchProbe("joined", "head")
+    branches = _run_twice(_typed(net, "async_scheduling", 2))     # shapes known at compile time
+    assert branches.active and branches.chain_work[1] > branches.chain_work[0]
+    _PROBE["seen"] = []
+    workspace.RunNet(net.Name())
+    seen = {name: (ident, team) for name, ident, team in _PROBE["seen"]}
+    me = threading.get_ident()
+    assert seen["heavy"][0] == me and seen["light"][0] != me
+    assert seen["head"] == (me, thread_budget() // 2)
+    assert seen["heavy"][1] == seen["light"][1] == thread_budget() // 2
+
+
+def test_the_runs_thread_sets_its_team_before_it_wakes_a_pool_thread(monkeypatch):
+    """numba.set_num_threads is a ctypes call that releases the GIL: made after a pool
+    thread was woken, the pool thread took the GIL and held it through its chain's
+    Python parts, and the two branches ran one after the other (measured). So the run's
+    thread sizes its team (numba.set_num_threads) before it hands chains to the pool."""
+    import numba
+    monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
+    workspace.FeedBlob("a", f32(4))
+    workspace.FeedBlob("b", f32(4, seed=1))
+    net = _probe_net("ordered_team")
+    workspace.CreateNet(net)
+    workspace.RunNet(net.Name())
+    events = []
+    me = threading.get_ident()
+    set_num_threads, submitted = numba.set_num_threads, parallel_executor._submitted
+
+    def sizing(n):
+        if threading.get_ident() == me:
+            events.append(("size", n))
+        set_num_threads(n)
+
+    def handing(*call):
+        events.append(("submit", None))
+        return submitted(*call)
+    monkeypatch.setattr(numba, "set_num_threads", sizing)
+    monkeypatch.setattr(parallel_executor, "_submitted", handing)
+    workspace.RunNet(net.Name())
+    first_submit = events.index(("submit", None))
+    assert ("size", 1) in events[:first_submit]             # the branch's team, set before
+    assert ("size", 1) not in events[first_submit:]
+    np.testing.assert_array_equal(workspace.FetchBlob("sum"), (f32(4) + 1.0) + (f32(4, seed=1) + 1.0))
+
+
+def test_ready_branches_are_shared_by_estimated_work_heaviest_to_the_runs_thread():
+    """Four branches, 2 workers (GoogLeNet's inception 3a: one branch has ~3/4 of the
+    work): the run's thread takes the heavy one, the pool thread queues the three light
+    ones, instead of the run's thread taking a second branch only after the heavy one."""
+    schedule = parallel_executor.BranchSchedule.__new__(parallel_executor.BranchSchedule)
+    schedule.graph = type("G", (), {"chains": [[0], [1], [2], [3]]})()
+    schedule.chain_work = [19.0, 200.0, 25.0, 10.0]
+    assert schedule._share([0, 1, 2, 3], 1) == ([1], [0, 2, 3])
+    schedule.chain_work = [50.0, 40.0, 30.0, 20.0]        # greedy: each to the least loaded
+    assert schedule._share([0, 1, 2, 3], 1) == ([0, 3], [1, 2])
+    assert schedule._share([0, 1, 2, 3], 2) == ([0], [1, 2, 3])
+    schedule.chain_work = None                           # no estimate: program order, first here
+    assert schedule._share([0, 1, 2], 1) == ([0, 2], [1])
+
+
+def test_four_branches_on_two_workers_heaviest_here_the_rest_on_one_pool_thread(monkeypatch):
+    monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
+    sizes = {"a": 8, "b": 512, "c": 16, "d": 4}         # the probes' work: the bytes they move
+    net = core.Net("four")
+    for blob, size in sizes.items():
+        workspace.FeedBlob(blob, f32(size, seed=size))
+        net._TestBranchProbe(blob, "p" + blob)
+    net.Concat(["p" + b for b in sizes], ["cat", "split"], axis=0)
+    branches = _run_twice(_typed(net, "async_scheduling", 2))
+    assert branches.active
+    _PROBE["seen"] = []
+    workspace.RunNet(net.Name())
+    thread_of = {name: ident for name, ident, _ in _PROBE["seen"]}
+    me = threading.get_ident()
+    assert thread_of["pb"] == me
+    assert thread_of["pa"] == thread_of["pc"] == thread_of["pd"] != me
+    np.testing.assert_array_equal(workspace.FetchBlob("cat"),
+                                  np.concatenate([f32(size, seed=size) + 1.0 for size in sizes.values()]))
