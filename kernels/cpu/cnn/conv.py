@@ -44,6 +44,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..runtime.blas import gemm_entry
 from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import depthwise_plan
+from .direct_conv import direct_plan
 from .grouped_pointwise import grouped_pointwise_product
 from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
 from ..runtime.output_pool import output_array
@@ -269,6 +270,10 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     elif k == 2 and group == 1 and all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * m <= c and (
             shift := shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype)):
         plan.compute = shift
+    elif k == 2 and group == 1 and c * kernel[0] * kernel[1] <= DIRECT_MAX_K and (
+            direct := direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
+        plan.compute = direct
+        plan.takes_residual = True
     elif np.dtype(dtype) in (np.float32, np.float64) and (
             tile := winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial)):
         plan.compute = winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype)
@@ -620,6 +625,15 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                 finish_rows_into(acc.reshape(m, length), wq, bias, yi, r0, relu)
     return compute
 
+
+# 2-D float32 convs (group 1) with C * kh * kw up to this use the register-blocked
+# direct kernel (direct_conv.py). Per layer, bias + ReLU, 1 thread, shared 2-CPU Zen 3
+# VM (benchmarks/direct_conv_bench.py; RESULTS.md "Direct convolution"), ms current ->
+# direct: 3 -> 64 3x3/s2 at 224 1.53 -> 1.40, 3 -> 24 3x3/s2 0.69 -> 0.58, 3 -> 64
+# 7x7/s2 (K 147) 8.6 -> 7.7, 16 -> 64 3x3 at 55 (K 144) 1.42 -> 1.05; longer
+# reductions lose to Winograd / the flattened-row GEMM: 32 -> 128 at 27 (K 288)
+# 0.66 -> 1.02, 48 -> 192 at 13 (K 432) 0.57 -> 0.63, 64 -> 256 at 13 0.92 -> 1.06.
+DIRECT_MAX_K = 160
 
 # Stride-1 2-D convs with at least this many times more input than output channels
 # use the tap-major GEMM + shift-add (shift_conv.py): per-layer timings on a 2-CPU Zen 5
