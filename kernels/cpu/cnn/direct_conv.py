@@ -17,7 +17,8 @@ copies) it multiplies costs a pass over memory of its own. Here no stack is buil
     is 12 accumulators held in registers (runtime/simd.py's Vec) through the whole
     reduction: per tap, 3 vector loads of input, 4 broadcast weights, 12 FMAs;
   * each tap is one precomputed offset into the phase buffers (dilations and any
-    kernel size come free), the weights are packed (M/4, C*kh*kw, 4) once per call;
+    kernel size come free); the weights are packed (M/4, C*kh*kw, 4), kept per weight
+    array (buffers.DerivedWeights: repacking 192 x 48 x 3 x 3 cost ~0.14 ms a call);
   * outputs of the flattened rows past the real width are computed and dropped; a
     block that lies inside one output row is finished (bias, residual, ReLU) and stored
     as vectors, the others lane by lane;
@@ -28,7 +29,7 @@ import numpy as np
 
 from ..math.epilogue import bias_values
 from ..runtime.buffers import DerivedWeights
-from ..runtime.jit import LazyGlobal, compiled, prange, team_blocks, team_size
+from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
 
 LANES_8 = LazyGlobal(".simd", "LANES_8")
 vzeros = LazyGlobal(".simd", "vzeros")
@@ -57,7 +58,6 @@ def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual,
     n_pb = (oh * wq + 23) // 24
     items = n_pb * n_cb
     x0 = address(flat)
-    w0 = address(wpack)
     o0 = address(out)
     r0 = address(residual)
     zero = vzeros(LANES_8)
@@ -69,7 +69,6 @@ def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual,
             cb = item - pb * n_cb
             p0 = pb * 24
             a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = zero
-            wk = w0 + cb * k_count * 16
             for k in range(k_count):
                 at = x0 + (p0 + offsets[k]) * 4
                 v0 = vload_f32(LANES_8, at)
@@ -175,6 +174,10 @@ def _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_res
     out[...] = y
 
 
+# One block runs without a parallel region (conv.py's _phase_copy_serial says why).
+_direct_blocks_serial = serial_variant(_direct_blocks, "_direct_blocks_serial")
+
+
 def pack_weights(w):
     """w (M, C, kh, kw) -> (ceil(M/4), C*kh*kw, 4) float32: the 4 weights of a channel
     block for one tap side by side (zeros past M)."""
@@ -224,7 +227,7 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
             i0, j0 = (p0 - pt) % sh, (p1 - pl) % sw
             ni, nj = len(range(i0, h, sh)), len(range(j0, wd, sw))
             layouts.append((i0, sh, j0, sw, (pt + i0) // sh, ni, (pl + j0) // sw, nj))
-    key = ("direct_phases", tuple(pads), strides)
+    key = ("direct_phases", tuple(layouts))
     n_items = n_pb * -(-m // CHANNELS)
     packed = DerivedWeights(pack_weights)
 
@@ -232,16 +235,17 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
         from .conv import _copy_phase       # conv.py imports this module
         wpack = packed(w)
         b = bias_values(bias, np.float32)
-        blocks = min(n_items, team_size()) if n_items * wpack.shape[1] * 96 >= (1 << 15) else 1
+        blocks = team_blocks(n_items, wpack.shape[1] * CHANNELS * PIXELS)
         for i in range(n):
-            buf = scratch.zeros(key, (size,), np.float32)
-            grid = buf.reshape(phases, c, rows, wq)
+            # zero borders, interior rewritten per image (the key fixes where the interior is)
+            grid = scratch.zeros(key, (phases, c, rows, wq), np.float32)
             for k, layout in enumerate(layouts):
                 if layout[5] > 0 and layout[7] > 0:
                     _copy_phase(x[i], grid[k], layout, team_blocks(c * layout[5], layout[7]))
             res = residual[i].reshape(m, oh * ow) if residual is not None else _NO_RESIDUAL
-            _direct_blocks(buf, offsets, wpack, b, bias is not None, res, residual is not None, relu, out[i], wq,
-                           blocks)
+            kernel = _direct_blocks if blocks > 1 else _direct_blocks_serial
+            kernel(grid.reshape(-1), offsets, wpack, b, bias is not None, res, residual is not None, relu, out[i], wq,
+                   blocks)
     return compute
 
 
