@@ -17,6 +17,9 @@ Strategy, chosen once per geometry (a cached plan holds every slice it copies):
   * stride-1 2-D with at least twice as many input as output channels: one GEMM of
     the tap-major weights with the flattened padded input, then a compiled
     shift-add of the taps (shift_conv.py);
+  * 2-D float32, group 1, short reductions (C * kh * kw <= DIRECT_MAX_K: the 3-channel
+    stems, 16 -> 64 3x3): a direct convolution whose register blocks of 4 channels x
+    24 outputs accumulate in vector registers (direct_conv.py), no tap stack;
   * 3x3 stride-1, float32/float64, many channels: Winograd F(4x4, 3x3) from 28x28 outputs, else
     F(2x2, 3x3): 36 or 16 GEMMs on transformed 6x6 / 4x4 tiles (4x / 2.25x fewer
     multiplies), the tile transforms themselves GEMMs with Kronecker matrices;
