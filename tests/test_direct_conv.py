@@ -120,23 +120,25 @@ def test_nan_and_inf_propagate_to_the_outputs_that_read_them():
 def test_conv_nchw_dispatches_short_reductions_to_the_direct_kernel():
     def compute(x_shape, w_shape, strides, pads):
         return conv_k._plan(x_shape, w_shape, strides, pads, (1, 1), 1, "<f4").compute
-    short = compute((1, 3, 224, 224), (64, 3, 3, 3), (2, 2), (0, 0, 0, 0))
-    assert short.__qualname__.startswith("direct_plan")
+    assert compute((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3)).__qualname__.startswith("direct_plan")
     assert compute((1, 16, 55, 55), (64, 16, 3, 3), (1, 1), (1, 1, 1, 1)).__qualname__.startswith("direct_plan")
-    # longer reductions, other dtypes, groups and negative pads keep their paths
+    # the 3x3 stems (K 27) and longer reductions, other dtypes, groups and negative pads
+    # keep their paths
+    assert not compute((1, 3, 224, 224), (64, 3, 3, 3), (2, 2), (0, 0, 0, 0)).__qualname__.startswith("direct")
     assert not compute((1, 48, 13, 13), (192, 48, 3, 3), (1, 1), (1, 1, 1, 1)).__qualname__.startswith("direct")
-    assert not conv_k._plan((1, 3, 20, 20), (8, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1,
+    assert not conv_k._plan((1, 8, 20, 20), (8, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1,
                             "<f8").compute.__qualname__.startswith("direct")
     assert not conv_k._plan((1, 4, 20, 20), (8, 2, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2,
                             "<f4").compute.__qualname__.startswith("direct")
-    assert not compute((1, 3, 20, 20), (8, 3, 3, 3), (1, 1), (-1, 1, 1, 1)).__qualname__.startswith("direct")
+    assert compute((1, 8, 20, 20), (8, 8, 3, 3), (1, 1), (1, 1, 1, 1)).__qualname__.startswith("direct")
+    assert not compute((1, 8, 20, 20), (8, 8, 3, 3), (1, 1), (-1, 1, 1, 1)).__qualname__.startswith("direct")
 
 
 @pytest.mark.parametrize("activation,with_residual", [(None, False), ("relu", False), ("relu", True)])
 def test_conv_nchw_through_the_direct_path_batch_and_epilogue(activation, with_residual):
     rng = np.random.default_rng(11)
-    x = rng.standard_normal((3, 3, 23, 29)).astype(np.float32)
-    w = rng.standard_normal((10, 3, 3, 3)).astype(np.float32)
+    x = rng.standard_normal((3, 8, 23, 29)).astype(np.float32)
+    w = rng.standard_normal((10, 8, 3, 3)).astype(np.float32)
     b = rng.standard_normal(10).astype(np.float32)
     strides, pads = (2, 2), (1, 0, 0, 1)
     res = rng.standard_normal(out_shape(x.shape, w.shape, strides, pads, (1, 1))).astype(np.float32) \
@@ -149,8 +151,8 @@ def test_conv_nchw_through_the_direct_path_batch_and_epilogue(activation, with_r
 
 def test_weights_edited_in_place_are_packed_again():
     rng = np.random.default_rng(2)
-    x = rng.standard_normal((1, 4, 9, 9)).astype(np.float32)
-    w = rng.standard_normal((5, 4, 3, 3)).astype(np.float32)
+    x = rng.standard_normal((1, 8, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((5, 8, 3, 3)).astype(np.float32)
     first = conv_k.conv_nchw(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1)
     np.testing.assert_allclose(first, reference(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1)), rtol=1e-4, atol=1e-4)
     w *= 2
