@@ -5,6 +5,7 @@ in blocks so all three see the same machine load. Bias and a fused ReLU on every
 
     python benchmarks/direct_conv_bench.py --threads 1 [--cpu-time]
     python benchmarks/direct_conv_bench.py --threads 2
+    python benchmarks/direct_conv_bench.py --threads 1 --models squeezenet,inception_v1
 """
 import argparse
 import os
@@ -44,6 +45,36 @@ def ort_conv(x, w, b, strides, pads, threads):
     return lambda: sess.run(None, {"x": x})[0]
 
 
+def models_with_and_without(names, rounds, runs):
+    """Whole light models, one process: the direct kernel on and off (DIRECT_MAX_K)
+    alternating per round, this thread's CPU time per run (run with --threads 1)."""
+    import light_models
+    from caffe2py.kernels.cpu.cnn import conv as conv_k
+    saved = conv_k.DIRECT_MAX_K
+    print("| model | with direct ms (median of rounds) | without ms | rounds with / without |")
+    print("|---|---|---|---|")
+    for name in names:
+        ours, _, _ = light_models.prepare_model(name, np.random.default_rng(0))
+        times = {saved: [], 0: []}
+        for _ in range(rounds):
+            for limit in (saved, 0):
+                conv_k.DIRECT_MAX_K = limit
+                conv_k._plan.cache_clear()
+                ours()
+                ours()
+                samples = []
+                for _ in range(runs):
+                    t0 = time.thread_time()
+                    ours()
+                    samples.append(1e3 * (time.thread_time() - t0))
+                times[limit].append(statistics.median(samples))
+        conv_k.DIRECT_MAX_K = saved
+        conv_k._plan.cache_clear()
+        print("| %s | %.2f | %.2f | %s / %s |" % (name, statistics.median(times[saved]), statistics.median(times[0]),
+                                                 " ".join("%.1f" % v for v in times[saved]),
+                                                 " ".join("%.1f" % v for v in times[0])))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
@@ -52,7 +83,13 @@ def main():
     parser.add_argument("--cpu-time", action="store_true",
                         help="this thread's CPU time instead of wall time (--threads 1 only): on a shared "
                              "machine the time other processes hold the core does not count")
+    parser.add_argument("--models", default="",
+                        help="comma-separated light ONNX models: time them whole with and without the direct "
+                             "kernel instead of the layers (CPU time; needs --threads 1)")
+    parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
+    if args.models and args.threads != 1:
+        parser.error("--models needs --threads 1")
     if args.cpu_time and args.threads != 1:
         parser.error("--cpu-time needs --threads 1")
     clock = time.thread_time if args.cpu_time else time.perf_counter
@@ -66,6 +103,11 @@ def main():
     from caffe2py.kernels.cpu.runtime.buffers import Scratch
     from caffe2py.kernels.cpu.runtime.jit import team
 
+    if args.models:
+        print("machine: %s; load average %s; 1 thread, CPU time" % (
+            _timing.machine_label(), ", ".join("%.2f" % v for v in os.getloadavg())))
+        models_with_and_without(args.models.split(","), args.rounds, 15)
+        return
     rng = np.random.default_rng(0)
     print("machine: %s; load average %s; %d thread(s), %s" % (
         _timing.machine_label(), ", ".join("%.2f" % v for v in os.getloadavg()), args.threads,
