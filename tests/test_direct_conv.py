@@ -174,3 +174,27 @@ def test_numpy_twin_agrees_with_the_kernel():
     finally:
         jit.set_jit_mode(before)
     np.testing.assert_allclose(twin, compiled, rtol=1e-5, atol=1e-5)
+
+
+def test_random_geometries_match_torch():
+    """Seeded sweep: strides 1-3, dilations 1-2, pads up to beyond the kernel, widths
+    from 1, channel counts off the block sizes."""
+    rng = np.random.default_rng(17)
+    checked = 0
+    while checked < 25:
+        c, m = int(rng.integers(1, 12)), int(rng.integers(1, 11))
+        kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        strides = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        dilations = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        pads = tuple(int(v) for v in rng.integers(0, 6, 4))
+        x_shape = (int(rng.integers(1, 3)), c, int(rng.integers(1, 20)), int(rng.integers(1, 40)))
+        w_shape = (m, c, kh, kw)
+        if min(out_shape(x_shape, w_shape, strides, pads, dilations)[2:]) <= 0:
+            continue
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        b = rng.standard_normal(m).astype(np.float32)
+        np.testing.assert_allclose(run_direct(x, w, b, strides, pads, dilations),
+                                   torch_reference(x, w, b, strides, pads, dilations), rtol=1e-4, atol=1e-4,
+                                   err_msg=str((x_shape, w_shape, strides, pads, dilations)))
+        checked += 1
