@@ -19,6 +19,10 @@ Strategy, chosen once per geometry (a cached plan holds every slice it copies):
   * stride-1 2-D with at least twice as many input as output channels: one GEMM of
     the tap-major weights with the flattened padded input, then a compiled
     shift-add of the taps (shift_conv.py);
+  * 2-D float32, group 1, short reductions (C * kh * kw from DIRECT_MIN_K to
+    DIRECT_MAX_K: 16 -> 64 3x3, 7x7 stems): a direct convolution whose register blocks
+    of 4 channels x 24 outputs accumulate in vector registers (direct_conv.py), no tap
+    stack;
   * 3x3 stride-1, float32/float64, many channels: Winograd F(4x4, 3x3) from 28x28 outputs, else
     F(2x2, 3x3): 36 or 16 GEMMs on transformed 6x6 / 4x4 tiles (4x / 2.25x fewer
     multiplies), the tile transforms themselves GEMMs with Kronecker matrices;
@@ -46,6 +50,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..runtime.blas import gemm_entry
 from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import channel_map_problem, depthwise_plan
+from .direct_conv import direct_plan
 from .grouped_pointwise import grouped_pointwise_product
 from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
 from ..runtime.output_pool import output_array
@@ -288,6 +293,10 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     elif k == 2 and group == 1 and all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * m <= c and (
             shift := shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype)):
         plan.compute = shift
+    elif k == 2 and group == 1 and DIRECT_MIN_K <= c * kernel[0] * kernel[1] <= DIRECT_MAX_K and (
+            direct := direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
+        plan.compute = direct
+        plan.takes_residual = True
     elif np.dtype(dtype) in (np.float32, np.float64) and (
             tile := winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial)):
         plan.compute = winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype)
@@ -639,6 +648,19 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
                 finish_rows_into(acc.reshape(m, length), wq, bias, yi, r0, relu)
     return compute
 
+
+# 2-D float32 convs (group 1) with C * kh * kw in [DIRECT_MIN_K, DIRECT_MAX_K] use the
+# register-blocked direct kernel (direct_conv.py). Per layer, bias + ReLU, 1 thread, CPU
+# time, shared 2-CPU Zen 3 VM (benchmarks/direct_conv_bench.py; RESULTS.md "Direct
+# convolution"), ms without -> with it: 16 -> 64 3x3 at 55 (K 144, Winograd before)
+# 1.30-1.50 -> 1.08-1.15, 3 -> 64 7x7/s2 (K 147) 4.7-5.0 -> 4.4. Longer reductions lose
+# to Winograd / the flattened-row GEMM: 32 -> 128 at 27 (K 288) 0.97-1.02 -> 1.07-1.27,
+# 48 -> 192 at 13 (K 432) 0.58-0.65 -> 0.65-0.69, 64 -> 256 at 13 0.89-0.92 -> 0.94-1.17.
+# The K 27 stems gain nothing: 3 -> 24 3x3/s2 0.6-0.78 -> 0.49-0.71 alone, and 3 -> 64
+# 3x3/s2 loses inside squeezenet (1.40-1.70 -> 1.79-1.84 ms; its 3.1 MB output is
+# written 64 planes at a time), so short ones keep the flattened-row GEMM.
+DIRECT_MIN_K = 64
+DIRECT_MAX_K = 160
 
 # Stride-1 2-D convs with at least this many times more input than output channels
 # use the tap-major GEMM + shift-add (shift_conv.py): per-layer timings on a 2-CPU Zen 5

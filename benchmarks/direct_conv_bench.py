@@ -1,0 +1,170 @@
+"""Per-layer times of the small-input-channel convolutions of the light ONNX models:
+the plan conv.py picks with the direct kernel switched off (DIRECT_MAX_K = 0), the direct kernel
+(kernels/cpu/cnn/direct_conv.py) and onnxruntime (one Conv + Relu node), alternating
+in blocks so all three see the same machine load. Bias and a fused ReLU on every side.
+
+    python benchmarks/direct_conv_bench.py --threads 1 [--cpu-time]
+    python benchmarks/direct_conv_bench.py --threads 2
+    python benchmarks/direct_conv_bench.py --threads 1 --models squeezenet,inception_v1
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+# (name, x shape, w shape, strides, pads)
+LAYERS = [
+    ("squeezenet conv1", (1, 3, 224, 224), (64, 3, 3, 3), (2, 2), (0, 0, 0, 0)),
+    ("shufflenet conv1", (1, 3, 224, 224), (24, 3, 3, 3), (2, 2), (1, 1, 1, 1)),
+    ("inception conv1 7x7", (1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3)),
+    ("squeezenet 16->64 55", (1, 16, 55, 55), (64, 16, 3, 3), (1, 1), (1, 1, 1, 1)),
+    ("squeezenet 32->128 27", (1, 32, 27, 27), (128, 32, 3, 3), (1, 1), (1, 1, 1, 1)),
+    ("squeezenet 48->192 13", (1, 48, 13, 13), (192, 48, 3, 3), (1, 1), (1, 1, 1, 1)),
+    ("squeezenet 64->256 13", (1, 64, 13, 13), (256, 64, 3, 3), (1, 1), (1, 1, 1, 1)),
+]
+
+
+def ort_conv(x, w, b, strides, pads, threads):
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+    node = helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=list(strides), pads=list(pads))
+    relu = helper.make_node("Relu", ["c"], ["y"])
+    graph = helper.make_graph(
+        [node, relu], "conv",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return lambda: sess.run(None, {"x": x})[0]
+
+
+def models_with_and_without(names, rounds, runs):
+    """Whole light models, one process: the direct kernel on and off (DIRECT_MAX_K)
+    alternating per round, this thread's CPU time per run (run with --threads 1)."""
+    import light_models
+    from caffe2py.kernels.cpu.cnn import conv as conv_k
+    saved = conv_k.DIRECT_MAX_K
+    print("| model | with direct ms (median of rounds) | without ms | rounds with / without |")
+    print("|---|---|---|---|")
+    for name in names:
+        ours, _, _ = light_models.prepare_model(name, np.random.default_rng(0))
+        times = {saved: [], 0: []}
+        for _ in range(rounds):
+            for limit in (saved, 0):
+                conv_k.DIRECT_MAX_K = limit
+                conv_k._plan.cache_clear()
+                ours()
+                ours()
+                samples = []
+                for _ in range(runs):
+                    t0 = time.thread_time()
+                    ours()
+                    samples.append(1e3 * (time.thread_time() - t0))
+                times[limit].append(statistics.median(samples))
+        conv_k.DIRECT_MAX_K = saved
+        conv_k._plan.cache_clear()
+        print("| %s | %.2f | %.2f | %s / %s |" % (name, statistics.median(times[saved]), statistics.median(times[0]),
+                                                 " ".join("%.1f" % v for v in times[saved]),
+                                                 " ".join("%.1f" % v for v in times[0])))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=60)
+    parser.add_argument("--blocks", type=int, default=4)
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="this thread's CPU time instead of wall time (--threads 1 only): on a shared "
+                             "machine the time other processes hold the core does not count")
+    parser.add_argument("--models", default="",
+                        help="comma-separated light ONNX models: time them whole with and without the direct "
+                             "kernel instead of the layers (CPU time; needs --threads 1)")
+    parser.add_argument("--rounds", type=int, default=6)
+    args = parser.parse_args()
+    if args.models and args.threads != 1:
+        parser.error("--models needs --threads 1")
+    if args.cpu_time and args.threads != 1:
+        parser.error("--cpu-time needs --threads 1")
+    clock = time.thread_time if args.cpu_time else time.perf_counter
+    if os.environ.get("CAFFE2PY_NUM_THREADS") != str(args.threads):
+        env = dict(os.environ, CAFFE2PY_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads))
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _timing  # noqa: F401 - sets CAFFE2PY_JIT=inline
+    from caffe2py.kernels.cpu.cnn import conv as conv_k
+    from caffe2py.kernels.cpu.cnn.direct_conv import direct_plan
+    from caffe2py.kernels.cpu.runtime.buffers import Scratch
+    from caffe2py.kernels.cpu.runtime.jit import team
+
+    if args.models:
+        print("machine: %s; load average %s; 1 thread, CPU time" % (
+            _timing.machine_label(), ", ".join("%.2f" % v for v in os.getloadavg())))
+        models_with_and_without(args.models.split(","), args.rounds, 15)
+        return
+    rng = np.random.default_rng(0)
+    print("machine: %s; load average %s; %d thread(s), %s" % (
+        _timing.machine_label(), ", ".join("%.2f" % v for v in os.getloadavg()), args.threads,
+        "CPU time" if args.cpu_time else "wall time"))
+    print("| layer | without direct ms | direct ms | onnxruntime ms | without / direct | direct / onnxruntime |")
+    print("|---|---|---|---|---|---|")
+    for name, xs, ws, strides, pads in LAYERS:
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = (0.1 * rng.standard_normal(ws)).astype(np.float32)
+        b = rng.standard_normal(ws[0]).astype(np.float32)
+        out_spatial = tuple(conv_k.conv_output_size(xs[2 + i], ws[2 + i], strides[i], pads[i], pads[2 + i], 1)
+                            for i in range(2))
+        out = np.empty((xs[0], ws[0]) + out_spatial, np.float32)
+        # the plan conv.py picks with the direct kernel switched off
+        saved, conv_k.DIRECT_MAX_K = conv_k.DIRECT_MAX_K, 0
+        conv_k._plan.cache_clear()
+        current = conv_k._plan(xs, ws, strides, pads, (1, 1), 1, "<f4")
+        conv_k.DIRECT_MAX_K = saved
+        conv_k._plan.cache_clear()
+        direct = direct_plan(xs, ws, strides, pads, (1, 1), out_spatial, "<f4")
+        s1, s2 = Scratch(), Scratch()
+        assert current.compute is not direct
+
+        def run_current():
+            with team():
+                if current.fuses_output:
+                    current.compute(x, w, out, s1, b, True, None)
+                else:
+                    current.compute(x, w, out, s1)
+                    conv_k.finish_channels(out, b, None, True)
+
+        def run_direct():
+            with team():
+                direct(x, w, out, s2, b, True, None)
+        ort = ort_conv(x, w, b, strides, pads, args.threads)
+        run_current()
+        want = out.copy()
+        run_direct()
+        np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(ort(), want, rtol=1e-3, atol=1e-3)
+        fns = (run_current, run_direct, ort)
+        times = ([], [], [])
+        for fn in fns:
+            fn()
+        per_block = max(1, args.runs // args.blocks)
+        for _ in range(args.blocks):
+            for fn, acc in zip(fns, times):
+                time.sleep(0.2)                # the other library's spinning threads go idle
+                fn()
+                for _ in range(per_block):
+                    t0 = clock()
+                    fn()
+                    acc.append(1e3 * (clock() - t0))
+        med = [statistics.median(t) for t in times]
+        print("| %s %s x %s s%d | %.3f | %.3f | %.3f | %.2f | %.2f |" % (
+            name, list(xs[1:]), list(ws), strides[0], med[0], med[1], med[2], med[0] / med[1], med[1] / med[2]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""Direct 2-D convolution (NCHW, float32, group 1) with a register-blocked microkernel,
+for layers whose reduction C_in * kh * kw is short.
+
+Public:
+    direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
+        -> compute(x, w, out, scratch, bias=None, relu=False, residual=None), or None
+        when the kernel does not cover the case (other dtypes, groups, negative pads).
+
+Why: with few input channels the GEMM paths' K (C * kh * kw = 27..576) is short, so
+the product runs well below the machine's FMA rate, and the tap stack (im2col, shifted
+copies) it multiplies costs a pass over memory of its own. Here no stack is built:
+  * the input is copied once per image into its stride phases (one phase at stride 1,
+    four at stride 2: even/odd rows and columns), zero-bordered buffers of width wq
+    whose rows are flattened, so for every tap the pixels of consecutive outputs are
+    consecutive floats (conv.py's _flat2d_plan uses the same layout for its tap stacks);
+  * a block of 4 output channels x 24 consecutive flat outputs (3 vectors of 8 lanes)
+    is 12 accumulators held in registers (runtime/simd.py's Vec) through the whole
+    reduction: per tap, 3 vector loads of input, 4 broadcast weights, 12 FMAs;
+  * each tap is one precomputed offset into the phase buffers (dilations and any
+    kernel size come free); the weights are packed (M/4, C*kh*kw, 4), kept per weight
+    array (buffers.DerivedWeights: repacking 192 x 48 x 3 x 3 cost ~0.14 ms a call);
+  * outputs of the flattened rows past the real width are computed and dropped; a
+    block that lies inside one output row is finished (bias, residual, ReLU) and stored
+    as vectors, the others lane by lane;
+  * blocks (pixel-block major, so one block's input stays in L1 while the channel
+    blocks' weights cycle through) are split over the team.
+"""
+import numpy as np
+
+from ..math.epilogue import bias_values
+from ..runtime.buffers import DerivedWeights
+from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
+
+LANES_8 = LazyGlobal(".simd", "LANES_8")
+vzeros = LazyGlobal(".simd", "vzeros")
+vload_f32 = LazyGlobal(".simd", "vload_f32")
+vfma = LazyGlobal(".simd", "vfma")
+vadds = LazyGlobal(".simd", "vadds")
+vadd = LazyGlobal(".simd", "vadd")
+vmax = LazyGlobal(".simd", "vmax")
+vstore_f32_at = LazyGlobal(".simd", "vstore_f32_at")
+address = LazyGlobal(".simd", "address")
+
+CHANNELS = 4         # output channels per register block
+PIXELS = 24          # flat outputs per register block: 3 vectors of 8
+
+
+@compiled(parallel=True)
+def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, blocks):
+    """out (M, OH, OW) = [relu](sum over taps k of wpack[., k, .] * flat[p + offsets[k]]
+    + bias + residual) for output p = oy * wq + ox. flat: the phase buffers, long enough
+    that p + offsets[k] < len(flat) for every p < ceil(OH * wq / 24) * 24 (the caller
+    checked); wpack (ceil(M/4), K, 4), zero past M; residual (M, OH * OW) when
+    has_residual. Work items: (pixel block, channel block) pairs, in `blocks` ranges."""
+    m, oh, ow = out.shape
+    n_cb = wpack.shape[0]
+    k_count = wpack.shape[1]
+    n_pb = (oh * wq + 23) // 24
+    items = n_pb * n_cb
+    x0 = address(flat)
+    o0 = address(out)
+    r0 = address(residual)
+    zero = vzeros(LANES_8)
+    for t in prange(blocks):
+        tile = np.empty((4, 24), np.float32)
+        t0 = address(tile)
+        for item in range(items * t // blocks, items * (t + 1) // blocks):
+            pb = item // n_cb
+            cb = item - pb * n_cb
+            p0 = pb * 24
+            a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = zero
+            for k in range(k_count):
+                at = x0 + (p0 + offsets[k]) * 4
+                v0 = vload_f32(LANES_8, at)
+                v1 = vload_f32(LANES_8, at + 32)
+                v2 = vload_f32(LANES_8, at + 64)
+                wrow = wpack[cb, k]
+                c0, c1, c2, c3 = wrow[0], wrow[1], wrow[2], wrow[3]
+                a00 = vfma(a00, c0, v0)
+                a01 = vfma(a01, c0, v1)
+                a02 = vfma(a02, c0, v2)
+                a10 = vfma(a10, c1, v0)
+                a11 = vfma(a11, c1, v1)
+                a12 = vfma(a12, c1, v2)
+                a20 = vfma(a20, c2, v0)
+                a21 = vfma(a21, c2, v1)
+                a22 = vfma(a22, c2, v2)
+                a30 = vfma(a30, c3, v0)
+                a31 = vfma(a31, c3, v1)
+                a32 = vfma(a32, c3, v2)
+            oy = p0 // wq
+            ox = p0 - oy * wq
+            if oy < oh and ox + 24 <= ow and cb * 4 + 4 <= m:
+                # the block lies inside one output row: finish and store as vectors
+                for j in range(4):
+                    o = cb * 4 + j
+                    if j == 0:
+                        u0, u1, u2 = a00, a01, a02
+                    elif j == 1:
+                        u0, u1, u2 = a10, a11, a12
+                    elif j == 2:
+                        u0, u1, u2 = a20, a21, a22
+                    else:
+                        u0, u1, u2 = a30, a31, a32
+                    if has_bias:
+                        b = bias[o]
+                        u0 = vadds(u0, b)
+                        u1 = vadds(u1, b)
+                        u2 = vadds(u2, b)
+                    at = (o * oh + oy) * ow + ox
+                    if has_residual:
+                        rr = r0 + at * 4
+                        u0 = vadd(u0, vload_f32(LANES_8, rr))
+                        u1 = vadd(u1, vload_f32(LANES_8, rr + 32))
+                        u2 = vadd(u2, vload_f32(LANES_8, rr + 64))
+                    if relu:            # max(0, v): NaN and -0.0 kept, as np.maximum(v, 0)
+                        u0 = vmax(zero, u0)
+                        u1 = vmax(zero, u1)
+                        u2 = vmax(zero, u2)
+                    vstore_f32_at(o0 + at * 4, u0)
+                    vstore_f32_at(o0 + at * 4 + 32, u1)
+                    vstore_f32_at(o0 + at * 4 + 64, u2)
+                continue
+            # a block across row ends (or past the last channel): lane by lane
+            vstore_f32_at(t0, a00)
+            vstore_f32_at(t0 + 32, a01)
+            vstore_f32_at(t0 + 64, a02)
+            vstore_f32_at(t0 + 96, a10)
+            vstore_f32_at(t0 + 128, a11)
+            vstore_f32_at(t0 + 160, a12)
+            vstore_f32_at(t0 + 192, a20)
+            vstore_f32_at(t0 + 224, a21)
+            vstore_f32_at(t0 + 256, a22)
+            vstore_f32_at(t0 + 288, a30)
+            vstore_f32_at(t0 + 320, a31)
+            vstore_f32_at(t0 + 352, a32)
+            last = min(oh, (p0 + 23) // wq + 1)
+            for j in range(min(4, m - cb * 4)):
+                o = cb * 4 + j
+                b = bias[o] if has_bias else np.float32(0.0)
+                for y in range(oy, last):
+                    # the block's lanes in output row y: columns c0..c1, lanes from y * wq + c0 - p0
+                    c0 = max(0, p0 - y * wq)
+                    c1 = min(ow, p0 + 24 - y * wq)
+                    if c1 <= c0:
+                        continue
+                    src = tile[j, y * wq + c0 - p0:y * wq + c1 - p0]
+                    dst = out[o, y, c0:c1]
+                    if has_residual:
+                        res = residual[o, y * ow + c0:y * ow + c1]
+                        for q in range(c1 - c0):
+                            v = src[q] + b + res[q]
+                            dst[q] = 0.0 if relu and v < 0 else v
+                    else:
+                        for q in range(c1 - c0):
+                            v = src[q] + b
+                            dst[q] = 0.0 if relu and v < 0 else v
+
+
+@_direct_blocks.numpy_twin
+def _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, blocks):
+    """All outputs at once: the taps gathered (K, OH * wq), one product, the crop."""
+    m, oh, ow = out.shape
+    length = oh * wq
+    taps = flat[offsets[:, None] + np.arange(length)[None, :]]
+    w2 = wpack.transpose(0, 2, 1).reshape(-1, wpack.shape[1])[:m]
+    y = (w2 @ taps).reshape(m, oh, wq)[:, :, :ow]
+    if has_bias:
+        y = y + bias[:m].reshape(m, 1, 1)
+    if has_residual:
+        y = y + residual.reshape(m, oh, ow)
+    if relu:
+        y = np.maximum(y, np.float32(0))
+    out[...] = y
+
+
+# One block runs without a parallel region (conv.py's _phase_copy_serial says why).
+_direct_blocks_serial = serial_variant(_direct_blocks, "_direct_blocks_serial")
+
+
+def pack_weights(w):
+    """w (M, C, kh, kw) -> (ceil(M/4), C*kh*kw, 4) float32: the 4 weights of a channel
+    block for one tap side by side (zeros past M)."""
+    m = w.shape[0]
+    k = int(np.prod(w.shape[1:]))
+    n_cb = -(-m // CHANNELS)
+    packed = np.zeros((n_cb * CHANNELS, k), np.float32)
+    packed[:m] = w.reshape(m, k)
+    return np.ascontiguousarray(packed.reshape(n_cb, CHANNELS, k).transpose(0, 2, 1))
+
+
+def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
+    """See the module docstring. Geometry is checked here, once: the compiled loop
+    reads the phase buffers at precomputed offsets without bounds checks."""
+    if np.dtype(dtype) != np.float32 or len(x_shape) != 4 or any(p < 0 for p in pads):
+        return None
+    n, c, h, wd = x_shape
+    m, cw, kh, kw = w_shape
+    if cw != c:
+        return None
+    (sh, sw), (dh, dw) = strides, dilations
+    oh, ow = out_spatial
+    pt, pl, pb, pr = pads
+    hp, wp = h + pt + pb, wd + pl + pr
+    hq, wq = -(-hp // sh), -(-wp // sw)
+    phases = sh * sw
+    n_pb = -(-(oh * wq) // PIXELS)
+    a_max, b_max = (kh - 1) * dh // sh, (kw - 1) * dw // sw
+    # rows per phase: every padded row, and room for the last pixel block's overrun
+    rows = max(hq, a_max + 1 + -(-(n_pb * PIXELS + b_max) // wq))
+    plane = rows * wq
+    offsets = np.empty((c, kh, kw), np.int64)
+    for a in range(kh):
+        for b in range(kw):
+            phase = ((a * dh) % sh) * sw + (b * dw) % sw
+            for ci in range(c):
+                offsets[ci, a, b] = (phase * c + ci) * plane + (a * dh // sh) * wq + b * dw // sw
+    offsets = offsets.reshape(-1)
+    size = phases * c * plane
+    # the loop's reads: p + offset for p < n_pb * 24 (plus the vector lanes within)
+    if int(offsets.max()) + n_pb * PIXELS > size:
+        raise AssertionError("direct conv phase buffers too short")   # the layout above guarantees it
+    # where input (i, j) goes: padded (i + pt, j + pl) -> phase ((i + pt) % sh, (j + pl) % sw)
+    layouts = []
+    for p0 in range(sh):
+        for p1 in range(sw):
+            i0, j0 = (p0 - pt) % sh, (p1 - pl) % sw
+            ni, nj = len(range(i0, h, sh)), len(range(j0, wd, sw))
+            layouts.append((i0, sh, j0, sw, (pt + i0) // sh, ni, (pl + j0) // sw, nj))
+    key = ("direct_phases", tuple(layouts))
+    n_items = n_pb * -(-m // CHANNELS)
+    packed = DerivedWeights(pack_weights)
+
+    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
+        from .conv import _copy_phase       # conv.py imports this module
+        wpack = packed(w)
+        b = bias_values(bias, np.float32)
+        blocks = team_blocks(n_items, wpack.shape[1] * CHANNELS * PIXELS)
+        for i in range(n):
+            # zero borders, interior rewritten per image (the key fixes where the interior is)
+            grid = scratch.zeros(key, (phases, c, rows, wq), np.float32)
+            for k, layout in enumerate(layouts):
+                if layout[5] > 0 and layout[7] > 0:
+                    _copy_phase(x[i], grid[k], layout, team_blocks(c * layout[5], layout[7]))
+            res = residual[i].reshape(m, oh * ow) if residual is not None else _NO_RESIDUAL
+            kernel = _direct_blocks if blocks > 1 else _direct_blocks_serial
+            kernel(grid.reshape(-1), offsets, wpack, b, bias is not None, res, residual is not None, relu, out[i], wq,
+                   blocks)
+    return compute
+
+
+_NO_RESIDUAL = np.zeros((1, 1), np.float32)

@@ -1,0 +1,200 @@
+"""The register-blocked direct convolution (kernels/cpu/cnn/direct_conv.py): against a
+float64 loop reference written here and torch's conv2d, called directly (any C_in)
+and through conv_nchw's plan choice (short reductions)."""
+import numpy as np
+import pytest
+import torch
+
+from caffe2py.kernels.cpu.cnn import conv as conv_k
+from caffe2py.kernels.cpu.cnn import direct_conv
+from caffe2py.kernels.cpu.runtime import jit
+from caffe2py.kernels.cpu.runtime.buffers import Scratch
+
+
+def reference(x, w, b, strides, pads, dilations, residual=None, relu=False):
+    """float64 convolution by loops over the kernel taps (zero padding)."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    (sh, sw), (dh, dw) = strides, dilations
+    pt, pl, pb, pr = pads
+    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr))
+    xp[:, :, pt:pt + h, pl:pl + wd] = x
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (wd + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    y = np.zeros((n, m, oh, ow))
+    for a in range(kh):
+        for bb in range(kw):
+            patch = xp[:, :, a * dh:a * dh + (oh - 1) * sh + 1:sh, bb * dw:bb * dw + (ow - 1) * sw + 1:sw]
+            y += np.einsum("nchw,mc->nmhw", patch, w[:, :, a, bb])
+    if b is not None:
+        y += b.astype(np.float64).reshape(1, m, 1, 1)
+    if residual is not None:
+        y += residual
+    return np.maximum(y, 0) if relu else y
+
+
+def torch_reference(x, w, b, strides, pads, dilations):
+    xt = torch.nn.functional.pad(torch.tensor(x, dtype=torch.float64), (pads[1], pads[3], pads[0], pads[2]))
+    bt = None if b is None else torch.tensor(b, dtype=torch.float64)
+    return torch.nn.functional.conv2d(xt, torch.tensor(w, dtype=torch.float64), bt, strides,
+                                      dilation=dilations).numpy()
+
+
+def out_shape(x_shape, w_shape, strides, pads, dilations):
+    return (x_shape[0], w_shape[0]) + tuple(
+        conv_k.conv_output_size(x_shape[2 + i], w_shape[2 + i], strides[i], pads[i], pads[2 + i], dilations[i])
+        for i in range(2))
+
+
+def run_direct(x, w, b, strides, pads, dilations, relu=False, residual=None):
+    shape = out_shape(x.shape, w.shape, strides, pads, dilations)
+    plan = direct_conv.direct_plan(x.shape, w.shape, strides, pads, dilations, shape[2:], "<f4")
+    assert plan is not None
+    out = np.full(shape, np.nan, np.float32)        # every output must be written
+    with jit.team():
+        plan(x, w, out, Scratch(), b, relu, residual)
+    return out
+
+
+# (x shape, w shape, strides, pads, dilations)
+GEOMETRIES = [
+    ((1, 1, 9, 9), (1, 1, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),          # C_in 1, C_out 1
+    ((2, 3, 17, 19), (6, 3, 3, 3), (2, 2), (1, 0, 2, 1), (1, 1)),         # stem-like, asymmetric pads
+    ((1, 3, 30, 31), (5, 3, 7, 7), (2, 2), (3, 2, 3, 4), (1, 1)),         # 7x7 stride 2
+    ((2, 16, 13, 13), (9, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),       # rows shorter than a block
+    ((1, 7, 11, 53), (4, 7, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),         # rows longer than a block, tails
+    ((1, 5, 12, 40), (7, 5, 2, 5), (1, 2), (0, 2, 1, 0), (2, 1)),         # mixed stride, dilation
+    ((1, 4, 10, 10), (3, 4, 3, 3), (2, 1), (0, 0, 0, 0), (1, 3)),
+    ((1, 64, 13, 13), (10, 64, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),      # C_in 64 (long reduction)
+    ((1, 2, 5, 4), (3, 2, 5, 4), (1, 1), (0, 0, 0, 0), (1, 1)),           # one output pixel
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,strides,pads,dilations", GEOMETRIES)
+def test_direct_kernel_matches_float64_loops_and_torch(x_shape, w_shape, strides, pads, dilations):
+    rng = np.random.default_rng(sum(x_shape) + sum(w_shape))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    scale = np.sqrt(np.prod(w_shape[1:]))
+    want = reference(x, w, b, strides, pads, dilations)
+    np.testing.assert_allclose(torch_reference(x, w, b, strides, pads, dilations), want, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(run_direct(x, w, b, strides, pads, dilations), want, rtol=1e-4, atol=1e-5 * scale)
+    np.testing.assert_allclose(run_direct(x, w, None, strides, pads, dilations),
+                               reference(x, w, None, strides, pads, dilations), rtol=1e-4, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,strides,pads,dilations", [GEOMETRIES[1], GEOMETRIES[3], GEOMETRIES[4]])
+def test_relu_and_residual_epilogue(x_shape, w_shape, strides, pads, dilations):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    res = rng.standard_normal(out_shape(x_shape, w_shape, strides, pads, dilations)).astype(np.float32)
+    for bias in (b, None):
+        np.testing.assert_allclose(run_direct(x, w, bias, strides, pads, dilations, relu=True),
+                                   reference(x, w, bias, strides, pads, dilations, relu=True), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(run_direct(x, w, bias, strides, pads, dilations, residual=res),
+                                   reference(x, w, bias, strides, pads, dilations, residual=res), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(run_direct(x, w, bias, strides, pads, dilations, relu=True, residual=res),
+                                   reference(x, w, bias, strides, pads, dilations, res, relu=True),
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_nan_and_inf_propagate_to_the_outputs_that_read_them():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 3, 20, 40)).astype(np.float32)
+    x[0, 0, 5, 7] = np.nan
+    x[0, 2, 12, 30] = np.inf
+    w = np.abs(rng.standard_normal((6, 3, 3, 3))).astype(np.float32) + 0.1     # inf stays +inf
+    for relu in (False, True):
+        got = run_direct(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), relu=relu)
+        want = reference(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), relu=relu)
+        assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(got).sum() == 6 * 9
+        assert np.array_equal(np.isposinf(got), np.isposinf(want)) and np.isposinf(got).sum() == 6 * 9
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
+
+
+def test_conv_nchw_dispatches_short_reductions_to_the_direct_kernel():
+    def compute(x_shape, w_shape, strides, pads):
+        return conv_k._plan(x_shape, w_shape, strides, pads, (1, 1), 1, "<f4").compute
+    assert compute((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3)).__qualname__.startswith("direct_plan")
+    assert compute((1, 16, 55, 55), (64, 16, 3, 3), (1, 1), (1, 1, 1, 1)).__qualname__.startswith("direct_plan")
+    # the 3x3 stems (K 27) and longer reductions, other dtypes, groups and negative pads
+    # keep their paths
+    assert not compute((1, 3, 224, 224), (64, 3, 3, 3), (2, 2), (0, 0, 0, 0)).__qualname__.startswith("direct")
+    assert not compute((1, 48, 13, 13), (192, 48, 3, 3), (1, 1), (1, 1, 1, 1)).__qualname__.startswith("direct")
+    assert not conv_k._plan((1, 8, 20, 20), (8, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1,
+                            "<f8").compute.__qualname__.startswith("direct")
+    assert not conv_k._plan((1, 4, 20, 20), (8, 2, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2,
+                            "<f4").compute.__qualname__.startswith("direct")
+    assert compute((1, 8, 20, 20), (8, 8, 3, 3), (1, 1), (1, 1, 1, 1)).__qualname__.startswith("direct")
+    assert not compute((1, 8, 20, 20), (8, 8, 3, 3), (1, 1), (-1, 1, 1, 1)).__qualname__.startswith("direct")
+
+
+@pytest.mark.parametrize("activation,with_residual", [(None, False), ("relu", False), ("relu", True)])
+def test_conv_nchw_through_the_direct_path_batch_and_epilogue(activation, with_residual):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 8, 23, 29)).astype(np.float32)
+    w = rng.standard_normal((10, 8, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(10).astype(np.float32)
+    strides, pads = (2, 2), (1, 0, 0, 1)
+    res = rng.standard_normal(out_shape(x.shape, w.shape, strides, pads, (1, 1))).astype(np.float32) \
+        if with_residual else None
+    assert conv_k._plan(x.shape, w.shape, strides, pads, (1, 1), 1, "<f4").compute.__qualname__.startswith("direct")
+    got = conv_k.conv_nchw(x, w, b, strides, pads, (1, 1), 1, activation=activation, residual=res)
+    want = reference(x, w, b, strides, pads, (1, 1), residual=res, relu=activation == "relu")
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_weights_edited_in_place_are_packed_again():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 8, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((5, 8, 3, 3)).astype(np.float32)
+    first = conv_k.conv_nchw(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    np.testing.assert_allclose(first, reference(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1)), rtol=1e-4, atol=1e-4)
+    w *= 2
+    second = conv_k.conv_nchw(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    np.testing.assert_allclose(second, 2 * first.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
+def test_numpy_twin_agrees_with_the_kernel():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 5, 14, 33)).astype(np.float32)
+    w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    res = rng.standard_normal(out_shape(x.shape, w.shape, (2, 1), (1, 1, 0, 2), (1, 1))).astype(np.float32)
+    compiled = run_direct(x, w, b, (2, 1), (1, 1, 0, 2), (1, 1), relu=True, residual=res)
+    before = jit.jit_mode()
+    try:
+        jit.set_jit_mode("numpy")
+        twin = run_direct(x, w, b, (2, 1), (1, 1, 0, 2), (1, 1), relu=True, residual=res)
+    finally:
+        jit.set_jit_mode(before)
+    np.testing.assert_allclose(twin, compiled, rtol=1e-5, atol=1e-5)
+
+
+def test_random_geometries_match_torch():
+    """Seeded sweep: strides 1-3, dilations 1-2, pads up to beyond the kernel, widths
+    from 1, channel counts off the block sizes."""
+    rng = np.random.default_rng(17)
+    checked = 0
+    while checked < 25:
+        c, m = int(rng.integers(1, 12)), int(rng.integers(1, 11))
+        kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        strides = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        dilations = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        pads = tuple(int(v) for v in rng.integers(0, 6, 4))
+        x_shape = (int(rng.integers(1, 3)), c, int(rng.integers(1, 20)), int(rng.integers(1, 40)))
+        w_shape = (m, c, kh, kw)
+        if min(out_shape(x_shape, w_shape, strides, pads, dilations)[2:]) <= 0:
+            continue
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        b = rng.standard_normal(m).astype(np.float32)
+        np.testing.assert_allclose(run_direct(x, w, b, strides, pads, dilations),
+                                   torch_reference(x, w, b, strides, pads, dilations), rtol=1e-4, atol=1e-4,
+                                   err_msg=str((x_shape, w_shape, strides, pads, dilations)))
+        checked += 1
