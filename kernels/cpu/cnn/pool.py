@@ -69,18 +69,18 @@ def pool_output_shape(spatial, kernel, strides, pads, dilations, ceil_mode):
                  // strides[i] + 1 for i in range(k))
 
 
-def _check(x, kernel, strides, pads, dilations):
+def _check(shape, itemsize, kernel, strides, pads, dilations):
     k = len(kernel)
-    if x.ndim != k + 2:
-        raise ValueError("kernel %s needs a %d-D input, got shape %s" % (list(kernel), k + 2, list(x.shape)))
+    if len(shape) != k + 2:
+        raise ValueError("kernel %s needs a %d-D input, got shape %s" % (list(kernel), k + 2, list(shape)))
     if len(strides) != k or len(pads) != 2 * k or len(dilations) != k:
         raise ValueError("strides %s / pads %s / dilations %s do not match kernel %s"
                          % (list(strides), list(pads), list(dilations), list(kernel)))
     if any(v <= 0 for v in list(kernel) + list(strides) + list(dilations)):
         raise ValueError("kernel %s, strides %s and dilations %s must be positive"
                          % (list(kernel), list(strides), list(dilations)))
-    out = pool_output_shape(x.shape[2:], kernel, strides, pads, dilations, False)
-    check_window_sizes(x.shape, x.shape[:2] + tuple(out), pads, x.itemsize, pads_input=False)
+    out = pool_output_shape(shape[2:], kernel, strides, pads, dilations, False)
+    check_window_sizes(shape, tuple(shape[:2]) + tuple(out), pads, itemsize, pads_input=False)
 
 
 def _reduce_windows(x, kernel, strides, pads, dilations, ceil_mode, fill, combine, scratch):
@@ -595,52 +595,106 @@ def _same_pool_tables(spatial, kernel, pads, include_pad, dtype):
     return scale, col_valid, row_valid
 
 
-def _compiled_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad=False):
-    """2-D float pools through `_strided_pool2d` (strided in both dims) or
-    `_stride1_pool2d` (stride 1 in both dims, no ceil-mode padding), else None."""
+def _compiled_plan(shape, dtype, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad):
+    """How a 2-D float pool runs compiled: (the kernel's name (its serial copy's is
+    name + "_serial"; looked up per call, so tests can wrap them), the kernel's input
+    shape, output buffer shape, the kernel's view of it, the arguments between output
+    and blocks, planes, work per plane, result shape), or None when no compiled kernel
+    takes it: `_strided_pool2d` (strided in both dims), `_same_pool2d` (stride 1, the
+    input's size), `_stride1_max2d` / `_stride1_pool2d` (other stride-1 pools, no
+    ceil-mode padding), `_global_pool2d` (the window is the whole plane)."""
     stride1 = tuple(strides) == (1, 1) and not ceil_mode
-    if (x.dtype not in (np.float32, np.float64) or len(kernel) != 2 or min(pads) < 0
+    if (dtype not in (np.float32, np.float64) or len(kernel) != 2 or min(pads) < 0
             or not (stride1 or (min(strides) >= 2 and dilations[1] == 1))):
         return None
-    spatial = tuple(x.shape[2:])
+    spatial = tuple(shape[2:])
     out_spatial = pool_output_shape(spatial, kernel, strides, pads, dilations, ceil_mode)
     if min(out_spatial) <= 0:
         return None                              # _reduce_windows words the error
-    planes = x.shape[0] * x.shape[1]
-    src = np.ascontiguousarray(x).reshape((planes,) + spatial)
-    out = output_array((planes,) + out_spatial, x.dtype)
+    planes = shape[0] * shape[1]
+    n, out_n = spatial[0] * spatial[1], out_spatial[0] * out_spatial[1]
+    out_shape = (planes,) + out_spatial
     inv = _inverse_counts(spatial, tuple(kernel), tuple(strides), tuple(pads), out_spatial,
-                          bool(include_pad), x.dtype.str)
+                          bool(include_pad), dtype.str)
+    result = tuple(shape[:2]) + out_spatial
     if stride1 and out_spatial == (1, 1) and tuple(kernel) == spatial and not any(pads) and tuple(dilations) == (1, 1):
-        flat = src.reshape(planes, spatial[0] * spatial[1])
-        blocks = team_blocks(planes, flat.shape[1])
-        (_global_pool2d if blocks > 1 else _global_pool2d_serial)(flat, out.reshape(planes), inv[0, 0], is_max,
-                                                                  blocks)
-    elif (stride1 and tuple(dilations) == (1, 1) and pads[0] + pads[2] == kernel[0] - 1
-          and pads[1] + pads[3] == kernel[1] - 1):
+        return ("_global_pool2d", (planes, n), out_shape, (planes,), (inv[0, 0], is_max),
+                planes, n, result)
+    if (stride1 and tuple(dilations) == (1, 1) and pads[0] + pads[2] == kernel[0] - 1
+            and pads[1] + pads[3] == kernel[1] - 1):
         # "same"-size windows: separable, no padded copy, clipped taps masked in the
         # vectorised loops (3x3 pad 1, one thread, load ~5: 1024 x 7 x 7 average
         # 0.24-0.41 -> 0.07-0.12 ms, max 0.23-0.41 -> 0.07-0.10; 576 x 14 x 14 average
         # 0.38-0.41 -> 0.11-0.19; 256 x 28 x 28 average 0.31-0.33 -> 0.20-0.29)
-        blocks = team_blocks(planes, spatial[0] * spatial[1] * (kernel[0] + kernel[1]))
-        scale, col_valid, row_valid = _same_pool_tables(spatial, tuple(kernel), tuple(pads), bool(include_pad),
-                                                        x.dtype.str)
-        (_same_pool2d if blocks > 1 else _same_pool2d_serial)(src.reshape(-1), out.reshape(-1), scale, col_valid,
-                                                              row_valid, spatial[0], spatial[1], kernel[0],
-                                                              kernel[1], pads[0], pads[1], is_max, blocks)
-    elif stride1 and is_max:
-        args = (src, out) + tuple(kernel) + tuple(dilations) + (pads[0], pads[1])
-        blocks = team_blocks(planes, (out_spatial[0] + spatial[0]) * out_spatial[1] * (kernel[0] + kernel[1]))
-        (_stride1_max2d if blocks > 1 else _stride1_max2d_serial)(*args, blocks)
-    elif stride1:
-        args = (src, out, inv) + tuple(kernel) + tuple(dilations) + (pads[0], pads[1], is_max)
-        blocks = team_blocks(planes, out_spatial[0] * spatial[1] * kernel[0] * kernel[1])
-        (_stride1_pool2d if blocks > 1 else _stride1_pool2d_serial)(*args, blocks)
-    else:
-        args = (src, out, inv) + tuple(kernel) + tuple(strides) + (dilations[0], pads[0], pads[1], is_max)
-        blocks = team_blocks(planes, out_spatial[0] * (spatial[1] + out_spatial[1]) * 2)
-        (_strided_pool2d if blocks > 1 else _strided_pool2d_serial)(*args, blocks)
-    return out.reshape(x.shape[:2] + out_spatial)
+        tables = _same_pool_tables(spatial, tuple(kernel), tuple(pads), bool(include_pad), dtype.str)
+        return ("_same_pool2d", (planes * n,), out_shape, (planes * out_n,),
+                tables + spatial + tuple(kernel) + (pads[0], pads[1], is_max), planes, n * (kernel[0] + kernel[1]),
+                result)
+    if stride1 and is_max:
+        return ("_stride1_max2d", (planes,) + spatial, out_shape, out_shape,
+                tuple(kernel) + tuple(dilations) + (pads[0], pads[1]), planes,
+                (out_spatial[0] + spatial[0]) * out_spatial[1] * (kernel[0] + kernel[1]), result)
+    if stride1:
+        return ("_stride1_pool2d", (planes,) + spatial, out_shape, out_shape,
+                (inv,) + tuple(kernel) + tuple(dilations) + (pads[0], pads[1], is_max), planes,
+                out_spatial[0] * spatial[1] * kernel[0] * kernel[1], result)
+    return ("_strided_pool2d", (planes,) + spatial, out_shape, out_shape,
+            (inv,) + tuple(kernel) + tuple(strides) + (dilations[0], pads[0], pads[1], is_max), planes,
+            out_spatial[0] * (spatial[1] + out_spatial[1]) * 2, result)
+
+
+def _run_plan(x, plan):
+    """The pool `plan` (_compiled_plan's) describes, on x."""
+    name, src_shape, out_shape, out_view, args, planes, work, result = plan
+    src = np.ascontiguousarray(x).reshape(src_shape)
+    out = output_array(out_shape, x.dtype)
+    blocks = team_blocks(planes, work)          # per call: the team's size depends on the thread
+    globals()[name if blocks > 1 else name + "_serial"](src, out.reshape(out_view), *args, blocks)
+    return out.reshape(result)
+
+
+def _compiled_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad=False):
+    """x pooled by a compiled kernel (_compiled_plan), else None."""
+    plan = _compiled_plan(x.shape, x.dtype, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad)
+    return None if plan is None else _run_plan(x, plan)
+
+
+# Outputs above this size check the process's memory limit on every call, as the first
+# one did (a process may lower its limit after the plan was made).
+_PLAN_RECHECK_BYTES = 1 << 26
+
+
+@functools.lru_cache(maxsize=512)
+def _checked_plan(shape, dtype, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad):
+    """_compiled_plan after the checks max_pool / average_pool make (their ValueErrors
+    raised, not cached), or None where they take another path: a pool's set-up in
+    Python costs more than a small pool's kernel (1 x 1 x 4 x 4 average, 3x3/s2: ~59 us
+    a call, the kernel 1.4), so repeated shapes reuse it."""
+    _check(shape, dtype.itemsize, kernel, strides, pads, dilations)
+    if not all(shape) or _far_reaching(shape[2:], kernel, pads, dilations):
+        return None
+    return _compiled_plan(shape, dtype, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad)
+
+
+def _fast_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad):
+    """The pool through a cached plan, or None (then the caller's full path runs)."""
+    try:
+        plan = _checked_plan(x.shape, x.dtype, tuple(kernel), tuple(strides), tuple(pads), tuple(dilations),
+                             bool(ceil_mode), is_max, bool(include_pad))
+    except TypeError:                            # unhashable arguments: the full path checks them
+        return None
+    if plan is None:
+        return None
+    if x.itemsize * _values(plan[2]) > _PLAN_RECHECK_BYTES:
+        _check(x.shape, x.itemsize, kernel, strides, pads, dilations)
+    return _run_plan(x, plan)
+
+
+def _values(shape):
+    count = 1
+    for d in shape:
+        count *= d
+    return count
 
 
 def _far_reaching(spatial, kernel, pads, dilations):
@@ -701,7 +755,10 @@ def _empty_output(x, kernel, strides, pads, dilations, ceil_mode):
 def max_pool(x, kernel, strides, pads, dilations=None, ceil_mode=False, *, scratch=None):
     k = len(kernel)
     dilations = list(dilations or [1] * k)
-    _check(x, kernel, strides, pads, dilations)
+    out = _fast_pool(x, kernel, strides, pads, dilations, ceil_mode, True, False)
+    if out is not None:
+        return out
+    _check(x.shape, x.itemsize, kernel, strides, pads, dilations)
     out = _empty_output(x, kernel, strides, pads, dilations, ceil_mode)
     if out is not None:
         return out
@@ -741,7 +798,10 @@ def _inverse_counts(spatial, kernel, strides, pads, out_spatial, include_pad, dt
 def average_pool(x, kernel, strides, pads, count_include_pad=False, ceil_mode=False, *, scratch=None):
     k = len(kernel)
     ones = [1] * k
-    _check(x, kernel, strides, pads, ones)
+    out = _fast_pool(x, kernel, strides, pads, ones, ceil_mode, False, count_include_pad)
+    if out is not None:
+        return out
+    _check(x.shape, x.itemsize, kernel, strides, pads, ones)
     out = _empty_output(x, kernel, strides, pads, ones, ceil_mode)
     if out is not None:
         return out
