@@ -39,7 +39,7 @@ CASES = [
     ((1, 2, 2, 2), (5, 5), (2, 2, 2, 2)),        # a map smaller than the window
     ((1, 1, 5, 1), (3, 1), (1, 0, 1, 0)),        # one column
     ((1, 2, 1, 5), (3, 3), (2, 1, 0, 1)),        # one row
-    ((3, 4, 1, 1), (3, 3), (1, 1, 1, 1)),        # 1x1 maps
+    ((3, 4, 1, 2), (3, 3), (1, 1, 1, 1)),        # 1x2 maps (1x1 ones fold the plane: _global_pool2d)
     ((1, 150, 6, 5), (3, 3), (1, 1, 1, 1)),      # several runs of planes, the last one short
 ]
 

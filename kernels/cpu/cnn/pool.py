@@ -15,6 +15,8 @@ Public:
     column stride 2 lets LLVM vectorise the column loads (2 threads, alternating in one
     process: 3x3/s2 max on 64x111x111 0.22-0.26 -> 0.15-0.17 ms, average 0.17-0.23 ->
     0.14 ms);
+  * a stride-1 window covering the whole plane (and maybe padding), `_global_pool2d`:
+    one fold of each plane (1024 x 6 x 6, 7x7 window with end pads: 0.33 -> 0.02 ms);
   * stride-1 pools whose output has the input's size (Inception's 3x3 pad-1 pool
     branches, max and average), `_same_pool2d`: separable with no padded copy, a run
     of planes read as one flat array; each row's kw-wide combines are kw shifted
@@ -637,7 +639,10 @@ def _compiled_plan(shape, dtype, kernel, strides, pads, dilations, ceil_mode, is
     inv = _inverse_counts(spatial, tuple(kernel), tuple(strides), tuple(pads), out_spatial,
                           bool(include_pad), dtype.str)
     result = tuple(shape[:2]) + out_spatial
-    if stride1 and out_spatial == (1, 1) and tuple(kernel) == spatial and not any(pads) and tuple(dilations) == (1, 1):
+    if (stride1 and out_spatial == (1, 1) and tuple(dilations) == (1, 1)
+            and all(kernel[i] - pads[i] >= spatial[i] for i in range(2))):
+        # the one window covers the whole plane (and padding: Inception v1's 7x7 average
+        # on 6x6 with end pads; its zeros or -infs change no sum or maximum)
         return ("_global_pool2d", (planes, n), out_shape, (planes,), (inv[0, 0], is_max),
                 planes, n, result)
     if (stride1 and tuple(dilations) == (1, 1) and pads[0] + pads[2] == kernel[0] - 1
