@@ -1,6 +1,5 @@
-"""Strided 2-D max and average pools (pool.py's `_strided_pool2d`: 3x3/s2 and 2x2/s2
-windows with their one-pass row combines and constant-stride column loops, and the
-general loops) against float64 loops over every window: odd and even sizes, maps
+"""Strided 2-D max and average pools (pool.py's `_strided_pool2d`: 3x3/s2 windows with
+their one-pass row combines and constant-stride column loops, and the general loops) against float64 loops over every window: odd and even sizes, maps
 narrower than the window, pads on one side only, ceil_mode, count_include_pad both
 ways, one and many channels, batch > 1, NaN, float64."""
 import itertools

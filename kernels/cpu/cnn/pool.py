@@ -187,18 +187,6 @@ def _combine3_into(acc, r0, r1, r2, is_max):
             acc[i] = r0[i] + r1[i] + r2[i]
 
 
-@compiled(inline=True)
-def _combine2_into(acc, r0, r1, is_max):
-    """acc[i] = max (NaN-propagating) or sum of r0[i], r1[i] over acc's length."""
-    n = acc.shape[0]
-    if is_max:
-        for i in range(n):
-            acc[i] = _nan_max(r0[i], r1[i])
-    else:
-        for i in range(n):
-            acc[i] = r0[i] + r1[i]
-
-
 @compiled(parallel=True)
 def _strided_pool2d(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, blocks):
     """All planes (in `blocks` blocks on the team) of a 2-D max (is_max) or average pool with column dilation 1.
@@ -223,8 +211,6 @@ def _strided_pool2d(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, blocks):
                 if kh == 3 and y0 >= 0 and y0 + 2 * dh < h:
                     # the common 3-row window inside the map: one pass, not three
                     _combine3_into(inner, x[p, y0], x[p, y0 + dh], x[p, y0 + 2 * dh], is_max)
-                elif kh == 2 and y0 >= 0 and y0 + dh < h:
-                    _combine2_into(inner, x[p, y0], x[p, y0 + dh], is_max)     # DenseNet's 2x2/s2
                 else:
                     first = True
                     for ky in range(kh):
@@ -246,9 +232,6 @@ def _strided_pool2d(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, blocks):
                     for ox in range(ow):
                         j = ox * sw
                         dst[ox] = _nan_max(_nan_max(row[j], row[j + 1]), row[j + 2])
-                elif is_max and kw == 2 and sw == 2:
-                    for ox in range(ow):
-                        dst[ox] = _nan_max(row[2 * ox], row[2 * ox + 1])
                 elif is_max and kw == 2:
                     for ox in range(ow):
                         j = ox * sw
@@ -269,9 +252,6 @@ def _strided_pool2d(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, blocks):
                         for ox in range(ow):
                             j = ox * sw
                             dst[ox] = (row[j] + row[j + 1] + row[j + 2]) * scale[ox]
-                    elif kw == 2 and sw == 2:
-                        for ox in range(ow):
-                            dst[ox] = (row[2 * ox] + row[2 * ox + 1]) * scale[ox]
                     elif kw == 2:
                         for ox in range(ow):
                             j = ox * sw
