@@ -77,6 +77,7 @@ def _everything():
     # stride-1 pools whose output is smaller than the input (the padded-grid kernels;
     # "same"-size ones above run _same_pool2d), serial and on the team
     for g in (small, big):
+        out.append(pool_k.average_pool(g, (2, 2), (2, 2), (1, 0, 1, 1), count_include_pad=True))   # _pool2x2s2
         out.append(pool_k.max_pool(g, (3, 3), (1, 1), (0, 0, 0, 0)))
         out.append(pool_k.average_pool(g, (3, 3), (1, 1), (0, 1, 0, 0), count_include_pad=True))
     # grouped 1x1 convs (grouped_pointwise.py): one block on the calling thread, and

@@ -1,5 +1,6 @@
 """Strided 2-D max and average pools (pool.py's `_strided_pool2d`: 3x3/s2 windows with
-their one-pass row combines and constant-stride column loops, and the general loops) against float64 loops over every window: odd and even sizes, maps
+their one-pass row combines and constant-stride column loops, and the general loops;
+`_pool2x2s2` for 2x2/s2 windows) against float64 loops over every window: odd and even sizes, maps
 narrower than the window, pads on one side only, ceil_mode, count_include_pad both
 ways, one and many channels, batch > 1, NaN, float64."""
 import itertools
@@ -54,19 +55,28 @@ CASES = [
     ((2, 6, 8, 8), (2, 2), (2, 2), (0, 0, 0, 0), False),      # DenseNet's transition pools
     ((1, 3, 9, 7), (2, 2), (2, 2), (0, 0, 0, 0), True),       # 2x2/s2, odd sizes, ceil_mode
     ((1, 2, 7, 8), (2, 2), (2, 2), (1, 0, 0, 1), False),      # 2x2/s2 with one-sided pads
+    ((1, 2, 1, 1), (2, 2), (2, 2), (1, 1, 1, 1), True),       # 2x2/s2: windows with one row inside
+    ((1, 2, 3, 5), (2, 2), (2, 2), (1, 1, 0, 0), True),
     ((1, 2, 11, 12), (3, 2), (3, 2), (1, 1, 1, 0), False),    # mixed kernels / strides: the general loops
     ((1, 1, 16, 16), (5, 4), (2, 3), (2, 1, 2, 1), False),
     ((3, 1, 6, 6), (3, 3), (2, 2), (1, 1, 1, 1), False),      # one channel, batch 3
 ]
 
 
+def _spy(monkeypatch):
+    """[(kernel, blocks)] of the strided kernels' calls (serial copies under their kernel's name)."""
+    calls = []
+    for kernel in ("_strided_pool2d", "_pool2x2s2"):
+        for name in (kernel, kernel + "_serial"):
+            kernel_fn = getattr(pool_k, name)
+            monkeypatch.setattr(pool_k, name, lambda *a, f=kernel_fn, k=kernel: calls.append((k, a[-1])) or f(*a))
+    return calls
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("xs, kernel, strides, pads, ceil", CASES)
 def test_strided_pools_match_loops(monkeypatch, xs, kernel, strides, pads, ceil, dtype):
-    calls = []
-    for name in ("_strided_pool2d", "_strided_pool2d_serial"):
-        kernel_fn = getattr(pool_k, name)
-        monkeypatch.setattr(pool_k, name, lambda *a, f=kernel_fn: calls.append(a[-1]) or f(*a))
+    calls = _spy(monkeypatch)
     x = RNG.standard_normal(xs).astype(dtype)
     x.flat[::17] = np.nan
     y = pool_k.max_pool(x, kernel, strides, pads, None, ceil)
@@ -78,15 +88,18 @@ def test_strided_pools_match_loops(monkeypatch, xs, kernel, strides, pads, ceil,
         y = pool_k.average_pool(x, kernel, strides, pads, include_pad, ceil)
         assert y.dtype == dtype
         np.testing.assert_allclose(y, ref_pool(x, kernel, strides, pads, ceil, False, include_pad), rtol=tol, atol=tol)
-    assert len(calls) == 3, "the strided kernel did not run"
+    want = "_pool2x2s2" if tuple(kernel) == tuple(strides) == (2, 2) else "_strided_pool2d"
+    assert [name for name, _ in calls] == [want] * 3, "the strided kernel did not run"
 
 
 @pytest.mark.parametrize("kernel, pads", [((3, 3), (1, 1, 1, 1)), ((2, 2), (0, 0, 0, 0))])
 def test_strided_pools_on_two_blocks(monkeypatch, kernel, pads):
     monkeypatch.setattr(pool_k, "team_blocks", lambda count, work: min(count, 2))
+    calls = _spy(monkeypatch)
     x = RNG.standard_normal((2, 5, 12, 10)).astype(np.float32)
     x[1, 4, 5, 5] = np.nan
     y = pool_k.max_pool(x, kernel, (2, 2), pads)
     np.testing.assert_array_equal(y, ref_pool(x, kernel, (2, 2), pads, False, True, False).astype(np.float32))
     y = pool_k.average_pool(x, kernel, (2, 2), pads, False)
     np.testing.assert_allclose(y, ref_pool(x, kernel, (2, 2), pads, False, False, False), rtol=1e-6, atol=1e-6)
+    assert [blocks for _, blocks in calls] == [2, 2]
