@@ -57,3 +57,23 @@ def test_global_average_pool_op_uses_it():
     workspace.RunOperatorOnce(core.CreateOperator("AveragePool", ["X"], ["Y"], kernel=6, stride=1, order="NCHW"))
     np.testing.assert_array_equal(workspace.FetchBlob("Y"), _sequential_reference(x, False))
     workspace.ResetWorkspace()
+
+
+@pytest.mark.parametrize("kernel, pads", [((7, 7), (0, 0, 1, 1)),     # Inception v1's last average pool
+                                          ((4, 5), (1, 0, 0, 1)), ((6, 6), (0, 0, 0, 0))])
+@pytest.mark.parametrize("include_pad", [False, True])
+def test_one_window_over_the_plane_and_its_pads_folds_the_plane(monkeypatch, kernel, pads, include_pad):
+    """A stride-1 window that covers the whole plane and some padding is the global fold
+    (padding adds no value to a sum or maximum); the divisor counts the pads only with
+    count_include_pad."""
+    calls = []
+    fold = pool._global_pool2d_serial
+    monkeypatch.setattr(pool, "_global_pool2d_serial", lambda *a: calls.append(a[-1]) or fold(*a))
+    x = np.random.default_rng(4).standard_normal((2, 3, kernel[0] - pads[0] - pads[2],
+                                                   kernel[1] - pads[1] - pads[3])).astype(np.float32)
+    x[1, 2, 0, 0] = np.nan
+    y = pool.average_pool(x, kernel, (1, 1), pads, include_pad)
+    cells = kernel[0] * kernel[1] if include_pad else x.shape[2] * x.shape[3]
+    np.testing.assert_allclose(y, x.astype(np.float64).sum(axis=(2, 3), keepdims=True) / cells, rtol=1e-6)
+    np.testing.assert_array_equal(pool.max_pool(x, kernel, (1, 1), pads), x.max(axis=(2, 3), keepdims=True))
+    assert calls == [1, 1]

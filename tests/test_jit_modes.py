@@ -77,6 +77,12 @@ def _everything():
     out.append(pool_k.max_pool(big, (3, 3), (1, 1), (1, 1, 1, 1)))
     out.append(pool_k.average_pool(big, (3, 3), (1, 1), (1, 1, 1, 1)))     # stride-1 average on the team
     out.append(pool_k.average_pool(big, (3, 3), (2, 2), (1, 1, 1, 1)))
+    # stride-1 pools whose output is smaller than the input (the padded-grid kernels;
+    # "same"-size ones above run _same_pool2d), serial and on the team
+    for g in (small, big):
+        out.append(pool_k.average_pool(g, (2, 2), (2, 2), (1, 0, 1, 1), count_include_pad=True))   # _pool2x2s2
+        out.append(pool_k.max_pool(g, (3, 3), (1, 1), (0, 0, 0, 0)))
+        out.append(pool_k.average_pool(g, (3, 3), (1, 1), (0, 1, 0, 0), count_include_pad=True))
     # grouped 1x1 convs (grouped_pointwise.py): one block on the calling thread, and
     # enough work for the team, strided, with bias and ReLU
     out.append(conv_k.conv_nchw(_rand(rng, 1, 8, 6, 6), _rand(rng, 8, 4, 1, 1), _rand(rng, 8), (1, 1),

@@ -1,5 +1,6 @@
-"""Stride-1 2-D max pools (pool.py's separable `_stride1_max2d`) against direct loops
-over every window: kernel sizes, dilations, asymmetric pads, NaN, two threads."""
+"""Stride-1 2-D max pools (pool.py's separable `_stride1_max2d`, and `_same_pool2d` for
+output-sized ones) against direct loops over every window: kernel sizes, dilations,
+asymmetric pads, NaN, two threads."""
 import itertools
 
 import numpy as np
@@ -27,6 +28,11 @@ def ref_max_pool_s1(x, kernel, pads, dil):
     return y
 
 
+def _spy(monkeypatch, name, calls):
+    kernel_fn = getattr(pool_k, name)
+    monkeypatch.setattr(pool_k, name, lambda *a: calls.append(a) or kernel_fn(*a))
+
+
 CASES = [
     # x shape, kernel, pads (begins, ends), dilations
     ((1, 3, 9, 8), (3, 3), (1, 1, 1, 1), (1, 1)),       # Inception's pool branches
@@ -43,8 +49,8 @@ CASES = [
 @pytest.mark.parametrize("xs, kernel, pads, dil", CASES)
 def test_stride1_max_pool_matches_loops(monkeypatch, xs, kernel, pads, dil, dtype):
     calls = []
-    kernel_fn = pool_k._stride1_max2d_serial
-    monkeypatch.setattr(pool_k, "_stride1_max2d_serial", lambda *a: calls.append(a) or kernel_fn(*a))
+    for name in ("_stride1_max2d_serial", "_same_pool2d_serial"):
+        _spy(monkeypatch, name, calls)
     x = RNG.standard_normal(xs).astype(dtype)
     y = pool_k.max_pool(x, kernel, (1, 1), pads, dil, False)
     assert calls, "the separable kernel did not run"
@@ -55,23 +61,23 @@ def test_stride1_max_pool_matches_loops(monkeypatch, xs, kernel, pads, dil, dtyp
 def test_stride1_max_pool_keeps_nan_and_runs_on_two_blocks(monkeypatch):
     monkeypatch.setattr(pool_k, "team_blocks", lambda count, work: min(count, 2))
     calls = []
-    kernel_fn = pool_k._stride1_max2d
-    monkeypatch.setattr(pool_k, "_stride1_max2d", lambda *a: calls.append(a[-1]) or kernel_fn(*a))
+    for name in ("_stride1_max2d", "_same_pool2d"):
+        _spy(monkeypatch, name, calls)
     x = RNG.standard_normal((2, 3, 7, 7)).astype(np.float32)
     x[0, 1, 3, 3] = np.nan
     x[1, 2, 0, 6] = np.nan
     y = pool_k.max_pool(x, (3, 3), (1, 1), (1, 1, 1, 1), None, False)
-    assert calls == [2]
+    assert [a[-1] for a in calls] == [2]
     np.testing.assert_array_equal(y, ref_max_pool_s1(x, (3, 3), (1, 1, 1, 1), (1, 1)).astype(np.float32))
     assert np.isnan(y[0, 1, 2:5, 2:5]).all() and np.isnan(y).sum() == 9 + 4
 
 
 def test_stride1_average_pool_keeps_its_own_kernel(monkeypatch):
-    """Average pools keep the tap-order kernel (their sums' roundings depend on the order)."""
-    monkeypatch.setattr(pool_k, "_stride1_max2d_serial", None)
-    monkeypatch.setattr(pool_k, "_stride1_max2d", None)
+    """Stride-1 average pools that shrink the map keep the tap-order kernel (no max kernel)."""
+    for name in ("_stride1_max2d_serial", "_stride1_max2d", "_same_pool2d_serial", "_same_pool2d"):
+        monkeypatch.setattr(pool_k, name, None)
     x = RNG.standard_normal((1, 2, 6, 6)).astype(np.float32)
-    y = pool_k.average_pool(x, (3, 3), (1, 1), (1, 1, 1, 1), True, False)
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-    want = sum(xp[:, :, a:a + 6, b:b + 6] for a in range(3) for b in range(3)) / 9
+    y = pool_k.average_pool(x, (3, 3), (1, 1), (1, 0, 0, 0), True, False)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 0), (0, 0)))
+    want = sum(xp[:, :, a:a + 5, b:b + 4] for a in range(3) for b in range(3)) / 9
     np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
