@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
+from caffe2py.kernels.cpu.cnn import phases
 from caffe2py.kernels.cpu.runtime import jit
 
 
@@ -38,7 +39,7 @@ def test_serial_phase_copy_equals_the_parallel_one():
     img = np.random.default_rng(0).standard_normal((3, 11, 11)).astype(np.float32)
     layout = (1, 2, 0, 2, 1, 5, 1, 5)       # i0, sh, j0, sw, q0, ni, r0, nj
     outs = []
-    for kernel, blocks in ((conv_k._phase_copy_serial, 1), (conv_k._phase_copy, 2), (conv_k._phase_copy, 1)):
+    for kernel, blocks in ((phases._phase_copy_serial, 1), (phases._phase_copy, 2), (phases._phase_copy, 1)):
         buf = np.zeros((3, 7, 7), np.float32)
         kernel(img, buf, *layout, blocks)
         outs.append(buf)

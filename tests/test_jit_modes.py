@@ -73,6 +73,10 @@ def _everything():
     out.append(pool_k.average_pool(small, (3, 3), (2, 2), (1, 1, 1, 1)))
     out.append(conv_k.conv_nchw(small, _rand(rng, 3, 2, 3, 3), None, (1, 1), (1, 1, 1, 1), (1, 1), 1))
     out.append(conv_k.conv_nchw(small, _rand(rng, 2, 1, 3, 3), None, (2, 2), (1, 1, 1, 1), (1, 1), 2))
+    # a depthwise conv reading its planes through a channel map (a folded shuffle)
+    shuffled = _rand(rng, 1, 6, 7, 7)
+    out.append(conv_k.conv_nchw(shuffled, _rand(rng, 6, 1, 3, 3), None, (1, 1), (1, 1, 1, 1), (1, 1), 6,
+                                channel_map=np.arange(6).reshape(2, 3).T.reshape(6)))
     big = _rand(rng, 2, 32, 30, 30)           # work enough for several blocks: the team kernels
     out.append(pool_k.max_pool(big, (3, 3), (1, 1), (1, 1, 1, 1)))
     out.append(pool_k.average_pool(big, (3, 3), (1, 1), (1, 1, 1, 1)))     # stride-1 average on the team
@@ -482,10 +486,10 @@ def test_background_notice_once_on_stderr_and_silent_when_quiet(tmp_path):
         import numpy as np
         from caffe2py.kernels.cpu.cnn import pool
         from caffe2py.kernels.cpu.runtime import jit
-        x = np.ones((1, 2, 8, 8), np.float32)
+        x = np.ones((1, 2, 9, 9), np.float32)
         for _ in range(3):
-            with jit.team():
-                y = pool.max_pool(x, (2, 2), (2, 2), (0, 0, 0, 0))
+            with jit.team():    # 3x3/s2: the general strided kernel (2x2/s2 has its own)
+                y = pool.max_pool(x, (3, 3), (2, 2), (0, 0, 0, 0))
         print(y.shape)
     """
     loud = _run(code, env)

@@ -51,6 +51,7 @@ from ..runtime.blas import gemm_entry
 from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import channel_map_problem, depthwise_plan
 from .direct_conv import direct_plan
+from .phases import _copy_phase
 from .grouped_pointwise import grouped_pointwise_product
 from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
 from ..runtime.output_pool import output_array
@@ -406,31 +407,6 @@ def _tap_progression(k, d, s, phase):
     return hits[0], step, len(hits), (hits[0] * d) // s, move
 
 
-@compiled(parallel=True)
-def _phase_copy(img, buf, i0, sh, j0, sw, q0, ni, r0, nj, blocks):
-    """buf[c, q0 + i, r0 + j] = img[c, i0 + i * sh, j0 + j * sw] for i < ni, j < nj: one
-    stride phase of the input into its zero-bordered buffer; rows over the team."""
-    c_count = img.shape[0]
-    for t in prange(blocks):
-        for job in range(c_count * ni * t // blocks, c_count * ni * (t + 1) // blocks):
-            c, i = job // ni, job % ni
-            src = img[c, i0 + i * sh]
-            dst = buf[c, q0 + i, r0:r0 + nj]
-            if sw == 1:
-                part = src[j0:j0 + nj]
-                for j in range(nj):
-                    dst[j] = part[j]
-            else:
-                for j in range(nj):
-                    dst[j] = src[j0 + j * sw]
-
-
-@_phase_copy.numpy_twin
-def _phase_copy_numpy(img, buf, i0, sh, j0, sw, q0, ni, r0, nj, blocks):
-    if ni > 0 and nj > 0:
-        buf[:, q0:q0 + ni, r0:r0 + nj] = img[:, i0:i0 + (ni - 1) * sh + 1:sh, j0:j0 + (nj - 1) * sw + 1:sw]
-
-
 @compiled
 def _stack_channel_taps(row, taps, first, a0, astep, na, b0, bstep, nb, start, amove, bmove):
     """taps[a0 + ia * astep, b0 + ib * bstep, :] = the `length` values of row (one
@@ -527,13 +503,7 @@ def _flat_rows_numpy(gemm, ilp64, flats, table, w2, bias, has_bias, relu, out, k
 # same results): on a loaded machine starting one waits until every team thread is
 # scheduled (a one-block phase copy of a 4x11x11 image took ~3 ms a call under the
 # shared VM's load, ~5 us serial: Caffe2's conv gradient checks run thousands of them)
-_phase_copy_serial = serial_variant(_phase_copy, "_phase_copy_serial")
 _stack_taps_serial = serial_variant(_stack_taps, "_stack_taps_serial")
-
-
-def _copy_phase(img, buf, layout, blocks):
-    """_phase_copy of layout (i0, sh, j0, sw, q0, ni, r0, nj), blocks from its c * ni rows of nj."""
-    (_phase_copy if blocks > 1 else _phase_copy_serial)(img, buf, *layout, blocks)
 
 
 def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype):

@@ -30,6 +30,7 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.buffers import DerivedWeights
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
+from .phases import _copy_phase
 
 LANES_8 = LazyGlobal(".simd", "LANES_8")
 vzeros = LazyGlobal(".simd", "vzeros")
@@ -232,7 +233,6 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     packed = DerivedWeights(pack_weights)
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
-        from .conv import _copy_phase       # conv.py imports this module
         wpack = packed(w)
         b = bias_values(bias, np.float32)
         blocks = team_blocks(n_items, wpack.shape[1] * CHANNELS * PIXELS)
