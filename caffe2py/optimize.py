@@ -691,19 +691,25 @@ def place_concat_inputs(net, blobs):
             continue
         total = sum(m for _, m in producers)
         offset = 0
-        for (k, m), blob in zip(producers, concat.input):
-            op = net.op[k]
-            if len(op.input) < 3:        # the buffer goes 4th: a bias first
-                op.input.append(_add_constant(net, blobs, blob + "_zero_bias",
-                                              np.zeros(m, _const(blobs, op.input[1]).dtype)))
-            if k != first:
-                op.input.append(y)
-            op.output[0] = y
-            op.arg.add(name="concat_channels", ints=[total, offset])
+        for k, m in producers:
+            _write_conv_into(net, blobs, net.op[k], y, k != first, total, offset)
             offset += m
         _remove_ops(net, [j])
         placed += 1
     return placed
+
+
+def _write_conv_into(net, blobs, op, buffer, buffer_exists, total, offset):
+    """Make conv `op` write its channels into `buffer` at `offset` (of `total`):
+    concat_channels, its output renamed, and the buffer as its 4th input when an
+    earlier op has made it (a zero bias goes 3rd first when the conv has none)."""
+    if len(op.input) < 3:
+        w = _const(blobs, op.input[1])
+        op.input.append(_add_constant(net, blobs, op.output[0] + "_zero_bias", np.zeros(w.shape[0], w.dtype)))
+    if buffer_exists:
+        op.input.append(buffer)
+    op.output[0] = buffer
+    op.arg.add(name="concat_channels", ints=[total, offset])
 
 
 def _concat_parts(net, blobs, j, reads, protected):
@@ -776,13 +782,7 @@ def write_concat_in_place(net, blobs):
                 writes.append(write)
             else:
                 op = net.op[k]
-                if len(op.input) < 3:        # the buffer goes 4th: a bias first
-                    op.input.append(_add_constant(net, blobs, blob + "_zero_bias",
-                                                  np.zeros(m, _const(blobs, op.input[1]).dtype)))
-                if k != first:
-                    op.input.append(name)
-                op.output[0] = name
-                op.arg.add(name="concat_channels", ints=[total, offset])
+                _write_conv_into(net, blobs, op, name, k != first, total, offset)
                 if relu is not None:
                     op.type = "ConvRelu"
             offset += m
@@ -881,13 +881,7 @@ def _grow_chain(net, blobs, chain):
     total = x0_channels + sum(m for _, _, m in chain)
     offset = x0_channels
     for k, conv, m in chain:
-        op = net.op[conv]
-        if len(op.input) < 3:        # the buffer goes 4th: a bias first
-            op.input.append(_add_constant(net, blobs, op.output[0] + "_zero_bias",
-                                          np.zeros(m, _const(blobs, op.input[1]).dtype)))
-        op.input.append(buffer)
-        op.output[0] = buffer
-        op.arg.add(name="concat_channels", ints=[total, offset])
+        _write_conv_into(net, blobs, net.op[conv], buffer, True, total, offset)
         offset += m
         concat = net.op[k]
         view = caffe2_pb2.OperatorDef(type="ChannelPrefix", name=concat.name)
