@@ -9,21 +9,22 @@ import time
 os.environ.setdefault("CAFFE2PY_JIT", "inline")
 
 
-def samples_ms(fn, repeat, warmup=2):
-    """Wall times of fn() in milliseconds, one per call, for `repeat` calls after `warmup` calls."""
+def samples_ms(fn, repeat, warmup=2, clock=time.perf_counter):
+    """Times of fn() in milliseconds, one per call, for `repeat` calls after `warmup`
+    calls; wall time, or this thread's CPU time with clock=time.thread_time."""
     for _ in range(warmup):
         fn()
     samples = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        samples.append(1e3 * (time.perf_counter() - t0))
+        samples.append(1e3 * (clock() - t0))
     return samples
 
 
-def median_ms(fn, repeat, warmup=2):
-    """Median wall time of fn() in milliseconds over `repeat` calls after `warmup` calls."""
-    return statistics.median(samples_ms(fn, repeat, warmup))
+def median_ms(fn, repeat, warmup=2, clock=time.perf_counter):
+    """Median time of fn() in milliseconds over `repeat` calls after `warmup` calls."""
+    return statistics.median(samples_ms(fn, repeat, warmup, clock))
 
 
 def interleaved_ms(ours, peer, runs, warmup=3, blocks=3, rest=0.3, clock=time.perf_counter):

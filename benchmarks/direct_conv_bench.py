@@ -49,6 +49,7 @@ def models_with_and_without(names, rounds, runs):
     """Whole light models, one process: the direct kernel on and off (DIRECT_MAX_K)
     alternating per round, this thread's CPU time per run (run with --threads 1)."""
     import light_models
+    from _timing import median_ms
     from caffe2py.kernels.cpu.cnn import conv as conv_k
     saved = conv_k.DIRECT_MAX_K
     print("| model | with direct ms (median of rounds) | without ms | rounds with / without |")
@@ -60,14 +61,7 @@ def models_with_and_without(names, rounds, runs):
             for limit in (saved, 0):
                 conv_k.DIRECT_MAX_K = limit
                 conv_k._plan.cache_clear()
-                ours()
-                ours()
-                samples = []
-                for _ in range(runs):
-                    t0 = time.thread_time()
-                    ours()
-                    samples.append(1e3 * (time.thread_time() - t0))
-                times[limit].append(statistics.median(samples))
+                times[limit].append(median_ms(ours, runs, warmup=2, clock=time.thread_time))
         conv_k.DIRECT_MAX_K = saved
         conv_k._plan.cache_clear()
         print("| %s | %.2f | %.2f | %s / %s |" % (name, statistics.median(times[saved]), statistics.median(times[0]),
