@@ -198,3 +198,110 @@ def test_random_geometries_match_torch():
                                    torch_reference(x, w, b, strides, pads, dilations), rtol=1e-4, atol=1e-4,
                                    err_msg=str((x_shape, w_shape, strides, pads, dilations)))
         checked += 1
+
+
+# The cache-blocked kernel: the reduction in chunks of taps, tiles of channel blocks x
+# pixel blocks. Small chunk / tile sizes here so that small layers cross every boundary.
+BLOCKED = [
+    # (x shape, w shape, strides, pads, dilations, (chunk taps, tile weight bytes, pixel blocks per tile))
+    ((1, 13, 9, 11), (10, 13, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), (25, 2 * 25 * 16, 2)),   # K 117 = 4 x 25 + 17
+    ((2, 9, 15, 14), (7, 9, 3, 3), (2, 2), (1, 0, 2, 1), (1, 1), (16, 3 * 16 * 16, 1)),      # stride 2, asymmetric
+    ((1, 6, 12, 13), (5, 6, 3, 3), (1, 1), (2, 2, 2, 2), (2, 2), (10, 10 * 16, 3)),          # dilation 2
+    ((1, 8, 14, 17), (9, 8, 5, 5), (2, 2), (0, 0, 0, 0), (1, 1), (64, 64 * 16, 2)),          # 5x5/s2, zero pads
+    ((1, 37, 7, 7), (11, 37, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), (8, 8 * 16, 1)),           # 1x1, tail at the end
+    ((2, 20, 5, 9), (6, 20, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), (7, 2 * 7 * 16, 2)),        # 1x1 stride 2
+    ((1, 16, 13, 13), (64, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), (144, 16 * 144 * 16, 4)),  # one chunk
+]
+
+
+@pytest.fixture
+def blocking(monkeypatch):
+    def use(chunk, weight_bytes, pixel_blocks):
+        monkeypatch.setattr(direct_conv, "CHUNK_TAPS", chunk)
+        monkeypatch.setattr(direct_conv, "TILE_WEIGHT_BYTES", weight_bytes)
+        monkeypatch.setattr(direct_conv, "TILE_PIXEL_BLOCKS", pixel_blocks)
+    return use
+
+
+def _blocked_case(x_shape, w_shape, strides, pads, dilations, seed=0):
+    rng = np.random.default_rng(seed + sum(x_shape) + sum(w_shape))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    res = rng.standard_normal(out_shape(x_shape, w_shape, strides, pads, dilations)).astype(np.float32)
+    return x, w, b, res
+
+
+@pytest.mark.parametrize("x_shape,w_shape,strides,pads,dilations,sizes", BLOCKED)
+def test_blocked_reduction_matches_float64_for_every_tail(blocking, x_shape, w_shape, strides, pads, dilations,
+                                                          sizes):
+    blocking(*sizes)
+    shape = out_shape(x_shape, w_shape, strides, pads, dilations)
+    plan = direct_conv.direct_plan(x_shape, w_shape, strides, pads, dilations, shape[2:], "<f4")
+    k_count = int(np.prod(w_shape[1:]))
+    chunk, tile_cb, tile_pb = plan.blocking
+    assert chunk == sizes[0] or k_count <= sizes[0] or k_count % sizes[0]   # balanced when not exact
+    x, w, b, res = _blocked_case(x_shape, w_shape, strides, pads, dilations)
+    scale = np.sqrt(k_count)
+    for bias, relu, residual in ((b, False, None), (None, True, None), (b, True, res), (None, False, res)):
+        np.testing.assert_allclose(run_direct(x, w, bias, strides, pads, dilations, relu=relu, residual=residual),
+                                   reference(x, w, bias, strides, pads, dilations, residual=residual, relu=relu),
+                                   rtol=1e-4, atol=1e-5 * scale)
+
+
+def test_blocking_splits_long_reductions_and_wide_layers():
+    # resnet50's 256 -> 256 3x3 at 14x14: K 2304 in 9 chunks of 256; 192 KB of weights hold
+    # 48 channel blocks, so the 64 blocks go in 2 tiles of 32; 10 pixel blocks in 2 tiles of 5
+    assert direct_conv.blocking(2304, 64, 10) == (256, 32, 5)
+    # a short reduction stays one chunk; tiles never hold more blocks than there are
+    assert direct_conv.blocking(144, 16, 3) == (144, 16, 3)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,strides,pads,dilations,sizes", [BLOCKED[0], BLOCKED[3], BLOCKED[4]])
+def test_blocked_results_are_bit_identical_at_team_sizes_1_2_3(blocking, x_shape, w_shape, strides, pads,
+                                                              dilations, sizes):
+    """Each output's sum runs chunk by chunk, tap by tap, whoever computes it: the same
+    bits whatever the number of blocks the tiles are split into (reproducible training)."""
+    blocking(*sizes)
+    shape = out_shape(x_shape, w_shape, strides, pads, dilations)
+    x, w, b, res = _blocked_case(x_shape, w_shape, strides, pads, dilations, seed=1)
+    calls = []
+    real = direct_conv._direct_blocks, direct_conv._direct_blocks_serial
+
+    def recording(*args):
+        calls.append(args)
+        return real[0](*args)
+    plan = direct_conv.direct_plan(x_shape, w_shape, strides, pads, dilations, shape[2:], "<f4")
+    out = np.empty(shape, np.float32)
+    try:
+        direct_conv._direct_blocks = direct_conv._direct_blocks_serial = recording
+        with jit.team():
+            plan(x, w, out, Scratch(), b, True, res)
+    finally:
+        direct_conv._direct_blocks, direct_conv._direct_blocks_serial = real
+    results = []
+    for blocks in (1, 2, 3):
+        got = np.empty(shape, np.float32)
+        for i, args in enumerate(calls):        # one call per image, the arguments it had
+            args = list(args)
+            args[8], args[-1] = got[i], blocks
+            args[-2] = np.full_like(args[-2], np.nan)      # partial sums come from this run only
+            (real[0] if blocks > 1 else real[1])(*args)
+        results.append(got)
+    assert results[0].tobytes() == results[1].tobytes() == results[2].tobytes() == out.tobytes()
+    np.testing.assert_allclose(out, reference(x, w, b, strides, pads, dilations, residual=res, relu=True),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_blocked_numpy_twin_agrees_with_the_kernel(blocking):
+    blocking(*BLOCKED[0][5])
+    x_shape, w_shape, strides, pads, dilations = BLOCKED[0][:5]
+    x, w, b, res = _blocked_case(x_shape, w_shape, strides, pads, dilations, seed=2)
+    compiled = run_direct(x, w, b, strides, pads, dilations, relu=True, residual=res)
+    before = jit.jit_mode()
+    try:
+        jit.set_jit_mode("numpy")
+        twin = run_direct(x, w, b, strides, pads, dilations, relu=True, residual=res)
+    finally:
+        jit.set_jit_mode(before)
+    np.testing.assert_allclose(twin, compiled, rtol=1e-5, atol=1e-5)

@@ -28,7 +28,7 @@ copies) it multiplies costs a pass over memory of its own. Here no stack is buil
 import numpy as np
 
 from ..math.epilogue import bias_values
-from ..runtime.buffers import DerivedWeights
+from ..runtime.buffers import DerivedWeights, temp_buffer
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
 from .phases import _copy_phase
 
@@ -41,125 +41,202 @@ vadd = LazyGlobal(".simd", "vadd")
 vmax = LazyGlobal(".simd", "vmax")
 vstore_f32_at = LazyGlobal(".simd", "vstore_f32_at")
 address = LazyGlobal(".simd", "address")
+load_f32 = LazyGlobal(".simd", "load_f32")
 
 CHANNELS = 4         # output channels per register block
 PIXELS = 24          # flat outputs per register block: 3 vectors of 8
 
 
 @compiled(parallel=True)
-def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, blocks):
+def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk, tile_cb,
+                   tile_pb, acc, blocks):
     """out (M, OH, OW) = [relu](sum over taps k of wpack[., k, .] * flat[p + offsets[k]]
     + bias + residual) for output p = oy * wq + ox. flat: the phase buffers, long enough
     that p + offsets[k] < len(flat) for every p < ceil(OH * wq / 24) * 24 (the caller
     checked); wpack (ceil(M/4), K, 4), zero past M; residual (M, OH * OW) when
-    has_residual. Work items: (pixel block, channel block) pairs, in `blocks` ranges."""
+    has_residual. Cache blocking: the work items are tiles of tile_pb pixel blocks x
+    tile_cb channel blocks; a tile runs the reduction in chunks of `chunk` taps, and per
+    chunk every pixel block (chunk x 24 input floats, in L1) passes over every channel
+    block's chunk of weights (tile_cb * 4 * chunk floats, in L2). Partial sums wait in
+    acc (ceil(M/4) * 4, ceil(OH * wq / 24) * 24) between chunks (unused with one chunk);
+    each output's sum runs in tap order whatever the tiles and team: bit-identical
+    results at every team size. Tiles are split over `blocks` team threads."""
     m, oh, ow = out.shape
     n_cb = wpack.shape[0]
     k_count = wpack.shape[1]
     n_pb = (oh * wq + 23) // 24
-    items = n_pb * n_cb
+    n_pt = (n_pb + tile_pb - 1) // tile_pb
+    n_ct = (n_cb + tile_cb - 1) // tile_cb
+    items = n_pt * n_ct
+    row = acc.shape[1]
     x0 = address(flat)
     o0 = address(out)
     r0 = address(residual)
+    c0_ = address(acc)
+    w0 = address(wpack)
     zero = vzeros(LANES_8)
     for t in prange(blocks):
         tile = np.empty((4, 24), np.float32)
         t0 = address(tile)
+        panel = np.empty(chunk * 24 + 8, np.float32)     # a pixel block's chunk of input, packed
+        pk = (address(panel) + 31) // 32 * 32            # 32-byte aligned
         for item in range(items * t // blocks, items * (t + 1) // blocks):
-            pb = item // n_cb
-            cb = item - pb * n_cb
-            p0 = pb * 24
-            a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = zero
-            for k in range(k_count):
-                at = x0 + (p0 + offsets[k]) * 4
-                v0 = vload_f32(LANES_8, at)
-                v1 = vload_f32(LANES_8, at + 32)
-                v2 = vload_f32(LANES_8, at + 64)
-                wrow = wpack[cb, k]
-                c0, c1, c2, c3 = wrow[0], wrow[1], wrow[2], wrow[3]
-                a00 = vfma(a00, c0, v0)
-                a01 = vfma(a01, c0, v1)
-                a02 = vfma(a02, c0, v2)
-                a10 = vfma(a10, c1, v0)
-                a11 = vfma(a11, c1, v1)
-                a12 = vfma(a12, c1, v2)
-                a20 = vfma(a20, c2, v0)
-                a21 = vfma(a21, c2, v1)
-                a22 = vfma(a22, c2, v2)
-                a30 = vfma(a30, c3, v0)
-                a31 = vfma(a31, c3, v1)
-                a32 = vfma(a32, c3, v2)
-            oy = p0 // wq
-            ox = p0 - oy * wq
-            if oy < oh and ox + 24 <= ow and cb * 4 + 4 <= m:
-                # the block lies inside one output row: finish and store as vectors
-                for j in range(4):
-                    o = cb * 4 + j
-                    if j == 0:
-                        u0, u1, u2 = a00, a01, a02
-                    elif j == 1:
-                        u0, u1, u2 = a10, a11, a12
-                    elif j == 2:
-                        u0, u1, u2 = a20, a21, a22
-                    else:
-                        u0, u1, u2 = a30, a31, a32
-                    if has_bias:
-                        b = bias[o]
-                        u0 = vadds(u0, b)
-                        u1 = vadds(u1, b)
-                        u2 = vadds(u2, b)
-                    at = (o * oh + oy) * ow + ox
-                    if has_residual:
-                        rr = r0 + at * 4
-                        u0 = vadd(u0, vload_f32(LANES_8, rr))
-                        u1 = vadd(u1, vload_f32(LANES_8, rr + 32))
-                        u2 = vadd(u2, vload_f32(LANES_8, rr + 64))
-                    if relu:            # max(0, v): NaN and -0.0 kept, as np.maximum(v, 0)
-                        u0 = vmax(zero, u0)
-                        u1 = vmax(zero, u1)
-                        u2 = vmax(zero, u2)
-                    vstore_f32_at(o0 + at * 4, u0)
-                    vstore_f32_at(o0 + at * 4 + 32, u1)
-                    vstore_f32_at(o0 + at * 4 + 64, u2)
+            pt = item // n_ct
+            ct = item - pt * n_ct
+            pb_end = min(n_pb, (pt + 1) * tile_pb)
+            cb_end = min(n_cb, (ct + 1) * tile_cb)
+            for k0 in range(0, k_count, chunk):
+                k1 = min(k_count, k0 + chunk)
+                for pb in range(pt * tile_pb, pb_end):
+                    p0 = pb * 24
+                    # the chunk's taps of this pixel block side by side, read by every channel block
+                    for k in range(k0, k1):
+                        at = x0 + (p0 + offsets[k]) * 4
+                        to = pk + (k - k0) * 96
+                        vstore_f32_at(to, vload_f32(LANES_8, at))
+                        vstore_f32_at(to + 32, vload_f32(LANES_8, at + 32))
+                        vstore_f32_at(to + 64, vload_f32(LANES_8, at + 64))
+                    for cb in range(ct * tile_cb, cb_end):
+                        if k0 == 0:
+                            a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = zero
+                        else:       # the earlier chunks' partial sums
+                            ap = c0_ + (cb * 4 * row + p0) * 4
+                            a00 = vload_f32(LANES_8, ap)
+                            a01 = vload_f32(LANES_8, ap + 32)
+                            a02 = vload_f32(LANES_8, ap + 64)
+                            ap += row * 4
+                            a10 = vload_f32(LANES_8, ap)
+                            a11 = vload_f32(LANES_8, ap + 32)
+                            a12 = vload_f32(LANES_8, ap + 64)
+                            ap += row * 4
+                            a20 = vload_f32(LANES_8, ap)
+                            a21 = vload_f32(LANES_8, ap + 32)
+                            a22 = vload_f32(LANES_8, ap + 64)
+                            ap += row * 4
+                            a30 = vload_f32(LANES_8, ap)
+                            a31 = vload_f32(LANES_8, ap + 32)
+                            a32 = vload_f32(LANES_8, ap + 64)
+                        wk = w0 + (cb * k_count + k0) * 16
+                        for k in range(k1 - k0):
+                            at = pk + k * 96
+                            v0 = vload_f32(LANES_8, at)
+                            v1 = vload_f32(LANES_8, at + 32)
+                            v2 = vload_f32(LANES_8, at + 64)
+                            wa = wk + k * 16
+                            c0, c1, c2, c3 = load_f32(wa), load_f32(wa + 4), load_f32(wa + 8), load_f32(wa + 12)
+                            a00 = vfma(a00, c0, v0)
+                            a01 = vfma(a01, c0, v1)
+                            a02 = vfma(a02, c0, v2)
+                            a10 = vfma(a10, c1, v0)
+                            a11 = vfma(a11, c1, v1)
+                            a12 = vfma(a12, c1, v2)
+                            a20 = vfma(a20, c2, v0)
+                            a21 = vfma(a21, c2, v1)
+                            a22 = vfma(a22, c2, v2)
+                            a30 = vfma(a30, c3, v0)
+                            a31 = vfma(a31, c3, v1)
+                            a32 = vfma(a32, c3, v2)
+                        if k1 < k_count:    # more chunks to come: park the partial sums
+                            ap = c0_ + (cb * 4 * row + p0) * 4
+                            vstore_f32_at(ap, a00)
+                            vstore_f32_at(ap + 32, a01)
+                            vstore_f32_at(ap + 64, a02)
+                            ap += row * 4
+                            vstore_f32_at(ap, a10)
+                            vstore_f32_at(ap + 32, a11)
+                            vstore_f32_at(ap + 64, a12)
+                            ap += row * 4
+                            vstore_f32_at(ap, a20)
+                            vstore_f32_at(ap + 32, a21)
+                            vstore_f32_at(ap + 64, a22)
+                            ap += row * 4
+                            vstore_f32_at(ap, a30)
+                            vstore_f32_at(ap + 32, a31)
+                            vstore_f32_at(ap + 64, a32)
+                            continue
+                        _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0, cb, wq,
+                                      bias, has_bias, residual, has_residual, relu, out, o0, r0, tile, t0)
+
+
+@compiled(inline=True)
+def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0, cb, wq,
+                  bias, has_bias, residual, has_residual, relu, out, o0, r0, tile, t0):
+    """Bias, residual and ReLU on a finished 4 x 24 register block, stored into out
+    (M, OH, OW) at flat outputs p0.. of channels cb * 4..: as vectors when the block
+    lies inside one output row, else lane by lane through `tile` (4, 24) at address t0,
+    columns past the real width dropped."""
+    m, oh, ow = out.shape
+    zero = vzeros(LANES_8)
+    oy = p0 // wq
+    ox = p0 - oy * wq
+    if oy < oh and ox + 24 <= ow and cb * 4 + 4 <= m:
+        for j in range(4):
+            o = cb * 4 + j
+            if j == 0:
+                u0, u1, u2 = a00, a01, a02
+            elif j == 1:
+                u0, u1, u2 = a10, a11, a12
+            elif j == 2:
+                u0, u1, u2 = a20, a21, a22
+            else:
+                u0, u1, u2 = a30, a31, a32
+            if has_bias:
+                b = bias[o]
+                u0 = vadds(u0, b)
+                u1 = vadds(u1, b)
+                u2 = vadds(u2, b)
+            at = (o * oh + oy) * ow + ox
+            if has_residual:
+                rr = r0 + at * 4
+                u0 = vadd(u0, vload_f32(LANES_8, rr))
+                u1 = vadd(u1, vload_f32(LANES_8, rr + 32))
+                u2 = vadd(u2, vload_f32(LANES_8, rr + 64))
+            if relu:            # max(0, v): NaN and -0.0 kept, as np.maximum(v, 0)
+                u0 = vmax(zero, u0)
+                u1 = vmax(zero, u1)
+                u2 = vmax(zero, u2)
+            vstore_f32_at(o0 + at * 4, u0)
+            vstore_f32_at(o0 + at * 4 + 32, u1)
+            vstore_f32_at(o0 + at * 4 + 64, u2)
+        return
+    vstore_f32_at(t0, a00)
+    vstore_f32_at(t0 + 32, a01)
+    vstore_f32_at(t0 + 64, a02)
+    vstore_f32_at(t0 + 96, a10)
+    vstore_f32_at(t0 + 128, a11)
+    vstore_f32_at(t0 + 160, a12)
+    vstore_f32_at(t0 + 192, a20)
+    vstore_f32_at(t0 + 224, a21)
+    vstore_f32_at(t0 + 256, a22)
+    vstore_f32_at(t0 + 288, a30)
+    vstore_f32_at(t0 + 320, a31)
+    vstore_f32_at(t0 + 352, a32)
+    last = min(oh, (p0 + 23) // wq + 1)
+    for j in range(min(4, m - cb * 4)):
+        o = cb * 4 + j
+        b = bias[o] if has_bias else np.float32(0.0)
+        for y in range(oy, last):
+            # the block's lanes in output row y: columns c0..c1, lanes from y * wq + c0 - p0
+            c0 = max(0, p0 - y * wq)
+            c1 = min(ow, p0 + 24 - y * wq)
+            if c1 <= c0:
                 continue
-            # a block across row ends (or past the last channel): lane by lane
-            vstore_f32_at(t0, a00)
-            vstore_f32_at(t0 + 32, a01)
-            vstore_f32_at(t0 + 64, a02)
-            vstore_f32_at(t0 + 96, a10)
-            vstore_f32_at(t0 + 128, a11)
-            vstore_f32_at(t0 + 160, a12)
-            vstore_f32_at(t0 + 192, a20)
-            vstore_f32_at(t0 + 224, a21)
-            vstore_f32_at(t0 + 256, a22)
-            vstore_f32_at(t0 + 288, a30)
-            vstore_f32_at(t0 + 320, a31)
-            vstore_f32_at(t0 + 352, a32)
-            last = min(oh, (p0 + 23) // wq + 1)
-            for j in range(min(4, m - cb * 4)):
-                o = cb * 4 + j
-                b = bias[o] if has_bias else np.float32(0.0)
-                for y in range(oy, last):
-                    # the block's lanes in output row y: columns c0..c1, lanes from y * wq + c0 - p0
-                    c0 = max(0, p0 - y * wq)
-                    c1 = min(ow, p0 + 24 - y * wq)
-                    if c1 <= c0:
-                        continue
-                    src = tile[j, y * wq + c0 - p0:y * wq + c1 - p0]
-                    dst = out[o, y, c0:c1]
-                    if has_residual:
-                        res = residual[o, y * ow + c0:y * ow + c1]
-                        for q in range(c1 - c0):
-                            v = src[q] + b + res[q]
-                            dst[q] = 0.0 if relu and v < 0 else v
-                    else:
-                        for q in range(c1 - c0):
-                            v = src[q] + b
-                            dst[q] = 0.0 if relu and v < 0 else v
+            src = tile[j, y * wq + c0 - p0:y * wq + c1 - p0]
+            dst = out[o, y, c0:c1]
+            if has_residual:
+                res = residual[o, y * ow + c0:y * ow + c1]
+                for q in range(c1 - c0):
+                    v = src[q] + b + res[q]
+                    dst[q] = 0.0 if relu and v < 0 else v
+            else:
+                for q in range(c1 - c0):
+                    v = src[q] + b
+                    dst[q] = 0.0 if relu and v < 0 else v
 
 
 @_direct_blocks.numpy_twin
-def _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, blocks):
+def _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk, tile_cb,
+                         tile_pb, acc, blocks):
     """All outputs at once: the taps gathered (K, OH * wq), one product, the crop."""
     m, oh, ow = out.shape
     length = oh * wq
@@ -216,6 +293,7 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
             phase = ((a * dh) % sh) * sw + (b * dw) % sw
             for ci in range(c):
                 offsets[ci, a, b] = (phase * c + ci) * plane + (a * dh // sh) * wq + b * dw // sw
+    used = {((a * dh) % sh) * sw + (b * dw) % sw for a in range(kh) for b in range(kw)}
     offsets = offsets.reshape(-1)
     size = phases * c * plane
     # the loop's reads: p + offset for p < n_pb * 24 (plus the vector lanes within)
@@ -229,24 +307,53 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
             ni, nj = len(range(i0, h, sh)), len(range(j0, wd, sw))
             layouts.append((i0, sh, j0, sw, (pt + i0) // sh, ni, (pl + j0) // sw, nj))
     key = ("direct_phases", tuple(layouts))
-    n_items = n_pb * -(-m // CHANNELS)
+    n_cb = -(-m // CHANNELS)
+    chunk, tile_cb, tile_pb = blocking(c * kh * kw, n_cb, n_pb)
+    n_tiles = -(-n_pb // tile_pb) * -(-n_cb // tile_cb)
+    chunks = -(-(c * kh * kw) // chunk)
+    acc_shape = (n_cb * CHANNELS, n_pb * PIXELS) if chunks > 1 else (1, 1)
     packed = DerivedWeights(pack_weights)
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         wpack = packed(w)
         b = bias_values(bias, np.float32)
-        blocks = team_blocks(n_items, wpack.shape[1] * CHANNELS * PIXELS)
+        blocks = team_blocks(n_tiles, wpack.shape[1] * CHANNELS * PIXELS * tile_cb * tile_pb)
+        acc = temp_buffer("direct_acc", acc_shape, np.float32)
         for i in range(n):
             # zero borders, interior rewritten per image (the key fixes where the interior is)
             grid = scratch.zeros(key, (phases, c, rows, wq), np.float32)
             for k, layout in enumerate(layouts):
-                if layout[5] > 0 and layout[7] > 0:
+                if layout[5] > 0 and layout[7] > 0 and k in used:
                     _copy_phase(x[i], grid[k], layout, team_blocks(c * layout[5], layout[7]))
             res = residual[i].reshape(m, oh * ow) if residual is not None else _NO_RESIDUAL
             kernel = _direct_blocks if blocks > 1 else _direct_blocks_serial
             kernel(grid.reshape(-1), offsets, wpack, b, bias is not None, res, residual is not None, relu, out[i], wq,
-                   blocks)
+                   chunk, tile_cb, tile_pb, acc, blocks)
+    compute.blocking = (chunk, tile_cb, tile_pb)      # tests, benchmarks
     return compute
+
+
+# Cache blocking (see _direct_blocks): a pixel block's chunk of input, chunk x 24
+# floats read through the offsets, stays in L1 (32 KB); a tile's chunk of weights,
+# tile_cb x 4 x chunk floats, in L2 (512 KB); the partial sums of a tile between
+# chunks, tile_cb x 4 x tile_pb x 24 floats, in L2 too.
+CHUNK_TAPS = 256
+TILE_WEIGHT_BYTES = 192 << 10
+TILE_PIXEL_BLOCKS = 8
+
+
+def blocking(k_count, n_cb, n_pb, chunk=None, weight_bytes=None, pixel_blocks=None):
+    """(taps per chunk, channel blocks per tile, pixel blocks per tile) for a reduction of
+    k_count taps, n_cb channel blocks and n_pb pixel blocks. Depends on the geometry
+    only (never on the team's size), so every output's sum runs in the same order."""
+    chunk = chunk or CHUNK_TAPS
+    chunks = -(-k_count // chunk)
+    chunk = -(-k_count // chunks)                 # balanced chunks
+    tile_cb = max(1, min(n_cb, (weight_bytes or TILE_WEIGHT_BYTES) // (chunk * CHANNELS * 4)))
+    tile_cb = -(-n_cb // -(-n_cb // tile_cb))     # balanced channel tiles
+    tile_pb = max(1, min(n_pb, pixel_blocks or TILE_PIXEL_BLOCKS))
+    tile_pb = -(-n_pb // -(-n_pb // tile_pb))
+    return chunk, tile_cb, tile_pb
 
 
 _NO_RESIDUAL = np.zeros((1, 1), np.float32)
