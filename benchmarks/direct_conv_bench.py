@@ -6,6 +6,12 @@ in blocks so all three see the same machine load. Bias and a fused ReLU on every
     python benchmarks/direct_conv_bench.py --threads 1 [--cpu-time]
     python benchmarks/direct_conv_bench.py --threads 2
     python benchmarks/direct_conv_bench.py --threads 1 --models squeezenet,inception_v1
+    python benchmarks/direct_conv_bench.py --threads 1 --sweep [--sweep-models resnet50]
+
+--sweep: every distinct group-1 convolution with C_in >= 16 of the light models, 1 thread,
+this thread's CPU time: the plan conv.py picks without the blocked direct kernel
+(conv.BLOCKED_DIRECT off), the blocked kernel forced, and onnxruntime's single Conv node,
+alternating in rounds; what conv.py picks now is named in the last column.
 """
 import argparse
 import os
@@ -69,6 +75,80 @@ def models_with_and_without(names, rounds, runs):
                                                  " ".join("%.1f" % v for v in times[0])))
 
 
+def light_convs(names):
+    """{(x shape, w shape, strides, pads): [count, first model]} of the group-1 convs with C_in >= 16."""
+    import onnx
+    import light_models
+    seen = {}
+    for name in names:
+        model = onnx.load(os.path.join(light_models.light_dir(), "light_%s.onnx" % name))
+        for node, shapes in light_models.layer_shapes(model):
+            if node.op_type != "Conv":
+                continue
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            if attrs.get("group", 1) != 1 or shapes[0][1] < 16 or any(d != 1 for d in attrs.get("dilations", [1, 1])):
+                continue
+            key = (tuple(shapes[0]), tuple(shapes[1]), tuple(attrs.get("strides", [1, 1])),
+                   tuple(attrs.get("pads", [0, 0, 0, 0])))
+            seen.setdefault(key, [0, name])[0] += 1
+    return seen
+
+
+def sweep(names, rounds, runs):
+    """The --sweep table (see the module docstring)."""
+    from _timing import median_ms
+    from caffe2py.kernels.cpu.cnn import conv as conv_k
+    from caffe2py.kernels.cpu.cnn.direct_conv import direct_plan
+    from caffe2py.kernels.cpu.runtime.buffers import Scratch
+    from caffe2py.kernels.cpu.runtime.jit import team
+    rng = np.random.default_rng(0)
+    print("| layer (x, w, stride) | count | model | before ms (GF/s) | blocked direct ms (GF/s) | onnxruntime ms (GF/s) "
+          "| picked now |")
+    print("|---|---|---|---|---|---|---|")
+    for (xs, ws, strides, pads), (count, model) in light_convs(names).items():
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = (0.1 * rng.standard_normal(ws)).astype(np.float32)
+        b = rng.standard_normal(ws[0]).astype(np.float32)
+        saved, conv_k.BLOCKED_DIRECT = conv_k.BLOCKED_DIRECT, False
+        conv_k._plan.cache_clear()
+        before = conv_k._plan(xs, ws, strides, pads, (1, 1), 1, "<f4")
+        conv_k.BLOCKED_DIRECT = saved
+        conv_k._plan.cache_clear()
+        now = conv_k._plan(xs, ws, strides, pads, (1, 1), 1, "<f4")
+        out_spatial = before.out_shape[2:]
+        direct = direct_plan(xs, ws, strides, pads, (1, 1), out_spatial, "<f4")
+        out = np.empty(before.out_shape, np.float32)
+        s1, s2 = Scratch(), Scratch()
+
+        def run_before():
+            with team():
+                if before.fuses_output:
+                    before.compute(x, w, out, s1, b, True, None)
+                else:
+                    before.compute(x, w, out, s1)
+                    conv_k.finish_channels(out, b, None, True)
+
+        def run_direct():
+            with team():
+                direct(x, w, out, s2, b, True, None)
+        ort = ort_conv(x, w, b, strides, pads, 1)
+        run_before()
+        want = out.copy()
+        run_direct()
+        np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-3)
+        fns = (run_before, run_direct, ort)
+        times = ([], [], [])
+        for _ in range(rounds):
+            for fn, acc in zip(fns, times):
+                acc.append(median_ms(fn, runs, 1, clock=time.thread_time))
+        flop = 2.0 * np.prod(ws) * np.prod(out_spatial)
+        med = [statistics.median(t) for t in times]
+        kind = getattr(now.compute, "__qualname__", "?").split(".")[0]
+        print("| %s %s s%d p%d | %d | %s | %s | %s | %s | %s |" % (
+            list(xs[1:]), list(ws), strides[0], pads[0], count, model,
+            *("%.3f (%.0f)" % (t, flop / t / 1e6) for t in med), kind), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
@@ -81,8 +161,11 @@ def main():
                         help="comma-separated light ONNX models: time them whole with and without the direct "
                              "kernel instead of the layers (CPU time; needs --threads 1)")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--sweep", action="store_true", help="every light-model conv with C_in >= 16 (1 thread)")
+    parser.add_argument("--sweep-models", default="bvlc_alexnet,densenet121,inception_v1,inception_v2,resnet50,"
+                        "squeezenet,zfnet512,vgg19,shufflenet")
     args = parser.parse_args()
-    if args.models and args.threads != 1:
+    if (args.models or args.sweep) and args.threads != 1:
         parser.error("--models needs --threads 1")
     if args.cpu_time and args.threads != 1:
         parser.error("--cpu-time needs --threads 1")
@@ -97,6 +180,11 @@ def main():
     from caffe2py.kernels.cpu.runtime.buffers import Scratch
     from caffe2py.kernels.cpu.runtime.jit import team
 
+    if args.sweep:
+        print("machine: %s; load average %s; 1 thread, CPU time" % (
+            _timing.machine_label(), ", ".join("%.2f" % v for v in os.getloadavg())))
+        sweep(args.sweep_models.split(","), 5, 5)
+        return
     if args.models:
         print("machine: %s; load average %s; 1 thread, CPU time" % (
             _timing.machine_label(), ", ".join("%.2f" % v for v in os.getloadavg())))

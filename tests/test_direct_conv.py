@@ -305,3 +305,32 @@ def test_blocked_numpy_twin_agrees_with_the_kernel(blocking):
     finally:
         jit.set_jit_mode(before)
     np.testing.assert_allclose(twin, compiled, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_nchw_dispatches_to_the_blocked_kernel_where_it_measured_faster():
+    def kind(x_shape, w_shape, strides, pads, dtype="<f4"):
+        return conv_k._plan(x_shape, w_shape, strides, pads, (1, 1), 1, dtype).compute.__qualname__.split(".")[0]
+    same = (1, 1, 1, 1)
+    assert kind((1, 128, 28, 28), (32, 128, 3, 3), (1, 1), same) == "direct_plan"        # was shift-add
+    assert kind((1, 256, 28, 28), (256, 256, 3, 3), (2, 2), same) == "direct_plan"       # was flattened rows
+    assert kind((1, 96, 54, 54), (256, 96, 5, 5), (2, 2), (0, 0, 0, 0)) == "direct_plan"
+    assert kind((1, 512, 7, 7), (512, 512, 3, 3), (1, 1), same) == "direct_plan"         # was Winograd
+    # Winograd keeps the larger maps, the pointwise GEMM the 1x1s, float64 its paths
+    assert kind((1, 256, 14, 14), (256, 256, 3, 3), (1, 1), same) == "winograd_plan"
+    assert kind((1, 512, 7, 7), (2048, 512, 1, 1), (1, 1), (0, 0, 0, 0)) == "_pointwise_plan"
+    assert kind((1, 128, 28, 28), (32, 128, 3, 3), (1, 1), same, "<f8") == "shift_plan"
+
+
+def test_conv_nchw_on_the_blocked_kernel_with_many_chunks_matches_float64():
+    """A 7x7-output layer with a reduction of 1152 taps (5 chunks), through conv_nchw,
+    a batch of 2 and the residual + ReLU epilogue."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 128, 7, 7)).astype(np.float32)
+    w = (0.1 * rng.standard_normal((36, 128, 3, 3))).astype(np.float32)
+    b = rng.standard_normal(36).astype(np.float32)
+    res = rng.standard_normal((2, 36, 7, 7)).astype(np.float32)
+    plan = conv_k._plan(x.shape, w.shape, (1, 1), (1, 1, 1, 1), (1, 1), 1, "<f4")
+    assert plan.compute.blocking[0] < 128 * 9
+    got = conv_k.conv_nchw(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1, activation="relu", residual=res)
+    np.testing.assert_allclose(got, reference(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), residual=res, relu=True),
+                               rtol=1e-4, atol=1e-4)

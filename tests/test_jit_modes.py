@@ -26,20 +26,32 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (x shape, w shape, strides, pads, dilations, group): one geometry per conv path
 CONVS = [
     ((2, 6, 7, 7), (5, 6, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),          # pointwise GEMM
-    ((1, 16, 9, 9), (4, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),        # shift-add, fused rows
-    ((1, 128, 6, 6), (64, 128, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),     # shift-add, tiles
+    ((1, 16, 9, 9), (4, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),        # blocked direct (shift-add before)
+    ((1, 128, 6, 6), (64, 128, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),     # blocked direct, chunks
     ((1, 32, 12, 12), (32, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),     # Winograd, fused chunks
     ((1, 32, 30, 30), (40, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),     # Winograd F(4x4)
-    ((1, 256, 6, 6), (256, 256, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),    # Winograd, gather/scatter
+    ((1, 256, 6, 6), (256, 256, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),    # blocked direct, 9 chunks
     ((2, 8, 11, 11), (8, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 8),        # depthwise strided 3x3
     ((1, 8, 10, 10), (16, 1, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 8),       # depthwise, multiplier 2
     ((1, 6, 9, 9), (12, 1, 3, 3), (2, 1), (0, 1, 2, 1), (1, 2), 6),         # depthwise strided, dilated
-    ((2, 24, 15, 15), (8, 24, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),      # flattened rows, fused
+    ((2, 24, 15, 15), (8, 24, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),      # blocked direct, stride 2
     ((2, 3, 15, 15), (8, 3, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),        # flattened rows, short K
     ((2, 8, 9, 9), (6, 8, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),          # direct (short reduction), serial
     ((1, 8, 40, 41), (9, 8, 3, 3), (2, 2), (1, 0, 0, 1), (1, 1), 1),        # direct, on the team
     ((1, 8, 9, 9), (8, 4, 3, 3), (1, 1), (1, 0, 1, 0), (1, 1), 2),          # flattened rows, grouped
     ((1, 4, 5, 6, 7), (3, 4, 2, 3, 2), (1, 2, 1), (0, 1, 0, 1, 0, 1), (1, 1, 2), 1),   # N-d im2col
+]
+
+
+# Paths the float32 CONVS above no longer reach now that float32 convs with C_in >= 16
+# run on the blocked direct kernel (conv.blocked_direct_wins); drawn from their own
+# generator so the values every later result reads stay what they were.
+CONVS_BESIDE_BLOCKED = [
+    ((1, 12, 9, 9), (4, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32),     # shift-add, fused rows
+    ((1, 128, 6, 6), (64, 128, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float64),  # shift-add, tiles
+    ((1, 256, 9, 9), (256, 256, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32),  # Winograd, gather/scatter
+    ((2, 6, 15, 15), (8, 6, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1, np.float32),     # flattened rows, fused
+    ((1, 48, 7, 7), (20, 48, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32),    # blocked direct, 2 chunks
 ]
 
 
@@ -55,6 +67,10 @@ def _everything():
         x, w, b = _rand(rng, *x_shape), _rand(rng, *w_shape), _rand(rng, w_shape[0])
         out.append(conv_k.conv_nchw(x, w, b, strides, pads, dilations, group, activation="relu"))
         out.append(conv_k.conv_nchw(x, w, None, strides, pads, dilations, group))
+    own = np.random.default_rng(71)
+    for x_shape, w_shape, strides, pads, dilations, group, dtype in CONVS_BESIDE_BLOCKED:
+        x, w, b = (_rand(own, *shape).astype(dtype) for shape in (x_shape, w_shape, w_shape[:1]))
+        out.append(conv_k.conv_nchw(x, w, b, strides, pads, dilations, group, activation="relu"))
     x = _rand(rng, 2, 3, 17, 16)
     x[0, 1, 4, 5] = np.nan
     for kernel, strides, pads in (((3, 3), (2, 2), (1, 1, 1, 1)), ((2, 2), (2, 2), (0, 0, 0, 0)),

@@ -19,10 +19,11 @@ Strategy, chosen once per geometry (a cached plan holds every slice it copies):
   * stride-1 2-D with at least twice as many input as output channels: one GEMM of
     the tap-major weights with the flattened padded input, then a compiled
     shift-add of the taps (shift_conv.py);
-  * 2-D float32, group 1, short reductions (C * kh * kw from DIRECT_MIN_K to
-    DIRECT_MAX_K: 16 -> 64 3x3, 7x7 stems): a direct convolution whose register blocks
-    of 4 channels x 24 outputs accumulate in vector registers (direct_conv.py), no tap
-    stack;
+  * 2-D float32, group 1, C_in >= 16, kernel larger than 1x1 (blocked_direct_wins:
+    all but the stride-1 3x3s above 8x8 outputs that Winograd takes), and short
+    reductions (C * kh * kw from DIRECT_MIN_K to DIRECT_MAX_K: 16 -> 64 3x3, 7x7 stems):
+    a cache-blocked direct convolution whose register blocks of 4 channels x 24 outputs
+    accumulate in vector registers (direct_conv.py), no tap stack;
   * 3x3 stride-1, float32/float64, many channels: Winograd F(4x4, 3x3) from 28x28 outputs, else
     F(2x2, 3x3): 36 or 16 GEMMs on transformed 6x6 / 4x4 tiles (4x / 2.25x fewer
     multiplies), the tile transforms themselves GEMMs with Kronecker matrices;
@@ -287,7 +288,11 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     plan.out_shape = (n, m) + out_spatial
     plan.fuses_output = True
     plan.takes_residual = False
-    if all(kk == 1 for kk in kernel) and not any(pads):
+    if BLOCKED_DIRECT and k == 2 and group == 1 and blocked_direct_wins(x_shape, w_shape, strides, dilations, pads, out_spatial, dtype) and (
+            direct := direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
+        plan.compute = direct
+        plan.takes_residual = True
+    elif all(kk == 1 for kk in kernel) and not any(pads):
         product = grouped_pointwise_product(m, group, out_spatial, dtype) or gemm_into
         plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial, product)
         plan.takes_residual = True
@@ -631,6 +636,42 @@ def _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial,
 # written 64 planes at a time), so short ones keep the flattened-row GEMM.
 DIRECT_MIN_K = 64
 DIRECT_MAX_K = 160
+
+BLOCKED_DIRECT = True       # benchmarks/direct_conv_bench.py --sweep switches it off for its "before"
+# Group-1 float32 2-D convs with C_in >= 16, a kernel larger than 1x1 and a reduction
+# C * kh * kw >= DIRECT_MIN_K run on the cache-blocked direct kernel (direct_conv.py),
+# except where Winograd applies to an output of more than BLOCKED_MAX_WINOGRAD_PIXELS
+# (Winograd does 2.25-4x fewer multiplies and won from 12x12 up). Every light-model conv
+# with C_in >= 16, 1 thread, CPU time, shared 2-CPU Zen 3 VM, before -> blocked ms
+# (onnxruntime), `benchmarks/direct_conv_bench.py --sweep`, RESULTS.md "Cache-blocked
+# direct convolution":
+#   shift-add before (densenet 128 -> 32 3x3): 56x56 3.53 -> 3.08 (2.65), 28x28 0.89 -> 0.80
+#     (0.64), 14x14 0.275 -> 0.250 (0.168), 7x7 0.119 -> 0.095 (0.052);
+#   flattened-row GEMM before: 3x3/s2 128@56 5.43 -> 4.22 (3.31), 256@28 4.94 -> 4.44 (3.12),
+#     512@14 6.44 -> 5.23 (3.68), 128 -> 160@28 1.31 -> 1.24 (0.92), 96@28 0.84 -> 0.74 (0.50),
+#     at 14 even (128 -> 192 0.53 / 0.54, 256 1.43 / 1.45); 5x5 zfnet 96 -> 256/s2 14.7 -> 12.3
+#     (9.9), inception_v1 5x5s 16 -> 32@27 0.52 -> 0.38, 32 -> 96@27 2.15 -> 1.79, 24 -> 64@13
+#     0.33 -> 0.26, 32 -> 128@13 0.79 -> 0.72, 48 -> 128@6 0.38 -> 0.33;
+#   Winograd before, outputs up to 7x7: 512@7 5.15 -> 4.84 (3.69), 224@7 1.18 -> 0.94 (0.59),
+#     192 -> 320@7 1.36 -> 1.15, 160 -> 224@7 0.80 -> 0.70, 192 -> 384@6 1.58 -> 0.92,
+#     160 -> 320@6 0.80 -> 0.67; from 12x12 up Winograd wins: 256@14 3.39 / 3.99,
+#     128@14 0.73 / 1.11, 512@12 7.98 / 10.5, 64 -> 256@13 0.92 / 0.98, vgg19 all 1.4-1.9x.
+# 1x1 convs keep the pointwise GEMM: it ran 1.2-1.8x faster than the blocked kernel on every
+# light-model 1x1 (the 24-pixel blocks waste up to 47% on 7x7 maps: 49 -> 72 outputs).
+BLOCKED_MAX_WINOGRAD_PIXELS = 64
+
+
+def blocked_direct_wins(x_shape, w_shape, strides, dilations, pads, out_spatial, dtype):
+    """Whether the cache-blocked direct kernel takes a group-1 2-D conv (see above)."""
+    c, kh, kw = w_shape[1:]
+    if np.dtype(dtype) != np.float32 or c < 16 or kh * kw == 1 or c * kh * kw < DIRECT_MIN_K:
+        return False
+    shift_first = all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * w_shape[0] <= c
+    if out_spatial[0] * out_spatial[1] > BLOCKED_MAX_WINOGRAD_PIXELS and not shift_first and \
+            winograd_tile((kh, kw), strides, dilations, pads, 1, c, w_shape[0], out_spatial):
+        return c * kh * kw <= DIRECT_MAX_K     # short reductions: direct_plan's own rule below
+    return True
+
 
 # Stride-1 2-D convs with at least this many times more input than output channels
 # use the tap-major GEMM + shift-add (shift_conv.py): per-layer timings on a 2-CPU Zen 5

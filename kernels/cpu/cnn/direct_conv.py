@@ -1,29 +1,40 @@
-"""Direct 2-D convolution (NCHW, float32, group 1) with a register-blocked microkernel,
-for layers whose reduction C_in * kh * kw is short.
+"""Direct 2-D convolution (NCHW, float32, group 1): a register-blocked microkernel with
+GotoBLAS/BLIS-style cache blocking, for short reductions and for the group-1 layers with
+C_in >= 16 where it measured faster than the GEMM, shift-add and Winograd paths
+(conv.py's blocked_direct_wins says which).
 
 Public:
     direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
         -> compute(x, w, out, scratch, bias=None, relu=False, residual=None), or None
         when the kernel does not cover the case (other dtypes, groups, negative pads).
+    blocking(k_count, n_cb, n_pb) -> (taps per chunk, channel blocks per tile, pixel
+        blocks per tile)
 
-Why: with few input channels the GEMM paths' K (C * kh * kw = 27..576) is short, so
-the product runs well below the machine's FMA rate, and the tap stack (im2col, shifted
-copies) it multiplies costs a pass over memory of its own. Here no stack is built:
+How:
   * the input is copied once per image into its stride phases (one phase at stride 1,
-    four at stride 2: even/odd rows and columns), zero-bordered buffers of width wq
-    whose rows are flattened, so for every tap the pixels of consecutive outputs are
-    consecutive floats (conv.py's _flat2d_plan uses the same layout for its tap stacks);
+    four at stride 2: even/odd rows and columns; only the phases some tap reads),
+    zero-bordered buffers of width wq whose rows are flattened, so for every tap the
+    pixels of consecutive outputs are consecutive floats (an implicit im2col: conv.py's
+    _flat2d_plan uses the same layout for its tap stacks);
+  * each tap (c, a, b) of the reduction K = C * kh * kw is one precomputed offset into
+    the phase buffers (dilations and any kernel size come free); the weights are packed
+    (M/4, K, 4), once per weight array (buffers.DerivedWeights: repacking 192 x 48 x 3 x 3
+    cost ~0.14 ms a call);
   * a block of 4 output channels x 24 consecutive flat outputs (3 vectors of 8 lanes)
-    is 12 accumulators held in registers (runtime/simd.py's Vec) through the whole
-    reduction: per tap, 3 vector loads of input, 4 broadcast weights, 12 FMAs;
-  * each tap is one precomputed offset into the phase buffers (dilations and any
-    kernel size come free); the weights are packed (M/4, C*kh*kw, 4), kept per weight
-    array (buffers.DerivedWeights: repacking 192 x 48 x 3 x 3 cost ~0.14 ms a call);
+    is 12 accumulators held in registers (runtime/simd.py's Vec): per tap, 3 vector
+    loads of input, 4 broadcast weights, 12 FMAs;
+  * cache blocking: the reduction runs in chunks of CHUNK_TAPS taps; the work items are
+    tiles of pixel blocks x channel blocks. Per chunk, each pixel block's taps are packed
+    contiguous (chunk x 24 floats, in L1) and every channel block of the tile passes over
+    them, its chunk of weights read from L2 (the tile's weights are TILE_WEIGHT_BYTES);
+    the partial sums wait in a per-call buffer between chunks. Without it every pixel
+    block walked all M x K weights from memory (256 -> 256 3x3 at 14x14: 29 GFLOP/s,
+    blocked ~60);
   * outputs of the flattened rows past the real width are computed and dropped; a
     block that lies inside one output row is finished (bias, residual, ReLU) and stored
     as vectors, the others lane by lane;
-  * blocks (pixel-block major, so one block's input stays in L1 while the channel
-    blocks' weights cycle through) are split over the team.
+  * tiles are split over the team; every output's sum runs chunk by chunk and tap by
+    tap whichever thread computes it, so results are bit-identical at any team size.
 """
 import numpy as np
 
