@@ -334,3 +334,46 @@ def test_conv_nchw_on_the_blocked_kernel_with_many_chunks_matches_float64():
     got = conv_k.conv_nchw(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1, activation="relu", residual=res)
     np.testing.assert_allclose(got, reference(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), residual=res, relu=True),
                                rtol=1e-4, atol=1e-4)
+
+
+def grouped_reference(x, w, b, strides, pads, dilations, group, residual=None, relu=False):
+    """float64: each group's channel slice through the loop reference."""
+    cg, mg = x.shape[1] // group, w.shape[0] // group
+    y = np.concatenate([reference(x[:, g * cg:(g + 1) * cg], w[g * mg:(g + 1) * mg],
+                                  None if b is None else b[g * mg:(g + 1) * mg], strides, pads, dilations)
+                        for g in range(group)], axis=1)
+    if residual is not None:
+        y = y + residual
+    return np.maximum(y, 0) if relu else y
+
+
+@pytest.mark.parametrize("x_shape,w_shape,strides,pads,group", [
+    ((2, 32, 11, 13), (10, 16, 5, 5), (1, 1), (2, 2, 2, 2), 2),      # alexnet-like 5x5 g2, M/g not a multiple of 4
+    ((1, 48, 9, 9), (9, 16, 3, 3), (2, 2), (1, 0, 1, 2), 3),         # 3 groups, stride 2, asymmetric pads
+])
+def test_grouped_convs_run_the_blocked_kernel_per_group(blocking, x_shape, w_shape, strides, pads, group):
+    blocking(50, 2 * 50 * 16, 2)                  # several chunks and tiles per group
+    plan = conv_k._plan(x_shape, w_shape, strides, pads, (1, 1), group, "<f4")
+    assert plan.compute.__qualname__.startswith("grouped_direct_plan")
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    res = rng.standard_normal(plan.out_shape).astype(np.float32)
+    scale = np.sqrt(np.prod(w_shape[1:]))
+    for bias, act, residual in ((b, None, None), (None, "relu", res), (b, "relu", res)):
+        got = conv_k.conv_nchw(x, w, bias, strides, pads, (1, 1), group, activation=act, residual=residual)
+        np.testing.assert_allclose(got, grouped_reference(x, w, bias, strides, pads, (1, 1), group, residual,
+                                                          act == "relu"), rtol=1e-4, atol=1e-5 * scale)
+    w *= -0.5                       # edited in place: every group's packed weights are made again
+    got = conv_k.conv_nchw(x, w, None, strides, pads, (1, 1), group)
+    np.testing.assert_allclose(got, grouped_reference(x, w, None, strides, pads, (1, 1), group),
+                               rtol=1e-4, atol=1e-5 * scale)
+    conv_k._plan.cache_clear()      # plans made under the small blocking go
+
+
+def test_grouped_convs_with_narrow_groups_keep_the_flattened_rows():
+    plan = conv_k._plan((1, 8, 20, 20), (8, 4, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2, "<f4")
+    assert plan.compute.__qualname__.startswith("_flat2d_plan")
+    plan = conv_k._plan((1, 96, 27, 27), (256, 48, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 2, "<f4")
+    assert plan.compute.__qualname__.startswith("grouped_direct_plan")

@@ -20,7 +20,8 @@ Strategy, chosen once per geometry (a cached plan holds every slice it copies):
     the tap-major weights with the flattened padded input, then a compiled
     shift-add of the taps (shift_conv.py);
   * 2-D float32, group 1, C_in >= 16, kernel larger than 1x1 (blocked_direct_wins:
-    all but the stride-1 3x3s above 8x8 outputs that Winograd takes), and short
+    all but the stride-1 3x3s above 8x8 outputs that Winograd takes; grouped ones with
+    C_in / group >= 16 per group), and short
     reductions (C * kh * kw from DIRECT_MIN_K to DIRECT_MAX_K: 16 -> 64 3x3, 7x7 stems):
     a cache-blocked direct convolution whose register blocks of 4 channels x 24 outputs
     accumulate in vector registers (direct_conv.py), no tap stack;
@@ -51,7 +52,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..runtime.blas import gemm_entry
 from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import channel_map_problem, depthwise_plan
-from .direct_conv import direct_plan
+from .direct_conv import direct_plan, grouped_direct_plan
 from .phases import _copy_phase
 from .grouped_pointwise import grouped_pointwise_product
 from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
@@ -309,6 +310,11 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     elif k == 2 and group == c and w_shape[1] == 1 and (
             depthwise := depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
         plan.compute = depthwise
+    elif k == 2 and BLOCKED_DIRECT and group > 1 and blocked_direct_wins(
+            x_shape, (m // group,) + tuple(w_shape[1:]), strides, dilations, pads, out_spatial, dtype, group) and (
+            grouped := grouped_direct_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype)):
+        plan.compute = grouped
+        plan.takes_residual = True
     elif k == 2:
         plan.compute = _flat2d_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype)
     elif group == c and group > 1:
@@ -658,16 +664,21 @@ BLOCKED_DIRECT = True       # benchmarks/direct_conv_bench.py --sweep switches i
 #     128@14 0.73 / 1.11, 512@12 7.98 / 10.5, 64 -> 256@13 0.92 / 0.98, vgg19 all 1.4-1.9x.
 # 1x1 convs keep the pointwise GEMM: it ran 1.2-1.8x faster than the blocked kernel on every
 # light-model 1x1 (the 24-pixel blocks waste up to 47% on 7x7 maps: 49 -> 72 outputs).
+# Grouped convs whose groups qualify (no Winograd for them) run the kernel per group:
+# alexnet, same conditions, flattened rows -> blocked ms (onnxruntime): 96 -> 256 g2 5x5 at
+# 27 9.82 -> 7.65 (5.51), 384 -> 384 g2 3x3 at 13 4.99 -> 4.48 (3.22), 384 -> 256 g2 3.64
+# -> 3.14 (2.19).
 BLOCKED_MAX_WINOGRAD_PIXELS = 64
 
 
-def blocked_direct_wins(x_shape, w_shape, strides, dilations, pads, out_spatial, dtype):
-    """Whether the cache-blocked direct kernel takes a group-1 2-D conv (see above)."""
+def blocked_direct_wins(x_shape, w_shape, strides, dilations, pads, out_spatial, dtype, group=1):
+    """Whether the cache-blocked direct kernel takes a 2-D conv (see above); grouped ones
+    (no Winograd path) run it per group."""
     c, kh, kw = w_shape[1:]
     if np.dtype(dtype) != np.float32 or c < 16 or kh * kw == 1 or c * kh * kw < DIRECT_MIN_K:
         return False
     shift_first = all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * w_shape[0] <= c
-    if out_spatial[0] * out_spatial[1] > BLOCKED_MAX_WINOGRAD_PIXELS and not shift_first and \
+    if group == 1 and out_spatial[0] * out_spatial[1] > BLOCKED_MAX_WINOGRAD_PIXELS and not shift_first and \
             winograd_tile((kh, kw), strides, dilations, pads, 1, c, w_shape[0], out_spatial):
         return c * kh * kw <= DIRECT_MAX_K     # short reductions: direct_plan's own rule below
     return True

@@ -325,8 +325,10 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     acc_shape = (n_cb * CHANNELS, n_pb * PIXELS) if chunks > 1 else (1, 1)
     packed = DerivedWeights(pack_weights)
 
-    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
-        wpack = packed(w)
+    def compute(x, w, out, scratch, bias=None, relu=False, residual=None, wpack=None):
+        """wpack: pack_weights(w) made by the caller (grouped_direct_plan), else packed here."""
+        if wpack is None:
+            wpack = packed(w)
         b = bias_values(bias, np.float32)
         blocks = team_blocks(n_tiles, wpack.shape[1] * CHANNELS * PIXELS * tile_cb * tile_pb)
         acc = temp_buffer("direct_acc", acc_shape, np.float32)
@@ -368,3 +370,26 @@ def blocking(k_count, n_cb, n_pb, chunk=None, weight_bytes=None, pixel_blocks=No
 
 
 _NO_RESIDUAL = np.zeros((1, 1), np.float32)
+
+
+def grouped_direct_plan(x_shape, w_shape, strides, pads, dilations, group, out_spatial, dtype):
+    """A grouped conv as `group` runs of direct_plan's kernel, one per group (its channel
+    slices of x, w, out, bias and residual), the weights packed once per weight array
+    for every group; None where direct_plan is."""
+    n, c = x_shape[:2]
+    m = w_shape[0]
+    cg, mg = c // group, m // group
+    inner = direct_plan((n, cg) + tuple(x_shape[2:]), (mg,) + tuple(w_shape[1:]), strides, pads, dilations,
+                        out_spatial, dtype)
+    if inner is None:
+        return None
+    packed = DerivedWeights(lambda w: [pack_weights(w[g * mg:(g + 1) * mg]) for g in range(group)])
+
+    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
+        packs = packed(w)
+        for g in range(group):
+            cs, ms = slice(g * cg, (g + 1) * cg), slice(g * mg, (g + 1) * mg)
+            inner(x[:, cs], None, out[:, ms], scratch, None if bias is None else bias[ms], relu,
+                  None if residual is None else residual[:, ms], wpack=packs[g])
+    compute.blocking = inner.blocking
+    return compute
