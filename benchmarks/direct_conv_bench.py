@@ -51,28 +51,31 @@ def ort_conv(x, w, b, strides, pads, threads):
     return lambda: sess.run(None, {"x": x})[0]
 
 
-def models_with_and_without(names, rounds, runs):
-    """Whole light models, one process: the direct kernel on and off (DIRECT_MAX_K)
-    alternating per round, this thread's CPU time per run (run with --threads 1)."""
+def models_with_and_without(names, rounds, runs, switch="blocked"):
+    """Whole light models, one process: the direct kernel on and off alternating per
+    round, this thread's CPU time per run (run with --threads 1). switch: "blocked"
+    (conv.BLOCKED_DIRECT, the cache-blocked dispatch) or "short" (DIRECT_MAX_K, the
+    short-reduction rule)."""
     import light_models
     from _timing import median_ms
     from caffe2py.kernels.cpu.cnn import conv as conv_k
-    saved = conv_k.DIRECT_MAX_K
+    name_of, saved = ("BLOCKED_DIRECT", True) if switch == "blocked" else ("DIRECT_MAX_K", conv_k.DIRECT_MAX_K)
+    off = False if switch == "blocked" else 0
     print("| model | with direct ms (median of rounds) | without ms | rounds with / without |")
     print("|---|---|---|---|")
     for name in names:
         ours, _, _ = light_models.prepare_model(name, np.random.default_rng(0))
-        times = {saved: [], 0: []}
+        times = {True: [], False: []}
         for _ in range(rounds):
-            for limit in (saved, 0):
-                conv_k.DIRECT_MAX_K = limit
+            for on in (True, False):
+                setattr(conv_k, name_of, saved if on else off)
                 conv_k._plan.cache_clear()
-                times[limit].append(median_ms(ours, runs, warmup=2, clock=time.thread_time))
-        conv_k.DIRECT_MAX_K = saved
+                times[on].append(median_ms(ours, runs, warmup=2, clock=time.thread_time))
+        setattr(conv_k, name_of, saved)
         conv_k._plan.cache_clear()
-        print("| %s | %.2f | %.2f | %s / %s |" % (name, statistics.median(times[saved]), statistics.median(times[0]),
-                                                 " ".join("%.1f" % v for v in times[saved]),
-                                                 " ".join("%.1f" % v for v in times[0])))
+        print("| %s | %.2f | %.2f | %s / %s |" % (name, statistics.median(times[True]), statistics.median(times[False]),
+                                                 " ".join("%.1f" % v for v in times[True]),
+                                                 " ".join("%.1f" % v for v in times[False])), flush=True)
 
 
 def light_convs(names):
@@ -161,6 +164,8 @@ def main():
                         help="comma-separated light ONNX models: time them whole with and without the direct "
                              "kernel instead of the layers (CPU time; needs --threads 1)")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--switch", choices=("blocked", "short"), default="blocked",
+                        help="--models: which rule to switch off (the blocked dispatch or the short-reduction one)")
     parser.add_argument("--sweep", action="store_true", help="every light-model conv with C_in >= 16 (1 thread)")
     parser.add_argument("--sweep-models", default="bvlc_alexnet,densenet121,inception_v1,inception_v2,resnet50,"
                         "squeezenet,zfnet512,vgg19,shufflenet")
@@ -188,7 +193,7 @@ def main():
     if args.models:
         print("machine: %s; load average %s; 1 thread, CPU time" % (
             _timing.machine_label(), ", ".join("%.2f" % v for v in os.getloadavg())))
-        models_with_and_without(args.models.split(","), args.rounds, 15)
+        models_with_and_without(args.models.split(","), args.rounds, 15, args.switch)
         return
     rng = np.random.default_rng(0)
     print("machine: %s; load average %s; %d thread(s), %s" % (

@@ -52,6 +52,7 @@ CONVS_BESIDE_BLOCKED = [
     ((1, 256, 9, 9), (256, 256, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32),  # Winograd, gather/scatter
     ((2, 6, 15, 15), (8, 6, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1, np.float32),     # flattened rows, fused
     ((1, 48, 7, 7), (20, 48, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32),    # blocked direct, 2 chunks
+    ((1, 24, 64, 64), (8, 12, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 2, np.float32),   # grouped taps on the team
 ]
 
 
