@@ -105,8 +105,8 @@ def sweep(names, rounds, runs):
     from caffe2py.kernels.cpu.runtime.buffers import Scratch
     from caffe2py.kernels.cpu.runtime.jit import team
     rng = np.random.default_rng(0)
-    print("| layer (x, w, stride) | count | model | before ms (GF/s) | blocked direct ms (GF/s) | onnxruntime ms (GF/s) "
-          "| picked now |")
+    print("| layer (x, w, stride) | count | model | before ms (GF/s) | blocked direct ms (GF/s) "
+          "| onnxruntime ms (GF/s) | picked now |")
     print("|---|---|---|---|---|---|---|")
     for (xs, ws, strides, pads), (count, model) in light_convs(names).items():
         x = rng.standard_normal(xs).astype(np.float32)

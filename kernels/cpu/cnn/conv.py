@@ -22,8 +22,9 @@ Strategy, chosen once per geometry (a cached plan holds every slice it copies):
   * 2-D float32, group 1, C_in >= 16, kernel larger than 1x1 (blocked_direct_wins:
     all but the stride-1 3x3s above 8x8 outputs that Winograd takes; grouped ones with
     C_in / group >= 16 per group), and short reductions (C * kh * kw from DIRECT_MIN_K
-    to DIRECT_MAX_K: 16 -> 64 3x3, 7x7 stems): a cache-blocked direct convolution whose register blocks of 4 channels x 24 outputs
-    accumulate in vector registers (direct_conv.py), no tap stack;
+    to DIRECT_MAX_K: 16 -> 64 3x3, 7x7 stems): a cache-blocked direct convolution
+    whose register blocks of 4 channels x 24 outputs accumulate in vector registers
+    (direct_conv.py), no tap stack;
   * 3x3 stride-1, float32/float64, many channels: Winograd F(4x4, 3x3) from 28x28 outputs, else
     F(2x2, 3x3): 36 or 16 GEMMs on transformed 6x6 / 4x4 tiles (4x / 2.25x fewer
     multiplies), the tile transforms themselves GEMMs with Kronecker matrices;
