@@ -9,6 +9,7 @@ from caffe2py.kernels.cpu.math import gemm as gemm_k
 from caffe2py.kernels.cpu.cnn import norm as norm_k
 from caffe2py.kernels.cpu.cnn import onnx_nn as nn_k
 from caffe2py.kernels.cpu.cnn import pool as pool_k
+from caffe2py.kernels.cpu.math.softmax_rows import softmax_rows
 from caffe2py.registry import Cost
 from caffe2py.tensors import numpy_dtype
 
@@ -380,6 +381,11 @@ def _softmax_factory(kind):
             # over everything after it; from 13 only along `axis`.
             view = x if modern else nn_k.coerce_2d(x, a)
             ax = a if modern else 1
+            if kind == "soft" and x.size and ax == view.ndim - 1:
+                # normalised along the last axis: the compiled row pass (a classifier's scores)
+                y = softmax_rows(view.reshape(-1, view.shape[-1]) if view.ndim != 2 else view)
+                if y is not None:
+                    return y.reshape(x.shape)
             if kind == "hard":
                 y = nn_k.hardmax_axis(view, ax)
             else:

@@ -1,0 +1,131 @@
+"""The light models' non-convolution kernels on their compiled paths (inference batch
+norm, softmax rows, one-row Gemm, pools): each against a NumPy formula written here,
+on the edges of the path (tails, several images, team blocks 1 / 2 / 3)."""
+import numpy as np
+import pytest
+
+from caffe2py.kernels.cpu.cnn import norm as norm_k
+from caffe2py.kernels.cpu.runtime import jit
+
+
+def _bn_reference(x, scale, bias, mean, var, eps, relu):
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    f64 = [np.asarray(v, np.float64).reshape(shape) for v in (scale, bias, mean, var)]
+    y = (x.astype(np.float64) - f64[2]) / np.sqrt(f64[3] + eps) * f64[0] + f64[1]
+    return np.maximum(y, 0) if relu else y
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("stats_dtype", [np.float32, np.float64])
+def test_batch_norm_compiled_pass_on_team_blocks(monkeypatch, dtype, stats_dtype):
+    """NCHW BN (+ ReLU) with the factors worked out in the kernel: several images (row r
+    is channel r % C), a 2-D (N, C) input, read-only statistics of another float type,
+    one block (the serial copy) and 2 / 3 blocks on the team."""
+    rng = np.random.default_rng(3)
+    for shape in [(3, 5, 4, 7), (2, 6), (1, 4, 3, 3, 2)]:
+        c = shape[1]
+        x = rng.standard_normal(shape).astype(dtype)
+        x.flat[1] = np.nan
+        scale, bias, mean = (rng.standard_normal(c).astype(stats_dtype) for _ in range(3))
+        var = (rng.random(c) + 0.1).astype(stats_dtype)
+        for v in (scale, bias, mean, var):
+            v.flags.writeable = False
+        for min_work in (jit.TEAM_MIN_WORK, 1):          # one block, then split
+            monkeypatch.setattr(jit, "TEAM_MIN_WORK", min_work)
+            for relu in (False, True):
+                y = norm_k.batch_norm(x, scale, bias, mean, var, 1e-3, relu=relu)
+                assert y.dtype == dtype and y.shape == x.shape
+                np.testing.assert_allclose(y, _bn_reference(x, scale, bias, mean, var, 1e-3, relu), rtol=1e-5, atol=1e-5)
+                assert np.isnan(y.flat[1]) and np.isnan(y).sum() == 1
+
+
+def test_batch_norm_kernel_blocks_and_twin_agree():
+    """The kernel itself at 1, 2 and 3 blocks (more blocks than rows too) against its
+    NumPy twin and the formula."""
+    rng = np.random.default_rng(4)
+    rows, length, c = 10, 13, 5
+    x = rng.standard_normal((rows, length)).astype(np.float32)
+    stats = [rng.standard_normal(c).astype(np.float32) for _ in range(3)] + [(rng.random(c) + 0.5).astype(np.float32)]
+    want = _bn_reference(x.reshape(2, c, length), *stats, 1e-5, True).reshape(rows, length)
+    twin = np.empty_like(x)
+    norm_k._bn_rows.twin(x, *stats, 1e-5, np.empty((2, c), np.float32), twin, True, 1)
+    np.testing.assert_allclose(twin, want, rtol=1e-5, atol=1e-6)
+    for blocks in (1, 2, 3, 12):
+        y = np.full_like(x, np.inf)
+        with jit.team():
+            norm_k._bn_rows(x, *stats, 1e-5, np.empty((2, c), np.float32), y, True, blocks)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+def _softmax_reference(x2):
+    z = x2.astype(np.float64)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_rows_kernel(dtype):
+    """Rows of 1 and 1000 values, a strided view, large values (the shift matters), a NaN
+    (its row all NaN, others untouched), -inf entries (exp 0), 1 / 2 / 3 blocks."""
+    from caffe2py.kernels.cpu.math import softmax_rows as sm
+    rng = np.random.default_rng(5)
+    for shape in [(1, 1000), (7, 1), (5, 33)]:
+        x = (rng.standard_normal(shape) * 30 + 500).astype(dtype)
+        np.testing.assert_allclose(sm.softmax_rows(x), _softmax_reference(x), rtol=1e-5, atol=1e-7)
+    x = rng.standard_normal((6, 40)).astype(dtype)[:, ::2]
+    x[2, 3] = np.nan
+    x[4, :5] = -np.inf
+    want = _softmax_reference(x)
+    assert np.isnan(want[2]).all()
+    for blocks in (1, 2, 3):
+        y = np.empty(x.shape, dtype)
+        with jit.team():
+            sm._softmax_rows(x, y, blocks)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-7)
+        assert np.isnan(y[2]).all() and not np.isnan(np.delete(y, 2, axis=0)).any()
+        assert (y[4, :5] == 0).all()
+    twin = np.empty(x.shape, dtype)
+    sm._softmax_rows.twin(x, twin, 1)
+    np.testing.assert_allclose(twin, want, rtol=1e-5, atol=1e-7)
+    assert sm.softmax_rows(np.zeros((0, 3), dtype)) is None and sm.softmax_rows(x.astype(np.float16)) is None
+
+
+def test_softmax_ops_use_the_row_pass():
+    """ONNX Softmax (opset 11's 2-D coercion, opset 13's last axis, another axis) and
+    Caffe2's Softmax against the formula; the row pass is what runs."""
+    from caffe2py import workspace
+    from caffe2py.proto import caffe2_pb2
+    from caffe2py.kernels.cpu.math import softmax_rows as sm
+    from onnx import helper, TensorProto
+    from caffe2py.onnx import backend
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    calls = []
+    real = sm._softmax_rows_serial
+
+    class Spy:
+        def __call__(self, *a):
+            calls.append(a[0].shape)
+            return real(*a)
+    for opset, axis, want in [(11, 1, _softmax_reference(x.reshape(2, 12)).reshape(x.shape)),
+                              (13, -1, _softmax_reference(x.reshape(6, 4)).reshape(x.shape)),
+                              (13, 1, np.exp(x) / np.exp(x).sum(axis=1, keepdims=True))]:
+        node = helper.make_node("Softmax", ["x"], ["y"], axis=axis)
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        sm._softmax_rows_serial = Spy()
+        try:
+            got = backend.prepare(model).run({"x": x})[0]
+        finally:
+            sm._softmax_rows_serial = real
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+        assert calls == ([] if opset == 13 and axis == 1 else [(2, 12) if opset == 11 else (6, 4)])
+        calls.clear()
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("x", x)
+    op = caffe2_pb2.OperatorDef(type="Softmax", input=["x"], output=["y"])
+    op.arg.add(name="axis", i=2)
+    workspace.RunOperatorOnce(op)
+    np.testing.assert_allclose(workspace.FetchBlob("y"), _softmax_reference(x.reshape(6, 4)).reshape(x.shape),
+                               rtol=1e-5, atol=1e-7)
