@@ -129,3 +129,37 @@ def test_softmax_ops_use_the_row_pass():
     workspace.RunOperatorOnce(op)
     np.testing.assert_allclose(workspace.FetchBlob("y"), _softmax_reference(x.reshape(6, 4)).reshape(x.shape),
                                rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_row_gemm_and_fc(monkeypatch, dtype):
+    """x (1, K) @ w.T + c: the GEMV path (one block) and the team path (split), C of
+    shape (N,) / (1, N) / none / ignored (beta 0), beta and alpha that fall back to the
+    general path, a read-only w with padded rows, N = 1; Caffe2's FC too."""
+    from caffe2py.kernels.cpu.math import gemm as gemm_k
+    rng = np.random.default_rng(8)
+    k, n = 37, 21
+    x = rng.standard_normal((1, k)).astype(dtype)
+    w = rng.standard_normal((n, k + 3)).astype(dtype)[:, :k]          # rows with a stride of k + 3
+    w.flags.writeable = False
+    c = rng.standard_normal(n).astype(dtype)
+    prod = x.astype(np.float64) @ w.astype(np.float64).T
+    tol = dict(rtol=1e-5, atol=1e-5)
+    gemv_calls = []
+    real_dot = np.dot
+    for min_work in (jit.TEAM_MIN_WORK, 1):
+        monkeypatch.setattr(jit, "TEAM_MIN_WORK", min_work)
+        monkeypatch.setattr(gemm_k.np, "dot", lambda *a, **kw: gemv_calls.append(1) or real_dot(*a, **kw))
+        for cc, alpha, beta, want in [(None, 1.0, 1.0, prod), (c, 1.0, 1.0, prod + c), (c.reshape(1, n), 1.0, 1.0, prod + c),
+                                      (c, 1.0, 0.0, prod), (c, 1.0, 2.0, prod + 2 * c), (c, 3.0, 1.0, 3 * prod + c)]:
+            y = gemm_k.gemm(x, w, cc, alpha, beta, trans_b=True)
+            assert y.shape == (1, n) and y.dtype == dtype
+            np.testing.assert_allclose(y, want, **tol)
+        np.testing.assert_allclose(gemm_k.fc(x, w, c), prod + c, **tol)
+        np.testing.assert_allclose(gemm_k.gemm(x, w[:1], c[:1], trans_b=True), prod[:, :1] + c[:1], **tol)
+        monkeypatch.undo()
+        # one block only (N = 1 is one block always), beta / alpha 1 or C ignored
+        assert len(gemv_calls) == (6 if min_work > 1 else 1)
+        gemv_calls.clear()
+    with pytest.raises(ValueError, match="broadcast"):
+        gemm_k.gemm(x, w, rng.standard_normal((2, n)).astype(dtype), trans_b=True)
