@@ -705,9 +705,10 @@ def test_a_process_whose_workers_are_starved_compiles_the_kernel_itself(tmp_path
 
 
 def _light_model_op_results(rng):
-    """Inference batch norm (+ ReLU), serial and on the team."""
+    """Inference batch norm (+ ReLU) and softmax rows, serial and on the team."""
     from caffe2py.kernels.cpu.cnn import norm as norm_k
-    out = []
+    from caffe2py.kernels.cpu.math.softmax_rows import softmax_rows
+    out = [softmax_rows(_rand(rng, 1, 1000)), softmax_rows(_rand(rng, 300, 200))]
     for shape in ((2, 6, 5, 5), (1, 64, 32, 32)):
         x = _rand(rng, *shape)
         c = shape[1]

@@ -163,3 +163,61 @@ def test_one_row_gemm_and_fc(monkeypatch, dtype):
         gemv_calls.clear()
     with pytest.raises(ValueError, match="broadcast"):
         gemm_k.gemm(x, w, rng.standard_normal((2, n)).astype(dtype), trans_b=True)
+
+
+def _pool_reference(x, kernel, strides, pads, is_max, include_pad=False):
+    """Loops over windows in float64 (pads skipped for max, counted only if include_pad)."""
+    n, c, h, w = x.shape
+    oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
+    ow = (w + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
+    out = np.empty((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            y0, x0 = i * strides[0] - pads[0], j * strides[1] - pads[1]
+            win = x[:, :, max(y0, 0):y0 + kernel[0], max(x0, 0):x0 + kernel[1]].astype(np.float64)
+            if is_max:
+                out[:, :, i, j] = win.max(axis=(2, 3))
+            else:
+                out[:, :, i, j] = win.sum(axis=(2, 3)) / (kernel[0] * kernel[1] if include_pad else win[0, 0].size)
+    return out
+
+
+def test_onnx_pool_ops_reuse_their_plan_per_shape(monkeypatch):
+    """ONNX MaxPool / AveragePool: the first call of a shape runs the pool's full path,
+    later calls of that shape its cached compiled plan; a second shape gets its own,
+    an input of the wrong rank still fails, auto_pad
+    follows the shape; the values are the window formula's every time."""
+    from onnx import helper, TensorProto
+    from caffe2py.errors import Caffe2Error
+    from caffe2py.kernels.cpu.cnn import pool as pool_k
+    from caffe2py.onnx import backend
+    rng = np.random.default_rng(9)
+    full_calls = []
+    for op, attrs, is_max in [("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1]), True),
+                              ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"), False),
+                              ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1), False)]:
+        node = helper.make_node(op, ["x"], ["y"], **attrs)
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        rep = backend.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]))
+        name = "max_pool" if is_max else "average_pool"
+        real = getattr(pool_k, name)
+        monkeypatch.setattr(pool_k, name, lambda *a, **k: full_calls.append(a[0].shape) or real(*a, **k))
+        for shape in [(1, 5, 9, 8)] * 3 + [(2, 3, 6, 7)] * 2 + [(1, 5, 9, 8)]:
+            x = rng.standard_normal(shape).astype(np.float32)
+            x[0, 0, 1, 1] = np.nan
+            if "auto_pad" in attrs:        # SAME_UPPER: the extra pad at the end
+                ph, pw = [max((-(-s // 2) - 1) * 2 + 3 - s, 0) for s in shape[2:]]
+                pads = [ph // 2, pw // 2, ph - ph // 2, pw - pw // 2]
+                strides = [2, 2]
+            else:
+                pads, strides = attrs["pads"], attrs.get("strides", [1, 1])
+            want = _pool_reference(x, attrs["kernel_shape"], strides, pads, is_max, attrs.get("count_include_pad", 0))
+            got = rep.run({"x": x})[0]
+            assert got.dtype == np.float32 and got.flags.c_contiguous
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        assert full_calls == [(1, 5, 9, 8), (2, 3, 6, 7)], (op, full_calls)
+        full_calls.clear()
+        with pytest.raises(Caffe2Error):
+            rep.run({"x": rng.standard_normal((1, 5, 9)).astype(np.float32)})
+        monkeypatch.undo()

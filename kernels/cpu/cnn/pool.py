@@ -5,6 +5,8 @@ Public:
     average_pool(x, kernel, strides, pads, count_include_pad=False, ceil_mode=False, *, scratch=None)
     global_pool(x, kind)            kind "max" or "avg"/"average"
     pool_output_shape(spatial, kernel, strides, pads, dilations, ceil_mode)
+    prepared_pool(shape, dtype, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad) -> plan or None
+    run_prepared(x, plan)           an op's pool for a shape it saw before, no set-up per call
 
 2-D float32/float64 pools run compiled kernels:
   * strided in both dims (the downsampling pools of CNNs), `_strided_pool2d`: per
@@ -753,6 +755,23 @@ def _fast_pool(x, kernel, strides, pads, dilations, ceil_mode, is_max, include_p
     if x.itemsize * _values(plan[2]) > _PLAN_RECHECK_BYTES:
         _check(x.shape, x.itemsize, kernel, strides, pads, dilations)
     return _run_plan(x, plan)
+
+
+def prepared_pool(shape, dtype, kernel, strides, pads, dilations, ceil_mode, is_max, include_pad):
+    """For an op that calls max_pool / average_pool with fixed arguments: the compiled
+    plan those calls take for inputs of this shape and dtype, which run_prepared(x, plan)
+    then runs with no per-call set-up at all; None where they take another path (or
+    where the plan must not be reused: an output big enough to recheck the memory
+    limit per call). Call it only after the pool ran once with these arguments (its
+    checks passed)."""
+    plan = _checked_plan(tuple(shape), np.dtype(dtype), tuple(kernel), tuple(strides), tuple(pads),
+                         tuple(dilations), bool(ceil_mode), is_max, bool(include_pad))
+    if plan is None or np.dtype(dtype).itemsize * _values(plan[2]) > _PLAN_RECHECK_BYTES:
+        return None
+    return plan
+
+
+run_prepared = _run_plan
 
 
 def _values(shape):
