@@ -705,10 +705,19 @@ def test_a_process_whose_workers_are_starved_compiles_the_kernel_itself(tmp_path
 
 
 def _light_model_op_results(rng):
-    """Inference batch norm (+ ReLU) and softmax rows, serial and on the team."""
+    """Inference batch norm (+ ReLU), softmax rows, the output passes and the global
+    mean, each serial (one block) and on the team."""
     from caffe2py.kernels.cpu.cnn import norm as norm_k
     from caffe2py.kernels.cpu.math.softmax_rows import softmax_rows
     out = [softmax_rows(_rand(rng, 1, 1000)), softmax_rows(_rand(rng, 300, 200))]
+    big = _rand(rng, 1, 64, 32, 32)
+    out.append(epilogue.channel_affine(big, _rand(rng, 64), _rand(rng, 64), relu=True))
+    out.append(epilogue.finish_channels(big.copy(), _rand(rng, 64), _rand(rng, 1, 64, 32, 32), relu=True))
+    for rows, length in ((3, 36), (64, 1024)):
+        dst = np.zeros((rows, 4, 7), np.float32)
+        epilogue.finish_rows_into(_rand(rng, rows, length), length // 4, _rand(rng, rows), dst, 0, True)
+        out.append(dst)
+    out.append(pool_k.global_pool(_rand(rng, 2, 64, 20, 20), "avg"))
     for shape in ((2, 6, 5, 5), (1, 64, 32, 32)):
         x = _rand(rng, *shape)
         c = shape[1]

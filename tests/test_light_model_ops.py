@@ -221,3 +221,41 @@ def test_onnx_pool_ops_reuse_their_plan_per_shape(monkeypatch):
         with pytest.raises(Caffe2Error):
             rep.run({"x": rng.standard_normal((1, 5, 9)).astype(np.float32)})
         monkeypatch.undo()
+
+
+def test_one_block_output_passes_run_serial_copies(monkeypatch):
+    """The conv output passes, the BN affine pass and the global mean take their serial
+    copy for one block (no parallel region) and the team kernel for more; both give the
+    formula's values."""
+    from caffe2py.kernels.cpu.cnn import pool as pool_k
+    from caffe2py.kernels.cpu.math import epilogue
+    rng = np.random.default_rng(10)
+    y0 = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
+    bias, res = rng.standard_normal(3).astype(np.float32), rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
+    mul, add = rng.standard_normal(3).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    acc = rng.standard_normal((3, 4 * 9)).astype(np.float32)          # 4 padded rows of 9, 7 kept
+    big = rng.standard_normal((2, 40, 12, 12)).astype(np.float32)     # global mean: 4096+ values compiled
+    b3 = bias.reshape(1, 3, 1, 1)
+    for split, suffix in ((False, "_serial"), (True, "")):
+        if split:                  # two blocks, whatever the team's size on this machine
+            for mod in (epilogue, pool_k):
+                monkeypatch.setattr(mod, "team_blocks", lambda count, work: min(count, 2))
+        used = []
+        for mod, name in ((epilogue, "_finish_rows"), (epilogue, "_crop_rows"), (epilogue, "_affine_rows"),
+                          (pool_k, "_row_means")):
+            for variant in (name, name + "_serial"):
+                real = getattr(mod, variant)
+                monkeypatch.setattr(mod, variant, lambda *a, _r=real, _n=variant: used.append(_n) or _r(*a))
+        got = epilogue.finish_channels(y0.copy(), bias, res, relu=True)
+        np.testing.assert_allclose(got, np.maximum(y0 + b3 + res, 0), rtol=1e-6, atol=1e-6)
+        got = epilogue.channel_affine(y0, mul, add, relu=False)
+        np.testing.assert_allclose(got, y0 * mul.reshape(1, 3, 1, 1) + add.reshape(1, 3, 1, 1), rtol=1e-6, atol=1e-6)
+        out = np.full((3, 6, 7), np.nan, np.float32)
+        epilogue.finish_rows_into(acc, 9, bias, out, 2, True)
+        want = np.maximum(acc.reshape(3, 4, 9)[:, :, :7] + bias.reshape(3, 1, 1), 0)
+        np.testing.assert_allclose(out[:, 2:6], want, rtol=1e-6, atol=1e-6)
+        assert np.isnan(out[:, :2]).all()
+        np.testing.assert_allclose(pool_k.global_pool(big, "avg"), big.astype(np.float64).mean(axis=(2, 3), keepdims=True),
+                                   rtol=1e-5, atol=1e-6)
+        assert used == [n + suffix for n in ("_finish_rows", "_affine_rows", "_crop_rows", "_row_means")], used
+        monkeypatch.undo()

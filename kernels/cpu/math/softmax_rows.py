@@ -33,7 +33,9 @@ def _softmax_rows(x, y, blocks):
                 top = v if v > top else top
                 nan = nan or v != v
             if nan:                     # NumPy's max is NaN then, and so is every value
-                top = src[0] * 0 + np.nan
+                for i in range(src.shape[0]):
+                    dst[i] = np.nan
+                continue
             total = 0.0                 # float64 sum: no worse than NumPy's pairwise one
             for i in range(src.shape[0]):
                 e = np.exp(src[i] - top)
