@@ -121,6 +121,7 @@ def _everything():
         out.append(wide)
     out.append(layout.channel_shuffle(y, 3))
     out.append(epilogue.channel_affine(y, _rand(rng, 6), _rand(rng, 6), relu=True))
+    out.extend(_light_model_op_results(rng))
     out.append(epilogue.finish_channels(y.copy(), _rand(rng, 6), _rand(rng, 2, 6, 5, 5), relu=True))
     a, bm = _rand(rng, 3, 40, 30), _rand(rng, 3, 30, 20)
     out.append(gemm_into(a, bm, np.empty((3, 40, 20), np.float32), _rand(rng, 120), _rand(rng, 3, 40, 20), True))
@@ -718,3 +719,26 @@ def test_a_process_whose_workers_are_starved_compiles_the_kernel_itself(tmp_path
     assert done.returncode == 0, done.stderr
     # the twin first, for the wait (0.5 s at 0.05 s a call), then machine code
     assert done.stdout.split() == ["False", "True", "True"]
+
+
+def _light_model_op_results(rng):
+    """Inference batch norm (+ ReLU), softmax rows, the output passes and the global
+    mean, each serial (one block) and on the team."""
+    from caffe2py.kernels.cpu.cnn import norm as norm_k
+    from caffe2py.kernels.cpu.math.softmax_rows import softmax_rows
+    out = [softmax_rows(_rand(rng, 1, 1000)), softmax_rows(_rand(rng, 300, 200))]
+    big = _rand(rng, 1, 64, 32, 32)
+    out.append(epilogue.channel_affine(big, _rand(rng, 64), _rand(rng, 64), relu=True))
+    out.append(epilogue.finish_channels(big.copy(), _rand(rng, 64), _rand(rng, 1, 64, 32, 32), relu=True))
+    for rows, length in ((3, 36), (64, 1024)):
+        dst = np.zeros((rows, 4, 7), np.float32)
+        epilogue.finish_rows_into(_rand(rng, rows, length), length // 4, _rand(rng, rows), dst, 0, True)
+        out.append(dst)
+    out.append(pool_k.global_pool(_rand(rng, 2, 64, 20, 20), "avg"))
+    for shape in ((2, 6, 5, 5), (1, 64, 32, 32)):
+        x = _rand(rng, *shape)
+        c = shape[1]
+        stats = [_rand(rng, c) for _ in range(3)] + [np.abs(_rand(rng, c)) + 0.1]
+        out.append(norm_k.batch_norm(x, *stats, 1e-5, relu=True))
+        out.append(norm_k.batch_norm(x, *stats, 1e-3))
+    return out

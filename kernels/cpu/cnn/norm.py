@@ -3,8 +3,8 @@
 Public:
     batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1) -> y
         y = (x - mean) / sqrt(var + epsilon) * scale + bias per channel on `axis`
-        (axis=1 for NCHW, -1 for NHWC); float NCHW input runs one compiled pass
-        (epilogue.channel_affine).
+        (axis=1 for NCHW, -1 for NHWC); float NCHW input with float statistics runs
+        one compiled pass that also works out the per-channel factors (_bn_rows).
     bn_affine(scale, bias, mean, var, epsilon, dtype) -> (mul, add)
         the per-channel factors batch_norm applies: y = x * mul + add (also used to
         fold a BN into the preceding convolution).
@@ -22,6 +22,8 @@ import numpy as np
 from ..math.elementwise import relu as relu_into
 from ..math.elementwise import row_scalars
 from ..math.epilogue import channel_affine
+from ..runtime.jit import compiled, prange, serial_variant, team, team_blocks
+from ..runtime.output_pool import output_array
 
 
 def bn_affine(scale, bias, mean, var, epsilon, dtype=np.float32):
@@ -40,6 +42,10 @@ def _channel_shape(x, axis, c):
 def batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1, relu=False):
     """Inference batch norm; relu=True clamps at zero in place on the fresh result
     (the fused BN + Relu that caffe2py.optimize makes of a pre-activation pair)."""
+    if x.ndim >= 2 and (axis == 1 or axis == 1 - x.ndim) and x.dtype in _FLOATS and x.size:
+        y = _nchw_batch_norm(x, (scale, bias, mean, var), epsilon, relu)
+        if y is not None:
+            return y
     axis = axis % x.ndim if x.ndim else 0
     c = x.shape[axis] if x.ndim > 1 else x.size
     for name, v in (("scale", scale), ("bias", bias), ("mean", mean), ("var", var)):
@@ -60,6 +66,70 @@ def batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1, relu=False):
         y += add.reshape(shape)
     if relu:
         relu_into(y, out=y)
+    return y
+
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@compiled(parallel=True)
+def _bn_rows(x, scale, bias, mean, var, eps, factors, y, relu, blocks):
+    """y[r] = [relu](x[r] * mul + add) for rows r of x (R, L), channel r % C, where
+    mul = scale / sqrt(var + eps) and add = bias - mean * mul are worked out in float64
+    and rounded to x's dtype (bn_affine's numbers exactly). factors: (2, C) scratch of
+    x's dtype; the statistics are 1-D float arrays of C values."""
+    channels = scale.shape[0]
+    for c in range(channels):
+        m = np.float64(scale[c]) / np.sqrt(np.float64(var[c]) + eps)
+        factors[0, c] = m
+        factors[1, c] = np.float64(bias[c]) - np.float64(mean[c]) * m
+    for t in prange(blocks):
+        lo, hi = x.shape[0] * t // blocks, x.shape[0] * (t + 1) // blocks
+        length = x.shape[1]
+        for r in range(lo, hi):
+            src = x[r]
+            dst = y[r]
+            a = factors[0, r % channels]
+            b = factors[1, r % channels]
+            if relu:
+                for i in range(length):
+                    v = src[i] * a + b
+                    dst[i] = 0.0 if v < 0 else v
+            else:
+                for i in range(length):
+                    dst[i] = src[i] * a + b
+
+
+@_bn_rows.numpy_twin
+def _bn_rows_numpy(x, scale, bias, mean, var, eps, factors, y, relu, blocks):
+    mul, add = bn_affine(scale, bias, mean, var, eps, x.dtype)
+    rows = x.shape[0]
+    np.multiply(x, np.resize(mul, rows)[:, None], out=y)
+    y += np.resize(add, rows)[:, None]
+    if relu:
+        np.maximum(y, y.dtype.type(0), out=y)
+
+
+_bn_rows_serial = serial_variant(_bn_rows, "_bn_rows_serial")
+
+
+def _nchw_batch_norm(x, stats, epsilon, relu):
+    """batch_norm on (N, C, ...) float input in one compiled pass, or None when the
+    statistics are not float32/float64 vectors of C values (the general path then
+    reports or handles them)."""
+    c = x.shape[1]
+    vectors = []
+    for v in stats:
+        if not isinstance(v, np.ndarray) or v.size != c or v.dtype not in _FLOATS:
+            return None
+        vectors.append(v.reshape(-1) if v.flags.c_contiguous else np.ascontiguousarray(v).reshape(-1))
+    rows = x.shape[0] * c
+    src = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(rows, -1)
+    y = output_array(x.shape, x.dtype)
+    blocks = team_blocks(rows, src.shape[1])
+    kernel = _bn_rows if blocks > 1 else _bn_rows_serial     # no parallel region for one block
+    with team():
+        kernel(src, *vectors, float(epsilon), np.empty((2, c), x.dtype), y.reshape(rows, -1), relu, blocks)
     return y
 
 

@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from ..runtime.output_pool import output_array
+from .softmax_rows import softmax_rows
 
 
 
@@ -133,4 +134,6 @@ def softmax(x, axis):
         return np.empty_like(x)
     axis = axis % x.ndim if x.ndim else 0
     rows = math.prod(x.shape[:axis])
-    return softmax_2d(x.reshape(rows, -1)).reshape(x.shape)
+    x2 = x.reshape(rows, -1)
+    y = softmax_rows(x2)           # float rows: one compiled pass
+    return (y if y is not None else softmax_2d(x2)).reshape(x.shape)
