@@ -57,6 +57,7 @@ from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, fini
 from ..runtime.output_pool import output_array
 from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size, thread_id
 from .shift_conv import shift_plan
+from .stem_conv import STEM_MAX_CHANNELS, stem_plan
 from ..math.team_gemm import gemm_into
 from .winograd import winograd_plan, winograd_tile
 
@@ -290,6 +291,10 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     if all(kk == 1 for kk in kernel) and not any(pads):
         product = grouped_pointwise_product(m, group, out_spatial, dtype) or gemm_into
         plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial, product)
+        plan.takes_residual = True
+    elif k == 2 and group == 1 and c <= STEM_MAX_CHANNELS and (
+            stem := stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
+        plan.compute = stem
         plan.takes_residual = True
     elif k == 2 and group == 1 and all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * m <= c and (
             shift := shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype)):
