@@ -62,7 +62,7 @@ def _conv():
 
 # kind -> (label of the older path, switch to it, switch back)
 VARIANTS = {
-    "depthwise": ("strided loads", _set(_depthwise, "PHASED_MIN_STRIDE", 1 << 30), _set(_depthwise, "PHASED_MIN_STRIDE", 2)),
+    "depthwise": ("strided loads", _set(_depthwise, "PHASED", False), _set(_depthwise, "PHASED", True)),
 }
 
 
