@@ -91,11 +91,16 @@ def _everything():
         out.append(pool_k.average_pool(g, (2, 2), (2, 2), (1, 0, 1, 1), count_include_pad=True))   # _pool2x2s2
         out.append(pool_k.max_pool(g, (3, 3), (1, 1), (0, 0, 0, 0)))
         out.append(pool_k.average_pool(g, (3, 3), (1, 1), (0, 1, 0, 0), count_include_pad=True))
-    # grouped 1x1 convs (grouped_pointwise.py): one block on the calling thread, and
-    # enough work for the team, strided, with bias and ReLU
-    out.append(conv_k.conv_nchw(_rand(rng, 1, 8, 6, 6), _rand(rng, 8, 4, 1, 1), _rand(rng, 8), (1, 1),
+    # grouped 1x1 convs (grouped_pointwise.py) on BLAS (maps under 24 pixels, float64):
+    # one block on the calling thread, and enough work for the team, strided, with bias and ReLU
+    out.append(conv_k.conv_nchw(_rand(rng, 1, 8, 4, 5), _rand(rng, 8, 4, 1, 1), _rand(rng, 8), (1, 1),
                                 (0, 0, 0, 0), (1, 1), 2, activation="relu"))
-    out.append(conv_k.conv_nchw(_rand(rng, 1, 64, 80, 80), _rand(rng, 64, 16, 1, 1), None, (2, 2),
+    out.append(conv_k.conv_nchw(_rand(rng, 1, 64, 80, 80).astype(np.float64),
+                                _rand(rng, 64, 16, 1, 1).astype(np.float64), None, (2, 2), (0, 0, 0, 0), (1, 1), 4))
+    # ... and through the direct kernel (float32 maps of 24 pixels or more): serial, on the team
+    out.append(conv_k.conv_nchw(_rand(rng, 1, 8, 5, 5), _rand(rng, 6, 4, 1, 1), _rand(rng, 6), (1, 1),
+                                (0, 0, 0, 0), (1, 1), 2, activation="relu"))
+    out.append(conv_k.conv_nchw(_rand(rng, 1, 64, 30, 30), _rand(rng, 64, 16, 1, 1), None, (1, 1),
                                 (0, 0, 0, 0), (1, 1), 4))
     wide = _rand(rng, 1, 64, 64, 64)
     out.append(conv_k.conv_nchw(wide, _rand(rng, 8, 64, 3, 3), None, (2, 2), (1, 1, 1, 1), (1, 1), 1))

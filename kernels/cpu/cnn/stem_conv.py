@@ -59,26 +59,32 @@ def _finish(o0, r0, at, u, b, has_residual, relu, zero):
 
 @compiled(parallel=True)
 def _stem_rows(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, blocks):
-    """out (M, OH, OW) = [relu](sum over taps k of wpack[., k, .] * flat[oy * wq + ox +
-    offsets[k]] + bias + residual), OW >= 24. flat: the phase buffers, long enough that
-    (OH - 1) * wq + OW - 1 + offsets[k] < len(flat) for every k (the caller checked);
-    wpack (ceil(M/4), K, 4), zero past M; residual (M, OH * OW) when has_residual.
-    Output rows in `blocks` contiguous ranges on the team. A row is blocks of 24
+    """For each group g: out[g] (M, OH, OW) = [relu](sum over taps k of wpack[g, ., k, .]
+    * flat[g, oy * wq + ox + offsets[k]] + bias[g * M + .] + residual[g]), OW >= 24.
+    flat (G, L): the phase buffers of each group, long enough that (OH - 1) * wq + OW - 1
+    + offsets[k] < L for every k (the caller checked); wpack (G, ceil(M/4), K, 4), zero
+    past M; residual (G, M, OH * OW) when has_residual. All C-contiguous. The G * OH
+    output rows in `blocks` contiguous ranges on the team (a stem has one group; a
+    grouped 1x1 convolution is G groups of one row of OH * OW outputs, offsets[k] = k * P). A row is blocks of 24
     outputs; a rest of 9..23 is one more block moved back to end at the row's end, a
     rest of 1..8 one vector moved back the same way (4 accumulators: half the FMA rate,
     so only worth it for one vector instead of three)."""
-    m, oh, ow = out.shape
-    n_cb = wpack.shape[0]
-    k_count = wpack.shape[1]
+    groups, m, oh, ow = out.shape
+    n_cb = wpack.shape[1]
+    k_count = wpack.shape[2]
+    items = groups * oh
     rest = ow % 24
     n_pb = ow // 24 + (1 if rest > 8 else 0)
     n_tail = 1 if 0 < rest <= 8 else 0
-    x0 = address(flat)
-    o0 = address(out)
-    r0 = address(residual)
     zero = vzeros(LANES_8)
     for t in prange(blocks):
-        for oy in range(oh * t // blocks, oh * (t + 1) // blocks):
+        for item in range(items * t // blocks, items * (t + 1) // blocks):
+            g = item // oh
+            oy = item - g * oh
+            x0 = address(flat) + g * flat.shape[1] * 4
+            o0 = address(out) + g * m * oh * ow * 4
+            r0 = address(residual) + (g * m * oh * ow * 4 if has_residual else 0)
+            wg = wpack[g]
             for pb in range(n_pb):
                 ox = min(pb * 24, ow - 24)          # the last block ends at the row's end
                 p0 = oy * wq + ox
@@ -89,7 +95,7 @@ def _stem_rows(flat, offsets, wpack, bias, has_bias, residual, has_residual, rel
                         v0 = vload_f32(LANES_8, at)
                         v1 = vload_f32(LANES_8, at + 32)
                         v2 = vload_f32(LANES_8, at + 64)
-                        c0, c1, c2, c3 = wpack[cb, k, 0], wpack[cb, k, 1], wpack[cb, k, 2], wpack[cb, k, 3]
+                        c0, c1, c2, c3 = wg[cb, k, 0], wg[cb, k, 1], wg[cb, k, 2], wg[cb, k, 3]
                         a00 = vfma(a00, c0, v0)
                         a01 = vfma(a01, c0, v1)
                         a02 = vfma(a02, c0, v2)
@@ -112,7 +118,7 @@ def _stem_rows(flat, offsets, wpack, bias, has_bias, residual, has_residual, rel
                             u0, u1, u2 = a20, a21, a22
                         else:
                             u0, u1, u2 = a30, a31, a32
-                        b = bias[o] if has_bias else np.float32(0.0)
+                        b = bias[g * m + o] if has_bias else np.float32(0.0)
                         at = (o * oh + oy) * ow + ox
                         _finish(o0, r0, at, u0, b, has_residual, relu, zero)
                         _finish(o0, r0, at + 8, u1, b, has_residual, relu, zero)
@@ -124,32 +130,33 @@ def _stem_rows(flat, offsets, wpack, bias, has_bias, residual, has_residual, rel
                     a0 = a1 = a2 = a3 = zero
                     for k in range(k_count):
                         v0 = vload_f32(LANES_8, x0 + (p0 + offsets[k]) * 4)
-                        a0 = vfma(a0, wpack[cb, k, 0], v0)
-                        a1 = vfma(a1, wpack[cb, k, 1], v0)
-                        a2 = vfma(a2, wpack[cb, k, 2], v0)
-                        a3 = vfma(a3, wpack[cb, k, 3], v0)
+                        a0 = vfma(a0, wg[cb, k, 0], v0)
+                        a1 = vfma(a1, wg[cb, k, 1], v0)
+                        a2 = vfma(a2, wg[cb, k, 2], v0)
+                        a3 = vfma(a3, wg[cb, k, 3], v0)
                     for j in range(min(4, m - cb * 4)):
                         o = cb * 4 + j
                         u0 = a0 if j == 0 else (a1 if j == 1 else (a2 if j == 2 else a3))
-                        b = bias[o] if has_bias else np.float32(0.0)
+                        b = bias[g * m + o] if has_bias else np.float32(0.0)
                         _finish(o0, r0, (o * oh + oy) * ow + ox, u0, b, has_residual, relu, zero)
 
 
 @_stem_rows.numpy_twin
 def _stem_rows_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, blocks):
-    """All outputs at once: the taps gathered (K, OH, OW), one product."""
-    m, oh, ow = out.shape
+    """Per group, all outputs at once: the taps gathered (K, OH, OW), one product."""
+    groups, m, oh, ow = out.shape
     pixels = (np.arange(oh)[:, None] * wq + np.arange(ow)[None, :]).reshape(-1)
-    taps = flat[offsets[:, None] + pixels[None, :]]
-    w2 = wpack.transpose(0, 2, 1).reshape(-1, wpack.shape[1])[:m]
-    y = (w2 @ taps).reshape(m, oh, ow)
-    if has_bias:
-        y = y + bias[:m].reshape(m, 1, 1)
-    if has_residual:
-        y = y + residual.reshape(m, oh, ow)
-    if relu:
-        y = np.maximum(y, np.float32(0))
-    out[...] = y
+    for g in range(groups):
+        taps = flat[g][offsets[:, None] + pixels[None, :]]
+        w2 = wpack[g].transpose(0, 2, 1).reshape(-1, wpack.shape[2])[:m]
+        y = (w2 @ taps).reshape(m, oh, ow)
+        if has_bias:
+            y = y + bias[g * m:(g + 1) * m].reshape(m, 1, 1)
+        if has_residual:
+            y = y + residual[g].reshape(m, oh, ow)
+        if relu:
+            y = np.maximum(y, np.float32(0))
+        out[g] = y
 
 
 @compiled(parallel=True)
@@ -210,7 +217,7 @@ def _stem_phases_numpy(img, buf, sh, sw, pt, pl, blocks):
 # One block runs without a parallel region (phases.py's serial copy says why).
 _stem_phases_serial = serial_variant(_stem_phases, "_stem_phases_serial")
 _stem_rows_serial = serial_variant(_stem_rows, "_stem_rows_serial")
-_NO_RESIDUAL = np.zeros((1, 1), np.float32)
+_NO_RESIDUAL = np.zeros((1, 1, 1), np.float32)
 
 
 def stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
@@ -243,7 +250,7 @@ def stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     if (h - 1 + pt) // sh >= rows or (wd - 1 + pl) // sw >= wq:
         raise AssertionError("stem conv phase buffers too small")
     key = ("stem_phases", sh, sw, pt, pl)
-    packed = DerivedWeights(pack_weights)
+    packed = DerivedWeights(lambda w: pack_weights(w)[None])
     row_work = -(-m // CHANNELS) * -(-ow // PIXELS) * PIXELS * CHANNELS * c * kh * kw
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
@@ -256,7 +263,7 @@ def stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
             grid = scratch.zeros(key, (sh * sw, c, rows, wq), np.float32)
             copy_blocks = team_blocks(c * h, wd)
             (_stem_phases if copy_blocks > 1 else _stem_phases_serial)(x[i], grid, sh, sw, pt, pl, copy_blocks)
-            res = residual[i].reshape(m, oh * ow) if residual is not None else _NO_RESIDUAL
-            kernel(grid.reshape(-1), offsets, wpack, b, bias is not None, res, residual is not None, relu, out[i], wq,
-                   blocks)
+            res = residual[i].reshape(1, m, oh * ow) if residual is not None else _NO_RESIDUAL
+            kernel(grid.reshape(1, -1), offsets, wpack, b, bias is not None, res, residual is not None, relu,
+                   out[i][None], wq, blocks)
     return compute
