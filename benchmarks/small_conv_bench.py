@@ -1,13 +1,15 @@
 """Per-layer times of the light models' small convolutions (issue #38, task S): the
 C_in = 3 stems, ShuffleNet's depthwise 3x3 and grouped 1x1 layers; ours (conv_nchw
-with bias, the plan conv.py picks) against onnxruntime's single Conv node, both on one
-thread, by this thread's CPU time, in alternating blocks. Where a layer has an older
-path that a module switch restores (`VARIANTS`), both are timed in the same process.
+with bias, the plan conv.py picks), the path before (restored by a module switch,
+`VARIANTS`) and onnxruntime's single Conv node, all on one thread, by this thread's CPU
+time, in one process, taking turns round by round.
 
-    python benchmarks/small_conv_bench.py [--kind stem,depthwise,grouped] [--runs 30]
+    python benchmarks/small_conv_bench.py [--kind stem,depthwise,grouped] [--runs 100]
+    python benchmarks/small_conv_bench.py --models shufflenet,squeezenet --runs 10 --rounds 5
 """
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -16,7 +18,7 @@ os.environ["OPENBLAS_NUM_THREADS"] = os.environ["CAFFE2PY_NUM_THREADS"]
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _timing import interleaved_ms  # noqa: E402
+from _timing import samples_ms  # noqa: E402
 
 # (kind, name, x shape, w shape, strides, pads, group)
 LAYERS = [
@@ -55,14 +57,22 @@ def _depthwise():
     return depthwise
 
 
-def _conv():
-    from caffe2py.kernels.cpu.cnn import conv
-    return conv
+def _stem():
+    from caffe2py.kernels.cpu.cnn import stem_conv
+    return stem_conv
 
 
-# kind -> (label of the older path, switch to it, switch back)
+def _grouped():
+    from caffe2py.kernels.cpu.cnn import grouped_pointwise
+    return grouped_pointwise
+
+
+# kind -> (switch to the older path, switch back): the flattened-row GEMM or direct_conv
+# for the stems, _depthwise's strided loads, a BLAS GEMM per group
 VARIANTS = {
-    "depthwise": ("strided loads", _set(_depthwise, "PHASED", False), _set(_depthwise, "PHASED", True)),
+    "stem": (_set(_stem, "STEM_MAX_CHANNELS", 0), _set(_stem, "STEM_MAX_CHANNELS", 4)),
+    "depthwise": (_set(_depthwise, "PHASED", False), _set(_depthwise, "PHASED", True)),
+    "grouped": (_set(_grouped, "DIRECT_MIN_PIXELS", 1 << 30), _set(_grouped, "DIRECT_MIN_PIXELS", 24)),
 }
 
 
@@ -82,17 +92,55 @@ def ort_conv(x, w, b, strides, pads, group):
     return lambda: sess.run(None, {"x": x})[0]
 
 
+def alternating(variants, runs, rounds=5):
+    """Per (switch, fn) variant, the samples (ms, this thread's CPU time) of `rounds`
+    rounds of runs / rounds calls each after switch(), the variants taking turns round
+    by round (so all see the same machine load)."""
+    times = [[] for _ in variants]
+    for _ in range(rounds):
+        for (switch, fn), out in zip(variants, times):
+            switch()
+            out.extend(samples_ms(fn, max(1, runs // rounds), warmup=2, clock=time.thread_time))
+    return times
+
+
+def models_before_after(names, rounds, runs):
+    """Whole light models, one process: every path of this task switched to the one
+    before and back, alternating per round with onnxruntime; medians (ms) of the rounds'
+    medians of this thread's CPU time per run."""
+    import light_models
+    light_models.THREADS = 1
+    print("| model | before | after | onnxruntime | before / ort | after / ort |")
+    print("|---|---|---|---|---|---|")
+    for name in names:
+        ours, ort, _ = light_models.prepare_model(name, np.random.default_rng(0))
+        olds = [switch for switch, _ in VARIANTS.values()]
+        news = [switch for _, switch in VARIANTS.values()]
+        rounds_ms = alternating([(lambda: [f() for f in olds], ours), (lambda: [f() for f in news], ours),
+                                 (lambda: None, ort)], runs * rounds, rounds)
+        per_round = [[statistics.median(t[r * runs:(r + 1) * runs]) for r in range(rounds)] for t in rounds_ms]
+        t_old, t_new, t_ort = (statistics.median(v) for v in per_round)
+        print("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |" % (name, t_old, t_new, t_ort, t_old / t_ort, t_new / t_ort))
+        sys.stdout.flush()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kind", default="stem,depthwise,grouped")
-    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--match", default="", help="only layers whose name contains this")
+    parser.add_argument("--models", default="", help="whole light models instead (comma-separated)")
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    if args.models:
+        models_before_after(args.models.split(","), args.rounds, args.runs)
+        return
     from caffe2py.kernels.cpu.cnn import conv as conv_k
     from caffe2py.kernels.cpu.runtime.jit import wait_for_kernels
     rng = np.random.default_rng(0)
     kinds = args.kind.split(",")
-    print("| layer | plan | ours ms | older path ms | onnxruntime ms | ours / ort |")
+    print("median (fastest) of %d calls each, ms" % args.runs)
+    print("| layer | plan | before | after | onnxruntime | after / ort |")
     print("|---|---|---|---|---|---|")
     for kind, name, xs, ws, strides, pads, group in LAYERS:
         if kind not in kinds or args.match not in name:
@@ -100,25 +148,25 @@ def main():
         x = rng.standard_normal(xs).astype(np.float32)
         w = (rng.standard_normal(ws) * 0.1).astype(np.float32)
         b = (rng.standard_normal(ws[0]) * 0.1).astype(np.float32)
+        to_old, to_new = VARIANTS[kind]
         scratch = conv_k.Scratch()
 
         def ours():
             return conv_k.conv_nchw(x, w, b, strides, pads, (1, 1), group, scratch=scratch)
+
         ort = ort_conv(x, w, b, strides, pads, group)
-        err = np.abs(ours() - ort()).max()
+        want = ort()
+        for switch in (to_old, to_new):
+            switch()
+            err = np.abs(ours() - want).max()
+            assert err < 1e-3, (name, err)
         wait_for_kernels()
         plan = conv_k._plan(xs, ws, strides, pads, (1, 1), group, "<f4")
-        kind_name = getattr(plan.compute, "__qualname__", "?").split(".")[0]
-        older = "-"
-        if kind in VARIANTS:
-            _, to_old, to_new = VARIANTS[kind]
-            to_old()
-            t_old, _ = interleaved_ms(ours, ort, args.runs, clock=time.thread_time)
-            to_new()
-            older = "%.3f" % t_old
-        t_ours, t_ort = interleaved_ms(ours, ort, args.runs, clock=time.thread_time)
-        assert err < 1e-3, (name, err)
-        print("| %s | %s | %.3f | %s | %.3f | %.2f |" % (name, kind_name, t_ours, older, t_ort, t_ours / t_ort))
+        kind_name = getattr(getattr(plan.compute, "product", plan.compute), "__qualname__", "?").split(".")[0]
+        t_old, t_new, t_ort = alternating([(to_old, ours), (to_new, ours), (to_new, ort)], args.runs)
+        cells = ["%.3f (%.3f)" % (statistics.median(t), min(t)) for t in (t_old, t_new, t_ort)]
+        print("| %s | %s | %s | %s | %s | %.2f |" % (name, kind_name, *cells, statistics.median(t_new) /
+                                                      statistics.median(t_ort)))
         sys.stdout.flush()
 
 

@@ -292,6 +292,8 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
         product = grouped_pointwise_product(m, group, out_spatial, dtype) or gemm_into
         plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial, product)
         plan.takes_residual = True
+    # Stems (C_in <= 4, float32, rows of 24+ outputs) go to stem_conv.py before the other
+    # kxk paths (numbers: benchmarks/RESULTS.md "Small convolutions").
     elif k == 2 and group == 1 and c <= STEM_MAX_CHANNELS and (
             stem := stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
         plan.compute = stem

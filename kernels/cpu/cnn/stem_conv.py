@@ -35,6 +35,8 @@ from .direct_conv import CHANNELS, PIXELS, pack_weights
 LANES_8 = LazyGlobal(".simd", "LANES_8")
 vzeros = LazyGlobal(".simd", "vzeros")
 vload_f32 = LazyGlobal(".simd", "vload_f32")
+vload_f32_even = LazyGlobal(".simd", "vload_f32_even")
+vload_f32_odd = LazyGlobal(".simd", "vload_f32_odd")
 vfma = LazyGlobal(".simd", "vfma")
 vadds = LazyGlobal(".simd", "vadds")
 vadd = LazyGlobal(".simd", "vadd")
@@ -181,14 +183,22 @@ def _stem_phases(img, buf, sh, sw, pt, pl, blocks):
                     dst[j] = src[j]
             elif sw == 2:
                 # input columns 2u, 2u + 1 go to column u + pl // 2 of phase pl % 2 and
-                # column u + (pl + 1) // 2 of the other: one interleaved load, two stores
+                # column u + (pl + 1) // 2 of the other
                 half = wd // 2
                 even = buf[base + pl % 2, c, q, pl // 2:pl // 2 + half]
                 odd = buf[base + (pl + 1) % 2, c, q, (pl + 1) // 2:(pl + 1) // 2 + half]
-                pairs = src[0:2 * half]
-                for u in range(half):
-                    even[u] = pairs[2 * u]
-                    odd[u] = pairs[2 * u + 1]
+                if half >= 8:
+                    # 16 floats -> 8 even + 8 odd (a load and a shuffle each), the last 16 moved back
+                    s0, e0, d0 = address(src), address(even), address(odd)
+                    for u in range(0, half, 8):
+                        u = min(u, half - 8)
+                        vstore_f32_at(e0 + u * 4, vload_f32_even(LANES_8, s0 + u * 8))
+                        vstore_f32_at(d0 + u * 4, vload_f32_odd(LANES_8, s0 + u * 8))
+                else:
+                    pairs = src[0:2 * half]
+                    for u in range(half):
+                        even[u] = pairs[2 * u]
+                        odd[u] = pairs[2 * u + 1]
                 if wd % 2:
                     buf[base + pl % 2, c, q, (wd - 1 + pl) // 2] = src[wd - 1]
             else:
