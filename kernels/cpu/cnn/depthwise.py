@@ -190,6 +190,22 @@ def _depthwise_phased(x, w, bias, out, cmap, offsets, sh, sw, pt, pl, rows, wq, 
                         for j in range(0, wd, 8):
                             j = min(j, wd - 8) * 4
                             vstore_f32_at(dst + j, vload_f32(LANES_8, src + j))
+                elif sw == 2 and wd >= 16:
+                    # columns 2u, 2u + 1 go to phase pl % 2 at u + pl // 2 and to the other
+                    # at u + (pl + 1) // 2: 16 floats -> 8 even + 8 odd, the last 16 moved
+                    # back; addresses, not row views (a view costs a reference count pair)
+                    half = wd // 2
+                    for i in range(h):
+                        src = x_base + ((c * h + i) * wd) * 4
+                        base = ((i + pt) % sh) * sw * plane + ((i + pt) // sh) * wq
+                        e0 = g0 + (base + (pl % 2) * plane + pl // 2) * 4
+                        d0 = g0 + (base + ((pl + 1) % 2) * plane + (pl + 1) // 2) * 4
+                        for u in range(0, half, 8):
+                            u = min(u, half - 8)
+                            vstore_f32_at(e0 + u * 4, vload_f32_even(LANES_8, src + u * 8))
+                            vstore_f32_at(d0 + u * 4, vload_f32_odd(LANES_8, src + u * 8))
+                        if wd % 2:
+                            grid[base + (pl % 2) * plane + (wd - 1 + pl) // 2] = x[c, i, wd - 1]
                 else:
                     for i in range(h):
                         src = x[c, i]
@@ -204,27 +220,18 @@ def _depthwise_phased(x, w, bias, out, cmap, offsets, sh, sw, pt, pl, rows, wq, 
                             half = wd // 2
                             e0 = base + (pl % 2) * plane + pl // 2
                             o0 = base + ((pl + 1) % 2) * plane + (pl + 1) // 2
-                            if half >= 8:
-                                # 16 input floats -> 8 even + 8 odd, the last 16 moved back
-                                s0 = address(src)
-                                for u in range(0, half, 8):
-                                    u = min(u, half - 8)
-                                    vstore_f32_at(g0 + (e0 + u) * 4, vload_f32_even(LANES_8, s0 + u * 8))
-                                    vstore_f32_at(g0 + (o0 + u) * 4, vload_f32_odd(LANES_8, s0 + u * 8))
-                            else:
-                                even = grid[e0:e0 + half]
-                                odd = grid[o0:o0 + half]
-                                pairs = src[0:2 * half]
-                                for u in range(half):
-                                    even[u] = pairs[2 * u]
-                                    odd[u] = pairs[2 * u + 1]
+                            even = grid[e0:e0 + half]
+                            odd = grid[o0:o0 + half]
+                            pairs = src[0:2 * half]
+                            for u in range(half):
+                                even[u] = pairs[2 * u]
+                                odd[u] = pairs[2 * u + 1]
                             if wd % 2:
                                 grid[base + (pl % 2) * plane + (wd - 1 + pl) // 2] = src[wd - 1]
                         else:
                             for j in range(wd):
                                 grid[base + ((j + pl) % sw) * plane + (j + pl) // sw] = src[j]
                 loaded = c
-            wo = w[o]
             bv = vadds(zero, bias[o])
             out_o = o_base + o * oh * ow * 4
             for step in range(steps):
@@ -234,7 +241,7 @@ def _depthwise_phased(x, w, bias, out, cmap, offsets, sh, sw, pt, pl, rows, wq, 
                 u0 = u1 = u2 = u3 = bv
                 for k in range(k_count):
                     at = offsets[k] * 4
-                    wk = wo[k]
+                    wk = w[o, k]
                     u0 = vfma(u0, wk, vload_f32(LANES_8, i0 + at))
                     u1 = vfma(u1, wk, vload_f32(LANES_8, i1 + at))
                     u2 = vfma(u2, wk, vload_f32(LANES_8, i2 + at))
