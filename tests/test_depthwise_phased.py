@@ -1,6 +1,7 @@
 """The phase-split depthwise kernel (kernels/cpu/cnn/depthwise.py, _depthwise_phased:
-strided float32 depthwise convs and short stride-1 rows, vectors of 8 outputs stored
-straight into the rows): against a float64 depthwise convolution written out here."""
+strided float32 depthwise convs, vectors of 8 outputs stored straight into the rows;
+stride 1 too when PHASED_MAX_STRIDE1_WIDTH admits it): against a float64 depthwise
+convolution written out here."""
 import numpy as np
 import pytest
 
@@ -132,12 +133,11 @@ def test_which_depthwise_convs_take_the_phased_kernel():
         pads = (1, 1, 1, 1)
         shape = out_shape(x_shape, (c, 1) + w_hw, strides, pads, (1, 1))
         return depthwise._phased_layout(x_shape, *w_hw, strides, pads, (1, 1), shape[2:], dtype) is not None
-    # ShuffleNet's: stride 2 at 56, 28; stride 1 at 14
+    # ShuffleNet's stride-2 layers at 56 and 28
     assert phased((1, 112, 56, 56), (2, 2)) and phased((1, 136, 28, 28), (2, 2))
-    assert phased((1, 272, 14, 14), (1, 1))
-    # rows under 8 outputs, long stride-1 rows, float64: _depthwise
+    # rows under 8 outputs, stride 1, float64: _depthwise
     assert not phased((1, 272, 14, 14), (2, 2)) and not phased((1, 544, 7, 7), (1, 1))
-    assert not phased((1, 136, 28, 28), (1, 1))
+    assert not phased((1, 136, 28, 28), (1, 1)) and not phased((1, 272, 14, 14), (1, 1))
     assert not phased((1, 112, 56, 56), (2, 2), "<f8")
 
 

@@ -312,16 +312,18 @@ def channel_map_problem(channel_map, channels):
     return None
 
 
-# float32 depthwise convs with rows of at least 8 outputs take the phase-split kernel
-# (_depthwise_phased) when strided or when the rows are short; PHASED = False switches
-# it off (benchmarks/small_conv_bench.py times both). ShuffleNet's 3x3 layers, one
-# thread, CPU time, fastest of 300 calls on the shared 2-CPU Zen 3 VM, ms before -> after
-# (onnxruntime): 112 ch 56x56/s2 0.29-0.33 -> 0.16 (0.11), 136 ch 28x28/s2 0.12 -> 0.08
-# (0.05), 272 ch 14x14/s1 0.13 -> 0.095-0.099 (0.08-0.09). Rows under 8 outputs (7x7
-# maps) lost with a flat variant (544 ch 7x7: 0.12 -> 0.15), and 136 ch 28x28/s1 was
-# not faster: both keep _depthwise.
+# Strided float32 depthwise convs with rows of at least 8 outputs take the phase-split
+# kernel (_depthwise_phased); PHASED = False switches it off (benchmarks/
+# small_conv_bench.py times both). ShuffleNet's 3x3 layers, one thread, CPU time,
+# fastest of 300 calls on the loaded 2-CPU Zen 3 VM, ms before -> after (onnxruntime):
+# 112 ch 56x56/s2 0.28-0.33 -> 0.15-0.16 (0.11), 136 ch 28x28/s2 0.11-0.12 -> 0.076-0.092
+# (0.05-0.07). Not taken: stride 1 (272 ch 14x14: 0.078-0.080 -> 0.084-0.099, 136 ch
+# 28x28 even) and rows under 8 outputs (7x7 maps; a variant storing 8 lanes a row,
+# the spill overwritten by the next row: 272 ch 14x14/s2 0.081 -> 0.087, 544 ch 7x7
+# 0.082 -> 0.090). PHASED_MAX_STRIDE1_WIDTH admits stride-1 rows up to that width
+# (tests run the kernel there).
 PHASED = True
-PHASED_MAX_STRIDE1_WIDTH = 16
+PHASED_MAX_STRIDE1_WIDTH = 0
 
 
 def _phased_layout(x_shape, kh, kw, strides, pads, dilations, out_spatial, dtype):
