@@ -20,6 +20,9 @@ in registers, with bias and ReLU on the way out (one thread: 272 channels at 14x
     strided loads, vectorised by LLVM when the dilation is 1);
   * other strided kernels: each output row at stride 1 (contiguous, vectorised), then
     every sw-th column is kept.
+Strided float32 layers whose rows hold 8+ outputs take _depthwise_phased instead: each
+plane split once into its stride phases, so every tap of 8 consecutive outputs is one
+vector load (PHASED says when, and why not elsewhere).
 """
 import numpy as np
 
