@@ -66,6 +66,8 @@ def test_grouped_1x1_conv_matches_numpy(xs, m, strides, group, dtype):
 def test_grouped_1x1_conv_on_two_threads(monkeypatch, xs, m, strides, group):
     """Every product split over the team: whole groups per thread, or column blocks
     when the groups do not share out evenly."""
+    monkeypatch.setattr(gp_k, "DIRECT_MIN_PIXELS", 1 << 30)     # the BLAS path (the direct one: its own tests)
+    conv_k._plan.cache_clear()
     monkeypatch.setattr(gp_k, "_MIN_PARALLEL_MACS", 1)
     monkeypatch.setattr(gp_k, "_MIN_BLOCK_COLS", 4)
     monkeypatch.setattr(gp_k, "team_size", lambda: 2)
@@ -78,6 +80,7 @@ def test_grouped_1x1_conv_on_two_threads(monkeypatch, xs, m, strides, group):
     np.testing.assert_allclose(y, ref_grouped_1x1(x, w, b, strides, group, res, True), rtol=1e-5, atol=1e-5)
     assert len(calls) == xs[0] and all(blocks == 2 for _, blocks in calls)
     assert all(cols == (1 if group % 2 == 0 else 2) for cols, _ in calls)
+    conv_k._plan.cache_clear()
 
 
 def test_grouped_1x1_writes_into_a_concat_buffer_and_keeps_nan():

@@ -34,9 +34,13 @@ CONVS = [
     ((2, 8, 11, 11), (8, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 8),        # depthwise strided 3x3
     ((1, 8, 10, 10), (16, 1, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 8),       # depthwise, multiplier 2
     ((1, 6, 9, 9), (12, 1, 3, 3), (2, 1), (0, 1, 2, 1), (1, 2), 6),         # depthwise strided, dilated
+    ((1, 8, 20, 20), (8, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 8),       # depthwise phase-split, serial
+    ((2, 32, 40, 40), (32, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 32),    # depthwise phase-split, team
     ((2, 24, 15, 15), (8, 24, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),      # blocked direct, stride 2
     ((2, 3, 15, 15), (8, 3, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),        # flattened rows, short K
     ((2, 8, 9, 9), (6, 8, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),          # direct (short reduction), serial
+    ((2, 3, 20, 60), (8, 3, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),        # stem (3 channels), serial
+    ((1, 3, 100, 122), (16, 3, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1),    # stem, on the team
     ((1, 8, 40, 41), (9, 8, 3, 3), (2, 2), (1, 0, 0, 1), (1, 1), 1),        # direct, on the team
     ((1, 8, 9, 9), (8, 4, 3, 3), (1, 1), (1, 0, 1, 0), (1, 1), 2),          # flattened rows, grouped
     ((1, 4, 5, 6, 7), (3, 4, 2, 3, 2), (1, 2, 1), (0, 1, 0, 1, 0, 1), (1, 1, 2), 1),   # N-d im2col
@@ -104,11 +108,16 @@ def _everything():
         out.append(pool_k.average_pool(g, (2, 2), (2, 2), (1, 0, 1, 1), count_include_pad=True))   # _pool2x2s2
         out.append(pool_k.max_pool(g, (3, 3), (1, 1), (0, 0, 0, 0)))
         out.append(pool_k.average_pool(g, (3, 3), (1, 1), (0, 1, 0, 0), count_include_pad=True))
-    # grouped 1x1 convs (grouped_pointwise.py): one block on the calling thread, and
-    # enough work for the team, strided, with bias and ReLU
-    out.append(conv_k.conv_nchw(_rand(rng, 1, 8, 6, 6), _rand(rng, 8, 4, 1, 1), _rand(rng, 8), (1, 1),
+    # grouped 1x1 convs (grouped_pointwise.py) on BLAS (maps under 24 pixels, float64):
+    # one block on the calling thread, and enough work for the team, strided, with bias and ReLU
+    out.append(conv_k.conv_nchw(_rand(rng, 1, 8, 4, 5), _rand(rng, 8, 4, 1, 1), _rand(rng, 8), (1, 1),
                                 (0, 0, 0, 0), (1, 1), 2, activation="relu"))
-    out.append(conv_k.conv_nchw(_rand(rng, 1, 64, 80, 80), _rand(rng, 64, 16, 1, 1), None, (2, 2),
+    out.append(conv_k.conv_nchw(_rand(rng, 1, 64, 80, 80).astype(np.float64),
+                                _rand(rng, 64, 16, 1, 1).astype(np.float64), None, (2, 2), (0, 0, 0, 0), (1, 1), 4))
+    # ... and through the direct kernel (float32 maps of 24 pixels or more): serial, on the team
+    out.append(conv_k.conv_nchw(_rand(rng, 1, 8, 5, 5), _rand(rng, 6, 4, 1, 1), _rand(rng, 6), (1, 1),
+                                (0, 0, 0, 0), (1, 1), 2, activation="relu"))
+    out.append(conv_k.conv_nchw(_rand(rng, 1, 64, 30, 30), _rand(rng, 64, 16, 1, 1), None, (1, 1),
                                 (0, 0, 0, 0), (1, 1), 4))
     wide = _rand(rng, 1, 64, 64, 64)
     out.append(conv_k.conv_nchw(wide, _rand(rng, 8, 64, 3, 3), None, (2, 2), (1, 1, 1, 1), (1, 1), 1))

@@ -59,6 +59,7 @@ from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, fini
 from ..runtime.output_pool import output_array
 from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size, thread_id
 from .shift_conv import shift_plan
+from .stem_conv import STEM_MAX_CHANNELS, stem_plan
 from ..math.team_gemm import gemm_into
 from .winograd import winograd_plan, winograd_tile
 
@@ -297,6 +298,16 @@ def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     elif all(kk == 1 for kk in kernel) and not any(pads):
         product = grouped_pointwise_product(m, group, out_spatial, dtype) or gemm_into
         plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial, product)
+        plan.takes_residual = True
+    # Stems (C_in <= 4, float32, rows of 24+ outputs, any K = C*kh*kw: 27..363) go to
+    # stem_conv.py before the other kxk paths. 1 thread, CPU time, loaded 2-CPU Zen 3 VM,
+    # median ms before -> after (onnxruntime) (benchmarks/small_conv_bench.py, RESULTS.md
+    # "Small convolutions"): 3 -> 64 3x3/s2 1.70 -> 1.56 (1.19), 3 -> 24 3x3/s2 0.81 ->
+    # 0.51 (0.45), 3 -> 96 11x11/s4 4.20 -> 3.81 (3.15), 3 -> 96 7x7/s2 6.15 -> 5.90 (5.40),
+    # 3 -> 64 3x3 at 224 5.29 -> 4.31 (5.18), 3 -> 64 7x7/s2 pad 3 4.46 -> 3.96 (4.16).
+    elif k == 2 and group == 1 and c <= STEM_MAX_CHANNELS and (
+            stem := stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
+        plan.compute = stem
         plan.takes_residual = True
     elif k == 2 and group == 1 and all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * m <= c and (
             shift := shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype)):

@@ -20,11 +20,25 @@ in registers, with bias and ReLU on the way out (one thread: 272 channels at 14x
     strided loads, vectorised by LLVM when the dilation is 1);
   * other strided kernels: each output row at stride 1 (contiguous, vectorised), then
     every sw-th column is kept.
+Strided float32 layers whose rows hold 8+ outputs take _depthwise_phased instead: each
+plane split once into its stride phases, so every tap of 8 consecutive outputs is one
+vector load (PHASED says when, and why not elsewhere).
 """
 import numpy as np
 
 from ..math.epilogue import bias_values
-from ..runtime.jit import compiled, prange, team_blocks
+from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
+
+LANES_8 = LazyGlobal(".simd", "LANES_8")
+vzeros = LazyGlobal(".simd", "vzeros")
+vload_f32 = LazyGlobal(".simd", "vload_f32")
+vload_f32_even = LazyGlobal(".simd", "vload_f32_even")
+vload_f32_odd = LazyGlobal(".simd", "vload_f32_odd")
+vfma = LazyGlobal(".simd", "vfma")
+vadds = LazyGlobal(".simd", "vadds")
+vmax = LazyGlobal(".simd", "vmax")
+vstore_f32_at = LazyGlobal(".simd", "vstore_f32_at")
+address = LazyGlobal(".simd", "address")
 
 
 @compiled(fastmath=("contract", "reassoc"), parallel=True)
@@ -140,6 +154,138 @@ def _depthwise_numpy(x, w, bias, out, cmap, kh, kw, sh, sw, dh, dw, pt, pl, relu
     out[...] = acc
 
 
+@compiled(fastmath=("contract", "reassoc"), parallel=True)
+def _depthwise_phased(x, w, bias, out, cmap, offsets, sh, sw, pt, pl, rows, wq, starts, relu, blocks):
+    """The same result as _depthwise, computed from the input's stride phases with
+    vector loads. Each input plane is split once into its sh * sw stride phases
+    (zero-bordered planes of rows x wq in one flat per-thread buffer; one plane at
+    stride 1), so for every tap the inputs of consecutive outputs of a row are
+    consecutive floats: output (oy, ox) reads oy * wq + ox + offsets[k]. The outputs
+    are computed 8 at a time, 4 vectors per step (4 independent FMA chains) and stored
+    straight into out: starts (V, 2) holds (oy * wq + ox, oy * ow + ox) of every vector
+    of 8 outputs inside a row (ox = 0, 8, ..., the last moved back to ow - 8; V a
+    multiple of 4, padded by repeating the last). The caller checked ow >= 8, x
+    C-contiguous, that every input pixel lands inside the buffer and that every read
+    (oh * wq - 1 + max(offsets) + 8 lanes) lies below sh * sw * rows * wq + wq."""
+    c_in, h, wd = x.shape
+    m, oh, ow = out.shape
+    mult = m // c_in
+    k_count = offsets.shape[0]
+    plane = rows * wq
+    size = sh * sw * plane + wq
+    steps = starts.shape[0] // 4
+    zero = vzeros(LANES_8)
+    o_base = address(out)
+    x_base = address(x)
+    for t in prange(blocks):
+        lo, hi = m * t // blocks, m * (t + 1) // blocks
+        grid = np.zeros(size, x.dtype)          # zero border, interior rewritten per channel
+        g0 = address(grid)
+        loaded = -1
+        for o in range(lo, hi):
+            c = cmap[o // mult]
+            if c != loaded:
+                if sw == 1 and wd >= 8:
+                    # rows as vectors (the last moved back): no slices, no scalar tail
+                    for i in range(h):
+                        src = x_base + ((c * h + i) * wd) * 4
+                        dst = g0 + (((i + pt) % sh) * plane + ((i + pt) // sh) * wq + pl) * 4
+                        for j in range(0, wd, 8):
+                            j = min(j, wd - 8) * 4
+                            vstore_f32_at(dst + j, vload_f32(LANES_8, src + j))
+                elif sw == 2 and wd >= 16:
+                    # columns 2u, 2u + 1 go to phase pl % 2 at u + pl // 2 and to the other
+                    # at u + (pl + 1) // 2: 16 floats -> 8 even + 8 odd, the last 16 moved
+                    # back; addresses, not row views (a view costs a reference count pair)
+                    half = wd // 2
+                    for i in range(h):
+                        src = x_base + ((c * h + i) * wd) * 4
+                        base = ((i + pt) % sh) * sw * plane + ((i + pt) // sh) * wq
+                        e0 = g0 + (base + (pl % 2) * plane + pl // 2) * 4
+                        d0 = g0 + (base + ((pl + 1) % 2) * plane + (pl + 1) // 2) * 4
+                        for u in range(0, half, 8):
+                            u = min(u, half - 8)
+                            vstore_f32_at(e0 + u * 4, vload_f32_even(LANES_8, src + u * 8))
+                            vstore_f32_at(d0 + u * 4, vload_f32_odd(LANES_8, src + u * 8))
+                        if wd % 2:
+                            grid[base + (pl % 2) * plane + (wd - 1 + pl) // 2] = x[c, i, wd - 1]
+                else:
+                    for i in range(h):
+                        src = x[c, i]
+                        base = ((i + pt) % sh) * sw * plane + ((i + pt) // sh) * wq
+                        if sw == 1:
+                            dst = grid[base + pl:base + pl + wd]
+                            for j in range(wd):
+                                dst[j] = src[j]
+                        elif sw == 2:
+                            # columns 2u, 2u + 1 go to phase pl % 2 at u + pl // 2 and to the
+                            # other phase at u + (pl + 1) // 2: one interleaved load, two stores
+                            half = wd // 2
+                            e0 = base + (pl % 2) * plane + pl // 2
+                            o0 = base + ((pl + 1) % 2) * plane + (pl + 1) // 2
+                            even = grid[e0:e0 + half]
+                            odd = grid[o0:o0 + half]
+                            pairs = src[0:2 * half]
+                            for u in range(half):
+                                even[u] = pairs[2 * u]
+                                odd[u] = pairs[2 * u + 1]
+                            if wd % 2:
+                                grid[base + (pl % 2) * plane + (wd - 1 + pl) // 2] = src[wd - 1]
+                        else:
+                            for j in range(wd):
+                                grid[base + ((j + pl) % sw) * plane + (j + pl) // sw] = src[j]
+                loaded = c
+            bv = vadds(zero, bias[o])
+            out_o = o_base + o * oh * ow * 4
+            for step in range(steps):
+                q = step * 4
+                i0, i1, i2, i3 = g0 + starts[q, 0] * 4, g0 + starts[q + 1, 0] * 4, \
+                    g0 + starts[q + 2, 0] * 4, g0 + starts[q + 3, 0] * 4
+                u0 = u1 = u2 = u3 = bv
+                for k in range(k_count):
+                    at = offsets[k] * 4
+                    wk = w[o, k]
+                    u0 = vfma(u0, wk, vload_f32(LANES_8, i0 + at))
+                    u1 = vfma(u1, wk, vload_f32(LANES_8, i1 + at))
+                    u2 = vfma(u2, wk, vload_f32(LANES_8, i2 + at))
+                    u3 = vfma(u3, wk, vload_f32(LANES_8, i3 + at))
+                if relu:            # max(0, v): NaN kept, as np.maximum(v, 0)
+                    u0 = vmax(zero, u0)
+                    u1 = vmax(zero, u1)
+                    u2 = vmax(zero, u2)
+                    u3 = vmax(zero, u3)
+                vstore_f32_at(out_o + starts[q, 1] * 4, u0)
+                vstore_f32_at(out_o + starts[q + 1, 1] * 4, u1)
+                vstore_f32_at(out_o + starts[q + 2, 1] * 4, u2)
+                vstore_f32_at(out_o + starts[q + 3, 1] * 4, u3)
+
+
+@_depthwise_phased.numpy_twin
+def _depthwise_phased_numpy(x, w, bias, out, cmap, offsets, sh, sw, pt, pl, rows, wq, starts, relu, blocks):
+    c_in, h, wd = x.shape
+    m, oh, ow = out.shape
+    plane = rows * wq
+    grid = np.zeros((c_in, sh * sw * plane + wq), x.dtype)
+    for i in range(min(sh, h)):
+        for j in range(min(sw, wd)):
+            phase = ((i + pt) % sh) * sw + (j + pl) % sw
+            cells = grid[:, phase * plane:(phase + 1) * plane].reshape(c_in, rows, wq)
+            q0, r0 = (i + pt) // sh, (j + pl) // sw
+            part = x[:, i::sh, j::sw]
+            cells[:, q0:q0 + part.shape[1], r0:r0 + part.shape[2]] = part
+    planes = grid[cmap[np.arange(m) // (m // c_in)]]
+    length = oh * wq
+    acc = np.repeat(bias.reshape(m, 1), length, axis=1)
+    for k in range(offsets.shape[0]):
+        acc += w[:, k:k + 1] * planes[:, offsets[k]:offsets[k] + length]
+    if relu:
+        np.maximum(acc, acc.dtype.type(0), out=acc)
+    out[...] = acc.reshape(m, oh, wq)[:, :, :ow]
+
+
+_depthwise_phased_serial = serial_variant(_depthwise_phased, "_depthwise_phased_serial")
+
+
 @compiled
 def _outside(cmap, channels):
     """How many of cmap's values lie outside [0, channels)."""
@@ -169,6 +315,48 @@ def channel_map_problem(channel_map, channels):
     return None
 
 
+# Strided float32 depthwise convs with rows of at least 8 outputs take the phase-split
+# kernel (_depthwise_phased); PHASED = False switches it off (benchmarks/
+# small_conv_bench.py times both). ShuffleNet's 3x3 layers, one thread, CPU time,
+# fastest of 300 calls on the loaded 2-CPU Zen 3 VM, ms before -> after (onnxruntime):
+# 112 ch 56x56/s2 0.28-0.33 -> 0.15-0.16 (0.11), 136 ch 28x28/s2 0.11-0.12 -> 0.076-0.092
+# (0.05-0.07). Not taken: stride 1 (272 ch 14x14: 0.078-0.080 -> 0.084-0.099, 136 ch
+# 28x28 even) and rows under 8 outputs (7x7 maps; a variant storing 8 lanes a row,
+# the spill overwritten by the next row: 272 ch 14x14/s2 0.081 -> 0.087, 544 ch 7x7
+# 0.082 -> 0.090). PHASED_MAX_STRIDE1_WIDTH admits stride-1 rows up to that width
+# (tests run the kernel there).
+PHASED = True
+PHASED_MAX_STRIDE1_WIDTH = 0
+
+
+def _phased_layout(x_shape, kh, kw, strides, pads, dilations, out_spatial, dtype):
+    """(offsets, sh, sw, pt, pl, rows, wq, starts) for _depthwise_phased, or None where
+    it is not used. Checks what its loops assume."""
+    (sh, sw), (dh, dw) = strides, dilations
+    oh, ow = out_spatial
+    if (not PHASED or np.dtype(dtype) != np.float32 or ow < 8
+            or (max(sh, sw) == 1 and ow > PHASED_MAX_STRIDE1_WIDTH)):
+        return None
+    h, wd = x_shape[2:]
+    pt, pl = pads[0], pads[1]
+    hp = max(pt + h, (oh - 1) * sh + (kh - 1) * dh + 1)
+    wp = max(pl + wd, (ow - 1) * sw + (kw - 1) * dw + 1)
+    rows, wq = -(-hp // sh), -(-wp // sw)
+    plane = rows * wq
+    offsets = np.array([(((a * dh) % sh) * sw + (b * dw) % sw) * plane + (a * dh // sh) * wq + b * dw // sw
+                        for a in range(kh) for b in range(kw)], np.int64)
+    # every vector of 8 outputs inside a row (the last moved back), in groups of 4
+    columns = list(range(0, ow - 7, 8)) + ([ow - 8] if ow % 8 else [])
+    vectors = [(oy * wq + ox, oy * ow + ox) for oy in range(oh) for ox in columns]
+    vectors += [vectors[-1]] * (-len(vectors) % 4)
+    starts = np.array(vectors, np.int64)
+    # input pixels inside the buffer; the last lane any vector reads inside it too
+    if ((h - 1 + pt) // sh >= rows or (wd - 1 + pl) // sw >= wq
+            or int(starts[:, 0].max()) + 7 + int(offsets.max()) >= sh * sw * plane + wq):
+        raise AssertionError("depthwise phase buffer too short")     # the layout above guarantees it
+    return offsets, sh, sw, pt, pl, rows, wq, starts
+
+
 def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     """The compiled depthwise path for this geometry, or None (see the module docstring)."""
     dtype = np.dtype(dtype)
@@ -181,6 +369,7 @@ def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtyp
     work = int(np.prod(out_spatial)) * kh * kw * max(strides)
 
     identity = np.arange(c, dtype=np.intp)
+    phased = _phased_layout(x_shape, kh, kw, strides, pads, dilations, out_spatial, dtype)
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None, channel_map=None):
         if channel_map is None:
@@ -192,8 +381,13 @@ def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtyp
             cmap = np.ascontiguousarray(channel_map, dtype=np.intp)
         w2 = w.reshape(m, kh * kw)
         b = np.zeros(m, dtype) if bias is None else bias_values(bias, dtype)
+        blocks = team_blocks(m, work)
         for i in range(n):
             xi = np.ascontiguousarray(x[i])
-            _depthwise(xi, w2, b, out[i], cmap, *geometry, relu, team_blocks(m, work))
+            if phased is not None:
+                (_depthwise_phased if blocks > 1 else _depthwise_phased_serial)(xi, w2, b, out[i], cmap, *phased,
+                                                                                 relu, blocks)
+            else:
+                _depthwise(xi, w2, b, out[i], cmap, *geometry, relu, blocks)
     compute.takes_channel_map = True
     return compute

@@ -28,6 +28,8 @@ guarantees that every address is in bounds: nothing here checks.
                                    row, lanes are summed independently)
     vfma(acc, w, x), vadds(acc, s), vmuls(acc, s)       acc + w*x, acc + s, acc * s
     vload(lanes, address)          the vload_<kind> of lanes' kind
+    vload_f32_even / vload_f32_odd(lanes, address)   floats 0, 2, .. / 1, 3, .. of the 2n
+                                   float32 at address (a stride-2 split)
     has_scale_bias(lanes), row_scale / row_bias(lanes, address)   fused rows' scale
                                    and bias (constants 1 and 0 for float kinds)
     vstore_lanes_at(lanes, address, v)  vstore_f32_at, packed kinds back in natural order
@@ -217,6 +219,26 @@ vload_f16 = intrinsic(_VLOAD_TYPERS["f16"])
 vload_u8 = intrinsic(_VLOAD_TYPERS["u8"])
 vload_u4 = intrinsic(_VLOAD_TYPERS["u4"])
 vload_u2 = intrinsic(_VLOAD_TYPERS["u2"])
+
+
+def _vload_every2(first):
+    def typer(typingctx, lanes, address):
+        if not isinstance(lanes, LanesType) or not _is_int(address):
+            return None
+        n = lanes.n
+
+        def codegen(context, builder, sig, args):
+            wide = builder.load(_pointer(context, builder, args[1], sig.args[1], _vector(2 * n)), align=1)
+            return builder.shuffle_vector(wide, wide, ir.Constant(_vector(n, _I32), [2 * i + first for i in range(n)]))
+        return Vec(n)(lanes, address), codegen
+    return typer
+
+
+# n float32 from the 2n at an address: the even ones (lane i = float 2i) or the odd ones
+# (float 2i + 1); a row split by stride 2 in one load and a shuffle per half, where
+# scalar strided loads cost a load each
+vload_f32_even = intrinsic(_vload_every2(0))
+vload_f32_odd = intrinsic(_vload_every2(1))
 
 
 @intrinsic

@@ -1,0 +1,279 @@
+"""The stem convolutions of image models (NCHW float32, group 1, a few input channels:
+3 -> 24..96 with 3x3 to 11x11 kernels at stride 1, 2 or 4), computed directly, output
+row by output row.
+
+Public:
+    stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
+        -> compute(x, w, out, scratch, bias=None, relu=False, residual=None), or None
+        when the kernel does not cover the case (other dtypes, groups, negative pads,
+        more than STEM_MAX_CHANNELS input channels, outputs narrower than a block).
+
+Why: a stem's reduction is short (C * kh * kw = 27..363) and its output large (64 x
+111 x 111 floats), so a GEMM over a tap stack spends its time writing the stack and the
+output, and direct_conv.py's flat pixel blocks (24 flattened outputs that may span two
+output rows) finish a third of their blocks lane by lane when the padded row is not a
+multiple of 24 long. Here:
+  * the input is copied once per image into its stride phases (phases.py's layout:
+    zero-bordered buffers of width wq, so for every tap the inputs of consecutive
+    outputs of one row are consecutive floats);
+  * each output row is cut into blocks of 24 outputs (3 vectors of 8 lanes), the last
+    one moved back to end at the row's end (its first lanes recompute outputs of the
+    block before: same values), so every block is finished and stored as vectors;
+  * a block of 4 output channels x 24 outputs is 12 accumulators in registers through
+    the whole reduction (per tap 3 vector loads, 4 weights, 12 FMAs), weights packed as
+    direct_conv.pack_weights does, kept per weight array;
+  * output rows are split over the team; a row's input (K taps x the row) stays in L1
+    while the channel blocks' weights cycle through it.
+"""
+import numpy as np
+
+from ..math.epilogue import bias_values
+from ..runtime.buffers import DerivedWeights
+from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
+from .direct_conv import CHANNELS, PIXELS, pack_weights
+
+LANES_8 = LazyGlobal(".simd", "LANES_8")
+vzeros = LazyGlobal(".simd", "vzeros")
+vload_f32 = LazyGlobal(".simd", "vload_f32")
+vload_f32_even = LazyGlobal(".simd", "vload_f32_even")
+vload_f32_odd = LazyGlobal(".simd", "vload_f32_odd")
+vfma = LazyGlobal(".simd", "vfma")
+vadds = LazyGlobal(".simd", "vadds")
+vadd = LazyGlobal(".simd", "vadd")
+vmax = LazyGlobal(".simd", "vmax")
+vstore_f32_at = LazyGlobal(".simd", "vstore_f32_at")
+address = LazyGlobal(".simd", "address")
+
+# Input channels up to this many take the stem kernel (conv.py's dispatch says why).
+STEM_MAX_CHANNELS = 4
+
+
+@compiled(inline=True)
+def _finish(o0, r0, at, u, b, has_residual, relu, zero):
+    """Store vector u + b (+ the residual's 8 values at `at`) [ReLU] at output `at`."""
+    u = vadds(u, b)
+    if has_residual:
+        u = vadd(u, vload_f32(LANES_8, r0 + at * 4))
+    if relu:            # max(0, v): NaN and -0.0 kept, as np.maximum(v, 0)
+        u = vmax(zero, u)
+    vstore_f32_at(o0 + at * 4, u)
+
+
+@compiled(parallel=True)
+def _stem_rows(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, blocks):
+    """For each group g: out[g] (M, OH, OW) = [relu](sum over taps k of wpack[g, ., k, .]
+    * flat[g, oy * wq + ox + offsets[k]] + bias[g * M + .] + residual[g]), OW >= 24.
+    flat (G, L): the phase buffers of each group, long enough that (OH - 1) * wq + OW - 1
+    + offsets[k] < L for every k (the caller checked); wpack (G, ceil(M/4), K, 4), zero
+    past M; residual (G, M, OH * OW) when has_residual. All C-contiguous. The G * OH
+    output rows in `blocks` contiguous ranges on the team (a stem has one group; a
+    grouped 1x1 convolution is G groups of one row of OH * OW outputs, offsets[k] = k * P). A row is blocks of 24
+    outputs; a rest of 9..23 is one more block moved back to end at the row's end, a
+    rest of 1..8 one vector moved back the same way (4 accumulators: half the FMA rate,
+    so only worth it for one vector instead of three)."""
+    groups, m, oh, ow = out.shape
+    n_cb = wpack.shape[1]
+    k_count = wpack.shape[2]
+    items = groups * oh
+    rest = ow % 24
+    n_pb = ow // 24 + (1 if rest > 8 else 0)
+    n_tail = 1 if 0 < rest <= 8 else 0
+    zero = vzeros(LANES_8)
+    for t in prange(blocks):
+        for item in range(items * t // blocks, items * (t + 1) // blocks):
+            g = item // oh
+            oy = item - g * oh
+            x0 = address(flat) + g * flat.shape[1] * 4
+            o0 = address(out) + g * m * oh * ow * 4
+            r0 = address(residual) + (g * m * oh * ow * 4 if has_residual else 0)
+            wg = wpack[g]
+            for pb in range(n_pb):
+                ox = min(pb * 24, ow - 24)          # the last block ends at the row's end
+                p0 = oy * wq + ox
+                for cb in range(n_cb):
+                    a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = zero
+                    for k in range(k_count):
+                        at = x0 + (p0 + offsets[k]) * 4
+                        v0 = vload_f32(LANES_8, at)
+                        v1 = vload_f32(LANES_8, at + 32)
+                        v2 = vload_f32(LANES_8, at + 64)
+                        c0, c1, c2, c3 = wg[cb, k, 0], wg[cb, k, 1], wg[cb, k, 2], wg[cb, k, 3]
+                        a00 = vfma(a00, c0, v0)
+                        a01 = vfma(a01, c0, v1)
+                        a02 = vfma(a02, c0, v2)
+                        a10 = vfma(a10, c1, v0)
+                        a11 = vfma(a11, c1, v1)
+                        a12 = vfma(a12, c1, v2)
+                        a20 = vfma(a20, c2, v0)
+                        a21 = vfma(a21, c2, v1)
+                        a22 = vfma(a22, c2, v2)
+                        a30 = vfma(a30, c3, v0)
+                        a31 = vfma(a31, c3, v1)
+                        a32 = vfma(a32, c3, v2)
+                    for j in range(min(4, m - cb * 4)):
+                        o = cb * 4 + j
+                        if j == 0:
+                            u0, u1, u2 = a00, a01, a02
+                        elif j == 1:
+                            u0, u1, u2 = a10, a11, a12
+                        elif j == 2:
+                            u0, u1, u2 = a20, a21, a22
+                        else:
+                            u0, u1, u2 = a30, a31, a32
+                        b = bias[g * m + o] if has_bias else np.float32(0.0)
+                        at = (o * oh + oy) * ow + ox
+                        _finish(o0, r0, at, u0, b, has_residual, relu, zero)
+                        _finish(o0, r0, at + 8, u1, b, has_residual, relu, zero)
+                        _finish(o0, r0, at + 16, u2, b, has_residual, relu, zero)
+            for tv in range(n_tail):
+                ox = ow - 8
+                p0 = oy * wq + ox
+                for cb in range(n_cb):
+                    a0 = a1 = a2 = a3 = zero
+                    for k in range(k_count):
+                        v0 = vload_f32(LANES_8, x0 + (p0 + offsets[k]) * 4)
+                        a0 = vfma(a0, wg[cb, k, 0], v0)
+                        a1 = vfma(a1, wg[cb, k, 1], v0)
+                        a2 = vfma(a2, wg[cb, k, 2], v0)
+                        a3 = vfma(a3, wg[cb, k, 3], v0)
+                    for j in range(min(4, m - cb * 4)):
+                        o = cb * 4 + j
+                        u0 = a0 if j == 0 else (a1 if j == 1 else (a2 if j == 2 else a3))
+                        b = bias[g * m + o] if has_bias else np.float32(0.0)
+                        _finish(o0, r0, (o * oh + oy) * ow + ox, u0, b, has_residual, relu, zero)
+
+
+@_stem_rows.numpy_twin
+def _stem_rows_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, blocks):
+    """Per group, all outputs at once: the taps gathered (K, OH, OW), one product."""
+    groups, m, oh, ow = out.shape
+    pixels = (np.arange(oh)[:, None] * wq + np.arange(ow)[None, :]).reshape(-1)
+    for g in range(groups):
+        taps = flat[g][offsets[:, None] + pixels[None, :]]
+        w2 = wpack[g].transpose(0, 2, 1).reshape(-1, wpack.shape[2])[:m]
+        y = (w2 @ taps).reshape(m, oh, ow)
+        if has_bias:
+            y = y + bias[g * m:(g + 1) * m].reshape(m, 1, 1)
+        if has_residual:
+            y = y + residual[g].reshape(m, oh, ow)
+        if relu:
+            y = np.maximum(y, np.float32(0))
+        out[g] = y
+
+
+@compiled(parallel=True)
+def _stem_phases(img, buf, sh, sw, pt, pl, blocks):
+    """buf[((i + pt) % sh) * sw + (j + pl) % sw, c, (i + pt) // sh, (j + pl) // sw] =
+    img[c, i, j]: every stride phase of the input in one pass, each input row read once
+    (phases.py copies one phase a pass, each pass re-reading the rows with scalar
+    strided loads: 0.21 ms for a 3 x 224 x 224 image at stride 2, measured). buf
+    (sh * sw, C, rows, wq) keeps its zero border. Input rows over the team. The caller
+    checked that every destination lies inside buf."""
+    c_count, h, wd = img.shape
+    jobs = c_count * h
+    for t in prange(blocks):
+        for job in range(jobs * t // blocks, jobs * (t + 1) // blocks):
+            c, i = job // h, job % h
+            src = img[c, i]
+            base = ((i + pt) % sh) * sw
+            q = (i + pt) // sh
+            if sw == 1:
+                dst = buf[base, c, q, pl:pl + wd]
+                for j in range(wd):
+                    dst[j] = src[j]
+            elif sw == 2:
+                # input columns 2u, 2u + 1 go to column u + pl // 2 of phase pl % 2 and
+                # column u + (pl + 1) // 2 of the other
+                half = wd // 2
+                even = buf[base + pl % 2, c, q, pl // 2:pl // 2 + half]
+                odd = buf[base + (pl + 1) % 2, c, q, (pl + 1) // 2:(pl + 1) // 2 + half]
+                if half >= 8:
+                    # 16 floats -> 8 even + 8 odd (a load and a shuffle each), the last 16 moved back
+                    s0, e0, d0 = address(src), address(even), address(odd)
+                    for u in range(0, half, 8):
+                        u = min(u, half - 8)
+                        vstore_f32_at(e0 + u * 4, vload_f32_even(LANES_8, s0 + u * 8))
+                        vstore_f32_at(d0 + u * 4, vload_f32_odd(LANES_8, s0 + u * 8))
+                else:
+                    pairs = src[0:2 * half]
+                    for u in range(half):
+                        even[u] = pairs[2 * u]
+                        odd[u] = pairs[2 * u + 1]
+                if wd % 2:
+                    buf[base + pl % 2, c, q, (wd - 1 + pl) // 2] = src[wd - 1]
+            else:
+                for p1 in range(sw):
+                    j0 = (p1 - pl) % sw
+                    count = (wd - j0 + sw - 1) // sw
+                    if count <= 0:
+                        continue
+                    dst = buf[base + p1, c, q, (pl + j0) // sw:(pl + j0) // sw + count]
+                    part = src[j0:j0 + (count - 1) * sw + 1:sw]
+                    for u in range(count):
+                        dst[u] = part[u]
+
+
+@_stem_phases.numpy_twin
+def _stem_phases_numpy(img, buf, sh, sw, pt, pl, blocks):
+    c_count, h, wd = img.shape
+    for i in range(min(sh, h)):
+        for j in range(min(sw, wd)):
+            phase = ((i + pt) % sh) * sw + (j + pl) % sw
+            rows, cols = range(i, h, sh), range(j, wd, sw)
+            q0, r0 = (i + pt) // sh, (j + pl) // sw
+            buf[phase, :, q0:q0 + len(rows), r0:r0 + len(cols)] = img[:, i::sh, j::sw]
+
+
+# One block runs without a parallel region (phases.py's serial copy says why).
+_stem_phases_serial = serial_variant(_stem_phases, "_stem_phases_serial")
+_stem_rows_serial = serial_variant(_stem_rows, "_stem_rows_serial")
+_NO_RESIDUAL = np.zeros((1, 1, 1), np.float32)
+
+
+def stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
+    """See the module docstring. Geometry is checked here, once: the compiled loop
+    reads the phase buffers at precomputed offsets without bounds checks."""
+    if np.dtype(dtype) != np.float32 or len(x_shape) != 4 or any(p < 0 for p in pads):
+        return None
+    n, c, h, wd = x_shape
+    m, cw, kh, kw = w_shape
+    oh, ow = out_spatial
+    if cw != c or c > STEM_MAX_CHANNELS or ow < PIXELS:
+        return None
+    (sh, sw), (dh, dw) = strides, dilations
+    pt, pl, pb, pr = pads
+    hp, wp = h + pt + pb, wd + pl + pr
+    rows, wq = -(-hp // sh), -(-wp // sw)
+    plane = rows * wq
+    offsets = np.empty((c, kh, kw), np.int64)
+    for a in range(kh):
+        for b in range(kw):
+            phase = ((a * dh) % sh) * sw + (b * dw) % sw
+            for ci in range(c):
+                offsets[ci, a, b] = (phase * c + ci) * plane + (a * dh // sh) * wq + b * dw // sw
+    offsets = offsets.reshape(-1)
+    size = sh * sw * c * plane
+    # the loop's last read: output (oh - 1, ow - 1) at the largest offset
+    if (oh - 1) * wq + ow - 1 + int(offsets.max()) >= size or (ow - 1) + (kw - 1) * dw // sw >= wq:
+        raise AssertionError("stem conv phase buffers too short")     # the layout above guarantees it
+    # input (i, j) sits at padded (i + pt, j + pl): inside its phase's rows and columns
+    if (h - 1 + pt) // sh >= rows or (wd - 1 + pl) // sw >= wq:
+        raise AssertionError("stem conv phase buffers too small")
+    key = ("stem_phases", sh, sw, pt, pl)
+    packed = DerivedWeights(lambda w: pack_weights(w)[None])
+    row_work = -(-m // CHANNELS) * -(-ow // PIXELS) * PIXELS * CHANNELS * c * kh * kw
+
+    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
+        wpack = packed(w)
+        b = bias_values(bias, np.float32)
+        blocks = team_blocks(oh, row_work)
+        kernel = _stem_rows if blocks > 1 else _stem_rows_serial
+        for i in range(n):
+            # zero borders, interior rewritten per image (the key fixes where the interior is)
+            grid = scratch.zeros(key, (sh * sw, c, rows, wq), np.float32)
+            copy_blocks = team_blocks(c * h, wd)
+            (_stem_phases if copy_blocks > 1 else _stem_phases_serial)(x[i], grid, sh, sw, pt, pl, copy_blocks)
+            res = residual[i].reshape(1, m, oh * ow) if residual is not None else _NO_RESIDUAL
+            kernel(grid.reshape(1, -1), offsets, wpack, b, bias is not None, res, residual is not None, relu,
+                   out[i][None], wq, blocks)
+    return compute
