@@ -10,6 +10,8 @@ from caffe2py.kernels.cpu.cnn import depthwise
 from caffe2py.kernels.cpu.runtime import jit
 from caffe2py.kernels.cpu.runtime.buffers import Scratch
 
+from _conv_reference import out_shape, data
+
 
 def reference(x, w, b, strides, pads, dilations, relu=False, channel_map=None):
     """float64: output channel o convolves input plane map[o // multiplier] with w[o]."""
@@ -35,12 +37,6 @@ def reference(x, w, b, strides, pads, dilations, relu=False, channel_map=None):
     return np.maximum(y, 0) if relu else y
 
 
-def out_shape(x_shape, w_shape, strides, pads, dilations):
-    return (x_shape[0], w_shape[0]) + tuple(
-        conv_k.conv_output_size(x_shape[2 + i], w_shape[2 + i], strides[i], pads[i], pads[2 + i], dilations[i])
-        for i in range(2))
-
-
 @pytest.fixture
 def every_geometry(monkeypatch):
     """The phased kernel for stride-1 rows of any length too (the plan keeps it to short ones)."""
@@ -56,12 +52,6 @@ def run_phased(x, w, b, strides, pads, dilations=(1, 1), relu=False, channel_map
     with jit.team():
         plan(x, w, out, Scratch(), b, relu, None, channel_map)
     return out
-
-
-def data(x_shape, w_shape, seed):
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(x_shape).astype(np.float32), rng.standard_normal(w_shape).astype(np.float32),
-            rng.standard_normal(w_shape[0]).astype(np.float32))
 
 
 # (x shape, w shape, strides, pads, dilations): output widths 8 (one vector), 9, 15,

@@ -10,28 +10,7 @@ from caffe2py.kernels.cpu.cnn import direct_conv
 from caffe2py.kernels.cpu.runtime import jit
 from caffe2py.kernels.cpu.runtime.buffers import Scratch
 
-
-def reference(x, w, b, strides, pads, dilations, residual=None, relu=False):
-    """float64 convolution by loops over the kernel taps (zero padding)."""
-    x, w = x.astype(np.float64), w.astype(np.float64)
-    n, c, h, wd = x.shape
-    m, _, kh, kw = w.shape
-    (sh, sw), (dh, dw) = strides, dilations
-    pt, pl, pb, pr = pads
-    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr))
-    xp[:, :, pt:pt + h, pl:pl + wd] = x
-    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
-    ow = (wd + pl + pr - (kw - 1) * dw - 1) // sw + 1
-    y = np.zeros((n, m, oh, ow))
-    for a in range(kh):
-        for bb in range(kw):
-            patch = xp[:, :, a * dh:a * dh + (oh - 1) * sh + 1:sh, bb * dw:bb * dw + (ow - 1) * sw + 1:sw]
-            y += np.einsum("nchw,mc->nmhw", patch, w[:, :, a, bb])
-    if b is not None:
-        y += b.astype(np.float64).reshape(1, m, 1, 1)
-    if residual is not None:
-        y += residual
-    return np.maximum(y, 0) if relu else y
+from _conv_reference import reference, out_shape
 
 
 def torch_reference(x, w, b, strides, pads, dilations):
@@ -39,12 +18,6 @@ def torch_reference(x, w, b, strides, pads, dilations):
     bt = None if b is None else torch.tensor(b, dtype=torch.float64)
     return torch.nn.functional.conv2d(xt, torch.tensor(w, dtype=torch.float64), bt, strides,
                                       dilation=dilations).numpy()
-
-
-def out_shape(x_shape, w_shape, strides, pads, dilations):
-    return (x_shape[0], w_shape[0]) + tuple(
-        conv_k.conv_output_size(x_shape[2 + i], w_shape[2 + i], strides[i], pads[i], pads[2 + i], dilations[i])
-        for i in range(2))
 
 
 def run_direct(x, w, b, strides, pads, dilations, relu=False, residual=None):

@@ -1,6 +1,7 @@
 """The stem convolution kernel (kernels/cpu/cnn/stem_conv.py: few input channels, output
-rows in blocks of 24 with a moved-back last block or a single-vector tail): against a
-float64 convolution written out here, directly and through conv_nchw's dispatch."""
+rows in blocks of 24 with a moved-back last block or a single-vector tail): against the
+float64 convolution written out in tests/_conv_reference.py, directly and through
+conv_nchw's dispatch."""
 import numpy as np
 import pytest
 
@@ -9,34 +10,7 @@ from caffe2py.kernels.cpu.cnn import stem_conv
 from caffe2py.kernels.cpu.runtime import jit
 from caffe2py.kernels.cpu.runtime.buffers import Scratch
 
-
-def reference(x, w, b, strides, pads, dilations, residual=None, relu=False):
-    """float64: zero-padded input, one strided window slice per kernel tap."""
-    x, w = x.astype(np.float64), w.astype(np.float64)
-    n, c, h, wd = x.shape
-    m, _, kh, kw = w.shape
-    (sh, sw), (dh, dw) = strides, dilations
-    pt, pl, pb, pr = pads
-    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr))
-    xp[:, :, pt:pt + h, pl:pl + wd] = x
-    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
-    ow = (wd + pl + pr - (kw - 1) * dw - 1) // sw + 1
-    y = np.zeros((n, m, oh, ow))
-    for a in range(kh):
-        for bb in range(kw):
-            window = xp[:, :, a * dh:a * dh + (oh - 1) * sh + 1:sh, bb * dw:bb * dw + (ow - 1) * sw + 1:sw]
-            y += np.einsum("nchw,mc->nmhw", window, w[:, :, a, bb])
-    if b is not None:
-        y += b.astype(np.float64).reshape(1, m, 1, 1)
-    if residual is not None:
-        y += residual
-    return np.maximum(y, 0) if relu else y
-
-
-def out_shape(x_shape, w_shape, strides, pads, dilations):
-    return (x_shape[0], w_shape[0]) + tuple(
-        conv_k.conv_output_size(x_shape[2 + i], w_shape[2 + i], strides[i], pads[i], pads[2 + i], dilations[i])
-        for i in range(2))
+from _conv_reference import reference, out_shape, data
 
 
 def run_stem(x, w, b, strides, pads, dilations=(1, 1), relu=False, residual=None):
@@ -47,12 +21,6 @@ def run_stem(x, w, b, strides, pads, dilations=(1, 1), relu=False, residual=None
     with jit.team():
         plan(x, w, out, Scratch(), b, relu, residual)
     return out
-
-
-def data(x_shape, w_shape, seed):
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(x_shape).astype(np.float32), rng.standard_normal(w_shape).astype(np.float32),
-            rng.standard_normal(w_shape[0]).astype(np.float32))
 
 
 # (x shape, w shape, strides, pads, dilations): output widths 24 (one block), 25..32
