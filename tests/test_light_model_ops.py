@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from caffe2py.kernels.cpu.cnn import norm as norm_k
+from caffe2py.kernels.cpu.math import epilogue
 from caffe2py.kernels.cpu.runtime import jit
 
 
@@ -40,20 +41,24 @@ def test_batch_norm_compiled_pass_on_team_blocks(monkeypatch, dtype, stats_dtype
 
 
 def test_batch_norm_kernel_blocks_and_twin_agree():
-    """The kernel itself at 1, 2 and 3 blocks (more blocks than rows too) against its
-    NumPy twin and the formula."""
+    """The kernels themselves (the factors, then the row pass at 1, 2 and 3 blocks, more
+    blocks than rows too) against their NumPy twins and the formula."""
     rng = np.random.default_rng(4)
     rows, length, c = 10, 13, 5
     x = rng.standard_normal((rows, length)).astype(np.float32)
     stats = [rng.standard_normal(c).astype(np.float32) for _ in range(3)] + [(rng.random(c) + 0.5).astype(np.float32)]
     want = _bn_reference(x.reshape(2, c, length), *stats, 1e-5, True).reshape(rows, length)
+    twin_factors = np.empty((2, c), np.float32)
+    norm_k._bn_factors.twin(*stats, 1e-5, twin_factors)
     twin = np.empty_like(x)
-    norm_k._bn_rows.twin(x, *stats, 1e-5, np.empty((2, c), np.float32), twin, True, 1)
+    epilogue._affine_rows.twin(x, twin_factors[0], twin_factors[1], twin, True, 1)
     np.testing.assert_allclose(twin, want, rtol=1e-5, atol=1e-6)
+    factors = np.empty((2, c), np.float32)
+    norm_k._bn_factors(*stats, 1e-5, factors)
     for blocks in (1, 2, 3, 12):
         y = np.full_like(x, np.inf)
         with jit.team():
-            norm_k._bn_rows(x, *stats, 1e-5, np.empty((2, c), np.float32), y, True, blocks)
+            epilogue._affine_rows(x, factors[0], factors[1], y, True, blocks)
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
 
 
@@ -228,7 +233,6 @@ def test_one_block_output_passes_run_serial_copies(monkeypatch):
     copy for one block (no parallel region) and the team kernel for more; both give the
     formula's values."""
     from caffe2py.kernels.cpu.cnn import pool as pool_k
-    from caffe2py.kernels.cpu.math import epilogue
     rng = np.random.default_rng(10)
     y0 = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
     bias, res = rng.standard_normal(3).astype(np.float32), rng.standard_normal((2, 3, 5, 7)).astype(np.float32)

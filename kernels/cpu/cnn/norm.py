@@ -4,7 +4,8 @@ Public:
     batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1) -> y
         y = (x - mean) / sqrt(var + epsilon) * scale + bias per channel on `axis`
         (axis=1 for NCHW, -1 for NHWC); float NCHW input with float statistics runs
-        one compiled pass that also works out the per-channel factors (_bn_rows).
+        one compiled pass (epilogue.channel_affine) after a compiled loop works out
+        the per-channel factors (_bn_factors).
     bn_affine(scale, bias, mean, var, epsilon, dtype) -> (mul, add)
         the per-channel factors batch_norm applies: y = x * mul + add (also used to
         fold a BN into the preceding convolution).
@@ -22,8 +23,7 @@ import numpy as np
 from ..math.elementwise import relu as relu_into
 from ..math.elementwise import row_scalars
 from ..math.epilogue import channel_affine
-from ..runtime.jit import compiled, prange, serial_variant, team, team_blocks
-from ..runtime.output_pool import output_array
+from ..runtime.jit import compiled, team
 
 
 def bn_affine(scale, bias, mean, var, epsilon, dtype=np.float32):
@@ -72,45 +72,21 @@ def batch_norm(x, scale, bias, mean, var, epsilon=1e-5, axis=1, relu=False):
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-@compiled(parallel=True)
-def _bn_rows(x, scale, bias, mean, var, eps, factors, y, relu, blocks):
-    """y[r] = [relu](x[r] * mul + add) for rows r of x (R, L), channel r % C, where
-    mul = scale / sqrt(var + eps) and add = bias - mean * mul are worked out in float64
-    and rounded to x's dtype (bn_affine's numbers exactly). factors: (2, C) scratch of
-    x's dtype; the statistics are 1-D float arrays of C values."""
-    channels = scale.shape[0]
-    for c in range(channels):
+@compiled
+def _bn_factors(scale, bias, mean, var, eps, factors):
+    """factors[0] = scale / sqrt(var + eps), factors[1] = bias - mean * factors[0],
+    worked out in float64 and rounded to factors' dtype (bn_affine's numbers exactly,
+    without its six NumPy calls per op). factors: (2, C); the statistics are 1-D
+    float arrays of C values (the caller checked)."""
+    for c in range(scale.shape[0]):
         m = np.float64(scale[c]) / np.sqrt(np.float64(var[c]) + eps)
         factors[0, c] = m
         factors[1, c] = np.float64(bias[c]) - np.float64(mean[c]) * m
-    for t in prange(blocks):
-        lo, hi = x.shape[0] * t // blocks, x.shape[0] * (t + 1) // blocks
-        length = x.shape[1]
-        for r in range(lo, hi):
-            src = x[r]
-            dst = y[r]
-            a = factors[0, r % channels]
-            b = factors[1, r % channels]
-            if relu:
-                for i in range(length):
-                    v = src[i] * a + b
-                    dst[i] = 0.0 if v < 0 else v
-            else:
-                for i in range(length):
-                    dst[i] = src[i] * a + b
 
 
-@_bn_rows.numpy_twin
-def _bn_rows_numpy(x, scale, bias, mean, var, eps, factors, y, relu, blocks):
-    mul, add = bn_affine(scale, bias, mean, var, eps, x.dtype)
-    rows = x.shape[0]
-    np.multiply(x, np.resize(mul, rows)[:, None], out=y)
-    y += np.resize(add, rows)[:, None]
-    if relu:
-        np.maximum(y, y.dtype.type(0), out=y)
-
-
-_bn_rows_serial = serial_variant(_bn_rows, "_bn_rows_serial")
+@_bn_factors.numpy_twin
+def _bn_factors_numpy(scale, bias, mean, var, eps, factors):
+    factors[0], factors[1] = bn_affine(scale, bias, mean, var, eps, factors.dtype)
 
 
 def _nchw_batch_norm(x, stats, epsilon, relu):
@@ -123,14 +99,10 @@ def _nchw_batch_norm(x, stats, epsilon, relu):
         if not isinstance(v, np.ndarray) or v.size != c or v.dtype not in _FLOATS:
             return None
         vectors.append(v.reshape(-1) if v.flags.c_contiguous else np.ascontiguousarray(v).reshape(-1))
-    rows = x.shape[0] * c
-    src = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(rows, -1)
-    y = output_array(x.shape, x.dtype)
-    blocks = team_blocks(rows, src.shape[1])
-    kernel = _bn_rows if blocks > 1 else _bn_rows_serial     # no parallel region for one block
+    factors = np.empty((2, c), x.dtype)
+    _bn_factors(*vectors, float(epsilon), factors)
     with team():
-        kernel(src, *vectors, float(epsilon), np.empty((2, c), x.dtype), y.reshape(rows, -1), relu, blocks)
-    return y
+        return channel_affine(x, factors[0], factors[1], relu)
 
 
 def instance_norm(x, scale, bias, epsilon=1e-5, return_stats=False):
