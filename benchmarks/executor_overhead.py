@@ -12,12 +12,21 @@ Rows:
                 fused group's call (which declines [1]-element inputs) every 32 ops
   Mul/Relu/Sigmoid chains   the same chain with other op types (Mul: x * one)
 Usage: python benchmarks/executor_overhead.py [--ops 10000] [--repeat 20]
+
+--light-models NAMES (comma-separated light ONNX models, e.g. shufflenet,squeezenet):
+the per-op cost inside real models, one thread. Ours: the model's runs with every
+compiled kernel replaced by a call that does nothing (outputs are garbage), so what is
+left is the executor, each op's Python (argument checks, plan lookups, output buffers,
+the calls down to the kernel) and the few NumPy calls between kernels: ms per run and
+us per op (median and fastest of --repeat * 25 runs; the fastest is the steadiest
+figure on a shared machine). onnxruntime: its run time minus the sum of its
+profiler's kernel times (its executor's cost), per node.
 """
 import argparse
 import platform
 
 import numpy as np
-from _timing import median_ms
+from _timing import machine_label, median_ms
 
 from caffe2py import core, utils
 from caffe2py.workspace import Workspace
@@ -82,11 +91,92 @@ def onnxruntime_add(n_ops, repeat):
     return median_ms(lambda: sess.run(None, feed), repeat, warmup=1) / n_ops * 1e3
 
 
+def light_model_overhead(name, runs):
+    """(ours median ms, ours fastest ms, our op count, ORT ms outside kernels, ORT node
+    count) per run of light model `name` (see the module docstring), one thread."""
+    import json
+    import os
+    import statistics
+    import tempfile
+    import time
+    import onnx
+    import onnxruntime as ort
+    import light_models as lm
+    from caffe2py.devices import wait_for_compiled_kernels
+    from caffe2py.kernels.cpu.runtime import jit
+    from caffe2py.onnx import backend
+    model = onnx.load(os.path.join(lm.light_dir(), "light_%s.onnx" % name))
+    feeds = lm.random_feeds(model, np.random.default_rng(0))
+    rep = backend.prepare(model)
+    for _ in range(3):
+        rep.run(feeds)
+    wait_for_compiled_kernels()
+    saved = [(k, k._run) for k in jit._all_kernels if k._run is not None]
+    try:
+        for kernel, _ in saved:
+            kernel._run = _nothing
+        for _ in range(10):
+            rep.run(feeds)
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            rep.run(feeds)
+            times.append(time.perf_counter() - t0)
+    finally:
+        for kernel, run in saved:
+            kernel._run = run
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = 1, 1
+    opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    for _ in range(3 + runs // 5):
+        sess.run(None, feeds)
+    with open(sess.end_profiling()) as f:
+        events = json.load(f)
+    kernel_us, nodes, run_us = 0.0, set(), []
+    skip = 3 * len({e["name"] for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")})
+    node_events = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    for e in node_events[skip:]:                 # after the 3 warm-up runs
+        kernel_us += e["dur"]
+        nodes.add(e["name"])
+    run_us = [e["dur"] for e in events if e.get("cat") == "Session" and e["name"] == "model_run"][3:]
+    # its median run minus its mean kernel time per run
+    ort_ms = (statistics.median(run_us) - kernel_us / max(len(run_us), 1)) / 1e3 if run_us else float("nan")
+    return (statistics.median(times) * 1e3, min(times) * 1e3, len(rep.plan.op_steps()), ort_ms, len(nodes))
+
+
+def _nothing(*args):
+    return None
+
+
+def light_models_main(names, runs):
+    import os
+    import sys
+    if os.environ.get("CAFFE2PY_NUM_THREADS") != "1" or os.environ.get("OPENBLAS_NUM_THREADS") != "1":
+        # the team and OpenBLAS read their thread counts once: restart with them set
+        os.environ["CAFFE2PY_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = "1"
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+    print("machine: %s, Python %s; one thread; %d runs each" % (machine_label(), platform.python_version(), runs))
+    print("| model | ours ms/run outside kernels (median / fastest) | ops | us/op (fastest) | "
+          "onnxruntime ms/run outside kernels | nodes | us/node |")
+    print("|---|---|---|---|---|---|---|")
+    for name in names:
+        med, fast, ops, ort_ms, nodes = light_model_overhead(name, runs)
+        print("| %s | %.2f / %.2f | %d | %.1f | %.3f | %d | %.1f |"
+              % (name, med, fast, ops, fast / ops * 1e3, ort_ms, nodes, ort_ms / max(nodes, 1) * 1e3), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=10000)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--light-models", default="",
+                        help="comma-separated light ONNX models: per-op cost inside them (see above)")
     args = parser.parse_args()
+    if args.light_models:
+        light_models_main(args.light_models.split(","), args.repeat * 25)
+        return
     alias = ours("Alias", args.ops, args.repeat)
     add_on, add_off = [], []
     for _ in range(3):          # alternate, so both see the same machine load

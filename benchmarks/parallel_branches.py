@@ -27,8 +27,17 @@ forced net bitwise against `simple` on a branch's team).
 --sweep prints one row per op size (channels x spatial size of the small net), so
 the regime where workers pay shows.
 
+--contention measures what two branches cost each other inside one process, without
+the executor: a conv (Conv + ReLU, caffe2py's conv kernel on a team of 1) called in a
+loop on one Python thread, then on two Python threads at once, each thread's
+per-call wall time and CPU time (median over rounds). Wall above CPU time on two
+threads is time spent waiting (for the GIL: every op's Python part holds it, and
+each compiled kernel releases and re-takes it). Two processes at once show what the
+cores alone allow (no shared interpreter).
+
 Usage: python benchmarks/parallel_branches.py [--net small|big|3a] [--branches 2] [--runs 30]
        [--size N] [--channels C] [--sweep]
+       python benchmarks/parallel_branches.py --contention
        (CAFFE2PY_NUM_THREADS sets the thread budget: 2 workers x budget // 2 threads)
 The last line is `ratio simple/async_scheduling: X.XXx` (above 1: the async net is faster).
 """
@@ -233,6 +242,75 @@ def _row(label, shape, r):
              r["team1"] / r["forced"], r["simple"] / r["decided"]), flush=True)
 
 
+# --contention: (label, input shape, filter shape, pads) of the convs called side by side
+_CONTENTION = (("1x1 64 -> 32 at 14x14", (1, 64, 14, 14), (32, 64, 1, 1), (0, 0, 0, 0)),
+               ("3x3 32 -> 32 at 14x14", (1, 32, 14, 14), (32, 32, 3, 3), (1, 1, 1, 1)),
+               ("3x3 64 -> 64 at 28x28", (1, 64, 28, 28), (64, 64, 3, 3), (1, 1, 1, 1)),
+               ("3x3 64 -> 64 at 56x56", (1, 64, 56, 56), (64, 64, 3, 3), (1, 1, 1, 1)))
+
+
+def _conv_loop(x_shape, w_shape, pads, calls, results):
+    """Call one conv `calls` times on this thread (team of 1); append (wall ms, CPU ms)
+    per call to results."""
+    from caffe2py.kernels.cpu.cnn.conv import conv_nchw
+    from caffe2py.kernels.cpu.runtime.jit import team
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = rng.standard_normal(w_shape, dtype=np.float32)
+    b = np.zeros(w_shape[0], np.float32)
+    with team(), team_limit(1):
+        conv_nchw(x, w, b, (1, 1), pads, (1, 1), 1, activation="relu")
+        t0, c0 = time.perf_counter(), time.thread_time()
+        for _ in range(calls):
+            conv_nchw(x, w, b, (1, 1), pads, (1, 1), 1, activation="relu")
+        results.append(((time.perf_counter() - t0) * 1e3 / calls, (time.thread_time() - c0) * 1e3 / calls))
+
+
+def _loop_in_process(x_shape, w_shape, pads, calls, queue):
+    results = []
+    _conv_loop(x_shape, w_shape, pads, calls, results)
+    queue.put(results[0])
+
+
+def contention(rounds):
+    """Rows of --contention (see the module docstring)."""
+    import multiprocessing
+    import threading
+    print("| conv (Conv + ReLU, team of 1 per thread) | alone: wall / CPU ms per call | two threads: "
+          "wall / CPU ms | two threads' slow-down (wall) | two processes: wall ms | two processes' slow-down |")
+    print("|---|---|---|---|---|---|")
+    spawn = multiprocessing.get_context("spawn")
+    for label, x_shape, w_shape, pads in _CONTENTION:
+        macs = np.prod(w_shape) * x_shape[2] * x_shape[3]
+        calls = max(10, int(3e8 / macs))            # ~0.1 s of work per thread and round
+        _conv_loop(x_shape, w_shape, pads, 3, [])   # compiled before timing
+        wait_for_compiled_kernels()
+        alone, both, procs = [], [], []
+        for _ in range(rounds):
+            _conv_loop(x_shape, w_shape, pads, calls, alone)
+            results = []
+            threads = [threading.Thread(target=_conv_loop, args=(x_shape, w_shape, pads, calls, results))
+                       for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            both.extend(results)
+        queue = spawn.Queue()
+        workers = [spawn.Process(target=_loop_in_process, args=(x_shape, w_shape, pads, calls * rounds, queue))
+                   for _ in range(2)]
+        for proc in workers:
+            proc.start()
+        procs = [queue.get() for _ in workers]
+        for proc in workers:
+            proc.join()
+        a_wall, a_cpu = (statistics.median(v[i] for v in alone) for i in (0, 1))
+        b_wall, b_cpu = (statistics.median(v[i] for v in both) for i in (0, 1))
+        p_wall = statistics.median(v[0] for v in procs)
+        print("| %s | %.3f / %.3f | %.3f / %.3f | %.2fx | %.3f | %.2fx |"
+              % (label, a_wall, a_cpu, b_wall, b_cpu, b_wall / a_wall, p_wall, p_wall / a_wall), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--net", choices=("small", "big", "3a"), default="small")
@@ -241,11 +319,16 @@ def main():
     parser.add_argument("--size", type=int, default=None, help="spatial size (small: 14, big: 56)")
     parser.add_argument("--channels", type=int, default=64, help="small net's input channels")
     parser.add_argument("--sweep", action="store_true", help="small net over op sizes")
+    parser.add_argument("--contention", action="store_true",
+                        help="two branches' ops side by side in one process, without the executor")
     args = parser.parse_args()
     budget, team = thread_budget(), max(1, thread_budget() // 2)
     load_before = os.getloadavg()
     print("machine: %s; thread budget %d; %s UTC" % (machine_label(), budget,
                                                    datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M")))
+    if args.contention:
+        contention(max(3, args.runs // 10))
+        return
     _header(budget, team)
     if args.sweep:
         cases = [(16, 7), (32, 7), (64, 7), (32, 14), (64, 14), (128, 14), (64, 28), (128, 28)]

@@ -193,6 +193,33 @@ def test_conv_float64_and_negative_pads():
     np.testing.assert_allclose(y, ref_conv(x[:, :, 1:], w, None, (1, 1), (0, 0, 0, 1), (1, 1), 1), rtol=1e-12)
 
 
+def test_conv_call_plans_follow_cache_clear_and_take_any_argument_form(monkeypatch):
+    """conv_nchw looks its plan up per call by shapes, dtypes and geometry; clearing
+    _plan's cache (what a dispatch switch needs) clears that lookup too, and list
+    arguments (unhashable) take the long way to the same result."""
+    x, w, b = rand(1, 32, 9, 9), rand(16, 32, 3, 3), rand(16)
+    want = ref_conv(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    conv_k._plan.cache_clear()
+    try:
+        y = conv_k.conv_nchw(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+        first = conv_k._call_plan(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)[1]
+        assert first.compute.__qualname__.startswith("direct_plan")
+        monkeypatch.setattr(conv_k, "BLOCKED_DIRECT", False)
+        assert conv_k._call_plan(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)[1] is first   # still the cached plan
+        conv_k._plan.cache_clear()
+        other = conv_k._call_plan(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)[1]
+        assert other is not first and not other.compute.__qualname__.startswith("direct_plan")
+        y = conv_k.conv_nchw(x, w, b, [1, 1], [1, 1, 1, 1], [1, 1], 1)           # lists: not cached
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+        h = conv_k.conv_nchw(x.astype(np.float16), w.astype(np.float16), b.astype(np.float16),
+                             (1, 1), (1, 1, 1, 1), (1, 1), 1)
+        assert h.dtype == np.float16
+        np.testing.assert_allclose(h, want, rtol=2e-2, atol=5e-2)
+    finally:
+        conv_k._plan.cache_clear()
+
+
 def test_conv_reused_buffers_and_row_tiles(monkeypatch):
     """Many small im2col tiles and buffers reused across runs with different inputs."""
     monkeypatch.setattr(conv_k, "_TILE_BYTES", 256)

@@ -241,6 +241,39 @@ def test_a_buffer_is_reused_only_when_nobody_else_holds_it(shape):
     del b, c, d, e
 
 
+def test_exact_fits_are_found_first_and_forms_of_a_request_agree():
+    """take() looks up free buffers of exactly the requested size before its best-fit
+    scan (the scan would stop at the same one), and remembers each (shape, dtype) it
+    was asked for: an int, a tuple, a list and a dtype given as a type or an instance
+    are one request; the sweep drops buffers from the exact-size index too."""
+    pool = OutputPool()
+    with pool:
+        big = output_array((8, 8), np.float32)      # 64 elements
+        small = output_array((4, 4), np.float32)    # 16
+        big_at, small_at = big.ctypes.data, small.ctypes.data
+        del big, small
+        # 16 elements fit the 64-element buffer too (4x slack): the exact one wins
+        a = output_array(16, np.dtype(np.float32))
+        assert a.ctypes.data == small_at and a.shape == (16,)
+        b = output_array([2, 8], np.float32)         # 16 again, `a` busy: best fit is `big`
+        assert b.ctypes.data == big_at and b.shape == (2, 8) and b.flags.c_contiguous
+        del a, b
+        c = output_array((2, 2, 4), "float32")      # 16 elements, both free: exact again
+        assert c.ctypes.data == small_at and c.shape == (2, 2, 4)
+        assert pool.allocations == 2 and pool.reuses == 3
+        del c
+    with pool:                                      # a run that takes only the 64-element one
+        d = output_array((64,), np.float32)
+        assert d.ctypes.data == big_at
+        del d
+    with pool:                                      # the 16-element buffer was swept away
+        e = output_array((16,), np.float32)
+        assert e.ctypes.data == big_at and pool.buffer_count() == 1
+        f = output_array((16,), np.float32)
+        assert f.ctypes.data not in (big_at, e.ctypes.data) and pool.allocations == 3
+        del e, f
+
+
 def test_workspace_nets_do_not_pool():
     model = _small_cnn()
     rep = backend.prepare(model)

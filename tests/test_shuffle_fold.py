@@ -74,6 +74,24 @@ def test_other_convolutions_gather_through_the_map_and_bad_maps_are_refused():
             conv_k.conv_nchw(x, dw, None, (1, 1), (1,) * 4, (1, 1), 6, channel_map=bad)
 
 
+def test_a_writeable_map_is_checked_on_every_call_a_read_only_one_once():
+    """The depthwise path remembers a read-only map it has checked (the op's shuffle
+    maps are made read-only), per map: a writeable map edited between calls is
+    checked again, and an edit that leaves the range is refused, never read."""
+    x, dw = rand(1, 6, 5, 5), rand(6, 1, 3, 3)
+    args = (None, (1, 1), (1,) * 4, (1, 1), 6)
+    live = np.array([5, 4, 3, 2, 1, 0])
+    fixed = np.array([1, 0, 3, 2, 5, 4])
+    fixed.flags.writeable = False
+    for _ in range(2):          # the second time through, `fixed` comes from the remembered check
+        for cmap in (live, fixed):
+            np.testing.assert_array_equal(conv_k.conv_nchw(x, dw, *args, channel_map=cmap),
+                                          conv_k.conv_nchw(np.ascontiguousarray(x[:, cmap]), dw, *args))
+    live[0] = 6
+    with pytest.raises(ValueError, match=r"\[0, 6\)"):
+        conv_k.conv_nchw(x, dw, *args, channel_map=live)
+
+
 # ----------------------------------------------------------------- the op's shuffle_group
 
 def _run_op(op_type, inputs, **kwargs):

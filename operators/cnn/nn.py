@@ -188,7 +188,11 @@ def _shuffle_map_reader(ctx, nchw):
             if c % group:
                 raise ctx.input_error(0, "%d channels (shape %s) do not split into %d shuffle groups"
                                       % (c, list(x.shape), group))
-            found = maps[c] = np.arange(c, dtype=np.intp).reshape(group, c // group).T.reshape(c)
+            found = np.ascontiguousarray(np.arange(c, dtype=np.intp).reshape(group, c // group).T.reshape(c))
+            if found.base is not None:
+                found = found.copy()
+            found.flags.writeable = False     # the depthwise kernel checks it once (depthwise.py)
+            maps[c] = found
         return found
     return channel_map
 

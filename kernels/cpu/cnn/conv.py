@@ -190,30 +190,36 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
     (a ResNet-style Conv + Sum [+ Relu] in one op). out: where to write the result (an
     array of its shape and dtype whose images are C-contiguous, e.g. a channel range of
     a concat buffer); a new array by default. channel_map: see the module docstring."""
-    _check_activation(activation)
-    dtype = np.result_type(x.dtype, w.dtype)
-    if dtype == np.float16:
+    if activation is not None and activation != "relu":
+        _check_activation(activation)
+    dtype, plan = _call_plan(x, w, strides, pads, dilations, group)
+    if plan is None:
         return _conv_half(_gathered(x, channel_map), w, b, strides, pads, dilations, group, scratch, activation,
                           residual, out)
-    plan = _plan(x.shape, w.shape, tuple(strides), tuple(pads), tuple(dilations), group, dtype.str)
-    mapped = {}
+    mapped = False
     if channel_map is not None:
         if getattr(plan.compute, "takes_channel_map", False):     # it checks the map itself
-            mapped = {"channel_map": channel_map}
+            mapped = True
         else:                                   # paths without the map read a gathered copy
             x = _gathered(x, channel_map)
     if residual is not None and tuple(residual.shape) != plan.out_shape:
         raise ValueError("residual of shape %s does not match the output shape %s"
                          % (list(residual.shape), list(plan.out_shape)))
-    x = x.astype(dtype, copy=False)
-    w = np.ascontiguousarray(w, dtype=dtype)
+    # the conversions cost a call each even when they return their argument (per-op
+    # overhead adds up on small nets: ShuffleNet runs 49 convs)
+    if x.dtype != dtype:
+        x = x.astype(dtype)
+    if w.dtype != dtype or not w.flags.c_contiguous:
+        w = np.ascontiguousarray(w, dtype=dtype)
     if out is None:
         out = output_array(plan.out_shape, dtype)
     elif tuple(out.shape) != plan.out_shape or out.dtype != dtype or not all(o.flags.c_contiguous for o in out):
         raise ValueError("output buffer of shape %s (%s) does not take a %s result (%s) with C-contiguous images"
                          % (list(out.shape), out.dtype, list(plan.out_shape), dtype))
     relu = activation == "relu"
-    bias = None if b is None else b.astype(dtype, copy=False).reshape(-1)
+    bias = b
+    if b is not None and (b.dtype != dtype or b.ndim != 1):
+        bias = b.astype(dtype, copy=False).reshape(-1)
     if residual is not None:
         residual = np.ascontiguousarray(residual, dtype=dtype)
     with team():
@@ -221,14 +227,44 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
             # bias, residual and ReLU applied per block while it is in cache (the ReLU
             # waits for a residual the plan cannot add itself)
             takes = residual if plan.takes_residual else None
-            plan.compute(x, w, out, scratch or default_scratch(), bias, relu and (residual is None or takes is not None),
-                         takes, **mapped)
+            fused_relu = relu and (residual is None or takes is not None)
+            if mapped:
+                plan.compute(x, w, out, scratch or default_scratch(), bias, fused_relu, takes,
+                             channel_map=channel_map)
+            else:
+                plan.compute(x, w, out, scratch or default_scratch(), bias, fused_relu, takes)
             if residual is not None and takes is None:
                 finish_channels(out, None, residual, relu)
         else:
             plan.compute(x, w, out, scratch or default_scratch())
             finish_channels(out, bias, residual, relu)
     return out
+
+
+# (x shape, x dtype, w shape, w dtype, strides, pads, dilations, group) -> (dtype, plan):
+# one dict lookup per call instead of np.result_type and _plan's argument conversions
+_CALL_PLANS = {}
+_CALL_PLANS_LIMIT = 1024
+
+
+def _call_plan(x, w, strides, pads, dilations, group):
+    """(result dtype, _plan's plan) for a conv_nchw call; plan None for float16 (which
+    computes in float32). _plan's errors are raised on every call (not cached)."""
+    try:
+        key = (x.shape, x.dtype, w.shape, w.dtype, strides, pads, dilations, group)
+        found = _CALL_PLANS.get(key)
+    except TypeError:            # list arguments: unhashable, take the long way
+        key = found = None
+    if found is not None:
+        return found
+    dtype = np.result_type(x.dtype, w.dtype)
+    found = (dtype, None if dtype == np.float16 else
+             _plan(x.shape, w.shape, tuple(strides), tuple(pads), tuple(dilations), group, dtype.str))
+    if key is not None:
+        if len(_CALL_PLANS) >= _CALL_PLANS_LIMIT:
+            _CALL_PLANS.clear()
+        _CALL_PLANS[key] = found
+    return found
 
 
 def _gathered(x, channel_map):
@@ -263,8 +299,22 @@ class _Plan:
     __slots__ = ("out_shape", "compute", "fuses_output", "takes_residual")
 
 
-@functools.lru_cache(maxsize=1024)
 def _plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
+    """The _Plan of one convolution geometry (cached; `_plan.cache_clear()` forgets every
+    plan, also conv_nchw's per-call lookup, after a dispatch switch changed)."""
+    return _make_plan(x_shape, w_shape, strides, pads, dilations, group, dtype)
+
+
+def _clear_plans():
+    _make_plan.cache_clear()
+    _CALL_PLANS.clear()
+
+
+_plan.cache_clear = _clear_plans
+
+
+@functools.lru_cache(maxsize=1024)
+def _make_plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     kernel = tuple(w_shape[2:])
     k = len(kernel)
     if len(x_shape) != k + 2 or len(strides) != k or len(dilations) != k or len(pads) != 2 * k:
