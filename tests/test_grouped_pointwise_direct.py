@@ -1,6 +1,6 @@
 """Grouped 1x1 convolutions of float32 maps of 24 pixels or more through the
-register-blocked direct kernel (grouped_pointwise.py's _direct_product running
-stem_conv._stem_rows, one row of P outputs per group): against a float64 formula
+register-blocked direct kernel (grouped_pointwise.py's direct_grouped_pointwise_plan
+running stem_conv._stem_rows, one row of P outputs per group): against a float64 formula
 written here, tails of the 24-pixel blocks and 4-channel blocks, team splits, twin."""
 import numpy as np
 import pytest
@@ -31,9 +31,10 @@ def data(xs, m, group, seed):
             rng.standard_normal(m).astype(np.float32))
 
 
-def product_name(xs, m, group):
-    return conv_k._plan(xs, (m, xs[1] // group, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), group,
-                        "<f4").compute.product.__qualname__
+def path_name(xs, m, group, dtype="<f4"):
+    """The direct plan's compute, or the product the BLAS pointwise plan runs."""
+    compute = conv_k._plan(xs, (m, xs[1] // group, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), group, dtype).compute
+    return getattr(compute, "product", compute).__qualname__
 
 
 # x shape, out channels, group: maps of 24 (one block), 25 (block + vector), 33 (a
@@ -53,7 +54,7 @@ CASES = [
 @pytest.mark.parametrize("xs, m, group", CASES)
 def test_direct_grouped_1x1_matches_float64(xs, m, group):
     x, w, b = data(xs, m, group, sum(xs) + m)
-    assert product_name(xs, m, group).startswith("_direct_product")
+    assert path_name(xs, m, group).startswith("direct_grouped_pointwise_plan")
     res = np.random.default_rng(1).standard_normal((xs[0], m) + xs[2:]).astype(np.float32)
     tol = dict(rtol=1e-5, atol=1e-5 * np.sqrt(xs[1] // group))
     for bias, residual, relu in ((None, None, False), (b, None, True), (b, res, False), (None, res, True)):
@@ -63,9 +64,22 @@ def test_direct_grouped_1x1_matches_float64(xs, m, group):
 
 
 def test_small_maps_and_float64_keep_the_blas_path():
-    assert product_name((1, 8, 4, 5), 8, 2).startswith("grouped_pointwise_product")      # 20 pixels
-    plan = conv_k._plan((1, 8, 6, 6), (8, 4, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 2, "<f8")
-    assert plan.compute.product.__qualname__.startswith("grouped_pointwise_product")
+    assert path_name((1, 8, 4, 5), 8, 2).startswith("grouped_pointwise_product")      # 20 pixels
+    assert path_name((1, 8, 6, 6), 8, 2, "<f8").startswith("grouped_pointwise_product")
+
+
+def test_strided_maps_and_a_bias_of_the_wrong_length():
+    """A strided grouped 1x1 reads every s-th pixel (the direct plan on the strided
+    map); a bias that does not hold one value per output channel is refused before
+    the kernel reads it."""
+    x, w, b = data((1, 8, 14, 12), 12, 2, 8)
+    assert conv_k._plan(x.shape, w.shape, (2, 2), (0, 0, 0, 0), (1, 1), 2, "<f4").compute.__qualname__.startswith(
+        "direct_grouped_pointwise_plan")
+    got = conv_k.conv_nchw(x, w, b, (2, 2), (0, 0, 0, 0), (1, 1), 2, activation="relu")
+    np.testing.assert_allclose(got, reference(np.ascontiguousarray(x[:, :, ::2, ::2]), w, b, 2, relu=True),
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="bias of 11 values for 12 output channels"):
+        conv_k.conv_nchw(x, w, b[:11], (1, 1), (0, 0, 0, 0), (1, 1), 2)
 
 
 def test_team_splits_give_identical_bits(monkeypatch):

@@ -54,7 +54,7 @@ from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  
 from .depthwise import channel_map_problem, depthwise_plan
 from .direct_conv import direct_plan, grouped_direct_plan
 from .phases import _copy_phase
-from .grouped_pointwise import grouped_pointwise_product
+from .grouped_pointwise import direct_grouped_pointwise_plan, grouped_pointwise_product
 from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
 from ..runtime.output_pool import output_array
 from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size, thread_id
@@ -346,8 +346,9 @@ def _make_plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
         plan.compute = direct
         plan.takes_residual = True
     elif all(kk == 1 for kk in kernel) and not any(pads):
-        product = grouped_pointwise_product(m, group, out_spatial, dtype) or gemm_into
-        plan.compute = _pointwise_plan(x_shape, m, strides, group, out_spatial, product)
+        plan.compute = direct_grouped_pointwise_plan(x_shape, m, group, strides, out_spatial, dtype) or \
+            _pointwise_plan(x_shape, m, strides, group, out_spatial,
+                            grouped_pointwise_product(m, group, out_spatial, dtype) or gemm_into)
         plan.takes_residual = True
     # Stems (C_in <= 4, float32, rows of 24+ outputs, any K = C*kh*kw: 27..363) go to
     # stem_conv.py before the other kxk paths. 1 thread, CPU time, loaded 2-CPU Zen 3 VM,

@@ -6,6 +6,9 @@ Public:
     grouped_pointwise_product(m, group, out_spatial, dtype)
         -> the per-image product for conv.py's pointwise plan, or None when this path
         does not cover the case.
+    direct_grouped_pointwise_plan(x_shape, m, group, strides, out_spatial, dtype)
+        -> conv.py's compute for float32 maps of DIRECT_MIN_PIXELS or more (the direct
+        kernel, below), or None.
 
 A grouped 1x1 convolution is one small product per group (ShuffleNet: 4 x 34x34 @
 34x784 ... 4 x 136x136 @ 136x49). Each team thread takes whole groups (or column
@@ -146,35 +149,40 @@ def _pack_groups(w3):
     return np.stack([pack_weights(w3[g]) for g in range(w3.shape[0])])
 
 
-def _direct_product(m, group):
-    """grouped_product for float32 through the direct kernel; weights packed once per
-    weight array (the (G, M/G, K) view conv.py passes is new each call: the cache is
-    keyed on the array it views when that holds exactly these weights)."""
-    packed = DerivedWeights(lambda owner: _pack_groups(owner.reshape(group, m // group, -1)))
+def direct_grouped_pointwise_plan(x_shape, m, group, strides, out_spatial, dtype):
+    """conv.py's compute(x, w, out, scratch, bias=None, relu=False, residual=None) for a
+    grouped 1x1 convolution of float32 maps of DIRECT_MIN_PIXELS or more (more than
+    one output channel a group) through the direct kernel: per image, one call of
+    stem_conv._stem_rows with a row of P outputs per group; None elsewhere. The
+    weights are packed once per weight array. conv_nchw has made x float32, w
+    C-contiguous float32, out's images and the residual C-contiguous of the plan's
+    shapes; the bias's length is checked here (the kernel reads M values)."""
+    n, c = x_shape[:2]
+    p = math.prod(out_spatial)
+    if (np.dtype(dtype) != np.float32 or group < 2 or m // group == 1 or p < max(2, DIRECT_MIN_PIXELS)
+            or gemm_entry(dtype) is None):
+        return None
+    mg, k_in = m // group, c // group
+    sub = None if all(s == 1 for s in strides) else \
+        (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
+    offsets = _row_offsets(k_in, p)
+    packed = DerivedWeights(lambda w: _pack_groups(w.reshape(group, mg, k_in)))
+    work = mg * k_in * p
 
-    def grouped_product(w3, x3, out3, bias, residual, relu):
-        groups, k_in, p = x3.shape
-        if (w3.shape != (groups, m // group, k_in) or out3.shape != (groups, m // group, p) or groups != group
-                or not (x3.dtype == w3.dtype == out3.dtype == np.float32) or p < PIXELS
-                or not (x3.flags.c_contiguous and w3.flags.c_contiguous and out3.flags.c_contiguous)):
-            raise ValueError("grouped pointwise operands %s @ %s -> %s (%s, %s, %s) do not agree"
-                             % (list(w3.shape), list(x3.shape), list(out3.shape), w3.dtype, x3.dtype, out3.dtype))
-        owner = w3.base
-        if owner is None or owner.size != w3.size or not owner.flags.c_contiguous or owner.dtype != w3.dtype:
-            owner = w3
-        wpack = packed(owner)
+    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
+        if sub is not None:
+            x = x[sub]
+        wpack = packed(w)
         b = bias_values(bias, np.float32)
         if bias is not None and b.size != m:
             raise ValueError("bias of %d values for %d output channels" % (b.size, m))
-        res = _NO_RESIDUAL if residual is None else \
-            np.ascontiguousarray(residual, dtype=np.float32).reshape(groups, m // group, p)
-        blocks = team_blocks(groups, (m // group) * k_in * p)
-        with team():
-            (_stem_rows if blocks > 1 else _stem_rows_serial)(
-                x3.reshape(groups, k_in * p), _row_offsets(k_in, p), wpack, b, bias is not None, res,
-                residual is not None, relu, out3.reshape(groups, m // group, 1, p), p, blocks)
-        return out3
-    return grouped_product
+        blocks = team_blocks(group, work)
+        kernel = _stem_rows if blocks > 1 else _stem_rows_serial
+        for i in range(n):
+            res = _NO_RESIDUAL if residual is None else residual[i].reshape(group, mg, p)
+            kernel(np.ascontiguousarray(x[i]).reshape(group, k_in * p), offsets, wpack, b, bias is not None, res,
+                   residual is not None, relu, out[i].reshape(group, mg, 1, p), p, blocks)
+    return compute
 
 
 def grouped_pointwise_product(m, group, out_spatial, dtype):
@@ -187,9 +195,6 @@ def grouped_pointwise_product(m, group, out_spatial, dtype):
     # GEMV there (OpenBLAS's GEMM is 2-3x slower on it)
     if group < 2 or m // group == 1 or p == 1 or gemm_entry(dtype) is None:
         return None
-    if np.dtype(dtype) == np.float32 and p >= DIRECT_MIN_PIXELS:
-        return _direct_product(m, group)
-
     def grouped_product(w3, x3, out3, bias, residual, relu):
         return grouped_pointwise(x3, w3, out3, bias, residual, relu)
     return grouped_product
