@@ -131,6 +131,23 @@ def test_onnx_nodes_the_spec_rejects_are_refused_when_the_model_is_prepared(node
         _prepare(model).run([f32(*s) for _, s in inputs])
 
 
+def test_onnx_type_checks_remember_only_what_passed():
+    """The type-constraint check remembers the input dtypes it let through: the same
+    op refuses a mix onnx forbids on any later run, and takes the good mix again."""
+    from onnx import TensorProto, helper
+    node = helper.make_node("BitwiseAnd", ["a", "b"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, [2]) for n in "ab"],
+                              [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
+    rep = _prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))    # inputs of any type
+    ints = np.array([6, 3], np.int32)
+    for _ in range(2):
+        np.testing.assert_array_equal(rep.run([ints, np.array([3, 1], np.int32)])[0], [2, 1])
+        with pytest.raises(Caffe2Error, match="so they must match"):
+            rep.run([ints, np.array([3, 1], np.int64)])
+        with pytest.raises(Caffe2Error, match="does not allow for its type parameter"):
+            rep.run([f32(2), f32(2)])
+
+
 def test_onnx_gather_nd_with_empty_index_tuples_matches_onnxruntime():
     ort = pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper
