@@ -188,10 +188,10 @@ def _shuffle_map_reader(ctx, nchw):
             if c % group:
                 raise ctx.input_error(0, "%d channels (shape %s) do not split into %d shuffle groups"
                                       % (c, list(x.shape), group))
-            found = np.ascontiguousarray(np.arange(c, dtype=np.intp).reshape(group, c // group).T.reshape(c))
-            if found.base is not None:
-                found = found.copy()
-            found.flags.writeable = False     # the depthwise kernel checks it once (depthwise.py)
+            # an array of its own (no base another holder could write through), read-only:
+            # the depthwise kernel then checks it once (depthwise.py)
+            found = np.array(np.arange(c, dtype=np.intp).reshape(group, c // group).T.reshape(c))
+            found.flags.writeable = False
             maps[c] = found
         return found
     return channel_map

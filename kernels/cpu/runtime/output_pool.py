@@ -123,8 +123,7 @@ class OutputPool:
     def __init__(self):
         self._entries = {}       # dtype.str -> [[array, run it was last taken in], ...]
         # (dtype.str, element count) -> the same entries, in the same order: a warm run
-        # finds its exact fit among a few, not by scanning every buffer (~50 in a light
-        # model: ~10 us a take)
+        # finds its exact fit among the few of its size, not by scanning every buffer
         self._exact = {}
         self._requests = {}      # (shape, dtype) as asked -> _request's normal form
         self._lock = threading.Lock()
