@@ -190,8 +190,7 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
     (a ResNet-style Conv + Sum [+ Relu] in one op). out: where to write the result (an
     array of its shape and dtype whose images are C-contiguous, e.g. a channel range of
     a concat buffer); a new array by default. channel_map: see the module docstring."""
-    if activation is not None and activation != "relu":
-        _check_activation(activation)
+    _check_activation(activation)
     dtype, plan = _call_plan(x, w, strides, pads, dilations, group)
     if plan is None:
         return _conv_half(_gathered(x, channel_map), w, b, strides, pads, dilations, group, scratch, activation,
