@@ -258,8 +258,8 @@ def test_blocked_results_are_bit_identical_at_team_sizes_1_2_3(blocking, x_shape
         got = np.empty(shape, np.float32)
         for i, args in enumerate(calls):        # one call per image, the arguments it had
             args = list(args)
-            args[8], args[-1] = got[i], blocks
-            args[-2] = np.full_like(args[-2], np.nan)      # partial sums come from this run only
+            args[8], args[14] = got[i], blocks               # out, blocks
+            args[13] = np.full_like(args[13], np.nan)        # acc: partial sums come from this run only
             (real[0] if blocks > 1 else real[1])(*args)
         results.append(got)
     assert results[0].tobytes() == results[1].tobytes() == results[2].tobytes() == out.tobytes()

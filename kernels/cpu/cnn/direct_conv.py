@@ -39,8 +39,8 @@ How:
 import numpy as np
 
 from ..math.epilogue import bias_values
-from ..runtime.buffers import DerivedWeights, temp_buffer
-from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
+from ..runtime.buffers import DerivedWeights, team_work, temp_buffer
+from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
 from .phases import _copy_phase
 
 LANES_8 = LazyGlobal(".simd", "LANES_8")
@@ -60,7 +60,7 @@ PIXELS = 24          # flat outputs per register block: 3 vectors of 8
 
 @compiled(parallel=True)
 def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk, tile_cb,
-                   tile_pb, acc, blocks):
+                   tile_pb, acc, blocks, work, stride):
     """out (M, OH, OW) = [relu](sum over taps k of wpack[., k, .] * flat[p + offsets[k]]
     + bias + residual) for output p = oy * wq + ox. flat: the phase buffers, long enough
     that p + offsets[k] < len(flat) for every p < ceil(OH * wq / 24) * 24 (the caller
@@ -71,7 +71,11 @@ def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual,
     block's chunk of weights (tile_cb * 4 * chunk floats, in L2). Partial sums wait in
     acc (ceil(M/4) * 4, ceil(OH * wq / 24) * 24) between chunks (unused with one chunk);
     each output's sum runs in tap order whatever the tiles and team: bit-identical
-    results at every team size. Tiles are split over `blocks` team threads."""
+    results at every team size. Tiles are split over `blocks` team threads. Each team
+    thread's (4, 24) finishing tile and packed chunk live in its region of `work` (from
+    thread_id() * stride, at least panel_floats(chunk) floats; buffers.team_work): the
+    caller owns them, because an array made in here would be freed after its last use
+    as an array while the loop still writes through its address (blas.py)."""
     m, oh, ow = out.shape
     n_cb = wpack.shape[0]
     k_count = wpack.shape[1]
@@ -87,10 +91,10 @@ def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual,
     w0 = address(wpack)
     zero = vzeros(LANES_8)
     for t in prange(blocks):
-        tile = np.empty((4, 24), np.float32)
-        t0 = address(tile)
-        panel = np.empty(chunk * 24 + 8, np.float32)     # a pixel block's chunk of input, packed
-        pk = (address(panel) + 31) // 32 * 32            # 32-byte aligned
+        mine = work[thread_id() * stride:thread_id() * stride + stride]   # this thread's region
+        tile = mine[0:96].reshape(4, 24)
+        t0 = address(mine)
+        pk = (t0 + 96 * 4 + 31) // 32 * 32     # a pixel block's chunk of input, packed, 32-byte aligned
         for item in range(items * t // blocks, items * (t + 1) // blocks):
             pt = item // n_ct
             ct = item - pt * n_ct
@@ -247,7 +251,7 @@ def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0
 
 @_direct_blocks.numpy_twin
 def _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk, tile_cb,
-                         tile_pb, acc, blocks):
+                         tile_pb, acc, blocks, work, stride):
     """All outputs at once: the taps gathered (K, OH * wq), one product, the crop."""
     m, oh, ow = out.shape
     length = oh * wq
@@ -265,6 +269,12 @@ def _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_res
 
 # One block runs without a parallel region (conv.py's _phase_copy_serial says why).
 _direct_blocks_serial = serial_variant(_direct_blocks, "_direct_blocks_serial")
+
+
+def panel_floats(chunk):
+    """Floats of one team thread's work region: the (4, 24) finishing tile, then a
+    chunk of 24-float taps and 8 floats of slack for aligning it to 32 bytes."""
+    return 96 + chunk * PIXELS + 8
 
 
 def pack_weights(w):
@@ -332,6 +342,7 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
         b = bias_values(bias, np.float32)
         blocks = team_blocks(n_tiles, wpack.shape[1] * CHANNELS * PIXELS * tile_cb * tile_pb)
         acc = temp_buffer("direct_acc", acc_shape, np.float32)
+        work, stride = team_work(panel_floats(chunk), np.float32)
         for i in range(n):
             # zero borders, interior rewritten per image (the key fixes where the interior is)
             grid = scratch.zeros(key, (phases, c, rows, wq), np.float32)
@@ -341,7 +352,7 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
             res = residual[i].reshape(m, oh * ow) if residual is not None else _NO_RESIDUAL
             kernel = _direct_blocks if blocks > 1 else _direct_blocks_serial
             kernel(grid.reshape(-1), offsets, wpack, b, bias is not None, res, residual is not None, relu, out[i], wq,
-                   chunk, tile_cb, tile_pb, acc, blocks)
+                   chunk, tile_cb, tile_pb, acc, blocks, work, stride)
     compute.blocking = (chunk, tile_cb, tile_pb)      # tests, benchmarks
     return compute
 
