@@ -27,7 +27,8 @@ vector load (PHASED says when, and why not elsewhere).
 import numpy as np
 
 from ..math.epilogue import bias_values
-from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
+from ..runtime.buffers import team_work
+from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
 
 LANES_8 = LazyGlobal(".simd", "LANES_8")
 vzeros = LazyGlobal(".simd", "vzeros")
@@ -155,7 +156,7 @@ def _depthwise_numpy(x, w, bias, out, cmap, kh, kw, sh, sw, dh, dw, pt, pl, relu
 
 
 @compiled(fastmath=("contract", "reassoc"), parallel=True)
-def _depthwise_phased(x, w, bias, out, cmap, offsets, sh, sw, pt, pl, rows, wq, starts, relu, blocks):
+def _depthwise_phased(x, w, bias, out, cmap, offsets, sh, sw, pt, pl, rows, wq, starts, relu, blocks, work, stride):
     """The same result as _depthwise, computed from the input's stride phases with
     vector loads. Each input plane is split once into its sh * sw stride phases
     (zero-bordered planes of rows x wq in one flat per-thread buffer; one plane at
@@ -166,7 +167,10 @@ def _depthwise_phased(x, w, bias, out, cmap, offsets, sh, sw, pt, pl, rows, wq, 
     of 8 outputs inside a row (ox = 0, 8, ..., the last moved back to ow - 8; V a
     multiple of 4, padded by repeating the last). The caller checked ow >= 8, x
     C-contiguous, that every input pixel lands inside the buffer and that every read
-    (oh * wq - 1 + max(offsets) + 8 lanes) lies below sh * sw * rows * wq + wq."""
+    (oh * wq - 1 + max(offsets) + 8 lanes) lies below sh * sw * rows * wq + wq. Each team
+    thread's phase buffer is its region of `work` (from thread_id() * stride, at least
+    sh * sw * rows * wq + wq floats; buffers.team_work): caller-owned, because an array
+    made in here is freed after its last use as an array, not its address's (blas.py)."""
     c_in, h, wd = x.shape
     m, oh, ow = out.shape
     mult = m // c_in
@@ -179,7 +183,8 @@ def _depthwise_phased(x, w, bias, out, cmap, offsets, sh, sw, pt, pl, rows, wq, 
     x_base = address(x)
     for t in prange(blocks):
         lo, hi = m * t // blocks, m * (t + 1) // blocks
-        grid = np.zeros(size, x.dtype)          # zero border, interior rewritten per channel
+        grid = work[thread_id() * stride:thread_id() * stride + size]   # this thread's region
+        grid[:] = 0                             # zero border, interior rewritten per channel
         g0 = address(grid)
         loaded = -1
         for o in range(lo, hi):
@@ -261,7 +266,8 @@ def _depthwise_phased(x, w, bias, out, cmap, offsets, sh, sw, pt, pl, rows, wq, 
 
 
 @_depthwise_phased.numpy_twin
-def _depthwise_phased_numpy(x, w, bias, out, cmap, offsets, sh, sw, pt, pl, rows, wq, starts, relu, blocks):
+def _depthwise_phased_numpy(x, w, bias, out, cmap, offsets, sh, sw, pt, pl, rows, wq, starts, relu, blocks, work,
+                            stride):
     c_in, h, wd = x.shape
     m, oh, ow = out.shape
     plane = rows * wq
@@ -371,6 +377,9 @@ def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtyp
     identity = np.arange(c, dtype=np.intp)
     zero_bias = np.zeros(m, dtype)
     phased = _phased_layout(x_shape, kh, kw, strides, pads, dilations, out_spatial, dtype)
+    if phased is not None:
+        _, sh, sw, _, _, rows, wq, _ = phased
+        phased_size = sh * sw * rows * wq + wq     # one thread's phase buffer (its last row's spill)
     checked = {}      # id -> (read-only map checked, its intp form): one per op sharing this plan
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None, channel_map=None):
@@ -393,8 +402,9 @@ def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtyp
         for i in range(n):
             xi = np.ascontiguousarray(x[i])
             if phased is not None:
+                region, stride = team_work(phased_size, np.float32)
                 (_depthwise_phased if blocks > 1 else _depthwise_phased_serial)(xi, w2, b, out[i], cmap, *phased,
-                                                                                 relu, blocks)
+                                                                                 relu, blocks, region, stride)
             else:
                 _depthwise(xi, w2, b, out[i], cmap, *geometry, relu, blocks)
     compute.takes_channel_map = True

@@ -35,6 +35,7 @@ vfma = LazyGlobal(".simd", "vfma")
 vstore_f32_at = LazyGlobal(".simd", "vstore_f32_at")
 load_f32 = LazyGlobal(".simd", "load_f32")
 store_f32 = LazyGlobal(".simd", "store_f32")
+vstore = LazyGlobal(".simd", "vstore")
 address = LazyGlobal(".simd", "address")
 
 
@@ -52,8 +53,7 @@ def packed_product(a, lda, m, packed, n, out, ldo):
     """See the module docstring."""
     panels, depth = packed.shape[0], packed.shape[1]
     base = address(packed)
-    tail = np.empty(PANEL, np.float32)
-    tail_at = address(tail)
+    tail = np.empty((1, PANEL), np.float32)      # a partial panel's lanes, stored as an array (not by address)
     for p in range(panels):
         pb = base + 4 * PANEL * depth * p
         col = PANEL * p
@@ -81,11 +81,10 @@ def packed_product(a, lda, m, packed, n, out, ldo):
                 if width == PANEL:
                     vstore_f32_at(dst, s)
                 else:
-                    vstore_f32_at(tail_at, s)
+                    vstore(tail, 0, 0, s)
                     for j in range(width):
-                        store_f32(dst + 4 * j, tail[j])
+                        store_f32(dst + 4 * j, tail[0, j])
             i += 4
-    tail[0] = 0.0           # keeps `tail` alive past the stores through its address
 
 
 def packed_matmul(a, packed, n):

@@ -28,7 +28,8 @@ checks); the kernels assume contiguous arrays.
 """
 import numpy as np
 
-from ..runtime.jit import LazyGlobal, compiled, prange, team_blocks
+from ..runtime.buffers import team_work
+from ..runtime.jit import LazyGlobal, compiled, prange, team_blocks, thread_id
 
 qgemm_4x16 = LazyGlobal("..quant.qgemm_simd", "qgemm_4x16")
 requantize_rows = LazyGlobal("..quant.qgemm_simd", "requantize_rows")
@@ -87,11 +88,14 @@ def _unpack(packed, mg, k):
 
 @compiled(parallel=True)
 def _conv_gemm(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out, raw, sums,
-               kh, kw, sh, sw, dh, dw, pt, pl, groups, mg, blocks):
+               kh, kw, sh, sw, dh, dw, pt, pl, groups, mg, blocks, a_work, a_stride, c_work, c_stride):
     """x uint8 or int8 (N, H, W, C); wp = pack_weights(...) (groups, nblk, kpairs, 16, 2);
     bias int32 (M,); out uint8 (N, OH, OW, M) with M = groups * mg; C % groups == 0;
     2 * kpairs >= kh * kw * C / groups; nblk * 16 >= mg; shift in [0, 31]. With `raw`
-    the int32 sums + bias go to sums (N * OH * OW, M) and out is not written."""
+    the int32 sums + bias go to sums (N * OH * OW, M) and out is not written. Each team
+    thread's packed rows (ROWS x 2 * kpairs int16) and sums (ROWS x nblk * 16 int32) are
+    its regions of a_work / c_work (from thread_id() * stride; buffers.team_work):
+    caller-owned, since the micro-kernels reach them through addresses (blas.py)."""
     n, h, wd, c = x.shape
     oh, ow, m = out.shape[1], out.shape[2], out.shape[3]
     cg = c // groups
@@ -110,8 +114,9 @@ def _conv_gemm(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out, raw, sums,
     out_base = np.int64(out.ctypes.data)
     for t in prange(blocks):
         first, last = chunks * t // blocks, chunks * (t + 1) // blocks
-        apack = np.zeros((ROWS, kdim), np.int16)
-        acc = np.empty((ROWS, nblk * NR), np.int32)
+        tid = thread_id()
+        apack = a_work[tid * a_stride:tid * a_stride + ROWS * kdim].reshape(ROWS, kdim)
+        acc = c_work[tid * c_stride:tid * c_stride + ROWS * nblk * NR].reshape(ROWS, nblk * NR)
         for chunk in range(first, last):
             m0 = chunk * ROWS
             rows = min(ROWS, pixels - m0)
@@ -214,7 +219,7 @@ def _windows(x, x_zp, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):
 
 @_conv_gemm.numpy_twin
 def _conv_gemm_numpy(x, x_zp, wp, bias, mult, shift, y_zp, lo, hi, out, raw, sums,
-                     kh, kw, sh, sw, dh, dw, pt, pl, groups, mg, blocks):
+                     kh, kw, sh, sw, dh, dw, pt, pl, groups, mg, blocks, a_work, a_stride, c_work, c_stride):
     n, oh, ow, m = out.shape
     cg = x.shape[3] // groups
     win = _windows(x, x_zp, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
@@ -306,9 +311,12 @@ def _run_gemm(x, x_zp, packed, bias, multiplier, shift, y_zp, lo, hi, out, raw, 
     pixels = out_shape[0] * out_shape[1] * out_shape[2]
     chunks = -(-pixels // ROWS)
     work = ROWS * kh * kw * (x.shape[3] // groups) * out_shape[3]
+    a_work, a_stride = team_work(ROWS * 2 * packed.shape[2], np.int16)
+    c_work, c_stride = team_work(ROWS * packed.shape[1] * NR, np.int32)
     _conv_gemm(np.ascontiguousarray(x), np.int64(x_zp), packed, bias, np.int64(multiplier), np.int64(shift),
                np.int64(y_zp), np.int64(lo), np.int64(hi), out, raw, sums, kh, kw, strides[0], strides[1],
-               dilations[0], dilations[1], pads[0], pads[1], groups, mg, team_blocks(chunks, work))
+               dilations[0], dilations[1], pads[0], pads[1], groups, mg, team_blocks(chunks, work), a_work, a_stride,
+               c_work, c_stride)
 
 
 def depthwise_weights(w, w_zero_point):

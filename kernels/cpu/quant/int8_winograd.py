@@ -29,7 +29,8 @@ loops assume.
 """
 import numpy as np
 
-from ..runtime.jit import LazyGlobal, compiled, prange, team_blocks, team_size
+from ..runtime.buffers import team_work
+from ..runtime.jit import LazyGlobal, compiled, prange, team_blocks, team_size, thread_id
 from .int8_conv import NR, _requantize_numpy, _unpack, pack_int16
 
 qgemm_4x16 = LazyGlobal("..quant.qgemm_simd", "qgemm_4x16")
@@ -106,11 +107,16 @@ def _centered_padded_numpy(x, x_zp, xp, pt, pl, blocks):
 
 
 @compiled(parallel=True)
-def _winograd(xp, up, bias, mult, shift, y_zp, lo, hi, out, tiles, blocks):
+def _winograd(xp, up, bias, mult, shift, y_zp, lo, hi, out, tiles, blocks, v_work, v_stride, acc_work, acc_stride,
+              sink_work, sink_stride):
     """xp int16 (N, 2 * TH + 2, 2 * TW + 2, C16) from _centered_padded (TH, TW = OH, OW
     halved up; C16 a multiple of 16); up = winograd_weights(...)[0] (16, nblk, kpairs,
     16, 2) with 2 * kpairs == C16 and nblk * 16 >= M; bias int32 (nblk * 16,) (zero-padded); out uint8
-    (N, OH, OW, M) C-contiguous; tiles a positive multiple of 4; shift in [0, 31]."""
+    (N, OH, OW, M) C-contiguous; tiles a positive multiple of 4; shift in [0, 31]. Each
+    team thread's planes v (16 x tiles x C16 int16), sums (tiles x 16 x 16 int32) and
+    4 x 16-byte sink are its regions of v_work / acc_work / sink_work (from thread_id()
+    * stride; buffers.team_work): caller-owned, since the micro-kernels reach them
+    through addresses (blas.py)."""
     n, kdim = xp.shape[0], xp.shape[3]
     oh, ow, m = out.shape[1], out.shape[2], out.shape[3]
     nblk, kpairs = up.shape[1], up.shape[2]
@@ -120,9 +126,10 @@ def _winograd(xp, up, bias, mult, shift, y_zp, lo, hi, out, tiles, blocks):
     out_base = np.int64(out.ctypes.data)
     for t in prange(blocks):
         first, last = chunks * t // blocks, chunks * (t + 1) // blocks
-        v = np.zeros((16, tiles, kdim), np.int16)
-        acc = np.empty((tiles, 16, NR), np.int32)
-        sink = np.empty((4, NR), np.uint8)
+        tid = thread_id()
+        v = v_work[tid * v_stride:tid * v_stride + 16 * tiles * kdim].reshape(16, tiles, kdim)
+        acc = acc_work[tid * acc_stride:tid * acc_stride + tiles * 16 * NR].reshape(tiles, 16, NR)
+        sink = sink_work[tid * sink_stride:tid * sink_stride + 4 * NR].reshape(4, NR)
         for chunk in range(first, last):
             t0 = chunk * tiles
             count = min(tiles, total - t0)
@@ -183,7 +190,8 @@ def _winograd(xp, up, bias, mult, shift, y_zp, lo, hi, out, tiles, blocks):
 
 
 @_winograd.numpy_twin
-def _winograd_numpy(xp, up, bias, mult, shift, y_zp, lo, hi, out, tiles, blocks):
+def _winograd_numpy(xp, up, bias, mult, shift, y_zp, lo, hi, out, tiles, blocks, v_work, v_stride, acc_work,
+                    acc_stride, sink_work, sink_stride):
     n, c = xp.shape[0], xp.shape[3]
     oh, ow, m = out.shape[1:]
     th, tw = (oh + 1) // 2, (ow + 1) // 2
@@ -223,6 +231,10 @@ def conv_nhwc(x, x_zp, packed, bias, multiplier, shift, y_zp, lo, hi, pads, out_
                      team_blocks(xp.shape[0] * xp.shape[1], xp.shape[2] * c))
     padded_bias = np.zeros(packed.shape[1] * NR, np.int32)
     padded_bias[:out_shape[3]] = bias
+    v_work, v_stride = team_work(16 * tiles * xp.shape[3], np.int16)
+    acc_work, acc_stride = team_work(tiles * 16 * NR, np.int32)
+    sink_work, sink_stride = team_work(4 * NR, np.uint8)
     _winograd(xp, packed, padded_bias, np.int64(multiplier), np.int64(shift), np.int64(y_zp), np.int64(lo),
-              np.int64(hi), out, tiles, team_blocks(chunks, work))
+              np.int64(hi), out, tiles, team_blocks(chunks, work), v_work, v_stride, acc_work, acc_stride, sink_work,
+              sink_stride)
     return out
