@@ -152,6 +152,7 @@ def build_models(args, gpus, batch_per_device):
         rendezvous=make_rendezvous(args), optimize_gradient_memory=False, cpu_device=args.use_cpu,
         shared_model=args.use_cpu, combine_spatial_bn=args.use_cpu)
     data_parallel_model.OptimizeGradientMemory(train_model, {}, set(), False)
+    seed_ops(args.seed, train_model)
     workspace.RunNetOnce(train_model.param_init_net)
     workspace.CreateNet(train_model.net)
 
@@ -169,9 +170,21 @@ def build_models(args, gpus, batch_per_device):
                                         forward_pass_builder_fun=create_model_ops,
                                         post_sync_builder_fun=add_post_sync_ops, param_update_builder_fun=None,
                                         devices=gpus, cpu_device=args.use_cpu)
+        seed_ops(None if args.seed is None else args.seed + 1, test_model)
         workspace.RunNetOnce(test_model.param_init_net)
         workspace.CreateNet(test_model.net)
     return train_model, test_model
+
+
+def seed_ops(seed, model):
+    """--seed (caffe2py's addition; Caffe2's trainer draws fresh entropy): every op of the
+    model's nets gets its own random_seed, so the initial weights and ImageInput's crops
+    and mirrors are the same in every run."""
+    if seed is None:
+        return
+    for offset, net in enumerate((model.param_init_net, model.net)):
+        for i, op in enumerate(net.Proto().op):
+            op.device_option.random_seed = (seed * 7919 + offset * 100003 + i) % (2 ** 32)
 
 
 def train(args):
@@ -213,6 +226,8 @@ def parse_args(argv=None):
     parser.add_argument("--gpus", type=str, help="comma separated device ids")
     parser.add_argument("--num_gpus", type=int, default=1, help="number of devices (CPU devices with --use_cpu)")
     parser.add_argument("--num_channels", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed every op's random draws (initial weights, crops): reproducible runs")
     parser.add_argument("--image_size", type=int, default=227, help="input image size (to crop to)")
     parser.add_argument("--scale", type=int, default=256, help="ImageInput's shorter-side size before the crop")
     parser.add_argument("--num_labels", type=int, default=1000)

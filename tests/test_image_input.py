@@ -340,6 +340,27 @@ def test_decode_threads_give_the_same_batches_and_batches_follow_the_db(tmp_path
     assert [list(lab) for _, lab in one] == [[0, 1, 2, 3], [4, 5, 0, 1], [2, 3, 4, 5]]
 
 
+def test_a_seeded_op_draws_the_same_crops_whatever_the_decode_threads(tmp_path):
+    """With a random_seed each image's crop, mirror and jitter come from a generator of its
+    own in record order: 1 and 3 decode threads, and two runs, give the same batches."""
+    pix = images(np.random.default_rng(7), [(24, 30)] * 6)
+    path = write(tmp_path / "db", [tensor_protos(encode(p, "PNG"), i) for i, p in enumerate(pix)])
+
+    def seeded(seed, threads):
+        option = core.DeviceOption(0, random_seed=seed)
+        with core.DeviceScope(option):
+            return run_image_input(path, runs=3, batch_size=4, minsize=20, crop=16, mirror=1, color_jitter=1,
+                                   decode_threads=threads)
+    one, three, again, other = seeded(5, 1), seeded(5, 3), seeded(5, 3), seeded(6, 3)
+    for a, b, c in zip(one, three, again):
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[0], c[0])
+    assert any(not np.array_equal(a[0], d[0]) for a, d in zip(one, other))
+    # random crops: the batches are not all centre crops
+    centre = run_image_input(path, runs=3, batch_size=4, minsize=20, crop=16, is_test=1)
+    assert any(not np.array_equal(a[0], c[0]) for a, c in zip(one, centre))
+
+
 def test_brew_image_input_gives_nchw_and_the_gpu_transform_output(tmp_path):
     rng = np.random.default_rng(7)
     pix = images(rng, [(10, 10)])[0]

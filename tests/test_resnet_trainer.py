@@ -32,13 +32,16 @@ def test_the_trainer_learns_from_imageinput_and_resumes_from_its_checkpoint(tmp_
     # by this machine's load, and a parallel run's chains run on a smaller team, whose
     # GEMMs sum in another order; the 16-step loss trajectory then differs from run to
     # run. The work estimate alone decides here, so the run is the same every time.
+    # --seed fixes the initial weights and the crops; at learning rate 0.03 a run spiked
+    # late (a batch's loss 3-7 after ~0.01) in 3 of 8 seeds, at 0.01 none of 8 did (last
+    # four losses at most 0.19 against a first three of 1.0-2.3).
     from caffe2py import parallel_executor
     monkeypatch.setattr(parallel_executor, "TRIAL_RUNS", 0)
     main = trainer()["main"]
     db, ckpt = str(tmp_path / "train.lmdb"), str(tmp_path / "ckpt")
     common = ["--train_data", db, "--model", "resnet_32x32", "--image_size", "32", "--scale", "36",
-              "--num_labels", "3", "--num_gpus", "1", "--batch_size", "8", "--epoch_size", "64", "--base_learning_rate", "0.03",
-              "--file_store_path", ckpt]
+              "--num_labels", "3", "--num_gpus", "1", "--batch_size", "8", "--epoch_size", "64", "--base_learning_rate", "0.01",
+              "--file_store_path", ckpt, "--seed", "3"]
     losses = main(common + ["--make_db", "64", "--num_epochs", "2", "--test_data", db, "--test_iters", "2"])
     assert len(losses) == 16 and np.isfinite(losses).all()
     assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:3]), losses

@@ -32,6 +32,12 @@ Settings and why:
     zeros keep IEEE semantics, so results match the NumPy kernels'.
   * no bounds checks: callers check shapes before calling (every kernel's docstring
     says what it assumes).
+  * buffers a kernel reaches through an address (simd.address, .ctypes.data) belong to
+    its caller (an argument, buffers.team_work / temp_buffer): numba frees an array
+    made inside a kernel after its last use as an array, and writes through its
+    address then land in freed heap (direct conv did so: other threads' batches were
+    corrupted and glibc aborted now and then). tests/test_kernel_buffer_ownership.py
+    reads every kernel's source for it.
 
 The team. Parallel kernels split their work into `team_blocks(...)` blocks and run
 them with numba's prange on numba's threads (OpenMP where available): starting a
