@@ -284,6 +284,31 @@ def test_winograd_row_chunks_match_onnxruntime(monkeypatch, tile, fused):
     np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("parts", [2, 3])
+def test_winograd_channel_split_matches_onnxruntime(monkeypatch, tile, parts):
+    """Maps of few tile rows split the output channels over the team (each part gathers
+    and transforms the chunk again); parts of 2 and 3 (uneven shares of M = 7) give
+    onnxruntime's values, as the row split does. (Not the row split's bits: BLAS sums
+    a product of another width in another order, as row chunks of another team size
+    already do.)"""
+    from caffe2py.kernels.cpu.runtime import jit
+    x, w, b = rand(2, 8, 13, 11), rand(7, 8, 3, 3), rand(7)
+    outs = {}
+    for split in (0, 4):
+        monkeypatch.setattr(winograd_k, "SPLIT_CHANNELS_BELOW_ROWS", split)
+        monkeypatch.setattr(winograd_k, "SPLIT_MAX_REPEAT", 100.0)     # M = 7: split whatever a^2
+        monkeypatch.setattr(winograd_k, "team_size", lambda: parts)
+        compute = winograd_k.winograd_plan(x.shape, w.shape, (1, 2, 1, 0), (13, 11), tile, np.float32)
+        assert compute.m_parts == (parts if split else 1)
+        outs[split] = np.full((2, 7, 13, 11), np.nan, np.float32)
+        with jit.team():
+            compute(x, w, outs[split], conv_k.Scratch(), b, True)
+    ref = np.maximum(_ort_single("Conv", [x, w, b], dict(pads=[1, 2, 1, 0])), 0)
+    for out in outs.values():
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("xs,ws,pads,dil,dtype", [
     ((2, 8, 9, 7), (3, 8, 3, 3), (1, 1, 1, 1), (1, 1), np.float32),
     ((1, 6, 11, 10), (2, 6, 5, 3), (2, 0, 1, 2), (1, 2), np.float32),     # 5x3, dilated, asymmetric

@@ -55,6 +55,12 @@ _WINOGRAD_CHUNK_BYTES = 2 << 20
 # 1.28 / 1.36 and 512 -> 512 at 7x7 2.86 / 3.43.
 _FUSE_CHUNKS = True
 _FUSE_MAX_PRODUCT = 50_000          # M * C
+# The fused path's work split (winograd_plan). 2 threads, per layer, tile rows -> output
+# channels, ms (2-CPU Zen 3 VM; RESULTS.md "Winograd work split"): F(2x2) at 14x14
+# 128 -> 160 0.688 -> 0.611, 128 -> 192 0.553 -> 0.487, 192 -> 256 1.081 -> 0.819, the
+# others 1.01-1.05x; F(4x4) (a^2 = 36 repeated per part) at 28x28 64 -> 64 0.617 -> 0.713.
+SPLIT_CHANNELS_BELOW_ROWS = 4       # tile rows per thread (0: always split tile rows)
+SPLIT_MAX_REPEAT = 0.2              # largest a^2 / M (the repeated transform's share)
 
 
 def winograd_tile(kernel, strides, dilations, pads, group, c, m, out_spatial):
@@ -100,9 +106,19 @@ def winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
     # while the products are small; with many channels the chunked path's batched
     # products, split by tile position over the team, use BLAS better (timings below).
     entry = gemm_entry(dtype) if _FUSE_CHUNKS and m * c <= _FUSE_MAX_PRODUCT else None
-    # chunks of tile rows: cache-sized, and a multiple of the team so the threads balance
+    # chunks of tile rows: cache-sized, and a multiple of the team so the threads balance;
+    # maps of fewer tile rows than SPLIT_CHANNELS_BELOW_ROWS per thread split the output
+    # channels instead (every thread then runs products as wide as the chunk), where
+    # repeating the gather and input transform per part costs little: that transform is
+    # a^2 / M of the products' work
     cap = max(1, _WINOGRAD_CHUNK_BYTES // max(1, a * a * max(c, m) * tw * item))
-    fused_chunks = team_size() * -(-th // (team_size() * cap))
+    team_threads = team_size()
+    if team_threads > 1 and th < SPLIT_CHANNELS_BELOW_ROWS * team_threads and a * a <= SPLIT_MAX_REPEAT * m:
+        m_parts = team_threads
+        fused_chunks = -(-th // cap)
+    else:
+        m_parts = 1
+        fused_chunks = team_threads * -(-th // (team_threads * cap))
     fused_rows = -(-th // fused_chunks)
     fused_chunks = -(-th // fused_rows)
     fused_work = (2 * a * a * max(c, m) + tile * tile * m) * fused_rows * tw
@@ -118,7 +134,7 @@ def winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
                 work, stride = team_work(fused_work, dtype)
                 with team():
                     _winograd_chunks(entry.gemm, entry.ilp64, xp, u, t_in, t_out, out[i], b, bias is not None, relu,
-                                     tile, fused_rows, fused_chunks, work, stride)
+                                     tile, fused_rows, fused_chunks, m_parts, work, stride)
                 continue
             for r0, r1 in chunks:
                 rows = r1 - r0
@@ -132,6 +148,7 @@ def winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
                 y = temp_buffer("wg_y", (tile, tile, m, rows, tw), dtype)
                 gemm_into(t_out, prod.reshape(a * a, m * cols), y.reshape(tile * tile, m * cols))
                 _scatter_tiles(y, b, bias is not None, out[i], r0 * tile, relu, team_blocks(m, tile * tile * cols))
+    compute.m_parts = m_parts if entry is not None else 1     # tests
     return compute
 
 
@@ -223,11 +240,15 @@ def _scatter_tiles_numpy(y, bias, has_bias, out, first_row, relu, blocks):
 
 @compiled(parallel=True)
 def _winograd_chunks(gemm, ilp64, xp, u, t_in, t_out, out, bias, has_bias, relu, tile, rows_per_chunk, chunks,
-                     work, stride):
+                     m_parts, work, stride):
     """The whole Winograd pipeline, chunk by chunk of tile rows, each chunk on one team
     thread from start to end: gather its tiles, transform them (a GEMM with
     kron(B^T, B^T)), the a^2 products with the transformed filters, the output
     transform (a GEMM with kron(A^T, A^T)), and scatter into out with bias and ReLU.
+    With m_parts > 1 every chunk is m_parts work items, each computing the products,
+    output transform and scatter of its share of the output channels (the gather and
+    input transform repeated per item): maps of few tile rows then keep every thread
+    busy without cutting the products' columns.
     Single-threaded GEMMs in the thread's own region of `work` (buffers.team_work: 2 *
     a^2 * max(C, M) * rows_per_chunk * tw + tile^2 * M * rows_per_chunk * tw values from
     thread_id() * stride): no join between the steps, and a chunk's data stays in its
@@ -240,36 +261,42 @@ def _winograd_chunks(gemm, ilp64, xp, u, t_in, t_out, out, bias, has_bias, relu,
     th = -(-out.shape[1] // tile)
     tw = -(-out.shape[2] // tile)
     item = out.itemsize
-    for chunk in prange(chunks):
+    for work_item in prange(chunks * m_parts):
+        chunk = work_item // m_parts
+        part = work_item - chunk * m_parts
+        m0 = m * part // m_parts
+        mp = m * (part + 1) // m_parts - m0
         r0 = chunk * rows_per_chunk
         rows = min(th, r0 + rows_per_chunk) - r0
-        if rows <= 0:
+        if rows <= 0 or mp <= 0:
             continue
         cols = rows * tw
         mine = work[thread_id() * stride:thread_id() * stride + stride]   # this thread's region
         big = a2 * max(c, m) * cols
         d = mine[0:a2 * c * cols].reshape(a2, c * cols)
         v = mine[big:big + a2 * c * cols].reshape(a2, c * cols)
-        prod = mine[0:a2 * m * cols].reshape(a2, m, cols)          # d is spent once v exists
-        y = mine[2 * big:2 * big + tile * tile * m * cols].reshape(tile * tile, m * cols)
+        prod = mine[0:a2 * mp * cols].reshape(a2, mp, cols)        # d is spent once v exists
+        y = mine[2 * big:2 * big + tile * tile * mp * cols].reshape(tile * tile, mp * cols)
         d5 = d.reshape(a, a, c, rows, tw)
         for ci in range(c):
             _gather_channel(xp, d5, ci, r0, tile)
         call_gemm(gemm, ilp64, False, False, a2, c * cols, a2, 1.0, t_in.ctypes.data, a2, d.ctypes.data, c * cols,
                   0.0, v.ctypes.data, c * cols, out)
         for e in range(a2):
-            call_gemm(gemm, ilp64, False, False, m, cols, c, 1.0, u.ctypes.data + e * m * c * item, c,
-                      v.ctypes.data + e * c * cols * item, cols, 0.0, prod.ctypes.data + e * m * cols * item, cols, out)
-        call_gemm(gemm, ilp64, False, False, tile * tile, m * cols, a2, 1.0, t_out.ctypes.data, a2,
-                  prod.ctypes.data, m * cols, 0.0, y.ctypes.data, m * cols, out)
-        y5 = y.reshape(tile, tile, m, rows, tw)
-        for o in range(m):
-            _scatter_channel(y5, o, bias[o] if has_bias else bias[0] * 0, out, r0 * tile, relu)
+            call_gemm(gemm, ilp64, False, False, mp, cols, c, 1.0, u.ctypes.data + (e * m + m0) * c * item, c,
+                      v.ctypes.data + e * c * cols * item, cols, 0.0, prod.ctypes.data + e * mp * cols * item, cols,
+                      out)
+        call_gemm(gemm, ilp64, False, False, tile * tile, mp * cols, a2, 1.0, t_out.ctypes.data, a2,
+                  prod.ctypes.data, mp * cols, 0.0, y.ctypes.data, mp * cols, out)
+        y5 = y.reshape(tile, tile, mp, rows, tw)
+        part_out = out[m0:m0 + mp]
+        for o in range(mp):
+            _scatter_channel(y5, o, bias[m0 + o] if has_bias else bias[0] * 0, part_out, r0 * tile, relu)
 
 
 @_winograd_chunks.numpy_twin
 def _winograd_chunks_numpy(gemm, ilp64, xp, u, t_in, t_out, out, bias, has_bias, relu, tile, rows_per_chunk, chunks,
-                           work, stride):
+                           m_parts, work, stride):
     """All tiles at once: gather, input transform, the a^2 products, output transform, scatter."""
     a2, m, c = u.shape
     a = tile + 2
