@@ -10,9 +10,9 @@ importer and shows where the time goes. --gemm-floor times only the GEMMs the
 models' convolutions need (im2col shapes, caffe2py's team GEMM with nothing else): a
 floor for direct convolution on this BLAS.
 
---op-types times each model's ops by type inside the whole model: ours op by op on the
-prepared plan (caffe2py.benchmark.per_op_timing; a model's fused ops under their fused
-names), ORT's from its own profiler (SessionOptions.enable_profiling, kernel times per
+--op-types times each model's ops by type inside the whole model: ours every kernel call
+timed inside the plan's own runs (caffe2py.benchmark.per_op_timing: its output pool and
+fused loops; a model's fused ops under their fused names), ORT's from its own profiler (SessionOptions.enable_profiling, kernel times per
 node, its layout reorders included), so the gap shows per kind of op with the caches
 as the model leaves them.
 
@@ -281,7 +281,7 @@ def op_type_times(name, runs, rng):
 
 
 def print_op_types(name, ours, theirs):
-    print("%s: ours %.2f ms (sum of ops run one by one), ORT %.2f ms (sum of its kernel times)"
+    print("%s: ours %.2f ms (sum of its ops' kernel calls), ORT %.2f ms (sum of its kernel times)"
           % (name, sum(v[1] for v in ours.values()), sum(v[1] for v in theirs.values())))
     width = max(len(k) for k in list(ours) + list(theirs))
     rows = sorted(set(ours) | set(theirs), key=lambda k: -max(ours.get(k, [0, 0])[1], theirs.get(k, [0, 0])[1]))

@@ -26,7 +26,7 @@ from .devices import cpu_run_context
 from .errors import Caffe2Error, OperatorError, describe_op, out_of_memory_text
 from .fusion import fuse_steps
 from .host_memory import keep_freed_memory
-from .inplace import undo_on_failure
+from .inplace import extra_holders, undo_on_failure
 from .kernels.cpu.runtime.output_pool import NO_POOL, OutputPool, pooling_enabled
 from .net_defs import normalized_ops
 from .parallel_executor import branch_schedule, inside_parallel_run
@@ -388,7 +388,27 @@ class Plan:
         self.source = "\n".join(lines) + "\n"
         namespace = {}
         exec(compile(self.source, self._filename, "exec"), namespace)
-        return namespace["make"](kernels, {name: value for name, value in constants.values()})
+        # what timed_runner renders again, with every kernel call timed
+        self._make = namespace["make"]
+        self._made_from = [(s, role) for s, _, role in sequence], {name: value for name, value in constants.values()}
+        return self._make(kernels, self._made_from[1])
+
+    def timed_runner(self, record):
+        """The generated run function with every kernel call timed: after each call
+        record(step, seconds) names the step (a fused group's generated loop is its
+        group step; when the loop declines, its member ops are timed one by one). The
+        same code a plain run executes, with the plan's output pool and its guards: op
+        times as they are inside real runs (benchmark.per_op_timing). Run it with
+        run_serial(blobs, runner)."""
+        steps, constants = self._made_from
+        timed = self._make([_TimedStep(step, role, record) for step, role in steps], constants)
+
+        extra = _timed_call_holders()
+
+        def run(blobs):
+            with extra_holders(extra):      # what _TimedCall's call adds to every input's holders
+                timed(blobs)
+        return run
 
     def run(self, blobs):
         """Run once against the mapping of blobs; on failure raise OperatorError and
@@ -404,13 +424,14 @@ class Plan:
         if branches is not None and branches.active is None:
             branches.decide(blobs)
 
-    def run_serial(self, blobs):
-        """run(), every op in order on this thread (a DAG plan's serial runs)."""
+    def run_serial(self, blobs, runner=None):
+        """run(), every op in order on this thread (a DAG plan's serial runs); runner:
+        timed_runner's function instead of the plain one."""
         target = BlobOverlay(blobs) if self.uses_workspace else blobs
         trust = model_trust.enter(self.policy) if self.policy is not None else None
         try:
             with cpu_run_context(), undo_on_failure(), fp_exceptions.run_context(), self._memory:
-                self._runner(target)
+                (runner or self._runner)(target)
         except Exception as exc:  # noqa: BLE001 - re-raised with the op named
             raise self._explain(exc) from exc
         finally:
@@ -533,6 +554,56 @@ class Plan:
         env.commit()
         for obs in observers:
             obs.net_stop(self)
+
+
+class _TimedCall:
+    """A kernel (or its fast form, or a fused group's loop) whose calls report their
+    wall time to record(step, seconds); a step's carries its timed fast form or a group's
+    its timed loop, where the generated code reads them."""
+    __slots__ = ("fn", "step", "record", "fast_form", "try_fused")
+
+    def __init__(self, fn, step, record):
+        self.fn, self.step, self.record = fn, step, record
+
+    def __call__(self, *args):
+        t0 = time.perf_counter()
+        try:
+            return self.fn(*args)
+        finally:
+            self.record(self.step, time.perf_counter() - t0)
+
+
+def _timed_call_holders():
+    """How many more holders a kernel's argument has when the call goes through a
+    _TimedCall (its argument tuples), measured once as inplace measures its baseline."""
+    if not _timed_holders:
+        from . import inplace
+
+        def kernel(x):
+            return inplace._count_refs(x)
+        timed = _TimedCall(kernel, None, lambda step, seconds: None)
+
+        def runner(b):
+            v = b["x"]
+            return timed(v)
+        _timed_holders.append(runner({"x": object()}) - inplace._BASELINE)
+    return _timed_holders[0]
+
+
+_timed_holders = []
+
+
+class _TimedStep:
+    """What the generated make(K, C) reads of a step (kernel, kernel.fast_form,
+    kernel.try_fused, guard), with the calls timed."""
+
+    def __init__(self, step, role, record):
+        self.guard = step.guard
+        self.kernel = _TimedCall(step.kernel, step, record)
+        if role == "group":
+            self.kernel.try_fused = _TimedCall(step.kernel.try_fused, step, record)
+        elif getattr(step.kernel, "fast_form", None) is not None:
+            self.kernel.fast_form = _TimedCall(step.kernel.fast_form, step, record)
 
 
 @contextlib.contextmanager
