@@ -22,6 +22,7 @@ Relu made a third pass.
 import numpy as np
 
 from caffe2py.kernels.cpu.math import elementwise as ew
+from caffe2py.kernels.cpu.runtime.output_pool import output_array
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Range, Rank
 
@@ -54,7 +55,9 @@ def channel_buffer(ctx):
     def run(x):
         if x.shape[1] > channels:
             raise ctx.input_error(0, "has %d channels, more than the buffer's %d" % (x.shape[1], channels))
-        y = np.empty((x.shape[0], channels) + x.shape[2:], x.dtype)
+        # from the plan's output pool when a run has one: a fresh buffer of a dense
+        # block's size is new memory every run (page faults inside the convs that fill it)
+        y = output_array((x.shape[0], channels) + x.shape[2:], x.dtype)
         y[:, :x.shape[1]] = x
         return y
     return run

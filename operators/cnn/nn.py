@@ -10,6 +10,7 @@ from caffe2py.kernels.cpu.cnn import conv as conv_k
 from caffe2py.kernels.cpu.math import gemm as gemm_k
 from caffe2py.kernels.cpu.cnn import norm as norm_k
 from caffe2py.kernels.cpu.cnn import pool as pool_k
+from caffe2py.kernels.cpu.runtime.output_pool import output_array
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Axis, DTypes, Finite, OneOf, Range, Rank, SameDType
 
@@ -243,8 +244,8 @@ def _conv_kernel(ctx, activation):
                             % (offset, offset + out_shape[1], total))
         want = (out_shape[0], total) + out_shape[2:]
         dtype = np.result_type(x.dtype, w.dtype)
-        if into is None:
-            into = np.empty(want, dtype)
+        if into is None:        # the plan's pool, as conv outputs: not fresh pages every run
+            into = output_array(want, dtype)
         elif into.shape != want or into.dtype != dtype or not into.flags.writeable:
             raise ctx.input_error(3, "concat buffer of shape %s (%s) does not match %s (%s)"
                                   % (list(into.shape), into.dtype, list(want), dtype))
