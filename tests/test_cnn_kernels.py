@@ -778,18 +778,34 @@ def test_batch_norm_relu_compiled_pass(dtype):
     np.testing.assert_array_equal(x, before)
 
 
-@pytest.mark.parametrize("size,beta", [(5, 0.75), (4, 0.6), (1, 1.0)])
-def test_lrn_matches_loops_and_onnxruntime(size, beta):
-    x = rand(2, 7, 3, 4)
+@pytest.mark.parametrize("size,beta", [(5, 0.75), (4, 0.6), (1, 1.0), (9, 0.75)])
+@pytest.mark.parametrize("shape,dtype", [((2, 7, 3, 4), np.float32), ((2, 16, 20, 20), np.float32),
+                                         ((3, 5, 6), np.float64), ((4, 6), np.float32)])
+def test_lrn_matches_loops_and_onnxruntime(size, beta, shape, dtype):
+    """The compiled pass (rows split over the team for the larger shapes), its NumPy
+    twin and the scale output against the formula in float64; onnxruntime on 4-D."""
+    x = rand(*shape, dtype=dtype)
     alpha, bias = 1e-2, 1.5
-    ref = np.zeros(x.shape)
-    for c in range(7):
-        lo, hi = max(0, c - (size - 1) // 2), min(7, c + size // 2 + 1)
+    c_count = shape[1]
+    ref, ref_scale = np.zeros(x.shape), np.zeros(x.shape)
+    for c in range(c_count):
+        lo, hi = max(0, c - (size - 1) // 2), min(c_count, c + size // 2 + 1)
         sq = (x[:, lo:hi].astype(np.float64) ** 2).sum(axis=1)
-        ref[:, c] = x[:, c] / (bias + alpha / size * sq) ** beta
+        ref_scale[:, c] = bias + alpha / size * sq
+        ref[:, c] = x[:, c] / ref_scale[:, c] ** beta
     y = norm_k.lrn(x, size, alpha, beta, bias)
+    assert y.dtype == dtype and y.shape == x.shape
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
-    if size % 2:   # onnxruntime only implements odd sizes
+    y2, scale = norm_k.lrn(x, size, alpha, beta, bias, return_scale=True)
+    np.testing.assert_array_equal(y2, y)
+    np.testing.assert_allclose(scale, ref_scale, rtol=1e-5, atol=1e-6)
+    planes = x.reshape(shape[0], shape[1], -1)
+    twin_y, twin_scale = np.empty_like(planes), np.empty_like(planes)
+    kind = x.dtype.type
+    norm_k._lrn_planes.twin(planes, twin_y, twin_scale, True, size, kind(alpha / size), kind(bias), kind(beta), 1)
+    np.testing.assert_allclose(twin_y.reshape(shape), y, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(twin_scale.reshape(shape), scale, rtol=1e-5, atol=1e-6)
+    if size % 2 and len(shape) == 4 and dtype == np.float32:   # onnxruntime: odd sizes, float
         ort_y = _ort_single("LRN", [x], dict(size=size, alpha=alpha, beta=beta, bias=bias))
         np.testing.assert_allclose(y, ort_y, rtol=1e-5, atol=1e-6)
 

@@ -750,4 +750,7 @@ def _light_model_op_results(rng):
         stats = [_rand(rng, c) for _ in range(3)] + [np.abs(_rand(rng, c)) + 0.1]
         out.append(norm_k.batch_norm(x, *stats, 1e-5, relu=True))
         out.append(norm_k.batch_norm(x, *stats, 1e-3))
+        # LRN: the scale output too, beta 0.75 (square roots) and another (a power)
+        out.extend(norm_k.lrn(x, 5, 1e-3, 0.75, 1.5, return_scale=True))
+        out.append(norm_k.lrn(x, 4, 1e-2, 0.6, 2.0))
     return out

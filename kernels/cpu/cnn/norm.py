@@ -23,7 +23,8 @@ import numpy as np
 from ..math.elementwise import relu as relu_into
 from ..math.elementwise import row_scalars
 from ..math.epilogue import channel_affine
-from ..runtime.jit import compiled, team
+from ..runtime.jit import compiled, prange, serial_variant, team, team_blocks
+from ..runtime.output_pool import output_array
 
 
 def bn_affine(scale, bias, mean, var, epsilon, dtype=np.float32):
@@ -129,6 +130,75 @@ def instance_norm(x, scale, bias, epsilon=1e-5, return_stats=False):
 def lrn(x, size, alpha=1e-4, beta=0.75, bias=1.0, return_scale=False):
     if size <= 0:
         raise ValueError("LRN size must be positive, got %d" % size)
+    if x.dtype in _FLOATS and x.ndim >= 2 and x.size:
+        # one compiled pass per channel row (_lrn_planes) into pool outputs: the NumPy
+        # form below makes six full-size temporaries (alexnet's 96x55x55 LRN 2.0 ms
+        # against 0.4 compiled, 1 thread)
+        planes = np.ascontiguousarray(x).reshape(x.shape[0], x.shape[1], -1)
+        y = output_array(x.shape, x.dtype)
+        scale = output_array(x.shape, x.dtype) if return_scale else _NO_SCALE[x.dtype.char]
+        n, c, p = planes.shape
+        blocks = team_blocks(n * c, p * (size + 8))
+        kind = x.dtype.type           # scalars of x's type: float32 rows stay float32 lanes
+        with team():
+            (_lrn_planes if blocks > 1 else _lrn_planes_serial)(
+                planes, y.reshape(planes.shape), scale.reshape(planes.shape) if return_scale else scale,
+                return_scale, size, kind(alpha / size), kind(bias), kind(beta), blocks)
+        return (y, scale) if return_scale else y
+    return _lrn_numpy(x, size, alpha, beta, bias, return_scale)
+
+
+_NO_SCALE = {np.dtype(t).char: np.zeros((1, 1, 1), t) for t in _FLOATS}
+
+
+@compiled(parallel=True, error_model="numpy")    # x / 0 as NumPy: no check that stops vectorising
+def _lrn_planes(x, y, scale, has_scale, size, coef, bias, beta, blocks):
+    """x, y (N, C, P) C-contiguous float32 / float64 (scale too when has_scale): for each
+    channel row, s = the sum of x^2 over the channels c - (size-1)//2 .. c + size//2 that
+    exist, in channel order; d = bias + coef * s (the scale); y = x * d ** -beta (beta
+    0.75: x / (sqrt(d) sqrt(sqrt(d))), as the NumPy form). Rows split over the team."""
+    n, c, p = x.shape
+    before, after = (size - 1) // 2, size // 2
+    items = n * c
+    for t in prange(blocks):
+        acc = np.empty(p, x.dtype)
+        for item in range(items * t // blocks, items * (t + 1) // blocks):
+            i = item // c
+            ch = item - i * c
+            lo, hi = max(0, ch - before), min(c - 1, ch + after)
+            first = x[i, lo]
+            for q in range(p):
+                acc[q] = first[q] * first[q]
+            for j in range(lo + 1, hi + 1):
+                row = x[i, j]
+                for q in range(p):
+                    acc[q] += row[q] * row[q]
+            for q in range(p):
+                acc[q] = bias + coef * acc[q]
+            if has_scale:
+                srow = scale[i, ch]
+                for q in range(p):
+                    srow[q] = acc[q]
+            xr, yr = x[i, ch], y[i, ch]
+            if beta == 0.75:
+                for q in range(p):
+                    root = np.sqrt(acc[q])
+                    yr[q] = xr[q] / (root * np.sqrt(root))
+            else:
+                for q in range(p):
+                    yr[q] = xr[q] / acc[q] ** beta
+
+
+@_lrn_planes.numpy_twin
+def _lrn_planes_numpy(x, y, scale, has_scale, size, coef, bias, beta, blocks):
+    out = _lrn_numpy(x, size, coef * size, beta, bias, has_scale)
+    if has_scale:
+        y[...], scale[...] = out
+    else:
+        y[...] = out
+
+
+def _lrn_numpy(x, size, alpha, beta, bias, return_scale):
     c = x.shape[1]
     before, after = (size - 1) // 2, size // 2
     sq = np.square(x, dtype=np.float32 if x.dtype != np.float64 else np.float64)
@@ -150,3 +220,6 @@ def lrn(x, size, alpha=1e-4, beta=0.75, bias=1.0, return_scale=False):
         denom = np.power(denom, beta)
     y = (x / denom).astype(x.dtype, copy=False)
     return (y, scale) if return_scale else y
+
+
+_lrn_planes_serial = serial_variant(_lrn_planes, "_lrn_planes_serial")

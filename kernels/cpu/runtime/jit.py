@@ -331,7 +331,7 @@ def serial_variant(kernel, name):
     copy.__doc__ = fn.__doc__
     options = kernel._options
     serial = _SerialCopy(copy, fastmath=tuple(options["fastmath"]), parallel=False,
-                         inline=options.get("inline") == "always")
+                         inline=options.get("inline") == "always", error_model=options.get("error_model"))
     serial._parallel = kernel
     return serial
 
