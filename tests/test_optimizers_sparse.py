@@ -388,3 +388,32 @@ def test_the_numpy_twins_pass_the_reference_and_undo_tests_too():
         assert not any(k.ready() for k in kernels)          # the twins ran, not machine code
     finally:
         jit.set_jit_mode(before)
+
+
+@pytest.mark.parametrize("rowwise", [False, True])
+def test_a_zero_denominator_gives_nan_and_inf_as_caffe2_and_the_twins_do(rowwise):
+    """epsilon = 0 with an all-zero moment and gradient: 0 / (sqrt(0) + 0) = nan, as
+    Caffe2's C++ and the NumPy twins give; the compiled loops divide the same way (no
+    ZeroDivisionError) and agree with their twins bit for bit."""
+    from caffe2py.kernels.cpu.optim import sparse as S
+    from caffe2py.kernels.cpu.runtime import jit
+    d = 8
+    param = np.ones((3, d), np.float32)
+    moment = np.zeros(3 if rowwise else (3, d), np.float32)
+    grad = np.zeros((2, d), np.float32)
+    grad[1, :4] = 2.0
+    indices = np.array([0, 2], np.int64)
+    update = S.rowwise_sparse_adagrad if rowwise else S.sparse_adagrad
+    results = {}
+    before = jit.jit_mode()
+    try:
+        for mode in ("inline", "numpy"):
+            jit.set_jit_mode(mode)
+            p, m = param.copy(), moment.copy()
+            update(p, m, indices, grad, np.float32(-0.1), np.float32(0.0), np.float32(0.0))
+            results[mode] = p
+    finally:
+        jit.set_jit_mode(before)
+    np.testing.assert_array_equal(results["inline"], results["numpy"])      # nan where both are nan
+    assert np.isnan(results["inline"][0]).all()             # 0 / (sqrt(0) + 0)
+    np.testing.assert_array_equal(results["inline"][1], param[1])

@@ -49,7 +49,7 @@ def gftrl_dense(w, nz, g, alpha_inv, beta, lambda1, lambda2):
     return new_w, out_nz
 
 
-@compiled
+@compiled(error_model="numpy")
 def _sparse_ftrl(w, nz, indices, g, alpha_inv, beta, lambda1, lambda2):
     """w [rows, block], nz [rows, 2 * block], g [len(indices), block], in place."""
     block = w.shape[1]

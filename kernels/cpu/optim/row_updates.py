@@ -26,7 +26,7 @@ def adadelta_dense(w, h, d, g, lr, epsilon, decay):
         return (w + lr * u).astype(F32), new_h.astype(F32), (decay * d + one * u * u).astype(F32)
 
 
-@compiled
+@compiled(error_model="numpy")
 def _sparse_adadelta(w, h, d, indices, g, lr, epsilon, decay):
     one = np.float32(1.0) - decay
     block = w.shape[1]
@@ -97,7 +97,7 @@ def sparse_storm(w, m, indices, g, nlr, alpha):
 
 # ----------------------------------------------------------------- Wngrad
 
-@compiled
+@compiled(error_model="numpy")
 def _sparse_wngrad(w, indices, g, lr, denom):
     block = w.shape[1]
     for i in range(indices.shape[0]):

@@ -19,6 +19,11 @@ Callers validate everything first (the compiled loops have no bounds checks):
     indices          int32/int64 1-D, every value in [0, rows)
     grad (slices)    float32 C-contiguous 2-D [len(indices), block]
 and pass hyper-parameters as np.float32 so the loops stay in float32.
+
+The kernels divide as NumPy (and Caffe2's C++) does, x / 0 = inf or nan
+(error_model="numpy", like their NumPy twins' errstate): numba's default checks every
+float division for zero, which keeps the per-element loops scalar (SparseAdagrad on
+20,000 rows of 64: 10.0 -> 2.8 ms alone, measured).
 """
 import numpy as np
 
@@ -77,7 +82,7 @@ def occurrence_rounds(indices):
 
 # ----------------------------------------------------------------- Adagrad
 
-@compiled(parallel=True)
+@compiled(parallel=True, error_model="numpy")
 def _sparse_adagrad(param, moment, indices, grad, lr, epsilon, weight_decay, saved_w, saved_h, save,
                     chunk, blocks):
     n = indices.shape[0]
@@ -127,7 +132,7 @@ def sparse_adagrad(param, moment, indices, grad, lr, epsilon, weight_decay, save
                                      saved is not None, chunk, blocks)
 
 
-@compiled(parallel=True)
+@compiled(parallel=True, error_model="numpy")
 def _rowwise_sparse_adagrad(param, moment, indices, grad, lr, epsilon, weight_decay, saved_w, saved_h, save,
                             chunk, blocks):
     n = indices.shape[0]
@@ -182,7 +187,7 @@ def rowwise_sparse_adagrad(param, moment, indices, grad, lr, epsilon, weight_dec
 
 # ----------------------------------------------------------------- Adam
 
-@compiled(parallel=True)
+@compiled(parallel=True, error_model="numpy")
 def _sparse_adam(param, m1, m2, indices, grad, lr, correction, beta1, beta2, epsilon,
                  grad_out, write_grad, saved_w, saved_a, saved_b, save, chunk, blocks):
     n = indices.shape[0]
@@ -253,7 +258,7 @@ def sparse_adam(param, m1, m2, indices, grad, lr, correction, beta1, beta2, epsi
                                   out, grad_out is not None, sw, sa, sb, saved is not None, chunk, blocks)
 
 
-@compiled(parallel=True)
+@compiled(parallel=True, error_model="numpy")
 def _rowwise_sparse_adam(param, m1, m2, indices, grad, lr, correction, beta1, beta2, epsilon,
                          grad_out, write_grad, saved_w, saved_a, saved_b, save, chunk, blocks):
     n = indices.shape[0]

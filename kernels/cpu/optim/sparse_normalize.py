@@ -9,7 +9,7 @@ from ..runtime.jit import compiled
 F32 = np.float32
 
 
-@compiled
+@compiled(error_model="numpy")
 def _sparse_normalize(table, indices, norm, use_max_norm):
     block = table.shape[1]
     for i in range(indices.shape[0]):
