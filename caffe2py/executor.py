@@ -26,7 +26,7 @@ from .devices import cpu_run_context
 from .errors import Caffe2Error, OperatorError, describe_op, out_of_memory_text
 from .fusion import fuse_steps
 from .host_memory import keep_freed_memory
-from .inplace import extra_holders, undo_on_failure
+from .inplace import extra_holders, holders_added_by, undo_on_failure
 from .kernels.cpu.runtime.output_pool import NO_POOL, OutputPool, pooling_enabled
 from .net_defs import normalized_ops
 from .parallel_executor import branch_schedule, inside_parallel_run
@@ -403,7 +403,7 @@ class Plan:
         steps, constants = self._made_from
         timed = self._make([_TimedStep(step, role, record) for step, role in steps], constants)
 
-        extra = _timed_call_holders()
+        extra = holders_added_by(lambda kernel: _TimedCall(kernel, None, lambda step, seconds: None))
 
         def run(blobs):
             with extra_holders(extra):      # what _TimedCall's call adds to every input's holders
@@ -571,26 +571,6 @@ class _TimedCall:
             return self.fn(*args)
         finally:
             self.record(self.step, time.perf_counter() - t0)
-
-
-def _timed_call_holders():
-    """How many more holders a kernel's argument has when the call goes through a
-    _TimedCall (its argument tuples), measured once as inplace measures its baseline."""
-    if not _timed_holders:
-        from . import inplace
-
-        def kernel(x):
-            return inplace._count_refs(x)
-        timed = _TimedCall(kernel, None, lambda step, seconds: None)
-
-        def runner(b):
-            v = b["x"]
-            return timed(v)
-        _timed_holders.append(runner({"x": object()}) - inplace._BASELINE)
-    return _timed_holders[0]
-
-
-_timed_holders = []
 
 
 class _TimedStep:

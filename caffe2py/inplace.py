@@ -38,22 +38,31 @@ def _count_refs(array):
     return sys.getrefcount(array)
 
 
-def _probe_baseline():
+def _probe(wrap=None):
     """The reference count `claim` sees for an array only the workspace holds: the
     executor's generated runner loads the blob into a local and calls the kernel
-    with it (executor.Plan._render); the kernel passes it to claim."""
+    with it (executor.Plan._render); the kernel passes it to claim. wrap: the kernel
+    is called through wrap(kernel) instead."""
     blobs = {"x": np.empty(1)}
 
     def kernel(x):
         return _count_refs(x)
+    call = kernel if wrap is None else wrap(kernel)
 
     def runner(b):
         v = b["x"]
-        return kernel(v)
+        return call(v)
     return runner(blobs)
 
 
-_BASELINE = _probe_baseline()
+_BASELINE = _probe()
+
+
+def holders_added_by(wrap):
+    """How many more holders every kernel argument has when the generated runner calls
+    the kernels through wrap(kernel) (a wrapper's argument tuples): the count to give
+    extra_holders around such runs."""
+    return _probe(wrap) - _BASELINE
 
 
 def claim(array):
