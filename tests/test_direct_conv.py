@@ -20,6 +20,16 @@ def torch_reference(x, w, b, strides, pads, dilations):
                                       dilation=dilations).numpy()
 
 
+@pytest.fixture(autouse=True, params=[8, 16], ids=["8-lanes", "16-lanes"])
+def register_lanes(request, monkeypatch):
+    """Every test at both register widths, whatever this CPU has (16 lanes run as two
+    AVX2 vectors where there is no AVX-512)."""
+    monkeypatch.setattr(direct_conv, "REGISTER_LANES", request.param)
+    conv_k._plan.cache_clear()          # conv_nchw's plans hold the width they were made at
+    yield request.param
+    conv_k._plan.cache_clear()
+
+
 def run_direct(x, w, b, strides, pads, dilations, relu=False, residual=None):
     shape = out_shape(x.shape, w.shape, strides, pads, dilations)
     plan = direct_conv.direct_plan(x.shape, w.shape, strides, pads, dilations, shape[2:], "<f4")
@@ -229,6 +239,9 @@ def test_blocking_splits_long_reductions_and_wide_layers():
     assert direct_conv.blocking(2304, 64, 10) == (256, 32, 5)
     # a short reduction stays one chunk; tiles never hold more blocks than there are
     assert direct_conv.blocking(144, 16, 3) == (144, 16, 3)
+    # 48-output blocks (16 lanes): chunks of half the taps, tiles of half the pixel blocks
+    # (the same bytes in L1 / L2); the weights of all 64 channel blocks then fit one tile
+    assert direct_conv.blocking(2304, 64, 10, pixels=48) == (128, 64, 4)
 
 
 @pytest.mark.parametrize("x_shape,w_shape,strides,pads,dilations,sizes", [BLOCKED[0], BLOCKED[3], BLOCKED[4]])

@@ -20,9 +20,10 @@ How:
     the phase buffers (dilations and any kernel size come free); the weights are packed
     (M/4, K, 4), once per weight array (buffers.DerivedWeights: repacking 192 x 48 x 3 x 3
     cost ~0.14 ms a call);
-  * a block of 4 output channels x 24 consecutive flat outputs (3 vectors of 8 lanes)
-    is 12 accumulators held in registers (runtime/simd.py's Vec): per tap, 3 vector
-    loads of input, 4 broadcast weights, 12 FMAs;
+  * a block of 4 output channels x 24 consecutive flat outputs (3 vectors of 8 lanes;
+    48 outputs, 3 vectors of 16, where the CPU has AVX-512: register_lanes) is 12
+    accumulators held in registers (runtime/simd.py's Vec): per tap, 3 vector loads of
+    input, 4 broadcast weights, 12 FMAs;
   * cache blocking: the reduction runs in chunks of CHUNK_TAPS taps; the work items are
     tiles of pixel blocks x channel blocks. Per chunk, each pixel block's taps are packed
     contiguous (chunk x 24 floats, in L1) and every channel block of the tile passes over
@@ -43,7 +44,7 @@ from ..runtime.buffers import DerivedWeights, team_work, temp_buffer
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
 from .phases import _copy_phase
 
-LANES_8 = LazyGlobal(".simd", "LANES_8")
+lane_count = LazyGlobal(".simd", "lane_count")
 vzeros = LazyGlobal(".simd", "vzeros")
 vload_f32 = LazyGlobal(".simd", "vload_f32")
 vfma = LazyGlobal(".simd", "vfma")
@@ -55,31 +56,38 @@ address = LazyGlobal(".simd", "address")
 load_f32 = LazyGlobal(".simd", "load_f32")
 
 CHANNELS = 4         # output channels per register block
-PIXELS = 24          # flat outputs per register block: 3 vectors of 8
+PIXELS = 24          # flat outputs per register block: 3 vectors of 8 (48 = 3 x 16 with AVX-512)
+# None: the widest the CPU has (16 lanes with AVX-512, else 8); 8 or 16 forces a width
+# (tests run both on any machine: LLVM splits 16 lanes into two AVX2 registers)
+REGISTER_LANES = None
 
 
 @compiled(parallel=True)
 def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk, tile_cb,
-                   tile_pb, acc, blocks, work, stride):
+                   tile_pb, acc, blocks, work, stride, lanes):
     """out (M, OH, OW) = [relu](sum over taps k of wpack[., k, .] * flat[p + offsets[k]]
     + bias + residual) for output p = oy * wq + ox. flat: the phase buffers, long enough
-    that p + offsets[k] < len(flat) for every p < ceil(OH * wq / 24) * 24 (the caller
-    checked); wpack (ceil(M/4), K, 4), zero past M; residual (M, OH * OW) when
+    that p + offsets[k] < len(flat) for every p < ceil(OH * wq / px) * px (the caller
+    checked; px = 3 * lanes, the flat outputs of a register block: 24 with 8 lanes,
+    48 with 16); wpack (ceil(M/4), K, 4), zero past M; residual (M, OH * OW) when
     has_residual. Cache blocking: the work items are tiles of tile_pb pixel blocks x
     tile_cb channel blocks; a tile runs the reduction in chunks of `chunk` taps, and per
-    chunk every pixel block (chunk x 24 input floats, in L1) passes over every channel
+    chunk every pixel block (chunk x px input floats, in L1) passes over every channel
     block's chunk of weights (tile_cb * 4 * chunk floats, in L2). Partial sums wait in
-    acc (ceil(M/4) * 4, ceil(OH * wq / 24) * 24) between chunks (unused with one chunk);
+    acc (ceil(M/4) * 4, ceil(OH * wq / px) * px) between chunks (unused with one chunk);
     each output's sum runs in tap order whatever the tiles and team: bit-identical
     results at every team size. Tiles are split over `blocks` team threads. Each team
-    thread's (4, 24) finishing tile and packed chunk live in its region of `work` (from
+    thread's (4, px) finishing tile and packed chunk live in its region of `work` (from
     thread_id() * stride, at least panel_floats(chunk) floats; buffers.team_work): the
     caller owns them, because an array made in here would be freed after its last use
     as an array while the loop still writes through its address (blas.py)."""
     m, oh, ow = out.shape
+    vb = lane_count(lanes) * 4      # bytes of a vector
+    px = 3 * lane_count(lanes)      # flat outputs of a register block
+    pxb = px * 4
     n_cb = wpack.shape[0]
     k_count = wpack.shape[1]
-    n_pb = (oh * wq + 23) // 24
+    n_pb = (oh * wq + px - 1) // px
     n_pt = (n_pb + tile_pb - 1) // tile_pb
     n_ct = (n_cb + tile_cb - 1) // tile_cb
     items = n_pt * n_ct
@@ -89,12 +97,12 @@ def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual,
     r0 = address(residual)
     c0_ = address(acc)
     w0 = address(wpack)
-    zero = vzeros(LANES_8)
+    zero = vzeros(lanes)
     for t in prange(blocks):
         mine = work[thread_id() * stride:thread_id() * stride + stride]   # this thread's region
-        tile = mine[0:96].reshape(4, 24)
+        tile = mine[0:4 * px].reshape(4, px)
         t0 = address(mine)
-        pk = (t0 + 96 * 4 + 31) // 32 * 32     # a pixel block's chunk of input, packed, 32-byte aligned
+        pk = (t0 + 4 * pxb + 63) // 64 * 64     # a pixel block's chunk of input, packed, 64-byte aligned
         for item in range(items * t // blocks, items * (t + 1) // blocks):
             pt = item // n_ct
             ct = item - pt * n_ct
@@ -103,40 +111,40 @@ def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual,
             for k0 in range(0, k_count, chunk):
                 k1 = min(k_count, k0 + chunk)
                 for pb in range(pt * tile_pb, pb_end):
-                    p0 = pb * 24
+                    p0 = pb * px
                     # the chunk's taps of this pixel block side by side, read by every channel block
                     for k in range(k0, k1):
                         at = x0 + (p0 + offsets[k]) * 4
-                        to = pk + (k - k0) * 96
-                        vstore_f32_at(to, vload_f32(LANES_8, at))
-                        vstore_f32_at(to + 32, vload_f32(LANES_8, at + 32))
-                        vstore_f32_at(to + 64, vload_f32(LANES_8, at + 64))
+                        to = pk + (k - k0) * pxb
+                        vstore_f32_at(to, vload_f32(lanes, at))
+                        vstore_f32_at(to + vb, vload_f32(lanes, at + vb))
+                        vstore_f32_at(to + 2 * vb, vload_f32(lanes, at + 2 * vb))
                     for cb in range(ct * tile_cb, cb_end):
                         if k0 == 0:
                             a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = zero
                         else:       # the earlier chunks' partial sums
                             ap = c0_ + (cb * 4 * row + p0) * 4
-                            a00 = vload_f32(LANES_8, ap)
-                            a01 = vload_f32(LANES_8, ap + 32)
-                            a02 = vload_f32(LANES_8, ap + 64)
+                            a00 = vload_f32(lanes, ap)
+                            a01 = vload_f32(lanes, ap + vb)
+                            a02 = vload_f32(lanes, ap + 2 * vb)
                             ap += row * 4
-                            a10 = vload_f32(LANES_8, ap)
-                            a11 = vload_f32(LANES_8, ap + 32)
-                            a12 = vload_f32(LANES_8, ap + 64)
+                            a10 = vload_f32(lanes, ap)
+                            a11 = vload_f32(lanes, ap + vb)
+                            a12 = vload_f32(lanes, ap + 2 * vb)
                             ap += row * 4
-                            a20 = vload_f32(LANES_8, ap)
-                            a21 = vload_f32(LANES_8, ap + 32)
-                            a22 = vload_f32(LANES_8, ap + 64)
+                            a20 = vload_f32(lanes, ap)
+                            a21 = vload_f32(lanes, ap + vb)
+                            a22 = vload_f32(lanes, ap + 2 * vb)
                             ap += row * 4
-                            a30 = vload_f32(LANES_8, ap)
-                            a31 = vload_f32(LANES_8, ap + 32)
-                            a32 = vload_f32(LANES_8, ap + 64)
+                            a30 = vload_f32(lanes, ap)
+                            a31 = vload_f32(lanes, ap + vb)
+                            a32 = vload_f32(lanes, ap + 2 * vb)
                         wk = w0 + (cb * k_count + k0) * 16
                         for k in range(k1 - k0):
-                            at = pk + k * 96
-                            v0 = vload_f32(LANES_8, at)
-                            v1 = vload_f32(LANES_8, at + 32)
-                            v2 = vload_f32(LANES_8, at + 64)
+                            at = pk + k * pxb
+                            v0 = vload_f32(lanes, at)
+                            v1 = vload_f32(lanes, at + vb)
+                            v2 = vload_f32(lanes, at + 2 * vb)
                             wa = wk + k * 16
                             c0, c1, c2, c3 = load_f32(wa), load_f32(wa + 4), load_f32(wa + 8), load_f32(wa + 12)
                             a00 = vfma(a00, c0, v0)
@@ -154,37 +162,39 @@ def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual,
                         if k1 < k_count:    # more chunks to come: park the partial sums
                             ap = c0_ + (cb * 4 * row + p0) * 4
                             vstore_f32_at(ap, a00)
-                            vstore_f32_at(ap + 32, a01)
-                            vstore_f32_at(ap + 64, a02)
+                            vstore_f32_at(ap + vb, a01)
+                            vstore_f32_at(ap + 2 * vb, a02)
                             ap += row * 4
                             vstore_f32_at(ap, a10)
-                            vstore_f32_at(ap + 32, a11)
-                            vstore_f32_at(ap + 64, a12)
+                            vstore_f32_at(ap + vb, a11)
+                            vstore_f32_at(ap + 2 * vb, a12)
                             ap += row * 4
                             vstore_f32_at(ap, a20)
-                            vstore_f32_at(ap + 32, a21)
-                            vstore_f32_at(ap + 64, a22)
+                            vstore_f32_at(ap + vb, a21)
+                            vstore_f32_at(ap + 2 * vb, a22)
                             ap += row * 4
                             vstore_f32_at(ap, a30)
-                            vstore_f32_at(ap + 32, a31)
-                            vstore_f32_at(ap + 64, a32)
+                            vstore_f32_at(ap + vb, a31)
+                            vstore_f32_at(ap + 2 * vb, a32)
                             continue
                         _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0, cb, wq,
-                                      bias, has_bias, residual, has_residual, relu, out, o0, r0, tile, t0)
+                                      bias, has_bias, residual, has_residual, relu, out, o0, r0, tile, t0, lanes)
 
 
 @compiled(inline=True)
 def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0, cb, wq,
-                  bias, has_bias, residual, has_residual, relu, out, o0, r0, tile, t0):
-    """Bias, residual and ReLU on a finished 4 x 24 register block, stored into out
-    (M, OH, OW) at flat outputs p0.. of channels cb * 4..: as vectors when the block
-    lies inside one output row, else lane by lane through `tile` (4, 24) at address t0,
-    columns past the real width dropped."""
+                  bias, has_bias, residual, has_residual, relu, out, o0, r0, tile, t0, lanes):
+    """Bias, residual and ReLU on a finished 4 x px register block (px = 3 * lanes),
+    stored into out (M, OH, OW) at flat outputs p0.. of channels cb * 4..: as vectors
+    when the block lies inside one output row, else lane by lane through `tile` (4, px)
+    at address t0, columns past the real width dropped."""
     m, oh, ow = out.shape
-    zero = vzeros(LANES_8)
+    vb = lane_count(lanes) * 4
+    px = 3 * lane_count(lanes)
+    zero = vzeros(lanes)
     oy = p0 // wq
     ox = p0 - oy * wq
-    if oy < oh and ox + 24 <= ow and cb * 4 + 4 <= m:
+    if oy < oh and ox + px <= ow and cb * 4 + 4 <= m:
         for j in range(4):
             o = cb * 4 + j
             if j == 0:
@@ -203,37 +213,37 @@ def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0
             at = (o * oh + oy) * ow + ox
             if has_residual:
                 rr = r0 + at * 4
-                u0 = vadd(u0, vload_f32(LANES_8, rr))
-                u1 = vadd(u1, vload_f32(LANES_8, rr + 32))
-                u2 = vadd(u2, vload_f32(LANES_8, rr + 64))
+                u0 = vadd(u0, vload_f32(lanes, rr))
+                u1 = vadd(u1, vload_f32(lanes, rr + vb))
+                u2 = vadd(u2, vload_f32(lanes, rr + 2 * vb))
             if relu:            # max(0, v): NaN and -0.0 kept, as np.maximum(v, 0)
                 u0 = vmax(zero, u0)
                 u1 = vmax(zero, u1)
                 u2 = vmax(zero, u2)
             vstore_f32_at(o0 + at * 4, u0)
-            vstore_f32_at(o0 + at * 4 + 32, u1)
-            vstore_f32_at(o0 + at * 4 + 64, u2)
+            vstore_f32_at(o0 + at * 4 + vb, u1)
+            vstore_f32_at(o0 + at * 4 + 2 * vb, u2)
         return
     vstore_f32_at(t0, a00)
-    vstore_f32_at(t0 + 32, a01)
-    vstore_f32_at(t0 + 64, a02)
-    vstore_f32_at(t0 + 96, a10)
-    vstore_f32_at(t0 + 128, a11)
-    vstore_f32_at(t0 + 160, a12)
-    vstore_f32_at(t0 + 192, a20)
-    vstore_f32_at(t0 + 224, a21)
-    vstore_f32_at(t0 + 256, a22)
-    vstore_f32_at(t0 + 288, a30)
-    vstore_f32_at(t0 + 320, a31)
-    vstore_f32_at(t0 + 352, a32)
-    last = min(oh, (p0 + 23) // wq + 1)
+    vstore_f32_at(t0 + vb, a01)
+    vstore_f32_at(t0 + 2 * vb, a02)
+    vstore_f32_at(t0 + 3 * vb, a10)
+    vstore_f32_at(t0 + 4 * vb, a11)
+    vstore_f32_at(t0 + 5 * vb, a12)
+    vstore_f32_at(t0 + 6 * vb, a20)
+    vstore_f32_at(t0 + 7 * vb, a21)
+    vstore_f32_at(t0 + 8 * vb, a22)
+    vstore_f32_at(t0 + 9 * vb, a30)
+    vstore_f32_at(t0 + 10 * vb, a31)
+    vstore_f32_at(t0 + 11 * vb, a32)
+    last = min(oh, (p0 + px - 1) // wq + 1)
     for j in range(min(4, m - cb * 4)):
         o = cb * 4 + j
         b = bias[o] if has_bias else np.float32(0.0)
         for y in range(oy, last):
             # the block's lanes in output row y: columns c0..c1, lanes from y * wq + c0 - p0
             c0 = max(0, p0 - y * wq)
-            c1 = min(ow, p0 + 24 - y * wq)
+            c1 = min(ow, p0 + px - y * wq)
             if c1 <= c0:
                 continue
             src = tile[j, y * wq + c0 - p0:y * wq + c1 - p0]
@@ -251,7 +261,7 @@ def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0
 
 @_direct_blocks.numpy_twin
 def _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk, tile_cb,
-                         tile_pb, acc, blocks, work, stride):
+                         tile_pb, acc, blocks, work, stride, lanes):
     """All outputs at once: the taps gathered (K, OH * wq), one product, the crop."""
     m, oh, ow = out.shape
     length = oh * wq
@@ -271,10 +281,21 @@ def _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_res
 _direct_blocks_serial = serial_variant(_direct_blocks, "_direct_blocks_serial")
 
 
-def panel_floats(chunk):
-    """Floats of one team thread's work region: the (4, 24) finishing tile, then a
-    chunk of 24-float taps and 8 floats of slack for aligning it to 32 bytes."""
-    return 96 + chunk * PIXELS + 8
+def panel_floats(chunk, pixels=PIXELS):
+    """Floats of one team thread's work region: the (4, pixels) finishing tile, then a
+    chunk of taps of `pixels` floats and 16 floats of slack for aligning it to 64 bytes."""
+    return 4 * pixels + chunk * pixels + 16
+
+
+def register_lanes():
+    """The Lanes token the kernel is compiled for: 16 lanes (48-output blocks) where the
+    CPU has AVX-512, else 8 (24-output blocks); REGISTER_LANES forces one. 1 thread,
+    bias + ReLU, Intel Xeon AVX-512 VM, 8 -> 16 lanes: 512 -> 512 3x3 at 14x14 12.3 ->
+    8.2 ms, 96 -> 256 5x5/s2 11.0 -> 7.8, 64 -> 64 3x3 at 56 2.84 -> 2.10, 16 -> 64 at 55
+    0.81 -> 0.69; 7x7 maps gain least (512 at 7x7 3.88 -> 3.43: 63 flat outputs take two
+    48-output blocks against three of 24)."""
+    from ..runtime import simd
+    return simd.LANES_16 if (REGISTER_LANES or simd.target_lanes()) == 16 else simd.LANES_8
 
 
 def pack_weights(w):
@@ -303,10 +324,12 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     hp, wp = h + pt + pb, wd + pl + pr
     hq, wq = -(-hp // sh), -(-wp // sw)
     phases = sh * sw
-    n_pb = -(-(oh * wq) // PIXELS)
+    lanes = register_lanes()
+    px = 3 * lanes.n
+    n_pb = -(-(oh * wq) // px)
     a_max, b_max = (kh - 1) * dh // sh, (kw - 1) * dw // sw
     # rows per phase: every padded row, and room for the last pixel block's overrun
-    rows = max(hq, a_max + 1 + -(-(n_pb * PIXELS + b_max) // wq))
+    rows = max(hq, a_max + 1 + -(-(n_pb * px + b_max) // wq))
     plane = rows * wq
     offsets = np.empty((c, kh, kw), np.int64)
     for a in range(kh):
@@ -317,8 +340,8 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     used = {((a * dh) % sh) * sw + (b * dw) % sw for a in range(kh) for b in range(kw)}
     offsets = offsets.reshape(-1)
     size = phases * c * plane
-    # the loop's reads: p + offset for p < n_pb * 24 (plus the vector lanes within)
-    if int(offsets.max()) + n_pb * PIXELS > size:
+    # the loop's reads: p + offset for p < n_pb * px (plus the vector lanes within)
+    if int(offsets.max()) + n_pb * px > size:
         raise AssertionError("direct conv phase buffers too short")   # the layout above guarantees it
     # where input (i, j) goes: padded (i + pt, j + pl) -> phase ((i + pt) % sh, (j + pl) % sw)
     layouts = []
@@ -329,10 +352,10 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
             layouts.append((i0, sh, j0, sw, (pt + i0) // sh, ni, (pl + j0) // sw, nj))
     key = ("direct_phases", tuple(layouts))
     n_cb = -(-m // CHANNELS)
-    chunk, tile_cb, tile_pb = blocking(c * kh * kw, n_cb, n_pb)
+    chunk, tile_cb, tile_pb = blocking(c * kh * kw, n_cb, n_pb, pixels=px)
     n_tiles = -(-n_pb // tile_pb) * -(-n_cb // tile_cb)
     chunks = -(-(c * kh * kw) // chunk)
-    acc_shape = (n_cb * CHANNELS, n_pb * PIXELS) if chunks > 1 else (1, 1)
+    acc_shape = (n_cb * CHANNELS, n_pb * px) if chunks > 1 else (1, 1)
     packed = DerivedWeights(pack_weights)
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None, wpack=None):
@@ -340,9 +363,9 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
         if wpack is None:
             wpack = packed(w)
         b = bias_values(bias, np.float32)
-        blocks = team_blocks(n_tiles, wpack.shape[1] * CHANNELS * PIXELS * tile_cb * tile_pb)
+        blocks = team_blocks(n_tiles, wpack.shape[1] * CHANNELS * px * tile_cb * tile_pb)
         acc = temp_buffer("direct_acc", acc_shape, np.float32)
-        work, stride = team_work(panel_floats(chunk), np.float32)
+        work, stride = team_work(panel_floats(chunk, px), np.float32)
         for i in range(n):
             # zero borders, interior rewritten per image (the key fixes where the interior is)
             grid = scratch.zeros(key, (phases, c, rows, wq), np.float32)
@@ -352,30 +375,33 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
             res = residual[i].reshape(m, oh * ow) if residual is not None else _NO_RESIDUAL
             kernel = _direct_blocks if blocks > 1 else _direct_blocks_serial
             kernel(grid.reshape(-1), offsets, wpack, b, bias is not None, res, residual is not None, relu, out[i], wq,
-                   chunk, tile_cb, tile_pb, acc, blocks, work, stride)
+                   chunk, tile_cb, tile_pb, acc, blocks, work, stride, lanes)
     compute.blocking = (chunk, tile_cb, tile_pb)      # tests, benchmarks
+    compute.pixels = px
     return compute
 
 
 # Cache blocking (see _direct_blocks): a pixel block's chunk of input, chunk x 24
 # floats read through the offsets, stays in L1 (32 KB); a tile's chunk of weights,
 # tile_cb x 4 x chunk floats, in L2 (512 KB); the partial sums of a tile between
-# chunks, tile_cb x 4 x tile_pb x 24 floats, in L2 too.
+# chunks, tile_cb x 4 x tile_pb x 24 floats, in L2 too. With 48-output blocks (16
+# lanes) a chunk has half the taps and a tile half the pixel blocks: the same bytes.
 CHUNK_TAPS = 256
 TILE_WEIGHT_BYTES = 192 << 10
 TILE_PIXEL_BLOCKS = 8
 
 
-def blocking(k_count, n_cb, n_pb, chunk=None, weight_bytes=None, pixel_blocks=None):
+def blocking(k_count, n_cb, n_pb, chunk=None, weight_bytes=None, pixel_blocks=None, pixels=PIXELS):
     """(taps per chunk, channel blocks per tile, pixel blocks per tile) for a reduction of
-    k_count taps, n_cb channel blocks and n_pb pixel blocks. Depends on the geometry
-    only (never on the team's size), so every output's sum runs in the same order."""
-    chunk = chunk or CHUNK_TAPS
+    k_count taps, n_cb channel blocks and n_pb pixel blocks of `pixels` outputs. Depends
+    on the geometry only (never on the team's size), so every output's sum runs in the
+    same order."""
+    chunk = chunk or max(1, CHUNK_TAPS * PIXELS // pixels)
     chunks = -(-k_count // chunk)
     chunk = -(-k_count // chunks)                 # balanced chunks
     tile_cb = max(1, min(n_cb, (weight_bytes or TILE_WEIGHT_BYTES) // (chunk * CHANNELS * 4)))
     tile_cb = -(-n_cb // -(-n_cb // tile_cb))     # balanced channel tiles
-    tile_pb = max(1, min(n_pb, pixel_blocks or TILE_PIXEL_BLOCKS))
+    tile_pb = max(1, min(n_pb, pixel_blocks or max(1, TILE_PIXEL_BLOCKS * PIXELS // pixels)))
     tile_pb = -(-n_pb // -(-n_pb // tile_pb))
     return chunk, tile_cb, tile_pb
 

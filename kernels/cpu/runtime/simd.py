@@ -19,6 +19,8 @@ guarantees that every address is in bounds: nothing here checks.
                                    (of table values stored as `kind`, one of KINDS)
     LANES_8, LANES_16, LOOKUP_LANES   constants: 8 and 16 lanes; every (width, kind) of a lookup
     lanes_are(lanes, width, kind)  whether a constant Lanes is (run-time) width, kind
+    lane_count(lanes)              n of Lanes(n), a compile-time constant
+    target_lanes()                 (host side) 16 where numba's target has AVX-512F, else 8
     vzeros(lanes)                  a zero vector, type Vec(n)
     vload_f32 / vload_f16 / vload_u8 / vload_u4 / vload_u2(lanes, address)
                                    n values stored as float32, float16, uint8, or two /
@@ -626,6 +628,33 @@ vtanh = _activation("tanh")
 
 def _kind_of(lanes):
     return lanes.kind if isinstance(lanes, LanesType) else None
+
+
+@intrinsic
+def lane_count(typingctx, lanes):
+    """n of a Lanes(n) token, as a compile-time constant (block sizes in a kernel
+    compiled once per width)."""
+    if not isinstance(lanes, LanesType):
+        return None
+    n = lanes.n
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_I64, n)
+    return types.int64(lanes), codegen
+
+
+def target_lanes():
+    """float32 lanes of the widest vector register of the CPU numba compiles for: 16
+    with AVX-512F, else 8 (numba's NUMBA_CPU_NAME / NUMBA_CPU_FEATURES overrides count)."""
+    from llvmlite import binding
+    from numba.core import config
+    if config.CPU_FEATURES is not None:
+        features = config.CPU_FEATURES
+    elif config.CPU_NAME is not None:       # a named target without features: assume its baseline
+        features = ""
+    else:
+        features = binding.get_host_cpu_features().flatten()
+    return 16 if "+avx512f" in features.split(",") else 8
 
 
 @intrinsic
