@@ -21,7 +21,7 @@ Public:
 
 numba caches a kernel's machine code by its own source file only: after editing
 this file, clear the caches of the kernels that call packed_product
-(`kernels/cpu/rnn/__pycache__/*.nbi|*.nbc`), or they keep the old code.
+(`caffe2py cache clear`), or they keep the old code.
 """
 import numpy as np
 

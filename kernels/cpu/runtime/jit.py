@@ -19,14 +19,14 @@ machine code.
 A kernel may call another (serial) kernel; the callee is linked into the caller's
 machine code. Helpers called per short row are better inlined into the caller's
 numba IR, `@compiled(inline=True)` (pool.py's row combine as a call: 3x3/s2 max on
-256x27x27 63 -> 80 us; inlined: 60). The disk cache is invalidated by edits to the caller's source file
-only, so keep callees in their caller's module (or clear `__pycache__/*.nbi|*.nbc`).
+256x27x27 63 -> 80 us; inlined: 60). The disk cache is keyed by the caller's source file
+only, so keep callees in their caller's module (or run `caffe2py cache clear`).
 
 Settings and why:
   * lazy: `import caffe2py` does not import numba (0.35 s); the first call does.
-  * cache: machine code is cached on disk (next to the module, or numba's user cache
-    when that is not writable), so later processes load a kernel in milliseconds
-    instead of compiling it for ~0.5 s.
+  * cache: machine code is cached on disk in the user's cache folder, never the
+    install tree (cache.py), so later processes load a kernel in milliseconds instead
+    of compiling it for ~0.5 s.
   * nogil: kernels release the GIL.
   * fastmath: 'contract' only by default (fused multiply-add): NaN, inf and signed
     zeros keep IEEE semantics, so results match the NumPy kernels'.

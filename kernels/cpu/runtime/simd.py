@@ -64,7 +64,7 @@ inputs and results); tests/test_sparse_lengths_compiled.py checks it with
 torch.set_flush_denormal(True). Narrowing (fptrunc) rounds to nearest even.
 Importing this module imports numba; kernel modules reach it through jit's LazyGlobal.
 numba's disk cache notices edits to a kernel's own source file only: after changing
-the code an intrinsic here emits, clear the kernels' caches (`__pycache__/*.nbi|*.nbc`).
+the code an intrinsic here emits, clear the kernels' caches (`caffe2py cache clear`).
 """
 from llvmlite import ir
 from numba import types
