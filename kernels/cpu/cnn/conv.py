@@ -13,9 +13,10 @@ Public:
     pad_input(x, pads, value=0.0), windows(x, kernel, strides, dilations)
 
 Strategy, chosen once per geometry (a cached plan holds every slice it copies):
-  * 1x1 stride 1, group 1, float32, maps of <= 196 pixels, on CPUs with 16-lane
-    registers (AVX-512): 32 output channels x 12 pixels in registers over packed weight
-    panels (pointwise_panels.py);
+  * on CPUs with 16-lane registers (AVX-512), float32 group-1 2-D convs on small maps
+    (panel_conv.takes: the direct kernel's kxk convs up to 14x14 outputs, 1x1s on 7x7
+    maps) run 32 output channels x 12 outputs in registers over packed weight panels
+    (panel_conv.py);
   * 1x1, no padding: a plain matmul W (M, C) @ X (C, H*W) per image and group
     (strided 1x1 subsamples first); grouped ones in float, one BLAS GEMM per group on
     the team with bias / residual / ReLU in one pass per group (grouped_pointwise.py);
@@ -58,7 +59,7 @@ from .depthwise import channel_map_problem, depthwise_plan
 from .direct_conv import direct_plan, grouped_direct_plan
 from .phases import _copy_phase
 from .grouped_pointwise import direct_grouped_pointwise_plan, grouped_pointwise_product
-from .pointwise_panels import panel_plan
+from .panel_conv import panel_plan
 from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
 from ..runtime.output_pool import output_array
 from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size, thread_id
@@ -345,11 +346,12 @@ def _make_plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
     plan.takes_residual = False
     if BLOCKED_DIRECT and k == 2 and group == 1 and blocked_direct_wins(
             x_shape, w_shape, strides, dilations, pads, out_spatial, dtype) and (
-            direct := direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
-        plan.compute = direct
+            direct := panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
+            or direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
+        plan.compute = direct       # channel panels where they take the conv (small maps, AVX-512)
         plan.takes_residual = True
-    elif all(kk == 1 for kk in kernel) and not any(pads) and group == 1 and all(s == 1 for s in strides) and (
-            panel := panel_plan(x_shape, m, out_spatial, dtype)):
+    elif all(kk == 1 for kk in kernel) and not any(pads) and group == 1 and (
+            panel := panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
         plan.compute = panel
         plan.takes_residual = True
     elif all(kk == 1 for kk in kernel) and not any(pads):

@@ -42,7 +42,7 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.buffers import DerivedWeights, team_work, temp_buffer
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
-from .phases import _copy_phase
+from .phases import tap_layout
 
 lane_count = LazyGlobal(".simd", "lane_count")
 vzeros = LazyGlobal(".simd", "vzeros")
@@ -318,39 +318,11 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     m, cw, kh, kw = w_shape
     if cw != c:
         return None
-    (sh, sw), (dh, dw) = strides, dilations
     oh, ow = out_spatial
-    pt, pl, pb, pr = pads
-    hp, wp = h + pt + pb, wd + pl + pr
-    hq, wq = -(-hp // sh), -(-wp // sw)
-    phases = sh * sw
     lanes = register_lanes()
     px = 3 * lanes.n
-    n_pb = -(-(oh * wq) // px)
-    a_max, b_max = (kh - 1) * dh // sh, (kw - 1) * dw // sw
-    # rows per phase: every padded row, and room for the last pixel block's overrun
-    rows = max(hq, a_max + 1 + -(-(n_pb * px + b_max) // wq))
-    plane = rows * wq
-    offsets = np.empty((c, kh, kw), np.int64)
-    for a in range(kh):
-        for b in range(kw):
-            phase = ((a * dh) % sh) * sw + (b * dw) % sw
-            for ci in range(c):
-                offsets[ci, a, b] = (phase * c + ci) * plane + (a * dh // sh) * wq + b * dw // sw
-    used = {((a * dh) % sh) * sw + (b * dw) % sw for a in range(kh) for b in range(kw)}
-    offsets = offsets.reshape(-1)
-    size = phases * c * plane
-    # the loop's reads: p + offset for p < n_pb * px (plus the vector lanes within)
-    if int(offsets.max()) + n_pb * px > size:
-        raise AssertionError("direct conv phase buffers too short")   # the layout above guarantees it
-    # where input (i, j) goes: padded (i + pt, j + pl) -> phase ((i + pt) % sh, (j + pl) % sw)
-    layouts = []
-    for p0 in range(sh):
-        for p1 in range(sw):
-            i0, j0 = (p0 - pt) % sh, (p1 - pl) % sw
-            ni, nj = len(range(i0, h, sh)), len(range(j0, wd, sw))
-            layouts.append((i0, sh, j0, sw, (pt + i0) // sh, ni, (pl + j0) // sw, nj))
-    key = ("direct_phases", tuple(layouts))
+    taps = tap_layout(x_shape, w_shape, strides, pads, dilations, out_spatial, px)
+    n_pb, wq, offsets = taps.blocks, taps.wq, taps.offsets
     n_cb = -(-m // CHANNELS)
     chunk, tile_cb, tile_pb = blocking(c * kh * kw, n_cb, n_pb, pixels=px)
     n_tiles = -(-n_pb // tile_pb) * -(-n_cb // tile_cb)
@@ -367,14 +339,10 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
         acc = temp_buffer("direct_acc", acc_shape, np.float32)
         work, stride = team_work(panel_floats(chunk, px), np.float32)
         for i in range(n):
-            # zero borders, interior rewritten per image (the key fixes where the interior is)
-            grid = scratch.zeros(key, (phases, c, rows, wq), np.float32)
-            for k, layout in enumerate(layouts):
-                if layout[5] > 0 and layout[7] > 0 and k in used:
-                    _copy_phase(x[i], grid[k], layout, team_blocks(c * layout[5], layout[7]))
+            flat = taps.fill(x[i], scratch)
             res = residual[i].reshape(m, oh * ow) if residual is not None else _NO_RESIDUAL
             kernel = _direct_blocks if blocks > 1 else _direct_blocks_serial
-            kernel(grid.reshape(-1), offsets, wpack, b, bias is not None, res, residual is not None, relu, out[i], wq,
+            kernel(flat, offsets, wpack, b, bias is not None, res, residual is not None, relu, out[i], wq,
                    chunk, tile_cb, tile_pb, acc, blocks, work, stride, lanes)
     compute.blocking = (chunk, tile_cb, tile_pb)      # tests, benchmarks
     compute.pixels = px

@@ -1,7 +1,18 @@
 """Stride phases of an image: the input copied into zero-bordered buffers, one per
 (row phase, column phase) of a stride, so that a strided convolution reads contiguous
-rows (conv.py's flattened-row path and direct_conv.py both take their input this way)."""
-from ..runtime.jit import compiled, prange, serial_variant
+rows (conv.py's flattened-row path, direct_conv.py and panel_conv.py take their input
+this way).
+
+    tap_layout(x_shape, w_shape, strides, pads, dilations, out_spatial, block)
+        -> TapLayout: the phase buffers' shape and, per tap (c, a, b) of the reduction, the
+        offset into them at which output p's input sits (p = oy * wq + ox, flat outputs
+        of rows wq wide; columns ox >= OW are computed and dropped); long enough that
+        every block of `block` flat outputs reads in bounds.
+    TapLayout.fill(img, scratch) -> the flat phase buffers of one image (C, H, W)
+"""
+import numpy as np
+
+from ..runtime.jit import compiled, prange, serial_variant, team_blocks
 
 
 @compiled(parallel=True)
@@ -35,3 +46,59 @@ _phase_copy_serial = serial_variant(_phase_copy, "_phase_copy_serial")
 def _copy_phase(img, buf, layout, blocks):
     """_phase_copy of layout (i0, sh, j0, sw, q0, ni, r0, nj), blocks from its c * ni rows of nj."""
     (_phase_copy if blocks > 1 else _phase_copy_serial)(img, buf, *layout, blocks)
+
+
+class TapLayout:
+    """See the module docstring. Fields: wq (flat row width), rows (rows per phase),
+    offsets (C * kh * kw int64), blocks (flat output blocks of `block`), size (floats of
+    the phase buffers)."""
+
+    def __init__(self, x_shape, w_shape, strides, pads, dilations, out_spatial, block):
+        _, c, h, wd = x_shape
+        _, _, kh, kw = w_shape
+        (sh, sw), (dh, dw) = strides, dilations
+        oh, _ = out_spatial
+        pt, pl, pb, pr = pads
+        hq, self.wq = -(-(h + pt + pb) // sh), -(-(wd + pl + pr) // sw)
+        wq = self.wq
+        self.phases = sh * sw
+        self.blocks = -(-(oh * wq) // block)
+        a_max, b_max = (kh - 1) * dh // sh, (kw - 1) * dw // sw
+        # rows per phase: every padded row, and room for the last block's overrun
+        self.rows = max(hq, a_max + 1 + -(-(self.blocks * block + b_max) // wq))
+        plane = self.rows * wq
+        offsets = np.empty((c, kh, kw), np.int64)
+        for a in range(kh):
+            for b in range(kw):
+                phase = ((a * dh) % sh) * sw + (b * dw) % sw
+                for ci in range(c):
+                    offsets[ci, a, b] = (phase * c + ci) * plane + (a * dh // sh) * wq + b * dw // sw
+        self.used = {((a * dh) % sh) * sw + (b * dw) % sw for a in range(kh) for b in range(kw)}
+        self.offsets = offsets.reshape(-1)
+        self.size = self.phases * c * plane
+        # a kernel's reads: p + offset for p < blocks * block
+        if int(self.offsets.max()) + self.blocks * block > self.size:
+            raise AssertionError("phase buffers too short")   # the layout above guarantees it
+        # where input (i, j) goes: padded (i + pt, j + pl) -> phase ((i + pt) % sh, (j + pl) % sw)
+        self.layouts = []
+        for p0 in range(sh):
+            for p1 in range(sw):
+                i0, j0 = (p0 - pt) % sh, (p1 - pl) % sw
+                ni, nj = len(range(i0, h, sh)), len(range(j0, wd, sw))
+                self.layouts.append((i0, sh, j0, sw, (pt + i0) // sh, ni, (pl + j0) // sw, nj))
+        self.key = ("tap_phases", tuple(self.layouts), self.rows)
+        self.shape = (self.phases, c, self.rows, wq)
+
+    def fill(self, img, scratch):
+        """The flat phase buffers holding img (C, H, W): zero borders, the interior
+        rewritten (the key fixes where the interior is)."""
+        grid = scratch.zeros(self.key, self.shape, np.float32)
+        c = self.shape[1]
+        for k, layout in enumerate(self.layouts):
+            if layout[5] > 0 and layout[7] > 0 and k in self.used:
+                _copy_phase(img, grid[k], layout, team_blocks(c * layout[5], layout[7]))
+        return grid.reshape(-1)
+
+
+def tap_layout(x_shape, w_shape, strides, pads, dilations, out_spatial, block):
+    return TapLayout(x_shape, w_shape, strides, pads, dilations, out_spatial, block)

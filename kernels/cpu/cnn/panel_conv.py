@@ -32,6 +32,7 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.buffers import DerivedWeights, team_work
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
+from .phases import tap_layout
 
 LANES_16 = LazyGlobal(".simd", "LANES_16")
 vzeros = LazyGlobal(".simd", "vzeros")
@@ -56,34 +57,47 @@ PIXELS = 12          # pixels per register block (24 accumulators of the 32 regi
 MAX_PIXELS = 64
 MIN_CHANNELS = 512
 MIN_OUTPUTS = 128
+MAX_PIXELS_KXK = 196
+MIN_OUTPUTS_KXK = 32
 FORCE = False        # tests: take every float32 1x1 even where the CPU has 8-lane registers
 
 
-def takes(c, m, pixels, dtype):
-    if np.dtype(dtype) != np.float32 or min(c, m, pixels) < 1:
+def takes(c, m, taps, pixels, dtype):
+    """Whether a conv of c input channels, m outputs, taps = kh * kw and `pixels` outputs
+    per image runs here (see the thresholds above). conv.py asks it for the 1x1s and for
+    the kxk convs the direct kernel would take."""
+    if np.dtype(dtype) != np.float32 or min(c, m, taps, pixels) < 1:
         return False
     if FORCE:
         return True
-    if pixels > MAX_PIXELS or c < MIN_CHANNELS or m < MIN_OUTPUTS:
+    if taps == 1:
+        wanted = pixels <= MAX_PIXELS and c >= MIN_CHANNELS and m >= MIN_OUTPUTS
+    else:
+        wanted = pixels <= MAX_PIXELS_KXK and m >= MIN_OUTPUTS_KXK
+    if not wanted:
         return False
     from ..runtime import simd
     return simd.target_lanes() == 16
 
 
 @compiled(parallel=True)
-def _panel_blocks(xp, wpanel, bias, has_bias, residual, has_residual, relu, out, blocks, work, stride):
-    """out (M, P) = [relu](W @ X + bias + residual). xp (C, Q) float32 with Q a multiple
-    of 12 >= P, zero past P; wpanel (ceil(M/32), C, 32) float32, zero past M; residual
-    (M, P) when has_residual. Items (panel, pixel block) are split over `blocks` team
-    threads; each thread's (12, 32) tile is its region of `work` (from thread_id() *
-    stride, 384 floats; buffers.team_work)."""
-    m, p = out.shape
+def _panel_blocks(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bias, residual, has_residual, relu, out,
+                  wq, n_pb, blocks, work, stride):
+    """out (M, OH, OW) = [relu](sum over taps k of wpanel[., k, .] * flat[p + offsets[k]]
+    + bias + residual) for flat output p = oy * wq + ox. flat: phases.TapLayout's
+    buffers, long enough that p + offsets[k] < len(flat) for every p < n_pb * 12 (the
+    caller checked); wpanel (ceil(M/32), K, 32) float32, zero past M; residual
+    (M, OH * OW) when has_residual. Items (panel, pixel block) are split over `blocks`
+    team threads; each thread's (12, 32) tile is its region of `work` (from thread_id()
+    * stride, 384 floats; buffers.team_work). tap_step > 0: tap k's input is k *
+    tap_step bytes after tap 0's (offsets unread). has_tail: the last pixel block reads
+    `tail` (K, 12) instead, tap k at row k (a 1x1 conv reading its input in place, whose
+    last block would run past the input's end)."""
+    m, oh, ow = out.shape
     n_cb = wpanel.shape[0]
     k_count = wpanel.shape[1]
-    q = xp.shape[1]
-    n_pb = q // 12
     items = n_cb * n_pb
-    x0 = address(xp)
+    x0 = address(flat)
     w0 = address(wpanel)
     zero = vzeros(LANES_16)
     for t in prange(blocks):
@@ -96,8 +110,14 @@ def _panel_blocks(xp, wpanel, bias, has_bias, residual, has_residual, relu, out,
             a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = a40 = a41 = a50 = a51 = zero
             a60 = a61 = a70 = a71 = a80 = a81 = a90 = a91 = aa0 = aa1 = ab0 = ab1 = zero
             wk = w0 + cb * k_count * 128
-            xa = x0 + pb * 48
+            p0 = pb * 12
+            xs = x0 + p0 * 4
+            step = tap_step
+            if has_tail and pb == n_pb - 1:
+                xs = address(tail)
+                step = 48
             for k in range(k_count):
+                xa = xs + offsets[k] * 4 if step == 0 else xs + k * step
                 u0 = vload_f32(LANES_16, wk)
                 u1 = vload_f32(LANES_16, wk + 64)
                 s = load_f32(xa)
@@ -137,7 +157,6 @@ def _panel_blocks(xp, wpanel, bias, has_bias, residual, has_residual, relu, out,
                 ab0 = vfma(ab0, s, u0)
                 ab1 = vfma(ab1, s, u1)
                 wk += 128
-                xa += q * 4
             # tile[j, :] = pixel j's 32 channel sums
             vstore_f32_at(t0, a00)
             vstore_f32_at(t0 + 64, a01)
@@ -163,28 +182,36 @@ def _panel_blocks(xp, wpanel, bias, has_bias, residual, has_residual, relu, out,
             vstore_f32_at(t0 + 1344, aa1)
             vstore_f32_at(t0 + 1408, ab0)
             vstore_f32_at(t0 + 1472, ab1)
-            p0 = pb * 12
-            p1 = min(p, p0 + 12)
-            for o in range(cb * 32, min(m, cb * 32 + 32)):
-                b = bias[o] if has_bias else np.float32(0.0)
-                row = out[o, p0:p1]
-                col = o - cb * 32
-                for j in range(p1 - p0):
-                    y = tile[j, col] + b
+            c0 = cb * 32
+            c1 = min(m, c0 + 32)
+            for j in range(12):
+                oy = (p0 + j) // wq
+                ox = p0 + j - oy * wq
+                if oy >= oh or ox >= ow:        # a column past the row's end, or past the map
+                    continue
+                sums = tile[j]
+                for o in range(c0, c1):
+                    y = sums[o - c0] + (bias[o] if has_bias else np.float32(0.0))
                     if has_residual:
-                        y += residual[o, p0 + j]
-                    row[j] = y - y if relu and y < 0 else y    # NaN and -0.0 kept, as np.maximum(y, 0)
+                        y += residual[o, oy * ow + ox]
+                    out[o, oy, ox] = y - y if relu and y < 0 else y    # NaN and -0.0 kept, as np.maximum(y, 0)
 
 
 @_panel_blocks.numpy_twin
-def _panel_blocks_numpy(xp, wpanel, bias, has_bias, residual, has_residual, relu, out, blocks, work, stride):
-    m, p = out.shape
+def _panel_blocks_numpy(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bias, residual, has_residual, relu,
+                        out, wq, n_pb, blocks, work, stride):
+    """All outputs at once: the taps gathered (K, OH * wq), one product, the crop."""
+    m, oh, ow = out.shape
+    if tap_step:
+        taps = flat.reshape(-1, oh * wq)       # a 1x1 conv's input, read in place
+    else:
+        taps = flat[offsets[:, None] + np.arange(oh * wq)[None, :]]
     w2 = wpanel.transpose(0, 2, 1).reshape(-1, wpanel.shape[1])[:m]
-    y = w2 @ xp[:, :p]
+    y = (w2 @ taps).reshape(m, oh, wq)[:, :, :ow]
     if has_bias:
-        y = y + bias[:m, None]
+        y = y + bias[:m].reshape(m, 1, 1)
     if has_residual:
-        y = y + residual
+        y = y + residual.reshape(m, oh, ow)
     if relu:
         y = np.maximum(y, np.float32(0))
     out[...] = y
@@ -195,8 +222,8 @@ _panel_blocks_serial = serial_variant(_panel_blocks, "_panel_blocks_serial")
 
 
 def pack_panels(w):
-    """w (M, C, 1, 1) or (M, C) -> (ceil(M/32), C, 32) float32: the 32 weights of a
-    channel panel for one input channel side by side (zeros past M)."""
+    """w (M, C, kh, kw) -> (ceil(M/32), C*kh*kw, 32) float32: the 32 weights of a
+    channel panel for one tap side by side (zeros past M)."""
     m = w.shape[0]
     c = int(np.prod(w.shape[1:]))
     n_cb = -(-m // CHANNELS)
@@ -206,35 +233,55 @@ def pack_panels(w):
 
 
 _NO_RESIDUAL = np.zeros((1, 1), np.float32)
+_NO_TAIL = np.zeros((1, PIXELS), np.float32)
 
 
-def panel_plan(x_shape, m, out_spatial, dtype):
-    """See the module docstring; None where `takes` says no."""
-    n, c = x_shape[:2]
-    p = int(np.prod(out_spatial, dtype=np.int64))
-    if len(x_shape) != 4 or tuple(x_shape[2:]) != tuple(out_spatial) or not takes(c, m, p, dtype):
+def panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
+    """See the module docstring; None where `takes` says no (or the geometry is not a
+    plain 2-D group-1 one: negative pads, other ranks)."""
+    if len(x_shape) != 4 or len(w_shape) != 4 or any(p < 0 for p in pads) or w_shape[1] != x_shape[1]:
         return None
-    q = -(-p // PIXELS) * PIXELS
+    n = x_shape[0]
+    m, c, kh, kw = w_shape
+    oh, ow = out_spatial
+    if not takes(c, m, kh * kw, oh * ow, dtype):
+        return None
+    k_count = c * kh * kw
     n_cb = -(-m // CHANNELS)
-    items = n_cb * (q // PIXELS)
     packed = DerivedWeights(pack_panels)
-    key = ("panel_pixels", c, q)
+    if kh == kw == 1 and tuple(strides) == (1, 1) and not any(pads):
+        # a 1x1 conv reads its input in place: tap k is plane k; the last block, which
+        # would read past the input's end, reads a zero-padded copy of its columns
+        p = oh * ow
+        n_pb = -(-p // PIXELS)
+        wq, offsets, tap_step = ow, np.zeros(1, np.int64), p * 4
+        tail_from = (n_pb - 1) * PIXELS if p % PIXELS else p
+        fill = None
+    else:
+        taps = tap_layout(x_shape, w_shape, strides, pads, dilations, out_spatial, PIXELS)
+        n_pb, wq, offsets, tap_step = taps.blocks, taps.wq, taps.offsets, 0
+        p = tail_from = 0
+        fill = taps.fill
+    items = n_cb * n_pb
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         wpanel = packed(w)
         b = bias_values(bias, np.float32)
         if bias is not None and b.size != m:
             raise ValueError("bias of %d values for %d output channels" % (b.size, m))
-        blocks = team_blocks(items, c * CHANNELS * PIXELS)
+        blocks = team_blocks(items, k_count * CHANNELS * PIXELS)
         work, stride = team_work(CHANNELS * PIXELS, np.float32)
-        xp = scratch.zeros(key, (c, q), np.float32)        # zero past p; the pixels rewritten per image
         kernel = _panel_blocks if blocks > 1 else _panel_blocks_serial
+        tail = _NO_TAIL
         for i in range(n):
-            xp[:, :p] = x[i].reshape(c, p)
-            res = residual[i].reshape(m, p) if residual is not None else _NO_RESIDUAL
-            oi = out[i].reshape(m, p)
-            target = oi if np.shares_memory(oi, out) else np.empty((m, p), np.float32)
-            kernel(xp, wpanel, b, bias is not None, res, residual is not None, relu, target, blocks, work, stride)
-            if target is not oi:
-                out[i] = target.reshape(out.shape[1:])
+            if fill is None:
+                flat = np.ascontiguousarray(x[i], dtype=np.float32).reshape(-1)
+                if tail_from < p:
+                    tail = scratch.zeros(("panel_tail", p - tail_from), (k_count, PIXELS), np.float32)
+                    tail[:, :p - tail_from] = flat.reshape(k_count, p)[:, tail_from:]
+            else:
+                flat = fill(x[i], scratch)
+            res = residual[i].reshape(m, oh * ow) if residual is not None else _NO_RESIDUAL
+            kernel(flat, offsets, tap_step, tail, tail is not _NO_TAIL, wpanel, b, bias is not None, res,
+                   residual is not None, relu, out[i], wq, n_pb, blocks, work, stride)
     return compute
