@@ -1,16 +1,27 @@
 """The stem convolution kernel (kernels/cpu/cnn/stem_conv.py: few input channels, output
-rows in blocks of 24 with a moved-back last block or a single-vector tail): against the
+rows in blocks of 24 (48 with 16 lanes) with a moved-back last block or a single-vector tail): against the
 float64 convolution written out in tests/_conv_reference.py, directly and through
 conv_nchw's dispatch."""
 import numpy as np
 import pytest
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
-from caffe2py.kernels.cpu.cnn import stem_conv
+from caffe2py.kernels.cpu.cnn import direct_conv, stem_conv
 from caffe2py.kernels.cpu.runtime import jit
 from caffe2py.kernels.cpu.runtime.buffers import Scratch
 
 from _conv_reference import reference, out_shape, data
+
+
+@pytest.fixture(autouse=True, params=[8, 16], ids=["8-lanes", "16-lanes"])
+def register_lanes(request, monkeypatch):
+    """Every test at both register widths, whatever this CPU has (rows of 48 outputs or
+    more take 16-lane blocks where the width is 16; 16 lanes run as two AVX2 vectors
+    where there is no AVX-512)."""
+    monkeypatch.setattr(direct_conv, "REGISTER_LANES", request.param)
+    conv_k._plan.cache_clear()          # conv_nchw's plans hold the width they were made at
+    yield request.param
+    conv_k._plan.cache_clear()
 
 
 def run_stem(x, w, b, strides, pads, dilations=(1, 1), relu=False, residual=None):
@@ -38,6 +49,8 @@ GEOMETRIES = [
     ((1, 2, 19, 71), (5, 2, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1)),         # 7x7/s2 stems
     ((1, 4, 12, 60), (2, 4, 3, 5), (1, 2), (2, 1, 0, 3), (2, 1)),         # mixed stride, dilation
     ((1, 3, 10, 59), (4, 3, 3, 3), (3, 1), (0, 2, 1, 2), (1, 2)),         # stride 3 rows, dilated columns
+    ((1, 3, 8, 72), (5, 3, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),          # ow 70: 16 lanes, moved-back block
+    ((1, 3, 6, 114), (4, 3, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),         # ow 112: 16 lanes, a full-vector tail
 ]
 
 

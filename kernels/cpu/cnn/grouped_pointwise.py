@@ -32,7 +32,7 @@ from ..runtime.blas import gemm_entry
 from ..runtime.buffers import DerivedWeights
 from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size
 from .direct_conv import PIXELS, pack_weights
-from .stem_conv import _NO_RESIDUAL, _stem_rows, _stem_rows_serial
+from .stem_conv import _NO_RESIDUAL, _stem_rows, _stem_rows_serial, row_lanes
 
 # Column blocks narrower than this are not split between threads (BLAS packs the
 # whole weight block for each).
@@ -166,6 +166,7 @@ def direct_grouped_pointwise_plan(x_shape, m, group, strides, out_spatial, dtype
     sub = None if all(s == 1 for s in strides) else \
         (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
     offsets = _row_offsets(k_in, p)
+    lanes = row_lanes(p)
     packed = DerivedWeights(lambda w: _pack_groups(w.reshape(group, mg, k_in)))
     work = mg * k_in * p
 
@@ -181,7 +182,7 @@ def direct_grouped_pointwise_plan(x_shape, m, group, strides, out_spatial, dtype
         for i in range(n):
             res = _NO_RESIDUAL if residual is None else residual[i].reshape(group, mg, p)
             kernel(np.ascontiguousarray(x[i]).reshape(group, k_in * p), offsets, wpack, b, bias is not None, res,
-                   residual is not None, relu, out[i].reshape(group, mg, 1, p), p, blocks)
+                   residual is not None, relu, out[i].reshape(group, mg, 1, p), p, blocks, lanes)
     return compute
 
 

@@ -30,9 +30,10 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.buffers import DerivedWeights
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
-from .direct_conv import CHANNELS, PIXELS, pack_weights
+from .direct_conv import CHANNELS, PIXELS, pack_weights, register_lanes
 
 LANES_8 = LazyGlobal(".simd", "LANES_8")
+lane_count = LazyGlobal(".simd", "lane_count")
 vzeros = LazyGlobal(".simd", "vzeros")
 vload_f32 = LazyGlobal(".simd", "vload_f32")
 vload_f32_even = LazyGlobal(".simd", "vload_f32_even")
@@ -49,36 +50,40 @@ STEM_MAX_CHANNELS = 4
 
 
 @compiled(inline=True)
-def _finish(o0, r0, at, u, b, has_residual, relu, zero):
-    """Store vector u + b (+ the residual's 8 values at `at`) [ReLU] at output `at`."""
+def _finish(o0, r0, at, u, b, has_residual, relu, zero, lanes):
+    """Store vector u + b (+ the residual's values at `at`) [ReLU] at output `at`."""
     u = vadds(u, b)
     if has_residual:
-        u = vadd(u, vload_f32(LANES_8, r0 + at * 4))
+        u = vadd(u, vload_f32(lanes, r0 + at * 4))
     if relu:            # max(0, v): NaN and -0.0 kept, as np.maximum(v, 0)
         u = vmax(zero, u)
     vstore_f32_at(o0 + at * 4, u)
 
 
 @compiled(parallel=True)
-def _stem_rows(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, blocks):
+def _stem_rows(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, blocks, lanes):
     """For each group g: out[g] (M, OH, OW) = [relu](sum over taps k of wpack[g, ., k, .]
-    * flat[g, oy * wq + ox + offsets[k]] + bias[g * M + .] + residual[g]), OW >= 24.
+    * flat[g, oy * wq + ox + offsets[k]] + bias[g * M + .] + residual[g]), OW >= px.
     flat (G, L): the phase buffers of each group, long enough that (OH - 1) * wq + OW - 1
     + offsets[k] < L for every k (the caller checked); wpack (G, ceil(M/4), K, 4), zero
     past M; residual (G, M, OH * OW) when has_residual. All C-contiguous. The G * OH
     output rows in `blocks` contiguous ranges on the team (a stem has one group; a
-    grouped 1x1 convolution is G groups of one row of OH * OW outputs, offsets[k] = k * P). A row is blocks of 24
-    outputs; a rest of 9..23 is one more block moved back to end at the row's end, a
-    rest of 1..8 one vector moved back the same way (4 accumulators: half the FMA rate,
-    so only worth it for one vector instead of three)."""
+    grouped 1x1 convolution is G groups of one row of OH * OW outputs, offsets[k] = k * P). A row is blocks of px
+    = 3 * lanes outputs (24 or 48); a rest of more than one vector is one more block
+    moved back to end at the row's end, a rest of one vector or less one vector moved
+    back the same way (4 accumulators: half the FMA rate, so only worth it for one
+    vector instead of three)."""
     groups, m, oh, ow = out.shape
+    nl = lane_count(lanes)
+    vb = nl * 4
+    px = 3 * nl
     n_cb = wpack.shape[1]
     k_count = wpack.shape[2]
     items = groups * oh
-    rest = ow % 24
-    n_pb = ow // 24 + (1 if rest > 8 else 0)
-    n_tail = 1 if 0 < rest <= 8 else 0
-    zero = vzeros(LANES_8)
+    rest = ow % px
+    n_pb = ow // px + (1 if rest > nl else 0)
+    n_tail = 1 if 0 < rest <= nl else 0
+    zero = vzeros(lanes)
     for t in prange(blocks):
         for item in range(items * t // blocks, items * (t + 1) // blocks):
             g = item // oh
@@ -88,15 +93,15 @@ def _stem_rows(flat, offsets, wpack, bias, has_bias, residual, has_residual, rel
             r0 = address(residual) + (g * m * oh * ow * 4 if has_residual else 0)
             wg = wpack[g]
             for pb in range(n_pb):
-                ox = min(pb * 24, ow - 24)          # the last block ends at the row's end
+                ox = min(pb * px, ow - px)          # the last block ends at the row's end
                 p0 = oy * wq + ox
                 for cb in range(n_cb):
                     a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = zero
                     for k in range(k_count):
                         at = x0 + (p0 + offsets[k]) * 4
-                        v0 = vload_f32(LANES_8, at)
-                        v1 = vload_f32(LANES_8, at + 32)
-                        v2 = vload_f32(LANES_8, at + 64)
+                        v0 = vload_f32(lanes, at)
+                        v1 = vload_f32(lanes, at + vb)
+                        v2 = vload_f32(lanes, at + 2 * vb)
                         c0, c1, c2, c3 = wg[cb, k, 0], wg[cb, k, 1], wg[cb, k, 2], wg[cb, k, 3]
                         a00 = vfma(a00, c0, v0)
                         a01 = vfma(a01, c0, v1)
@@ -122,16 +127,16 @@ def _stem_rows(flat, offsets, wpack, bias, has_bias, residual, has_residual, rel
                             u0, u1, u2 = a30, a31, a32
                         b = bias[g * m + o] if has_bias else np.float32(0.0)
                         at = (o * oh + oy) * ow + ox
-                        _finish(o0, r0, at, u0, b, has_residual, relu, zero)
-                        _finish(o0, r0, at + 8, u1, b, has_residual, relu, zero)
-                        _finish(o0, r0, at + 16, u2, b, has_residual, relu, zero)
+                        _finish(o0, r0, at, u0, b, has_residual, relu, zero, lanes)
+                        _finish(o0, r0, at + nl, u1, b, has_residual, relu, zero, lanes)
+                        _finish(o0, r0, at + 2 * nl, u2, b, has_residual, relu, zero, lanes)
             for tv in range(n_tail):
-                ox = ow - 8
+                ox = ow - nl
                 p0 = oy * wq + ox
                 for cb in range(n_cb):
                     a0 = a1 = a2 = a3 = zero
                     for k in range(k_count):
-                        v0 = vload_f32(LANES_8, x0 + (p0 + offsets[k]) * 4)
+                        v0 = vload_f32(lanes, x0 + (p0 + offsets[k]) * 4)
                         a0 = vfma(a0, wg[cb, k, 0], v0)
                         a1 = vfma(a1, wg[cb, k, 1], v0)
                         a2 = vfma(a2, wg[cb, k, 2], v0)
@@ -140,11 +145,11 @@ def _stem_rows(flat, offsets, wpack, bias, has_bias, residual, has_residual, rel
                         o = cb * 4 + j
                         u0 = a0 if j == 0 else (a1 if j == 1 else (a2 if j == 2 else a3))
                         b = bias[g * m + o] if has_bias else np.float32(0.0)
-                        _finish(o0, r0, (o * oh + oy) * ow + ox, u0, b, has_residual, relu, zero)
+                        _finish(o0, r0, (o * oh + oy) * ow + ox, u0, b, has_residual, relu, zero, lanes)
 
 
 @_stem_rows.numpy_twin
-def _stem_rows_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, blocks):
+def _stem_rows_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, blocks, lanes):
     """Per group, all outputs at once: the taps gathered (K, OH, OW), one product."""
     groups, m, oh, ow = out.shape
     pixels = (np.arange(oh)[:, None] * wq + np.arange(ow)[None, :]).reshape(-1)
@@ -240,6 +245,7 @@ def stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     oh, ow = out_spatial
     if cw != c or c > STEM_MAX_CHANNELS or ow < PIXELS:
         return None
+    lanes = row_lanes(ow)
     (sh, sw), (dh, dw) = strides, dilations
     pt, pl, pb, pr = pads
     hp, wp = h + pt + pb, wd + pl + pr
@@ -261,7 +267,8 @@ def stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
         raise AssertionError("stem conv phase buffers too small")
     key = ("stem_phases", sh, sw, pt, pl)
     packed = DerivedWeights(lambda w: pack_weights(w)[None])
-    row_work = -(-m // CHANNELS) * -(-ow // PIXELS) * PIXELS * CHANNELS * c * kh * kw
+    px = 3 * lanes.n
+    row_work = -(-m // CHANNELS) * -(-ow // px) * px * CHANNELS * c * kh * kw
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         wpack = packed(w)
@@ -275,5 +282,13 @@ def stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
             (_stem_phases if copy_blocks > 1 else _stem_phases_serial)(x[i], grid, sh, sw, pt, pl, copy_blocks)
             res = residual[i].reshape(1, m, oh * ow) if residual is not None else _NO_RESIDUAL
             kernel(grid.reshape(1, -1), offsets, wpack, b, bias is not None, res, residual is not None, relu,
-                   out[i][None], wq, blocks)
+                   out[i][None], wq, blocks, lanes)
     return compute
+
+
+def row_lanes(width):
+    """The Lanes of _stem_rows' blocks for rows of `width` outputs: the direct kernel's
+    (16 on AVX-512 CPUs) where a row holds a block of 3 x 16, else 8."""
+    from ..runtime import simd
+    lanes = register_lanes()
+    return lanes if width >= 3 * lanes.n else simd.LANES_8
