@@ -42,7 +42,12 @@ parallel warm-up run): pairs of serial and pairs of parallel runs alternate, eac
 real run of the net, the second of each pair timed (so that every timed run follows
 one of its own kind, see _trial_steps), and the workers stay only when the parallel
 runs' median is at least TRIAL_MARGIN faster than the serial runs'
-(`BranchSchedule.measured` keeps the two medians). A team of 2 threads splits each op; 2 workers run two ops side by side:
+(`BranchSchedule.measured` keeps the two medians). A timed run during which a kernel
+was still compiling in the background (running as its NumPy twin) does not count:
+its pair runs again (for up to TRIAL_COMPILE_WAIT seconds); the workers' one-thread
+kernel variants are first asked for by the trial's own parallel runs. Nor does one
+started less than TRIAL_SETTLE after a run of the other kind (more untimed runs
+first). A team of 2 threads splits each op; 2 workers run two ops side by side:
 which wins depends on each op's size and the machine's load (with big convolutions
 the team already keeps both cores busy and workers lose; with many small ops per
 branch a team scales poorly and workers can win; benchmarks/parallel_branches.py),
@@ -63,7 +68,7 @@ import time
 
 from .blob_scopes import BlobOverlay
 from .devices import cpu_run_context
-from .kernels.cpu.runtime.jit import team_limit
+from .kernels.cpu.runtime.jit import kernels_waiting, team_limit
 from .inplace import adopt, collect_undo, undo_on_failure
 from . import fp_exceptions, model_trust
 from .net_dag import (DAG_NET_TYPES, BranchGraph, step_work, types_after_run, types_before_run,
@@ -74,6 +79,16 @@ from . import net_dag
 # estimate alone), and how much faster the parallel median must be to keep them.
 TRIAL_RUNS = int(os.environ.get("CAFFE2PY_DAG_TRIAL_RUNS", 3))
 TRIAL_MARGIN = 0.05
+# Seconds a trial keeps re-running pairs timed while kernels were still compiling in
+# the background (a kernel left waiting longer compiles on its next call, jit.py).
+TRIAL_COMPILE_WAIT = 60.0
+# Seconds after a run of the other kind before a run is timed: a serial run's team
+# threads spin on after its last parallel region (libgomp: ~4 ms of CPU measured on a
+# Zen 3 VM), on the core a worker needs; on a 2-CPU Intel Xeon VM one untimed run was
+# not enough (inception 3a's timed parallel runs took 3.4-3.6 ms against 2.2-2.4 once
+# settled, so the trial dropped workers that were 5% faster).
+TRIAL_SETTLE = 0.010
+_OTHER_MODE = {"serial": "parallel", "parallel": "serial"}
 _clock = time.perf_counter
 
 _local = threading.local()           # .inside: this thread is running a parallel run or a chain of one
@@ -153,7 +168,8 @@ class BranchSchedule:
         self.chain_plans = [self.make_plan([self.plan.steps[j] for j in chain]) for chain in self.graph.chains]
         self.active = True
         if TRIAL_RUNS > 0:
-            self.trial = {"serial": [], "parallel": [], "steps": _trial_steps(TRIAL_RUNS)}
+            self.trial = {"serial": [], "parallel": [], "steps": _trial_steps(TRIAL_RUNS), "began": _clock(),
+                          "ended": {"serial": 0.0, "parallel": 0.0}}
 
     def run(self, blobs):
         """One run against blobs (parallel, or while measuring, either way); OperatorError
@@ -163,13 +179,27 @@ class BranchSchedule:
             self._run_parallel(blobs)
             return
         mode, timed = trial["steps"].pop(0)
+        if timed and _clock() - trial["ended"][_OTHER_MODE[mode]] < TRIAL_SETTLE:
+            # the other kind's threads may still be spinning on these cores: one more
+            # untimed run of this kind first
+            trial["steps"].insert(0, (mode, True))
+            timed = False
+        compiling = timed and kernels_waiting()
         start = _clock()
         if mode == "serial":
             self.plan.run_serial(blobs)
         else:
             self._run_parallel(blobs)
         if timed:
-            trial[mode].append(_clock() - start)
+            elapsed = _clock() - start
+            if (compiling or kernels_waiting()) and _clock() - trial["began"] < TRIAL_COMPILE_WAIT:
+                # a kernel compiling in the background ran as its NumPy twin (the
+                # workers' one-thread kernels are first asked for by the trial itself):
+                # this pair is run again once machine code runs
+                trial["steps"][0:0] = [(mode, False), (mode, True)]
+            else:
+                trial[mode].append(elapsed)
+        trial["ended"][mode] = _clock()
         if not trial["steps"]:
             self._conclude()
 

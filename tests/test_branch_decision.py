@@ -155,3 +155,66 @@ def test_each_timed_run_follows_a_run_of_its_own_kind(monkeypatch):
     assert branches.measured == {"serial_ms": 2000.0, "parallel_ms": 1000.0}
     for out in outs:
         np.testing.assert_array_equal(out, _expected())
+
+
+def _fake_clock_runs(monkeypatch, parallel_time, serial_time=2.0, runs=150, name="fake"):
+    """Runs of the sleeping net on a fake clock (fake seconds; TRIAL_SETTLE 10 of them):
+    parallel_time(state) and serial_time say how long each kind of run takes."""
+    from caffe2py import executor
+    state = {"now": 0.0, "serial_end": -100.0, "parallel_runs": 0}
+    run_parallel, run_serial = parallel_executor.BranchSchedule._run_parallel, executor.Plan.run_serial
+
+    def fake_parallel(self, blobs):
+        run_parallel(self, blobs)
+        state["now"] += parallel_time(state)
+        state["parallel_runs"] += 1
+
+    def fake_serial(self, blobs):
+        run_serial(self, blobs)
+        state["now"] += serial_time
+        state["serial_end"] = state["now"]
+    monkeypatch.setattr(parallel_executor, "_clock", lambda: state["now"])
+    monkeypatch.setattr(parallel_executor, "TRIAL_SETTLE", 10.0)
+    monkeypatch.setattr(parallel_executor.BranchSchedule, "_run_parallel", fake_parallel)
+    monkeypatch.setattr(executor.Plan, "run_serial", fake_serial)
+    monkeypatch.setattr(sys.modules[__name__], "_NAP", 0.0)
+    outs, branches = _runs(_two_sleeping_branches(name), runs)
+    for out in outs:
+        np.testing.assert_array_equal(out, _expected())
+    return branches, state
+
+
+def test_timed_runs_wait_until_the_other_kinds_threads_have_settled(monkeypatch):
+    """A serial run's team keeps spinning for a while (here: a parallel run started less
+    than 8 fake seconds after a serial one takes 3, else 1; a serial run takes 2). One
+    untimed run (1-3 seconds) is not enough to clear it: the trial runs untimed parallel
+    runs until TRIAL_SETTLE has passed, so it times 1 against 2 and keeps the workers
+    (timing the second run after the switch, it saw 3 against 2 and dropped them)."""
+    branches, state = _fake_clock_runs(
+        monkeypatch, lambda s: 3.0 if s["now"] - s["serial_end"] < 8.0 else 1.0, name="settle")
+    assert branches.trial is None and branches.active is True
+    assert branches.measured == {"serial_ms": 2000.0, "parallel_ms": 1000.0}
+
+
+def test_runs_while_kernels_compile_in_the_background_are_not_timed(monkeypatch):
+    """A kernel still compiling runs as its NumPy twin (here: parallel runs take 5 while
+    kernels wait, 1 after): those runs are timed again once machine code runs."""
+    calls = {"n": 0}
+
+    def waiting():
+        calls["n"] += 1
+        return calls["n"] <= 12          # the first timed runs see kernels compiling
+    monkeypatch.setattr(parallel_executor, "kernels_waiting", waiting)
+    branches, state = _fake_clock_runs(monkeypatch, lambda s: 5.0 if calls["n"] <= 12 else 1.0, name="compiling")
+    assert branches.trial is None and branches.active is True
+    assert branches.measured["parallel_ms"] == 1000.0
+    assert state["parallel_runs"] > 8        # more than the trial's usual parallel runs
+
+
+def test_a_trial_waits_for_compiles_only_so_long(monkeypatch):
+    """Kernels that never finish compiling (never called again) do not keep the plan in
+    its trial: after TRIAL_COMPILE_WAIT seconds every run is timed."""
+    monkeypatch.setattr(parallel_executor, "kernels_waiting", lambda: True)
+    monkeypatch.setattr(parallel_executor, "TRIAL_COMPILE_WAIT", 30.0)
+    branches, _ = _fake_clock_runs(monkeypatch, lambda s: 1.0, name="bounded")
+    assert branches.trial is None and branches.measured is not None

@@ -755,3 +755,17 @@ def _light_model_op_results(rng):
         out.extend(norm_k.lrn(x, 5, 1e-3, 0.75, 1.5, return_scale=True))
         out.append(norm_k.lrn(x, 4, 1e-2, 0.6, 2.0))
     return out
+
+
+def test_kernels_waiting_says_whether_a_background_compile_is_pending(monkeypatch):
+    """parallel_executor's trial does not time runs while it says so (a kernel waiting for
+    its background compile runs as its NumPy twin)."""
+    class Queued:
+        _waiting = ["sig", 0.0, 0.0]
+    kernel = Queued()
+    monkeypatch.setattr(jit, "_queued", [kernel])
+    assert jit.kernels_waiting()
+    kernel._waiting = None            # machine code loaded
+    assert not jit.kernels_waiting()
+    monkeypatch.setattr(jit, "_queued", [])
+    assert not jit.kernels_waiting()

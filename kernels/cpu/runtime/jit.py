@@ -286,6 +286,12 @@ def wait_for_kernels(timeout=None):
     return wait_for(_queued, timeout)
 
 
+def kernels_waiting():
+    """Whether some kernel this process handed to a background compiler still runs as
+    its NumPy twin (a timed run now would time the twin)."""
+    return any(k._waiting is not None for k in _queued)
+
+
 def _announce_inline_compile(kernel):
     from .progress import announce_inline
     announce_inline(kernel)
