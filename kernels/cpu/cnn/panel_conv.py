@@ -1,29 +1,37 @@
-"""1x1 convolutions (stride 1, group 1, float32) on small maps, on CPUs with 16-lane
-(AVX-512) vector registers: a register-blocked product with the output channels in the
-vector lanes and the pixels broadcast.
+"""2-D convolutions (float32, group 1) on small maps, on CPUs with 16-lane (AVX-512)
+vector registers: a register-blocked product with the output channels in the vector
+lanes and the inputs broadcast (onnxruntime's NCHWc kernels work this way).
 
 Public:
-    panel_plan(x_shape, m, out_spatial, dtype)
+    panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
         -> compute(x, w, out, scratch, bias=None, relu=False, residual=None), or None
         where this path does not take the conv (see `takes`).
-    takes(c, m, pixels, dtype)   whether it does: float32, the CPU's registers hold 16
-        lanes, pixels <= MAX_PIXELS, c >= MIN_CHANNELS, m >= MIN_OUTPUTS (FORCE: every
-        float32 1x1, for tests on any CPU).
-    pack_panels(w) -> (ceil(M/32), C, 32) float32, zeros past M
+    takes(c, m, taps, pixels, dtype)   whether it does (conv.py asks for 1x1s and for
+        the kxk convs the direct kernel would take): float32, the CPU's registers hold
+        16 lanes; 1x1s with pixels <= MAX_PIXELS, c >= MIN_CHANNELS, m >= MIN_OUTPUTS;
+        kxk with pixels <= MAX_PIXELS_KXK, m >= MIN_OUTPUTS_KXK (FORCE: every float32
+        conv asked about, for tests on any CPU).
+    pack_panels(w) -> (ceil(M/32), C*kh*kw, 32) float32, zeros past M
 
-Why: a 1x1 conv is W (M, C) @ X (C, P). On late layers P is 49-196 pixels, and
-OpenBLAS's kernels (blocked for long rows) ran those products at 80-90 GFLOP/s on an
-Intel Xeon AVX-512 VM where the peak is ~145. Here the weights are packed once into
-panels of 32 output channels (two 16-lane vectors per input channel, read in order),
-and a block of 32 channels x 12 pixels is 24 accumulators held in registers: per input
-channel, 2 vector loads of weights, 12 broadcast pixels, 24 FMAs. The pixels are read
-from a zero-padded copy of X (C, P rounded up to 12), so every block is whole.
+Why: on late layers a map has 49-196 outputs. direct_conv.py's pixel-vector blocks (48
+flat outputs at 16 lanes) compute 96 for a 7x7 map's 63 flat outputs, and OpenBLAS's
+kernels (blocked for long rows) ran 7x7 1x1 products at 80-90 GFLOP/s. Here the
+weights are packed once into panels of 32 output channels (two 16-lane vectors per
+tap, read in order), and a block of 32 channels x 12 flat outputs is 24 accumulators
+held in registers: per tap 2 vector loads of weights, 12 broadcast inputs, 24 FMAs.
+kxk convs read the direct kernel's stride-phase buffers at its tap offsets
+(phases.TapLayout: columns past a row's end are computed and dropped); 1x1s read their
+input in place, tap k one plane further, the last block's columns from a zero-padded
+copy when the map is not a multiple of 12.
 
-  * the blocks are (channel panel, pixel block) items, channel panel outer: a thread's
-    consecutive items share a weight panel (C x 32 floats, in L2); X stays in L2 too
-    (C x P: 2048 x 60 floats at the sizes taken);
-  * a finished block goes through a (12, 32) tile in the team thread's work region and
-    is written out channel row by channel row with bias, residual and ReLU;
+  * the blocks are (channel panel, pixel block) items, channel panel outer; a thread's
+    items of one panel run the reduction in chunks of CHUNK_TAPS taps: a chunk of the
+    panel's weights (192 x 32 floats, in L1) passes over all of them, their partial
+    sums parked in the thread's work region between chunks (the same float32 sums in
+    the same order: bit-identical to one pass; 512 -> 512 3x3 at 7x7 2.74-2.83 ->
+    2.60-2.65 ms, 3x3/s2 at 14 2.60-2.79 -> 2.46-2.53, the short reductions unchanged);
+  * a finished block's parked sums (12 pixels x 32 channels) are written out with bias,
+    residual and ReLU;
   * every output's sum runs over the input channels in order whichever thread computes
     it: results are the same at any team size.
 """
@@ -44,6 +52,7 @@ load_f32 = LazyGlobal(".simd", "load_f32")
 
 CHANNELS = 32        # output channels per register block: 2 vectors of 16 lanes
 PIXELS = 12          # pixels per register block (24 accumulators of the 32 registers)
+CHUNK_TAPS = 192     # taps per chunk of the reduction: a panel's chunk of weights, 24 KB, stays in L1
 
 # Where it takes the conv: maps of at most MAX_PIXELS pixels, at least MIN_CHANNELS input
 # and MIN_OUTPUTS output channels. Intel Xeon AVX-512 VM, 1 thread, bias + ReLU, hot
@@ -82,14 +91,16 @@ def takes(c, m, taps, pixels, dtype):
 
 @compiled(parallel=True)
 def _panel_blocks(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bias, residual, has_residual, relu, out,
-                  wq, n_pb, blocks, work, stride):
+                  wq, n_pb, chunk, blocks, work, stride):
     """out (M, OH, OW) = [relu](sum over taps k of wpanel[., k, .] * flat[p + offsets[k]]
     + bias + residual) for flat output p = oy * wq + ox. flat: phases.TapLayout's
     buffers, long enough that p + offsets[k] < len(flat) for every p < n_pb * 12 (the
     caller checked); wpanel (ceil(M/32), K, 32) float32, zero past M; residual
     (M, OH * OW) when has_residual. Items (panel, pixel block) are split over `blocks`
-    team threads; each thread's (12, 32) tile is its region of `work` (from thread_id()
-    * stride, 384 floats; buffers.team_work). tap_step > 0: tap k's input is k *
+    team threads; a thread's items of one panel run the reduction in chunks of `chunk`
+    taps, each chunk of the panel's weights passed over all of them, their (12, 32)
+    partial sums parked in the thread's region of `work` (from thread_id() * stride,
+    n_pb * 384 floats; buffers.team_work) and finished from there. tap_step > 0: tap k's input is k *
     tap_step bytes after tap 0's (offsets unread). has_tail: the last pixel block reads
     `tail` (K, 12) instead, tap k at row k (a 1x1 conv reading its input in place, whose
     last block would run past the input's end)."""
@@ -101,105 +112,145 @@ def _panel_blocks(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bia
     w0 = address(wpanel)
     zero = vzeros(LANES_16)
     for t in prange(blocks):
-        mine = work[thread_id() * stride:thread_id() * stride + 384]
-        tile = mine.reshape(12, 32)
-        t0 = address(mine)
-        for item in range(items * t // blocks, items * (t + 1) // blocks):
+        mine = work[thread_id() * stride:thread_id() * stride + stride]
+        m0 = address(mine)
+        i0 = items * t // blocks
+        i1 = items * (t + 1) // blocks
+        item = i0
+        while item < i1:
+            # a run of this thread's items in one panel: the reduction chunk by chunk, each
+            # chunk of the panel's weights (in L1) passed over every pixel block of the run,
+            # the partial sums parked in the thread's region between chunks
             cb = item // n_pb
-            pb = item - cb * n_pb
-            a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = a40 = a41 = a50 = a51 = zero
-            a60 = a61 = a70 = a71 = a80 = a81 = a90 = a91 = aa0 = aa1 = ab0 = ab1 = zero
-            wk = w0 + cb * k_count * 128
-            p0 = pb * 12
-            xs = x0 + p0 * 4
-            step = tap_step
-            if has_tail and pb == n_pb - 1:
-                xs = address(tail)
-                step = 48
-            for k in range(k_count):
-                xa = xs + offsets[k] * 4 if step == 0 else xs + k * step
-                u0 = vload_f32(LANES_16, wk)
-                u1 = vload_f32(LANES_16, wk + 64)
-                s = load_f32(xa)
-                a00 = vfma(a00, s, u0)
-                a01 = vfma(a01, s, u1)
-                s = load_f32(xa + 4)
-                a10 = vfma(a10, s, u0)
-                a11 = vfma(a11, s, u1)
-                s = load_f32(xa + 8)
-                a20 = vfma(a20, s, u0)
-                a21 = vfma(a21, s, u1)
-                s = load_f32(xa + 12)
-                a30 = vfma(a30, s, u0)
-                a31 = vfma(a31, s, u1)
-                s = load_f32(xa + 16)
-                a40 = vfma(a40, s, u0)
-                a41 = vfma(a41, s, u1)
-                s = load_f32(xa + 20)
-                a50 = vfma(a50, s, u0)
-                a51 = vfma(a51, s, u1)
-                s = load_f32(xa + 24)
-                a60 = vfma(a60, s, u0)
-                a61 = vfma(a61, s, u1)
-                s = load_f32(xa + 28)
-                a70 = vfma(a70, s, u0)
-                a71 = vfma(a71, s, u1)
-                s = load_f32(xa + 32)
-                a80 = vfma(a80, s, u0)
-                a81 = vfma(a81, s, u1)
-                s = load_f32(xa + 36)
-                a90 = vfma(a90, s, u0)
-                a91 = vfma(a91, s, u1)
-                s = load_f32(xa + 40)
-                aa0 = vfma(aa0, s, u0)
-                aa1 = vfma(aa1, s, u1)
-                s = load_f32(xa + 44)
-                ab0 = vfma(ab0, s, u0)
-                ab1 = vfma(ab1, s, u1)
-                wk += 128
-            # tile[j, :] = pixel j's 32 channel sums
-            vstore_f32_at(t0, a00)
-            vstore_f32_at(t0 + 64, a01)
-            vstore_f32_at(t0 + 128, a10)
-            vstore_f32_at(t0 + 192, a11)
-            vstore_f32_at(t0 + 256, a20)
-            vstore_f32_at(t0 + 320, a21)
-            vstore_f32_at(t0 + 384, a30)
-            vstore_f32_at(t0 + 448, a31)
-            vstore_f32_at(t0 + 512, a40)
-            vstore_f32_at(t0 + 576, a41)
-            vstore_f32_at(t0 + 640, a50)
-            vstore_f32_at(t0 + 704, a51)
-            vstore_f32_at(t0 + 768, a60)
-            vstore_f32_at(t0 + 832, a61)
-            vstore_f32_at(t0 + 896, a70)
-            vstore_f32_at(t0 + 960, a71)
-            vstore_f32_at(t0 + 1024, a80)
-            vstore_f32_at(t0 + 1088, a81)
-            vstore_f32_at(t0 + 1152, a90)
-            vstore_f32_at(t0 + 1216, a91)
-            vstore_f32_at(t0 + 1280, aa0)
-            vstore_f32_at(t0 + 1344, aa1)
-            vstore_f32_at(t0 + 1408, ab0)
-            vstore_f32_at(t0 + 1472, ab1)
+            run_end = min(i1, (cb + 1) * n_pb)
+            for k0 in range(0, k_count, chunk):
+                k1 = min(k_count, k0 + chunk)
+                for it in range(item, run_end):
+                    pb = it - cb * n_pb
+                    sp = m0 + (it - item) * 1536         # this block's 12 x 32 sums
+                    if k0 == 0:
+                        a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = a40 = a41 = a50 = a51 = zero
+                        a60 = a61 = a70 = a71 = a80 = a81 = a90 = a91 = aa0 = aa1 = ab0 = ab1 = zero
+                    else:
+                        a00 = vload_f32(LANES_16, sp + 0)
+                        a01 = vload_f32(LANES_16, sp + 64)
+                        a10 = vload_f32(LANES_16, sp + 128)
+                        a11 = vload_f32(LANES_16, sp + 192)
+                        a20 = vload_f32(LANES_16, sp + 256)
+                        a21 = vload_f32(LANES_16, sp + 320)
+                        a30 = vload_f32(LANES_16, sp + 384)
+                        a31 = vload_f32(LANES_16, sp + 448)
+                        a40 = vload_f32(LANES_16, sp + 512)
+                        a41 = vload_f32(LANES_16, sp + 576)
+                        a50 = vload_f32(LANES_16, sp + 640)
+                        a51 = vload_f32(LANES_16, sp + 704)
+                        a60 = vload_f32(LANES_16, sp + 768)
+                        a61 = vload_f32(LANES_16, sp + 832)
+                        a70 = vload_f32(LANES_16, sp + 896)
+                        a71 = vload_f32(LANES_16, sp + 960)
+                        a80 = vload_f32(LANES_16, sp + 1024)
+                        a81 = vload_f32(LANES_16, sp + 1088)
+                        a90 = vload_f32(LANES_16, sp + 1152)
+                        a91 = vload_f32(LANES_16, sp + 1216)
+                        aa0 = vload_f32(LANES_16, sp + 1280)
+                        aa1 = vload_f32(LANES_16, sp + 1344)
+                        ab0 = vload_f32(LANES_16, sp + 1408)
+                        ab1 = vload_f32(LANES_16, sp + 1472)
+                    wk = w0 + (cb * k_count + k0) * 128
+                    xs = x0 + pb * 48
+                    step = tap_step
+                    if has_tail and pb == n_pb - 1:
+                        xs = address(tail)
+                        step = 48
+                    for k in range(k0, k1):
+                        xa = xs + offsets[k] * 4 if step == 0 else xs + k * step
+                        u0 = vload_f32(LANES_16, wk)
+                        u1 = vload_f32(LANES_16, wk + 64)
+                        s = load_f32(xa)
+                        a00 = vfma(a00, s, u0)
+                        a01 = vfma(a01, s, u1)
+                        s = load_f32(xa + 4)
+                        a10 = vfma(a10, s, u0)
+                        a11 = vfma(a11, s, u1)
+                        s = load_f32(xa + 8)
+                        a20 = vfma(a20, s, u0)
+                        a21 = vfma(a21, s, u1)
+                        s = load_f32(xa + 12)
+                        a30 = vfma(a30, s, u0)
+                        a31 = vfma(a31, s, u1)
+                        s = load_f32(xa + 16)
+                        a40 = vfma(a40, s, u0)
+                        a41 = vfma(a41, s, u1)
+                        s = load_f32(xa + 20)
+                        a50 = vfma(a50, s, u0)
+                        a51 = vfma(a51, s, u1)
+                        s = load_f32(xa + 24)
+                        a60 = vfma(a60, s, u0)
+                        a61 = vfma(a61, s, u1)
+                        s = load_f32(xa + 28)
+                        a70 = vfma(a70, s, u0)
+                        a71 = vfma(a71, s, u1)
+                        s = load_f32(xa + 32)
+                        a80 = vfma(a80, s, u0)
+                        a81 = vfma(a81, s, u1)
+                        s = load_f32(xa + 36)
+                        a90 = vfma(a90, s, u0)
+                        a91 = vfma(a91, s, u1)
+                        s = load_f32(xa + 40)
+                        aa0 = vfma(aa0, s, u0)
+                        aa1 = vfma(aa1, s, u1)
+                        s = load_f32(xa + 44)
+                        ab0 = vfma(ab0, s, u0)
+                        ab1 = vfma(ab1, s, u1)
+                        wk += 128
+                    vstore_f32_at(sp + 0, a00)
+                    vstore_f32_at(sp + 64, a01)
+                    vstore_f32_at(sp + 128, a10)
+                    vstore_f32_at(sp + 192, a11)
+                    vstore_f32_at(sp + 256, a20)
+                    vstore_f32_at(sp + 320, a21)
+                    vstore_f32_at(sp + 384, a30)
+                    vstore_f32_at(sp + 448, a31)
+                    vstore_f32_at(sp + 512, a40)
+                    vstore_f32_at(sp + 576, a41)
+                    vstore_f32_at(sp + 640, a50)
+                    vstore_f32_at(sp + 704, a51)
+                    vstore_f32_at(sp + 768, a60)
+                    vstore_f32_at(sp + 832, a61)
+                    vstore_f32_at(sp + 896, a70)
+                    vstore_f32_at(sp + 960, a71)
+                    vstore_f32_at(sp + 1024, a80)
+                    vstore_f32_at(sp + 1088, a81)
+                    vstore_f32_at(sp + 1152, a90)
+                    vstore_f32_at(sp + 1216, a91)
+                    vstore_f32_at(sp + 1280, aa0)
+                    vstore_f32_at(sp + 1344, aa1)
+                    vstore_f32_at(sp + 1408, ab0)
+                    vstore_f32_at(sp + 1472, ab1)
+            # finished: every block of the run, from its parked sums (tile[j, :]: pixel j's
+            # 32 channel sums), with bias, residual and ReLU
             c0 = cb * 32
             c1 = min(m, c0 + 32)
-            for j in range(12):
-                oy = (p0 + j) // wq
-                ox = p0 + j - oy * wq
-                if oy >= oh or ox >= ow:        # a column past the row's end, or past the map
-                    continue
-                sums = tile[j]
-                for o in range(c0, c1):
-                    y = sums[o - c0] + (bias[o] if has_bias else np.float32(0.0))
-                    if has_residual:
-                        y += residual[o, oy * ow + ox]
-                    out[o, oy, ox] = y - y if relu and y < 0 else y    # NaN and -0.0 kept, as np.maximum(y, 0)
+            for it in range(item, run_end):
+                p0 = (it - cb * n_pb) * 12
+                tile = mine[(it - item) * 384:(it - item + 1) * 384].reshape(12, 32)
+                for j in range(12):
+                    oy = (p0 + j) // wq
+                    ox = p0 + j - oy * wq
+                    if oy >= oh or ox >= ow:        # a column past the row's end, or past the map
+                        continue
+                    sums = tile[j]
+                    for o in range(c0, c1):
+                        y = sums[o - c0] + (bias[o] if has_bias else np.float32(0.0))
+                        if has_residual:
+                            y += residual[o, oy * ow + ox]
+                        out[o, oy, ox] = y - y if relu and y < 0 else y    # NaN and -0.0 kept, as np.maximum(y, 0)
+            item = run_end
 
 
 @_panel_blocks.numpy_twin
 def _panel_blocks_numpy(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bias, residual, has_residual, relu,
-                        out, wq, n_pb, blocks, work, stride):
+                        out, wq, n_pb, chunk, blocks, work, stride):
     """All outputs at once: the taps gathered (K, OH * wq), one product, the crop."""
     m, oh, ow = out.shape
     if tap_step:
@@ -263,6 +314,7 @@ def panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
         p = tail_from = 0
         fill = taps.fill
     items = n_cb * n_pb
+    chunk = -(-k_count // -(-k_count // CHUNK_TAPS))     # balanced chunks
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         wpanel = packed(w)
@@ -270,7 +322,7 @@ def panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
         if bias is not None and b.size != m:
             raise ValueError("bias of %d values for %d output channels" % (b.size, m))
         blocks = team_blocks(items, k_count * CHANNELS * PIXELS)
-        work, stride = team_work(CHANNELS * PIXELS, np.float32)
+        work, stride = team_work(n_pb * CHANNELS * PIXELS, np.float32)
         kernel = _panel_blocks if blocks > 1 else _panel_blocks_serial
         tail = _NO_TAIL
         for i in range(n):
@@ -283,5 +335,5 @@ def panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
                 flat = fill(x[i], scratch)
             res = residual[i].reshape(m, oh * ow) if residual is not None else _NO_RESIDUAL
             kernel(flat, offsets, tap_step, tail, tail is not _NO_TAIL, wpanel, b, bias is not None, res,
-                   residual is not None, relu, out[i], wq, n_pb, blocks, work, stride)
+                   residual is not None, relu, out[i], wq, n_pb, chunk, blocks, work, stride)
     return compute
