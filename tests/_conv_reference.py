@@ -1,6 +1,8 @@
 """Float64 2-D convolution written out in NumPy (group 1, zero padding): the reference
-the convolution kernels' tests compare against, with their shared shape and data helpers."""
+the convolution kernels' tests compare against, with their shared shape and data helpers
+and the fixture that runs a kernel's tests at both register widths."""
 import numpy as np
+import pytest
 
 
 def reference(x, w, b, strides, pads, dilations, residual=None, relu=False):
@@ -38,3 +40,30 @@ def data(x_shape, w_shape, seed):
     rng = np.random.default_rng(seed)
     return (rng.standard_normal(x_shape).astype(np.float32), rng.standard_normal(w_shape).astype(np.float32),
             rng.standard_normal(w_shape[0]).astype(np.float32))
+
+
+def case(x_shape, w_shape, strides, pads, dilations, seed=0):
+    """(x, w, bias, residual) float32 standard normals for one geometry."""
+    rng = np.random.default_rng(seed + sum(x_shape) + sum(w_shape))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    res = rng.standard_normal(out_shape(x_shape, w_shape, strides, pads, dilations)).astype(np.float32)
+    return x, w, b, res
+
+
+def both_register_widths():
+    """An autouse fixture (assign it to a module-level name in a test file): every test
+    of the file at 8 and at 16 lanes, whatever this CPU has (16 lanes run as two AVX2
+    vectors where there is no AVX-512), with conv_nchw's small maps kept off the channel
+    panels (tests/test_panel_conv.py has its own)."""
+    from caffe2py.kernels.cpu.cnn import conv as conv_k, direct_conv, panel_conv
+
+    @pytest.fixture(autouse=True, params=[8, 16], ids=["8-lanes", "16-lanes"])
+    def register_lanes(request, monkeypatch):
+        monkeypatch.setattr(direct_conv, "REGISTER_LANES", request.param)
+        monkeypatch.setattr(panel_conv, "takes", lambda *args: False)
+        conv_k._plan.cache_clear()          # conv_nchw's plans hold the width they were made at
+        yield request.param
+        conv_k._plan.cache_clear()
+    return register_lanes

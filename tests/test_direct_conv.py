@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
-from caffe2py.kernels.cpu.cnn import direct_conv, panel_conv
+from caffe2py.kernels.cpu.cnn import direct_conv
 from caffe2py.kernels.cpu.runtime import jit
 from caffe2py.kernels.cpu.runtime.buffers import Scratch
 
-from _conv_reference import reference, out_shape
+from _conv_reference import both_register_widths, case, out_shape, reference
 
 
 def torch_reference(x, w, b, strides, pads, dilations):
@@ -20,17 +20,7 @@ def torch_reference(x, w, b, strides, pads, dilations):
                                       dilation=dilations).numpy()
 
 
-@pytest.fixture(autouse=True, params=[8, 16], ids=["8-lanes", "16-lanes"])
-def register_lanes(request, monkeypatch):
-    """Every test at both register widths, whatever this CPU has (16 lanes run as two
-    AVX2 vectors where there is no AVX-512)."""
-    monkeypatch.setattr(direct_conv, "REGISTER_LANES", request.param)
-    # conv_nchw's small maps go to channel panels on AVX-512 CPUs (tests/test_panel_conv.py);
-    # here they stay on this kernel, whatever the CPU
-    monkeypatch.setattr(panel_conv, "takes", lambda *args: False)
-    conv_k._plan.cache_clear()          # conv_nchw's plans hold the width they were made at
-    yield request.param
-    conv_k._plan.cache_clear()
+register_lanes = both_register_widths()
 
 
 def run_direct(x, w, b, strides, pads, dilations, relu=False, residual=None):
@@ -210,13 +200,7 @@ def blocking(monkeypatch):
     return use
 
 
-def _blocked_case(x_shape, w_shape, strides, pads, dilations, seed=0):
-    rng = np.random.default_rng(seed + sum(x_shape) + sum(w_shape))
-    x = rng.standard_normal(x_shape).astype(np.float32)
-    w = rng.standard_normal(w_shape).astype(np.float32)
-    b = rng.standard_normal(w_shape[0]).astype(np.float32)
-    res = rng.standard_normal(out_shape(x_shape, w_shape, strides, pads, dilations)).astype(np.float32)
-    return x, w, b, res
+_blocked_case = case
 
 
 @pytest.mark.parametrize("x_shape,w_shape,strides,pads,dilations,sizes", BLOCKED)

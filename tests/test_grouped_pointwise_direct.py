@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
-from caffe2py.kernels.cpu.cnn import direct_conv
 from caffe2py.kernels.cpu.cnn import grouped_pointwise as gp_k
 from caffe2py.kernels.cpu.runtime import jit
+
+from _conv_reference import both_register_widths
 
 
 def reference(x, w, b, group, residual=None, relu=False):
@@ -38,15 +39,7 @@ def path_name(xs, m, group, dtype="<f4"):
     return getattr(compute, "product", compute).__qualname__
 
 
-@pytest.fixture(autouse=True, params=[8, 16], ids=["8-lanes", "16-lanes"])
-def register_lanes(request, monkeypatch):
-    """Every test at both register widths, whatever this CPU has (rows of 48 outputs or
-    more take 16-lane blocks where the width is 16; 16 lanes run as two AVX2 vectors
-    where there is no AVX-512)."""
-    monkeypatch.setattr(direct_conv, "REGISTER_LANES", request.param)
-    conv_k._plan.cache_clear()          # conv_nchw's plans hold the width they were made at
-    yield request.param
-    conv_k._plan.cache_clear()
+register_lanes = both_register_widths()
 
 
 # x shape, out channels, group: maps of 24 (one block), 25 (block + vector), 33 (a

@@ -11,7 +11,7 @@ from caffe2py.kernels.cpu.cnn import panel_conv as pc
 from caffe2py.kernels.cpu.runtime import jit
 from caffe2py.kernels.cpu.runtime.buffers import Scratch
 
-from _conv_reference import out_shape, reference
+from _conv_reference import case, out_shape, reference
 
 
 @pytest.fixture
@@ -34,12 +34,7 @@ def run_panels(x, w, b, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), rel
 
 
 def _case(x_shape, w_shape, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), seed=0):
-    rng = np.random.default_rng(seed + sum(x_shape) + sum(w_shape))
-    x = rng.standard_normal(x_shape).astype(np.float32)
-    w = rng.standard_normal(w_shape).astype(np.float32)
-    b = rng.standard_normal(w_shape[0]).astype(np.float32)
-    res = rng.standard_normal(out_shape(x_shape, w_shape, strides, pads, dilations)).astype(np.float32)
-    return x, w, b, res
+    return case(x_shape, w_shape, strides, pads, dilations, seed)
 
 
 # (x shape, w shape, strides, pads, dilations)

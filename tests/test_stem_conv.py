@@ -6,22 +6,14 @@ import numpy as np
 import pytest
 
 from caffe2py.kernels.cpu.cnn import conv as conv_k
-from caffe2py.kernels.cpu.cnn import direct_conv, stem_conv
+from caffe2py.kernels.cpu.cnn import stem_conv
 from caffe2py.kernels.cpu.runtime import jit
 from caffe2py.kernels.cpu.runtime.buffers import Scratch
 
-from _conv_reference import reference, out_shape, data
+from _conv_reference import both_register_widths, data, out_shape, reference
 
 
-@pytest.fixture(autouse=True, params=[8, 16], ids=["8-lanes", "16-lanes"])
-def register_lanes(request, monkeypatch):
-    """Every test at both register widths, whatever this CPU has (rows of 48 outputs or
-    more take 16-lane blocks where the width is 16; 16 lanes run as two AVX2 vectors
-    where there is no AVX-512)."""
-    monkeypatch.setattr(direct_conv, "REGISTER_LANES", request.param)
-    conv_k._plan.cache_clear()          # conv_nchw's plans hold the width they were made at
-    yield request.param
-    conv_k._plan.cache_clear()
+register_lanes = both_register_widths()
 
 
 def run_stem(x, w, b, strides, pads, dilations=(1, 1), relu=False, residual=None):

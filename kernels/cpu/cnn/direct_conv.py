@@ -42,7 +42,7 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.buffers import DerivedWeights, team_work, temp_buffer
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
-from .phases import tap_layout
+from .phases import gathered_product, tap_layout
 
 lane_count = LazyGlobal(".simd", "lane_count")
 vzeros = LazyGlobal(".simd", "vzeros")
@@ -263,18 +263,10 @@ def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0
 def _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk, tile_cb,
                          tile_pb, acc, blocks, work, stride, lanes):
     """All outputs at once: the taps gathered (K, OH * wq), one product, the crop."""
-    m, oh, ow = out.shape
-    length = oh * wq
-    taps = flat[offsets[:, None] + np.arange(length)[None, :]]
+    m, oh, _ = out.shape
+    taps = flat[offsets[:, None] + np.arange(oh * wq)[None, :]]
     w2 = wpack.transpose(0, 2, 1).reshape(-1, wpack.shape[1])[:m]
-    y = (w2 @ taps).reshape(m, oh, wq)[:, :, :ow]
-    if has_bias:
-        y = y + bias[:m].reshape(m, 1, 1)
-    if has_residual:
-        y = y + residual.reshape(m, oh, ow)
-    if relu:
-        y = np.maximum(y, np.float32(0))
-    out[...] = y
+    gathered_product(taps, w2, out, wq, bias, has_bias, residual, has_residual, relu)
 
 
 # One block runs without a parallel region (conv.py's _phase_copy_serial says why).
@@ -298,15 +290,15 @@ def register_lanes():
     return simd.LANES_16 if (REGISTER_LANES or simd.target_lanes()) == 16 else simd.LANES_8
 
 
-def pack_weights(w):
-    """w (M, C, kh, kw) -> (ceil(M/4), C*kh*kw, 4) float32: the 4 weights of a channel
-    block for one tap side by side (zeros past M)."""
+def pack_weights(w, channels=CHANNELS):
+    """w (M, C, kh, kw) -> (ceil(M/channels), C*kh*kw, channels) float32: the weights of
+    a block of `channels` output channels for one tap side by side (zeros past M)."""
     m = w.shape[0]
     k = int(np.prod(w.shape[1:]))
-    n_cb = -(-m // CHANNELS)
-    packed = np.zeros((n_cb * CHANNELS, k), np.float32)
+    n_cb = -(-m // channels)
+    packed = np.zeros((n_cb * channels, k), np.float32)
     packed[:m] = w.reshape(m, k)
-    return np.ascontiguousarray(packed.reshape(n_cb, CHANNELS, k).transpose(0, 2, 1))
+    return np.ascontiguousarray(packed.reshape(n_cb, channels, k).transpose(0, 2, 1))
 
 
 def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):

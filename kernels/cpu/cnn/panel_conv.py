@@ -40,7 +40,8 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.buffers import DerivedWeights, team_work
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
-from .phases import tap_layout
+from .direct_conv import pack_weights
+from .phases import gathered_product, tap_layout
 
 LANES_16 = LazyGlobal(".simd", "LANES_16")
 vzeros = LazyGlobal(".simd", "vzeros")
@@ -252,20 +253,13 @@ def _panel_blocks(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bia
 def _panel_blocks_numpy(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bias, residual, has_residual, relu,
                         out, wq, n_pb, chunk, blocks, work, stride):
     """All outputs at once: the taps gathered (K, OH * wq), one product, the crop."""
-    m, oh, ow = out.shape
+    m, oh, _ = out.shape
     if tap_step:
         taps = flat.reshape(-1, oh * wq)       # a 1x1 conv's input, read in place
     else:
         taps = flat[offsets[:, None] + np.arange(oh * wq)[None, :]]
     w2 = wpanel.transpose(0, 2, 1).reshape(-1, wpanel.shape[1])[:m]
-    y = (w2 @ taps).reshape(m, oh, wq)[:, :, :ow]
-    if has_bias:
-        y = y + bias[:m].reshape(m, 1, 1)
-    if has_residual:
-        y = y + residual.reshape(m, oh, ow)
-    if relu:
-        y = np.maximum(y, np.float32(0))
-    out[...] = y
+    gathered_product(taps, w2, out, wq, bias, has_bias, residual, has_residual, relu)
 
 
 # One block runs without a parallel region (conv.py's _phase_copy_serial says why).
@@ -275,12 +269,7 @@ _panel_blocks_serial = serial_variant(_panel_blocks, "_panel_blocks_serial")
 def pack_panels(w):
     """w (M, C, kh, kw) -> (ceil(M/32), C*kh*kw, 32) float32: the 32 weights of a
     channel panel for one tap side by side (zeros past M)."""
-    m = w.shape[0]
-    c = int(np.prod(w.shape[1:]))
-    n_cb = -(-m // CHANNELS)
-    packed = np.zeros((n_cb * CHANNELS, c), np.float32)
-    packed[:m] = w.reshape(m, c)
-    return np.ascontiguousarray(packed.reshape(n_cb, CHANNELS, c).transpose(0, 2, 1))
+    return pack_weights(w, CHANNELS)
 
 
 _NO_RESIDUAL = np.zeros((1, 1), np.float32)

@@ -9,6 +9,11 @@ this way).
         of rows wq wide; columns ox >= OW are computed and dropped); long enough that
         every block of `block` flat outputs reads in bounds.
     TapLayout.fill(img, scratch) -> the flat phase buffers of one image (C, H, W)
+    tap_offsets(c, kernel, strides, dilations, plane, wq) -> the offset of each tap
+        (c, a, b) into phase buffers of `plane` floats per channel, rows wq wide
+    gathered_product(taps, w2, out, wq, bias, has_bias, residual, has_residual, relu)
+        the NumPy twins' product: out = [relu](w2 @ taps cropped to out's width + bias
+        + residual), taps (K, OH * wq) gathered from the phase buffers
 """
 import numpy as np
 
@@ -67,14 +72,8 @@ class TapLayout:
         # rows per phase: every padded row, and room for the last block's overrun
         self.rows = max(hq, a_max + 1 + -(-(self.blocks * block + b_max) // wq))
         plane = self.rows * wq
-        offsets = np.empty((c, kh, kw), np.int64)
-        for a in range(kh):
-            for b in range(kw):
-                phase = ((a * dh) % sh) * sw + (b * dw) % sw
-                for ci in range(c):
-                    offsets[ci, a, b] = (phase * c + ci) * plane + (a * dh // sh) * wq + b * dw // sw
         self.used = {((a * dh) % sh) * sw + (b * dw) % sw for a in range(kh) for b in range(kw)}
-        self.offsets = offsets.reshape(-1)
+        self.offsets = tap_offsets(c, (kh, kw), strides, dilations, plane, wq)
         self.size = self.phases * c * plane
         # a kernel's reads: p + offset for p < blocks * block
         if int(self.offsets.max()) + self.blocks * block > self.size:
@@ -102,3 +101,31 @@ class TapLayout:
 
 def tap_layout(x_shape, w_shape, strides, pads, dilations, out_spatial, block):
     return TapLayout(x_shape, w_shape, strides, pads, dilations, out_spatial, block)
+
+
+def tap_offsets(c, kernel, strides, dilations, plane, wq):
+    """(C * kh * kw,) int64: where tap (c, a, b)'s input for flat output 0 sits in phase
+    buffers laid out (phase, c, rows, wq) with `plane` = rows * wq floats a channel."""
+    kh, kw = kernel
+    (sh, sw), (dh, dw) = strides, dilations
+    offsets = np.empty((c, kh, kw), np.int64)
+    for a in range(kh):
+        for b in range(kw):
+            phase = ((a * dh) % sh) * sw + (b * dw) % sw
+            for ci in range(c):
+                offsets[ci, a, b] = (phase * c + ci) * plane + (a * dh // sh) * wq + b * dw // sw
+    return offsets.reshape(-1)
+
+
+def gathered_product(taps, w2, out, wq, bias, has_bias, residual, has_residual, relu):
+    """out (M, OH, OW) = [relu](w2 (M, K) @ taps (K, OH * wq), cropped to OW columns, +
+    bias + residual (M, OH * OW)): the direct and panel kernels' NumPy twins."""
+    m, oh, ow = out.shape
+    y = (w2 @ taps).reshape(m, oh, wq)[:, :, :ow]
+    if has_bias:
+        y = y + bias[:m].reshape(m, 1, 1)
+    if has_residual:
+        y = y + residual.reshape(m, oh, ow)
+    if relu:
+        y = np.maximum(y, np.float32(0))
+    out[...] = y

@@ -31,6 +31,7 @@ from ..math.epilogue import bias_values
 from ..runtime.buffers import DerivedWeights
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
 from .direct_conv import CHANNELS, PIXELS, pack_weights, register_lanes
+from .phases import tap_offsets
 
 LANES_8 = LazyGlobal(".simd", "LANES_8")
 lane_count = LazyGlobal(".simd", "lane_count")
@@ -246,18 +247,12 @@ def stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     if cw != c or c > STEM_MAX_CHANNELS or ow < PIXELS:
         return None
     lanes = row_lanes(ow)
-    (sh, sw), (dh, dw) = strides, dilations
+    (sh, sw), dw = strides, dilations[1]
     pt, pl, pb, pr = pads
     hp, wp = h + pt + pb, wd + pl + pr
     rows, wq = -(-hp // sh), -(-wp // sw)
     plane = rows * wq
-    offsets = np.empty((c, kh, kw), np.int64)
-    for a in range(kh):
-        for b in range(kw):
-            phase = ((a * dh) % sh) * sw + (b * dw) % sw
-            for ci in range(c):
-                offsets[ci, a, b] = (phase * c + ci) * plane + (a * dh // sh) * wq + b * dw // sw
-    offsets = offsets.reshape(-1)
+    offsets = tap_offsets(c, (kh, kw), strides, dilations, plane, wq)
     size = sh * sw * c * plane
     # the loop's last read: output (oh - 1, ow - 1) at the largest offset
     if (oh - 1) * wq + ow - 1 + int(offsets.max()) >= size or (ow - 1) + (kw - 1) * dw // sw >= wq:
