@@ -55,21 +55,25 @@ CHANNELS = 32        # output channels per register block: 2 vectors of 16 lanes
 PIXELS = 12          # pixels per register block (24 accumulators of the 32 registers)
 CHUNK_TAPS = 192     # taps per chunk of the reduction: a panel's chunk of weights, 24 KB, stays in L1
 
-# Where it takes the conv: maps of at most MAX_PIXELS pixels, at least MIN_CHANNELS input
-# and MIN_OUTPUTS output channels. Intel Xeon AVX-512 VM, 1 thread, bias + ReLU, hot
-# caches, OpenBLAS GEMM -> panels ms: 2048 -> 512 at 7x7 1.185 -> 1.033, 512 -> 2048
-# 1.211 -> 1.092, 1024 -> 192 0.247 -> 0.225, 832 -> 256 0.252 -> 0.243; they lost at
-# 14x14 and up (1024 -> 256 0.882 -> 0.968, 256 -> 1024 at 14 1.17x, at 28x28 1.3-1.5x:
-# OpenBLAS's blocking wins on long rows) and with few channels (832 -> 48 at 7x7 1.11x:
-# half the second panel is padding). Whole models, alternating processes, 1 thread:
-# resnet50 96.1 / 99.3 -> 94.9 / 96.5 ms, densenet121 80.7 / 82.3 -> 79.2 / 78.1,
-# inception_v2 53.5 / 53.4 -> 52.5 / 52.5; taking 14x14 maps too lost (resnet50 97-102).
+# Where it takes the conv. Intel Xeon AVX-512 VM, 1 thread, bias + ReLU, hot caches, ms
+# (benchmarks/RESULTS.md, "Issue 38 on an Intel Xeon AVX-512 VM"):
+#   kxk convs, against the direct kernel at 16 lanes: 512 -> 512 3x3 at 7x7 3.02-3.41 ->
+#   2.60-2.65, 3x3/s2 at 14 3.40-3.68 -> 2.46-2.53, 192 -> 224 at 7x7 0.65 -> 0.47-0.49,
+#   128 -> 32 0.110 -> 0.08, at 14x14 outputs 0.87-0.97x, at 28x28 even (so <= 196
+#   outputs); against Winograd (stride-1 3x3s above 8x8, conv.blocked_direct_wins) they
+#   lost 1.06-1.66x at 14x14, so conv.py asks only about what the direct kernel takes;
+#   1x1s, against the OpenBLAS GEMM: 2048 -> 512 at 7x7 1.25-1.31 -> 1.09-1.13, 1024 ->
+#   192 0.25 -> 0.21-0.23; they lost at 14x14 and up (1.0-1.9x: OpenBLAS's blocking wins
+#   on long rows) and with few channels (832 -> 48 at 7x7 1.06x, squeezenet's 64 -> 16
+#   at 55 1.6x: half a panel is padding).
+# Whole models, panels off / on alternating in one process: resnet50 0.969x,
+# inception_v2 0.929x, densenet121 0.977x, inception_v1 0.966x, squeezenet 0.956x.
 MAX_PIXELS = 64
 MIN_CHANNELS = 512
 MIN_OUTPUTS = 128
 MAX_PIXELS_KXK = 196
 MIN_OUTPUTS_KXK = 32
-FORCE = False        # tests: take every float32 1x1 even where the CPU has 8-lane registers
+FORCE = False        # tests: take every float32 conv asked about, also where the CPU has 8-lane registers
 
 
 def takes(c, m, taps, pixels, dtype):
