@@ -42,7 +42,7 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.buffers import DerivedWeights, team_work, temp_buffer
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
-from .phases import gathered_product, tap_layout
+from .phases import TapLayout, gathered_product
 
 lane_count = LazyGlobal(".simd", "lane_count")
 vzeros = LazyGlobal(".simd", "vzeros")
@@ -313,7 +313,7 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     oh, ow = out_spatial
     lanes = register_lanes()
     px = 3 * lanes.n
-    taps = tap_layout(x_shape, w_shape, strides, pads, dilations, out_spatial, px)
+    taps = TapLayout(x_shape, w_shape, strides, pads, dilations, out_spatial, px)
     n_pb, wq, offsets = taps.blocks, taps.wq, taps.offsets
     n_cb = -(-m // CHANNELS)
     chunk, tile_cb, tile_pb = blocking(c * kh * kw, n_cb, n_pb, pixels=px)

@@ -40,8 +40,8 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.buffers import DerivedWeights, team_work
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
-from .direct_conv import pack_weights
-from .phases import gathered_product, tap_layout
+from .direct_conv import _NO_RESIDUAL, pack_weights
+from .phases import TapLayout, gathered_product
 
 LANES_16 = LazyGlobal(".simd", "LANES_16")
 vzeros = LazyGlobal(".simd", "vzeros")
@@ -105,8 +105,8 @@ def _panel_blocks(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bia
     team threads; a thread's items of one panel run the reduction in chunks of `chunk`
     taps, each chunk of the panel's weights passed over all of them, their (12, 32)
     partial sums parked in the thread's region of `work` (from thread_id() * stride,
-    n_pb * 384 floats; buffers.team_work) and finished from there. tap_step > 0: tap k's input is k *
-    tap_step bytes after tap 0's (offsets unread). has_tail: the last pixel block reads
+    n_pb * 384 floats; buffers.team_work) and finished from there. tap_step > 0: tap
+    k's input is k * tap_step bytes after tap 0's (offsets unread). has_tail: the last pixel block reads
     `tail` (K, 12) instead, tap k at row k (a 1x1 conv reading its input in place, whose
     last block would run past the input's end)."""
     m, oh, ow = out.shape
@@ -276,7 +276,6 @@ def pack_panels(w):
     return pack_weights(w, CHANNELS)
 
 
-_NO_RESIDUAL = np.zeros((1, 1), np.float32)
 _NO_TAIL = np.zeros((1, PIXELS), np.float32)
 
 
@@ -302,7 +301,7 @@ def panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
         tail_from = (n_pb - 1) * PIXELS if p % PIXELS else p
         fill = None
     else:
-        taps = tap_layout(x_shape, w_shape, strides, pads, dilations, out_spatial, PIXELS)
+        taps = TapLayout(x_shape, w_shape, strides, pads, dilations, out_spatial, PIXELS)
         n_pb, wq, offsets, tap_step = taps.blocks, taps.wq, taps.offsets, 0
         p = tail_from = 0
         fill = taps.fill

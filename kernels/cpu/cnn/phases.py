@@ -3,8 +3,8 @@
 rows (conv.py's flattened-row path, direct_conv.py and panel_conv.py take their input
 this way).
 
-    tap_layout(x_shape, w_shape, strides, pads, dilations, out_spatial, block)
-        -> TapLayout: the phase buffers' shape and, per tap (c, a, b) of the reduction, the
+    TapLayout(x_shape, w_shape, strides, pads, dilations, out_spatial, block): the
+        phase buffers' shape and, per tap (c, a, b) of the reduction, the
         offset into them at which output p's input sits (p = oy * wq + ox, flat outputs
         of rows wq wide; columns ox >= OW are computed and dropped); long enough that
         every block of `block` flat outputs reads in bounds.
@@ -98,9 +98,6 @@ class TapLayout:
                 _copy_phase(img, grid[k], layout, team_blocks(c * layout[5], layout[7]))
         return grid.reshape(-1)
 
-
-def tap_layout(x_shape, w_shape, strides, pads, dilations, out_spatial, block):
-    return TapLayout(x_shape, w_shape, strides, pads, dilations, out_spatial, block)
 
 
 def tap_offsets(c, kernel, strides, dilations, plane, wq):

@@ -66,6 +66,8 @@ Importing this module imports numba; kernel modules reach it through jit's LazyG
 numba's disk cache notices edits to a kernel's own source file only: after changing
 the code an intrinsic here emits, clear the kernels' caches (`caffe2py cache clear`).
 """
+import functools
+
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -643,9 +645,12 @@ def lane_count(typingctx, lanes):
     return types.int64(lanes), codegen
 
 
+@functools.lru_cache(maxsize=1)
 def target_lanes():
     """float32 lanes of the widest vector register of the CPU numba compiles for: 16
-    with AVX-512F, else 8 (numba's NUMBA_CPU_NAME / NUMBA_CPU_FEATURES overrides count)."""
+    with AVX-512F, else 8 (numba's NUMBA_CPU_NAME / NUMBA_CPU_FEATURES overrides count).
+    Asked once per process: LLVM's feature query costs ~0.36 ms, and every conv plan
+    asks."""
     from llvmlite import binding
     from numba.core import config
     if config.CPU_FEATURES is not None:
