@@ -56,13 +56,15 @@ def both_register_widths():
     """An autouse fixture (assign it to a module-level name in a test file): every test
     of the file at 8 and at 16 lanes, whatever this CPU has (16 lanes run as two AVX2
     vectors where there is no AVX-512), with conv_nchw's small maps kept off the channel
-    panels (tests/test_panel_conv.py has its own)."""
-    from caffe2py.kernels.cpu.cnn import conv as conv_k, direct_conv, panel_conv
+    panels and its 1x1s off the pixel-lane kernel (tests/test_panel_conv.py and
+    tests/test_pointwise_conv.py have their own)."""
+    from caffe2py.kernels.cpu.cnn import conv as conv_k, direct_conv, panel_conv, pointwise_conv
 
     @pytest.fixture(autouse=True, params=[8, 16], ids=["8-lanes", "16-lanes"])
     def register_lanes(request, monkeypatch):
         monkeypatch.setattr(direct_conv, "REGISTER_LANES", request.param)
         monkeypatch.setattr(panel_conv, "takes", lambda *args: False)
+        monkeypatch.setattr(pointwise_conv, "takes", lambda *args: False)
         conv_k._plan.cache_clear()          # conv_nchw's plans hold the width they were made at
         yield request.param
         conv_k._plan.cache_clear()

@@ -402,6 +402,7 @@ TWINS_TESTED_ELSEWHERE = (
     "caffe2py.kernels.cpu.onnx_ml.trees",      # tests/test_onnx_ml_trees.py
     "caffe2py.kernels.cpu.detection.ps_roi_pool",   # tests/test_detectron_ops.py
     "caffe2py.kernels.cpu.cnn.panel_conv",          # tests/test_panel_conv.py (reached here on AVX-512 CPUs only)
+    "caffe2py.kernels.cpu.cnn.pointwise_conv",      # tests/test_pointwise_conv.py (the same)
     "caffe2py.kernels.cpu.io.image_transforms",     # tests/test_image_input.py
     "caffe2py.kernels.cpu.optim.lp_regularizer",    # tests/test_caffe2_optim_extra2.py
     "caffe2py.kernels.cpu.optim.row_updates",       # tests/test_caffe2_optim_extra2.py

@@ -150,7 +150,7 @@ def test_conv_nchw_takes_the_panels_where_the_rule_says(monkeypatch):
         # Winograd keeps its 3x3s above 8x8, OpenBLAS the 1x1s on larger maps or with few
         # channels, the direct kernel larger maps and few output channels; float64 its paths
         assert kind((1, 256, 14, 14), (256, 256, 3, 3), pads=same) == "winograd_plan"
-        assert kind((1, 512, 14, 14), (128, 512, 1, 1)) == "_pointwise_plan"
+        assert kind((1, 512, 14, 14), (128, 512, 1, 1)) == "pointwise_plan"      # pixel lanes (pointwise_conv.py)
         assert kind((1, 256, 7, 7), (128, 256, 1, 1)) == "_pointwise_plan"
         assert kind((1, 128, 28, 28), (32, 128, 3, 3), pads=same) == "direct_plan"
         assert kind((1, 128, 7, 7), (16, 128, 3, 3), pads=same) == "direct_plan"

@@ -60,6 +60,7 @@ from .direct_conv import direct_plan, grouped_direct_plan
 from .phases import _copy_phase
 from .grouped_pointwise import direct_grouped_pointwise_plan, grouped_pointwise_product
 from .panel_conv import panel_plan
+from .pointwise_conv import pointwise_plan
 from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
 from ..runtime.output_pool import output_array
 from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size, thread_id
@@ -351,7 +352,8 @@ def _make_plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
         plan.compute = direct       # channel panels where they take the conv (small maps, AVX-512)
         plan.takes_residual = True
     elif all(kk == 1 for kk in kernel) and not any(pads) and group == 1 and (
-            panel := panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
+            panel := panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
+            or pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype)):
         plan.compute = panel
         plan.takes_residual = True
     elif all(kk == 1 for kk in kernel) and not any(pads):

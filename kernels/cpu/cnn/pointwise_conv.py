@@ -1,0 +1,387 @@
+"""1x1 convolutions (float32, group 1) on maps of 48+ pixels, on CPUs with 16-lane
+(AVX-512) vector registers: a register-blocked product with the pixels in the vector
+lanes, the input read in place and the weights packed once.
+
+Public:
+    pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype)
+        -> compute(x, w, out, scratch, bias=None, relu=False, residual=None), or None
+        where this path does not take the conv (see `takes`).
+    takes(c, m, pixels, dtype)   float32, m a multiple of ROWS, pixels >= MIN_PIXELS, the
+        CPU's registers hold 16 lanes (FORCE: any CPU, for tests)
+
+Why: a 1x1 conv is the product W (M, C) @ X (C, P) of its weights and its input, whose
+channels are rows of P contiguous pixels. Through OpenBLAS each call packed both
+operands (the weights, 0.25-1 MB, read cold from memory inside a model) and the
+bias / residual / ReLU pass ran after the product; OpenBLAS's SkylakeX kernels ran
+resnet50's 1x1s at 94-125 GFLOP/s on one thread, onnxruntime's ~133. Here:
+  * the weights are packed (M/8, C, 8) once per weight array (buffers.DerivedWeights);
+  * a block of 8 output channels x 48 pixels (3 vectors of 16) is 24 accumulators held
+    in registers: per input channel 3 vector loads of its row (in place: no packing of
+    the input), 8 broadcast weights, 24 FMAs;
+  * the reduction runs in chunks of at most CHUNK_CHANNELS channels, so a pixel block's
+    chunk of input (128 x 48 floats, 24 KB) stays in L1 while every row block passes
+    over it; the partial sums wait in the output between chunks and the last chunk
+    adds bias and residual and applies ReLU to the registers before they are stored;
+  * the pixels past the last full block (P mod 48) are copied into a zero-padded
+    (C, 48) buffer, computed into a (M, 48) one and written out lane by lane;
+  * the team splits the row blocks (or, with few row blocks, the pixel blocks); every
+    output's sum runs over the channels in order whoever computes it: results are the
+    same at any team size.
+"""
+import numpy as np
+
+from ..math.epilogue import bias_values
+from ..runtime.buffers import DerivedWeights
+from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, team_size
+from .direct_conv import _NO_RESIDUAL
+from .phases import gathered_product
+
+LANES_16 = LazyGlobal(".simd", "LANES_16")
+vzeros = LazyGlobal(".simd", "vzeros")
+vload_f32 = LazyGlobal(".simd", "vload_f32")
+vfma = LazyGlobal(".simd", "vfma")
+vadds = LazyGlobal(".simd", "vadds")
+vadd = LazyGlobal(".simd", "vadd")
+vmax = LazyGlobal(".simd", "vmax")
+vstore_f32_at = LazyGlobal(".simd", "vstore_f32_at")
+address = LazyGlobal(".simd", "address")
+load_f32 = LazyGlobal(".simd", "load_f32")
+prefetch = LazyGlobal(".simd", "prefetch")
+
+ROWS = 8               # output channels per register block
+PIXELS = 48            # pixels per register block: 3 vectors of 16 lanes
+CHUNK_CHANNELS = 128   # input channels per chunk of the reduction: 24 KB of input, in L1
+TILE_PIXEL_BLOCKS = 16
+TILE_MIN_OUTPUT_BYTES = 512 << 10
+PREFETCH_BYTES = 1024  # weights fetched this far ahead of their use (32 input channels)
+
+# Where it takes the conv. Intel Xeon AVX-512 VM, 1 thread, hot caches, ms, against
+# the OpenBLAS GEMM (benchmarks/RESULTS.md, "Issue 38: 1x1 convolutions with the
+# pixels in the lanes"): measured below.
+MIN_PIXELS = 96
+FORCE = False          # tests: take every float32 conv asked about, also where the CPU has 8-lane registers
+
+
+def takes(c, m, pixels, dtype):
+    """Whether a 1x1 conv of c input channels, m outputs and `pixels` outputs per image
+    runs here (see the thresholds above)."""
+    if np.dtype(dtype) != np.float32 or min(c, m) < 1 or m % ROWS or pixels < PIXELS:
+        return False
+    if FORCE:
+        return True
+    if pixels < MIN_PIXELS:
+        return False
+    from ..runtime import simd
+    return simd.target_lanes() == 16
+
+
+@compiled(inline=True)
+def _load3(at):
+    return vload_f32(LANES_16, at), vload_f32(LANES_16, at + 64), vload_f32(LANES_16, at + 128)
+
+
+@compiled(inline=True)
+def _store3(at, u0, u1, u2):
+    vstore_f32_at(at, u0)
+    vstore_f32_at(at + 64, u1)
+    vstore_f32_at(at + 128, u2)
+
+
+@compiled(inline=True)
+def _finish3(at, u0, u1, u2, b, has_bias, ra, has_residual, relu):
+    """Bias, residual (3 vectors at address ra) and ReLU on one row of a finished
+    block, stored at `at`."""
+    if has_bias:
+        u0 = vadds(u0, b)
+        u1 = vadds(u1, b)
+        u2 = vadds(u2, b)
+    if has_residual:
+        u0 = vadd(u0, vload_f32(LANES_16, ra))
+        u1 = vadd(u1, vload_f32(LANES_16, ra + 64))
+        u2 = vadd(u2, vload_f32(LANES_16, ra + 128))
+    if relu:            # max(0, v): NaN and -0.0 kept, as np.maximum(v, 0)
+        zero = vzeros(LANES_16)
+        u0 = vmax(zero, u0)
+        u1 = vmax(zero, u1)
+        u2 = vmax(zero, u2)
+    _store3(at, u0, u1, u2)
+
+
+@compiled(parallel=True)
+def _pointwise_blocks(x, wpack, bias, has_bias, residual, has_residual, relu, out, chunk, tile_pb, tail,
+                      tail_out, split_rows, blocks):
+    """out (M, P) = [relu](W @ x + bias + residual) for x (C, P) and out (M, P), both
+    C-contiguous float32, M a multiple of 8 (the caller checked); wpack (M/8, C, 8) the
+    packed W; residual (M, P) C-contiguous when has_residual (not sharing memory with
+    out: partial sums wait in out). tail (C, 48) and tail_out (M, 48): the caller's
+    buffers for the pixels past the last full block of 48, tail's columns past them
+    zero. Row blocks (split_rows) or pixel blocks are split over `blocks` team threads."""
+    c_count, p = x.shape
+    n_rb = wpack.shape[0]
+    n_full = p // 48
+    rem = p - n_full * 48
+    n_pb = n_full + (1 if rem else 0)
+    for c in range(c_count if rem else 0):
+        src = x[c, n_full * 48:p]
+        dst = tail[c, 0:rem]
+        for j in range(rem):
+            dst[j] = src[j]
+    x0 = address(x)
+    o0 = address(out)
+    r0 = address(residual)
+    w0 = address(wpack)
+    zero = vzeros(LANES_16)
+    row_bytes = p * 4
+    for t in prange(blocks):
+        rb0, rb1, pb0, pb1 = 0, n_rb, 0, n_pb
+        if split_rows:
+            rb0, rb1 = n_rb * t // blocks, n_rb * (t + 1) // blocks
+        else:
+            pb0, pb1 = n_pb * t // blocks, n_pb * (t + 1) // blocks
+        pb_stop = min(pb1, n_full)
+        for pt in range(pb0, pb_stop, tile_pb):
+            # a tile of pixel blocks: each row block's chunk of weights (in L1) passes
+            # over all of them, and its rows of output are written tile_pb * 48 apart
+            for k0 in range(0, c_count, chunk):
+                k1 = min(c_count, k0 + chunk)
+                for rb in range(rb0, rb1):
+                    for pb in range(pt, min(pb_stop, pt + tile_pb)):
+                        xb, ob, xrow, orow = x0 + pb * 192, o0 + pb * 192, row_bytes, row_bytes
+                        at = ob + rb * 8 * orow
+                        if k0 == 0:
+                            a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = zero
+                            a40 = a41 = a42 = a50 = a51 = a52 = a60 = a61 = a62 = a70 = a71 = a72 = zero
+                        else:       # the earlier chunks' partial sums
+                            a00, a01, a02 = _load3(at)
+                            a10, a11, a12 = _load3(at + orow)
+                            a20, a21, a22 = _load3(at + 2 * orow)
+                            a30, a31, a32 = _load3(at + 3 * orow)
+                            a40, a41, a42 = _load3(at + 4 * orow)
+                            a50, a51, a52 = _load3(at + 5 * orow)
+                            a60, a61, a62 = _load3(at + 6 * orow)
+                            a70, a71, a72 = _load3(at + 7 * orow)
+                        wk = w0 + (k0 * n_rb * 8 + rb * (k1 - k0) * 8) * 4
+                        xa = xb + k0 * xrow
+                        for _ in range(k0, k1):
+                            u0, u1, u2 = _load3(xa)
+                            prefetch(wk + PREFETCH_BYTES)
+                            s = load_f32(wk)
+                            a00 = vfma(a00, s, u0)
+                            a01 = vfma(a01, s, u1)
+                            a02 = vfma(a02, s, u2)
+                            s = load_f32(wk + 4)
+                            a10 = vfma(a10, s, u0)
+                            a11 = vfma(a11, s, u1)
+                            a12 = vfma(a12, s, u2)
+                            s = load_f32(wk + 8)
+                            a20 = vfma(a20, s, u0)
+                            a21 = vfma(a21, s, u1)
+                            a22 = vfma(a22, s, u2)
+                            s = load_f32(wk + 12)
+                            a30 = vfma(a30, s, u0)
+                            a31 = vfma(a31, s, u1)
+                            a32 = vfma(a32, s, u2)
+                            s = load_f32(wk + 16)
+                            a40 = vfma(a40, s, u0)
+                            a41 = vfma(a41, s, u1)
+                            a42 = vfma(a42, s, u2)
+                            s = load_f32(wk + 20)
+                            a50 = vfma(a50, s, u0)
+                            a51 = vfma(a51, s, u1)
+                            a52 = vfma(a52, s, u2)
+                            s = load_f32(wk + 24)
+                            a60 = vfma(a60, s, u0)
+                            a61 = vfma(a61, s, u1)
+                            a62 = vfma(a62, s, u2)
+                            s = load_f32(wk + 28)
+                            a70 = vfma(a70, s, u0)
+                            a71 = vfma(a71, s, u1)
+                            a72 = vfma(a72, s, u2)
+                            wk += 32
+                            xa += xrow
+                        if k1 < c_count:    # more chunks to come: park the partial sums
+                            _store3(at, a00, a01, a02)
+                            _store3(at + orow, a10, a11, a12)
+                            _store3(at + 2 * orow, a20, a21, a22)
+                            _store3(at + 3 * orow, a30, a31, a32)
+                            _store3(at + 4 * orow, a40, a41, a42)
+                            _store3(at + 5 * orow, a50, a51, a52)
+                            _store3(at + 6 * orow, a60, a61, a62)
+                            _store3(at + 7 * orow, a70, a71, a72)
+                            continue
+                        o = rb * 8
+                        ra = r0 + (o * p + pb * 48) * 4
+                        _finish3(at, a00, a01, a02, bias[o] if has_bias else np.float32(0.0), has_bias, ra, has_residual, relu)
+                        _finish3(at + orow, a10, a11, a12, bias[o + 1] if has_bias else np.float32(0.0), has_bias,
+                                 ra + row_bytes, has_residual, relu)
+                        _finish3(at + 2 * orow, a20, a21, a22, bias[o + 2] if has_bias else np.float32(0.0), has_bias,
+                                 ra + 2 * row_bytes, has_residual, relu)
+                        _finish3(at + 3 * orow, a30, a31, a32, bias[o + 3] if has_bias else np.float32(0.0), has_bias,
+                                 ra + 3 * row_bytes, has_residual, relu)
+                        _finish3(at + 4 * orow, a40, a41, a42, bias[o + 4] if has_bias else np.float32(0.0), has_bias,
+                                 ra + 4 * row_bytes, has_residual, relu)
+                        _finish3(at + 5 * orow, a50, a51, a52, bias[o + 5] if has_bias else np.float32(0.0), has_bias,
+                                 ra + 5 * row_bytes, has_residual, relu)
+                        _finish3(at + 6 * orow, a60, a61, a62, bias[o + 6] if has_bias else np.float32(0.0), has_bias,
+                                 ra + 6 * row_bytes, has_residual, relu)
+                        _finish3(at + 7 * orow, a70, a71, a72, bias[o + 7] if has_bias else np.float32(0.0), has_bias,
+                                 ra + 7 * row_bytes, has_residual, relu)
+        if pb1 == n_pb and rem:
+            _tail_block(wpack, bias, has_bias, residual, has_residual, relu, out, chunk, tail, tail_out, rb0, rb1,
+                        n_full * 48, rem)
+
+
+@compiled
+def _tail_block(wpack, bias, has_bias, residual, has_residual, relu, out, chunk, tail, tail_out, rb0, rb1, p0,
+                rem):
+    """Rows rb0 * 8.. rb1 * 8 of the last rem < 48 pixels (from p0): their input from
+    `tail` (C, 48), in vectors of 16 pixels as 8 x 16 register blocks (as many vectors
+    as the pixels need: 14x14's 4 leftover pixels cost one, not three), the sums into
+    tail_out (M, 48) and from there lane by lane, with bias, residual and ReLU, into
+    out's last columns."""
+    c_count = wpack.shape[1]
+    n_rb = wpack.shape[0]
+    x0 = address(tail)
+    t0 = address(tail_out)
+    w0 = address(wpack)
+    zero = vzeros(LANES_16)
+    for v in range((rem + 15) // 16):
+        for k0 in range(0, c_count, chunk):
+            k1 = min(c_count, k0 + chunk)
+            for rb in range(rb0, rb1):
+                at = t0 + (rb * 8 * 48 + v * 16) * 4
+                if k0 == 0:
+                    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
+                else:
+                    a0 = vload_f32(LANES_16, at)
+                    a1 = vload_f32(LANES_16, at + 192)
+                    a2 = vload_f32(LANES_16, at + 384)
+                    a3 = vload_f32(LANES_16, at + 576)
+                    a4 = vload_f32(LANES_16, at + 768)
+                    a5 = vload_f32(LANES_16, at + 960)
+                    a6 = vload_f32(LANES_16, at + 1152)
+                    a7 = vload_f32(LANES_16, at + 1344)
+                wk = w0 + (k0 * n_rb * 8 + rb * (k1 - k0) * 8) * 4
+                xa = x0 + (k0 * 48 + v * 16) * 4
+                for _ in range(k0, k1):
+                    u = vload_f32(LANES_16, xa)
+                    a0 = vfma(a0, load_f32(wk), u)
+                    a1 = vfma(a1, load_f32(wk + 4), u)
+                    a2 = vfma(a2, load_f32(wk + 8), u)
+                    a3 = vfma(a3, load_f32(wk + 12), u)
+                    a4 = vfma(a4, load_f32(wk + 16), u)
+                    a5 = vfma(a5, load_f32(wk + 20), u)
+                    a6 = vfma(a6, load_f32(wk + 24), u)
+                    a7 = vfma(a7, load_f32(wk + 28), u)
+                    wk += 32
+                    xa += 192
+                vstore_f32_at(at, a0)
+                vstore_f32_at(at + 192, a1)
+                vstore_f32_at(at + 384, a2)
+                vstore_f32_at(at + 576, a3)
+                vstore_f32_at(at + 768, a4)
+                vstore_f32_at(at + 960, a5)
+                vstore_f32_at(at + 1152, a6)
+                vstore_f32_at(at + 1344, a7)
+    for o in range(rb0 * 8, rb1 * 8):
+        b = bias[o] if has_bias else np.float32(0.0)
+        src = tail_out[o, 0:rem]
+        dst = out[o, p0:p0 + rem]
+        for j in range(rem):
+            v = src[j] + b
+            if has_residual:
+                v += residual[o, p0 + j]
+            dst[j] = np.float32(0.0) if relu and v < 0 else v
+
+
+@_pointwise_blocks.numpy_twin
+def _pointwise_blocks_numpy(x, wpack, bias, has_bias, residual, has_residual, relu, out, chunk, tile_pb, tail,
+                            tail_out, split_rows, blocks):
+    """All outputs at once: one product and the epilogue."""
+    m, p = out.shape
+    w2 = unpack_rows(wpack, chunk)
+    gathered_product(x, w2, out.reshape(m, 1, p), p, bias, has_bias, residual, has_residual, relu)
+
+
+# One block runs without a parallel region (conv.py's _phase_copy_serial says why).
+_pointwise_blocks_serial = serial_variant(_pointwise_blocks, "_pointwise_blocks_serial")
+
+
+def chunk_channels(c):
+    """Input channels per chunk of the reduction: C in balanced chunks of at most
+    CHUNK_CHANNELS (all the same size but the last)."""
+    return -(-c // -(-c // CHUNK_CHANNELS))
+
+
+def pack_rows(w):
+    """w (M, C, 1, 1) -> (M/8, C, 8) float32, in the order the kernel reads it: chunk
+    by chunk of the reduction, row block by row block, per input channel the weights of
+    the block's 8 output channels side by side (a pixel block's pass over the weights is
+    one sequential stream, which the hardware prefetchers follow from memory)."""
+    m, c = w.shape[:2]
+    chunk = chunk_channels(c)
+    w2 = np.asarray(w, np.float32).reshape(m // ROWS, ROWS, c)
+    packed = np.empty(m * c, np.float32)
+    for k0 in range(0, c, chunk):
+        k1 = min(c, k0 + chunk)
+        packed[k0 * m:k1 * m] = w2[:, :, k0:k1].transpose(0, 2, 1).reshape(-1)
+    return packed.reshape(m // ROWS, c, ROWS)
+
+
+def unpack_rows(wpack, chunk):
+    """pack_rows' inverse: (M, C) float32."""
+    n_rb, c, _ = wpack.shape
+    m = n_rb * ROWS
+    flat = wpack.reshape(-1)
+    w2 = np.empty((m, c), np.float32)
+    for k0 in range(0, c, chunk):
+        k1 = min(c, k0 + chunk)
+        w2[:, k0:k1] = flat[k0 * m:k1 * m].reshape(n_rb, k1 - k0, ROWS).transpose(0, 2, 1).reshape(m, k1 - k0)
+    return w2
+
+
+def pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype):
+    """See the module docstring; None where `takes` says no (or the conv is not a 2-D
+    1x1 of group 1)."""
+    if len(x_shape) != 4 or len(w_shape) != 4 or tuple(w_shape[2:]) != (1, 1) or w_shape[1] != x_shape[1]:
+        return None
+    n, c = x_shape[:2]
+    m = w_shape[0]
+    oh, ow = out_spatial
+    p = oh * ow
+    if not takes(c, m, p, dtype):
+        return None
+    sub = None if tuple(strides) == (1, 1) else (slice(None), slice(None, None, strides[0]),
+                                                 slice(None, None, strides[1]))
+    n_rb, n_pb = m // ROWS, -(-p // PIXELS)
+    chunk = chunk_channels(c)
+    rem = p % PIXELS
+    packed = DerivedWeights(pack_rows)
+    tile_pb = TILE_PIXEL_BLOCKS if c <= CHUNK_CHANNELS and m * p * 4 > TILE_MIN_OUTPUT_BYTES else 1
+
+    def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
+        wpack = packed(w)
+        b = bias_values(bias, np.float32)
+        if bias is not None and b.size != m:
+            raise ValueError("bias of %d values for %d output channels" % (b.size, m))
+        split_rows = n_rb >= 4 * team_size() or n_rb >= n_pb
+        blocks = team_blocks(n_rb if split_rows else n_pb, 2 * c * ROWS * PIXELS)
+        kernel = _pointwise_blocks if blocks > 1 else _pointwise_blocks_serial
+        tail = tail_out = _NO_RESIDUAL
+        if rem:
+            tail = scratch.zeros(("pointwise_tail", rem), (c, PIXELS), np.float32)
+            tail_out = scratch.empty("pointwise_tail_out", (m, PIXELS), np.float32)
+        for i in range(n):
+            xi = x[i] if sub is None else x[i][sub]
+            xi = np.ascontiguousarray(xi, dtype=np.float32).reshape(c, p)
+            oi = out[i].reshape(m, p) if out[i].flags.c_contiguous else np.empty((m, p), np.float32)
+            res = _NO_RESIDUAL
+            if residual is not None:
+                res = np.ascontiguousarray(residual[i], dtype=np.float32).reshape(m, p)
+                if np.may_share_memory(res, oi):        # partial sums wait in the output
+                    res = res.copy()
+            kernel(xi, wpack, b, bias is not None, res, residual is not None, relu, oi, chunk, tile_pb, tail, tail_out,
+                   split_rows, blocks)
+            if not np.shares_memory(oi, out[i]):
+                out[i] = oi.reshape(out[i].shape)
+    return compute
