@@ -94,7 +94,7 @@ def test_nan_and_inf_propagate_to_the_outputs_that_read_them():
         np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
 
 
-def test_conv_nchw_dispatches_short_reductions_to_the_direct_kernel():
+def test_conv_nchw_dispatches_short_reductions_to_the_direct_kernel(register_lanes):
     def compute(x_shape, w_shape, strides, pads):
         return conv_k._plan(x_shape, w_shape, strides, pads, (1, 1), 1, "<f4").compute
     assert compute((1, 6, 56, 56), (64, 6, 5, 5), (2, 2), (2, 2, 2, 2)).__qualname__.startswith("direct_plan")
@@ -102,7 +102,11 @@ def test_conv_nchw_dispatches_short_reductions_to_the_direct_kernel():
     # the 3x3 stems (K 27) and longer reductions, other dtypes, groups and negative pads
     # keep their paths
     assert not compute((1, 3, 224, 224), (64, 3, 3, 3), (2, 2), (0, 0, 0, 0)).__qualname__.startswith("direct")
-    assert not compute((1, 48, 13, 13), (192, 48, 3, 3), (1, 1), (1, 1, 1, 1)).__qualname__.startswith("direct")
+    assert not compute((1, 48, 28, 28), (192, 48, 3, 3), (1, 1), (1, 1, 1, 1)).__qualname__.startswith("direct")
+    # up to 14x14 outputs the 8-channel blocks of 16 lanes take Winograd's 3x3s (conv.py's
+    # WIDE_MAX_WINOGRAD_PIXELS), 4-channel ones leave them
+    assert compute((1, 48, 13, 13), (192, 48, 3, 3), (1, 1), (1, 1, 1, 1)).__qualname__.startswith(
+        "direct" if register_lanes == 16 else "winograd")
     assert not conv_k._plan((1, 8, 20, 20), (8, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1,
                             "<f8").compute.__qualname__.startswith("direct")
     assert not conv_k._plan((1, 4, 20, 20), (8, 2, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2,
@@ -240,19 +244,24 @@ def test_blocked_results_are_bit_identical_at_team_sizes_1_2_3(blocking, x_shape
     shape = out_shape(x_shape, w_shape, strides, pads, dilations)
     x, w, b, res = _blocked_case(x_shape, w_shape, strides, pads, dilations, seed=1)
     calls = []
-    real = direct_conv._direct_blocks, direct_conv._direct_blocks_serial
+    plan = direct_conv.direct_plan(x_shape, w_shape, strides, pads, dilations, shape[2:], "<f4")
+    names = ("_direct_blocks_wide", "_direct_blocks_wide_serial") if plan.channels == 8 else \
+        ("_direct_blocks", "_direct_blocks_serial")
+    real = tuple(getattr(direct_conv, name) for name in names)
 
     def recording(*args):
         calls.append(args)
         return real[0](*args)
-    plan = direct_conv.direct_plan(x_shape, w_shape, strides, pads, dilations, shape[2:], "<f4")
     out = np.empty(shape, np.float32)
     try:
-        direct_conv._direct_blocks = direct_conv._direct_blocks_serial = recording
+        for name in names:
+            setattr(direct_conv, name, recording)
         with jit.team():
             plan(x, w, out, Scratch(), b, True, res)
     finally:
-        direct_conv._direct_blocks, direct_conv._direct_blocks_serial = real
+        for name, kernel in zip(names, real):
+            setattr(direct_conv, name, kernel)
+    assert calls
     results = []
     for blocks in (1, 2, 3):
         got = np.empty(shape, np.float32)
@@ -281,7 +290,7 @@ def test_blocked_numpy_twin_agrees_with_the_kernel(blocking):
     np.testing.assert_allclose(twin, compiled, rtol=1e-5, atol=1e-5)
 
 
-def test_conv_nchw_dispatches_to_the_blocked_kernel_where_it_measured_faster():
+def test_conv_nchw_dispatches_to_the_blocked_kernel_where_it_measured_faster(register_lanes):
     def kind(x_shape, w_shape, strides, pads, dtype="<f4"):
         return conv_k._plan(x_shape, w_shape, strides, pads, (1, 1), 1, dtype).compute.__qualname__.split(".")[0]
     same = (1, 1, 1, 1)
@@ -290,7 +299,10 @@ def test_conv_nchw_dispatches_to_the_blocked_kernel_where_it_measured_faster():
     assert kind((1, 96, 54, 54), (256, 96, 5, 5), (2, 2), (0, 0, 0, 0)) == "direct_plan"
     assert kind((1, 512, 7, 7), (512, 512, 3, 3), (1, 1), same) == "direct_plan"         # was Winograd
     # Winograd keeps the larger maps, the pointwise GEMM the 1x1s, float64 its paths
-    assert kind((1, 256, 14, 14), (256, 256, 3, 3), (1, 1), same) == "winograd_plan"
+    assert kind((1, 256, 14, 14), (256, 256, 3, 3), (1, 1), same) == (
+        "direct_plan" if register_lanes == 16 else "winograd_plan")
+    assert kind((1, 512, 14, 14), (512, 512, 3, 3), (1, 1), same) == "winograd_plan"
+    assert kind((1, 256, 28, 28), (256, 256, 3, 3), (1, 1), same) == "winograd_plan"
     assert kind((1, 512, 14, 14), (2048, 512, 1, 1), (1, 1), (0, 0, 0, 0)) == "_pointwise_plan"
     assert kind((1, 128, 28, 28), (32, 128, 3, 3), (1, 1), same, "<f8") == "shift_plan"
 

@@ -28,7 +28,8 @@ CONVS = [
     ((2, 6, 7, 7), (5, 6, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),          # pointwise GEMM
     ((1, 16, 9, 9), (4, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),        # blocked direct (shift-add before)
     ((1, 128, 6, 6), (64, 128, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),     # blocked direct, chunks
-    ((1, 32, 12, 12), (32, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),     # Winograd, fused chunks
+    ((1, 32, 15, 15), (32, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),     # Winograd, fused chunks (> 14x14:
+                                                                            # 16-lane CPUs run smaller maps blocked)
     ((1, 32, 30, 30), (40, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),     # Winograd F(4x4)
     ((1, 256, 6, 6), (256, 256, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),    # blocked direct, 9 chunks
     ((2, 8, 11, 11), (8, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 8),        # depthwise strided 3x3
@@ -53,7 +54,7 @@ CONVS = [
 CONVS_BESIDE_BLOCKED = [
     ((1, 12, 9, 9), (4, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32),     # shift-add, fused rows
     ((1, 128, 6, 6), (64, 128, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float64),  # shift-add, tiles
-    ((1, 256, 9, 9), (256, 256, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32),  # Winograd, gather/scatter
+    ((1, 272, 9, 9), (272, 272, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32),  # Winograd, gather/scatter
     ((2, 6, 15, 15), (8, 6, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1, np.float32),     # flattened rows, fused
     ((1, 48, 7, 7), (20, 48, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32),    # blocked direct, 2 chunks
     ((1, 24, 64, 64), (8, 12, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 2, np.float32),   # grouped taps on the team

@@ -188,6 +188,7 @@ def test_conv_nchw_takes_the_pixel_lanes_where_the_rule_says(monkeypatch):
         assert kind((1, 64, 56, 56), (256, 64, 1, 1)) == "pointwise_plan"
         assert kind((1, 256, 56, 56), (512, 256, 1, 1), (2, 2)) == "pointwise_plan"     # strided
         assert kind((1, 512, 7, 7), (128, 512, 1, 1)) == "panel_plan"        # small maps: channel panels
+        assert kind((1, 512, 7, 7), (2048, 512, 1, 1)) == "pointwise_plan"   # small maps, many outputs
         assert kind((1, 832, 7, 7), (48, 832, 1, 1)) == "_pointwise_plan"    # 49 pixels: OpenBLAS
         assert kind((1, 64, 14, 14), (36, 64, 1, 1)) == "_pointwise_plan"    # 36 outputs: not rows of 8
         assert kind((1, 64, 14, 14), (64, 64, 1, 1), dtype=np.float64) == "_pointwise_plan"

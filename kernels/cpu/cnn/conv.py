@@ -56,7 +56,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..runtime.blas import gemm_entry
 from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import channel_map_problem, depthwise_plan
-from .direct_conv import direct_plan, grouped_direct_plan
+from .direct_conv import direct_is_wide, direct_plan, grouped_direct_plan
 from .phases import _copy_phase
 from .grouped_pointwise import direct_grouped_pointwise_plan, grouped_pointwise_product
 from .panel_conv import panel_plan
@@ -352,8 +352,8 @@ def _make_plan(x_shape, w_shape, strides, pads, dilations, group, dtype):
         plan.compute = direct       # channel panels where they take the conv (small maps, AVX-512)
         plan.takes_residual = True
     elif all(kk == 1 for kk in kernel) and not any(pads) and group == 1 and (
-            panel := panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)
-            or pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype)):
+            panel := pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype)
+            or panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype)):
         plan.compute = panel
         plan.takes_residual = True
     elif all(kk == 1 for kk in kernel) and not any(pads):
@@ -743,6 +743,16 @@ BLOCKED_DIRECT = True       # benchmarks/direct_conv_bench.py --sweep switches i
 # 27 9.82 -> 7.65 (5.51), 384 -> 384 g2 3x3 at 13 4.99 -> 4.48 (3.22), 384 -> 256 g2 3.64
 # -> 3.14 (2.19).
 BLOCKED_MAX_WINOGRAD_PIXELS = 64
+# With 16-lane registers (direct_conv.direct_is_wide) the blocked branch also beats
+# Winograd inside the models up to 14x14 outputs while C_in * C_out <= 256 * 256 (there
+# the channel panels take them; Winograd's transformed filters, 4x the weights, are read
+# from memory on every run). 1 thread, Intel Xeon AVX-512 VM, per op inside the model,
+# Winograd -> blocked ms: resnet50 256@14 x5 11.36 -> 10.62; inception_v2 96 -> 128@14
+# x3 1.90 -> 1.46, 64 -> 96@14 0.38 -> 0.29, 128@14 0.67 -> 0.62, 160@14 0.95 -> 0.89;
+# inception_v1 160 -> 320@13 1.83 -> 1.53; where it lost: vgg19 512@14 x4 29.6 -> 31.9,
+# and at 28x28 and up (inception_v2 64 -> 96@28 x4 2.93 -> 3.62).
+WIDE_MAX_WINOGRAD_PIXELS = 196
+WIDE_MAX_CHANNEL_PRODUCT = 256 * 256
 
 
 def blocked_direct_wins(x_shape, w_shape, strides, dilations, pads, out_spatial, dtype, group=1):
@@ -752,7 +762,10 @@ def blocked_direct_wins(x_shape, w_shape, strides, dilations, pads, out_spatial,
     if np.dtype(dtype) != np.float32 or c < 16 or kh * kw == 1 or c * kh * kw < DIRECT_MIN_K:
         return False
     shift_first = all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * w_shape[0] <= c
-    if group == 1 and out_spatial[0] * out_spatial[1] > BLOCKED_MAX_WINOGRAD_PIXELS and not shift_first and \
+    pixels = out_spatial[0] * out_spatial[1]
+    wide = pixels <= WIDE_MAX_WINOGRAD_PIXELS and c * w_shape[0] <= WIDE_MAX_CHANNEL_PRODUCT and \
+        direct_is_wide(w_shape[0])
+    if group == 1 and pixels > BLOCKED_MAX_WINOGRAD_PIXELS and not wide and not shift_first and \
             winograd_tile((kh, kw), strides, dilations, pads, 1, c, w_shape[0], out_spatial):
         return c * kh * kw <= DIRECT_MAX_K     # short reductions: direct_plan's own rule below
     return True

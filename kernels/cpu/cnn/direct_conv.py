@@ -56,6 +56,8 @@ address = LazyGlobal(".simd", "address")
 load_f32 = LazyGlobal(".simd", "load_f32")
 
 CHANNELS = 4         # output channels per register block
+WIDE_CHANNELS = 8    # with 16-lane registers (_direct_blocks_wide): 24 accumulators of the 32
+WIDE = True          # tests and benchmarks: False keeps 4-channel blocks at 16 lanes
 PIXELS = 24          # flat outputs per register block: 3 vectors of 8 (48 = 3 x 16 with AVX-512)
 # None: the widest the CPU has (16 lanes with AVX-512, else 8); 8 or 16 forces a width
 # (tests run both on any machine: LLVM splits 16 lanes into two AVX2 registers)
@@ -259,6 +261,131 @@ def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0
                     dst[q] = 0.0 if relu and v < 0 else v
 
 
+@compiled(parallel=True)
+def _direct_blocks_wide(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk, tile_cb,
+                        tile_pb, acc, blocks, work, stride, lanes):
+    """_direct_blocks with blocks of 8 output channels (wpack (ceil(M/8), K, 8), acc
+    (ceil(M/8) * 8, ...)) for 16-lane registers: 24 accumulators of the 32, per tap 3
+    vector loads, 8 broadcast weights, 24 FMAs (4 channels left 20 registers idle and
+    spent 7 loads per 12 FMAs). Finished as two 4-channel halves."""
+    m, oh, ow = out.shape
+    vb = lane_count(lanes) * 4
+    px = 3 * lane_count(lanes)
+    pxb = px * 4
+    n_cb = wpack.shape[0]
+    k_count = wpack.shape[1]
+    n_pb = (oh * wq + px - 1) // px
+    n_pt = (n_pb + tile_pb - 1) // tile_pb
+    n_ct = (n_cb + tile_cb - 1) // tile_cb
+    items = n_pt * n_ct
+    row = acc.shape[1]
+    x0 = address(flat)
+    o0 = address(out)
+    r0 = address(residual)
+    c0_ = address(acc)
+    w0 = address(wpack)
+    zero = vzeros(lanes)
+    for t in prange(blocks):
+        mine = work[thread_id() * stride:thread_id() * stride + stride]
+        tile = mine[0:4 * px].reshape(4, px)
+        t0 = address(mine)
+        pk = (t0 + 4 * pxb + 63) // 64 * 64
+        for item in range(items * t // blocks, items * (t + 1) // blocks):
+            pt = item // n_ct
+            ct = item - pt * n_ct
+            pb_end = min(n_pb, (pt + 1) * tile_pb)
+            cb_end = min(n_cb, (ct + 1) * tile_cb)
+            for k0 in range(0, k_count, chunk):
+                k1 = min(k_count, k0 + chunk)
+                for pb in range(pt * tile_pb, pb_end):
+                    p0 = pb * px
+                    for k in range(k0, k1):
+                        at = x0 + (p0 + offsets[k]) * 4
+                        to = pk + (k - k0) * pxb
+                        vstore_f32_at(to, vload_f32(lanes, at))
+                        vstore_f32_at(to + vb, vload_f32(lanes, at + vb))
+                        vstore_f32_at(to + 2 * vb, vload_f32(lanes, at + 2 * vb))
+                    for cb in range(ct * tile_cb, cb_end):
+                        ap = c0_ + (cb * 8 * row + p0) * 4
+                        if k0 == 0:
+                            a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = zero
+                            a40 = a41 = a42 = a50 = a51 = a52 = a60 = a61 = a62 = a70 = a71 = a72 = zero
+                        else:
+                            a00, a01, a02 = _load_row(lanes, ap)
+                            a10, a11, a12 = _load_row(lanes, ap + row * 4)
+                            a20, a21, a22 = _load_row(lanes, ap + row * 8)
+                            a30, a31, a32 = _load_row(lanes, ap + row * 12)
+                            a40, a41, a42 = _load_row(lanes, ap + row * 16)
+                            a50, a51, a52 = _load_row(lanes, ap + row * 20)
+                            a60, a61, a62 = _load_row(lanes, ap + row * 24)
+                            a70, a71, a72 = _load_row(lanes, ap + row * 28)
+                        wk = w0 + (cb * k_count + k0) * 32
+                        for k in range(k1 - k0):
+                            v0, v1, v2 = _load_row(lanes, pk + k * pxb)
+                            c = load_f32(wk)
+                            a00 = vfma(a00, c, v0)
+                            a01 = vfma(a01, c, v1)
+                            a02 = vfma(a02, c, v2)
+                            c = load_f32(wk + 4)
+                            a10 = vfma(a10, c, v0)
+                            a11 = vfma(a11, c, v1)
+                            a12 = vfma(a12, c, v2)
+                            c = load_f32(wk + 8)
+                            a20 = vfma(a20, c, v0)
+                            a21 = vfma(a21, c, v1)
+                            a22 = vfma(a22, c, v2)
+                            c = load_f32(wk + 12)
+                            a30 = vfma(a30, c, v0)
+                            a31 = vfma(a31, c, v1)
+                            a32 = vfma(a32, c, v2)
+                            c = load_f32(wk + 16)
+                            a40 = vfma(a40, c, v0)
+                            a41 = vfma(a41, c, v1)
+                            a42 = vfma(a42, c, v2)
+                            c = load_f32(wk + 20)
+                            a50 = vfma(a50, c, v0)
+                            a51 = vfma(a51, c, v1)
+                            a52 = vfma(a52, c, v2)
+                            c = load_f32(wk + 24)
+                            a60 = vfma(a60, c, v0)
+                            a61 = vfma(a61, c, v1)
+                            a62 = vfma(a62, c, v2)
+                            c = load_f32(wk + 28)
+                            a70 = vfma(a70, c, v0)
+                            a71 = vfma(a71, c, v1)
+                            a72 = vfma(a72, c, v2)
+                            wk += 32
+                        if k1 < k_count:    # more chunks to come: park the partial sums
+                            _store_row(ap, a00, a01, a02, vb)
+                            _store_row(ap + row * 4, a10, a11, a12, vb)
+                            _store_row(ap + row * 8, a20, a21, a22, vb)
+                            _store_row(ap + row * 12, a30, a31, a32, vb)
+                            _store_row(ap + row * 16, a40, a41, a42, vb)
+                            _store_row(ap + row * 20, a50, a51, a52, vb)
+                            _store_row(ap + row * 24, a60, a61, a62, vb)
+                            _store_row(ap + row * 28, a70, a71, a72, vb)
+                            continue
+                        _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0, 2 * cb, wq,
+                                      bias, has_bias, residual, has_residual, relu, out, o0, r0, tile, t0, lanes)
+                        if 8 * cb + 4 < m:
+                            _finish_block(a40, a41, a42, a50, a51, a52, a60, a61, a62, a70, a71, a72, p0, 2 * cb + 1,
+                                          wq, bias, has_bias, residual, has_residual, relu, out, o0, r0, tile, t0,
+                                          lanes)
+
+
+@compiled(inline=True)
+def _load_row(lanes, at):
+    vb = lane_count(lanes) * 4
+    return vload_f32(lanes, at), vload_f32(lanes, at + vb), vload_f32(lanes, at + 2 * vb)
+
+
+@compiled(inline=True)
+def _store_row(at, u0, u1, u2, vb):
+    vstore_f32_at(at, u0)
+    vstore_f32_at(at + vb, u1)
+    vstore_f32_at(at + 2 * vb, u2)
+
+
 @_direct_blocks.numpy_twin
 def _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk, tile_cb,
                          tile_pb, acc, blocks, work, stride, lanes):
@@ -269,8 +396,16 @@ def _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_res
     gathered_product(taps, w2, out, wq, bias, has_bias, residual, has_residual, relu)
 
 
+@_direct_blocks_wide.numpy_twin
+def _direct_blocks_wide_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk,
+                              tile_cb, tile_pb, acc, blocks, work, stride, lanes):
+    _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk, tile_cb,
+                         tile_pb, acc, blocks, work, stride, lanes)
+
+
 # One block runs without a parallel region (conv.py's _phase_copy_serial says why).
 _direct_blocks_serial = serial_variant(_direct_blocks, "_direct_blocks_serial")
+_direct_blocks_wide_serial = serial_variant(_direct_blocks_wide, "_direct_blocks_wide_serial")
 
 
 def panel_floats(chunk, pixels=PIXELS):
@@ -288,6 +423,11 @@ def register_lanes():
     48-output blocks against three of 24)."""
     from ..runtime import simd
     return simd.LANES_16 if (REGISTER_LANES or simd.target_lanes()) == 16 else simd.LANES_8
+
+
+def direct_is_wide(m):
+    """Whether direct_plan runs a conv of m output channels in 8-channel blocks."""
+    return register_lanes().n == 16 and WIDE and m > CHANNELS
 
 
 def pack_weights(w, channels=CHANNELS):
@@ -313,29 +453,35 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     oh, ow = out_spatial
     lanes = register_lanes()
     px = 3 * lanes.n
+    channels = WIDE_CHANNELS if direct_is_wide(m) else CHANNELS
     taps = TapLayout(x_shape, w_shape, strides, pads, dilations, out_spatial, px)
     n_pb, wq, offsets = taps.blocks, taps.wq, taps.offsets
-    n_cb = -(-m // CHANNELS)
-    chunk, tile_cb, tile_pb = blocking(c * kh * kw, n_cb, n_pb, pixels=px)
+    n_cb = -(-m // channels)
+    chunk, tile_cb, tile_pb = blocking(c * kh * kw, n_cb, n_pb, pixels=px, channels=channels)
     n_tiles = -(-n_pb // tile_pb) * -(-n_cb // tile_cb)
     chunks = -(-(c * kh * kw) // chunk)
-    acc_shape = (n_cb * CHANNELS, n_pb * px) if chunks > 1 else (1, 1)
-    packed = DerivedWeights(pack_weights)
+    acc_shape = (n_cb * channels, n_pb * px) if chunks > 1 else (1, 1)
+    packed = DerivedWeights(lambda w: pack_weights(w, channels))
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None, wpack=None):
-        """wpack: pack_weights(w) made by the caller (grouped_direct_plan), else packed here."""
+        """wpack: pack_weights(w, compute.channels) made by the caller (grouped_direct_plan),
+        else packed here."""
         if wpack is None:
             wpack = packed(w)
         b = bias_values(bias, np.float32)
-        blocks = team_blocks(n_tiles, wpack.shape[1] * CHANNELS * px * tile_cb * tile_pb)
+        blocks = team_blocks(n_tiles, wpack.shape[1] * channels * px * tile_cb * tile_pb)
         acc = temp_buffer("direct_acc", acc_shape, np.float32)
         work, stride = team_work(panel_floats(chunk, px), np.float32)
+        if channels == WIDE_CHANNELS:
+            kernel = _direct_blocks_wide if blocks > 1 else _direct_blocks_wide_serial
+        else:
+            kernel = _direct_blocks if blocks > 1 else _direct_blocks_serial
         for i in range(n):
             flat = taps.fill(x[i], scratch)
             res = residual[i].reshape(m, oh * ow) if residual is not None else _NO_RESIDUAL
-            kernel = _direct_blocks if blocks > 1 else _direct_blocks_serial
             kernel(flat, offsets, wpack, b, bias is not None, res, residual is not None, relu, out[i], wq,
                    chunk, tile_cb, tile_pb, acc, blocks, work, stride, lanes)
+    compute.channels = channels
     compute.blocking = (chunk, tile_cb, tile_pb)      # tests, benchmarks
     compute.pixels = px
     return compute
@@ -351,7 +497,8 @@ TILE_WEIGHT_BYTES = 192 << 10
 TILE_PIXEL_BLOCKS = 8
 
 
-def blocking(k_count, n_cb, n_pb, chunk=None, weight_bytes=None, pixel_blocks=None, pixels=PIXELS):
+def blocking(k_count, n_cb, n_pb, chunk=None, weight_bytes=None, pixel_blocks=None, pixels=PIXELS,
+             channels=CHANNELS):
     """(taps per chunk, channel blocks per tile, pixel blocks per tile) for a reduction of
     k_count taps, n_cb channel blocks and n_pb pixel blocks of `pixels` outputs. Depends
     on the geometry only (never on the team's size), so every output's sum runs in the
@@ -359,7 +506,7 @@ def blocking(k_count, n_cb, n_pb, chunk=None, weight_bytes=None, pixel_blocks=No
     chunk = chunk or max(1, CHUNK_TAPS * PIXELS // pixels)
     chunks = -(-k_count // chunk)
     chunk = -(-k_count // chunks)                 # balanced chunks
-    tile_cb = max(1, min(n_cb, (weight_bytes or TILE_WEIGHT_BYTES) // (chunk * CHANNELS * 4)))
+    tile_cb = max(1, min(n_cb, (weight_bytes or TILE_WEIGHT_BYTES) // (chunk * channels * 4)))
     tile_cb = -(-n_cb // -(-n_cb // tile_cb))     # balanced channel tiles
     tile_pb = max(1, min(n_pb, pixel_blocks or max(1, TILE_PIXEL_BLOCKS * PIXELS // pixels)))
     tile_pb = -(-n_pb // -(-n_pb // tile_pb))
@@ -380,7 +527,7 @@ def grouped_direct_plan(x_shape, w_shape, strides, pads, dilations, group, out_s
                         out_spatial, dtype)
     if inner is None:
         return None
-    packed = DerivedWeights(lambda w: [pack_weights(w[g * mg:(g + 1) * mg]) for g in range(group)])
+    packed = DerivedWeights(lambda w: [pack_weights(w[g * mg:(g + 1) * mg], inner.channels) for g in range(group)])
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         packs = packed(w)

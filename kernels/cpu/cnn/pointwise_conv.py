@@ -53,12 +53,14 @@ PIXELS = 48            # pixels per register block: 3 vectors of 16 lanes
 CHUNK_CHANNELS = 128   # input channels per chunk of the reduction: 24 KB of input, in L1
 TILE_PIXEL_BLOCKS = 16
 TILE_MIN_OUTPUT_BYTES = 512 << 10
+TILE_ALL_BLOCKS = 2
 PREFETCH_BYTES = 1024  # weights fetched this far ahead of their use (32 input channels)
 
 # Where it takes the conv. Intel Xeon AVX-512 VM, 1 thread, hot caches, ms, against
 # the OpenBLAS GEMM (benchmarks/RESULTS.md, "Issue 38: 1x1 convolutions with the
 # pixels in the lanes"): measured below.
 MIN_PIXELS = 96
+SMALL_MAP_MIN_OUTPUTS = 512
 FORCE = False          # tests: take every float32 conv asked about, also where the CPU has 8-lane registers
 
 
@@ -69,7 +71,7 @@ def takes(c, m, pixels, dtype):
         return False
     if FORCE:
         return True
-    if pixels < MIN_PIXELS:
+    if pixels < MIN_PIXELS and m < SMALL_MAP_MIN_OUTPUTS:
         return False
     from ..runtime import simd
     return simd.target_lanes() == 16
@@ -138,14 +140,17 @@ def _pointwise_blocks(x, wpack, bias, has_bias, residual, has_residual, relu, ou
             rb0, rb1 = n_rb * t // blocks, n_rb * (t + 1) // blocks
         else:
             pb0, pb1 = n_pb * t // blocks, n_pb * (t + 1) // blocks
-        pb_stop = min(pb1, n_full)
-        for pt in range(pb0, pb_stop, tile_pb):
+        for pt in range(pb0, pb1, tile_pb):
             # a tile of pixel blocks: each row block's chunk of weights (in L1) passes
             # over all of them, and its rows of output are written tile_pb * 48 apart
             for k0 in range(0, c_count, chunk):
                 k1 = min(c_count, k0 + chunk)
                 for rb in range(rb0, rb1):
-                    for pb in range(pt, min(pb_stop, pt + tile_pb)):
+                    for pb in range(pt, min(pb1, pt + tile_pb)):
+                        if pb == n_full:        # the last rem < 48 pixels
+                            _tail_rows(wpack, bias, has_bias, residual, has_residual, relu, out, tail, tail_out, rb,
+                                       k0, k1, n_full * 48, rem)
+                            continue
                         xb, ob, xrow, orow = x0 + pb * 192, o0 + pb * 192, row_bytes, row_bytes
                         at = ob + rb * 8 * orow
                         if k0 == 0:
@@ -226,72 +231,66 @@ def _pointwise_blocks(x, wpack, bias, has_bias, residual, has_residual, relu, ou
                                  ra + 6 * row_bytes, has_residual, relu)
                         _finish3(at + 7 * orow, a70, a71, a72, bias[o + 7] if has_bias else np.float32(0.0), has_bias,
                                  ra + 7 * row_bytes, has_residual, relu)
-        if pb1 == n_pb and rem:
-            _tail_block(wpack, bias, has_bias, residual, has_residual, relu, out, chunk, tail, tail_out, rb0, rb1,
-                        n_full * 48, rem)
 
 
 @compiled
-def _tail_block(wpack, bias, has_bias, residual, has_residual, relu, out, chunk, tail, tail_out, rb0, rb1, p0,
-                rem):
-    """Rows rb0 * 8.. rb1 * 8 of the last rem < 48 pixels (from p0): their input from
-    `tail` (C, 48), in vectors of 16 pixels as 8 x 16 register blocks (as many vectors
-    as the pixels need: 14x14's 4 leftover pixels cost one, not three), the sums into
-    tail_out (M, 48) and from there lane by lane, with bias, residual and ReLU, into
-    out's last columns."""
-    c_count = wpack.shape[1]
-    n_rb = wpack.shape[0]
+def _tail_rows(wpack, bias, has_bias, residual, has_residual, relu, out, tail, tail_out, rb, k0, k1, p0, rem):
+    """Row block rb's sums over channels k0..k1 of the last rem < 48 pixels (from p0):
+    their input from `tail` (C, 48), in vectors of 16 pixels as 8 x 16 register blocks
+    (as many vectors as the pixels need: 14x14's 4 leftover pixels cost one, not three),
+    the sums waiting in tail_out (M, 48); after the last chunk they go lane by lane,
+    with bias, residual and ReLU, into out's last columns."""
+    n_rb, c_count = wpack.shape[0], wpack.shape[1]
     x0 = address(tail)
     t0 = address(tail_out)
     w0 = address(wpack)
     zero = vzeros(LANES_16)
     for v in range((rem + 15) // 16):
-        for k0 in range(0, c_count, chunk):
-            k1 = min(c_count, k0 + chunk)
-            for rb in range(rb0, rb1):
-                at = t0 + (rb * 8 * 48 + v * 16) * 4
-                if k0 == 0:
-                    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
-                else:
-                    a0 = vload_f32(LANES_16, at)
-                    a1 = vload_f32(LANES_16, at + 192)
-                    a2 = vload_f32(LANES_16, at + 384)
-                    a3 = vload_f32(LANES_16, at + 576)
-                    a4 = vload_f32(LANES_16, at + 768)
-                    a5 = vload_f32(LANES_16, at + 960)
-                    a6 = vload_f32(LANES_16, at + 1152)
-                    a7 = vload_f32(LANES_16, at + 1344)
-                wk = w0 + (k0 * n_rb * 8 + rb * (k1 - k0) * 8) * 4
-                xa = x0 + (k0 * 48 + v * 16) * 4
-                for _ in range(k0, k1):
-                    u = vload_f32(LANES_16, xa)
-                    a0 = vfma(a0, load_f32(wk), u)
-                    a1 = vfma(a1, load_f32(wk + 4), u)
-                    a2 = vfma(a2, load_f32(wk + 8), u)
-                    a3 = vfma(a3, load_f32(wk + 12), u)
-                    a4 = vfma(a4, load_f32(wk + 16), u)
-                    a5 = vfma(a5, load_f32(wk + 20), u)
-                    a6 = vfma(a6, load_f32(wk + 24), u)
-                    a7 = vfma(a7, load_f32(wk + 28), u)
-                    wk += 32
-                    xa += 192
-                vstore_f32_at(at, a0)
-                vstore_f32_at(at + 192, a1)
-                vstore_f32_at(at + 384, a2)
-                vstore_f32_at(at + 576, a3)
-                vstore_f32_at(at + 768, a4)
-                vstore_f32_at(at + 960, a5)
-                vstore_f32_at(at + 1152, a6)
-                vstore_f32_at(at + 1344, a7)
-    for o in range(rb0 * 8, rb1 * 8):
+        at = t0 + (rb * 8 * 48 + v * 16) * 4
+        if k0 == 0:
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
+        else:
+            a0 = vload_f32(LANES_16, at)
+            a1 = vload_f32(LANES_16, at + 192)
+            a2 = vload_f32(LANES_16, at + 384)
+            a3 = vload_f32(LANES_16, at + 576)
+            a4 = vload_f32(LANES_16, at + 768)
+            a5 = vload_f32(LANES_16, at + 960)
+            a6 = vload_f32(LANES_16, at + 1152)
+            a7 = vload_f32(LANES_16, at + 1344)
+        wk = w0 + (k0 * n_rb * 8 + rb * (k1 - k0) * 8) * 4
+        xa = x0 + (k0 * 48 + v * 16) * 4
+        for _ in range(k0, k1):
+            u = vload_f32(LANES_16, xa)
+            a0 = vfma(a0, load_f32(wk), u)
+            a1 = vfma(a1, load_f32(wk + 4), u)
+            a2 = vfma(a2, load_f32(wk + 8), u)
+            a3 = vfma(a3, load_f32(wk + 12), u)
+            a4 = vfma(a4, load_f32(wk + 16), u)
+            a5 = vfma(a5, load_f32(wk + 20), u)
+            a6 = vfma(a6, load_f32(wk + 24), u)
+            a7 = vfma(a7, load_f32(wk + 28), u)
+            wk += 32
+            xa += 192
+        vstore_f32_at(at, a0)
+        vstore_f32_at(at + 192, a1)
+        vstore_f32_at(at + 384, a2)
+        vstore_f32_at(at + 576, a3)
+        vstore_f32_at(at + 768, a4)
+        vstore_f32_at(at + 960, a5)
+        vstore_f32_at(at + 1152, a6)
+        vstore_f32_at(at + 1344, a7)
+    if k1 < c_count:
+        return
+    for o in range(rb * 8, rb * 8 + 8):
         b = bias[o] if has_bias else np.float32(0.0)
         src = tail_out[o, 0:rem]
         dst = out[o, p0:p0 + rem]
         for j in range(rem):
-            v = src[j] + b
+            y = src[j] + b
             if has_residual:
-                v += residual[o, p0 + j]
-            dst[j] = np.float32(0.0) if relu and v < 0 else v
+                y += residual[o, p0 + j]
+            dst[j] = np.float32(0.0) if relu and y < 0 else y
 
 
 @_pointwise_blocks.numpy_twin
@@ -357,7 +356,12 @@ def pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype):
     chunk = chunk_channels(c)
     rem = p % PIXELS
     packed = DerivedWeights(pack_rows)
-    tile_pb = TILE_PIXEL_BLOCKS if c <= CHUNK_CHANNELS and m * p * 4 > TILE_MIN_OUTPUT_BYTES else 1
+    if n_pb <= TILE_ALL_BLOCKS:
+        tile_pb = n_pb          # small maps: each chunk of weights read once, for every pixel block
+    elif c <= CHUNK_CHANNELS and m * p * 4 > TILE_MIN_OUTPUT_BYTES:
+        tile_pb = TILE_PIXEL_BLOCKS
+    else:
+        tile_pb = 1
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         wpack = packed(w)
