@@ -87,12 +87,13 @@ _BITS = {"f32": 32, "f16": 16, "u8": 8, "u4": 4, "u2": 2}
 
 class Lanes:
     """n float32 lanes, optionally of table values stored as `kind` (one of KINDS)."""
-    __slots__ = ("n", "kind")
+    __slots__ = ("n", "kind", "numba_type")
 
     def __init__(self, n, kind=None):
         if n < 1 or kind not in (None,) + KINDS or (kind and n % max(1, 8 // _BITS[kind])):
             raise ValueError("no Lanes(%r, %r)" % (n, kind))
         self.n, self.kind = n, kind
+        self.numba_type = None      # made on the first call that passes it (_typeof_lanes)
 
     def __repr__(self):
         return "Lanes(%d, %r)" % (self.n, self.kind)
@@ -125,7 +126,10 @@ class _VecModel(models.PrimitiveModel):
 
 @typeof_impl.register(Lanes)
 def _typeof_lanes(val, c):
-    return LanesType(val.n, val.kind)
+    # kept on the token: numba asks on every call of a kernel taking one (2.4 us a time)
+    if val.numba_type is None:
+        val.numba_type = LanesType(val.n, val.kind)
+    return val.numba_type
 
 
 @unbox(LanesType)
