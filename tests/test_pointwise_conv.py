@@ -77,8 +77,8 @@ def test_pixel_tiles_cover_every_block(forced, monkeypatch):
                                **tolerance(24))
 
 
-@pytest.mark.parametrize("x_shape,m", [((1, 260, 12, 10), 64),    # many row blocks: the team splits rows
-                                       ((1, 40, 20, 20), 8)],      # one row block: the team splits pixel blocks
+@pytest.mark.parametrize("x_shape,m", [((1, 260, 10, 20), 256),   # pixels <= outputs: the team splits rows
+                                       ((1, 40, 20, 20), 8)],      # pixels > outputs: the team splits pixel blocks
                          ids=["rows", "pixels"])
 def test_results_are_bit_identical_at_team_sizes_1_2_3(forced, monkeypatch, x_shape, m):
     """Each output's sum runs over the channels in order whoever computes it."""
@@ -121,6 +121,13 @@ def test_numpy_twin_agrees_with_the_kernel(forced, monkeypatch, blocks):
         jit.set_jit_mode(before)
     assert called
     np.testing.assert_allclose(twin, compiled, rtol=1e-5, atol=1e-4)
+
+
+def test_the_team_splits_whichever_operand_it_would_read_less_twice():
+    assert pw.split_by_rows(1024, 196, 2)          # 14x14, 1024 outputs: the input is the smaller
+    assert not pw.split_by_rows(64, 3136, 2)       # 56x56, 64 outputs: the weights are
+    assert pw.split_by_rows(64, 100, 2)            # 3 pixel blocks for 2 threads: rows
+    assert not pw.split_by_rows(64, 400, 2)
 
 
 def test_packed_weights_round_trip_over_uneven_chunks():

@@ -306,6 +306,14 @@ def _pointwise_blocks_numpy(x, wpack, bias, has_bias, residual, has_residual, re
 _pointwise_blocks_serial = serial_variant(_pointwise_blocks, "_pointwise_blocks_serial")
 
 
+def split_by_rows(m, p, team):
+    """Whether the team splits the output rows (each thread reads all the input and its
+    rows' weights) or the pixel blocks (each thread reads its pixels' input and all the
+    weights): whichever reads less twice, the input (C x P) or the weights (M x C),
+    unless there are too few pixel blocks to go round."""
+    return (p <= m and m // ROWS >= team) or -(-p // PIXELS) < 2 * team
+
+
 def chunk_channels(c):
     """Input channels per chunk of the reduction: C in balanced chunks of at most
     CHUNK_CHANNELS (all the same size but the last)."""
@@ -368,7 +376,7 @@ def pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype):
         b = bias_values(bias, np.float32)
         if bias is not None and b.size != m:
             raise ValueError("bias of %d values for %d output channels" % (b.size, m))
-        split_rows = n_rb >= 4 * team_size() or n_rb >= n_pb
+        split_rows = split_by_rows(m, p, team_size())
         blocks = team_blocks(n_rb if split_rows else n_pb, 2 * c * ROWS * PIXELS)
         kernel = _pointwise_blocks if blocks > 1 else _pointwise_blocks_serial
         tail = tail_out = _NO_RESIDUAL
