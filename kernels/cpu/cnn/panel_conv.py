@@ -50,10 +50,12 @@ vfma = LazyGlobal(".simd", "vfma")
 vstore_f32_at = LazyGlobal(".simd", "vstore_f32_at")
 address = LazyGlobal(".simd", "address")
 load_f32 = LazyGlobal(".simd", "load_f32")
+prefetch = LazyGlobal(".simd", "prefetch")
 
 CHANNELS = 32        # output channels per register block: 2 vectors of 16 lanes
 PIXELS = 12          # pixels per register block (24 accumulators of the 32 registers)
 CHUNK_TAPS = 192     # taps per chunk of the reduction: a panel's chunk of weights, 24 KB, stays in L1
+PREFETCH_BYTES = 2048  # weights fetched this far ahead of their use (16 taps)
 
 # Where it takes the conv. Intel Xeon AVX-512 VM, 1 thread, bias + ReLU, hot caches, ms
 # (benchmarks/RESULTS.md, "Issue 38 on an Intel Xeon AVX-512 VM"):
@@ -171,6 +173,8 @@ def _panel_blocks(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bia
                         xa = xs + offsets[k] * 4 if step == 0 else xs + k * step
                         u0 = vload_f32(LANES_16, wk)
                         u1 = vload_f32(LANES_16, wk + 64)
+                        prefetch(wk + PREFETCH_BYTES)
+                        prefetch(wk + PREFETCH_BYTES + 64)
                         s = load_f32(xa)
                         a00 = vfma(a00, s, u0)
                         a01 = vfma(a01, s, u1)
