@@ -54,10 +54,12 @@ vmax = LazyGlobal(".simd", "vmax")
 vstore_f32_at = LazyGlobal(".simd", "vstore_f32_at")
 address = LazyGlobal(".simd", "address")
 load_f32 = LazyGlobal(".simd", "load_f32")
+prefetch = LazyGlobal(".simd", "prefetch")
 
 CHANNELS = 4         # output channels per register block
 WIDE_CHANNELS = 8    # with 16-lane registers (_direct_blocks_wide): 24 accumulators of the 32
 WIDE = True          # tests and benchmarks: False keeps 4-channel blocks at 16 lanes
+PREFETCH_BYTES = 1024  # the 8-channel kernel fetches weights this far ahead (32 taps)
 PIXELS = 24          # flat outputs per register block: 3 vectors of 8 (48 = 3 x 16 with AVX-512)
 # None: the widest the CPU has (16 lanes with AVX-512, else 8); 8 or 16 forces a width
 # (tests run both on any machine: LLVM splits 16 lanes into two AVX2 registers)
@@ -322,6 +324,7 @@ def _direct_blocks_wide(flat, offsets, wpack, bias, has_bias, residual, has_resi
                         wk = w0 + (cb * k_count + k0) * 32
                         for k in range(k1 - k0):
                             v0, v1, v2 = _load_row(lanes, pk + k * pxb)
+                            prefetch(wk + PREFETCH_BYTES)
                             c = load_f32(wk)
                             a00 = vfma(a00, c, v0)
                             a01 = vfma(a01, c, v1)
