@@ -13,9 +13,13 @@ Public:
     pad_input(x, pads, value=0.0), windows(x, kernel, strides, dilations)
 
 Strategy, chosen once per geometry (a cached plan holds every slice it copies):
-  * on CPUs with 16-lane registers (AVX-512), float32 group-1 2-D convs on small maps
-    (panel_conv.takes: the direct kernel's kxk convs up to 14x14 outputs, 1x1s on 7x7
-    maps) run 32 output channels x 12 outputs in registers over packed weight panels
+  * on CPUs with 16-lane registers (AVX-512), float32 group-1 1x1s with output
+    channels in multiples of 8 (pointwise_conv.takes: maps of 96+ pixels, 7x7 maps with
+    512+ outputs) run 8 output channels x 48 pixels in registers, the input read in
+    place, over weights packed once (pointwise_conv.py);
+  * on the same CPUs, float32 group-1 2-D convs on small maps (panel_conv.takes: the
+    blocked branch's kxk convs up to 14x14 outputs, the other 1x1s on 7x7 maps) run 32
+    output channels x 12 outputs in registers over packed weight panels
     (panel_conv.py);
   * 1x1, no padding: a plain matmul W (M, C) @ X (C, H*W) per image and group
     (strided 1x1 subsamples first); grouped ones in float, one BLAS GEMM per group on
@@ -24,10 +28,11 @@ Strategy, chosen once per geometry (a cached plan holds every slice it copies):
     the tap-major weights with the flattened padded input, then a compiled
     shift-add of the taps (shift_conv.py);
   * 2-D float32, group 1, C_in >= 16, kernel larger than 1x1 (blocked_direct_wins:
-    all but the stride-1 3x3s above 8x8 outputs that Winograd takes; grouped ones with
-    C_in / group >= 16 per group), and short reductions (C * kh * kw from DIRECT_MIN_K
-    to DIRECT_MAX_K: 16 -> 64 3x3, 7x7 stems): a cache-blocked direct convolution
-    whose register blocks of 4 channels x 24 outputs accumulate in vector registers
+    all but the stride-1 3x3s above 8x8 outputs that Winograd takes, above 14x14 or
+    with C_in * C_out > 256^2 on 16-lane CPUs; grouped ones with C_in / group >= 16 per
+    group), and short reductions (C * kh * kw from DIRECT_MIN_K to DIRECT_MAX_K: 16 ->
+    64 3x3, 7x7 stems): a cache-blocked direct convolution whose register blocks of 4
+    channels x 24 outputs (8 x 48 with 16 lanes) accumulate in vector registers
     (direct_conv.py), no tap stack;
   * 3x3 stride-1, float32/float64, many channels: Winograd F(4x4, 3x3) from 28x28 outputs, else
     F(2x2, 3x3): 36 or 16 GEMMs on transformed 6x6 / 4x4 tiles (4x / 2.25x fewer

@@ -56,9 +56,15 @@ TILE_MIN_OUTPUT_BYTES = 512 << 10
 TILE_ALL_BLOCKS = 2
 PREFETCH_BYTES = 1024  # weights fetched this far ahead of their use (32 input channels)
 
-# Where it takes the conv. Intel Xeon AVX-512 VM, 1 thread, hot caches, ms, against
-# the OpenBLAS GEMM (benchmarks/RESULTS.md, "Issue 38: 1x1 convolutions with the
-# pixels in the lanes"): measured below.
+# Where it takes the conv. Intel Xeon AVX-512 VM, 1 thread (benchmarks/RESULTS.md, "Issue
+# 38: 1x1 convolutions with the pixels in the lanes"). Per layer, bias + ReLU, hot
+# caches, OpenBLAS GEMM -> here, ms: 256 -> 64 at 56x56 1.21-1.25 -> 0.94-0.97, 64 -> 256
+# 1.15 -> 0.91-0.96, 512 -> 128 at 28 0.92-0.93 -> 0.83-0.88, 1024 -> 256 at 14 0.94-0.95
+# -> 0.88-0.90, squeezenet's 64 -> 16 at 55 0.142 -> 0.106. Inside the models (all
+# 1x1s, per-op times of whole runs): resnet50 50.7 -> 46.3 ms; whole models 0.92-0.98x.
+# Maps under 96 pixels (7x7) only with >= 512 outputs: resnet50's 512 -> 2048 at 7x7
+# 4.9-5.2 -> 3.7-4.0 ms (x3) against the channel panels, but inception_v2's 1024 -> 160
+# .. 352 lost there (1.09-1.6x: 49 pixels are a block of 48 and a tail of one).
 MIN_PIXELS = 96
 SMALL_MAP_MIN_OUTPUTS = 512
 FORCE = False          # tests: take every float32 conv asked about, also where the CPU has 8-lane registers
