@@ -66,6 +66,19 @@ PIXELS = 24          # flat outputs per register block: 3 vectors of 8 (48 = 3 x
 REGISTER_LANES = None
 
 
+@compiled(inline=True)
+def _pack_taps(x0, offsets, p0, k0, k1, pk, lanes):
+    """Taps k0..k1 of the pixel block at flat output p0 (3 vectors each, read at the
+    phase buffers' address x0 + (p0 + offsets[k]) * 4) side by side from address pk."""
+    vb = lane_count(lanes) * 4
+    for k in range(k0, k1):
+        at = x0 + (p0 + offsets[k]) * 4
+        to = pk + (k - k0) * 3 * vb
+        vstore_f32_at(to, vload_f32(lanes, at))
+        vstore_f32_at(to + vb, vload_f32(lanes, at + vb))
+        vstore_f32_at(to + 2 * vb, vload_f32(lanes, at + 2 * vb))
+
+
 @compiled(parallel=True)
 def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk, tile_cb,
                    tile_pb, acc, blocks, work, stride, lanes):
@@ -117,12 +130,7 @@ def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual,
                 for pb in range(pt * tile_pb, pb_end):
                     p0 = pb * px
                     # the chunk's taps of this pixel block side by side, read by every channel block
-                    for k in range(k0, k1):
-                        at = x0 + (p0 + offsets[k]) * 4
-                        to = pk + (k - k0) * pxb
-                        vstore_f32_at(to, vload_f32(lanes, at))
-                        vstore_f32_at(to + vb, vload_f32(lanes, at + vb))
-                        vstore_f32_at(to + 2 * vb, vload_f32(lanes, at + 2 * vb))
+                    _pack_taps(x0, offsets, p0, k0, k1, pk, lanes)
                     for cb in range(ct * tile_cb, cb_end):
                         if k0 == 0:
                             a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = zero
@@ -301,12 +309,7 @@ def _direct_blocks_wide(flat, offsets, wpack, bias, has_bias, residual, has_resi
                 k1 = min(k_count, k0 + chunk)
                 for pb in range(pt * tile_pb, pb_end):
                     p0 = pb * px
-                    for k in range(k0, k1):
-                        at = x0 + (p0 + offsets[k]) * 4
-                        to = pk + (k - k0) * pxb
-                        vstore_f32_at(to, vload_f32(lanes, at))
-                        vstore_f32_at(to + vb, vload_f32(lanes, at + vb))
-                        vstore_f32_at(to + 2 * vb, vload_f32(lanes, at + 2 * vb))
+                    _pack_taps(x0, offsets, p0, k0, k1, pk, lanes)
                     for cb in range(ct * tile_cb, cb_end):
                         ap = c0_ + (cb * 8 * row + p0) * 4
                         if k0 == 0:

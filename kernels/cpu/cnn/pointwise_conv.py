@@ -5,16 +5,22 @@ lanes, the input read in place and the weights packed once.
 Public:
     pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype)
         -> compute(x, w, out, scratch, bias=None, relu=False, residual=None), or None
-        where this path does not take the conv (see `takes`).
-    takes(c, m, pixels, dtype)   float32, m a multiple of ROWS, pixels >= MIN_PIXELS, the
-        CPU's registers hold 16 lanes (FORCE: any CPU, for tests)
+        where this path does not take the conv (see `takes`). Strided 1x1s subsample
+        first.
+    takes(c, m, pixels, dtype)   float32, m a multiple of ROWS, pixels >= MIN_PIXELS (or
+        >= PIXELS with m >= SMALL_MAP_MIN_OUTPUTS), the CPU's registers hold 16 lanes
+        (FORCE: any CPU, for tests)
+    split_by_rows(m, p, team), chunk_channels(c), pack_rows(w), unpack_rows(wpack, chunk)
 
 Why: a 1x1 conv is the product W (M, C) @ X (C, P) of its weights and its input, whose
 channels are rows of P contiguous pixels. Through OpenBLAS each call packed both
-operands (the weights, 0.25-1 MB, read cold from memory inside a model) and the
+operands (the weights, 0.25-4 MB, read cold from memory inside a model) and the
 bias / residual / ReLU pass ran after the product; OpenBLAS's SkylakeX kernels ran
 resnet50's 1x1s at 94-125 GFLOP/s on one thread, onnxruntime's ~133. Here:
-  * the weights are packed (M/8, C, 8) once per weight array (buffers.DerivedWeights);
+  * the weights are packed once per weight array (buffers.DerivedWeights) in the order
+    a pass reads them: chunk by chunk of the reduction, row block by row block, per
+    input channel the 8 output channels' weights side by side (one sequential stream,
+    also prefetched PREFETCH_BYTES ahead);
   * a block of 8 output channels x 48 pixels (3 vectors of 16) is 24 accumulators held
     in registers: per input channel 3 vector loads of its row (in place: no packing of
     the input), 8 broadcast weights, 24 FMAs;
@@ -22,11 +28,16 @@ resnet50's 1x1s at 94-125 GFLOP/s on one thread, onnxruntime's ~133. Here:
     chunk of input (128 x 48 floats, 24 KB) stays in L1 while every row block passes
     over it; the partial sums wait in the output between chunks and the last chunk
     adds bias and residual and applies ReLU to the registers before they are stored;
+  * pixel blocks are outer, in tiles: one block at a time, or TILE_PIXEL_BLOCKS for
+    single-chunk reductions with large outputs (each output row then written 3 KB at a
+    time), or the whole map when it is one or two blocks (each chunk of weights read
+    once);
   * the pixels past the last full block (P mod 48) are copied into a zero-padded
-    (C, 48) buffer, computed into a (M, 48) one and written out lane by lane;
-  * the team splits the row blocks (or, with few row blocks, the pixel blocks); every
-    output's sum runs over the channels in order whoever computes it: results are the
-    same at any team size.
+    (C, 48) buffer and computed in 16-pixel vectors (as many as they need) into a
+    (M, 48) one, then written out lane by lane;
+  * the team splits the pixel blocks where the input is larger than the weights, the
+    row blocks otherwise (split_by_rows); every output's sum runs over the channels in
+    order whoever computes it: results are the same at any team size.
 """
 import numpy as np
 
