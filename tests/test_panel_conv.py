@@ -48,6 +48,10 @@ GEOMETRIES = [
     ((2, 16, 14, 14), (35, 16, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),      # 3x3 stride 2
     ((1, 9, 6, 6), (70, 9, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),          # 5x5
     ((1, 7, 11, 13), (32, 7, 3, 2), (1, 2), (0, 2, 1, 0), (2, 1)),        # mixed stride, dilation, asymmetric pads
+    ((1, 20, 14, 14), (40, 20, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),      # 14x14: one output row per block
+    ((1, 12, 13, 12), (33, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),      # rows of 12: two slots past the row
+    ((2, 8, 5, 7), (36, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),          # two rows of 7 per block, odd rows
+    ((1, 10, 11, 11), (34, 10, 3, 3), (2, 2), (0, 0, 0, 0), (1, 1)),      # 5x5 by stride 2: two rows of 5
 ]
 
 
@@ -61,7 +65,9 @@ def test_panels_match_float64_with_every_epilogue(forced, x_shape, w_shape, stri
 
 
 @pytest.mark.parametrize("x_shape,w_shape,strides,pads", [((1, 600, 7, 7), (130, 600, 1, 1), (1, 1), (0, 0, 0, 0)),
-                                                           ((1, 64, 9, 9), (70, 64, 3, 3), (1, 1), (1, 1, 1, 1))])
+                                                           ((1, 64, 9, 9), (70, 64, 3, 3), (1, 1), (1, 1, 1, 1)),
+                                                           ((1, 64, 7, 7), (70, 64, 3, 3), (1, 1), (1, 1, 1, 1)),
+                                                           ((1, 40, 14, 14), (70, 40, 3, 3), (1, 1), (1, 1, 1, 1))])
 def test_results_are_bit_identical_at_team_sizes_1_2_3(forced, monkeypatch, x_shape, w_shape, strides, pads):
     """Each output's sum runs over the taps in order whoever computes it."""
     x, w, b, res = _case(x_shape, w_shape, strides, pads)
@@ -103,6 +109,15 @@ def test_numpy_twin_agrees_with_the_kernel(forced, monkeypatch, blocks, w_shape,
         jit.set_jit_mode(before)
     assert called
     np.testing.assert_allclose(twin, compiled, rtol=1e-5, atol=1e-4)
+
+
+def test_row_blocks_cover_maps_of_up_to_14_columns_without_flat_padding():
+    # two rows of up to 7, one row of 12-14, else flat blocks of 14 consecutive outputs
+    assert pc.row_blocks(7, 7, 9, 5) == (4, 18, 9)
+    assert pc.row_blocks(14, 14, 16, 16) == (14, 16, 7)
+    assert pc.row_blocks(9, 9, 11, 8) == (8, 14, 7)
+    # a last block that would read past what the phase buffers hold stays flat
+    assert pc.row_blocks(3, 7, 9, 2) == (2, 14, 7)
 
 
 def test_weights_edited_in_place_are_packed_again(forced):

@@ -17,20 +17,27 @@ Why: on late layers a map has 49-196 outputs. direct_conv.py's pixel-vector bloc
 flat outputs at 16 lanes) compute 96 for a 7x7 map's 63 flat outputs, and OpenBLAS's
 kernels (blocked for long rows) ran 7x7 1x1 products at 80-90 GFLOP/s. Here the
 weights are packed once into panels of 32 output channels (two 16-lane vectors per
-tap, read in order), and a block of 32 channels x 12 flat outputs is 24 accumulators
-held in registers: per tap 2 vector loads of weights, 12 broadcast inputs, 24 FMAs.
-kxk convs read the direct kernel's stride-phase buffers at its tap offsets
-(phases.TapLayout: columns past a row's end are computed and dropped); 1x1s read their
-input in place, tap k one plane further, the last block's columns from a zero-padded
-copy when the map is not a multiple of 12.
+tap, read in order, prefetched PREFETCH_BYTES ahead), and a block of 32 channels x 14
+pixels is 28 accumulators held in registers: per tap 2 vector loads of weights, 14
+broadcast inputs, 28 FMAs. kxk convs read the direct kernel's stride-phase buffers at
+its tap offsets (phases.TapLayout); 1x1s read their input in place, tap k one plane
+further, the last block's columns from a zero-padded copy when the map is not a
+multiple of 14.
 
+  * a block's 14 pixels are two runs of 7 (row_blocks): on maps up to 7 wide, two
+    output rows; on maps 12-14 wide, one row; else 14 consecutive flat outputs (the
+    columns past a row's end, over the flattened rows' padding, computed and
+    dropped). 1 thread, 12 flat outputs -> row blocks, ms: 512 -> 512 3x3 at 7x7
+    2.28 -> 1.80 (56 outputs computed for 49, against 72), 192 -> 224 at 7x7 0.385 ->
+    0.309, 256 -> 256 at 14x14 1.82 -> 1.52 (196 for 196, against 228), 64 -> 256 at
+    13x13 0.47 -> 0.40, the 1x1s at 7x7 0.92-0.98x;
   * the blocks are (channel panel, pixel block) items, channel panel outer; a thread's
     items of one panel run the reduction in chunks of CHUNK_TAPS taps: a chunk of the
     panel's weights (192 x 32 floats, in L1) passes over all of them, their partial
     sums parked in the thread's work region between chunks (the same float32 sums in
     the same order: bit-identical to one pass; 512 -> 512 3x3 at 7x7 2.74-2.83 ->
     2.60-2.65 ms, 3x3/s2 at 14 2.60-2.79 -> 2.46-2.53, the short reductions unchanged);
-  * a finished block's parked sums (12 pixels x 32 channels) are written out with bias,
+  * a finished block's parked sums (14 pixels x 32 channels) are written out with bias,
     residual and ReLU;
   * every output's sum runs over the input channels in order whichever thread computes
     it: results are the same at any team size.
@@ -53,7 +60,7 @@ load_f32 = LazyGlobal(".simd", "load_f32")
 prefetch = LazyGlobal(".simd", "prefetch")
 
 CHANNELS = 32        # output channels per register block: 2 vectors of 16 lanes
-PIXELS = 12          # pixels per register block (24 accumulators of the 32 registers)
+PIXELS = 14          # pixels per register block (28 accumulators of the 32 registers)
 CHUNK_TAPS = 192     # taps per chunk of the reduction: a panel's chunk of weights, 24 KB, stays in L1
 PREFETCH_BYTES = 2048  # weights fetched this far ahead of their use (16 taps)
 
@@ -98,18 +105,21 @@ def takes(c, m, taps, pixels, dtype):
 
 @compiled(parallel=True)
 def _panel_blocks(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bias, residual, has_residual, relu, out,
-                  wq, n_pb, chunk, blocks, work, stride):
+                  wq, n_pb, block_step, second, chunk, blocks, work, stride):
     """out (M, OH, OW) = [relu](sum over taps k of wpanel[., k, .] * flat[p + offsets[k]]
-    + bias + residual) for flat output p = oy * wq + ox. flat: phases.TapLayout's
-    buffers, long enough that p + offsets[k] < len(flat) for every p < n_pb * 12 (the
+    + bias + residual) for flat output p = oy * wq + ox. Block b's 14 pixels are the flat
+    outputs p0 .. p0 + 6 and p0 + second .. p0 + second + 6, p0 = b * block_step (flat
+    blocks: block_step 14, second 7; rows of 8-14 outputs: block_step wq, second 7; two
+    rows of up to 7: block_step 2 * wq, second wq). flat: phases.TapLayout's buffers,
+    long enough that p + offsets[k] < len(flat) for every pixel p of every block (the
     caller checked); wpanel (ceil(M/32), K, 32) float32, zero past M; residual
     (M, OH * OW) when has_residual. Items (panel, pixel block) are split over `blocks`
     team threads; a thread's items of one panel run the reduction in chunks of `chunk`
-    taps, each chunk of the panel's weights passed over all of them, their (12, 32)
+    taps, each chunk of the panel's weights passed over all of them, their (14, 32)
     partial sums parked in the thread's region of `work` (from thread_id() * stride,
-    n_pb * 384 floats; buffers.team_work) and finished from there. tap_step > 0: tap
+    n_pb * 448 floats; buffers.team_work) and finished from there. tap_step > 0: tap
     k's input is k * tap_step bytes after tap 0's (offsets unread). has_tail: the last pixel block reads
-    `tail` (K, 12) instead, tap k at row k (a 1x1 conv reading its input in place, whose
+    `tail` (K, 14) instead, tap k at row k (a 1x1 conv reading its input in place, whose
     last block would run past the input's end)."""
     m, oh, ow = out.shape
     n_cb = wpanel.shape[0]
@@ -134,10 +144,10 @@ def _panel_blocks(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bia
                 k1 = min(k_count, k0 + chunk)
                 for it in range(item, run_end):
                     pb = it - cb * n_pb
-                    sp = m0 + (it - item) * 1536         # this block's 12 x 32 sums
+                    sp = m0 + (it - item) * 1792         # this block's 14 x 32 sums
                     if k0 == 0:
-                        a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = a40 = a41 = a50 = a51 = zero
-                        a60 = a61 = a70 = a71 = a80 = a81 = a90 = a91 = aa0 = aa1 = ab0 = ab1 = zero
+                        a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = a40 = a41 = a50 = a51 = a60 = a61 = zero
+                        a70 = a71 = a80 = a81 = a90 = a91 = aa0 = aa1 = ab0 = ab1 = ac0 = ac1 = ad0 = ad1 = zero
                     else:
                         a00 = vload_f32(LANES_16, sp + 0)
                         a01 = vload_f32(LANES_16, sp + 64)
@@ -163,19 +173,26 @@ def _panel_blocks(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bia
                         aa1 = vload_f32(LANES_16, sp + 1344)
                         ab0 = vload_f32(LANES_16, sp + 1408)
                         ab1 = vload_f32(LANES_16, sp + 1472)
+                        ac0 = vload_f32(LANES_16, sp + 1536)
+                        ac1 = vload_f32(LANES_16, sp + 1600)
+                        ad0 = vload_f32(LANES_16, sp + 1664)
+                        ad1 = vload_f32(LANES_16, sp + 1728)
                     wk = w0 + (cb * k_count + k0) * 128
-                    xs = x0 + pb * 48
+                    xs = x0 + pb * block_step * 4
                     step = tap_step
+                    gap = second * 4
                     if has_tail and pb == n_pb - 1:
                         xs = address(tail)
-                        step = 48
+                        step = 56
+                        gap = 28
                     for k in range(k0, k1):
                         xa = xs + offsets[k] * 4 if step == 0 else xs + k * step
+                        xb = xa + gap
                         u0 = vload_f32(LANES_16, wk)
                         u1 = vload_f32(LANES_16, wk + 64)
                         prefetch(wk + PREFETCH_BYTES)
                         prefetch(wk + PREFETCH_BYTES + 64)
-                        s = load_f32(xa)
+                        s = load_f32(xa + 0)
                         a00 = vfma(a00, s, u0)
                         a01 = vfma(a01, s, u1)
                         s = load_f32(xa + 4)
@@ -196,21 +213,27 @@ def _panel_blocks(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bia
                         s = load_f32(xa + 24)
                         a60 = vfma(a60, s, u0)
                         a61 = vfma(a61, s, u1)
-                        s = load_f32(xa + 28)
+                        s = load_f32(xb + 0)
                         a70 = vfma(a70, s, u0)
                         a71 = vfma(a71, s, u1)
-                        s = load_f32(xa + 32)
+                        s = load_f32(xb + 4)
                         a80 = vfma(a80, s, u0)
                         a81 = vfma(a81, s, u1)
-                        s = load_f32(xa + 36)
+                        s = load_f32(xb + 8)
                         a90 = vfma(a90, s, u0)
                         a91 = vfma(a91, s, u1)
-                        s = load_f32(xa + 40)
+                        s = load_f32(xb + 12)
                         aa0 = vfma(aa0, s, u0)
                         aa1 = vfma(aa1, s, u1)
-                        s = load_f32(xa + 44)
+                        s = load_f32(xb + 16)
                         ab0 = vfma(ab0, s, u0)
                         ab1 = vfma(ab1, s, u1)
+                        s = load_f32(xb + 20)
+                        ac0 = vfma(ac0, s, u0)
+                        ac1 = vfma(ac1, s, u1)
+                        s = load_f32(xb + 24)
+                        ad0 = vfma(ad0, s, u0)
+                        ad1 = vfma(ad1, s, u1)
                         wk += 128
                     vstore_f32_at(sp + 0, a00)
                     vstore_f32_at(sp + 64, a01)
@@ -236,16 +259,21 @@ def _panel_blocks(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bia
                     vstore_f32_at(sp + 1344, aa1)
                     vstore_f32_at(sp + 1408, ab0)
                     vstore_f32_at(sp + 1472, ab1)
+                    vstore_f32_at(sp + 1536, ac0)
+                    vstore_f32_at(sp + 1600, ac1)
+                    vstore_f32_at(sp + 1664, ad0)
+                    vstore_f32_at(sp + 1728, ad1)
             # finished: every block of the run, from its parked sums (tile[j, :]: pixel j's
             # 32 channel sums), with bias, residual and ReLU
             c0 = cb * 32
             c1 = min(m, c0 + 32)
             for it in range(item, run_end):
-                p0 = (it - cb * n_pb) * 12
-                tile = mine[(it - item) * 384:(it - item + 1) * 384].reshape(12, 32)
-                for j in range(12):
-                    oy = (p0 + j) // wq
-                    ox = p0 + j - oy * wq
+                p0 = (it - cb * n_pb) * block_step
+                tile = mine[(it - item) * 448:(it - item + 1) * 448].reshape(14, 32)
+                for j in range(14):
+                    pj = p0 + j if j < 7 else p0 + second + j - 7
+                    oy = pj // wq
+                    ox = pj - oy * wq
                     if oy >= oh or ox >= ow:        # a column past the row's end, or past the map
                         continue
                     sums = tile[j]
@@ -259,7 +287,7 @@ def _panel_blocks(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bia
 
 @_panel_blocks.numpy_twin
 def _panel_blocks_numpy(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bias, residual, has_residual, relu,
-                        out, wq, n_pb, chunk, blocks, work, stride):
+                        out, wq, n_pb, block_step, second, chunk, blocks, work, stride):
     """All outputs at once: the taps gathered (K, OH * wq), one product, the crop."""
     m, oh, _ = out.shape
     if tap_step:
@@ -283,6 +311,23 @@ def pack_panels(w):
 _NO_TAIL = np.zeros((1, PIXELS), np.float32)
 
 
+def row_blocks(oh, ow, wq, flat_blocks):
+    """(blocks, block_step, second) of _panel_blocks for a kxk conv's OH x OW outputs on
+    flattened rows wq wide, TapLayout's flat_blocks blocks of 14 guaranteed readable:
+    two output rows of up to 7 per block (7x7 maps: 56 pixels computed for 49, against
+    70 as flat blocks over 9-wide rows), one row of 12-14 (14x14: 196 for 196, against
+    224), else flat blocks of 14 consecutive flat outputs."""
+    if ow <= 7:
+        blocks, step, second = -(-oh // 2), 2 * wq, wq
+    elif 12 <= ow <= PIXELS:
+        blocks, step, second = oh, wq, 7
+    else:
+        return flat_blocks, PIXELS, 7
+    if (blocks - 1) * step + second + 6 >= flat_blocks * PIXELS:     # past what TapLayout made readable
+        return flat_blocks, PIXELS, 7
+    return blocks, step, second
+
+
 def panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     """See the module docstring; None where `takes` says no (or the geometry is not a
     plain 2-D group-1 one: negative pads, other ranks)."""
@@ -304,11 +349,13 @@ def panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
         wq, offsets, tap_step = ow, np.zeros(1, np.int64), p * 4
         tail_from = (n_pb - 1) * PIXELS if p % PIXELS else p
         fill = None
+        block_step, second = PIXELS, 7
     else:
         taps = TapLayout(x_shape, w_shape, strides, pads, dilations, out_spatial, PIXELS)
         n_pb, wq, offsets, tap_step = taps.blocks, taps.wq, taps.offsets, 0
         p = tail_from = 0
         fill = taps.fill
+        n_pb, block_step, second = row_blocks(oh, ow, wq, taps.blocks)
     items = n_cb * n_pb
     chunk = -(-k_count // -(-k_count // CHUNK_TAPS))     # balanced chunks
 
@@ -331,5 +378,5 @@ def panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
                 flat = fill(x[i], scratch)
             res = residual[i].reshape(m, oh * ow) if residual is not None else _NO_RESIDUAL
             kernel(flat, offsets, tap_step, tail, tail is not _NO_TAIL, wpanel, b, bias is not None, res,
-                   residual is not None, relu, out[i], wq, n_pb, chunk, blocks, work, stride)
+                   residual is not None, relu, out[i], wq, n_pb, block_step, second, chunk, blocks, work, stride)
     return compute
