@@ -54,7 +54,7 @@ CONVS = [
 CONVS_BESIDE_BLOCKED = [
     ((1, 12, 9, 9), (4, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32),     # shift-add, fused rows
     ((1, 128, 6, 6), (64, 128, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float64),  # shift-add, tiles
-    ((1, 272, 9, 9), (272, 272, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32),  # Winograd, gather/scatter
+    ((1, 240, 15, 15), (240, 240, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32),  # Winograd, gather/scatter
     ((2, 6, 15, 15), (8, 6, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1, np.float32),     # flattened rows, fused
     ((1, 48, 7, 7), (20, 48, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.float32),    # blocked direct, 2 chunks
     ((1, 24, 64, 64), (8, 12, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 2, np.float32),   # grouped taps on the team

@@ -163,10 +163,10 @@ def test_conv_nchw_takes_the_panels_where_the_rule_says(monkeypatch):
         assert kind((1, 512, 14, 14), (512, 512, 3, 3), (2, 2), same) == "panel_plan"
         assert kind((1, 128, 14, 14), (32, 128, 3, 3), pads=same) == "panel_plan"     # densenet's, 14x14
         assert kind((1, 256, 14, 14), (256, 256, 3, 3), pads=same) == "panel_plan"     # was Winograd
-        # Winograd keeps its 3x3s above 14x14 and those of 512 x 512 channels, the
-        # pixel-lane kernel or OpenBLAS the 1x1s on larger maps or with few channels, the
-        # direct kernel larger maps and few output channels; float64 its paths
-        assert kind((1, 512, 14, 14), (512, 512, 3, 3), pads=same) == "winograd_plan"
+        assert kind((1, 512, 14, 14), (512, 512, 3, 3), pads=same) == "panel_plan"
+        # Winograd keeps its 3x3s above 14x14, the pixel-lane kernel or OpenBLAS the 1x1s
+        # on larger maps or with few channels, the direct kernel larger maps and few
+        # output channels; float64 its paths
         assert kind((1, 128, 28, 28), (128, 128, 3, 3), pads=same) == "winograd_plan"
         assert kind((1, 512, 14, 14), (128, 512, 1, 1)) == "pointwise_plan"      # pixel lanes (pointwise_conv.py)
         assert kind((1, 256, 7, 7), (128, 256, 1, 1)) == "_pointwise_plan"

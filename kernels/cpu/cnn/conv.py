@@ -28,9 +28,8 @@ Strategy, chosen once per geometry (a cached plan holds every slice it copies):
     the tap-major weights with the flattened padded input, then a compiled
     shift-add of the taps (shift_conv.py);
   * 2-D float32, group 1, C_in >= 16, kernel larger than 1x1 (blocked_direct_wins:
-    all but the stride-1 3x3s above 8x8 outputs that Winograd takes, above 14x14 or
-    with C_in * C_out > 256^2 on 16-lane CPUs; grouped ones with C_in / group >= 16 per
-    group), and short reductions (C * kh * kw from DIRECT_MIN_K to DIRECT_MAX_K: 16 ->
+    all but the stride-1 3x3s above 8x8 outputs that Winograd takes, above 14x14 on
+    16-lane CPUs; grouped ones with C_in / group >= 16 per group), and short reductions (C * kh * kw from DIRECT_MIN_K to DIRECT_MAX_K: 16 ->
     64 3x3, 7x7 stems): a cache-blocked direct convolution whose register blocks of 4
     channels x 24 outputs (8 x 48 with 16 lanes) accumulate in vector registers
     (direct_conv.py), no tap stack;
@@ -749,15 +748,15 @@ BLOCKED_DIRECT = True       # benchmarks/direct_conv_bench.py --sweep switches i
 # -> 3.14 (2.19).
 BLOCKED_MAX_WINOGRAD_PIXELS = 64
 # With 16-lane registers (direct_conv.direct_is_wide) the blocked branch also beats
-# Winograd inside the models up to 14x14 outputs while C_in * C_out <= 256 * 256 (there
-# the channel panels take them; Winograd's transformed filters, 4x the weights, are read
-# from memory on every run). 1 thread, Intel Xeon AVX-512 VM, per op inside the model,
-# Winograd -> blocked ms: resnet50 256@14 x5 11.36 -> 10.62; inception_v2 96 -> 128@14
-# x3 1.90 -> 1.46, 64 -> 96@14 0.38 -> 0.29, 128@14 0.67 -> 0.62, 160@14 0.95 -> 0.89;
-# inception_v1 160 -> 320@13 1.83 -> 1.53; where it lost: vgg19 512@14 x4 29.6 -> 31.9,
-# and at 28x28 and up (inception_v2 64 -> 96@28 x4 2.93 -> 3.62).
+# Winograd inside the models up to 14x14 outputs (there the channel panels take them,
+# in row blocks; Winograd's transformed filters, 4x the weights, are read from memory on
+# every run). 1 thread, Intel Xeon AVX-512 VM, per op inside the model, Winograd ->
+# blocked ms: resnet50 256@14 x5 11.36 -> 10.62 (before the panels' row blocks);
+# inception_v2 96 -> 128@14 x3 1.90 -> 1.46, 64 -> 96@14 0.38 -> 0.29; inception_v1
+# 160 -> 320@13 1.83 -> 1.53; with row blocks, vgg19 512@14 x4 28.5 -> 26.6, zfnet512
+# 256 -> 512@12 3.39 -> 2.90, 512@12 x2 12.2 -> 11.2, alexnet 256 -> 384@12 2.66 ->
+# 2.29. At 28x28 and up Winograd stays faster (inception_v2 64 -> 96@28 x4 2.93 -> 3.62).
 WIDE_MAX_WINOGRAD_PIXELS = 196
-WIDE_MAX_CHANNEL_PRODUCT = 256 * 256
 
 
 def blocked_direct_wins(x_shape, w_shape, strides, dilations, pads, out_spatial, dtype, group=1):
@@ -768,8 +767,7 @@ def blocked_direct_wins(x_shape, w_shape, strides, dilations, pads, out_spatial,
         return False
     shift_first = all(s == 1 for s in strides) and SHIFT_MIN_CHANNEL_RATIO * w_shape[0] <= c
     pixels = out_spatial[0] * out_spatial[1]
-    wide = pixels <= WIDE_MAX_WINOGRAD_PIXELS and c * w_shape[0] <= WIDE_MAX_CHANNEL_PRODUCT and \
-        direct_is_wide(w_shape[0])
+    wide = pixels <= WIDE_MAX_WINOGRAD_PIXELS and direct_is_wide(w_shape[0])
     if group == 1 and pixels > BLOCKED_MAX_WINOGRAD_PIXELS and not wide and not shift_first and \
             winograd_tile((kh, kw), strides, dilations, pads, 1, c, w_shape[0], out_spatial):
         return c * kh * kw <= DIRECT_MAX_K     # short reductions: direct_plan's own rule below
