@@ -403,7 +403,8 @@ def pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype):
         for i in range(n):
             xi = x[i] if sub is None else x[i][sub]
             xi = np.ascontiguousarray(xi, dtype=np.float32).reshape(c, p)
-            oi = out[i].reshape(m, p) if out[i].flags.c_contiguous else np.empty((m, p), np.float32)
+            in_place = out[i].flags.c_contiguous       # else computed aside and copied in
+            oi = out[i].reshape(m, p) if in_place else np.empty((m, p), np.float32)
             res = _NO_RESIDUAL
             if residual is not None:
                 res = np.ascontiguousarray(residual[i], dtype=np.float32).reshape(m, p)
@@ -411,6 +412,6 @@ def pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype):
                     res = res.copy()
             kernel(xi, wpack, b, bias is not None, res, residual is not None, relu, oi, chunk, tile_pb, tail, tail_out,
                    split_rows, blocks)
-            if not np.shares_memory(oi, out[i]):
+            if not in_place:
                 out[i] = oi.reshape(out[i].shape)
     return compute
