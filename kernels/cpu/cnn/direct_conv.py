@@ -67,6 +67,21 @@ REGISTER_LANES = None
 
 
 @compiled(inline=True)
+def _load_row(lanes, at):
+    """A row's 3 vectors of partial sums (or a block's packed taps) at address at."""
+    vb = lane_count(lanes) * 4
+    return vload_f32(lanes, at), vload_f32(lanes, at + vb), vload_f32(lanes, at + 2 * vb)
+
+
+@compiled(inline=True)
+def _store_row(at, u0, u1, u2, vb):
+    """_load_row's inverse (vb: bytes of a vector)."""
+    vstore_f32_at(at, u0)
+    vstore_f32_at(at + vb, u1)
+    vstore_f32_at(at + 2 * vb, u2)
+
+
+@compiled(inline=True)
 def _pack_taps(x0, offsets, p0, k0, k1, pk, lanes):
     """Taps k0..k1 of the pixel block at flat output p0 (3 vectors each, read at the
     phase buffers' address x0 + (p0 + offsets[k]) * 4) side by side from address pk."""
@@ -136,27 +151,13 @@ def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual,
                             a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = zero
                         else:       # the earlier chunks' partial sums
                             ap = c0_ + (cb * 4 * row + p0) * 4
-                            a00 = vload_f32(lanes, ap)
-                            a01 = vload_f32(lanes, ap + vb)
-                            a02 = vload_f32(lanes, ap + 2 * vb)
-                            ap += row * 4
-                            a10 = vload_f32(lanes, ap)
-                            a11 = vload_f32(lanes, ap + vb)
-                            a12 = vload_f32(lanes, ap + 2 * vb)
-                            ap += row * 4
-                            a20 = vload_f32(lanes, ap)
-                            a21 = vload_f32(lanes, ap + vb)
-                            a22 = vload_f32(lanes, ap + 2 * vb)
-                            ap += row * 4
-                            a30 = vload_f32(lanes, ap)
-                            a31 = vload_f32(lanes, ap + vb)
-                            a32 = vload_f32(lanes, ap + 2 * vb)
+                            a00, a01, a02 = _load_row(lanes, ap)
+                            a10, a11, a12 = _load_row(lanes, ap + row * 4)
+                            a20, a21, a22 = _load_row(lanes, ap + row * 8)
+                            a30, a31, a32 = _load_row(lanes, ap + row * 12)
                         wk = w0 + (cb * k_count + k0) * 16
                         for k in range(k1 - k0):
-                            at = pk + k * pxb
-                            v0 = vload_f32(lanes, at)
-                            v1 = vload_f32(lanes, at + vb)
-                            v2 = vload_f32(lanes, at + 2 * vb)
+                            v0, v1, v2 = _load_row(lanes, pk + k * pxb)
                             wa = wk + k * 16
                             c0, c1, c2, c3 = load_f32(wa), load_f32(wa + 4), load_f32(wa + 8), load_f32(wa + 12)
                             a00 = vfma(a00, c0, v0)
@@ -173,21 +174,10 @@ def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual,
                             a32 = vfma(a32, c3, v2)
                         if k1 < k_count:    # more chunks to come: park the partial sums
                             ap = c0_ + (cb * 4 * row + p0) * 4
-                            vstore_f32_at(ap, a00)
-                            vstore_f32_at(ap + vb, a01)
-                            vstore_f32_at(ap + 2 * vb, a02)
-                            ap += row * 4
-                            vstore_f32_at(ap, a10)
-                            vstore_f32_at(ap + vb, a11)
-                            vstore_f32_at(ap + 2 * vb, a12)
-                            ap += row * 4
-                            vstore_f32_at(ap, a20)
-                            vstore_f32_at(ap + vb, a21)
-                            vstore_f32_at(ap + 2 * vb, a22)
-                            ap += row * 4
-                            vstore_f32_at(ap, a30)
-                            vstore_f32_at(ap + vb, a31)
-                            vstore_f32_at(ap + 2 * vb, a32)
+                            _store_row(ap, a00, a01, a02, vb)
+                            _store_row(ap + row * 4, a10, a11, a12, vb)
+                            _store_row(ap + row * 8, a20, a21, a22, vb)
+                            _store_row(ap + row * 12, a30, a31, a32, vb)
                             continue
                         _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0, cb, wq,
                                       bias, has_bias, residual, has_residual, relu, out, o0, r0, tile, t0, lanes)
@@ -379,19 +369,6 @@ def _direct_blocks_wide(flat, offsets, wpack, bias, has_bias, residual, has_resi
                                           lanes)
 
 
-@compiled(inline=True)
-def _load_row(lanes, at):
-    vb = lane_count(lanes) * 4
-    return vload_f32(lanes, at), vload_f32(lanes, at + vb), vload_f32(lanes, at + 2 * vb)
-
-
-@compiled(inline=True)
-def _store_row(at, u0, u1, u2, vb):
-    vstore_f32_at(at, u0)
-    vstore_f32_at(at + vb, u1)
-    vstore_f32_at(at + 2 * vb, u2)
-
-
 @_direct_blocks.numpy_twin
 def _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk, tile_cb,
                          tile_pb, acc, blocks, work, stride, lanes):
@@ -402,11 +379,8 @@ def _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_res
     gathered_product(taps, w2, out, wq, bias, has_bias, residual, has_residual, relu)
 
 
-@_direct_blocks_wide.numpy_twin
-def _direct_blocks_wide_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk,
-                              tile_cb, tile_pb, acc, blocks, work, stride, lanes):
-    _direct_blocks_numpy(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk, tile_cb,
-                         tile_pb, acc, blocks, work, stride, lanes)
+# the twin does not depend on the block width: one serves both kernels
+_direct_blocks_wide.numpy_twin(_direct_blocks_numpy)
 
 
 # One block runs without a parallel region (conv.py's _phase_copy_serial says why).

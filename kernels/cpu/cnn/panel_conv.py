@@ -69,8 +69,10 @@ PREFETCH_BYTES = 2048  # weights fetched this far ahead of their use (16 taps)
 #   kxk convs, against the direct kernel at 16 lanes: 512 -> 512 3x3 at 7x7 3.02-3.41 ->
 #   2.60-2.65, 3x3/s2 at 14 3.40-3.68 -> 2.46-2.53, 192 -> 224 at 7x7 0.65 -> 0.47-0.49,
 #   128 -> 32 0.110 -> 0.08, at 14x14 outputs 0.87-0.97x, at 28x28 even (so <= 196
-#   outputs); against Winograd (stride-1 3x3s above 8x8, conv.blocked_direct_wins) they
-#   lost 1.06-1.66x at 14x14, so conv.py asks only about what the direct kernel takes;
+#   outputs); conv.py asks only about what its blocked branch takes, which on 16-lane
+#   CPUs includes the stride-1 3x3s up to 14x14 (with row blocks the panels beat
+#   Winograd there inside the models: conv.WIDE_MAX_WINOGRAD_PIXELS; at 28x28 they lost
+#   1.12-1.73x alone, so Winograd keeps those);
 #   1x1s, against the OpenBLAS GEMM: 2048 -> 512 at 7x7 1.25-1.31 -> 1.09-1.13, 1024 ->
 #   192 0.25 -> 0.21-0.23; they lost at 14x14 and up (1.0-1.9x: OpenBLAS's blocking wins
 #   on long rows) and with few channels (832 -> 48 at 7x7 1.06x, squeezenet's 64 -> 16
