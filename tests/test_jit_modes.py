@@ -771,3 +771,30 @@ def test_kernels_waiting_says_whether_a_background_compile_is_pending(monkeypatc
     assert not jit.kernels_waiting()
     monkeypatch.setattr(jit, "_queued", [])
     assert not jit.kernels_waiting()
+
+
+THREAD_ID_SCRIPT = """
+    import numpy as np
+    from caffe2py.kernels.cpu.cnn import conv
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 16, 32, 32)).astype(np.float32)
+    w = rng.standard_normal((16, 1, 3, 3)).astype(np.float32)
+    # one thread: the stride-2 depthwise kernel's serial copy, which reads get_thread_id()
+    y = conv.conv_nchw(x, w, None, [2, 2], [1, 1, 1, 1], [1, 1], 16)
+    padded = np.pad(x[0].astype(np.float64), ((0, 0), (1, 1), (1, 1)))
+    want = sum(w[:, 0, a, b].reshape(16, 1, 1) * padded[:, a:a + 31:2, b:b + 31:2]
+               for a in range(3) for b in range(3))
+    print("ok" if np.allclose(y[0], want, rtol=1e-4, atol=1e-4) else "wrong")
+"""
+
+
+@pytest.mark.parametrize("mode", ["inline", "background"])
+def test_serial_kernel_reading_thread_id_runs_from_the_disk_cache(tmp_path, mode):
+    """Machine code of a serial kernel that calls numba.get_thread_id(), loaded from the
+    cache in a process whose threading layer had not started, called a null pointer."""
+    env = dict(os.environ, CAFFE2PY_JIT="inline", CAFFE2PY_CACHE=str(tmp_path / "cache"), CAFFE2PY_NUM_THREADS="1")
+    first = _run(THREAD_ID_SCRIPT, env)
+    assert first.returncode == 0 and first.stdout.split() == ["ok"], first.stderr
+    again = _run(THREAD_ID_SCRIPT, dict(env, CAFFE2PY_JIT=mode))      # loads it from the cache
+    assert again.returncode == 0, "returncode %d: %s" % (again.returncode, again.stderr[-2000:])
+    assert again.stdout.split() == ["ok"]

@@ -129,6 +129,13 @@ class CompiledKernel:
                             # a kernel calling a kernel: numba types the callee by its
                             # dispatcher (serial callees only; the lock is re-entrant)
                             namespace[name] = namespace[name].dispatcher
+                    if self._reads_thread_id():
+                        # numba.get_thread_id() links to the threading layer's symbol:
+                        # compiling starts the layer, but machine code loaded from the
+                        # disk cache before it started called a null pointer (a serial
+                        # copy's first call in a new process: a stride-2 depthwise
+                        # conv segfaulted in every process after the one that compiled it)
+                        _serial_launches()
                     self._dispatcher = numba.njit(**self._options)(self.py_func)
         return self._dispatcher
 
@@ -149,6 +156,11 @@ class CompiledKernel:
             self._run = run
         else:
             self._run = dispatcher
+
+    def _reads_thread_id(self):
+        import numba
+        namespace = self.py_func.__globals__
+        return any(namespace.get(name) is numba.get_thread_id for name in self.py_func.__code__.co_names)
 
     def _first_calls(self, *args):
         """Calls until machine code is loaded: from the disk cache when it is there;
