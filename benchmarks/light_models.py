@@ -1,7 +1,7 @@
 """Latency of the onnx package's nine light_* models: caffe2py vs onnxruntime.
 
-Batch 1, 2 threads (caffe2py's thread team and ORT's intra-op pool), same random
-input for both, medians of --runs runs taken in alternating blocks (ours, ORT, ours, ...) after warm-ups. Prints model, ours ms, ORT ms, ratio and
+Batch 1, 2 threads (caffe2py's thread team and ORT's intra-op pool; ORT's workers do
+not spin between runs unless --ort-spinning), same random input for both, medians of --runs runs taken in alternating blocks (ours, ORT, ours, ...) after warm-ups. Prints model, ours ms, ORT ms, ratio and
 max abs diff; --append adds the table to benchmarks/RESULTS.md.
 
 --layers times every Conv / pool / Gemm / LRN of each model as a single-node
@@ -38,11 +38,20 @@ def light_dir():
     return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
 
+# onnxruntime's intra-op workers spin between parallel regions by default (they hold a
+# core while idle); issue 38's done-when compares with spinning off, as caffe2py's team
+# runs. --ort-spinning measures the default for reference (no effect at 1 thread: no
+# workers then).
+ORT_SPINNING = False
+
+
 def ort_session(model_bytes):
     import onnxruntime as ort
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = THREADS
     opts.inter_op_num_threads = 1
+    if not ORT_SPINNING:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
 
 
@@ -260,6 +269,8 @@ def op_type_times(name, runs, rng):
         ours[step.op_def.type][1] += ms
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = THREADS, 1
+    if not ORT_SPINNING:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.enable_profiling = True
     opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
@@ -303,7 +314,7 @@ def table(rows, header):
 
 
 def main(argv=None):
-    global THREADS, CLOCK
+    global THREADS, CLOCK, ORT_SPINNING
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--runs", type=int, default=20)
@@ -317,11 +328,15 @@ def main(argv=None):
                         help="time each model's ops by type inside the model: ours op by op, ORT by its profiler")
     parser.add_argument("--threads", type=int, default=THREADS, help="caffe2py's team and ORT's intra-op threads")
     parser.add_argument("--append", action="store_true", help="append the table to benchmarks/RESULTS.md")
+    parser.add_argument("--ort-spinning", action="store_true",
+                        help="let onnxruntime's workers spin between parallel regions (its default; the "
+                             "done-when of issue 38 measures with spinning off)")
     parser.add_argument("--cpu-time", action="store_true",
                         help="whole models: this thread's CPU time instead of wall time (--threads 1 only: "
                              "both libraries then run on the calling thread; for a shared, loaded machine)")
     args = parser.parse_args(argv)
     THREADS = args.threads
+    ORT_SPINNING = args.ort_spinning
     if args.cpu_time:
         if THREADS != 1:
             parser.error("--cpu-time needs --threads 1 (other threads' time would not be counted)")
@@ -356,14 +371,15 @@ def main(argv=None):
     if args.append:
         kind = "per-layer sums (Conv/pool/Gemm/LRN as single-node models)" if args.layers else "whole models"
         load = "%.1f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else "n/a"
+        clock = "CPU time of the thread" if args.cpu_time else "wall time"
         section = ("\n## Light ONNX models, %s: caffe2py vs onnxruntime, %d thread%s\n\n"
-                   "Machine: %s; date %s; batch 1, median of %d runs (" + ("CPU time of the thread" if args.cpu_time
-                                                                          else "wall time") + ") in alternating blocks, "
+                   "Machine: %s; date %s; batch 1, median of %d runs (%s) in alternating blocks, "
                    "%d round%s over the models, 1-minute load average %s when the table was written; "
-                   "`python benchmarks/light_models.py --threads %d --runs %d --repeats %d%s%s`.\n\n%s\n"
+                   "`python benchmarks/light_models.py --threads %d --runs %d --repeats %d%s%s%s`.\n\n%s\n"
                    % (kind, THREADS, "" if THREADS == 1 else "s", machine_label(), time.strftime("%Y-%m-%d"), args.runs,
-                      args.repeats, "" if args.repeats == 1 else "s", load, THREADS, args.runs, args.repeats,
-                      " --layers" if args.layers else "", " --cpu-time" if args.cpu_time else "", text))
+                      clock, args.repeats, "" if args.repeats == 1 else "s", load, THREADS, args.runs, args.repeats,
+                      " --layers" if args.layers else "", " --cpu-time" if args.cpu_time else "",
+                      " --ort-spinning" if ORT_SPINNING else "", text))
         with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"), "a") as f:
             f.write(section)
     return 0
