@@ -364,3 +364,25 @@ def test_grouped_convs_with_narrow_groups_keep_the_flattened_rows():
     assert plan.compute.__qualname__.startswith("_flat2d_plan")
     plan = conv_k._plan((1, 96, 27, 27), (256, 48, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 2, "<f4")
     assert plan.compute.__qualname__.startswith("grouped_direct_plan")
+
+
+@pytest.mark.parametrize("x_shape,w_shape,strides,pads,dilations", [GEOMETRIES[1], GEOMETRIES[3], GEOMETRIES[4]])
+def test_outputs_into_a_channel_window_leave_the_neighbours_alone(register_lanes, x_shape, w_shape, strides, pads,
+                                                                   dilations):
+    """Blocks that straddle output rows are stored lane-masked: into a channel window of
+    a larger buffer (a concat's), the channels either side keep their values."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    shape = out_shape(x_shape, w_shape, strides, pads, dilations)
+    res = rng.standard_normal(shape).astype(np.float32)
+    m = shape[1]
+    big = np.full((shape[0], m + 5) + shape[2:], -3.5, np.float32)
+    window = big[:, 2:2 + m]
+    plan = direct_conv.direct_plan(x_shape, w_shape, strides, pads, dilations, shape[2:], "<f4")
+    with jit.team():
+        plan(x, w, window, Scratch(), b, True, res)
+    np.testing.assert_allclose(window, reference(x, w, b, strides, pads, dilations, res, relu=True),
+                               rtol=1e-4, atol=1e-4)
+    assert (big[:, :2] == -3.5).all() and (big[:, 2 + m:] == -3.5).all()

@@ -44,6 +44,9 @@ guarantees that every address is in bounds: nothing here checks.
                                    dropped; see vhsum for finding NaN)
     vrint(v), vclamp(v, lo, hi)    round half to even; lanewise clamp to scalars
     vhmin(v), vhmax(v), vhsum(v)   across the lanes (n a power of two), to a scalar
+    vstore_f32_lanes(address, v, lo, hi), vload_f32_lanes(lanes, address, lo, hi)
+                                   lanes lo..hi-1 only (masked store / load, the others
+                                   0.0): memory of the other lanes is not touched
     vstore_f32_at / vstore_f16_at / vstore_u8_at(address, v)   n float32, n float16
                                    (rounded to nearest even), n bytes (v holds whole
                                    numbers in [0, 255])
@@ -530,6 +533,65 @@ def _vstore_at(encoding):
 vstore_f32_at = _vstore_at("f32")
 vstore_f16_at = _vstore_at("f16")
 vstore_u8_at = _vstore_at("u8")
+
+
+def _lane_mask(builder, n, lo, hi):
+    """<n x i1>: lanes i with lo <= i < hi (lo, hi: i64 values)."""
+    iota = ir.Constant(_vector(n, _I64), list(range(n)))
+    lo_v = _broadcast_int(builder, lo, n)
+    hi_v = _broadcast_int(builder, hi, n)
+    return builder.and_(builder.icmp_signed(">=", iota, lo_v), builder.icmp_signed("<", iota, hi_v))
+
+
+def _broadcast_int(builder, scalar, n):
+    v = builder.insert_element(ir.Constant(_vector(n, _I64), ir.Undefined), scalar, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, v, ir.Constant(_vector(n, _I32), [0] * n))
+
+
+def _masked_intrinsic(builder, name, n, ret, args):
+    vec = _vector(n)
+    ptr = vec.as_pointer()
+    mask = _vector(n, ir.IntType(1))
+    if name == "store":
+        fnty = ir.FunctionType(ir.VoidType(), [vec, ptr, _I32, mask])
+    else:
+        fnty = ir.FunctionType(vec, [ptr, _I32, mask, vec])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.masked.%s.v%df32.p0" % (name, n))
+    return builder.call(fn, args)
+
+
+@intrinsic
+def vstore_f32_lanes(typingctx, address, v, lo, hi):
+    """Lanes lo..hi-1 of v to the float32 at address + 4 * lane (AVX-512 masked
+    store): the other lanes' memory is not touched, whatever it is."""
+    if not _is_int(address, lo, hi) or not isinstance(v, Vec):
+        return None
+    n = v.n
+
+    def codegen(context, builder, sig, args):
+        at = _pointer(context, builder, args[0], sig.args[0], _vector(n))
+        lo_ = context.cast(builder, args[2], sig.args[2], types.int64)
+        hi_ = context.cast(builder, args[3], sig.args[3], types.int64)
+        _masked_intrinsic(builder, "store", n, None, [args[1], at, ir.Constant(_I32, 4), _lane_mask(builder, n, lo_, hi_)])
+        return context.get_dummy_value()
+    return types.void(address, v, lo, hi), codegen
+
+
+@intrinsic
+def vload_f32_lanes(typingctx, lanes, address, lo, hi):
+    """n float32 from address, lanes lo..hi-1 read, the others 0.0 (their memory is not
+    touched)."""
+    if not isinstance(lanes, LanesType) or not _is_int(address, lo, hi):
+        return None
+    n = lanes.n
+
+    def codegen(context, builder, sig, args):
+        at = _pointer(context, builder, args[1], sig.args[1], _vector(n))
+        lo_ = context.cast(builder, args[2], sig.args[2], types.int64)
+        hi_ = context.cast(builder, args[3], sig.args[3], types.int64)
+        return _masked_intrinsic(builder, "load", n, None, [at, ir.Constant(_I32, 4), _lane_mask(builder, n, lo_, hi_),
+                                                            ir.Constant(_vector(n), [0.0] * n)])
+    return Vec(n)(lanes, address, lo, hi), codegen
 
 
 @intrinsic
