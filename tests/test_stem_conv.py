@@ -146,3 +146,24 @@ def test_weights_edited_in_place_are_packed_again():
     w *= 2
     second = conv_k.conv_nchw(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1)
     np.testing.assert_allclose(second, 2 * first.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("row_tile,pb_tile", [(1, 1), (3, 1), (2, 2), (8, None), (100, None)])
+def test_tiles_of_rows_and_blocks_give_identical_bits(monkeypatch, row_tile, pb_tile):
+    """Each channel block runs over a tile of rows x pixel blocks before the next: any
+    tiling (partial tiles, the moved-back block and the one-vector tail inside a tile,
+    team splits through a tile) computes the same values as one row at a time."""
+    shape, wshape = (1, 3, 23, 59), (6, 3, 3, 3)       # 57 outputs a row: 48 + a moved-back block
+    x, w, b = data(shape, wshape, 12)
+    res = np.random.default_rng(13).standard_normal(out_shape(shape, wshape, (1, 1), (0, 0, 0, 0), (1, 1)))
+    res = res.astype(np.float32)
+    results = []
+    for blocks in (1, 3):
+        monkeypatch.setattr(stem_conv, "team_blocks", lambda count, work, blocks=blocks: min(count, blocks))
+        for tiles in ((1, 1), (row_tile, pb_tile)):
+            monkeypatch.setattr(stem_conv, "ROW_TILE", tiles[0])
+            monkeypatch.setattr(stem_conv, "PB_TILE", tiles[1])
+            results.append(run_stem(x, w, b, (1, 1), (0, 0, 0, 0), relu=True, residual=res))
+    assert all(np.array_equal(results[0], r) for r in results[1:])
+    np.testing.assert_allclose(results[0], reference(x, w, b, (1, 1), (0, 0, 0, 0), (1, 1), res, True),
+                               rtol=1e-4, atol=1e-4)

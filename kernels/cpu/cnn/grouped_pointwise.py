@@ -182,7 +182,7 @@ def direct_grouped_pointwise_plan(x_shape, m, group, strides, out_spatial, dtype
         for i in range(n):
             res = _NO_RESIDUAL if residual is None else residual[i].reshape(group, mg, p)
             kernel(np.ascontiguousarray(x[i]).reshape(group, k_in * p), offsets, wpack, b, bias is not None, res,
-                   residual is not None, relu, out[i].reshape(group, mg, 1, p), p, blocks, lanes)
+                   residual is not None, relu, out[i].reshape(group, mg, 1, p), p, blocks, lanes, 1, 1)
     return compute
 
 
