@@ -330,6 +330,47 @@ def test_exact_fits_are_found_first_and_forms_of_a_request_agree():
         del e, f
 
 
+def test_a_request_takes_its_last_buffer_again_unless_someone_holds_it():
+    """Each (shape, dtype) request remembers the buffer it took: a warm run takes it
+    again without a search, but only while nobody else holds it, and never once the
+    sweep let it go (the pool then keeps no reference to it)."""
+    import gc
+    import weakref
+    pool = OutputPool()
+    with pool:
+        big = output_array((64,), np.float32)
+        keep = output_array((16,), np.float32)          # busy: the next 16 takes `big`
+        big_at, keep_at = big.ctypes.data, keep.ctypes.data
+        del big
+        a = output_array((16,), np.float32)
+        assert a.ctypes.data == big_at
+        del a, keep
+    with pool:
+        # both free: the request's own buffer again (a slack fit), not the exact one
+        again = output_array((16,), np.float32)
+        assert again.ctypes.data == big_at and pool.allocations == 2
+        other = output_array((16,), np.float32)         # its buffer busy: the search
+        assert other.ctypes.data == keep_at and not np.shares_memory(again, other)
+        del again
+        held = other                                    # the caller keeps it; the request's
+        del other                                       # hint is now this buffer
+    with pool:
+        pass                                            # `held` busy and older: forgotten
+    with pool:
+        pass
+    base = held
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    gone = weakref.ref(base)
+    del held, base
+    gc.collect()
+    assert gone() is None                               # the pool's hint did not keep it
+    with pool:
+        fresh = output_array((16,), np.float32)         # every old buffer let go: a new one
+        assert pool.allocations == 3 and pool.buffer_count() == 1
+        del fresh
+
+
 def test_workspace_nets_do_not_pool():
     model = _small_cnn()
     rep = backend.prepare(model)
