@@ -358,3 +358,25 @@ def test_recurrent_network_gradient_with_too_few_inputs_is_named():
     net.op.extend([op])
     with pytest.raises(Caffe2Error, match="got 1 inputs"):
         ws.run_net_once(net)
+
+
+def test_onnx_rules_inlined_in_the_plan_still_refuse_what_they_refused():
+    """The plan inlines onnx's type and shape rules as comparisons with what passed
+    last (schema_rules.fast_path): inputs that differ from it run the rules in full,
+    so a run after good ones is refused exactly as a first run is."""
+    from onnx import TensorProto, helper
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in "ab"],
+                              [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
+    rep = _prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    source = rep.plan.source
+    assert "if not (" in source and "[0])" in source           # both rules inlined
+    good = (f32(2, 3), f32(3, 4))
+    for _ in range(2):
+        np.testing.assert_allclose(rep.run(list(good))[0], good[0] @ good[1], rtol=1e-6)
+        with pytest.raises(Caffe2Error, match="specification of MatMul"):
+            rep.run([f32(2, 3), f32(4, 5)])
+        with pytest.raises(Caffe2Error, match="does not allow for its type parameter"):
+            rep.run([good[0].astype(np.int8), good[1].astype(np.int8)])
+        with pytest.raises(Caffe2Error, match="so they must match"):
+            rep.run([good[0], good[1].astype(np.float64)])
