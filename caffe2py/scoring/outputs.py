@@ -58,10 +58,11 @@ def remove_stale_temps(out_dir):
         if not name.startswith(TEMP_PREFIX):
             continue
         try:
-            pid = int(name[len(TEMP_PREFIX):].split("-", 1)[0])
+            pid, _, started = name[len(TEMP_PREFIX):].split("-", 1)[0].partition(".")
+            pid, started = int(pid), int(started) if started else None
         except ValueError:
             continue
-        if pid != os.getpid() and _alive(pid):
+        if pid != os.getpid() and _alive(pid, started):
             continue
         try:
             os.remove(os.path.join(out_dir, name))
@@ -71,7 +72,43 @@ def remove_stale_temps(out_dir):
     return removed
 
 
-def _alive(pid):
+def _process_tag(pid=None):
+    """'pid.start' (start: the process's start time in clock ticks, from /proc), or
+    'pid' where /proc does not say: a temporary file names the process writing it."""
+    pid = os.getpid() if pid is None else pid
+    started = _start_time(pid)
+    return "%d" % pid if started is None else "%d.%d" % (pid, started)
+
+
+def _proc_stat(pid):
+    """/proc/<pid>/stat's fields after the command name, or None."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _start_time(pid):
+    fields = _proc_stat(pid)
+    try:
+        return int(fields[19]) if fields else None       # field 22: starttime
+    except (IndexError, ValueError):
+        return None
+
+
+def _alive(pid, started=None):
+    """Whether process `pid` (started at `started`, when known) still runs: not when it
+    is gone, a zombie (killed, not yet reaped: its files are no one's), or another
+    process that reuses the number. Without /proc: whether the number is in use."""
+    if os.path.isdir("/proc/self"):
+        fields = _proc_stat(pid)
+        if fields is None or fields[0] in (b"Z", b"X"):
+            return False
+        try:
+            return started is None or int(fields[19]) == started
+        except (IndexError, ValueError):
+            return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -101,7 +138,7 @@ class OutputWriter:
 
     def __init__(self, out_dir, shard, rows, fingerprint, id_column="id"):
         self.final = os.path.join(out_dir, shard.output_name)
-        self.temp = os.path.join(out_dir, "%s%d-%s-%s" % (TEMP_PREFIX, os.getpid(), uuid.uuid4().hex[:8],
+        self.temp = os.path.join(out_dir, "%s%s-%s-%s" % (TEMP_PREFIX, _process_tag(), uuid.uuid4().hex[:8],
                                                            shard.output_name))
         self.marker = marker_for(shard, rows, fingerprint)
         self.id_column = id_column
