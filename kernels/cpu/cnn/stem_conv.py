@@ -80,7 +80,8 @@ def _stem_rows(flat, offsets, wpack, bias, has_bias, residual, has_residual, rel
     = 3 * lanes outputs (24 or 48); a rest of more than one vector is one more block
     moved back to end at the row's end, a rest of one vector or less one vector moved
     back the same way (4 accumulators: half the FMA rate, so only worth it for one
-    vector instead of three)."""
+    vector instead of three). Order: tiles of row_tile rows x pb_tile pixel blocks (the
+    tail vector counts as block n_pb), each channel block over the whole tile."""
     groups, m, oh, ow = out.shape
     nl = lane_count(lanes)
     vb = nl * 4
