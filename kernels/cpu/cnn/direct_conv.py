@@ -111,7 +111,7 @@ def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual,
     acc (ceil(M/4) * 4, ceil(OH * wq / px) * px) between chunks (unused with one chunk);
     each output's sum runs in tap order whatever the tiles and team: bit-identical
     results at every team size. Tiles are split over `blocks` team threads. Each team
-    thread's (4, px) finishing tile and packed chunk live in its region of `work` (from
+    thread's packed chunk lives in its region of `work` (from
     thread_id() * stride, at least panel_floats(chunk) floats; buffers.team_work): the
     caller owns them, because an array made in here would be freed after its last use
     as an array while the loop still writes through its address (blas.py)."""
@@ -134,9 +134,7 @@ def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual,
     zero = vzeros(lanes)
     for t in prange(blocks):
         mine = work[thread_id() * stride:thread_id() * stride + stride]   # this thread's region
-        tile = mine[0:4 * px].reshape(4, px)
-        t0 = address(mine)
-        pk = (t0 + 4 * pxb + 63) // 64 * 64     # a pixel block's chunk of input, packed, 64-byte aligned
+        pk = (address(mine) + 63) // 64 * 64    # a pixel block's chunk of input, packed, 64-byte aligned
         for item in range(items * t // blocks, items * (t + 1) // blocks):
             pt = item // n_ct
             ct = item - pt * n_ct
@@ -182,16 +180,16 @@ def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual,
                             _store_row(ap + row * 12, a30, a31, a32, vb)
                             continue
                         _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0, cb, wq,
-                                      bias, has_bias, residual, has_residual, relu, out, o0, r0, tile, t0, lanes)
+                                      bias, has_bias, residual, has_residual, relu, out, o0, r0, lanes)
 
 
 @compiled(inline=True)
 def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0, cb, wq,
-                  bias, has_bias, residual, has_residual, relu, out, o0, r0, tile, t0, lanes):
+                  bias, has_bias, residual, has_residual, relu, out, o0, r0, lanes):
     """Bias, residual and ReLU on a finished 4 x px register block (px = 3 * lanes),
     stored into out (M, OH, OW) at flat outputs p0.. of channels cb * 4..: as vectors
-    when the block lies inside one output row, else lane by lane through `tile` (4, px)
-    at address t0, columns past the real width dropped."""
+    when the block lies inside one output row, else each output row's run of its lanes
+    with lane-masked stores, columns past the real width dropped."""
     m, oh, ow = out.shape
     vb = lane_count(lanes) * 4
     px = 3 * lane_count(lanes)
@@ -229,7 +227,7 @@ def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0
             vstore_f32_at(o0 + at * 4 + 2 * vb, u2)
         return
     # a block straddling output rows: each row's run of lanes stored from the registers
-    # with masked stores (a lane-by-lane copy through `tile`, which most blocks of maps
+    # with masked stores (a lane-by-lane copy through a tile, which most blocks of maps
     # not a multiple of px wide took, cost ~0.6x the block's FMAs: 16 -> 64 3x3 at
     # 55x55 ran at 78 GFLOP/s; whole vectors read back from `tile` stalled on store
     # forwarding and ran slower still)
@@ -299,9 +297,7 @@ def _direct_blocks_wide(flat, offsets, wpack, bias, has_bias, residual, has_resi
     zero = vzeros(lanes)
     for t in prange(blocks):
         mine = work[thread_id() * stride:thread_id() * stride + stride]
-        tile = mine[0:4 * px].reshape(4, px)
-        t0 = address(mine)
-        pk = (t0 + 4 * pxb + 63) // 64 * 64
+        pk = (address(mine) + 63) // 64 * 64
         for item in range(items * t // blocks, items * (t + 1) // blocks):
             pt = item // n_ct
             ct = item - pt * n_ct
@@ -374,10 +370,10 @@ def _direct_blocks_wide(flat, offsets, wpack, bias, has_bias, residual, has_resi
                             _store_row(ap + row * 28, a70, a71, a72, vb)
                             continue
                         _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0, 2 * cb, wq,
-                                      bias, has_bias, residual, has_residual, relu, out, o0, r0, tile, t0, lanes)
+                                      bias, has_bias, residual, has_residual, relu, out, o0, r0, lanes)
                         if 8 * cb + 4 < m:
                             _finish_block(a40, a41, a42, a50, a51, a52, a60, a61, a62, a70, a71, a72, p0, 2 * cb + 1,
-                                          wq, bias, has_bias, residual, has_residual, relu, out, o0, r0, tile, t0,
+                                          wq, bias, has_bias, residual, has_residual, relu, out, o0, r0,
                                           lanes)
 
 
@@ -401,9 +397,9 @@ _direct_blocks_wide_serial = serial_variant(_direct_blocks_wide, "_direct_blocks
 
 
 def panel_floats(chunk, pixels=PIXELS):
-    """Floats of one team thread's work region: the (4, pixels) finishing tile, then a
-    chunk of taps of `pixels` floats and 16 floats of slack for aligning it to 64 bytes."""
-    return 4 * pixels + chunk * pixels + 16
+    """Floats of one team thread's work region: a chunk of taps of `pixels` floats and
+    16 floats of slack for aligning it to 64 bytes."""
+    return chunk * pixels + 16
 
 
 def register_lanes():
