@@ -66,8 +66,9 @@ also when the thread flushes float32 denormals (FTZ/DAZ only concern float32/64
 inputs and results); tests/test_sparse_lengths_compiled.py checks it with
 torch.set_flush_denormal(True). Narrowing (fptrunc) rounds to nearest even.
 Importing this module imports numba; kernel modules reach it through jit's LazyGlobal.
-numba's disk cache notices edits to a kernel's own source file only: after changing
-the code an intrinsic here emits, clear the kernels' caches (`caffe2py cache clear`).
+numba's disk cache notices edits to a kernel's own source file only; caffe2py's cache
+folders also carry a digest of every CPU kernel module (cache.kernels_tree_digest), so
+an edit here recompiles the kernels that inline these intrinsics.
 """
 import functools
 
