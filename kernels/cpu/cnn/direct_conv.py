@@ -191,48 +191,19 @@ def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0
     when the block lies inside one output row, else each output row's run of its lanes
     with lane-masked stores, columns past the real width dropped."""
     m, oh, ow = out.shape
-    vb = lane_count(lanes) * 4
-    px = 3 * lane_count(lanes)
+    nl = lane_count(lanes)
+    vb = nl * 4
+    px = 3 * nl
     zero = vzeros(lanes)
     oy = p0 // wq
     ox = p0 - oy * wq
-    if oy < oh and ox + px <= ow and cb * 4 + 4 <= m:
-        for j in range(4):
-            o = cb * 4 + j
-            if j == 0:
-                u0, u1, u2 = a00, a01, a02
-            elif j == 1:
-                u0, u1, u2 = a10, a11, a12
-            elif j == 2:
-                u0, u1, u2 = a20, a21, a22
-            else:
-                u0, u1, u2 = a30, a31, a32
-            if has_bias:
-                b = bias[o]
-                u0 = vadds(u0, b)
-                u1 = vadds(u1, b)
-                u2 = vadds(u2, b)
-            at = (o * oh + oy) * ow + ox
-            if has_residual:
-                rr = r0 + at * 4
-                u0 = vadd(u0, vload_f32(lanes, rr))
-                u1 = vadd(u1, vload_f32(lanes, rr + vb))
-                u2 = vadd(u2, vload_f32(lanes, rr + 2 * vb))
-            if relu:            # max(0, v): NaN and -0.0 kept, as np.maximum(v, 0)
-                u0 = vmax(zero, u0)
-                u1 = vmax(zero, u1)
-                u2 = vmax(zero, u2)
-            vstore_f32_at(o0 + at * 4, u0)
-            vstore_f32_at(o0 + at * 4 + vb, u1)
-            vstore_f32_at(o0 + at * 4 + 2 * vb, u2)
-        return
-    # a block straddling output rows: each row's run of lanes stored from the registers
+    inside = oy < oh and ox + px <= ow
+    # a block straddling output rows stores each row's run of lanes from the registers
     # with masked stores (a lane-by-lane copy through a tile, which most blocks of maps
     # not a multiple of px wide took, cost ~0.6x the block's FMAs: 16 -> 64 3x3 at
-    # 55x55 ran at 78 GFLOP/s; whole vectors read back from `tile` stalled on store
+    # 55x55 ran at 78 GFLOP/s; whole vectors read back from the tile stalled on store
     # forwarding and ran slower still)
     last = min(oh, (p0 + px - 1) // wq + 1)
-    n_lanes = lane_count(lanes)
     for j in range(min(4, m - cb * 4)):
         o = cb * 4 + j
         if j == 0:
@@ -248,6 +219,21 @@ def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0
             u0 = vadds(u0, b)
             u1 = vadds(u1, b)
             u2 = vadds(u2, b)
+        if inside:
+            at = (o * oh + oy) * ow + ox
+            if has_residual:
+                rr = r0 + at * 4
+                u0 = vadd(u0, vload_f32(lanes, rr))
+                u1 = vadd(u1, vload_f32(lanes, rr + vb))
+                u2 = vadd(u2, vload_f32(lanes, rr + 2 * vb))
+            if relu:            # max(0, v): NaN and -0.0 kept, as np.maximum(v, 0)
+                u0 = vmax(zero, u0)
+                u1 = vmax(zero, u1)
+                u2 = vmax(zero, u2)
+            vstore_f32_at(o0 + at * 4, u0)
+            vstore_f32_at(o0 + at * 4 + vb, u1)
+            vstore_f32_at(o0 + at * 4 + 2 * vb, u2)
+            continue
         for y in range(oy, last):
             # the block's lanes l0..l1 are output row y's columns c0..c1
             c0 = max(0, p0 - y * wq)
@@ -258,12 +244,12 @@ def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0
             l1 = l0 + c1 - c0
             base = (o * oh + y) * ow + p0 - y * wq      # out's flat index of lane 0
             for i in range(3):
-                lo = max(l0 - i * n_lanes, 0)
-                hi = min(l1 - i * n_lanes, n_lanes)
+                lo = max(l0 - i * nl, 0)
+                hi = min(l1 - i * nl, nl)
                 if lo >= hi:
                     continue
                 v = u0 if i == 0 else (u1 if i == 1 else u2)
-                at = (base + i * n_lanes) * 4
+                at = (base + i * nl) * 4
                 if has_residual:
                     v = vadd(v, vload_f32_lanes(lanes, r0 + at, lo, hi))
                 if relu:

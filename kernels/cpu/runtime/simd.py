@@ -536,12 +536,13 @@ vstore_f16_at = _vstore_at("f16")
 vstore_u8_at = _vstore_at("u8")
 
 
-def _lane_mask(builder, n, lo, hi):
-    """<n x i1>: lanes i with lo <= i < hi (lo, hi: i64 values)."""
+def _lane_mask(context, builder, sig, args, first, n):
+    """<n x i1> from a call's (lo, hi) at args[first], args[first + 1]: lanes i with
+    lo <= i < hi."""
+    lo, hi = (context.cast(builder, args[k], sig.args[k], types.int64) for k in (first, first + 1))
     iota = ir.Constant(_vector(n, _I64), list(range(n)))
-    lo_v = _broadcast_int(builder, lo, n)
-    hi_v = _broadcast_int(builder, hi, n)
-    return builder.and_(builder.icmp_signed(">=", iota, lo_v), builder.icmp_signed("<", iota, hi_v))
+    return builder.and_(builder.icmp_signed(">=", iota, _broadcast_int(builder, lo, n)),
+                        builder.icmp_signed("<", iota, _broadcast_int(builder, hi, n)))
 
 
 def _broadcast_int(builder, scalar, n):
@@ -549,14 +550,14 @@ def _broadcast_int(builder, scalar, n):
     return builder.shuffle_vector(v, v, ir.Constant(_vector(n, _I32), [0] * n))
 
 
-def _masked_intrinsic(builder, name, n, ret, args):
+def _masked_intrinsic(builder, name, n, args):
+    """A call of LLVM's llvm.masked.store / llvm.masked.load on <n x float>."""
     vec = _vector(n)
-    ptr = vec.as_pointer()
     mask = _vector(n, ir.IntType(1))
     if name == "store":
-        fnty = ir.FunctionType(ir.VoidType(), [vec, ptr, _I32, mask])
+        fnty = ir.FunctionType(ir.VoidType(), [vec, vec.as_pointer(), _I32, mask])
     else:
-        fnty = ir.FunctionType(vec, [ptr, _I32, mask, vec])
+        fnty = ir.FunctionType(vec, [vec.as_pointer(), _I32, mask, vec])
     fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.masked.%s.v%df32.p0" % (name, n))
     return builder.call(fn, args)
 
@@ -571,9 +572,8 @@ def vstore_f32_lanes(typingctx, address, v, lo, hi):
 
     def codegen(context, builder, sig, args):
         at = _pointer(context, builder, args[0], sig.args[0], _vector(n))
-        lo_ = context.cast(builder, args[2], sig.args[2], types.int64)
-        hi_ = context.cast(builder, args[3], sig.args[3], types.int64)
-        _masked_intrinsic(builder, "store", n, None, [args[1], at, ir.Constant(_I32, 4), _lane_mask(builder, n, lo_, hi_)])
+        _masked_intrinsic(builder, "store", n, [args[1], at, ir.Constant(_I32, 4),
+                                                _lane_mask(context, builder, sig, args, 2, n)])
         return context.get_dummy_value()
     return types.void(address, v, lo, hi), codegen
 
@@ -588,10 +588,9 @@ def vload_f32_lanes(typingctx, lanes, address, lo, hi):
 
     def codegen(context, builder, sig, args):
         at = _pointer(context, builder, args[1], sig.args[1], _vector(n))
-        lo_ = context.cast(builder, args[2], sig.args[2], types.int64)
-        hi_ = context.cast(builder, args[3], sig.args[3], types.int64)
-        return _masked_intrinsic(builder, "load", n, None, [at, ir.Constant(_I32, 4), _lane_mask(builder, n, lo_, hi_),
-                                                            ir.Constant(_vector(n), [0.0] * n)])
+        mask = _lane_mask(context, builder, sig, args, 2, n)
+        zeros = ir.Constant(_vector(n), [0.0] * n)
+        return _masked_intrinsic(builder, "load", n, [at, ir.Constant(_I32, 4), mask, zeros])
     return Vec(n)(lanes, address, lo, hi), codegen
 
 
