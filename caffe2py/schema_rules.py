@@ -108,6 +108,17 @@ def _tensor_expr(name, const):
     return "type(%s) is %s" % (name, const(np.ndarray))
 
 
+def dtype_in_term(name, allowed, const):
+    """The inlined (key, text) of "local `name` holds an array whose dtype is in
+    `allowed`" (a set of np.dtype): the usual dtype first, an identity test (builtin
+    dtypes are singletons) that spares hashing the dtype for the set lookup."""
+    usual = next((np.dtype(t) for t in (np.float32, np.int64, np.int32) if np.dtype(t) in allowed), None)
+    test = "%s.dtype in %s" % (name, const(allowed))
+    if usual is not None:
+        test = "(%s.dtype is %s or %s)" % (name, const(usual), test)
+    return ("dtype in", allowed, name), "%s and %s" % (_tensor_expr(name, const), test)
+
+
 def _values(value):
     return value if isinstance(value, (list, tuple)) else [value]
 
@@ -355,20 +366,9 @@ class DTypes(InputRule):
                     got = ("a %s" % type(inputs[pos]).__name__) if dtype is None else str(dtype)
                     raise ctx.input_error(pos, "input %d must be a tensor of %s, got %s"
                                           % (index, _dtype_text(allowed), got))
-        # the usual dtype first: an identity test (builtin dtypes are singletons) spares
-        # hashing the dtype for a set lookup on nearly every call
-        usual = next((np.dtype(t) for t in (np.float32, np.int64, np.int32) if np.dtype(t) in allowed), None)
-
         def terms(names, const):
-            parts = []
-            for _, pos in where:
-                x = names[pos]
-                test = "%s.dtype in %s" % (x, const(allowed))
-                if usual is not None:
-                    test = "(%s.dtype is %s or %s)" % (x, const(usual), test)
-                # what the check asks of this value: its dtype in `allowed`
-                parts.append((("dtype in", allowed, x), "%s and %s" % (_tensor_expr(x, const), test)))
-            return parts
+            # what the check asks of each value: its dtype in `allowed`
+            return [dtype_in_term(names[pos], allowed, const) for _, pos in where]
         return fast_path(check, lambda names, const: " and ".join(t for _, t in terms(names, const)), terms)
 
 

@@ -18,7 +18,8 @@ import re
 
 import numpy as np
 
-from caffe2py.schema_rules import ABSENT_INPUTS_ARG, Broadcast, InputRule, _position, _tensor_expr, fast_path
+from caffe2py.schema_rules import ABSENT_INPUTS_ARG, Broadcast, InputRule, _position, _tensor_expr, dtype_in_term, \
+    fast_path
 
 DOMAIN = "ai.onnx"
 
@@ -93,22 +94,13 @@ class OnnxTypeConstraints(InputRule):
         # inlined in the plan (schema_rules.fast_path): each array's dtype among those its
         # parameter allows, inputs sharing a parameter the same dtype object; anything
         # else (sequences, dtypes onnx has no name for) runs the check itself
-        float32 = np.dtype(np.float32)
-        dtypes = {}
+        dtypes, shared = {}, {}
         for index, pos, param, allowed in where:
             dtypes[pos] = frozenset(d for d, name in _ONNX_TENSOR_TYPES.items() if not allowed or name in allowed)
-        shared = {}
-        for index, pos, param, allowed in where:
             shared.setdefault(param, []).append(pos)
 
         def terms(names, const):
-            parts = []
-            for pos, ok in dtypes.items():
-                x = names[pos]
-                test = "%s.dtype in %s" % (x, const(ok))
-                if float32 in ok:
-                    test = "(%s.dtype is %s or %s)" % (x, const(float32), test)
-                parts.append((("dtype in", ok, x), "%s and %s" % (_tensor_expr(x, const), test)))
+            parts = [dtype_in_term(names[pos], ok, const) for pos, ok in dtypes.items()]
             for positions in shared.values():
                 parts.extend((None, "%s.dtype is %s.dtype" % (names[pos], names[positions[0]]))
                              for pos in positions[1:])
@@ -204,10 +196,9 @@ class OnnxShapeInference(InputRule):
             return "%s and %s == %s[0]" % (arrays, now, const(last)) if names else "True"
         # an input onnx types only as integers (a shape, axes, indices) is usually small:
         # its values count, the inlined test could never pass, so the op keeps the call
-        whole_number_input = any(c.allowed_type_strs and all(_INTEGER_TYPE.match(t) for t in c.allowed_type_strs)
-                                 for c in schema.type_constraints
-                                 if any(f.type_str == c.type_param_str for f in schema.inputs)) or any(
-            _INTEGER_TYPE.match(f.type_str) for f in schema.inputs)
+        allowed = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
+        whole_number_input = any(all(_INTEGER_TYPE.match(t) for t in allowed.get(f.type_str) or [f.type_str])
+                                 for f in schema.inputs)
         return check if whole_number_input else fast_path(check, render)
 
 
