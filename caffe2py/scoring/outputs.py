@@ -89,10 +89,11 @@ def _proc_stat(pid):
         return None
 
 
-def _start_time(pid):
-    fields = _proc_stat(pid)
+def _start_time(pid, fields=None):
+    """Process pid's start time (stat field 22) from its stat fields, or None."""
+    fields = _proc_stat(pid) if fields is None else fields
     try:
-        return int(fields[19]) if fields else None       # field 22: starttime
+        return int(fields[19]) if fields else None
     except (IndexError, ValueError):
         return None
 
@@ -105,10 +106,8 @@ def _alive(pid, started=None):
         fields = _proc_stat(pid)
         if fields is None or fields[0] in (b"Z", b"X"):
             return False
-        try:
-            return started is None or int(fields[19]) == started
-        except (IndexError, ValueError):
-            return True
+        now = _start_time(pid, fields)
+        return started is None or now is None or now == started
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
