@@ -1,8 +1,10 @@
 """Latency of the onnx package's nine light_* models: caffe2py vs onnxruntime.
 
 Batch 1, 2 threads (caffe2py's thread team and ORT's intra-op pool; ORT's workers do
-not spin between runs unless --ort-spinning), same random input for both, medians of --runs runs taken in alternating blocks (ours, ORT, ours, ...) after warm-ups. Prints model, ours ms, ORT ms, ratio and
-max abs diff; --append adds the table to benchmarks/RESULTS.md.
+not spin between runs unless --ort-spinning), same random input for both, medians of
+--runs runs taken in alternating blocks (ours, ORT, ours, ...) after warm-ups. Prints
+model, ours ms, ORT ms, ratio and max abs diff; --append adds the table to
+benchmarks/RESULTS.md.
 
 --layers times every Conv / pool / Gemm / LRN of each model as a single-node
 ONNX model against our kernels directly (per-layer sums), which needs no ONNX

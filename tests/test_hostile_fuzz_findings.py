@@ -366,8 +366,8 @@ def test_onnx_rules_inlined_in_the_plan_still_refuse_what_they_refused():
     so a run after good ones is refused exactly as a first run is."""
     from onnx import TensorProto, helper
     node = helper.make_node("MatMul", ["a", "b"], ["y"])
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in "ab"],
-                              [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
+    inputs = [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in "ab"]
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
     rep = _prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
     source = rep.plan.source
     assert "if not (" in source and "[0])" in source           # both rules inlined

@@ -29,8 +29,9 @@ Strategy, chosen once per geometry (a cached plan holds every slice it copies):
     shift-add of the taps (shift_conv.py);
   * 2-D float32, group 1, C_in >= 16, kernel larger than 1x1 (blocked_direct_wins:
     all but the stride-1 3x3s above 8x8 outputs that Winograd takes, above 14x14 on
-    16-lane CPUs; grouped ones with C_in / group >= 16 per group), and short reductions (C * kh * kw from DIRECT_MIN_K to DIRECT_MAX_K: 16 ->
-    64 3x3, 7x7 stems): a cache-blocked direct convolution whose register blocks of 4
+    16-lane CPUs; grouped ones with C_in / group >= 16 per group), and short
+    reductions (C * kh * kw from DIRECT_MIN_K to DIRECT_MAX_K: 16 -> 64 3x3, 7x7
+    stems): a cache-blocked direct convolution whose register blocks of 4
     channels x 24 outputs (8 x 48 with 16 lanes) accumulate in vector registers
     (direct_conv.py), no tap stack;
   * 3x3 stride-1, float32/float64, many channels: Winograd F(4x4, 3x3) from 28x28 outputs, else

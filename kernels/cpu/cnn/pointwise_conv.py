@@ -233,7 +233,8 @@ def _pointwise_blocks(x, wpack, bias, has_bias, residual, has_residual, relu, ou
                             continue
                         o = rb * 8
                         ra = r0 + (o * p + pb * 48) * 4
-                        _finish3(at, a00, a01, a02, bias[o] if has_bias else np.float32(0.0), has_bias, ra, has_residual, relu)
+                        _finish3(at, a00, a01, a02, bias[o] if has_bias else np.float32(0.0), has_bias, ra,
+                                 has_residual, relu)
                         _finish3(at + orow, a10, a11, a12, bias[o + 1] if has_bias else np.float32(0.0), has_bias,
                                  ra + row_bytes, has_residual, relu)
                         _finish3(at + 2 * orow, a20, a21, a22, bias[o + 2] if has_bias else np.float32(0.0), has_bias,
