@@ -47,6 +47,9 @@ guarantees that every address is in bounds: nothing here checks.
     vstore_f32_lanes(address, v, lo, hi), vload_f32_lanes(lanes, address, lo, hi)
                                    lanes lo..hi-1 only (masked store / load, the others
                                    0.0): memory of the other lanes is not touched
+    vmerge_f32_lanes(v, address, lo, hi)   v with lanes lo..hi-1 loaded (masked load)
+    vtranspose16_at(address, v0, .., v15)  the 16 x 16 transpose of 16-lane rows v0..v15
+                                   stored at address (column c at address + 64c)
     vstore_f32_at / vstore_f16_at / vstore_u8_at(address, v)   n float32, n float16
                                    (rounded to nearest even), n bytes (v holds whole
                                    numbers in [0, 255])
@@ -592,6 +595,76 @@ def vload_f32_lanes(typingctx, lanes, address, lo, hi):
         zeros = ir.Constant(_vector(n), [0.0] * n)
         return _masked_intrinsic(builder, "load", n, [at, ir.Constant(_I32, 4), mask, zeros])
     return Vec(n)(lanes, address, lo, hi), codegen
+
+
+@intrinsic
+def vmerge_f32_lanes(typingctx, v, address, lo, hi):
+    """v with lanes lo..hi-1 replaced by the float32 at address + 4 * lane (masked
+    load): the other lanes keep v's values bit for bit, and their memory is not
+    touched."""
+    if not isinstance(v, Vec) or not _is_int(address, lo, hi):
+        return None
+    n = v.n
+
+    def codegen(context, builder, sig, args):
+        at = _pointer(context, builder, args[1], sig.args[1], _vector(n))
+        mask = _lane_mask(context, builder, sig, args, 2, n)
+        return _masked_intrinsic(builder, "load", n, [at, ir.Constant(_I32, 4), mask, args[0]])
+    return v(v, address, lo, hi), codegen
+
+
+def _transpose_masks():
+    """The four stages of a 16 x 16 transpose as (pairs, shufflevector masks): stage
+    s turns vectors (a, b) of each listed pair into the pair's two results, the
+    classic network of per-128-bit unpacks (32-bit, then 64-bit elements) and two
+    rounds of 128-bit block selects."""
+    lo32 = [e for q in range(4) for e in (4 * q, 16 + 4 * q, 4 * q + 1, 17 + 4 * q)]
+    hi32 = [e + 2 for e in lo32]
+    lo64 = [e for q in range(4) for e in (4 * q, 4 * q + 1, 16 + 4 * q, 17 + 4 * q)]
+    hi64 = [e + 2 for e in lo64]
+    # 128-bit blocks: even blocks of a then b, odd blocks of a then b
+    even = [4 * blk + e for blk in (0, 2, 4, 6) for e in range(4)]
+    odd = [4 * blk + e for blk in (1, 3, 5, 7) for e in range(4)]
+    return (lo32, hi32), (lo64, hi64), (even, odd)
+
+
+@intrinsic
+def vtranspose16_at(typingctx, address, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11, v12, v13, v14, v15):
+    """The 16 x 16 transpose of rows v0..v15 (16 lanes each) stored at address: the
+    64 bytes at address + 64 * c hold lane c of v0, v1, .., v15 (column c). In
+    registers (64 shuffles, no gathers or scatters): how a block computed with
+    channels in the lanes is written out with pixels in the lanes."""
+    rows = (v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11, v12, v13, v14, v15)
+    if not _is_int(address) or any(r != Vec(16) for r in rows):
+        return None
+
+    def codegen(context, builder, sig, args):
+        (lo32, hi32), (lo64, hi64), (even, odd) = _transpose_masks()
+
+        def shuffle(a, b, mask):
+            return builder.shuffle_vector(a, b, ir.Constant(_vector(16, _I32), mask))
+        r = list(args[1:])
+        # rows 4g..4g+3 -> t: [r0 r1 interleaved], ..; u[g][k]: column 4q + k of rows
+        # 4g..4g+3 in 128-bit block q
+        u = []
+        for g in range(4):
+            a, b, c, d = r[4 * g:4 * g + 4]
+            t0, t1 = shuffle(a, b, lo32), shuffle(a, b, hi32)
+            t2, t3 = shuffle(c, d, lo32), shuffle(c, d, hi32)
+            u.append((shuffle(t0, t2, lo64), shuffle(t0, t2, hi64), shuffle(t1, t3, lo64), shuffle(t1, t3, hi64)))
+        for k in range(4):
+            x0, x1 = shuffle(u[0][k], u[1][k], even), shuffle(u[0][k], u[1][k], odd)
+            y0, y1 = shuffle(u[2][k], u[3][k], even), shuffle(u[2][k], u[3][k], odd)
+            # column 4q + k: block q of u[0][k], u[1][k], u[2][k], u[3][k]
+            columns = {0: shuffle(x0, y0, even), 2: shuffle(x0, y0, odd),
+                       1: shuffle(x1, y1, even), 3: shuffle(x1, y1, odd)}
+            for q, col in columns.items():
+                at = _pointer(context, builder, builder.add(context.cast(builder, args[0], sig.args[0], types.int64),
+                                                            ir.Constant(_I64, 64 * (4 * q + k))),
+                              types.int64, _vector(16))
+                builder.store(col, at, align=4)
+        return context.get_dummy_value()
+    return types.void(address, *rows), codegen
 
 
 @intrinsic
