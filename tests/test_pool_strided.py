@@ -1,6 +1,7 @@
 """Strided 2-D max and average pools (pool.py's `_strided_pool2d`: 3x3/s2 windows with
 their one-pass row combines and constant-stride column loops, and the general loops;
-`_pool2x2s2` for 2x2/s2 windows) against float64 loops over every window: odd and even sizes, maps
+`_pool2x2s2` for 2x2/s2 windows; `_pool3x3s2_f32` for float32 3x3/s2 windows in
+16-lane vectors) against float64 loops over every window: odd and even sizes, maps
 narrower than the window, pads on one side only, ceil_mode, count_include_pad both
 ways, one and many channels, batch > 1, NaN, float64."""
 import itertools
@@ -60,13 +61,16 @@ CASES = [
     ((1, 2, 11, 12), (3, 2), (3, 2), (1, 1, 1, 0), False),    # mixed kernels / strides: the general loops
     ((1, 1, 16, 16), (5, 4), (2, 3), (2, 1, 2, 1), False),
     ((3, 1, 6, 6), (3, 3), (2, 2), (1, 1, 1, 1), False),      # one channel, batch 3
+    ((1, 3, 37, 40), (3, 3), (2, 2), (1, 1, 1, 1), False),    # rows of 3 vectors, outputs of 2: masked tails
+    ((1, 2, 34, 33), (3, 3), (2, 2), (0, 0, 0, 0), True),     # 16 outputs a row exactly (ceil_mode)
+    ((1, 2, 5, 70), (3, 3), (2, 2), (2, 2, 2, 2), False),     # pads of 2: windows with one input row
 ]
 
 
 def _spy(monkeypatch):
     """[(kernel, blocks)] of the strided kernels' calls (serial copies under their kernel's name)."""
     calls = []
-    for kernel in ("_strided_pool2d", "_pool2x2s2"):
+    for kernel in ("_strided_pool2d", "_pool2x2s2", "_pool3x3s2_f32"):
         for name in (kernel, kernel + "_serial"):
             kernel_fn = getattr(pool_k, name)
             monkeypatch.setattr(pool_k, name, lambda *a, f=kernel_fn, k=kernel: calls.append((k, a[-1])) or f(*a))
@@ -89,7 +93,29 @@ def test_strided_pools_match_loops(monkeypatch, xs, kernel, strides, pads, ceil,
         assert y.dtype == dtype
         np.testing.assert_allclose(y, ref_pool(x, kernel, strides, pads, ceil, False, include_pad), rtol=tol, atol=tol)
     want = "_pool2x2s2" if tuple(kernel) == tuple(strides) == (2, 2) else "_strided_pool2d"
+    if tuple(kernel) == (3, 3) and tuple(strides) == (2, 2) and dtype == np.float32:
+        want = "_pool3x3s2_f32"
     assert [name for name, _ in calls] == [want] * 3, "the strided kernel did not run"
+
+
+@pytest.mark.parametrize("xs, pads", [((2, 3, 37, 40), (1, 1, 1, 1)), ((1, 4, 27, 27), (0, 0, 0, 0)),
+                                      ((1, 2, 14, 14), (0, 0, 1, 1))])
+def test_the_vector_3x3s2_kernel_gives_the_scalar_kernels_bits(xs, pads):
+    # the same operations in the same order, 16 lanes at a time: max NaN and -0.0
+    # choices, and average sums, bit for bit
+    x = RNG.standard_normal(xs).astype(np.float32)
+    x.flat[::13] = np.nan
+    x.flat[5::11] = -0.0
+    x.flat[7::11] = 0.0
+    planes = x.reshape((-1,) + xs[2:])
+    oh, ow = (_out_size(xs[2], 3, 2, pads[0], pads[2], False), _out_size(xs[3], 3, 2, pads[1], pads[3], False))
+    inv = (1.0 / RNG.integers(1, 10, (oh, ow))).astype(np.float32)
+    for is_max in (True, False):
+        vec = np.empty((planes.shape[0], oh, ow), np.float32)
+        scalar = np.empty_like(vec)
+        pool_k._pool3x3s2_f32(planes, vec, inv, pads[0], pads[1], is_max, 1)
+        pool_k._strided_pool2d(planes, scalar, inv, 3, 3, 2, 2, 1, pads[0], pads[1], is_max, 1)
+        np.testing.assert_array_equal(vec.view(np.uint32), scalar.view(np.uint32))
 
 
 @pytest.mark.parametrize("kernel, pads", [((3, 3), (1, 1, 1, 1)), ((2, 2), (0, 0, 0, 0))])

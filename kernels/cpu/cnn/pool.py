@@ -47,8 +47,18 @@ import functools
 import numpy as np
 
 from .conv import check_window_sizes, default_scratch, padded_image
-from ..runtime.jit import compiled, prange, serial_variant, team_blocks
+from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
 from ..runtime.output_pool import output_array
+
+LANES_16 = LazyGlobal(".simd", "LANES_16")
+address = LazyGlobal(".simd", "address")
+vadd = LazyGlobal(".simd", "vadd")
+vmul = LazyGlobal(".simd", "vmul")
+vmax_nan = LazyGlobal(".simd", "vmax_nan")
+vload_f32_lanes = LazyGlobal(".simd", "vload_f32_lanes")
+vload_f32_even = LazyGlobal(".simd", "vload_f32_even")
+vload_f32_odd = LazyGlobal(".simd", "vload_f32_odd")
+vstore_f32_lanes = LazyGlobal(".simd", "vstore_f32_lanes")
 
 
 def _ceil_extra_pads(spatial, kernel, strides, pads, dilations, ceil_mode):
@@ -318,6 +328,62 @@ def _pool2x2s2(x, out, inv, pt, pl, is_max, blocks):
                         dst[ox] = (row[2 * ox] + row[2 * ox + 1]) * scale[ox]
 
 
+@compiled(inline=True)
+def _combine_vec(acc, v, is_max):
+    return vmax_nan(acc, v) if is_max else vadd(acc, v)
+
+
+@compiled(parallel=True)
+def _pool3x3s2_f32(x, out, inv, pt, pl, is_max, blocks):
+    """3x3 windows at stride 2 on float32 (the downsampling max pools of ResNet,
+    SqueezeNet, Inception), all planes in `blocks` blocks on the team: _strided_pool2d's
+    method and order of operations in 16-lane vectors, masked at row ends (LLVM
+    vectorised that kernel's loops with a scalar remainder, which on maps of 13-27
+    outputs was most of the row). Per output row: the window's input rows combined into
+    a padded row buffer, 16 columns a vector; then 16 outputs a step from the buffer's
+    even, odd and next even columns (simd.vload_f32_even / _odd). x (P, H, W),
+    out (P, OH, OW), inv (OH, OW) as in _strided_pool2d; the caller checked pads >= 0
+    and that every window holds at least one input cell."""
+    h, w = x.shape[1], x.shape[2]
+    oh, ow = out.shape[1], out.shape[2]
+    # the buffer: pl fill columns, the combined row, fill past it; the last output
+    # vector reads up to 2 * (16 * ceil(ow / 16)) + 2 columns
+    width = max(pl + w, 32 * ((ow + 15) // 16) + 2)
+    fill = -np.inf if is_max else 0.0
+    n = LANES_16
+    x0 = address(x)
+    o0 = address(out)
+    plane_in, plane_out, row_in = h * w * 4, oh * ow * 4, w * 4
+    for t in prange(blocks):
+        lo, hi = x.shape[0] * t // blocks, x.shape[0] * (t + 1) // blocks
+        grid = np.empty((1, width), np.float32)
+        row = grid[0]
+        for i in range(width):
+            row[i] = fill
+        inner = address(row) + pl * 4
+        r0 = address(row)
+        for p in range(lo, hi):
+            for oy in range(oh):
+                y0 = 2 * oy - pt
+                ya, yb = max(y0, 0), min(y0 + 3, h)       # the window's rows inside the map
+                src = x0 + p * plane_in + ya * row_in
+                for c in range(0, w, 16):
+                    k = min(16, w - c)
+                    acc = vload_f32_lanes(n, src + c * 4, 0, k)
+                    for y in range(ya + 1, yb):
+                        acc = _combine_vec(acc, vload_f32_lanes(n, src + (y - ya) * row_in + c * 4, 0, k), is_max)
+                    vstore_f32_lanes(inner + c * 4, acc, 0, k)
+                dst = o0 + p * plane_out + oy * ow * 4
+                for c in range(0, ow, 16):
+                    a = r0 + c * 8
+                    v = _combine_vec(_combine_vec(vload_f32_even(n, a), vload_f32_odd(n, a), is_max),
+                                     vload_f32_even(n, a + 8), is_max)
+                    k = min(16, ow - c)
+                    if not is_max:
+                        v = vmul(v, vload_f32_lanes(n, address(inv) + (oy * ow + c) * 4, 0, k))
+                    vstore_f32_lanes(dst + c * 4, v, 0, k)
+
+
 def _padded_planes(x, top, left, rows, width, fill):
     """x (P, H, W) in a (P, rows, width) grid filled with `fill`, x at (top, left)."""
     grid = np.full((x.shape[0], rows, width), fill, x.dtype)
@@ -351,6 +417,11 @@ def _strided_pool2d_numpy(x, out, inv, kh, kw, sh, sw, dh, pt, pl, is_max, block
 @_pool2x2s2.numpy_twin
 def _pool2x2s2_numpy(x, out, inv, pt, pl, is_max, blocks):
     _strided_pool2d_numpy(x, out, inv, 2, 2, 2, 2, 1, pt, pl, is_max, blocks)
+
+
+@_pool3x3s2_f32.numpy_twin
+def _pool3x3s2_f32_numpy(x, out, inv, pt, pl, is_max, blocks):
+    _strided_pool2d_numpy(x, out, inv, 3, 3, 2, 2, 1, pt, pl, is_max, blocks)
 
 
 @compiled(parallel=True)
@@ -632,6 +703,7 @@ _strided_pool2d_serial = serial_variant(_strided_pool2d, "_strided_pool2d_serial
 _global_pool2d_serial = serial_variant(_global_pool2d, "_global_pool2d_serial")
 _same_pool2d_serial = serial_variant(_same_pool2d, "_same_pool2d_serial")
 _pool2x2s2_serial = serial_variant(_pool2x2s2, "_pool2x2s2_serial")
+_pool3x3s2_f32_serial = serial_variant(_pool3x3s2_f32, "_pool3x3s2_f32_serial")
 
 
 # planes a run of _same_pool2d combines at once: its row combines stay in the L1 cache
@@ -704,6 +776,11 @@ def _compiled_plan(shape, dtype, kernel, strides, pads, dilations, ceil_mode, is
                 out_spatial[0] * spatial[1] * kernel[0] * kernel[1], result)
     if tuple(kernel) == (2, 2) and tuple(strides) == (2, 2) and tuple(dilations) == (1, 1):
         return ("_pool2x2s2", (planes,) + spatial, out_shape, out_shape, (inv, pads[0], pads[1], is_max), planes,
+                out_spatial[0] * (spatial[1] + out_spatial[1]) * 2, result)
+    if (tuple(kernel) == (3, 3) and tuple(strides) == (2, 2) and tuple(dilations) == (1, 1) and dtype == np.float32
+            and pads[0] < 3 and 2 * (out_spatial[0] - 1) - pads[0] < spatial[0]):
+        # every window holds an input row (the kernel does not fill all-padding rows)
+        return ("_pool3x3s2_f32", (planes,) + spatial, out_shape, out_shape, (inv, pads[0], pads[1], is_max), planes,
                 out_spatial[0] * (spatial[1] + out_spatial[1]) * 2, result)
     return ("_strided_pool2d", (planes,) + spatial, out_shape, out_shape,
             (inv,) + tuple(kernel) + tuple(strides) + (dilations[0], pads[0], pads[1], is_max), planes,

@@ -42,6 +42,7 @@ guarantees that every address is in bounds: nothing here checks.
     vnatural(v, k)                 field-major lanes (k = 2 or 4) in natural order
     vmin(a, b), vmax(a, b)         lanewise (b where a compares false: NaN in a is
                                    dropped; see vhsum for finding NaN)
+    vmax_nan(a, b)                 lanewise max propagating NaN from either (np.maximum)
     vrint(v), vclamp(v, lo, hi)    round half to even; lanewise clamp to scalars
     vhmin(v), vhmax(v), vhsum(v)   across the lanes (n a power of two), to a scalar
     vstore_f32_lanes(address, v, lo, hi), vload_f32_lanes(lanes, address, lo, hi)
@@ -460,6 +461,20 @@ def _pick(pred):
 
 vmin = _pick("<")
 vmax = _pick(">")
+
+
+@intrinsic
+def vmax_nan(typingctx, a, b):
+    """Lanewise a where a is NaN or a > b, else b: NaN in either propagates (as
+    np.maximum), and each lane is the scalar `a if (a > b or a != a) else b`."""
+    if not isinstance(a, Vec) or a != b:
+        return None
+
+    def codegen(context, builder, sig, args):
+        a_wins = builder.or_(builder.fcmp_unordered("uno", args[0], args[0]),
+                             builder.fcmp_ordered(">", args[0], args[1]))
+        return builder.select(a_wins, args[0], args[1])
+    return a(a, b), codegen
 
 
 @intrinsic
