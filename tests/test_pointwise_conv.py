@@ -123,6 +123,15 @@ def test_numpy_twin_agrees_with_the_kernel(forced, monkeypatch, blocks):
     np.testing.assert_allclose(twin, compiled, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("ahead", [0, 384, 1 << 40])
+def test_the_input_prefetch_distance_never_changes_the_bits(forced, monkeypatch, ahead):
+    # prefetches never fault, even 1 TB past the input, and change no result
+    x, w, b, _ = case((1, 300, 12, 12), (24, 300, 1, 1), ONE, VALID, ONE)
+    base = run_pointwise(x, w, b, relu=True)
+    monkeypatch.setattr(pw, "INPUT_PREFETCH_BYTES", ahead)
+    np.testing.assert_array_equal(run_pointwise(x, w, b, relu=True), base)
+
+
 def test_the_team_splits_whichever_operand_it_would_read_less_twice():
     assert pw.split_by_rows(1024, 196, 2)          # 14x14, 1024 outputs: the input is the smaller
     assert not pw.split_by_rows(64, 3136, 2)       # 56x56, 64 outputs: the weights are

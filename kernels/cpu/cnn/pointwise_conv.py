@@ -24,6 +24,15 @@ resnet50's 1x1s at 94-125 GFLOP/s on one thread, onnxruntime's ~133. Here:
   * a block of 8 output channels x 48 pixels (3 vectors of 16) is 24 accumulators held
     in registers: per input channel 3 vector loads of its row (in place: no packing of
     the input), 8 broadcast weights, 24 FMAs;
+  * each of those row reads also asks for the same row two pixel blocks on
+    (INPUT_PREFETCH_BYTES) into L2 (prefetcht1): a block reads one short run from each
+    of C channel rows, hundreds of streams the hardware prefetchers do not follow, so
+    an input not in L2 was read at memory latency (256 -> 64 at 56x56, 1 thread: 1.00
+    ms with the input in cache, 1.63-1.71 without; with the prefetch 0.93 / 1.15-1.22).
+    Whole models alternating in one process, no prefetch / prefetch: resnet50 89.2 ->
+    86.5 ms (2 threads 54.6 -> 52.1), inception_v2 48.3 -> 47.3, squeezenet 10.24 ->
+    10.09; prefetching into L1 (prefetcht0) one block on had made every layer alone
+    slower (0.98-1.13x);
   * the reduction runs in chunks of at most CHUNK_CHANNELS channels, so a pixel block's
     chunk of input (128 x 48 floats, 24 KB) stays in L1 while every row block passes
     over it; the partial sums wait in the output between chunks and the last chunk
@@ -58,6 +67,7 @@ vstore_f32_at = LazyGlobal(".simd", "vstore_f32_at")
 address = LazyGlobal(".simd", "address")
 load_f32 = LazyGlobal(".simd", "load_f32")
 prefetch = LazyGlobal(".simd", "prefetch")
+prefetch_l2 = LazyGlobal(".simd", "prefetch_l2")
 
 ROWS = 8               # output channels per register block
 PIXELS = 48            # pixels per register block: 3 vectors of 16 lanes
@@ -66,6 +76,7 @@ TILE_PIXEL_BLOCKS = 16
 TILE_MIN_OUTPUT_BYTES = 512 << 10
 TILE_ALL_BLOCKS = 2
 PREFETCH_BYTES = 1024  # weights fetched this far ahead of their use (32 input channels)
+INPUT_PREFETCH_BYTES = 384     # each input row fetched into L2 this far ahead: 2 pixel blocks
 
 # Where it takes the conv. Intel Xeon AVX-512 VM, 1 thread (benchmarks/RESULTS.md, "Issue
 # 38: 1x1 convolutions with the pixels in the lanes"). Per layer, bias + ReLU, hot
@@ -128,7 +139,7 @@ def _finish3(at, u0, u1, u2, b, has_bias, ra, has_residual, relu):
 
 @compiled(parallel=True)
 def _pointwise_blocks(x, wpack, bias, has_bias, residual, has_residual, relu, out, chunk, tile_pb, tail,
-                      tail_out, split_rows, blocks):
+                      tail_out, split_rows, blocks, ahead):
     """out (M, P) = [relu](W @ x + bias + residual) for x (C, P) and out (M, P), both
     C-contiguous float32, M a multiple of 8 (the caller checked); wpack (M/8, C, 8) the
     packed W; residual (M, P) C-contiguous when has_residual (not sharing memory with
@@ -187,6 +198,9 @@ def _pointwise_blocks(x, wpack, bias, has_bias, residual, has_residual, relu, ou
                         for _ in range(k0, k1):
                             u0, u1, u2 = _load3(xa)
                             prefetch(wk + PREFETCH_BYTES)
+                            prefetch_l2(xa + ahead)
+                            prefetch_l2(xa + ahead + 64)
+                            prefetch_l2(xa + ahead + 128)
                             s = load_f32(wk)
                             a00 = vfma(a00, s, u0)
                             a01 = vfma(a01, s, u1)
@@ -313,7 +327,7 @@ def _tail_rows(wpack, bias, has_bias, residual, has_residual, relu, out, tail, t
 
 @_pointwise_blocks.numpy_twin
 def _pointwise_blocks_numpy(x, wpack, bias, has_bias, residual, has_residual, relu, out, chunk, tile_pb, tail,
-                            tail_out, split_rows, blocks):
+                            tail_out, split_rows, blocks, ahead):
     """All outputs at once: one product and the epilogue."""
     m, p = out.shape
     w2 = unpack_rows(wpack, chunk)
@@ -412,7 +426,7 @@ def pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype):
                 if np.may_share_memory(res, oi):        # partial sums wait in the output
                     res = res.copy()
             kernel(xi, wpack, b, bias is not None, res, residual is not None, relu, oi, chunk, tile_pb, tail, tail_out,
-                   split_rows, blocks)
+                   split_rows, blocks, INPUT_PREFETCH_BYTES)
             if not in_place:
                 out[i] = oi.reshape(out[i].shape)
     return compute
