@@ -39,8 +39,10 @@ def reference(x, w, b, strides, pads, dilations, relu=False, channel_map=None):
 
 @pytest.fixture
 def every_geometry(monkeypatch):
-    """The phased kernel for stride-1 rows of any length too (the plan keeps it to short ones)."""
+    """The phased kernel for stride-1 rows of any length too (the plan keeps it to short
+    ones), and for the 3x3s that _depthwise3x3_rows takes first."""
     monkeypatch.setattr(depthwise, "PHASED_MAX_STRIDE1_WIDTH", 1 << 20)
+    monkeypatch.setattr(depthwise, "ROWS_3X3", False)
 
 
 def run_phased(x, w, b, strides, pads, dilations=(1, 1), relu=False, channel_map=None):

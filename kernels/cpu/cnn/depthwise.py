@@ -22,9 +22,9 @@ in registers, with bias and ReLU on the way out (one thread: 272 channels at 14x
     every sw-th column is kept.
 Strided float32 layers whose rows hold 8+ outputs take _depthwise_phased instead: each
 plane split once into its stride phases, so every tap of 8 consecutive outputs is one
-vector load (PHASED says when, and why not elsewhere). Float32 3x3s at stride 1 take
-_depthwise3x3_rows: 16-lane vectors per output row, masked copies in and stores out
-(ROWS_3X3; ShuffleNet 7.57 -> 6.96 ms at one thread).
+vector load (PHASED says when, and why not elsewhere). Float32 3x3s at stride 1 and 2
+take _depthwise3x3_rows first: 16-lane vectors per output row, masked copies in and
+stores out (ROWS_3X3, ROWS_3X3_STRIDE2; ShuffleNet 7.57 -> 6.92 ms at one thread).
 """
 import numpy as np
 
@@ -143,24 +143,26 @@ def _depthwise(x, w, bias, out, cmap, kh, kw, sh, sw, dh, dw, pt, pl, relu, bloc
 
 
 @compiled(parallel=True)
-def _depthwise3x3_rows(x, w, bias, out, cmap, pt, pl, relu, blocks):
-    """_depthwise for float32 3x3 windows at stride 1 and dilation 1, in 16-lane
-    vectors: each channel's plane copied into a zero-bordered grid a masked vector at a
-    time, then per output row and block of 16 columns the nine taps as 9 loads and 9
-    FMAs in registers (bias first, then the taps row by row), ReLU, and one masked store
-    straight into the output. The flat loop of _depthwise spent most of its time in
-    its scalar copies in and out (rows of 14-28 are shorter than LLVM's vectors). Same
-    arguments; the caller checked pads >= 0 and the output size (OH + 2 grid rows)."""
+def _depthwise3x3_rows(x, w, bias, out, cmap, stride, pt, pl, relu, blocks):
+    """_depthwise for float32 3x3 windows at stride 1 or 2 (both dims) and dilation 1,
+    in 16-lane vectors: each channel's plane copied into a zero-bordered grid a masked
+    vector at a time, then per output row and block of 16 columns the nine taps as 9
+    loads (at stride 2 the even and odd columns of a 32-float load: simd.vload_f32_even
+    / _odd) and 9 FMAs in registers (bias first, then the taps row by row), ReLU, and one
+    masked store straight into the output. The flat loop of _depthwise spent most of its
+    time in its scalar copies in and out (rows of 7-28 are shorter than LLVM's vectors).
+    Same arguments as _depthwise; the caller checked pads >= 0 and the output size."""
     c_in, h, wd = x.shape
     m, oh, ow = out.shape
     mult = m // c_in
     n = LANES_16
     nvec = (ow + 15) // 16
-    wp = max(pl + wd, 16 * nvec + 2)        # every vector's last tap inside the row
-    hp = max(pt + h, oh + 2)
+    wp = max(pl + wd, stride * 16 * nvec + 2)      # every vector's last tap inside the row
+    hp = max(pt + h, stride * (oh - 1) + 3)
     x0 = address(x)
     o0 = address(out)
     row_in, row_bytes = wd * 4, wp * 4
+    step = stride * row_bytes                       # grid bytes from one output row's window to the next
     for t in prange(blocks):
         lo, hi = m * t // blocks, m * (t + 1) // blocks
         grid = np.zeros((hp, wp), np.float32)           # zero border, interior rewritten per channel
@@ -181,29 +183,41 @@ def _depthwise3x3_rows(x, w, bias, out, cmap, pt, pl, relu, blocks):
             start = vsplat(n, bias[o])
             zero = vzeros(n)
             for oy in range(oh):
-                r0 = g0 + oy * row_bytes
+                r0 = g0 + oy * step
                 r1 = r0 + row_bytes
                 r2 = r1 + row_bytes
                 at = o0 + ((o * oh + oy) * ow) * 4
                 for v in range(nvec):
-                    j = v * 64
-                    acc = vfma(start, w0, vload_f32(n, r0 + j))
-                    acc = vfma(acc, w1, vload_f32(n, r0 + j + 4))
-                    acc = vfma(acc, w2, vload_f32(n, r0 + j + 8))
-                    acc = vfma(acc, w3, vload_f32(n, r1 + j))
-                    acc = vfma(acc, w4, vload_f32(n, r1 + j + 4))
-                    acc = vfma(acc, w5, vload_f32(n, r1 + j + 8))
-                    acc = vfma(acc, w6, vload_f32(n, r2 + j))
-                    acc = vfma(acc, w7, vload_f32(n, r2 + j + 4))
-                    acc = vfma(acc, w8, vload_f32(n, r2 + j + 8))
+                    if stride == 1:
+                        j = v * 64
+                        acc = vfma(start, w0, vload_f32(n, r0 + j))
+                        acc = vfma(acc, w1, vload_f32(n, r0 + j + 4))
+                        acc = vfma(acc, w2, vload_f32(n, r0 + j + 8))
+                        acc = vfma(acc, w3, vload_f32(n, r1 + j))
+                        acc = vfma(acc, w4, vload_f32(n, r1 + j + 4))
+                        acc = vfma(acc, w5, vload_f32(n, r1 + j + 8))
+                        acc = vfma(acc, w6, vload_f32(n, r2 + j))
+                        acc = vfma(acc, w7, vload_f32(n, r2 + j + 4))
+                        acc = vfma(acc, w8, vload_f32(n, r2 + j + 8))
+                    else:
+                        j = v * 128
+                        acc = vfma(start, w0, vload_f32_even(n, r0 + j))
+                        acc = vfma(acc, w1, vload_f32_odd(n, r0 + j))
+                        acc = vfma(acc, w2, vload_f32_even(n, r0 + j + 8))
+                        acc = vfma(acc, w3, vload_f32_even(n, r1 + j))
+                        acc = vfma(acc, w4, vload_f32_odd(n, r1 + j))
+                        acc = vfma(acc, w5, vload_f32_even(n, r1 + j + 8))
+                        acc = vfma(acc, w6, vload_f32_even(n, r2 + j))
+                        acc = vfma(acc, w7, vload_f32_odd(n, r2 + j))
+                        acc = vfma(acc, w8, vload_f32_even(n, r2 + j + 8))
                     if relu:
                         acc = vmax(zero, acc)
-                    vstore_f32_lanes(at + j, acc, 0, min(16, ow - v * 16))
+                    vstore_f32_lanes(at + v * 64, acc, 0, min(16, ow - v * 16))
 
 
 @_depthwise3x3_rows.numpy_twin
-def _depthwise3x3_rows_numpy(x, w, bias, out, cmap, pt, pl, relu, blocks):
-    _depthwise_numpy(x, w, bias, out, cmap, 3, 3, 1, 1, 1, 1, pt, pl, relu, blocks)
+def _depthwise3x3_rows_numpy(x, w, bias, out, cmap, stride, pt, pl, relu, blocks):
+    _depthwise_numpy(x, w, bias, out, cmap, 3, 3, stride, stride, 1, 1, pt, pl, relu, blocks)
 
 
 @_depthwise.numpy_twin
@@ -403,6 +417,7 @@ def channel_map_problem(channel_map, channels):
 # 0.082 -> 0.090). PHASED_MAX_STRIDE1_WIDTH admits stride-1 rows up to that width
 # (tests run the kernel there).
 ROWS_3X3 = True     # float32 stride-1 3x3s take _depthwise3x3_rows
+ROWS_3X3_STRIDE2 = True     # and the stride-2 ones
 PHASED = True
 PHASED_MAX_STRIDE1_WIDTH = 0
 
@@ -448,13 +463,13 @@ def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtyp
 
     identity = np.arange(c, dtype=np.intp)
     zero_bias = np.zeros(m, dtype)
-    phased = _phased_layout(x_shape, kh, kw, strides, pads, dilations, out_spatial, dtype)
+    rows3x3 = (ROWS_3X3 and dtype == np.float32 and (kh, kw) == (3, 3) and tuple(dilations) == (1, 1)
+               and (tuple(strides) == (1, 1) or (ROWS_3X3_STRIDE2 and tuple(strides) == (2, 2))))
+    phased = None if rows3x3 else _phased_layout(x_shape, kh, kw, strides, pads, dilations, out_spatial, dtype)
     if phased is not None:
         _, sh, sw, _, _, rows, wq, _ = phased
         phased_size = sh * sw * rows * wq + wq     # one thread's phase buffer (its last row's spill)
     checked = {}      # id -> (read-only map checked, its intp form): one per op sharing this plan
-    rows3x3 = (ROWS_3X3 and dtype == np.float32 and (kh, kw) == (3, 3) and tuple(strides) == (1, 1)
-               and tuple(dilations) == (1, 1))
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None, channel_map=None):
         if channel_map is None:
@@ -480,8 +495,8 @@ def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtyp
                 (_depthwise_phased if blocks > 1 else _depthwise_phased_serial)(xi, w2, b, out[i], cmap, *phased,
                                                                                  relu, blocks, region, stride)
             elif rows3x3:
-                (_depthwise3x3_rows if blocks > 1 else _depthwise3x3_rows_serial)(xi, w2, b, out[i], cmap, pads[0],
-                                                                                   pads[1], relu, blocks)
+                (_depthwise3x3_rows if blocks > 1 else _depthwise3x3_rows_serial)(xi, w2, b, out[i], cmap, strides[0],
+                                                                                   pads[0], pads[1], relu, blocks)
             else:
                 _depthwise(xi, w2, b, out[i], cmap, *geometry, relu, blocks)
     compute.takes_channel_map = True
