@@ -47,3 +47,19 @@ def test_serial_phase_copy_equals_the_parallel_one():
     expected[:, 1:6, 1:6] = img[:, 1:10:2, 0:9:2]
     for buf in outs:
         np.testing.assert_array_equal(buf, expected)
+
+
+def test_row_phase_copy_matches_the_scalar_one():
+    # column stride 1 (the vector row copy): rows shorter than, equal to and longer than 16
+    rng = np.random.default_rng(1)
+    for wd in (7, 16, 37):
+        img = rng.standard_normal((3, 9, wd)).astype(np.float32)
+        layout = (1, 2, 0, 1, 2, 4, 1, wd)      # i0, sh, j0, sw, q0, ni, r0, nj
+        rows = (1, 2, 0, 2, 4, 1, wd)            # the same without sw
+        expected = np.full((3, 8, wd + 3), -7.0, np.float32)
+        expected[:, 2:6, 1:1 + wd] = img[:, 1:9:2, :]
+        for kernel, args, blocks in ((phases._phase_copy, layout, 1), (phases._phase_copy_rows, rows, 2),
+                                     (phases._phase_copy_rows_serial, rows, 1)):
+            buf = np.full((3, 8, wd + 3), -7.0, np.float32)    # nothing outside the rows written
+            kernel(img, buf, *args, blocks)
+            np.testing.assert_array_equal(buf, expected)

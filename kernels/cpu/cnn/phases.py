@@ -17,7 +17,12 @@ this way).
 """
 import numpy as np
 
-from ..runtime.jit import compiled, prange, serial_variant, team_blocks
+from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
+
+LANES_16 = LazyGlobal(".simd", "LANES_16")
+address = LazyGlobal(".simd", "address")
+vload_f32_lanes = LazyGlobal(".simd", "vload_f32_lanes")
+vstore_f32_lanes = LazyGlobal(".simd", "vstore_f32_lanes")
 
 
 @compiled(parallel=True)
@@ -45,12 +50,42 @@ def _phase_copy_numpy(img, buf, i0, sh, j0, sw, q0, ni, r0, nj, blocks):
         buf[:, q0:q0 + ni, r0:r0 + nj] = img[:, i0:i0 + (ni - 1) * sh + 1:sh, j0:j0 + (nj - 1) * sw + 1:sw]
 
 
+@compiled(parallel=True)
+def _phase_copy_rows(img, buf, i0, sh, j0, q0, ni, r0, nj, blocks):
+    """_phase_copy at column stride 1 for C-contiguous float32 img and buf, each row
+    copied as masked 16-lane vectors: rows of 7-28 floats are shorter than the vectors
+    LLVM gave the loop above, which copied them a float at a time."""
+    c_count, h, wd = img.shape
+    _, rows, wq = buf.shape
+    x0 = address(img)
+    b0 = address(buf)
+    n = LANES_16
+    for t in prange(blocks):
+        for job in range(c_count * ni * t // blocks, c_count * ni * (t + 1) // blocks):
+            c, i = job // ni, job % ni
+            src = x0 + ((c * h + i0 + i * sh) * wd + j0) * 4
+            dst = b0 + ((c * rows + q0 + i) * wq + r0) * 4
+            for j in range(0, nj, 16):
+                k = min(16, nj - j)
+                vstore_f32_lanes(dst + j * 4, vload_f32_lanes(n, src + j * 4, 0, k), 0, k)
+
+
+@_phase_copy_rows.numpy_twin
+def _phase_copy_rows_numpy(img, buf, i0, sh, j0, q0, ni, r0, nj, blocks):
+    _phase_copy_numpy(img, buf, i0, sh, j0, 1, q0, ni, r0, nj, blocks)
+
+
 _phase_copy_serial = serial_variant(_phase_copy, "_phase_copy_serial")
+_phase_copy_rows_serial = serial_variant(_phase_copy_rows, "_phase_copy_rows_serial")
 
 
 def _copy_phase(img, buf, layout, blocks):
     """_phase_copy of layout (i0, sh, j0, sw, q0, ni, r0, nj), blocks from its c * ni rows of nj."""
-    (_phase_copy if blocks > 1 else _phase_copy_serial)(img, buf, *layout, blocks)
+    i0, sh, j0, sw, q0, ni, r0, nj = layout
+    if sw == 1 and img.dtype == np.float32 and img.flags.c_contiguous and buf.flags.c_contiguous:
+        (_phase_copy_rows if blocks > 1 else _phase_copy_rows_serial)(img, buf, i0, sh, j0, q0, ni, r0, nj, blocks)
+    else:
+        (_phase_copy if blocks > 1 else _phase_copy_serial)(img, buf, *layout, blocks)
 
 
 class TapLayout:
