@@ -46,14 +46,14 @@ def test_a_cached_plan_follows_the_team_and_the_module_kernels(monkeypatch):
     x = RNG.standard_normal((1, 8, 9, 9)).astype(np.float32)
     pool_k.max_pool(x, (3, 3), (2, 2), (1, 1, 1, 1))           # the plan is made
     calls = []
-    for name in ("_strided_pool2d", "_strided_pool2d_serial"):
+    for name in ("_pool3x3s2_f32", "_pool3x3s2_f32_serial"):      # float32 3x3/s2's kernel
         kernel_fn = getattr(pool_k, name)
         monkeypatch.setattr(pool_k, name, lambda *a, f=kernel_fn, n=name: calls.append((n, a[-1])) or f(*a))
     monkeypatch.setattr(pool_k, "team_blocks", lambda count, work: 2)
     y = pool_k.max_pool(x, (3, 3), (2, 2), (1, 1, 1, 1))
     monkeypatch.setattr(pool_k, "team_blocks", lambda count, work: 1)
     z = pool_k.max_pool(x, (3, 3), (2, 2), (1, 1, 1, 1))
-    assert calls == [("_strided_pool2d", 2), ("_strided_pool2d_serial", 1)]
+    assert calls == [("_pool3x3s2_f32", 2), ("_pool3x3s2_f32_serial", 1)]
     np.testing.assert_array_equal(y, ref_max_pool_s2(x).astype(np.float32))
     np.testing.assert_array_equal(z, y)
 
