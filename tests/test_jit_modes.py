@@ -35,8 +35,11 @@ CONVS = [
     ((2, 8, 11, 11), (8, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 8),        # depthwise strided 3x3
     ((1, 8, 10, 10), (16, 1, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 8),       # depthwise, multiplier 2
     ((1, 6, 9, 9), (12, 1, 3, 3), (2, 1), (0, 1, 2, 1), (1, 2), 6),         # depthwise strided, dilated
-    ((1, 8, 20, 20), (8, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 8),       # depthwise phase-split, serial
-    ((2, 32, 40, 40), (32, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 32),    # depthwise phase-split, team
+    ((1, 8, 20, 20), (8, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 8),       # depthwise rows kernel, serial
+    ((2, 32, 40, 40), (32, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 32),    # depthwise rows kernel, team
+    ((1, 4, 20, 20), (4, 1, 5, 5), (2, 2), (2, 2, 2, 2), (1, 1), 4),       # depthwise phase-split, serial
+    ((2, 32, 60, 60), (32, 1, 3, 3), (3, 3), (1, 1, 1, 1), (1, 1), 32),    # depthwise phase-split, team
+    ((1, 32, 60, 60), (16, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),     # direct: row phase copy on the team
     ((2, 24, 15, 15), (8, 24, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),      # blocked direct, stride 2
     ((2, 3, 15, 15), (8, 3, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),        # flattened rows, short K
     ((2, 8, 9, 9), (6, 8, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),          # direct (short reduction), serial
@@ -103,6 +106,7 @@ def _everything():
     out.append(pool_k.max_pool(big, (3, 3), (1, 1), (1, 1, 1, 1)))
     out.append(pool_k.average_pool(big, (3, 3), (1, 1), (1, 1, 1, 1)))     # stride-1 average on the team
     out.append(pool_k.average_pool(big, (3, 3), (2, 2), (1, 1, 1, 1)))
+    out.append(pool_k.max_pool(big, (3, 3), (3, 3), (1, 1, 1, 1)))         # _strided_pool2d on the team
     # stride-1 pools whose output is smaller than the input (the padded-grid kernels;
     # "same"-size ones above run _same_pool2d), serial and on the team
     for g in (small, big):
@@ -516,9 +520,9 @@ def test_background_notice_once_on_stderr_and_silent_when_quiet(tmp_path):
         import numpy as np
         from caffe2py.kernels.cpu.cnn import pool
         from caffe2py.kernels.cpu.runtime import jit
-        x = np.ones((1, 2, 9, 9), np.float32)
+        x = np.ones((1, 2, 9, 9), np.float64)
         for _ in range(3):
-            with jit.team():    # 3x3/s2: the general strided kernel (2x2/s2 has its own)
+            with jit.team():    # float64 3x3/s2: the general strided kernel (float32 and 2x2/s2 have their own)
                 y = pool.max_pool(x, (3, 3), (2, 2), (0, 0, 0, 0))
         print(y.shape)
     """

@@ -142,8 +142,15 @@ def _depthwise(x, w, bias, out, cmap, kh, kw, sh, sw, dh, dw, pt, pl, relu, bloc
                         dst[i] = 0.0 if relu and v < 0 else v
 
 
+@compiled
+def rows3x3_grid(h, wd, oh, ow, stride, pt, pl):
+    """(rows, columns) of _depthwise3x3_rows' zero-bordered grid: every input row and
+    column at (pt, pl) on, and every vector's last tap inside a row."""
+    return max(pt + h, stride * (oh - 1) + 3), max(pl + wd, stride * 16 * ((ow + 15) // 16) + 2)
+
+
 @compiled(parallel=True)
-def _depthwise3x3_rows(x, w, bias, out, cmap, stride, pt, pl, relu, blocks):
+def _depthwise3x3_rows(x, w, bias, out, cmap, stride, pt, pl, relu, blocks, work, wstride):
     """_depthwise for float32 3x3 windows at stride 1 or 2 (both dims) and dilation 1,
     in 16-lane vectors: each channel's plane copied into a zero-bordered grid a masked
     vector at a time, then per output row and block of 16 columns the nine taps as 9
@@ -151,21 +158,23 @@ def _depthwise3x3_rows(x, w, bias, out, cmap, stride, pt, pl, relu, blocks):
     / _odd) and 9 FMAs in registers (bias first, then the taps row by row), ReLU, and one
     masked store straight into the output. The flat loop of _depthwise spent most of its
     time in its scalar copies in and out (rows of 7-28 are shorter than LLVM's vectors).
-    Same arguments as _depthwise; the caller checked pads >= 0 and the output size."""
+    Same arguments as _depthwise; the caller checked pads >= 0 and the output size. A
+    thread's grid is its region of `work` (from thread_id() * wstride, at least
+    rows3x3_grid(...) floats; buffers.team_work): caller-owned, as _depthwise_phased's."""
     c_in, h, wd = x.shape
     m, oh, ow = out.shape
     mult = m // c_in
     n = LANES_16
+    hp, wp = rows3x3_grid(h, wd, oh, ow, stride, pt, pl)
     nvec = (ow + 15) // 16
-    wp = max(pl + wd, stride * 16 * nvec + 2)      # every vector's last tap inside the row
-    hp = max(pt + h, stride * (oh - 1) + 3)
     x0 = address(x)
     o0 = address(out)
     row_in, row_bytes = wd * 4, wp * 4
     step = stride * row_bytes                       # grid bytes from one output row's window to the next
     for t in prange(blocks):
         lo, hi = m * t // blocks, m * (t + 1) // blocks
-        grid = np.zeros((hp, wp), np.float32)           # zero border, interior rewritten per channel
+        grid = work[thread_id() * wstride:thread_id() * wstride + hp * wp]     # this thread's region
+        grid[:] = 0                             # zero border, interior rewritten per channel
         g0 = address(grid)
         loaded = -1
         for o in range(lo, hi):
@@ -216,7 +225,7 @@ def _depthwise3x3_rows(x, w, bias, out, cmap, stride, pt, pl, relu, blocks):
 
 
 @_depthwise3x3_rows.numpy_twin
-def _depthwise3x3_rows_numpy(x, w, bias, out, cmap, stride, pt, pl, relu, blocks):
+def _depthwise3x3_rows_numpy(x, w, bias, out, cmap, stride, pt, pl, relu, blocks, work, wstride):
     _depthwise_numpy(x, w, bias, out, cmap, 3, 3, stride, stride, 1, 1, pt, pl, relu, blocks)
 
 
@@ -466,6 +475,9 @@ def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtyp
     rows3x3 = (ROWS_3X3 and dtype == np.float32 and (kh, kw) == (3, 3) and tuple(dilations) == (1, 1)
                and (tuple(strides) == (1, 1) or (ROWS_3X3_STRIDE2 and tuple(strides) == (2, 2))))
     phased = None if rows3x3 else _phased_layout(x_shape, kh, kw, strides, pads, dilations, out_spatial, dtype)
+    if rows3x3:
+        grid_rows, grid_cols = rows3x3_grid.py_func(*x_shape[2:], *out_spatial, strides[0], pads[0], pads[1])
+        rows_grid = grid_rows * grid_cols
     if phased is not None:
         _, sh, sw, _, _, rows, wq, _ = phased
         phased_size = sh * sw * rows * wq + wq     # one thread's phase buffer (its last row's spill)
@@ -495,8 +507,9 @@ def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtyp
                 (_depthwise_phased if blocks > 1 else _depthwise_phased_serial)(xi, w2, b, out[i], cmap, *phased,
                                                                                  relu, blocks, region, stride)
             elif rows3x3:
-                (_depthwise3x3_rows if blocks > 1 else _depthwise3x3_rows_serial)(xi, w2, b, out[i], cmap, strides[0],
-                                                                                   pads[0], pads[1], relu, blocks)
+                region, wstride = team_work(rows_grid, np.float32)
+                (_depthwise3x3_rows if blocks > 1 else _depthwise3x3_rows_serial)(
+                    xi, w2, b, out[i], cmap, strides[0], pads[0], pads[1], relu, blocks, region, wstride)
             else:
                 _depthwise(xi, w2, b, out[i], cmap, *geometry, relu, blocks)
     compute.takes_channel_map = True

@@ -47,7 +47,8 @@ import functools
 import numpy as np
 
 from .conv import check_window_sizes, default_scratch, padded_image
-from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
+from ..runtime.buffers import team_work
+from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
 from ..runtime.output_pool import output_array
 
 LANES_16 = LazyGlobal(".simd", "LANES_16")
@@ -333,8 +334,14 @@ def _combine_vec(acc, v, is_max):
     return vmax_nan(acc, v) if is_max else vadd(acc, v)
 
 
+def _pool3x3s2_width(w, ow, pl):
+    """Floats of _pool3x3s2_f32's row buffer: pl fill columns, the combined row, fill
+    past it; the last output vector reads up to 2 * (16 * ceil(ow / 16)) + 2 columns."""
+    return max(pl + w, 32 * ((ow + 15) // 16) + 2)
+
+
 @compiled(parallel=True)
-def _pool3x3s2_f32(x, out, inv, pt, pl, is_max, blocks):
+def _pool3x3s2_f32(x, out, inv, pt, pl, is_max, width, work, stride, blocks):
     """3x3 windows at stride 2 on float32 (the downsampling max pools of ResNet,
     SqueezeNet, Inception), all planes in `blocks` blocks on the team: _strided_pool2d's
     method and order of operations in 16-lane vectors, masked at row ends (LLVM
@@ -343,12 +350,10 @@ def _pool3x3s2_f32(x, out, inv, pt, pl, is_max, blocks):
     a padded row buffer, 16 columns a vector; then 16 outputs a step from the buffer's
     even, odd and next even columns (simd.vload_f32_even / _odd). x (P, H, W),
     out (P, OH, OW), inv (OH, OW) as in _strided_pool2d; the caller checked pads >= 0
-    and that every window holds at least one input cell."""
+    and that every window holds at least one input cell. A thread's row buffer is its
+    region of `work` (from thread_id() * stride, `width` = _pool3x3s2_width floats)."""
     h, w = x.shape[1], x.shape[2]
     oh, ow = out.shape[1], out.shape[2]
-    # the buffer: pl fill columns, the combined row, fill past it; the last output
-    # vector reads up to 2 * (16 * ceil(ow / 16)) + 2 columns
-    width = max(pl + w, 32 * ((ow + 15) // 16) + 2)
     fill = -np.inf if is_max else 0.0
     n = LANES_16
     x0 = address(x)
@@ -356,8 +361,7 @@ def _pool3x3s2_f32(x, out, inv, pt, pl, is_max, blocks):
     plane_in, plane_out, row_in = h * w * 4, oh * ow * 4, w * 4
     for t in prange(blocks):
         lo, hi = x.shape[0] * t // blocks, x.shape[0] * (t + 1) // blocks
-        grid = np.empty((1, width), np.float32)
-        row = grid[0]
+        row = work[thread_id() * stride:thread_id() * stride + width]      # this thread's region
         for i in range(width):
             row[i] = fill
         inner = address(row) + pl * 4
@@ -420,7 +424,7 @@ def _pool2x2s2_numpy(x, out, inv, pt, pl, is_max, blocks):
 
 
 @_pool3x3s2_f32.numpy_twin
-def _pool3x3s2_f32_numpy(x, out, inv, pt, pl, is_max, blocks):
+def _pool3x3s2_f32_numpy(x, out, inv, pt, pl, is_max, width, work, stride, blocks):
     _strided_pool2d_numpy(x, out, inv, 3, 3, 2, 2, 1, pt, pl, is_max, blocks)
 
 
@@ -706,6 +710,10 @@ _pool2x2s2_serial = serial_variant(_pool2x2s2, "_pool2x2s2_serial")
 _pool3x3s2_f32_serial = serial_variant(_pool3x3s2_f32, "_pool3x3s2_f32_serial")
 
 
+# kernels that take their threads' row buffers from _run_plan: name -> floats a thread
+# needs, from (input shape, output shape, plan arguments)
+_ROW_BUFFER_FLOATS = {"_pool3x3s2_f32": lambda src_shape, out_shape, args: args[-1]}
+
 # planes a run of _same_pool2d combines at once: its row combines stay in the L1 cache
 _SAME_RUN_VALUES = 4096
 
@@ -780,7 +788,8 @@ def _compiled_plan(shape, dtype, kernel, strides, pads, dilations, ceil_mode, is
     if (tuple(kernel) == (3, 3) and tuple(strides) == (2, 2) and tuple(dilations) == (1, 1) and dtype == np.float32
             and pads[0] < 3 and 2 * (out_spatial[0] - 1) - pads[0] < spatial[0]):
         # every window holds an input row (the kernel does not fill all-padding rows)
-        return ("_pool3x3s2_f32", (planes,) + spatial, out_shape, out_shape, (inv, pads[0], pads[1], is_max), planes,
+        return ("_pool3x3s2_f32", (planes,) + spatial, out_shape, out_shape,
+                (inv, pads[0], pads[1], is_max, _pool3x3s2_width(spatial[1], out_spatial[1], pads[1])), planes,
                 out_spatial[0] * (spatial[1] + out_spatial[1]) * 2, result)
     return ("_strided_pool2d", (planes,) + spatial, out_shape, out_shape,
             (inv,) + tuple(kernel) + tuple(strides) + (dilations[0], pads[0], pads[1], is_max), planes,
@@ -788,11 +797,15 @@ def _compiled_plan(shape, dtype, kernel, strides, pads, dilations, ceil_mode, is
 
 
 def _run_plan(x, plan):
-    """The pool `plan` (_compiled_plan's) describes, on x."""
+    """The pool `plan` (_compiled_plan's) describes, on x. A kernel whose name is in
+    _ROW_BUFFER_FLOATS also gets its threads' row buffers (buffers.team_work: a kernel
+    must not take the address of an array it allocates itself)."""
     name, src_shape, out_shape, out_view, args, planes, work, result = plan
     src = np.ascontiguousarray(x).reshape(src_shape)
     out = output_array(out_shape, x.dtype)
     blocks = team_blocks(planes, work)          # per call: the team's size depends on the thread
+    if name in _ROW_BUFFER_FLOATS:
+        args = args + team_work(_ROW_BUFFER_FLOATS[name](src_shape, out_shape, args), np.float32)
     globals()[name if blocks > 1 else name + "_serial"](src, out.reshape(out_view), *args, blocks)
     return out.reshape(result)
 
