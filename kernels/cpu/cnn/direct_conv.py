@@ -57,6 +57,7 @@ vload_f32_lanes = LazyGlobal(".simd", "vload_f32_lanes")
 address = LazyGlobal(".simd", "address")
 load_f32 = LazyGlobal(".simd", "load_f32")
 prefetch = LazyGlobal(".simd", "prefetch")
+prefetch_w = LazyGlobal(".simd", "prefetch_w")
 
 CHANNELS = 4         # output channels per register block
 WIDE_CHANNELS = 8    # with 16-lane registers (_direct_blocks_wide): 24 accumulators of the 32
@@ -181,6 +182,19 @@ def _direct_blocks(flat, offsets, wpack, bias, has_bias, residual, has_residual,
                             continue
                         _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0, cb, wq,
                                       bias, has_bias, residual, has_residual, relu, out, o0, r0, lanes)
+
+
+@compiled(inline=True)
+def _prefetch_block_out(o0, p0, c_first, m, oh, ow, wq, pxb):
+    """prefetchw the output lines a block of 8 channels x pxb bytes from flat output p0
+    will be stored to (its first output row's run), before its FMAs: inside a model the
+    output is memory other layers evicted, and each store would wait for its line."""
+    oy = min(p0 // wq, oh - 1)
+    ox = min(p0 - (p0 // wq) * wq, ow - 1)
+    for j in range(min(8, m - c_first)):
+        at = o0 + (((c_first + j) * oh + oy) * ow + ox) * 4
+        for line in range(0, pxb + 63, 64):
+            prefetch_w(at + line)
 
 
 @compiled(inline=True)
@@ -309,6 +323,8 @@ def _direct_blocks_wide(flat, offsets, wpack, bias, has_bias, residual, has_resi
                             a60, a61, a62 = _load_row(lanes, ap + row * 24)
                             a70, a71, a72 = _load_row(lanes, ap + row * 28)
                         wk = w0 + (cb * k_count + k0) * 32
+                        if k1 == k_count:
+                            _prefetch_block_out(o0, p0, cb * 8, m, oh, ow, wq, pxb)
                         for k in range(k1 - k0):
                             v0, v1, v2 = _load_row(lanes, pk + k * pxb)
                             prefetch(wk + PREFETCH_BYTES)

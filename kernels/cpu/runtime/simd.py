@@ -61,6 +61,7 @@ guarantees that every address is in bounds: nothing here checks.
                                    exp (see _emit_exp: |relative error| < 4e-7)
     prefetch(address)              prefetcht0 (never faults, whatever the address)
     prefetch_l2(address)           prefetcht1: into L2, not L1 (never faults either)
+    prefetch_w(address)            prefetchw: a line about to be written (never faults)
     load_f32 / load_f16(address), load_index(address, j, wide)     scalars
     store_f32 / store_f16(address, x)                               (unaligned)
     address(arr)                   arr's data pointer as an integer
@@ -324,7 +325,7 @@ def vstore_fields(typingctx, out, row, col, v, k):
     return None if codegen is None else (types.void(out, row, col, v, k), codegen)
 
 
-def _prefetch(locality):
+def _prefetch(locality, write=0):
     def typer(typingctx, address):
         if not _is_int(address):
             return None
@@ -332,9 +333,9 @@ def _prefetch(locality):
         def codegen(context, builder, sig, args):
             fnty = ir.FunctionType(ir.VoidType(), [_I8P, _I32, _I32, _I32])
             fn = builder.module.declare_intrinsic("llvm.prefetch", fnty=fnty)
-            # read, the locality, data cache
-            builder.call(fn, [_pointer(context, builder, args[0], sig.args[0], ir.IntType(8)), ir.Constant(_I32, 0),
-                              ir.Constant(_I32, locality), ir.Constant(_I32, 1)])
+            # read or write, the locality, data cache
+            builder.call(fn, [_pointer(context, builder, args[0], sig.args[0], ir.IntType(8)),
+                              ir.Constant(_I32, write), ir.Constant(_I32, locality), ir.Constant(_I32, 1)])
             return context.get_dummy_value()
         return types.void(address), codegen
     return intrinsic(typer)
@@ -344,6 +345,8 @@ def _prefetch(locality):
 # L1: data wanted a while later, which should not evict what the loop reads now)
 prefetch = _prefetch(3)
 prefetch_l2 = _prefetch(2)
+# prefetchw: a line about to be written, fetched for ownership ahead of the stores
+prefetch_w = _prefetch(3, write=1)
 
 
 @intrinsic
