@@ -68,6 +68,7 @@ address = LazyGlobal(".simd", "address")
 load_f32 = LazyGlobal(".simd", "load_f32")
 prefetch = LazyGlobal(".simd", "prefetch")
 prefetch_l2 = LazyGlobal(".simd", "prefetch_l2")
+prefetch_w = LazyGlobal(".simd", "prefetch_w")
 
 ROWS = 8               # output channels per register block
 PIXELS = 48            # pixels per register block: 3 vectors of 16 lanes
@@ -182,6 +183,13 @@ def _pointwise_blocks(x, wpack, bias, has_bias, residual, has_residual, relu, ou
                         xb, ob, xrow, orow = x0 + pb * 192, o0 + pb * 192, row_bytes, row_bytes
                         at = ob + rb * 8 * orow
                         if k0 == 0:
+                            # the block's 8 output rows of 192 bytes, fetched for writing
+                            # ahead of the stores (in a model, memory other layers evicted)
+                            for r in range(8):
+                                prefetch_w(at + r * orow)
+                                prefetch_w(at + r * orow + 64)
+                                prefetch_w(at + r * orow + 128)
+                                prefetch_w(at + r * orow + 191)
                             a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = zero
                             a40 = a41 = a42 = a50 = a51 = a52 = a60 = a61 = a62 = a70 = a71 = a72 = zero
                         else:       # the earlier chunks' partial sums
