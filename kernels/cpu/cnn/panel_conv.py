@@ -69,6 +69,7 @@ vmax = LazyGlobal(".simd", "vmax")
 address = LazyGlobal(".simd", "address")
 load_f32 = LazyGlobal(".simd", "load_f32")
 prefetch = LazyGlobal(".simd", "prefetch")
+prefetch_w = LazyGlobal(".simd", "prefetch_w")
 
 CHANNELS = 32        # output channels per register block: 2 vectors of 16 lanes
 PIXELS = 14          # pixels per register block (28 accumulators of the 32 registers)
@@ -114,6 +115,20 @@ def takes(c, m, taps, pixels, dtype):
         return False
     from ..runtime import simd
     return simd.target_lanes() == 16
+
+
+@compiled(inline=True)
+def _prefetch_block_out(o0, o_first, count, plane, segments, pb):
+    """prefetchw the output lines pixel block pb's segments cover in channels o_first ..
+    o_first + count - 1, before the last chunk's FMAs: inside a model the output is
+    memory other layers evicted, and each masked store would wait for its line."""
+    for c in range(count):
+        oa = o0 + (o_first + c) * plane
+        for g in range(segments.shape[1]):
+            lo, hi = segments[pb, g, 1], segments[pb, g, 2]
+            if lo < hi:
+                prefetch_w(oa + (segments[pb, g, 0] + lo) * 4)
+                prefetch_w(oa + (segments[pb, g, 0] + hi - 1) * 4)
 
 
 @compiled(inline=True)
@@ -219,6 +234,8 @@ def _panel_blocks(flat, offsets, tap_step, tail, has_tail, wpanel, bias, has_bia
                         ac1 = vload_f32(LANES_16, sp + 1600)
                         ad0 = vload_f32(LANES_16, sp + 1664)
                         ad1 = vload_f32(LANES_16, sp + 1728)
+                    if k1 == k_count:
+                        _prefetch_block_out(o0, cb * 32, min(32, m - cb * 32), plane, segments, pb)
                     wk = w0 + (cb * k_count + k0) * 128
                     xs = x0 + pb * block_step * 4
                     step = tap_step
