@@ -591,6 +591,15 @@ def _masked_intrinsic(builder, name, n, args):
     return builder.call(fn, args)
 
 
+def _masked_load(context, builder, sig, args, passthrough):
+    """A masked load for a call whose args are (lanes or v, address, lo, hi): lanes
+    lo..hi-1 from memory, the others from `passthrough`."""
+    n = passthrough.type.count
+    at = _pointer(context, builder, args[1], sig.args[1], _vector(n))
+    mask = _lane_mask(context, builder, sig, args, 2, n)
+    return _masked_intrinsic(builder, "load", n, [at, ir.Constant(_I32, 4), mask, passthrough])
+
+
 @intrinsic
 def vstore_f32_lanes(typingctx, address, v, lo, hi):
     """Lanes lo..hi-1 of v to the float32 at address + 4 * lane (AVX-512 masked
@@ -616,10 +625,7 @@ def vload_f32_lanes(typingctx, lanes, address, lo, hi):
     n = lanes.n
 
     def codegen(context, builder, sig, args):
-        at = _pointer(context, builder, args[1], sig.args[1], _vector(n))
-        mask = _lane_mask(context, builder, sig, args, 2, n)
-        zeros = ir.Constant(_vector(n), [0.0] * n)
-        return _masked_intrinsic(builder, "load", n, [at, ir.Constant(_I32, 4), mask, zeros])
+        return _masked_load(context, builder, sig, args, ir.Constant(_vector(n), [0.0] * n))
     return Vec(n)(lanes, address, lo, hi), codegen
 
 
@@ -630,12 +636,9 @@ def vmerge_f32_lanes(typingctx, v, address, lo, hi):
     touched."""
     if not isinstance(v, Vec) or not _is_int(address, lo, hi):
         return None
-    n = v.n
 
     def codegen(context, builder, sig, args):
-        at = _pointer(context, builder, args[1], sig.args[1], _vector(n))
-        mask = _lane_mask(context, builder, sig, args, 2, n)
-        return _masked_intrinsic(builder, "load", n, [at, ir.Constant(_I32, 4), mask, args[0]])
+        return _masked_load(context, builder, sig, args, args[0])
     return v(v, address, lo, hi), codegen
 
 
