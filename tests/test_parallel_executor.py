@@ -440,7 +440,17 @@ def test_ops_with_shared_state_are_barriers():
     assert net_dag.dependencies(steps) == [set(), {0}, {1}]
 
 
-def test_ctrl_c_while_branches_run_stops_the_run_and_leaves_the_workspace(monkeypatch):
+@pytest.fixture
+def default_sigint():
+    """Ctrl-C raises KeyboardInterrupt in this test even when the suite runs with SIGINT
+    ignored (a shell's background job starts Python that way)."""
+    import signal
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_while_branches_run_stops_the_run_and_leaves_the_workspace(monkeypatch, default_sigint):
     import signal
     monkeypatch.setattr(net_dag, "MIN_OVERLAP_WORK", 0.0)
     workspace.FeedBlob("x", f32(3))

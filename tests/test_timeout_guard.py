@@ -1,6 +1,7 @@
 """caffe2py.timeout_guard (Caffe2's caffe2.python.timeout_guard): a block that
 overruns its time gets SIGINT (then os._exit(1)); one that finishes, or raises,
 leaves the process alone. The overrunning cases run in child processes."""
+import signal
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,10 @@ def _run_child(tmp_path, body, timeout=60):
         import time
         from caffe2py import timeout_guard
         """) + textwrap.dedent(body))
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout)
+    # the child starts with Ctrl-C's default action even when the suite itself runs with
+    # SIGINT ignored (a shell's background job): Python then raises KeyboardInterrupt
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_a_block_that_finishes_in_time_is_left_alone():
