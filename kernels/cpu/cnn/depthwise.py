@@ -31,11 +31,11 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.buffers import team_work
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
+from .phases import copy_floats
 
 LANES_8 = LazyGlobal(".simd", "LANES_8")
 LANES_16 = LazyGlobal(".simd", "LANES_16")
 vsplat = LazyGlobal(".simd", "vsplat")
-vload_f32_lanes = LazyGlobal(".simd", "vload_f32_lanes")
 vstore_f32_lanes = LazyGlobal(".simd", "vstore_f32_lanes")
 vzeros = LazyGlobal(".simd", "vzeros")
 vload_f32 = LazyGlobal(".simd", "vload_f32")
@@ -181,11 +181,7 @@ def _depthwise3x3_rows(x, w, bias, out, cmap, stride, pt, pl, relu, blocks, work
             c = cmap[o // mult]
             if c != loaded:
                 for y in range(h):
-                    src = x0 + (c * h + y) * row_in
-                    dst = g0 + (y + pt) * row_bytes + pl * 4
-                    for j in range(0, wd, 16):
-                        k = min(16, wd - j)
-                        vstore_f32_lanes(dst + j * 4, vload_f32_lanes(n, src + j * 4, 0, k), 0, k)
+                    copy_floats(g0 + (y + pt) * row_bytes + pl * 4, x0 + (c * h + y) * row_in, wd)
                 loaded = c
             w0, w1, w2, w3, w4, w5, w6, w7, w8 = w[o, 0], w[o, 1], w[o, 2], w[o, 3], w[o, 4], w[o, 5], w[o, 6], \
                 w[o, 7], w[o, 8]

@@ -50,24 +50,28 @@ def _phase_copy_numpy(img, buf, i0, sh, j0, sw, q0, ni, r0, nj, blocks):
         buf[:, q0:q0 + ni, r0:r0 + nj] = img[:, i0:i0 + (ni - 1) * sh + 1:sh, j0:j0 + (nj - 1) * sw + 1:sw]
 
 
+@compiled(inline=True)
+def copy_floats(dst, src, count):
+    """`count` float32 from address src to address dst as masked 16-lane vectors: rows
+    of 7-28 floats are shorter than the vectors LLVM gives a copy loop, which then
+    copies them a float at a time (its scalar remainder)."""
+    for j in range(0, count, 16):
+        k = min(16, count - j)
+        vstore_f32_lanes(dst + j * 4, vload_f32_lanes(LANES_16, src + j * 4, 0, k), 0, k)
+
+
 @compiled(parallel=True)
 def _phase_copy_rows(img, buf, i0, sh, j0, q0, ni, r0, nj, blocks):
     """_phase_copy at column stride 1 for C-contiguous float32 img and buf, each row
-    copied as masked 16-lane vectors: rows of 7-28 floats are shorter than the vectors
-    LLVM gave the loop above, which copied them a float at a time."""
+    copied by copy_floats (the loop above copied short rows a float at a time)."""
     c_count, h, wd = img.shape
     _, rows, wq = buf.shape
     x0 = address(img)
     b0 = address(buf)
-    n = LANES_16
     for t in prange(blocks):
         for job in range(c_count * ni * t // blocks, c_count * ni * (t + 1) // blocks):
             c, i = job // ni, job % ni
-            src = x0 + ((c * h + i0 + i * sh) * wd + j0) * 4
-            dst = b0 + ((c * rows + q0 + i) * wq + r0) * 4
-            for j in range(0, nj, 16):
-                k = min(16, nj - j)
-                vstore_f32_lanes(dst + j * 4, vload_f32_lanes(n, src + j * 4, 0, k), 0, k)
+            copy_floats(b0 + ((c * rows + q0 + i) * wq + r0) * 4, x0 + ((c * h + i0 + i * sh) * wd + j0) * 4, nj)
 
 
 @_phase_copy_rows.numpy_twin
