@@ -710,9 +710,9 @@ _pool2x2s2_serial = serial_variant(_pool2x2s2, "_pool2x2s2_serial")
 _pool3x3s2_f32_serial = serial_variant(_pool3x3s2_f32, "_pool3x3s2_f32_serial")
 
 
-# kernels that take their threads' row buffers from _run_plan: name -> floats a thread
-# needs, from (input shape, output shape, plan arguments)
-_ROW_BUFFER_FLOATS = {"_pool3x3s2_f32": lambda src_shape, out_shape, args: args[-1]}
+# kernels that take their threads' row buffers from _run_plan; the plan's last argument
+# is the floats a thread needs
+_ROW_BUFFER_KERNELS = {"_pool3x3s2_f32"}
 
 # planes a run of _same_pool2d combines at once: its row combines stay in the L1 cache
 _SAME_RUN_VALUES = 4096
@@ -797,15 +797,15 @@ def _compiled_plan(shape, dtype, kernel, strides, pads, dilations, ceil_mode, is
 
 
 def _run_plan(x, plan):
-    """The pool `plan` (_compiled_plan's) describes, on x. A kernel whose name is in
-    _ROW_BUFFER_FLOATS also gets its threads' row buffers (buffers.team_work: a kernel
+    """The pool `plan` (_compiled_plan's) describes, on x. A kernel named in
+    _ROW_BUFFER_KERNELS also gets its threads' row buffers (buffers.team_work: a kernel
     must not take the address of an array it allocates itself)."""
     name, src_shape, out_shape, out_view, args, planes, work, result = plan
     src = np.ascontiguousarray(x).reshape(src_shape)
     out = output_array(out_shape, x.dtype)
     blocks = team_blocks(planes, work)          # per call: the team's size depends on the thread
-    if name in _ROW_BUFFER_FLOATS:
-        args = args + team_work(_ROW_BUFFER_FLOATS[name](src_shape, out_shape, args), np.float32)
+    if name in _ROW_BUFFER_KERNELS:
+        args = args + team_work(args[-1], np.float32)
     globals()[name if blocks > 1 else name + "_serial"](src, out.reshape(out_view), *args, blocks)
     return out.reshape(result)
 
