@@ -57,6 +57,7 @@ import atexit
 import sys
 import threading
 
+from . import compiler_pages
 from .threads import num_threads
 
 _DEFAULT_FASTMATH = ("contract",)
@@ -147,6 +148,7 @@ class CompiledKernel:
 
     def _use_machine_code(self):
         dispatcher = self.dispatcher
+        compiler_pages.note_linked()     # the team's outermost exit hands LLVM's pages back
         if getattr(_this_thread, "depth", 0):
             _use_team_size()        # inside team(): numba may have been imported just now
         if self._options.get("parallel") and _serial_launches():
@@ -462,6 +464,7 @@ class team:
             return False
         if _unannounced:
             _announce_background()
+        compiler_pages.release_if_linked()
         with _team_lock:
             _blas_depth[0] -= 1
             if _blas_depth[0] == 0 and _blas_depth[1] not in (None, 1):
