@@ -16,6 +16,10 @@ plan is compiled:
     simply not returned while the process lives).
 CAFFE2PY_MALLOC_TUNING=0 leaves malloc as it is. Other C libraries (musl, macOS,
 Windows) are left alone.
+
+hand_back_freed() is the one exception: a holder that has just freed memory it will
+not allocate again (a prepared model whose packed weights replaced the originals:
+87 MB for light_resnet50) returns the heap's free pages once (malloc_trim).
 """
 import ctypes
 import ctypes.util
@@ -45,13 +49,34 @@ def keep_freed_memory():
         return _done[0]
 
 
+def hand_back_freed():
+    """Return the heap's free pages to the kernel now (glibc's malloc_trim); True when
+    some were returned."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    trim = libc.malloc_trim
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim(0) == 1
+
+
+def _glibc():
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
 def _apply():
-    if not tuning_enabled() or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    libc = _glibc() if tuning_enabled() else None
+    if libc is None:
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    except AttributeError:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int

@@ -135,6 +135,10 @@ class OpSchema:
     reads_outputs: bool = False
     # schema_rules input rules checked on every call (DTypes, SameDType, Rank)
     checks: tuple = ()
+    # Inputs the CPU kernel reads only through kernels/cpu/runtime/packed_weights (its
+    # packed copy, or the values a stand-in rebuilds): a holder that owns a constant read
+    # only there may let the packed copy stand in for it (the ONNX backend's prepared model)
+    packed_inputs: frozenset = frozenset()
     arg_by_name: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):

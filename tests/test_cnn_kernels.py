@@ -1305,7 +1305,7 @@ def test_openblas_core_reports_the_forced_kernel_family():
 
 
 def test_derived_weights_made_once_per_array_and_again_after_edits():
-    from caffe2py.kernels.cpu.runtime.buffers import DerivedWeights
+    from caffe2py.kernels.cpu.runtime.packed_weights import DerivedWeights
     made = []
     derived = DerivedWeights(lambda w: made.append(1) or w * 2)
     w = rand(8, 4, 3, 3)

@@ -11,6 +11,7 @@ from caffe2py.kernels.cpu.math import gemm as gemm_k
 from caffe2py.kernels.cpu.cnn import norm as norm_k
 from caffe2py.kernels.cpu.cnn import pool as pool_k
 from caffe2py.kernels.cpu.runtime.output_pool import output_array
+from caffe2py.kernels.cpu.runtime.packed_weights import values_of
 from caffe2py.registry import Arg, Cost, OpSchema, TensorType, register_kernel, register_schema
 from caffe2py.schema_rules import Axis, DTypes, Finite, OneOf, Range, Rank, SameDType
 
@@ -144,13 +145,17 @@ _SHUFFLE_DOC = (" With shuffle_group = g (NCHW) the op convolves ChannelShuffle(
                 "making it: what caffe2py.optimize folds a shuffle read only by a depthwise conv into.")
 _SHUFFLE_ARG = Arg("shuffle_group", "int", None, check=_POSITIVE,
                    doc="read X's channels as ChannelShuffle(group=shuffle_group) orders them")
+# the CPU kernel reads the filter only through conv.conv_nchw, which takes packed stand-ins
+_PACKED_FILTER = frozenset({1})
 register_schema(OpSchema(
     "Conv", num_inputs=(2, 4), num_outputs=1, args=_CONV_ARGS + (_PLACED_ARG, _SHUFFLE_ARG), allow_inplace={(3, 0)},
+    packed_inputs=_PACKED_FILTER,
     checks=_CONV_CHECKS, inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias", "into"), outputs=("Y",),
     doc="N-d convolution, NCHW or NHWC, with groups, dilation and Caffe2's pad spellings." + _PLACED_DOC
     + _SHUFFLE_DOC))
 register_schema(OpSchema(
     "ConvRelu", num_inputs=(2, 4), num_outputs=1, args=_CONV_ARGS + (_PLACED_ARG, _SHUFFLE_ARG), allow_inplace={(3, 0)},
+    packed_inputs=_PACKED_FILTER,
     checks=_CONV_CHECKS, inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias", "into"), outputs=("Y",),
     doc="Conv followed by Relu in one pass (what caffe2py.optimize fuses Conv + Relu into)." + _PLACED_DOC
     + _SHUFFLE_DOC))
@@ -158,6 +163,7 @@ for _name, _doc in (("ConvSum", "Y = Conv(X, filter, bias) + S"),
                     ("ConvSumRelu", "Y = Relu(Conv(X, filter, bias) + S)")):
     register_schema(OpSchema(
         _name, num_inputs=4, num_outputs=1, args=_CONV_ARGS + (_SHUFFLE_ARG,), checks=_CONV_CHECKS,
+        packed_inputs=_PACKED_FILTER,
         inference=_conv_infer, cost=_conv_cost, inputs=("X", "filter", "bias", "S"), outputs=("Y",),
         doc=_doc + ", S of Y's shape, in one output pass (what caffe2py.optimize fuses a Conv "
         "whose output only a Sum/Add with another tensor reads, and a Relu after it, into: "
@@ -253,7 +259,7 @@ def _conv_kernel(ctx, activation):
 
     def run(x, w, b=None, s=None):
         xc = x if nchw else _to_nchw(x)
-        wc = w if nchw else _to_nchw(w)
+        wc = w if nchw else _to_nchw(values_of(w))     # a packed stand-in is NCHW
         strides, pads, dil, out_shape = geometry(xc, wc)
         if b is not None and b.shape != (wc.shape[0],):
             raise ctx.input_error(2, "bias must be [M] = [%d] (one value per output channel), got %s"

@@ -68,6 +68,7 @@ from .panel_conv import panel_plan
 from .pointwise_conv import pointwise_plan
 from ..math.epilogue import _crop_rows_numpy, bias_values, finish_channels, finish_rows_into
 from ..runtime.output_pool import output_array
+from ..runtime.packed_weights import is_stand_in, values_of
 from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size, thread_id
 from .shift_conv import shift_plan
 from .stem_conv import STEM_MAX_CHANNELS, stem_plan
@@ -204,8 +205,8 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
     _check_activation(activation)
     dtype, plan = _call_plan(x, w, strides, pads, dilations, group)
     if plan is None:
-        return _conv_half(_gathered(x, channel_map), w, b, strides, pads, dilations, group, scratch, activation,
-                          residual, out)
+        return _conv_half(_gathered(x, channel_map), values_of(w), b, strides, pads, dilations, group, scratch,
+                          activation, residual, out)
     mapped = False
     if channel_map is not None:
         if getattr(plan.compute, "takes_channel_map", False):     # it checks the map itself
@@ -220,7 +221,7 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
     if x.dtype != dtype:
         x = x.astype(dtype)
     if w.dtype != dtype or not w.flags.c_contiguous:
-        w = np.ascontiguousarray(w, dtype=dtype)
+        w = _weights_as(w, dtype, plan.compute)
     if out is None:
         out = output_array(plan.out_shape, dtype)
     elif tuple(out.shape) != plan.out_shape or out.dtype != dtype or not all(o.flags.c_contiguous for o in out):
@@ -249,6 +250,16 @@ def conv_nchw(x, w, b, strides, pads, dilations, group, *, scratch=None, activat
             plan.compute(x, w, out, scratch or default_scratch())
             finish_channels(out, bias, residual, relu)
     return out
+
+
+def _weights_as(w, dtype, compute):
+    """w C-contiguous in dtype; a stand-in (packed_weights.py) as it is for a compute
+    that packs its weights, else the values it stands for."""
+    if is_stand_in(w):
+        if w.dtype == dtype and getattr(compute, "takes_stand_ins", False):
+            return w
+        w = values_of(w)
+    return np.ascontiguousarray(w, dtype=dtype)
 
 
 # (x shape, x dtype, w shape, w dtype, strides, pads, dilations, group) -> (dtype, plan):

@@ -18,7 +18,7 @@ How:
     _flat2d_plan uses the same layout for its tap stacks);
   * each tap (c, a, b) of the reduction K = C * kh * kw is one precomputed offset into
     the phase buffers (dilations and any kernel size come free); the weights are packed
-    (M/4, K, 4), once per weight array (buffers.DerivedWeights: repacking 192 x 48 x 3 x 3
+    (M/4, K, 4), once per weight array (packed_weights.DerivedWeights: repacking 192 x 48 x 3 x 3
     cost ~0.14 ms a call);
   * a block of 4 output channels x 24 consecutive flat outputs (3 vectors of 8 lanes;
     48 outputs, 3 vectors of 16, where the CPU has AVX-512: register_lanes) is 12
@@ -40,7 +40,8 @@ How:
 import numpy as np
 
 from ..math.epilogue import bias_values
-from ..runtime.buffers import DerivedWeights, team_work, temp_buffer
+from ..runtime.buffers import team_work, temp_buffer
+from ..runtime.packed_weights import DerivedWeights
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
 from .phases import TapLayout, gathered_product
 
@@ -431,6 +432,12 @@ def pack_weights(w, channels=CHANNELS):
     return np.ascontiguousarray(packed.reshape(n_cb, channels, k).transpose(0, 2, 1))
 
 
+def unpack_weights(packed, shape):
+    """pack_weights' inverse: the weights of `shape` (M, C, kh, kw) back, bit for bit."""
+    n_cb, k, channels = packed.shape
+    return packed.transpose(0, 2, 1).reshape(n_cb * channels, k)[:shape[0]].reshape(shape)
+
+
 def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     """See the module docstring. Geometry is checked here, once: the compiled loop
     reads the phase buffers at precomputed offsets without bounds checks."""
@@ -451,7 +458,8 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     n_tiles = -(-n_pb // tile_pb) * -(-n_cb // tile_cb)
     chunks = -(-(c * kh * kw) // chunk)
     acc_shape = (n_cb * channels, n_pb * px) if chunks > 1 else (1, 1)
-    packed = DerivedWeights(lambda w: pack_weights(w, channels))
+    packed = DerivedWeights(lambda w: pack_weights(w, channels), layout=("channel blocks", channels),
+                            unpack=unpack_weights)
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None, wpack=None):
         """wpack: pack_weights(w, compute.channels) made by the caller (grouped_direct_plan),
@@ -474,6 +482,7 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     compute.channels = channels
     compute.blocking = (chunk, tile_cb, tile_pb)      # tests, benchmarks
     compute.pixels = px
+    compute.takes_stand_ins = True    # reads w only through DerivedWeights (packed_weights.py)
     return compute
 
 
@@ -532,4 +541,5 @@ def grouped_direct_plan(x_shape, w_shape, strides, pads, dilations, group, out_s
             inner(x[:, cs], None, out[:, ms], scratch, None if bias is None else bias[ms], relu,
                   None if residual is None else residual[:, ms], wpack=packs[g])
     compute.blocking = inner.blocking
+    compute.takes_stand_ins = True    # reads w only through DerivedWeights (packed_weights.py)
     return compute

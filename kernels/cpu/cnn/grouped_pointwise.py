@@ -29,7 +29,7 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..math.team_gemm import numpy_product_pass
 from ..runtime.blas import gemm_entry
-from ..runtime.buffers import DerivedWeights
+from ..runtime.packed_weights import DerivedWeights
 from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size
 from .direct_conv import PIXELS, pack_weights
 from .stem_conv import _NO_RESIDUAL, _stem_rows, _stem_rows_serial, row_lanes
@@ -183,6 +183,7 @@ def direct_grouped_pointwise_plan(x_shape, m, group, strides, out_spatial, dtype
             res = _NO_RESIDUAL if residual is None else residual[i].reshape(group, mg, p)
             kernel(np.ascontiguousarray(x[i]).reshape(group, k_in * p), offsets, wpack, b, bias is not None, res,
                    residual is not None, relu, out[i].reshape(group, mg, 1, p), p, blocks, lanes, 1, 1)
+    compute.takes_stand_ins = True    # reads w only through DerivedWeights (packed_weights.py)
     return compute
 
 

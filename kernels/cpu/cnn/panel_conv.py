@@ -50,9 +50,10 @@ multiple of 14.
 import numpy as np
 
 from ..math.epilogue import bias_values
-from ..runtime.buffers import DerivedWeights, team_work
+from ..runtime.buffers import team_work
+from ..runtime.packed_weights import DerivedWeights
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
-from .direct_conv import _NO_RESIDUAL, pack_weights
+from .direct_conv import _NO_RESIDUAL, pack_weights, unpack_weights
 from .phases import TapLayout, gathered_product
 
 LANES_16 = LazyGlobal(".simd", "LANES_16")
@@ -419,7 +420,7 @@ def panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
         return None
     k_count = c * kh * kw
     n_cb = -(-m // CHANNELS)
-    packed = DerivedWeights(pack_panels)
+    packed = DerivedWeights(pack_panels, layout=("channel blocks", CHANNELS), unpack=unpack_weights)
     if kh == kw == 1 and tuple(strides) == (1, 1) and not any(pads):
         # a 1x1 conv reads its input in place: tap k is plane k; the last block, which
         # would read past the input's end, reads a zero-padded copy of its columns
@@ -460,4 +461,5 @@ def panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
             kernel(flat, offsets, tap_step, tail, tail is not _NO_TAIL, wpanel, b, bias is not None, res,
                    residual is not None, relu, out[i], segments, wq, n_pb, block_step, second, chunk, blocks, work,
                    stride)
+    compute.takes_stand_ins = True    # reads w only through DerivedWeights (packed_weights.py)
     return compute

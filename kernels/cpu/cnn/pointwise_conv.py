@@ -17,7 +17,7 @@ channels are rows of P contiguous pixels. Through OpenBLAS each call packed both
 operands (the weights, 0.25-4 MB, read cold from memory inside a model) and the
 bias / residual / ReLU pass ran after the product; OpenBLAS's SkylakeX kernels ran
 resnet50's 1x1s at 94-125 GFLOP/s on one thread, onnxruntime's ~133. Here:
-  * the weights are packed once per weight array (buffers.DerivedWeights) in the order
+  * the weights are packed once per weight array (packed_weights.DerivedWeights) in the order
     a pass reads them: chunk by chunk of the reduction, row block by row block, per
     input channel the 8 output channels' weights side by side (one sequential stream,
     also prefetched PREFETCH_BYTES ahead);
@@ -51,7 +51,7 @@ resnet50's 1x1s at 94-125 GFLOP/s on one thread, onnxruntime's ~133. Here:
 import numpy as np
 
 from ..math.epilogue import bias_values
-from ..runtime.buffers import DerivedWeights
+from ..runtime.packed_weights import DerivedWeights
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, team_size
 from .direct_conv import _NO_RESIDUAL
 from .phases import gathered_product
@@ -403,7 +403,8 @@ def pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype):
     n_rb, n_pb = m // ROWS, -(-p // PIXELS)
     chunk = chunk_channels(c)
     rem = p % PIXELS
-    packed = DerivedWeights(pack_rows)
+    packed = DerivedWeights(pack_rows, layout=("pointwise rows", ROWS),
+                            unpack=lambda made, shape: unpack_rows(made, chunk_channels(shape[1])).reshape(shape))
     if n_pb <= TILE_ALL_BLOCKS:
         tile_pb = n_pb          # small maps: each chunk of weights read once, for every pixel block
     elif c <= CHUNK_CHANNELS and m * p * 4 > TILE_MIN_OUTPUT_BYTES:
@@ -437,4 +438,5 @@ def pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype):
                    split_rows, blocks, INPUT_PREFETCH_BYTES)
             if not in_place:
                 out[i] = oi.reshape(out[i].shape)
+    compute.takes_stand_ins = True    # reads w only through DerivedWeights (packed_weights.py)
     return compute

@@ -22,7 +22,8 @@ the tap-stack path). Output rows are tiled so a tile's Z stays cache-sized.
 import numpy as np
 
 from ..runtime.blas import gemm_entry
-from ..runtime.buffers import DerivedWeights, team_work
+from ..runtime.buffers import team_work
+from ..runtime.packed_weights import DerivedWeights
 from ..math.epilogue import bias_values
 from ..runtime.jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
 from ..tensor.layout import copy_planes
@@ -188,4 +189,5 @@ def shift_plan(x_shape, w_shape, pads, dilations, out_spatial, dtype):
                 gemm_into(wt, flat[:, y0 * wp:y0 * wp + length], z)
                 _shift_add(z.reshape(taps, m, length), offsets, b, out[i], y0, y1, wp, relu,
                            team_blocks(m, taps * (y1 - y0) * wp))
+    compute.takes_stand_ins = True    # reads w only through DerivedWeights (packed_weights.py)
     return compute

@@ -30,7 +30,7 @@ multiple of 24 long. Here:
 import numpy as np
 
 from ..math.epilogue import bias_values
-from ..runtime.buffers import DerivedWeights
+from ..runtime.packed_weights import DerivedWeights
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
 from .direct_conv import CHANNELS, PIXELS, pack_weights, register_lanes
 from .phases import tap_offsets
@@ -297,6 +297,7 @@ def stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
             res = residual[i].reshape(1, m, oh * ow) if residual is not None else _NO_RESIDUAL
             kernel(grid.reshape(1, -1), offsets, wpack, b, bias is not None, res, residual is not None, relu,
                    out[i][None], wq, blocks, lanes, ROW_TILE, PB_TILE or -(-ow // px))
+    compute.takes_stand_ins = True    # reads w only through DerivedWeights (packed_weights.py)
     return compute
 
 

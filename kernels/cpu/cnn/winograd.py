@@ -17,7 +17,8 @@ and ReLU. Matrices: Lavin & Gray, 2015.
 """
 import numpy as np
 
-from ..runtime.buffers import DerivedWeights, team_work, temp_buffer
+from ..runtime.buffers import team_work, temp_buffer
+from ..runtime.packed_weights import DerivedWeights
 from ..runtime.blas import gemm_entry
 from ..math.epilogue import bias_values
 from ..runtime.jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
@@ -149,6 +150,7 @@ def winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
                 gemm_into(t_out, prod.reshape(a * a, m * cols), y.reshape(tile * tile, m * cols))
                 _scatter_tiles(y, b, bias is not None, out[i], r0 * tile, relu, team_blocks(m, tile * tile * cols))
     compute.m_parts = m_parts if entry is not None else 1     # tests
+    compute.takes_stand_ins = True    # reads w only through DerivedWeights (packed_weights.py)
     return compute
 
 

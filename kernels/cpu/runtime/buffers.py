@@ -11,8 +11,6 @@ Public:
                                   work space for compiled team kernels: region t of the
                                   block belongs to team thread t, at the same address in
                                   every layer
-    DerivedWeights(make)          make(w) cached per weight array (transformed filters,
-                                  re-laid-out weights), made again after in-place edits
 """
 import math
 import threading
@@ -107,26 +105,3 @@ def team_work(per_thread, dtype):
         stride = -(-max(1, per_thread) // step) * step
         found = blocks[dtype.str] = (np.empty(numba.config.NUMBA_NUM_THREADS * stride, dtype), stride)
     return found
-
-
-class DerivedWeights:
-    """Callable: w -> make(w), kept per weight array and made again when the array is
-    not the one seen or ~61 sampled values of it changed (a cheap guard against
-    in-place edits between runs). Many weight arrays may share one geometry (a net
-    with repeated layers): past `max_entries` the cache starts over."""
-
-    def __init__(self, make, max_entries=32):
-        self._make = make
-        self._max_entries = max_entries
-        self._hits = {}          # id(w) -> (w, sampled values, make(w))
-
-    def __call__(self, w):
-        # the sample's bytes: cheaper to compare than with np.array_equal (~4 us a
-        # call), and weights holding NaN still match themselves
-        sample = w.reshape(-1)[::max(1, w.size // 61)].tobytes()
-        hit = self._hits.get(id(w))
-        if hit is None or hit[0] is not w or hit[1] != sample:
-            if len(self._hits) >= self._max_entries:
-                self._hits.clear()
-            hit = self._hits[id(w)] = (w, sample, self._make(w))
-        return hit[2]
