@@ -167,3 +167,27 @@ def test_tiles_of_rows_and_blocks_give_identical_bits(monkeypatch, row_tile, pb_
     assert all(np.array_equal(results[0], r) for r in results[1:])
     np.testing.assert_allclose(results[0], reference(x, w, b, (1, 1), (0, 0, 0, 0), (1, 1), res, True),
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,strides,pads,dilations", [GEOMETRIES[1], GEOMETRIES[4], GEOMETRIES[7]])
+def test_four_channel_blocks_where_eight_would_be_used(monkeypatch, x_shape, w_shape, strides, pads, dilations):
+    """direct_conv.WIDE off: the 4-channel kernel (the grouped 1x1s' and 8-lane rows')
+    for stems of more than 4 outputs."""
+    from caffe2py.kernels.cpu.cnn import direct_conv
+    monkeypatch.setattr(direct_conv, "WIDE", False)
+    x, w, b = data(x_shape, w_shape, 12)
+    shape = out_shape(x_shape, w_shape, strides, pads, dilations)
+    assert stem_conv.stem_plan(x_shape, w_shape, strides, pads, dilations, shape[2:], "<f4").channels == 4
+    np.testing.assert_allclose(run_stem(x, w, b, strides, pads, dilations, relu=True),
+                               reference(x, w, b, strides, pads, dilations, relu=True),
+                               rtol=1e-4, atol=1e-5 * np.sqrt(np.prod(w_shape[1:])))
+
+
+def test_eight_channel_blocks_at_16_lanes():
+    """Stems of more than 4 outputs take 8-channel blocks where registers are 16 lanes
+    wide (the partial last block included: 5, 6, 7, 9, 24 outputs above)."""
+    from caffe2py.kernels.cpu.cnn import direct_conv
+    x_shape, w_shape, strides, pads, dilations = GEOMETRIES[4]
+    shape = out_shape(x_shape, w_shape, strides, pads, dilations)
+    plan = stem_conv.stem_plan(x_shape, w_shape, strides, pads, dilations, shape[2:], "<f4")
+    assert plan.channels == (8 if direct_conv.register_lanes().n == 16 else 4)

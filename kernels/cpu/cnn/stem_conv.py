@@ -21,7 +21,10 @@ multiple of 24 long. Here:
     block before: same values), so every block is finished and stored as vectors;
   * a block of 4 output channels x 24 outputs is 12 accumulators in registers through
     the whole reduction (per tap 3 vector loads, 4 weights, 12 FMAs), weights packed as
-    direct_conv.pack_weights does, kept per weight array;
+    direct_conv.pack_weights does, kept per weight array; where registers are 16 lanes
+    (32 of them) a stem of more than 4 outputs takes blocks of 8 channels x 48 outputs,
+    24 accumulators (_stem_rows_wide, direct_conv.WIDE's rule: 3 -> 64 7x7/s2 at 224,
+    1 thread, 2.02 -> 1.70 ms, onnxruntime 1.75);
   * output rows are split over the team; each thread runs one channel block over a
     tile of ROW_TILE rows, then the next block over the same rows, so its output is
     written as 4 channel planes' long runs (the prefetchers follow them) while the
@@ -32,7 +35,7 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.packed_weights import DerivedWeights
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
-from .direct_conv import CHANNELS, PIXELS, pack_weights, register_lanes
+from .direct_conv import CHANNELS, PIXELS, WIDE_CHANNELS, direct_is_wide, pack_weights, register_lanes
 from .phases import tap_offsets
 
 LANES_8 = LazyGlobal(".simd", "LANES_8")
@@ -42,6 +45,7 @@ vload_f32 = LazyGlobal(".simd", "vload_f32")
 vload_f32_even = LazyGlobal(".simd", "vload_f32_even")
 vload_f32_odd = LazyGlobal(".simd", "vload_f32_odd")
 vfma = LazyGlobal(".simd", "vfma")
+load_f32 = LazyGlobal(".simd", "load_f32")
 vadds = LazyGlobal(".simd", "vadds")
 vadd = LazyGlobal(".simd", "vadd")
 vmax = LazyGlobal(".simd", "vmax")
@@ -65,6 +69,28 @@ def _finish(o0, r0, at, u, b, has_residual, relu, zero, lanes):
     if relu:            # max(0, v): NaN and -0.0 kept, as np.maximum(v, 0)
         u = vmax(zero, u)
     vstore_f32_at(o0 + at * 4, u)
+
+
+@compiled(inline=True)
+def _finish_four(o0, r0, first, m, oh, ow, oy, ox, nl, a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32,
+                 bias, bias_at, has_bias, has_residual, relu, zero, lanes):
+    """Output channels first..first+3 (those below m) of a block: rows of 3 vectors at
+    (oy, ox), bias[bias_at + channel]."""
+    for j in range(min(4, m - first)):
+        if j == 0:
+            u0, u1, u2 = a00, a01, a02
+        elif j == 1:
+            u0, u1, u2 = a10, a11, a12
+        elif j == 2:
+            u0, u1, u2 = a20, a21, a22
+        else:
+            u0, u1, u2 = a30, a31, a32
+        o = first + j
+        b = bias[bias_at + o] if has_bias else np.float32(0.0)
+        at = (o * oh + oy) * ow + ox
+        _finish(o0, r0, at, u0, b, has_residual, relu, zero, lanes)
+        _finish(o0, r0, at + nl, u1, b, has_residual, relu, zero, lanes)
+        _finish(o0, r0, at + 2 * nl, u2, b, has_residual, relu, zero, lanes)
 
 
 @compiled(parallel=True)
@@ -135,21 +161,9 @@ def _stem_rows(flat, offsets, wpack, bias, has_bias, residual, has_residual, rel
                                 a30 = vfma(a30, c3, v0)
                                 a31 = vfma(a31, c3, v1)
                                 a32 = vfma(a32, c3, v2)
-                            for j in range(min(4, m - cb * 4)):
-                                o = cb * 4 + j
-                                if j == 0:
-                                    u0, u1, u2 = a00, a01, a02
-                                elif j == 1:
-                                    u0, u1, u2 = a10, a11, a12
-                                elif j == 2:
-                                    u0, u1, u2 = a20, a21, a22
-                                else:
-                                    u0, u1, u2 = a30, a31, a32
-                                b = bias[g * m + o] if has_bias else np.float32(0.0)
-                                at = (o * oh + oy) * ow + ox
-                                _finish(o0, r0, at, u0, b, has_residual, relu, zero, lanes)
-                                _finish(o0, r0, at + nl, u1, b, has_residual, relu, zero, lanes)
-                                _finish(o0, r0, at + 2 * nl, u2, b, has_residual, relu, zero, lanes)
+                            _finish_four(o0, r0, cb * 4, m, oh, ow, oy, ox, nl, a00, a01, a02, a10, a11, a12, a20,
+                                         a21, a22, a30, a31, a32, bias, g * m, has_bias, has_residual, relu, zero,
+                                         lanes)
                         for tv in range(max(pb0, n_pb), pb1):       # the tail: block n_pb
                             ox = ow - nl
                             p0 = oy * wq + ox
@@ -163,6 +177,113 @@ def _stem_rows(flat, offsets, wpack, bias, has_bias, residual, has_residual, rel
                             for j in range(min(4, m - cb * 4)):
                                 o = cb * 4 + j
                                 u0 = a0 if j == 0 else (a1 if j == 1 else (a2 if j == 2 else a3))
+                                b = bias[g * m + o] if has_bias else np.float32(0.0)
+                                _finish(o0, r0, (o * oh + oy) * ow + ox, u0, b, has_residual, relu, zero, lanes)
+
+
+@compiled(parallel=True)
+def _stem_rows_wide(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, blocks, lanes,
+                    row_tile, pb_tile):
+    """_stem_rows with blocks of 8 output channels (wpack (G, ceil(M/8), K, 8)) for
+    16-lane registers: per tap 3 vector loads, 8 broadcast weights, 24 FMAs into 24 of
+    the 32 registers (4 channels spend 7 loads per 12 FMAs); the tail vector of a row
+    is 8 accumulators. Finished as two 4-channel halves."""
+    groups, m, oh, ow = out.shape
+    nl = lane_count(lanes)
+    vb = nl * 4
+    px = 3 * nl
+    n_cb = wpack.shape[1]
+    k_count = wpack.shape[2]
+    items = groups * oh
+    rest = ow % px
+    n_pb = ow // px + (1 if rest > nl else 0)
+    n_tail = 1 if 0 < rest <= nl else 0
+    zero = vzeros(lanes)
+    for t in prange(blocks):
+        lo, hi = items * t // blocks, items * (t + 1) // blocks
+        for tile in range(lo, hi, row_tile):
+            for pb0 in range(0, n_pb + n_tail, pb_tile):
+                pb1 = min(n_pb + n_tail, pb0 + pb_tile)
+                for cb in range(n_cb):
+                    for item in range(tile, min(hi, tile + row_tile)):
+                        g = item // oh
+                        oy = item - g * oh
+                        x0 = address(flat) + g * flat.shape[1] * 4
+                        o0 = address(out) + g * m * oh * ow * 4
+                        r0 = address(residual) + (g * m * oh * ow * 4 if has_residual else 0)
+                        w0 = address(wpack) + (g * n_cb + cb) * k_count * 32
+                        for pb in range(pb0, min(pb1, n_pb)):
+                            ox = min(pb * px, ow - px)          # the last block ends at the row's end
+                            p0 = oy * wq + ox
+                            a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = zero
+                            a40 = a41 = a42 = a50 = a51 = a52 = a60 = a61 = a62 = a70 = a71 = a72 = zero
+                            wk = w0
+                            for k in range(k_count):
+                                at = x0 + (p0 + offsets[k]) * 4
+                                v0 = vload_f32(lanes, at)
+                                v1 = vload_f32(lanes, at + vb)
+                                v2 = vload_f32(lanes, at + 2 * vb)
+                                c = load_f32(wk)
+                                a00 = vfma(a00, c, v0)
+                                a01 = vfma(a01, c, v1)
+                                a02 = vfma(a02, c, v2)
+                                c = load_f32(wk + 4)
+                                a10 = vfma(a10, c, v0)
+                                a11 = vfma(a11, c, v1)
+                                a12 = vfma(a12, c, v2)
+                                c = load_f32(wk + 8)
+                                a20 = vfma(a20, c, v0)
+                                a21 = vfma(a21, c, v1)
+                                a22 = vfma(a22, c, v2)
+                                c = load_f32(wk + 12)
+                                a30 = vfma(a30, c, v0)
+                                a31 = vfma(a31, c, v1)
+                                a32 = vfma(a32, c, v2)
+                                c = load_f32(wk + 16)
+                                a40 = vfma(a40, c, v0)
+                                a41 = vfma(a41, c, v1)
+                                a42 = vfma(a42, c, v2)
+                                c = load_f32(wk + 20)
+                                a50 = vfma(a50, c, v0)
+                                a51 = vfma(a51, c, v1)
+                                a52 = vfma(a52, c, v2)
+                                c = load_f32(wk + 24)
+                                a60 = vfma(a60, c, v0)
+                                a61 = vfma(a61, c, v1)
+                                a62 = vfma(a62, c, v2)
+                                c = load_f32(wk + 28)
+                                a70 = vfma(a70, c, v0)
+                                a71 = vfma(a71, c, v1)
+                                a72 = vfma(a72, c, v2)
+                                wk += 32
+                            _finish_four(o0, r0, cb * 8, m, oh, ow, oy, ox, nl, a00, a01, a02, a10, a11, a12, a20,
+                                         a21, a22, a30, a31, a32, bias, g * m, has_bias, has_residual, relu, zero,
+                                         lanes)
+                            _finish_four(o0, r0, cb * 8 + 4, m, oh, ow, oy, ox, nl, a40, a41, a42, a50, a51, a52,
+                                         a60, a61, a62, a70, a71, a72, bias, g * m, has_bias, has_residual, relu, zero,
+                                         lanes)
+                        for tv in range(max(pb0, n_pb), pb1):       # the tail: block n_pb
+                            ox = ow - nl
+                            p0 = oy * wq + ox
+                            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = zero
+                            wk = w0
+                            for k in range(k_count):
+                                v0 = vload_f32(lanes, x0 + (p0 + offsets[k]) * 4)
+                                a0 = vfma(a0, load_f32(wk), v0)
+                                a1 = vfma(a1, load_f32(wk + 4), v0)
+                                a2 = vfma(a2, load_f32(wk + 8), v0)
+                                a3 = vfma(a3, load_f32(wk + 12), v0)
+                                a4 = vfma(a4, load_f32(wk + 16), v0)
+                                a5 = vfma(a5, load_f32(wk + 20), v0)
+                                a6 = vfma(a6, load_f32(wk + 24), v0)
+                                a7 = vfma(a7, load_f32(wk + 28), v0)
+                                wk += 32
+                            for j in range(min(8, m - cb * 8)):
+                                o = cb * 8 + j
+                                if j < 4:
+                                    u0 = a0 if j == 0 else (a1 if j == 1 else (a2 if j == 2 else a3))
+                                else:
+                                    u0 = a4 if j == 4 else (a5 if j == 5 else (a6 if j == 6 else a7))
                                 b = bias[g * m + o] if has_bias else np.float32(0.0)
                                 _finish(o0, r0, (o * oh + oy) * ow + ox, u0, b, has_residual, relu, zero, lanes)
 
@@ -252,6 +373,9 @@ def _stem_phases_numpy(img, buf, sh, sw, pt, pl, blocks):
 # One block runs without a parallel region (phases.py's serial copy says why).
 _stem_phases_serial = serial_variant(_stem_phases, "_stem_phases_serial")
 _stem_rows_serial = serial_variant(_stem_rows, "_stem_rows_serial")
+# the twin does not depend on the block width: one serves both kernels
+_stem_rows_wide.numpy_twin(_stem_rows_numpy)
+_stem_rows_wide_serial = serial_variant(_stem_rows_wide, "_stem_rows_wide_serial")
 _NO_RESIDUAL = np.zeros((1, 1, 1), np.float32)
 
 
@@ -280,15 +404,20 @@ def stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     if (h - 1 + pt) // sh >= rows or (wd - 1 + pl) // sw >= wq:
         raise AssertionError("stem conv phase buffers too small")
     key = ("stem_phases", sh, sw, pt, pl)
-    packed = DerivedWeights(lambda w: pack_weights(w)[None])
+    channels = WIDE_CHANNELS if direct_is_wide(m) else CHANNELS
+    packed = DerivedWeights(lambda w: pack_weights(w, channels)[None])
     px = 3 * lanes.n
-    row_work = -(-m // CHANNELS) * -(-ow // px) * px * CHANNELS * c * kh * kw
+    row_work = -(-m // channels) * -(-ow // px) * px * channels * c * kh * kw
+    wide = channels == WIDE_CHANNELS
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         wpack = packed(w)
         b = bias_values(bias, np.float32)
         blocks = team_blocks(oh, row_work)
-        kernel = _stem_rows if blocks > 1 else _stem_rows_serial
+        if wide:
+            kernel = _stem_rows_wide if blocks > 1 else _stem_rows_wide_serial
+        else:
+            kernel = _stem_rows if blocks > 1 else _stem_rows_serial
         for i in range(n):
             # zero borders, interior rewritten per image (the key fixes where the interior is)
             grid = scratch.zeros(key, (sh * sw, c, rows, wq), np.float32)
@@ -297,6 +426,7 @@ def stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
             res = residual[i].reshape(1, m, oh * ow) if residual is not None else _NO_RESIDUAL
             kernel(grid.reshape(1, -1), offsets, wpack, b, bias is not None, res, residual is not None, relu,
                    out[i][None], wq, blocks, lanes, ROW_TILE, PB_TILE or -(-ow // px))
+    compute.channels = channels
     compute.takes_stand_ins = True    # reads w only through DerivedWeights (packed_weights.py)
     return compute
 
