@@ -98,8 +98,12 @@ def test_strided_pools_match_loops(monkeypatch, xs, kernel, strides, pads, ceil,
     assert [name for name, _ in calls] == [want] * 3, "the strided kernel did not run"
 
 
+# max pools read the input rows directly where a vector's windows lie in the row
+# (37x40 pad 1: the left vector buffered, the next direct; 27x27: all direct but the
+# last plane's bottom rows, whose reads would pass the array's end; 14x14 padded right:
+# all buffered; 9x80 padded right: two direct vectors, then the buffer)
 @pytest.mark.parametrize("xs, pads", [((2, 3, 37, 40), (1, 1, 1, 1)), ((1, 4, 27, 27), (0, 0, 0, 0)),
-                                      ((1, 2, 14, 14), (0, 0, 1, 1))])
+                                      ((1, 2, 14, 14), (0, 0, 1, 1)), ((1, 2, 9, 80), (0, 0, 0, 1))])
 def test_the_vector_3x3s2_kernel_gives_the_scalar_kernels_bits(xs, pads):
     # the same operations in the same order, 16 lanes at a time: max NaN and -0.0
     # choices, and average sums, bit for bit
