@@ -1,7 +1,7 @@
 """Grouped 1x1 convolutions of float32 maps of 24 pixels or more through the
 register-blocked direct kernel (grouped_pointwise.py's direct_grouped_pointwise_plan
 running stem_conv._stem_rows, one row of P outputs per group): against a float64 formula
-written here, tails of the 24-pixel blocks and 4-channel blocks, team splits, twin."""
+written here, tails of the 24-pixel blocks and of the 4- and 8-channel blocks, team splits, twin."""
 import numpy as np
 import pytest
 
@@ -128,3 +128,19 @@ def test_numpy_twin_agrees_with_the_kernel():
     finally:
         jit.set_jit_mode(before)
     np.testing.assert_allclose(twin, compiled, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("xs, m, group", [CASES[2], CASES[4], CASES[5]])
+def test_four_channel_blocks_where_eight_would_be_used(monkeypatch, xs, m, group):
+    """direct_conv.WIDE off: groups of more than 4 outputs in 4-channel blocks at 16 lanes
+    too (with it on, 16-lane registers take 8-channel blocks: stem_conv._stem_rows_wide)."""
+    from caffe2py.kernels.cpu.cnn import direct_conv
+    monkeypatch.setattr(direct_conv, "WIDE", False)
+    conv_k._plan.cache_clear()
+    x, w, b = data(xs, m, group, 5)
+    compute = conv_k._plan(xs, w.shape, (1, 1), (0, 0, 0, 0), (1, 1), group, "<f4").compute
+    assert compute.channels == 4
+    got = conv_k.conv_nchw(x, w, b, (1, 1), (0, 0, 0, 0), (1, 1), group, activation="relu")
+    np.testing.assert_allclose(got, reference(x, w, b, group, relu=True), rtol=1e-5,
+                               atol=1e-5 * np.sqrt(xs[1] // group))
+    conv_k._plan.cache_clear()
