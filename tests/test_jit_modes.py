@@ -76,6 +76,23 @@ def _everything():
         x, w, b = _rand(rng, *x_shape), _rand(rng, *w_shape), _rand(rng, w_shape[0])
         out.append(conv_k.conv_nchw(x, w, b, strides, pads, dilations, group, activation="relu"))
         out.append(conv_k.conv_nchw(x, w, None, strides, pads, dilations, group))
+    # stems and grouped 1x1s in 4- and 8-channel blocks (8 where registers hold 16 lanes:
+    # forced here, as two AVX2 vectors on CPUs without AVX-512), serial and on the team
+    from caffe2py.kernels.cpu.cnn import direct_conv
+    lanes_before = direct_conv.REGISTER_LANES
+    direct_conv.REGISTER_LANES = 16
+    conv_k._plan.cache_clear()
+    try:
+        for x_shape, w_shape, group in (((1, 3, 9, 60), (8, 3, 3, 3), 1), ((1, 3, 160, 160), (4, 3, 7, 7), 1),
+                                        ((1, 3, 100, 122), (16, 3, 7, 7), 1), ((1, 8, 5, 5), (10, 4, 1, 1), 2),
+                                        ((1, 8, 30, 30), (12, 2, 1, 1), 4)):
+            x, w, b = _rand(rng, *x_shape), _rand(rng, *w_shape), _rand(rng, w_shape[0])
+            pads = [w_shape[2] // 2] * 4
+            strides = (2, 2) if group == 1 else (1, 1)
+            out.append(conv_k.conv_nchw(x, w, b, strides, pads, (1, 1), group, activation="relu"))
+    finally:
+        direct_conv.REGISTER_LANES = lanes_before
+        conv_k._plan.cache_clear()
     own = np.random.default_rng(71)
     for x_shape, w_shape, strides, pads, dilations, group, dtype in CONVS_BESIDE_BLOCKED:
         x, w, b = (_rand(own, *shape).astype(dtype) for shape in (x_shape, w_shape, w_shape[:1]))

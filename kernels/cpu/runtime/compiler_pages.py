@@ -22,6 +22,7 @@ Linux only (it reads /proc/self/smaps); elsewhere, or with
 CAFFE2PY_KEEP_COMPILER_PAGES=1, nothing is released.
 """
 import os
+import sys
 import threading
 
 LIBRARY = "libllvmlite"
@@ -79,7 +80,7 @@ def _madvise_function():
 def release():
     """Drop libllvmlite's clean read-only pages from the resident set; returns the
     bytes of mappings advised (0 where none is mapped, off Linux, or switched off)."""
-    if os.environ.get("CAFFE2PY_KEEP_COMPILER_PAGES", "0") not in ("", "0"):
+    if not sys.platform.startswith("linux") or os.environ.get("CAFFE2PY_KEEP_COMPILER_PAGES", "0") not in ("", "0"):
         return 0
     madvise = _madvise_function()
     if madvise is None:
