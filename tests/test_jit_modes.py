@@ -76,8 +76,9 @@ def _everything():
         x, w, b = _rand(rng, *x_shape), _rand(rng, *w_shape), _rand(rng, w_shape[0])
         out.append(conv_k.conv_nchw(x, w, b, strides, pads, dilations, group, activation="relu"))
         out.append(conv_k.conv_nchw(x, w, None, strides, pads, dilations, group))
-    # stems and grouped 1x1s in 4- and 8-channel blocks (8 where registers hold 16 lanes:
-    # forced here, as two AVX2 vectors on CPUs without AVX-512), serial and on the team
+    # stems, grouped 1x1s and direct convs in 4- and 8-channel blocks (8 where registers
+    # hold 16 lanes: forced here, as two AVX2 vectors on CPUs without AVX-512), serial and
+    # on the team
     from caffe2py.kernels.cpu.cnn import direct_conv
     lanes_before = direct_conv.REGISTER_LANES
     direct_conv.REGISTER_LANES = 16
@@ -90,6 +91,9 @@ def _everything():
             pads = [w_shape[2] // 2] * 4
             strides = (2, 2) if group == 1 else (1, 1)
             out.append(conv_k.conv_nchw(x, w, b, strides, pads, (1, 1), group, activation="relu"))
+        for x_shape, w_shape in (((2, 8, 9, 9), (6, 8, 3, 3)), ((1, 8, 40, 41), (9, 8, 3, 3))):
+            x, w, b = _rand(rng, *x_shape), _rand(rng, *w_shape), _rand(rng, w_shape[0])
+            out.append(conv_k.conv_nchw(x, w, b, (2, 2), (1, 1, 1, 1), (1, 1), 1, activation="relu"))
     finally:
         direct_conv.REGISTER_LANES = lanes_before
         conv_k._plan.cache_clear()
