@@ -272,6 +272,62 @@ def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0
                 vstore_f32_lanes(o0 + at, v, lo, hi)
 
 
+@compiled(inline=True)
+def fma_8x3(wk, v0, v1, v2, a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, a40, a41, a42, a50, a51,
+            a52, a60, a61, a62, a70, a71, a72):
+    """One step of an 8-channel x 3-vector register block (direct_conv, stem_conv and
+    pointwise_conv's 24 accumulators): the 8 float32 weights side by side at address wk,
+    each times v0, v1 and v2 into its channel's accumulators (24 FMAs); returns them."""
+    c = load_f32(wk)
+    a00 = vfma(a00, c, v0)
+    a01 = vfma(a01, c, v1)
+    a02 = vfma(a02, c, v2)
+    c = load_f32(wk + 4)
+    a10 = vfma(a10, c, v0)
+    a11 = vfma(a11, c, v1)
+    a12 = vfma(a12, c, v2)
+    c = load_f32(wk + 8)
+    a20 = vfma(a20, c, v0)
+    a21 = vfma(a21, c, v1)
+    a22 = vfma(a22, c, v2)
+    c = load_f32(wk + 12)
+    a30 = vfma(a30, c, v0)
+    a31 = vfma(a31, c, v1)
+    a32 = vfma(a32, c, v2)
+    c = load_f32(wk + 16)
+    a40 = vfma(a40, c, v0)
+    a41 = vfma(a41, c, v1)
+    a42 = vfma(a42, c, v2)
+    c = load_f32(wk + 20)
+    a50 = vfma(a50, c, v0)
+    a51 = vfma(a51, c, v1)
+    a52 = vfma(a52, c, v2)
+    c = load_f32(wk + 24)
+    a60 = vfma(a60, c, v0)
+    a61 = vfma(a61, c, v1)
+    a62 = vfma(a62, c, v2)
+    c = load_f32(wk + 28)
+    a70 = vfma(a70, c, v0)
+    a71 = vfma(a71, c, v1)
+    a72 = vfma(a72, c, v2)
+    return (a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, a40, a41, a42, a50, a51, a52, a60, a61,
+            a62, a70, a71, a72)
+
+
+@compiled(inline=True)
+def fma_8x1(wk, v, a0, a1, a2, a3, a4, a5, a6, a7):
+    """fma_8x3 for one vector: 8 accumulators."""
+    a0 = vfma(a0, load_f32(wk), v)
+    a1 = vfma(a1, load_f32(wk + 4), v)
+    a2 = vfma(a2, load_f32(wk + 8), v)
+    a3 = vfma(a3, load_f32(wk + 12), v)
+    a4 = vfma(a4, load_f32(wk + 16), v)
+    a5 = vfma(a5, load_f32(wk + 20), v)
+    a6 = vfma(a6, load_f32(wk + 24), v)
+    a7 = vfma(a7, load_f32(wk + 28), v)
+    return a0, a1, a2, a3, a4, a5, a6, a7
+
+
 @compiled(parallel=True)
 def _direct_blocks_wide(flat, offsets, wpack, bias, has_bias, residual, has_residual, relu, out, wq, chunk, tile_cb,
                         tile_pb, acc, blocks, work, stride, lanes):
@@ -329,38 +385,10 @@ def _direct_blocks_wide(flat, offsets, wpack, bias, has_bias, residual, has_resi
                         for k in range(k1 - k0):
                             v0, v1, v2 = _load_row(lanes, pk + k * pxb)
                             prefetch(wk + PREFETCH_BYTES)
-                            c = load_f32(wk)
-                            a00 = vfma(a00, c, v0)
-                            a01 = vfma(a01, c, v1)
-                            a02 = vfma(a02, c, v2)
-                            c = load_f32(wk + 4)
-                            a10 = vfma(a10, c, v0)
-                            a11 = vfma(a11, c, v1)
-                            a12 = vfma(a12, c, v2)
-                            c = load_f32(wk + 8)
-                            a20 = vfma(a20, c, v0)
-                            a21 = vfma(a21, c, v1)
-                            a22 = vfma(a22, c, v2)
-                            c = load_f32(wk + 12)
-                            a30 = vfma(a30, c, v0)
-                            a31 = vfma(a31, c, v1)
-                            a32 = vfma(a32, c, v2)
-                            c = load_f32(wk + 16)
-                            a40 = vfma(a40, c, v0)
-                            a41 = vfma(a41, c, v1)
-                            a42 = vfma(a42, c, v2)
-                            c = load_f32(wk + 20)
-                            a50 = vfma(a50, c, v0)
-                            a51 = vfma(a51, c, v1)
-                            a52 = vfma(a52, c, v2)
-                            c = load_f32(wk + 24)
-                            a60 = vfma(a60, c, v0)
-                            a61 = vfma(a61, c, v1)
-                            a62 = vfma(a62, c, v2)
-                            c = load_f32(wk + 28)
-                            a70 = vfma(a70, c, v0)
-                            a71 = vfma(a71, c, v1)
-                            a72 = vfma(a72, c, v2)
+                            (a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, a40, a41, a42, a50, a51,
+                             a52, a60, a61, a62, a70, a71, a72) = \
+                                fma_8x3(wk, v0, v1, v2, a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32,
+                                        a40, a41, a42, a50, a51, a52, a60, a61, a62, a70, a71, a72)
                             wk += 32
                         if k1 < k_count:    # more chunks to come: park the partial sums
                             _store_row(ap, a00, a01, a02, vb)

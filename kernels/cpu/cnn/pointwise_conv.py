@@ -53,7 +53,7 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.packed_weights import DerivedWeights
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, team_size
-from .direct_conv import _NO_RESIDUAL
+from .direct_conv import _NO_RESIDUAL, fma_8x1, fma_8x3
 from .phases import gathered_product
 
 LANES_16 = LazyGlobal(".simd", "LANES_16")
@@ -65,7 +65,6 @@ vadd = LazyGlobal(".simd", "vadd")
 vmax = LazyGlobal(".simd", "vmax")
 vstore_f32_at = LazyGlobal(".simd", "vstore_f32_at")
 address = LazyGlobal(".simd", "address")
-load_f32 = LazyGlobal(".simd", "load_f32")
 prefetch = LazyGlobal(".simd", "prefetch")
 prefetch_l2 = LazyGlobal(".simd", "prefetch_l2")
 prefetch_w = LazyGlobal(".simd", "prefetch_w")
@@ -209,38 +208,10 @@ def _pointwise_blocks(x, wpack, bias, has_bias, residual, has_residual, relu, ou
                             prefetch_l2(xa + ahead)
                             prefetch_l2(xa + ahead + 64)
                             prefetch_l2(xa + ahead + 128)
-                            s = load_f32(wk)
-                            a00 = vfma(a00, s, u0)
-                            a01 = vfma(a01, s, u1)
-                            a02 = vfma(a02, s, u2)
-                            s = load_f32(wk + 4)
-                            a10 = vfma(a10, s, u0)
-                            a11 = vfma(a11, s, u1)
-                            a12 = vfma(a12, s, u2)
-                            s = load_f32(wk + 8)
-                            a20 = vfma(a20, s, u0)
-                            a21 = vfma(a21, s, u1)
-                            a22 = vfma(a22, s, u2)
-                            s = load_f32(wk + 12)
-                            a30 = vfma(a30, s, u0)
-                            a31 = vfma(a31, s, u1)
-                            a32 = vfma(a32, s, u2)
-                            s = load_f32(wk + 16)
-                            a40 = vfma(a40, s, u0)
-                            a41 = vfma(a41, s, u1)
-                            a42 = vfma(a42, s, u2)
-                            s = load_f32(wk + 20)
-                            a50 = vfma(a50, s, u0)
-                            a51 = vfma(a51, s, u1)
-                            a52 = vfma(a52, s, u2)
-                            s = load_f32(wk + 24)
-                            a60 = vfma(a60, s, u0)
-                            a61 = vfma(a61, s, u1)
-                            a62 = vfma(a62, s, u2)
-                            s = load_f32(wk + 28)
-                            a70 = vfma(a70, s, u0)
-                            a71 = vfma(a71, s, u1)
-                            a72 = vfma(a72, s, u2)
+                            (a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, a40, a41, a42, a50, a51,
+                             a52, a60, a61, a62, a70, a71, a72) = \
+                                fma_8x3(wk, u0, u1, u2, a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32,
+                                        a40, a41, a42, a50, a51, a52, a60, a61, a62, a70, a71, a72)
                             wk += 32
                             xa += xrow
                         if k1 < c_count:    # more chunks to come: park the partial sums
@@ -302,14 +273,7 @@ def _tail_rows(wpack, bias, has_bias, residual, has_residual, relu, out, tail, t
         xa = x0 + (k0 * 48 + v * 16) * 4
         for _ in range(k0, k1):
             u = vload_f32(LANES_16, xa)
-            a0 = vfma(a0, load_f32(wk), u)
-            a1 = vfma(a1, load_f32(wk + 4), u)
-            a2 = vfma(a2, load_f32(wk + 8), u)
-            a3 = vfma(a3, load_f32(wk + 12), u)
-            a4 = vfma(a4, load_f32(wk + 16), u)
-            a5 = vfma(a5, load_f32(wk + 20), u)
-            a6 = vfma(a6, load_f32(wk + 24), u)
-            a7 = vfma(a7, load_f32(wk + 28), u)
+            a0, a1, a2, a3, a4, a5, a6, a7 = fma_8x1(wk, u, a0, a1, a2, a3, a4, a5, a6, a7)
             wk += 32
             xa += 192
         vstore_f32_at(at, a0)

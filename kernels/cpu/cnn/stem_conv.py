@@ -35,7 +35,8 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.packed_weights import DerivedWeights
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
-from .direct_conv import CHANNELS, PIXELS, WIDE_CHANNELS, direct_is_wide, pack_weights, register_lanes
+from .direct_conv import (CHANNELS, PIXELS, WIDE_CHANNELS, direct_is_wide, fma_8x1, fma_8x3, pack_weights,
+                          register_lanes)
 from .phases import tap_offsets
 
 LANES_8 = LazyGlobal(".simd", "LANES_8")
@@ -45,7 +46,6 @@ vload_f32 = LazyGlobal(".simd", "vload_f32")
 vload_f32_even = LazyGlobal(".simd", "vload_f32_even")
 vload_f32_odd = LazyGlobal(".simd", "vload_f32_odd")
 vfma = LazyGlobal(".simd", "vfma")
-load_f32 = LazyGlobal(".simd", "load_f32")
 vadds = LazyGlobal(".simd", "vadds")
 vadd = LazyGlobal(".simd", "vadd")
 vmax = LazyGlobal(".simd", "vmax")
@@ -223,38 +223,10 @@ def _stem_rows_wide(flat, offsets, wpack, bias, has_bias, residual, has_residual
                                 v0 = vload_f32(lanes, at)
                                 v1 = vload_f32(lanes, at + vb)
                                 v2 = vload_f32(lanes, at + 2 * vb)
-                                c = load_f32(wk)
-                                a00 = vfma(a00, c, v0)
-                                a01 = vfma(a01, c, v1)
-                                a02 = vfma(a02, c, v2)
-                                c = load_f32(wk + 4)
-                                a10 = vfma(a10, c, v0)
-                                a11 = vfma(a11, c, v1)
-                                a12 = vfma(a12, c, v2)
-                                c = load_f32(wk + 8)
-                                a20 = vfma(a20, c, v0)
-                                a21 = vfma(a21, c, v1)
-                                a22 = vfma(a22, c, v2)
-                                c = load_f32(wk + 12)
-                                a30 = vfma(a30, c, v0)
-                                a31 = vfma(a31, c, v1)
-                                a32 = vfma(a32, c, v2)
-                                c = load_f32(wk + 16)
-                                a40 = vfma(a40, c, v0)
-                                a41 = vfma(a41, c, v1)
-                                a42 = vfma(a42, c, v2)
-                                c = load_f32(wk + 20)
-                                a50 = vfma(a50, c, v0)
-                                a51 = vfma(a51, c, v1)
-                                a52 = vfma(a52, c, v2)
-                                c = load_f32(wk + 24)
-                                a60 = vfma(a60, c, v0)
-                                a61 = vfma(a61, c, v1)
-                                a62 = vfma(a62, c, v2)
-                                c = load_f32(wk + 28)
-                                a70 = vfma(a70, c, v0)
-                                a71 = vfma(a71, c, v1)
-                                a72 = vfma(a72, c, v2)
+                                (a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, a40, a41, a42, a50,
+                                 a51, a52, a60, a61, a62, a70, a71, a72) = \
+                                    fma_8x3(wk, v0, v1, v2, a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31,
+                                            a32, a40, a41, a42, a50, a51, a52, a60, a61, a62, a70, a71, a72)
                                 wk += 32
                             _finish_four(o0, r0, cb * 8, m, oh, ow, oy, ox, nl, a00, a01, a02, a10, a11, a12, a20,
                                          a21, a22, a30, a31, a32, bias, g * m, has_bias, has_residual, relu, zero,
@@ -269,14 +241,7 @@ def _stem_rows_wide(flat, offsets, wpack, bias, has_bias, residual, has_residual
                             wk = w0
                             for k in range(k_count):
                                 v0 = vload_f32(lanes, x0 + (p0 + offsets[k]) * 4)
-                                a0 = vfma(a0, load_f32(wk), v0)
-                                a1 = vfma(a1, load_f32(wk + 4), v0)
-                                a2 = vfma(a2, load_f32(wk + 8), v0)
-                                a3 = vfma(a3, load_f32(wk + 12), v0)
-                                a4 = vfma(a4, load_f32(wk + 16), v0)
-                                a5 = vfma(a5, load_f32(wk + 20), v0)
-                                a6 = vfma(a6, load_f32(wk + 24), v0)
-                                a7 = vfma(a7, load_f32(wk + 28), v0)
+                                a0, a1, a2, a3, a4, a5, a6, a7 = fma_8x1(wk, v0, a0, a1, a2, a3, a4, a5, a6, a7)
                                 wk += 32
                             for j in range(min(8, m - cb * 8)):
                                 o = cb * 8 + j
