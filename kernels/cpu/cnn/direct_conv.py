@@ -449,6 +449,12 @@ def direct_is_wide(m):
     return register_lanes().n == 16 and WIDE and m > CHANNELS
 
 
+def block_channels(m):
+    """Output channels per register block for a conv of m output channels: WIDE_CHANNELS
+    where direct_is_wide says so, else CHANNELS (the direct, stem and grouped 1x1 kernels)."""
+    return WIDE_CHANNELS if direct_is_wide(m) else CHANNELS
+
+
 def pack_weights(w, channels=CHANNELS):
     """w (M, C, kh, kw) -> (ceil(M/channels), C*kh*kw, channels) float32: the weights of
     a block of `channels` output channels for one tap side by side (zeros past M)."""
@@ -478,7 +484,7 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     oh, ow = out_spatial
     lanes = register_lanes()
     px = 3 * lanes.n
-    channels = WIDE_CHANNELS if direct_is_wide(m) else CHANNELS
+    channels = block_channels(m)
     taps = TapLayout(x_shape, w_shape, strides, pads, dilations, out_spatial, px)
     n_pb, wq, offsets = taps.blocks, taps.wq, taps.offsets
     n_cb = -(-m // channels)

@@ -31,9 +31,8 @@ from ..math.team_gemm import numpy_product_pass
 from ..runtime.blas import gemm_entry
 from ..runtime.packed_weights import DerivedWeights
 from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size
-from .direct_conv import CHANNELS, PIXELS, WIDE_CHANNELS, direct_is_wide, pack_weights
-from .stem_conv import (_NO_RESIDUAL, _stem_rows, _stem_rows_serial, _stem_rows_wide, _stem_rows_wide_serial,
-                        row_lanes)
+from .direct_conv import PIXELS, block_channels, pack_weights
+from .stem_conv import _NO_RESIDUAL, row_lanes, rows_kernel
 
 # Column blocks narrower than this are not split between threads (BLAS packs the
 # whole weight block for each).
@@ -172,7 +171,7 @@ def direct_grouped_pointwise_plan(x_shape, m, group, strides, out_spatial, dtype
     offsets = _row_offsets(k_in, p)
     lanes = row_lanes(p)
     # 8-channel blocks where registers are 16 lanes (stem_conv._stem_rows_wide)
-    channels = WIDE_CHANNELS if direct_is_wide(mg) else CHANNELS
+    channels = block_channels(mg)
     packed = DerivedWeights(lambda w: _pack_groups(w.reshape(group, mg, k_in), channels))
     work = mg * k_in * p
 
@@ -184,10 +183,7 @@ def direct_grouped_pointwise_plan(x_shape, m, group, strides, out_spatial, dtype
         if bias is not None and b.size != m:
             raise ValueError("bias of %d values for %d output channels" % (b.size, m))
         blocks = team_blocks(group, work)
-        if channels == WIDE_CHANNELS:
-            kernel = _stem_rows_wide if blocks > 1 else _stem_rows_wide_serial
-        else:
-            kernel = _stem_rows if blocks > 1 else _stem_rows_serial
+        kernel = rows_kernel(channels, blocks)
         for i in range(n):
             res = _NO_RESIDUAL if residual is None else residual[i].reshape(group, mg, p)
             kernel(np.ascontiguousarray(x[i]).reshape(group, k_in * p), offsets, wpack, b, bias is not None, res,

@@ -35,8 +35,7 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.packed_weights import DerivedWeights
 from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
-from .direct_conv import (CHANNELS, PIXELS, WIDE_CHANNELS, direct_is_wide, fma_8x1, fma_8x3, pack_weights,
-                          register_lanes)
+from .direct_conv import PIXELS, WIDE_CHANNELS, block_channels, fma_8x1, fma_8x3, pack_weights, register_lanes
 from .phases import tap_offsets
 
 LANES_8 = LazyGlobal(".simd", "LANES_8")
@@ -344,6 +343,14 @@ _stem_rows_wide_serial = serial_variant(_stem_rows_wide, "_stem_rows_wide_serial
 _NO_RESIDUAL = np.zeros((1, 1, 1), np.float32)
 
 
+def rows_kernel(channels, blocks):
+    """The row kernel for register blocks of `channels` output channels (4 or
+    WIDE_CHANNELS): the team one for more than one block, else its serial copy."""
+    if channels == WIDE_CHANNELS:
+        return _stem_rows_wide if blocks > 1 else _stem_rows_wide_serial
+    return _stem_rows if blocks > 1 else _stem_rows_serial
+
+
 def stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     """See the module docstring. Geometry is checked here, once: the compiled loop
     reads the phase buffers at precomputed offsets without bounds checks."""
@@ -369,20 +376,16 @@ def stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     if (h - 1 + pt) // sh >= rows or (wd - 1 + pl) // sw >= wq:
         raise AssertionError("stem conv phase buffers too small")
     key = ("stem_phases", sh, sw, pt, pl)
-    channels = WIDE_CHANNELS if direct_is_wide(m) else CHANNELS
+    channels = block_channels(m)
     packed = DerivedWeights(lambda w: pack_weights(w, channels)[None])
     px = 3 * lanes.n
     row_work = -(-m // channels) * -(-ow // px) * px * channels * c * kh * kw
-    wide = channels == WIDE_CHANNELS
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         wpack = packed(w)
         b = bias_values(bias, np.float32)
         blocks = team_blocks(oh, row_work)
-        if wide:
-            kernel = _stem_rows_wide if blocks > 1 else _stem_rows_wide_serial
-        else:
-            kernel = _stem_rows if blocks > 1 else _stem_rows_serial
+        kernel = rows_kernel(channels, blocks)
         for i in range(n):
             # zero borders, interior rewritten per image (the key fixes where the interior is)
             grid = scratch.zeros(key, (sh * sw, c, rows, wq), np.float32)
