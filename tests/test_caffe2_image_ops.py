@@ -61,7 +61,9 @@ class TestConvTranspose(OpTest):
     def test_against_loop(self, n, cg, mg, group, size, kernel, stride, data, bias, nhwc, gc, dc):
         pads = data.draw(st.lists(st.integers(0, kernel - 1), min_size=4, max_size=4))
         adj = data.draw(st.integers(0, stride))
-        assume((size - 1) * stride + kernel + adj - pads[0] - pads[2] >= 1)     # a non-empty output
+        # a non-empty output: X is size x (size + 1), pads are [top, left, bottom, right]
+        assume((size - 1) * stride + kernel + adj - pads[0] - pads[2] >= 1)
+        assume(size * stride + kernel + adj - pads[1] - pads[3] >= 1)
         c = cg * group
         X, W, b = _rand(n, c, size, size + 1, seed=1), _rand(c, mg, kernel, kernel, seed=2), _rand(mg * group, seed=3)
         want = _conv_transpose_ref(X, W, b if bias else None, stride, pads, adj, group)
