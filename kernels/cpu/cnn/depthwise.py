@@ -30,7 +30,7 @@ import numpy as np
 
 from ..math.epilogue import bias_values
 from ..runtime.buffers import team_work
-from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
+from ..runtime.jit import LazyGlobal, compiled, per_team, prange, serial_variant, team_blocks, thread_id
 from .phases import copy_floats
 
 LANES_8 = LazyGlobal(".simd", "LANES_8")
@@ -479,6 +479,15 @@ def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtyp
         phased_size = sh * sw * rows * wq + wq     # one thread's phase buffer (its last row's spill)
     checked = {}      # id -> (read-only map checked, its intp form): one per op sharing this plan
 
+    def setup():
+        blocks = team_blocks(m, work)
+        if phased is not None:
+            return blocks, _depthwise_phased if blocks > 1 else _depthwise_phased_serial
+        if rows3x3:
+            return blocks, _depthwise3x3_rows if blocks > 1 else _depthwise3x3_rows_serial
+        return blocks, _depthwise
+    setups = {}
+
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None, channel_map=None):
         if channel_map is None:
             cmap = identity
@@ -495,17 +504,15 @@ def depthwise_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtyp
                 checked[id(channel_map)] = channel_map, cmap
         w2 = w.reshape(m, kh * kw)
         b = zero_bias if bias is None else bias_values(bias, dtype)
-        blocks = team_blocks(m, work)
+        blocks, kernel = per_team(setups, setup)
         for i in range(n):
             xi = np.ascontiguousarray(x[i])
             if phased is not None:
                 region, stride = team_work(phased_size, np.float32)
-                (_depthwise_phased if blocks > 1 else _depthwise_phased_serial)(xi, w2, b, out[i], cmap, *phased,
-                                                                                 relu, blocks, region, stride)
+                kernel(xi, w2, b, out[i], cmap, *phased, relu, blocks, region, stride)
             elif rows3x3:
                 region, wstride = team_work(rows_grid, np.float32)
-                (_depthwise3x3_rows if blocks > 1 else _depthwise3x3_rows_serial)(
-                    xi, w2, b, out[i], cmap, strides[0], pads[0], pads[1], relu, blocks, region, wstride)
+                kernel(xi, w2, b, out[i], cmap, strides[0], pads[0], pads[1], relu, blocks, region, wstride)
             else:
                 _depthwise(xi, w2, b, out[i], cmap, *geometry, relu, blocks)
     compute.takes_channel_map = True

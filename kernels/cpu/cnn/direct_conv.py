@@ -42,7 +42,7 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.buffers import team_work, temp_buffer
 from ..runtime.packed_weights import DerivedWeights
-from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
+from ..runtime.jit import LazyGlobal, compiled, per_team, prange, serial_variant, team_blocks, thread_id
 from .phases import TapLayout, gathered_product
 
 lane_count = LazyGlobal(".simd", "lane_count")
@@ -495,21 +495,24 @@ def direct_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     packed = DerivedWeights(lambda w: pack_weights(w, channels), layout=("channel blocks", channels),
                             unpack=unpack_weights)
 
+    def setup():
+        blocks = team_blocks(n_tiles, c * kh * kw * channels * px * tile_cb * tile_pb)
+        if channels == WIDE_CHANNELS:
+            return blocks, _direct_blocks_wide if blocks > 1 else _direct_blocks_wide_serial
+        return blocks, _direct_blocks if blocks > 1 else _direct_blocks_serial
+    setups = {}
+
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None, wpack=None):
         """wpack: pack_weights(w, compute.channels) made by the caller (grouped_direct_plan),
         else packed here."""
         if wpack is None:
             wpack = packed(w)
         b = bias_values(bias, np.float32)
-        blocks = team_blocks(n_tiles, wpack.shape[1] * channels * px * tile_cb * tile_pb)
+        blocks, kernel = per_team(setups, setup)
         acc = temp_buffer("direct_acc", acc_shape, np.float32)
         work, stride = team_work(panel_floats(chunk, px), np.float32)
-        if channels == WIDE_CHANNELS:
-            kernel = _direct_blocks_wide if blocks > 1 else _direct_blocks_wide_serial
-        else:
-            kernel = _direct_blocks if blocks > 1 else _direct_blocks_serial
         for i in range(n):
-            flat = taps.fill(x[i], scratch)
+            flat = taps.fill(x[i])
             res = residual[i].reshape(m, oh * ow) if residual is not None else _NO_RESIDUAL
             kernel(flat, offsets, wpack, b, bias is not None, res, residual is not None, relu, out[i], wq,
                    chunk, tile_cb, tile_pb, acc, blocks, work, stride, lanes)

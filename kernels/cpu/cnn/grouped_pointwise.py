@@ -30,7 +30,7 @@ from ..math.epilogue import bias_values
 from ..math.team_gemm import numpy_product_pass
 from ..runtime.blas import gemm_entry
 from ..runtime.packed_weights import DerivedWeights
-from ..runtime.jit import call_gemm, compiled, prange, serial_variant, team, team_blocks, team_size
+from ..runtime.jit import call_gemm, compiled, per_team, prange, serial_variant, team, team_blocks, team_size
 from .direct_conv import PIXELS, block_channels, pack_weights
 from .stem_conv import _NO_RESIDUAL, row_lanes, rows_kernel
 
@@ -175,6 +175,11 @@ def direct_grouped_pointwise_plan(x_shape, m, group, strides, out_spatial, dtype
     packed = DerivedWeights(lambda w: _pack_groups(w.reshape(group, mg, k_in), channels))
     work = mg * k_in * p
 
+    def setup():
+        blocks = team_blocks(group, work)
+        return blocks, rows_kernel(channels, blocks)
+    setups = {}
+
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         if sub is not None:
             x = x[sub]
@@ -182,8 +187,7 @@ def direct_grouped_pointwise_plan(x_shape, m, group, strides, out_spatial, dtype
         b = bias_values(bias, np.float32)
         if bias is not None and b.size != m:
             raise ValueError("bias of %d values for %d output channels" % (b.size, m))
-        blocks = team_blocks(group, work)
-        kernel = rows_kernel(channels, blocks)
+        blocks, kernel = per_team(setups, setup)
         for i in range(n):
             res = _NO_RESIDUAL if residual is None else residual[i].reshape(group, mg, p)
             kernel(np.ascontiguousarray(x[i]).reshape(group, k_in * p), offsets, wpack, b, bias is not None, res,

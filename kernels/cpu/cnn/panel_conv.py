@@ -52,7 +52,7 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.buffers import team_work
 from ..runtime.packed_weights import DerivedWeights
-from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, thread_id
+from ..runtime.jit import LazyGlobal, compiled, per_team, prange, serial_variant, team_blocks, thread_id
 from .direct_conv import _NO_RESIDUAL, pack_weights, unpack_weights
 from .phases import TapLayout, gathered_product
 
@@ -440,23 +440,27 @@ def panel_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     items = n_cb * n_pb
     chunk = -(-k_count // -(-k_count // CHUNK_TAPS))     # balanced chunks
 
+    def setup():
+        """(blocks, kernel, tail): a 1x1's last block's columns, zero past the map (this thread's)."""
+        blocks = team_blocks(items, k_count * CHANNELS * PIXELS)
+        tail = np.zeros((k_count, PIXELS), np.float32) if fill is None and tail_from < p else _NO_TAIL
+        return blocks, _panel_blocks if blocks > 1 else _panel_blocks_serial, tail
+    setups = {}
+
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         wpanel = packed(w)
         b = bias_values(bias, np.float32)
         if bias is not None and b.size != m:
             raise ValueError("bias of %d values for %d output channels" % (b.size, m))
-        blocks = team_blocks(items, k_count * CHANNELS * PIXELS)
+        blocks, kernel, tail = per_team(setups, setup)
         work, stride = team_work(n_pb * CHANNELS * PIXELS, np.float32)
-        kernel = _panel_blocks if blocks > 1 else _panel_blocks_serial
-        tail = _NO_TAIL
         for i in range(n):
             if fill is None:
                 flat = np.ascontiguousarray(x[i], dtype=np.float32).reshape(-1)
-                if tail_from < p:
-                    tail = scratch.zeros(("panel_tail", p - tail_from), (k_count, PIXELS), np.float32)
+                if tail is not _NO_TAIL:
                     tail[:, :p - tail_from] = flat.reshape(k_count, p)[:, tail_from:]
             else:
-                flat = fill(x[i], scratch)
+                flat = fill(x[i])
             res = residual[i].reshape(m, oh * ow) if residual is not None else _NO_RESIDUAL
             kernel(flat, offsets, tap_step, tail, tail is not _NO_TAIL, wpanel, b, bias is not None, res,
                    residual is not None, relu, out[i], segments, wq, n_pb, block_step, second, chunk, blocks, work,

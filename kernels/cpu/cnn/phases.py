@@ -8,7 +8,7 @@ this way).
         offset into them at which output p's input sits (p = oy * wq + ox, flat outputs
         of rows wq wide; columns ox >= OW are computed and dropped); long enough that
         every block of `block` flat outputs reads in bounds.
-    TapLayout.fill(img, scratch) -> the flat phase buffers of one image (C, H, W)
+    TapLayout.fill(img) -> the flat phase buffers of one image (C, H, W) (this thread's)
     tap_offsets(c, kernel, strides, dilations, plane, wq) -> the offset of each tap
         (c, a, b) into phase buffers of `plane` floats per channel, rows wq wide
     gathered_product(taps, w2, out, wq, bias, has_bias, residual, has_residual, relu)
@@ -17,7 +17,7 @@ this way).
 """
 import numpy as np
 
-from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
+from ..runtime.jit import LazyGlobal, compiled, per_team, prange, serial_variant, team_blocks
 
 LANES_16 = LazyGlobal(".simd", "LANES_16")
 address = LazyGlobal(".simd", "address")
@@ -124,18 +124,25 @@ class TapLayout:
                 i0, j0 = (p0 - pt) % sh, (p1 - pl) % sw
                 ni, nj = len(range(i0, h, sh)), len(range(j0, wd, sw))
                 self.layouts.append((i0, sh, j0, sw, (pt + i0) // sh, ni, (pl + j0) // sw, nj))
-        self.key = ("tap_phases", tuple(self.layouts), self.rows)
         self.shape = (self.phases, c, self.rows, wq)
+        self._setups = {}
 
-    def fill(self, img, scratch):
-        """The flat phase buffers holding img (C, H, W): zero borders, the interior
-        rewritten (the key fixes where the interior is)."""
-        grid = scratch.zeros(self.key, self.shape, np.float32)
+    def _setup(self):
+        """(flat buffers, [(phase buffer, layout, blocks)]): this thread's zero-bordered
+        buffers (callers only ever rewrite their interior) and the copies that fill them."""
+        grid = np.zeros(self.shape, np.float32)
         c = self.shape[1]
-        for k, layout in enumerate(self.layouts):
-            if layout[5] > 0 and layout[7] > 0 and k in self.used:
-                _copy_phase(img, grid[k], layout, team_blocks(c * layout[5], layout[7]))
-        return grid.reshape(-1)
+        copies = [(grid[k], layout, team_blocks(c * layout[5], layout[7]))
+                  for k, layout in enumerate(self.layouts) if layout[5] > 0 and layout[7] > 0 and k in self.used]
+        return grid.reshape(-1), copies
+
+    def fill(self, img):
+        """The flat phase buffers holding img (C, H, W): zero borders, the interior
+        rewritten. One set per calling thread and layout."""
+        flat, copies = per_team(self._setups, self._setup)
+        for buf, layout, blocks in copies:
+            _copy_phase(img, buf, layout, blocks)
+        return flat
 
 
 

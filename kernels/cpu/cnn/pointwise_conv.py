@@ -52,7 +52,7 @@ import numpy as np
 
 from ..math.epilogue import bias_values
 from ..runtime.packed_weights import DerivedWeights
-from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks, team_size
+from ..runtime.jit import LazyGlobal, compiled, per_team, prange, serial_variant, team_blocks, team_size
 from .direct_conv import _NO_RESIDUAL, fma_8x1, fma_8x3
 from .phases import gathered_product
 
@@ -376,18 +376,23 @@ def pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype):
     else:
         tile_pb = 1
 
+    def setup():
+        """(kernel, split_rows, blocks, tail, tail_out) for this thread's team."""
+        split_rows = split_by_rows(m, p, team_size())
+        blocks = team_blocks(n_rb if split_rows else n_pb, 2 * c * ROWS * PIXELS)
+        kernel = _pointwise_blocks if blocks > 1 else _pointwise_blocks_serial
+        tail = tail_out = _NO_RESIDUAL
+        if rem:     # the last pixels' input, zero past them, and their sums
+            tail, tail_out = np.zeros((c, PIXELS), np.float32), np.empty((m, PIXELS), np.float32)
+        return kernel, split_rows, blocks, tail, tail_out
+    setups = {}
+
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         wpack = packed(w)
         b = bias_values(bias, np.float32)
         if bias is not None and b.size != m:
             raise ValueError("bias of %d values for %d output channels" % (b.size, m))
-        split_rows = split_by_rows(m, p, team_size())
-        blocks = team_blocks(n_rb if split_rows else n_pb, 2 * c * ROWS * PIXELS)
-        kernel = _pointwise_blocks if blocks > 1 else _pointwise_blocks_serial
-        tail = tail_out = _NO_RESIDUAL
-        if rem:
-            tail = scratch.zeros(("pointwise_tail", rem), (c, PIXELS), np.float32)
-            tail_out = scratch.empty("pointwise_tail_out", (m, PIXELS), np.float32)
+        kernel, split_rows, blocks, tail, tail_out = per_team(setups, setup)
         for i in range(n):
             xi = x[i] if sub is None else x[i][sub]
             xi = np.ascontiguousarray(xi, dtype=np.float32).reshape(c, p)

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..math.epilogue import bias_values
 from ..runtime.packed_weights import DerivedWeights
-from ..runtime.jit import LazyGlobal, compiled, prange, serial_variant, team_blocks
+from ..runtime.jit import LazyGlobal, compiled, per_team, prange, serial_variant, team_blocks
 from .direct_conv import PIXELS, WIDE_CHANNELS, block_channels, fma_8x1, fma_8x3, pack_weights, register_lanes
 from .phases import tap_offsets
 
@@ -375,22 +375,27 @@ def stem_plan(x_shape, w_shape, strides, pads, dilations, out_spatial, dtype):
     # input (i, j) sits at padded (i + pt, j + pl): inside its phase's rows and columns
     if (h - 1 + pt) // sh >= rows or (wd - 1 + pl) // sw >= wq:
         raise AssertionError("stem conv phase buffers too small")
-    key = ("stem_phases", sh, sw, pt, pl)
     channels = block_channels(m)
     packed = DerivedWeights(lambda w: pack_weights(w, channels)[None])
     px = 3 * lanes.n
     row_work = -(-m // channels) * -(-ow // px) * px * channels * c * kh * kw
 
+    def setup():
+        """(blocks, kernel, phase buffers (zero borders, the interior rewritten per image),
+        the phase copy and its blocks) for this thread's team."""
+        blocks = team_blocks(oh, row_work)
+        copy_blocks = team_blocks(c * h, wd)
+        grid = np.zeros((sh * sw, c, rows, wq), np.float32)
+        return (blocks, rows_kernel(channels, blocks), grid, _stem_phases if copy_blocks > 1 else _stem_phases_serial,
+                copy_blocks)
+    setups = {}
+
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         wpack = packed(w)
         b = bias_values(bias, np.float32)
-        blocks = team_blocks(oh, row_work)
-        kernel = rows_kernel(channels, blocks)
+        blocks, kernel, grid, copy, copy_blocks = per_team(setups, setup)
         for i in range(n):
-            # zero borders, interior rewritten per image (the key fixes where the interior is)
-            grid = scratch.zeros(key, (sh * sw, c, rows, wq), np.float32)
-            copy_blocks = team_blocks(c * h, wd)
-            (_stem_phases if copy_blocks > 1 else _stem_phases_serial)(x[i], grid, sh, sw, pt, pl, copy_blocks)
+            copy(x[i], grid, sh, sw, pt, pl, copy_blocks)
             res = residual[i].reshape(1, m, oh * ow) if residual is not None else _NO_RESIDUAL
             kernel(grid.reshape(1, -1), offsets, wpack, b, bias is not None, res, residual is not None, relu,
                    out[i][None], wq, blocks, lanes, ROW_TILE, PB_TILE or -(-ow // px))

@@ -21,7 +21,7 @@ from ..runtime.buffers import team_work, temp_buffer
 from ..runtime.packed_weights import DerivedWeights
 from ..runtime.blas import gemm_entry
 from ..math.epilogue import bias_values
-from ..runtime.jit import call_gemm, compiled, prange, team, team_blocks, team_size, thread_id
+from ..runtime.jit import call_gemm, compiled, per_team, prange, team, team_blocks, team_size, thread_id
 from ..tensor.layout import copy_planes
 from ..math.team_gemm import gemm_into
 
@@ -124,13 +124,19 @@ def winograd_plan(x_shape, w_shape, pads, out_spatial, tile, dtype):
     fused_chunks = -(-th // fused_rows)
     fused_work = (2 * a * a * max(c, m) + tile * tile * m) * fused_rows * tw
 
+    def padded_input():
+        """This thread's zero-bordered input buffer and its interior (only ever rewritten)."""
+        xp = np.zeros(buf_shape, dtype)
+        return xp, xp[interior]
+    setups = {}
+
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
         """bias: (M,) or None; relu: clamp at zero; both applied on the way out."""
         u = transformed(w)
         b = bias_values(bias, dtype)
+        xp, xp_interior = per_team(setups, padded_input)
         for i in range(n):
-            xp = scratch.zeros(("wg_pad", tile, pads[0], pads[1], (h, w_in)), buf_shape, dtype)
-            copy_planes(x[i], xp[interior])
+            copy_planes(x[i], xp_interior)
             if entry is not None:
                 work, stride = team_work(fused_work, dtype)
                 with team():

@@ -390,8 +390,16 @@ def team_size():
     if _team_size is None:
         import numba
         _team_size = max(1, min(num_threads(), numba.config.NUMBA_NUM_THREADS))
+    if not _limits_active[0]:      # no thread is inside team_limit: skip the thread-local read
+        return _team_size
     limit = getattr(_this_thread, "limit", 0)
     return min(_team_size, limit) if limit else _team_size
+
+
+# team_limit contexts open on any thread: team_size is asked several times per op, and
+# a thread-local attribute read costs ~0.3 us
+_limits_active = [0]
+_limits_lock = threading.Lock()
 
 
 class team_limit:
@@ -406,6 +414,8 @@ class team_limit:
         self._before = 0
 
     def __enter__(self):
+        with _limits_lock:
+            _limits_active[0] += 1
         self._before = getattr(_this_thread, "limit", 0)
         _this_thread.limit = self.size
         if "numba" in _sys_modules and getattr(_this_thread, "depth", 0):
@@ -414,6 +424,8 @@ class team_limit:
 
     def __exit__(self, *exc):
         _this_thread.limit = self._before
+        with _limits_lock:
+            _limits_active[0] -= 1
         if "numba" in _sys_modules and getattr(_this_thread, "depth", 0):
             _use_team_size()
         return False
@@ -424,6 +436,20 @@ def team_blocks(count, work_per_item):
     if count <= 1 or count * work_per_item < TEAM_MIN_WORK:
         return 1
     return min(count, team_size())
+
+
+def per_team(memo, make):
+    """make() once per calling thread and team size, then kept in the dict `memo`: a
+    kernel's per-call choices (block counts, serial or parallel variant, buffers its
+    op owns), which otherwise cost a few microseconds of lookups on every call (small
+    nets run tens of convolutions of ~0.1 ms each)."""
+    key = (threading.get_ident(), team_size())
+    found = memo.get(key)
+    if found is None:
+        if len(memo) >= 64:
+            memo.clear()
+        found = memo[key] = make()
+    return found
 
 
 def in_team():
