@@ -36,9 +36,10 @@ What the pool keeps between runs (the sweep when a run ends):
     go at once, busy ones older than that are forgotten (they are the holder's).
 So the pool holds about one run's worth of output memory.
 
-Which buffer a request gets: the one the same (shape, dtype) request took last, when it
-is free (a warm run's requests find theirs without a search); else the first free
-buffer of exactly its size; else the smallest free one with room (best fit).
+Which buffer a request gets: the one the same request (the k-th of its shape and dtype
+in a run) took last, when it is free (a warm run's requests find theirs without a
+search); else the first free buffer of exactly its size; else the smallest free one
+with room (best fit).
 
 Threads: the active pool is per thread (a DAG net's worker threads have none unless
 they enter one); taking a buffer is atomic under the pool's lock, so two threads
@@ -130,10 +131,13 @@ class OutputPool:
         # finds its exact fit among the few of its size, not by scanning every buffer
         self._exact = {}
         self._requests = {}      # (shape, dtype) as asked -> _request's normal form
-        # (shape, dtype) as asked -> the entry that request took last: a warm run finds it
-        # free again and takes it without a search (the best-fit scan over every buffer
-        # cost ~4% of ShuffleNet's run, many of whose outputs are views of larger buffers)
+        # ((shape, dtype) as asked, k) -> the entry the k-th such request of a run took
+        # last: a warm run's requests come in the same order and find theirs free again,
+        # without a search (the best-fit scan over every buffer cost ~4% of ShuffleNet's
+        # run, many of whose outputs are views of larger buffers; one hint per (shape,
+        # dtype) missed for all but one of the ops sharing an output shape)
         self._hints = {}
+        self._asked = {}         # (shape, dtype) -> requests of it so far in this run
         self._lock = threading.Lock()
         self._run = 0            # runs entered so far (the sweep's clock)
         self.allocations = 0
@@ -150,9 +154,13 @@ class OutputPool:
             key = None
         size = exact[1]
         with self._lock:         # check-and-take is atomic: two threads never share one
-            hint = self._hints.get(key) if key is not None else None
-            if hint is not None and hint[1] >= 0 and sys.getrefcount(hint[0]) == _FREE:
-                return self._hand_out(hint, shape, size)
+            if key is not None:
+                k = self._asked.get(key, 0)
+                self._asked[key] = k + 1
+                key = (key, k)
+                hint = self._hints.get(key)
+                if hint is not None and hint[1] >= 0 and sys.getrefcount(hint[0]) == _FREE:
+                    return self._hand_out(hint, shape, size)
             array, entry = self._take_locked(shape, dtype, exact, size)
             if key is not None:
                 if len(self._hints) >= 4096:
@@ -217,6 +225,7 @@ class OutputPool:
         _activate(self)
         with self._lock:
             self._run += 1
+            self._asked = {}
         return self
 
     def __exit__(self, exc_type, exc, tb):
