@@ -199,6 +199,19 @@ def _prefetch_block_out(o0, p0, c_first, m, oh, ow, wq, pxb):
 
 
 @compiled(inline=True)
+def row_of_four(j, a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32):
+    """Row j (0..3) of a 4-channel x 3-vector register block: its 3 accumulators
+    (direct_conv's and stem_conv's finishes pick each channel's row this way)."""
+    if j == 0:
+        return a00, a01, a02
+    if j == 1:
+        return a10, a11, a12
+    if j == 2:
+        return a20, a21, a22
+    return a30, a31, a32
+
+
+@compiled(inline=True)
 def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0, cb, wq,
                   bias, has_bias, residual, has_residual, relu, out, o0, r0, lanes):
     """Bias, residual and ReLU on a finished 4 x px register block (px = 3 * lanes),
@@ -221,14 +234,7 @@ def _finish_block(a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32, p0
     last = min(oh, (p0 + px - 1) // wq + 1)
     for j in range(min(4, m - cb * 4)):
         o = cb * 4 + j
-        if j == 0:
-            u0, u1, u2 = a00, a01, a02
-        elif j == 1:
-            u0, u1, u2 = a10, a11, a12
-        elif j == 2:
-            u0, u1, u2 = a20, a21, a22
-        else:
-            u0, u1, u2 = a30, a31, a32
+        u0, u1, u2 = row_of_four(j, a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32)
         if has_bias:
             b = bias[o]
             u0 = vadds(u0, b)

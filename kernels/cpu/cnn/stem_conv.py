@@ -35,7 +35,8 @@ import numpy as np
 from ..math.epilogue import bias_values
 from ..runtime.packed_weights import DerivedWeights
 from ..runtime.jit import LazyGlobal, compiled, per_team, prange, serial_variant, team_blocks
-from .direct_conv import PIXELS, WIDE_CHANNELS, block_channels, fma_8x1, fma_8x3, pack_weights, register_lanes
+from .direct_conv import (PIXELS, WIDE_CHANNELS, block_channels, fma_8x1, fma_8x3, pack_weights, register_lanes,
+                          row_of_four)
 from .phases import tap_offsets
 
 LANES_8 = LazyGlobal(".simd", "LANES_8")
@@ -76,14 +77,7 @@ def _finish_four(o0, r0, first, m, oh, ow, oy, ox, nl, a00, a01, a02, a10, a11, 
     """Output channels first..first+3 (those below m) of a block: rows of 3 vectors at
     (oy, ox), bias[bias_at + channel]."""
     for j in range(min(4, m - first)):
-        if j == 0:
-            u0, u1, u2 = a00, a01, a02
-        elif j == 1:
-            u0, u1, u2 = a10, a11, a12
-        elif j == 2:
-            u0, u1, u2 = a20, a21, a22
-        else:
-            u0, u1, u2 = a30, a31, a32
+        u0, u1, u2 = row_of_four(j, a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32)
         o = first + j
         b = bias[bias_at + o] if has_bias else np.float32(0.0)
         at = (o * oh + oy) * ow + ox
