@@ -207,6 +207,8 @@ class Plan:
         self._memory = self.output_pool or NO_POOL
         # DAG net types: the chains that may run on worker threads (parallel_executor.py)
         self.branches = None
+        # warm runs as their recorded kernel calls, once the owner enables it (kernel_replay.py)
+        self.replay = None
 
     def _render(self):
         slots = {}           # blob -> the local variable holding its current value
@@ -415,7 +417,11 @@ class Plan:
         leave blobs untouched. A plan with workspace ops (control flow) runs on an
         overlay of blobs that is applied only when the whole run succeeded. A DAG
         net's plan runs its branches on worker threads once its first run has shown
-        that they pay (parallel_executor.py)."""
+        that they pay (parallel_executor.py). A plan with replay enabled runs its warm
+        runs as their recorded kernel calls (kernel_replay.py)."""
+        replay = self.replay
+        if replay is not None and replay.run(blobs):
+            return
         branches = self.branches
         if branches is not None and branches.active and not inside_parallel_run():
             branches.run(blobs)
@@ -424,21 +430,57 @@ class Plan:
         if branches is not None and branches.active is None:
             branches.decide(blobs)
 
-    def run_serial(self, blobs, runner=None):
+    def run_serial(self, blobs, runner=None, pooled=True):
         """run(), every op in order on this thread (a DAG plan's serial runs); runner:
-        timed_runner's function instead of the plain one."""
+        timed_runner's or wrapped_runner's function instead of the plain one; pooled
+        False: outputs are plain arrays, not the output pool's."""
         target = BlobOverlay(blobs) if self.uses_workspace else blobs
-        trust = model_trust.enter(self.policy) if self.policy is not None else None
         try:
-            with cpu_run_context(), undo_on_failure(), fp_exceptions.run_context(), self._memory:
+            with self.run_context(pooled):
                 (runner or self._runner)(target)
         except Exception as exc:  # noqa: BLE001 - re-raised with the op named
             raise self._explain(exc) from exc
+        if target is not blobs:
+            target.commit(self.keep)
+
+    @contextlib.contextmanager
+    def run_context(self, pooled=True):
+        """What every run of this plan's ops is inside: the model-trust policy, the CPU
+        thread team, the undo log, the floating-point flag, the output pool."""
+        trust = model_trust.enter(self.policy) if self.policy is not None else None
+        try:
+            with cpu_run_context(), undo_on_failure(), fp_exceptions.run_context(), \
+                    (self._memory if pooled else NO_POOL):
+                yield
         finally:
             if trust is not None:
                 model_trust.leave(trust)
-        if target is not blobs:
-            target.commit(self.keep)
+
+    def enable_replay(self, varying):
+        """Let warm runs replay their recorded kernel calls (kernel_replay.py): for the
+        owner of a plan that drops its intermediates (output pool), runs no workspace
+        ops nor branches, and passes every blob it reads but `varying` as the same
+        object each run. Returns the KernelReplay, or None where it does not apply."""
+        from .kernel_replay import KernelReplay, replay_enabled
+        if self.output_pool is None or self.uses_workspace or self.branches is not None or not replay_enabled():
+            return None
+        self.replay = KernelReplay(self, varying)
+        return self.replay
+
+    def wrapped_runner(self, tracer):
+        """The generated run function with every kernel call (and fast form, and fused
+        group loop) wrapped: tracer.before(step, role, args) before it, then
+        tracer.after(step, role, args, result), or tracer.failed() when it raised (role:
+        "step", "member" or "group"; a group's loop returns None when it declines and
+        its members run next). Run it with run_serial(blobs, runner)."""
+        steps, constants = self._made_from
+        wrapped = self._make([_WrappedStep(step, role, tracer) for step, role in steps], constants)
+        extra = holders_added_by(lambda kernel: _WrappedCall(kernel, None, None, _NO_TRACER))
+
+        def run(blobs):
+            with extra_holders(extra):      # what _WrappedCall's call adds to every input's holders
+                wrapped(blobs)
+        return run
 
     def repeatable_runner(self):
         """The generated function itself, for a caller that runs this plan many times in a
@@ -584,6 +626,50 @@ class _TimedStep:
             self.kernel.try_fused = _TimedCall(step.kernel.try_fused, step, record)
         elif getattr(step.kernel, "fast_form", None) is not None:
             self.kernel.fast_form = _TimedCall(step.kernel.fast_form, step, record)
+
+
+class _WrappedCall:
+    """A kernel (or fast form, or group loop) whose calls a tracer sees (wrapped_runner)."""
+    __slots__ = ("fn", "step", "role", "tracer", "fast_form", "try_fused")
+
+    def __init__(self, fn, step, role, tracer):
+        self.fn, self.step, self.role, self.tracer = fn, step, role, tracer
+
+    def __call__(self, *args):
+        self.tracer.before(self.step, self.role, args)
+        try:
+            result = self.fn(*args)
+        except BaseException:
+            self.tracer.failed()
+            raise
+        self.tracer.after(self.step, self.role, args, result)
+        return result
+
+
+class _NoTracer:
+    def before(self, step, role, args):
+        pass
+
+    def after(self, step, role, args, result):
+        pass
+
+    def failed(self):
+        pass
+
+
+_NO_TRACER = _NoTracer()
+
+
+class _WrappedStep:
+    """What the generated make(K, C) reads of a step, with the calls wrapped."""
+
+    def __init__(self, step, role, tracer):
+        self.guard = step.guard
+        self.kernel = _WrappedCall(step.kernel, step, role, tracer)
+        if role == "group":
+            self.kernel.try_fused = _WrappedCall(step.kernel.try_fused, step, role, tracer)
+        elif getattr(step.kernel, "fast_form", None) is not None:
+            self.kernel.fast_form = _WrappedCall(step.kernel.fast_form, step, role, tracer)
 
 
 @contextlib.contextmanager

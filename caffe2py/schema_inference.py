@@ -35,6 +35,22 @@ def infer_op(op_def, input_types, index=None):
     return outs[:n_out]
 
 
+def static_output_shapes(op_def, ctx, inputs, fixed=()):
+    """The op's output shapes as its input shapes and dtypes and the values of the
+    inputs at the indices in `fixed` decide them (the schema's inference, else a check
+    that can tell them: onnx's inference for ONNX ops), or None where some output's
+    shape may depend on the values of the other inputs."""
+    outs = infer_op(op_def, [type_of_value(x) for x in inputs])
+    if outs and all(t.known for t in outs):
+        return [tuple(t.dims) for t in outs]
+    schema = ctx.schema if ctx is not None else None
+    for check in getattr(schema, "checks", ()) or ():
+        tell = getattr(check, "output_shapes", None)
+        if tell is not None:
+            return tell(ctx, inputs, fixed)
+    return None
+
+
 def infer_net(net_defs, known):
     """Forward pass over the nets. known: {blob: TensorType}; returns the extended map."""
     types = dict(known)

@@ -202,6 +202,42 @@ class OnnxShapeInference(InputRule):
         return check if whole_number_input else fast_path(check, render)
 
 
+    def output_shapes(self, ctx, inputs, fixed=()):
+        """The outputs' shapes onnx's inference gives from the inputs' shapes and dtypes
+        and the values of the inputs at the indices in `fixed` only (those that never
+        change: a model's initializers), or None where it cannot tell them all."""
+        from onnx import numpy_helper
+        from onnx import shape_inference
+        prepared = _node_for(ctx)
+        if prepared is None:
+            return None
+        schema, node, names, opsets = prepared
+        absent = ctx.ints(ABSENT_INPUTS_ARG, []) if ctx.has(ABSENT_INPUTS_ARG) else []
+        present = [n for i, n in enumerate(names) if i not in absent]
+        types, data = {}, {}
+        for i, (name, x) in enumerate(zip(present, inputs)):
+            proto = _type_proto(x)
+            if proto is None:
+                return None
+            types[name] = proto
+            if i in fixed and isinstance(x, np.ndarray):
+                data[name] = numpy_helper.from_array(x, name)
+        try:
+            outs = shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=opsets)
+        except Exception:  # noqa: BLE001 - no verdict
+            return None
+        shapes = []
+        for name in node.output:
+            t = outs.get(name)
+            if t is None or not t.tensor_type.HasField("shape"):
+                return None
+            dims = t.tensor_type.shape.dim
+            if not all(d.HasField("dim_value") for d in dims):
+                return None
+            shapes.append(tuple(d.dim_value for d in dims))
+        return shapes
+
+
 _INTEGER_TYPE = re.compile(r"tensor\((u?int\d+|bool)\)$")
 
 

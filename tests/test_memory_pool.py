@@ -23,6 +23,14 @@ from caffe2py.onnx import backend
 ort = pytest.importorskip("onnxruntime")
 
 
+
+@pytest.fixture(autouse=True)
+def _plain_runs(monkeypatch):
+    """These tests are about the pool itself, run after run: kernel replay, which takes
+    over a model's warm runs, is off here (tests/test_kernel_replay.py has its own)."""
+    monkeypatch.setenv("CAFFE2PY_KERNEL_REPLAY", "0")
+
+
 def _ort_run(model, feeds):
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)

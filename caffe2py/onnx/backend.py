@@ -90,6 +90,8 @@ class Caffe2pyRep(BackendRep):
         # squeezenet, densenet121, inception_v2, resnet50 0-4%)
         self.plan = (compile_net(self.predict_net, known_blobs=self.constants.keys(), keep=self.output_names)
                      if self.predict_net.op else None)
+        if self.plan is not None:   # warm runs as their recorded kernel calls (kernel_replay.py)
+            self.plan.enable_replay(self.input_names)
         # weights a kernel packs on the first run are then held packed only (_hold_packed)
         self._packable = [] if os.environ.get("CAFFE2PY_KEEP_WEIGHTS", "0") not in ("", "0") else \
             packable_constants(self.predict_net, self.constants)

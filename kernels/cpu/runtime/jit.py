@@ -85,6 +85,12 @@ thread_id = LazyGlobal("numba", "get_thread_id")      # this team thread's numbe
 call_gemv = LazyGlobal(".blas_calls", "call_gemv")
 
 
+# thread ident -> observer(kernel, machine code or None, args, result), called after each of
+# that thread's kernel calls while it records a net run's kernel calls (caffe2py/kernel_replay.py);
+# empty otherwise, and then a call costs one truth test more
+call_observers = {}
+
+
 class CompiledKernel:
     """A Python function that numba compiles on its first call (see the module
     docstring), with an optional NumPy twin that stands in until it is compiled."""
@@ -142,9 +148,18 @@ class CompiledKernel:
 
     def __call__(self, *args):
         run = self._run
-        if run is not None:
+        if run is not None and not call_observers:
             return run(*args)
-        return self._first_calls(*args)
+        return self._observed_call(run, args)
+
+    def _observed_call(self, run, args):
+        """A call while some thread records kernel calls (call_observers): this
+        thread's observer, if any, sees it once it returned."""
+        result = run(*args) if run is not None else self._first_calls(*args)
+        observer = call_observers.get(threading.get_ident())
+        if observer is not None:
+            observer(self, run, args, result)
+        return result
 
     def _use_machine_code(self):
         dispatcher = self.dispatcher
@@ -268,12 +283,18 @@ def jit_mode():
     return _mode[0]
 
 
+# set_jit_mode calls so far: recorded kernel calls (kernel_replay.py) hold machine code
+# that a mode switch takes away from every kernel
+mode_changes = [0]
+
+
 def set_jit_mode(mode):
     """Switch modes in this process (tests, benchmarks). Kernels go back to their first
     calls, so switching to numpy makes every kernel with a twin run it."""
     if mode not in _MODES:
         raise ValueError("mode must be one of %s" % (_MODES,))
     _mode[:] = [mode]
+    mode_changes[0] += 1
     for kernel in _all_kernels:
         kernel._run = None
         kernel._waiting = None

@@ -97,7 +97,30 @@ def output_array(shape, dtype):
     pool = getattr(_state, "pool", None)
     if pool is None:
         return np.empty(shape, dtype)
+    preferred = getattr(_state, "preferred", None)
+    if preferred:
+        array = _preferred_fit(preferred, shape, dtype)
+        if array is not None:
+            return array
     return pool.take(shape, dtype)
+
+
+def prefer(arrays):
+    """Inside (this thread, a pool active): output_array serves these C-contiguous
+    arrays first, each to the first request of its shape and dtype. kernel_replay.py
+    runs an op it does not replay as kernel calls this way, so that its outputs land
+    where the recorded calls after it read them."""
+    return _Preferred(arrays)
+
+
+def _preferred_fit(preferred, shape, dtype):
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    dtype = np.dtype(dtype)
+    for i, array in enumerate(preferred):
+        if array.shape == shape and array.dtype == dtype:
+            del preferred[i]
+            return array
+    return None
 
 
 def active_pool():
@@ -255,6 +278,22 @@ class OutputPool:
 
     # ---------------------------------------------------------------- looking
 
+    def entry_holding(self, start, stop):
+        """The pool's entry ([buffer, run]) whose buffer holds the bytes [start, stop),
+        or None. Holding the entry list does not hold the buffer in the sense of the
+        free rule: kernel_replay.py notes a run's pooled arrays this way without
+        keeping the pool from reusing them within that run."""
+        with self._lock:
+            for entries in self._entries.values():
+                for entry in entries:
+                    buffer = entry[0]
+                    if buffer is None:
+                        continue
+                    base = buffer.__array_interface__["data"][0]
+                    if base <= start and stop <= base + buffer.nbytes:
+                        return entry
+        return None
+
     def held_bytes(self):
         """Bytes of every buffer the pool holds, free or busy."""
         with self._lock:
@@ -263,6 +302,22 @@ class OutputPool:
     def buffer_count(self):
         with self._lock:
             return sum(len(entries) for entries in self._entries.values())
+
+
+class _Preferred:
+    __slots__ = ("arrays", "before")
+
+    def __init__(self, arrays):
+        self.arrays = [a for a in arrays if isinstance(a, np.ndarray) and a.flags.c_contiguous]
+
+    def __enter__(self):
+        self.before = getattr(_state, "preferred", None)
+        _state.preferred = self.arrays
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        _state.preferred = self.before
+        return False
 
 
 class _NoPool:
