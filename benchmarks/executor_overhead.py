@@ -23,7 +23,9 @@ on a shared machine). Ops computed by NumPy stay real work: the one-row Gemm / F
 layers (alexnet's, vgg19's and zfnet512's are 100-400 MB of weights) and LRN
 (inception_v1, alexnet), so for those models the figure is not overhead. onnxruntime
 (its profiler on): each run's time minus the kernel times it reports inside that run,
-median, per node.
+median, per node. "replayed": the same model's runs once kernel replay
+(caffe2py/kernel_replay.py) runs them, with every recorded call a no-op (ops that
+replay as themselves keep their Python; their kernels are no-ops too).
 """
 import argparse
 import platform
@@ -110,14 +112,20 @@ def light_model_overhead(name, runs):
     from caffe2py.onnx import backend
     model = onnx.load(os.path.join(lm.light_dir(), "light_%s.onnx" % name))
     feeds = lm.random_feeds(model, np.random.default_rng(0))
-    rep = backend.prepare(model)
+    before = os.environ.get("CAFFE2PY_KERNEL_REPLAY")
+    os.environ["CAFFE2PY_KERNEL_REPLAY"] = "0"      # plain runs: each op's Python (replay below)
+    try:
+        rep = backend.prepare(model)
+    finally:
+        if before is None:
+            del os.environ["CAFFE2PY_KERNEL_REPLAY"]
+        else:
+            os.environ["CAFFE2PY_KERNEL_REPLAY"] = before
     for _ in range(3):
         rep.run(feeds)
     wait_for_compiled_kernels()
-    saved = [(k, k._run) for k in jit._all_kernels if k._run is not None]
-    try:
-        for kernel, _ in saved:
-            kernel._run = _nothing
+
+    def timed():
         for _ in range(10):
             rep.run(feeds)
         times = []
@@ -125,9 +133,35 @@ def light_model_overhead(name, runs):
             t0 = time.perf_counter()
             rep.run(feeds)
             times.append(time.perf_counter() - t0)
+        return times
+    saved = [(k, k._run) for k in jit._all_kernels if k._run is not None]
+    try:
+        for kernel, _ in saved:
+            kernel._run = _nothing
+        times = timed()
     finally:
         for kernel, run in saved:
             kernel._run = run
+    # the same with kernel replay (caffe2py/kernel_replay.py): its recorded calls no-ops
+    rep = backend.prepare(model)
+    for _ in range(5):
+        rep.run(feeds)
+    replay = rep.plan.replay
+    replay_times = [float("nan")]
+    if replay is not None and replay.state == "ready":
+        kept = [(unit, unit.calls) for unit in replay.units]
+        try:
+            for unit, calls in kept:
+                unit.calls = [(_nothing, args) for _, args in calls]
+            saved = [(k, k._run) for k in jit._all_kernels if k._run is not None]
+            for kernel, _ in saved:
+                kernel._run = _nothing
+            replay_times = timed()
+        finally:
+            for kernel, run in saved:
+                kernel._run = run
+            for unit, calls in kept:
+                unit.calls = calls
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = 1, 1
     opts.enable_profiling = True
@@ -144,7 +178,8 @@ def light_model_overhead(name, runs):
         inside = sum(e["dur"] for e in kernels if run["ts"] <= e["ts"] <= run["ts"] + run["dur"])
         outside.append((run["dur"] - inside) / 1e3)       # this run's time outside its kernels
     ort_ms = statistics.median(outside) if outside else float("nan")
-    return (statistics.median(times) * 1e3, min(times) * 1e3, len(rep.plan.op_steps()), ort_ms, len(nodes))
+    return (statistics.median(times) * 1e3, min(times) * 1e3, len(rep.plan.op_steps()), ort_ms, len(nodes),
+            statistics.median(replay_times) * 1e3)
 
 
 def _nothing(*args):
@@ -160,12 +195,13 @@ def light_models_main(names, runs):
         os.execv(sys.executable, [sys.executable] + sys.argv)
     print("machine: %s, Python %s; one thread; %d runs each" % (machine_label(), platform.python_version(), runs))
     print("| model | ours ms/run outside kernels (median / fastest) | ops | us/op (fastest) | "
-          "onnxruntime ms/run outside kernels | nodes | us/node |")
-    print("|---|---|---|---|---|---|---|")
+          "replayed ms/run outside kernels (median) | onnxruntime ms/run outside kernels | nodes | us/node |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in names:
-        med, fast, ops, ort_ms, nodes = light_model_overhead(name, runs)
-        print("| %s | %.2f / %.2f | %d | %.1f | %.3f | %d | %.1f |"
-              % (name, med, fast, ops, fast / ops * 1e3, ort_ms, nodes, ort_ms / max(nodes, 1) * 1e3), flush=True)
+        med, fast, ops, ort_ms, nodes, replayed = light_model_overhead(name, runs)
+        print("| %s | %.2f / %.2f | %d | %.1f | %.3f | %.3f | %d | %.1f |"
+              % (name, med, fast, ops, fast / ops * 1e3, replayed, ort_ms, nodes, ort_ms / max(nodes, 1) * 1e3),
+              flush=True)
 
 
 def main():

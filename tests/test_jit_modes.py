@@ -415,6 +415,7 @@ def _conversion_and_lstm_results(rng):
 
 
 TWINS_TESTED_ELSEWHERE = (
+    "test_kernel_replay",                           # its test ops' kernels, twins checked there
     "caffe2py.kernels.cpu.detection.boxes",         # tests/test_detection_image_ops.py
     "caffe2py.kernels.cpu.detection.image_ops",
     "caffe2py.kernels.cpu.detection.nms",

@@ -140,10 +140,29 @@ def _copy_into(src, out):
         out.flat[i] = src.flat[i]
 
 
+@_copy_into.numpy_twin
+def _copy_into_numpy(src, out):
+    out[...] = src
+
+
 @compiled
 def _double_into(src, out):
     for i in range(src.size):
         out.flat[i] = 2.0 * src.flat[i]
+
+
+@_double_into.numpy_twin
+def _double_into_numpy(src, out):
+    out[...] = 2.0 * src
+
+
+def test_the_test_kernels_twins_agree_with_them():
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    for kernel, twin in ((_copy_into, _copy_into_numpy), (_double_into, _double_into_numpy)):
+        a, b = np.empty_like(x), np.empty_like(x)
+        kernel(x, a)
+        twin(x, b)
+        np.testing.assert_array_equal(a, b)
 
 
 register_schema(OpSchema("_TestReplayHidden", num_inputs=1, num_outputs=1,
