@@ -23,17 +23,21 @@ fed anew each run; every other blob the plan reads must be the same object each 
     the run those buffers are taken out of the pool for good (the replay's views
     hold them: the pool's free rule sees them busy). Anything else (weights,
     packed weights, per-thread scratch) is held as it is.
-  * validation (the next run, on new input): a plain run, and for each unit, before
-    it runs, its recorded outputs filled with a byte pattern and its plain inputs
-    copied into its recorded inputs; after it, the unit replayed and its outputs
-    compared with the plain ones bit for bit. A unit replays as its kernel calls
-    ("pure") only when: it made at least one call or its outputs are views of its
-    inputs, every input that is not one of the plan's fixed blobs is floating-point
-    (an index or length decided by data is checked by the op's Python, which a
-    replay skips), the schema infers its output shapes from its input shapes alone
-    (no output shape decided by values), and the comparison held. Any other unit
-    runs as the op itself on the recorded inputs, its outputs copied into the
-    recorded ones ("opaque").
+  * validation (the next run, on new input): a plain run (plain arrays, not the
+    pool's), and for each unit, before it runs, its recorded outputs filled with a
+    byte pattern and its plain inputs copied into its recorded inputs; after it, the
+    unit replayed as a replay would run it and its outputs compared with the plain
+    ones bit for bit. A blob several units build in one array (convs writing their
+    channels into a concat's buffer) is compared once its last writer ran. A unit
+    replays as its kernel calls ("pure") only when: it made at least one call (or its
+    outputs are views of its inputs and none of them is also an input: a view op),
+    no call returned a value (which the op's Python would have used), every input
+    that is not one of the plan's fixed blobs is floating-point (an index or length
+    decided by data is checked by the op's Python, which a replay skips), its output
+    shapes follow from its input shapes and its fixed inputs' values (the schema's
+    inference; onnx's for ONNX ops), and the comparison held. Any other unit runs as
+    the op itself on the recorded inputs, its outputs landing in the recorded arrays
+    (output_pool.prefer) or copied into them ("opaque").
   * replay (every later run with the same inputs' shapes and dtypes, the same fixed
     blobs, on the thread that captured and at the same team size; otherwise a plain
     run): the new inputs copied in, the units run in order, the kept outputs copied
@@ -115,37 +119,40 @@ class _Part:
 
 
 class _Unit:
-    """What validation checks as one: a part, or consecutive parts that build one blob
-    (a conv writing its channels into the buffer the conv before it made: optimize.py's
-    concat placement), whose outputs are only whole after the last of them."""
-    __slots__ = ("parts", "pure", "calls")
+    """One recorded op call and how it replays: its kernel calls (pure) or the op
+    itself (opaque)."""
+    __slots__ = ("part", "pure", "calls")
 
-    def __init__(self, parts):
-        self.parts = parts
+    def __init__(self, part):
+        self.part = part
         self.pure = False
-        self.calls = [call for part in parts for call in part.calls]
+        self.calls = part.calls
 
     def replay(self, prefer_outputs=True):
         if self.pure:
             for run, args in self.calls:
                 run(*args)
         else:
-            for part in self.parts:
-                part.run_kernel(prefer_outputs)
+            self.part.run_kernel(prefer_outputs)
 
 
-def _units_of(parts):
-    """Parts grouped into units: a part joins the one before it when it reads and
-    writes a blob that part wrote."""
-    units = []
-    for part in parts:
-        if units:
-            before = units[-1][-1].step.outputs
-            if any(b in before and b in part.step.inputs for b in part.step.outputs):
-                units[-1].append(part)
-                continue
-        units.append([part])
-    return [_Unit(group) for group in units]
+def _chains(units):
+    """{blob: indices of the units that write it}, for each blob several units build
+    in one array, each after the first reading it and writing into it (a conv writing
+    its channels into the buffer an earlier conv made: optimize.py's concat placement).
+    Validation checks such a blob once it is whole, after its last writer."""
+    writers = {}
+    for k, unit in enumerate(units):
+        for name, array in zip(unit.part.step.outputs, unit.part.outputs):
+            writers.setdefault(name, []).append((k, array))
+    chains = {}
+    for name, found in writers.items():
+        if len(found) < 2:
+            continue
+        first = found[0][1]
+        if all(array is first and name in units[k].part.step.inputs for k, array in found[1:]):
+            chains[name] = [k for k, _ in found]
+    return chains
 
 
 def _same_view(a, b):
@@ -219,63 +226,70 @@ def _materialize(value, made):
 
 
 class _Validator:
-    """The validation run's wrapper calls: each unit checked against the plain run."""
+    """The validation run's wrapper calls: each unit replayed after its plain call, on
+    its recorded arrays, and compared with the plain run."""
 
-    def __init__(self, units):
-        self.parts = [(unit, i) for unit in units for i in range(len(unit.parts))]
+    def __init__(self, units, chains):
+        self.units = units
+        self.chains = chains
+        self.last_of = {name: ks[-1] for name, ks in chains.items()}
         self.position = 0
         self.broken = None
         self.pending = None
-        self.plain = []          # the plain run's outputs of the current unit's parts so far
+        self.building = set()    # ids of chained arrays whose writers are not all done
 
     def before(self, step, role, args):
-        here = self.parts[self.position] if self.position < len(self.parts) else None
-        if here is None or here[0].parts[here[1]].step is not step or here[0].parts[here[1]].role != role:
+        unit = self.units[self.position] if self.position < len(self.units) else None
+        if unit is None or unit.part.step is not step or unit.part.role != role:
             self.pending = None
             if role != "group":
                 self.broken = "the run took another path than the captured one"
             return
-        unit, i = here
-        part = unit.parts[i]
-        if i == 0:
-            self.plain = []
-            for p in unit.parts:
-                for recorded in p.outputs:
-                    _poison(recorded)
-        inside = {id(o) for p in unit.parts[:i] for o in p.outputs}
+        part = unit.part
+        building = [i for i in part.inputs if isinstance(i, np.ndarray) and id(i) in self.building]
+        for name, recorded in zip(step.outputs, part.outputs):
+            if name in self.chains:
+                if id(recorded) in self.building:
+                    continue                # earlier writers' replayed channels stay
+                self.building.add(id(recorded))
+            if any(np.may_share_memory(recorded, i) for i in building):
+                continue                    # a view of a blob still being built: not ours to fill
+            _poison(recorded)
         for recorded, value in zip(part.inputs, args):
-            if isinstance(recorded, np.ndarray) and recorded is not value and id(recorded) not in inside:
+            if isinstance(recorded, np.ndarray) and recorded is not value and id(recorded) not in self.building:
                 if not isinstance(value, np.ndarray) or value.shape != recorded.shape:
                     self.broken = "an op's input changed shape"
                     return
                 if recorded.flags.writeable:
                     np.copyto(recorded, value)
-        self.pending = here
+        self.pending = unit
 
     def after(self, step, role, args, result):
-        here, self.pending = self.pending, None
-        if here is None:
+        unit, self.pending = self.pending, None
+        if unit is None:
             if not (result is None and role == "group") and self.broken is None:
                 self.broken = "the run took another path than the captured one"
             return
         if result is None and role == "group":
             self.broken = "a fused group declined inputs it took before"
             return
+        k = self.position
         self.position += 1
-        unit, i = here
-        self.plain.append(_outputs_of(step, result))
-        if i < len(unit.parts) - 1:
-            return
-        if unit.pure:
-            unit.replay(prefer_outputs=False)
-            unit.pure = all(_identical(r, v) for part, outs in zip(unit.parts, self.plain)
-                            for r, v in zip(part.outputs, outs))
-        if not unit.pure:
-            for part, outs in zip(unit.parts, self.plain):
-                for recorded, value in zip(part.outputs, outs):
-                    if recorded is not value and not _same_view(recorded, value):
-                        np.copyto(recorded, value)
-        self.plain = []
+        unit.replay(prefer_outputs=False)
+        for name, recorded, value in zip(step.outputs, unit.part.outputs, _outputs_of(step, result)):
+            chain = self.chains.get(name)
+            if chain is not None and self.last_of[name] != k:
+                continue                    # checked when whole
+            if _identical(recorded, value):
+                if chain is not None:
+                    self.building.discard(id(recorded))
+                continue
+            for j in chain or (k,):
+                self.units[j].pure = False
+            if chain is not None:
+                self.building.discard(id(recorded))
+            if recorded is not value and not _same_view(recorded, value):
+                np.copyto(recorded, value)  # what later units read
 
     def failed(self):
         self.broken = "an op failed"
@@ -311,6 +325,7 @@ class KernelReplay:
         self.replayed = 0            # runs served by replay (tests, benchmarks)
         self.reason = None           # why it is off
         self.units = []
+        self.chains = {}
         self.feeds = {}              # varying blob -> the array the units read
         self.fixed = []              # (blob, value) every run must pass as is
         self.kept = []               # (blob, recorded array) the run commits
@@ -425,7 +440,7 @@ class KernelReplay:
             part.calls = [(run, _materialize(args, made)) for run, args in part.calls]
             if not all(isinstance(o, np.ndarray) and not o.dtype.hasobject for o in part.outputs):
                 raise _Unreplayable("an op's output is not an array")
-        units = _units_of(recorder.parts)
+        units = [_Unit(part) for part in recorder.parts]
         self.kept = []
         for name, value in kept:
             value = _materialize(recorder.note(value), made)
@@ -437,8 +452,9 @@ class KernelReplay:
                       if name not in self.varying and name in blobs]
         fixed_ids = {id(v) for _, v in self.fixed}
         for unit in units:
-            unit.pure = _may_be_pure(unit, fixed_ids)
+            unit.pure = _part_may_be_pure(unit.part, fixed_ids)
         self.units = units
+        self.chains = _chains(units)
         self.thread = threading.get_ident()
         self.team = jit.team_size()
         self.mode_changes = jit.mode_changes[0]
@@ -449,11 +465,11 @@ class KernelReplay:
         plan = self.plan
         if not self._fits(blobs):
             return False
-        validator = _Validator(self.units)
+        validator = _Validator(self.units, self.chains)
         # plain arrays: the pool's buffers are the recorded ones now, and this one run's
         # outputs are not worth a second set kept in the pool
         plan.run_serial(blobs, plan.wrapped_runner(validator), pooled=False)
-        if validator.broken is not None or validator.position != len(validator.parts):
+        if validator.broken is not None or validator.position != len(self.units):
             self._off(validator.broken or "the run took another path than the captured one")
             return True
         self.state = "ready"
@@ -467,21 +483,22 @@ class KernelReplay:
 
     def opaque_ops(self):
         """The op types of the units that run as their ops (not as kernel calls)."""
-        return [part.step.op_def.type if part.role != "group" else "fused group"
-                for unit in self.units if not unit.pure for part in unit.parts]
-
-
-def _may_be_pure(unit, fixed_ids):
-    """Whether a unit may replay as its kernel calls (validation still decides)."""
-    return all(_part_may_be_pure(part, fixed_ids) for part in unit.parts)
+        return [unit.part.step.op_def.type if unit.part.role != "group" else "fused group"
+                for unit in self.units if not unit.pure]
 
 
 def _part_may_be_pure(part, fixed_ids):
     if part.returned:
         return False
-    arrays = [i for i in part.inputs if isinstance(i, np.ndarray)]
-    if not part.calls and not all(any(np.may_share_memory(o, i) for i in arrays) for o in part.outputs):
-        return False
+    if not part.calls:
+        # no kernel calls: only ops whose outputs are views of their inputs (Reshape,
+        # Flatten) have nothing to redo; one writing into an input it also outputs
+        # (ChannelWrite) does its work in NumPy
+        step = part.step
+        arrays = [i for i in part.inputs if isinstance(i, np.ndarray)]
+        if any(name in step.inputs for name in step.outputs) or \
+                not all(any(np.may_share_memory(o, i) for i in arrays) for o in part.outputs):
+            return False
     for value in part.inputs:
         if id(value) in fixed_ids or value is None:
             continue

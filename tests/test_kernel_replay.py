@@ -229,3 +229,25 @@ def test_an_integer_input_fed_each_run_keeps_its_op_out_of_the_replay():
         plan.run(blobs)
         np.testing.assert_array_equal(blobs["z"], x * 2)
     assert replay.state == "ready" and replay.opaque_ops() == ["_TestReplayKernel"]
+
+
+def test_a_strided_1x1_conv_replays_as_kernel_calls(monkeypatch):
+    """Its input's subsample is a compiled copy (phases.subsample), which a replay redoes."""
+    rng = np.random.default_rng(6)
+    w = (rng.standard_normal((32, 16, 1, 1)) * 0.3).astype(np.float32)
+    init = numpy_helper.from_array(w)
+    init.name = "w"
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2]),
+                               helper.make_node("Relu", ["c"], ["y"])], "strided",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 21, 21])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [init])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    plain = _plain(model, monkeypatch)
+    rep = backend.prepare(model)
+    for i, x in enumerate(_inputs(6, (1, 16, 21, 21))):
+        got, = rep.run({"x": x})
+        np.testing.assert_array_equal(got, plain.run({"x": x})[0])
+        want = np.maximum(np.einsum("mc,nchw->nmhw", w[:, :, 0, 0], x[:, :, ::2, ::2]), 0)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg="run %d" % i)
+    assert rep.plan.replay.state == "ready" and rep.plan.replay.replayed == 3
+    assert rep.plan.replay.opaque_ops() == []

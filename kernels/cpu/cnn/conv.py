@@ -62,7 +62,7 @@ from ..runtime.blas import gemm_entry
 from ..runtime.buffers import Scratch, default_scratch, team_work, temp_buffer  # noqa: F401 - Scratch is public here
 from .depthwise import channel_map_problem, depthwise_plan
 from .direct_conv import direct_is_wide, direct_plan, grouped_direct_plan
-from .phases import _copy_phase
+from .phases import _copy_phase, subsample
 from .grouped_pointwise import direct_grouped_pointwise_plan, grouped_pointwise_product
 from .panel_conv import panel_plan
 from .pointwise_conv import pointwise_plan
@@ -461,11 +461,11 @@ def _pointwise_plan(x_shape, m, strides, group, out_spatial, product):
     shape_in, shape_w, shape_out = (group, c // group, p), (group, m // group, c // group), (group, m // group, p)
 
     def compute(x, w, out, scratch, bias=None, relu=False, residual=None):
-        if sub is not None:
-            x = x[sub]
         wg = w.reshape(shape_w)
         for i in range(n):
-            xi = np.ascontiguousarray(x[i]).reshape(shape_in)
+            xi = x[i] if sub is None else \
+                subsample(x[i], strides, out_spatial) if len(strides) == 2 else x[i][sub[1:]]
+            xi = np.ascontiguousarray(xi).reshape(shape_in)
             res = None if residual is None else residual[i].reshape(shape_out)
             product(wg, xi, out[i].reshape(shape_out), bias, res, relu)
     compute.product = product       # which product runs (tests, debugging)

@@ -9,6 +9,7 @@ this way).
         of rows wq wide; columns ox >= OW are computed and dropped); long enough that
         every block of `block` flat outputs reads in bounds.
     TapLayout.fill(img) -> the flat phase buffers of one image (C, H, W) (this thread's)
+    subsample(img, strides, out_spatial) -> img[:, ::sh, ::sw] as a new contiguous array
     tap_offsets(c, kernel, strides, dilations, plane, wq) -> the offset of each tap
         (c, a, b) into phase buffers of `plane` floats per channel, rows wq wide
     gathered_product(taps, w2, out, wq, bias, has_bias, residual, has_residual, relu)
@@ -90,6 +91,20 @@ def _copy_phase(img, buf, layout, blocks):
         (_phase_copy_rows if blocks > 1 else _phase_copy_rows_serial)(img, buf, i0, sh, j0, q0, ni, r0, nj, blocks)
     else:
         (_phase_copy if blocks > 1 else _phase_copy_serial)(img, buf, *layout, blocks)
+
+
+def subsample(img, strides, out_spatial):
+    """img (C, H, W)[:, ::sh, ::sw] cut to out_spatial, as a new C-contiguous array: a
+    strided 1x1 conv's input. Compiled for float32 (a run's kernel replay redoes compiled
+    copies, not NumPy ones: caffe2py/kernel_replay.py), NumPy for other dtypes."""
+    (sh, sw), (oh, ow) = strides, out_spatial
+    if img.dtype != np.float32 or img.ndim != 3 or oh < 1 or ow < 1 or \
+            (oh - 1) * sh >= img.shape[1] or (ow - 1) * sw >= img.shape[2]:
+        return np.ascontiguousarray(img[:, :oh * sh:sh, :ow * sw:sw])
+    c = img.shape[0]
+    out = np.empty((c, oh, ow), np.float32)
+    _copy_phase(img, out, (0, sh, 0, sw, 0, oh, 0, ow), team_blocks(c * oh, ow))
+    return out
 
 
 class TapLayout:

@@ -54,7 +54,7 @@ from ..math.epilogue import bias_values
 from ..runtime.packed_weights import DerivedWeights
 from ..runtime.jit import LazyGlobal, compiled, per_team, prange, serial_variant, team_blocks, team_size
 from .direct_conv import _NO_RESIDUAL, fma_8x1, fma_8x3
-from .phases import gathered_product
+from .phases import gathered_product, subsample
 
 LANES_16 = LazyGlobal(".simd", "LANES_16")
 vzeros = LazyGlobal(".simd", "vzeros")
@@ -394,7 +394,7 @@ def pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype):
             raise ValueError("bias of %d values for %d output channels" % (b.size, m))
         kernel, split_rows, blocks, tail, tail_out = per_team(setups, setup)
         for i in range(n):
-            xi = x[i] if sub is None else x[i][sub]
+            xi = x[i] if sub is None else subsample(x[i], strides, out_spatial)
             xi = np.ascontiguousarray(xi, dtype=np.float32).reshape(c, p)
             in_place = out[i].flags.c_contiguous       # else computed aside and copied in
             oi = out[i].reshape(m, p) if in_place else np.empty((m, p), np.float32)
