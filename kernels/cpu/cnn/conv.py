@@ -769,6 +769,13 @@ BLOCKED_MAX_WINOGRAD_PIXELS = 64
 # 256 -> 512@12 3.39 -> 2.90, 512@12 x2 12.2 -> 11.2, alexnet 256 -> 384@12 2.66 ->
 # 2.29. At 28x28 and up Winograd stays faster (inception_v2 64 -> 96@28 x4 2.93 -> 3.62).
 WIDE_MAX_WINOGRAD_PIXELS = 196
+# ... and with a reduction of up to WIDE_DIRECT_MAX_K on maps up to
+# WIDE_DIRECT_MAX_PIXELS outputs: squeezenet's 32 -> 128 3x3s at 27x27 (K 288), per op
+# inside kernel-replayed runs, Winograd -> blocked ms: 1 thread 0.540-0.548 ->
+# 0.450-0.469, 2 threads 0.327-0.338 -> 0.265-0.284 (the same VM, 2026-11-30). Longer
+# reductions at 28x28 stay on Winograd (inception_v2's 64 -> 96, K 576, above).
+WIDE_DIRECT_MAX_K = 320
+WIDE_DIRECT_MAX_PIXELS = 784
 
 
 def blocked_direct_wins(x_shape, w_shape, strides, dilations, pads, out_spatial, dtype, group=1):
@@ -782,6 +789,8 @@ def blocked_direct_wins(x_shape, w_shape, strides, dilations, pads, out_spatial,
     wide = pixels <= WIDE_MAX_WINOGRAD_PIXELS and direct_is_wide(w_shape[0])
     if group == 1 and pixels > BLOCKED_MAX_WINOGRAD_PIXELS and not wide and not shift_first and \
             winograd_tile((kh, kw), strides, dilations, pads, 1, c, w_shape[0], out_spatial):
+        if c * kh * kw <= WIDE_DIRECT_MAX_K and pixels <= WIDE_DIRECT_MAX_PIXELS and direct_is_wide(w_shape[0]):
+            return True
         return c * kh * kw <= DIRECT_MAX_K     # short reductions: direct_plan's own rule below
     return True
 
