@@ -13,7 +13,8 @@ once per input shape, the run is the kernels.
 How, for a plan whose `enable_replay(varying)` its owner called (`varying`: the blobs
 fed anew each run; every other blob the plan reads must be the same object each run):
 
-  * capture (the 2nd run; again at the 4th, 8th, 16th, 32nd while it fails): the
+  * capture (the 2nd run; while kernels still run their NumPy twins, background
+    compiling, again at every power of two; any other failure turns it off): the
     varying inputs are copied into arrays the replay owns, and the plan runs once
     with each op's call wrapped, recording per op ("unit": an op, or a fused group
     of them) its input and output arrays and every compiled kernel call it makes
@@ -54,7 +55,9 @@ from .kernels.cpu.runtime import jit
 from .kernels.cpu.runtime.output_pool import prefer
 from .schema_inference import static_output_shapes
 
-CAPTURE_AT = (2, 4, 8, 16, 32)      # the runs at which a capture is tried
+# the runs at which a capture is tried: the 2nd, then while kernels still run their NumPy
+# twins (background compiling, jit.py) every power of two; any other failure is final
+CAPTURE_AT = frozenset(2 ** k for k in range(1, 17))
 POISON = 0xA5                       # the byte recorded outputs hold while validation replays a unit
 
 
@@ -173,9 +176,11 @@ class _Recorder:
         self.parts = []
         self.current = None
         self.broken = None
+        self.compiling = False   # the only problem: kernels without machine code yet
 
     def before(self, step, role, args):
         if self.current is not None:
+            self.compiling = False
             self.broken = "an op ran inside another"
         self.current = _Part(step, role)
 
@@ -192,8 +197,10 @@ class _Recorder:
 
     def observe(self, kernel, run, args, result):
         if run is None:
-            self.broken = "kernel %s runs without machine code yet" % kernel.__name__
+            self.compiling = self.broken is None or self.compiling
+            self.broken = self.broken or "kernel %s runs without machine code yet" % kernel.__name__
         elif self.current is None:
+            self.compiling = False
             self.broken = "kernel %s ran outside an op" % kernel.__name__
         else:
             self.current.calls.append((run, tuple(self.note(a) for a in args)))
@@ -357,7 +364,7 @@ class KernelReplay:
                 return self._validate(blobs)
             if self.runs in CAPTURE_AT:
                 return self._capture(blobs)
-            if self.runs > CAPTURE_AT[-1]:
+            if self.runs > max(CAPTURE_AT):
                 self._off(self.reason or "no capture succeeded")
             return False
         finally:
@@ -421,13 +428,15 @@ class KernelReplay:
             if isinstance(value, np.ndarray):
                 blobs[name] = value.copy()
         if recorder.broken is not None:
-            self.reason = recorder.broken
+            if recorder.compiling:
+                self.reason = recorder.broken       # tried again at the next power of two
+            else:
+                self._off(recorder.broken)
             return True
         try:
             self._adopt(recorder, feeds, kept, blobs)
         except _Unreplayable as exc:
-            self.reason = str(exc)
-            self.units = []
+            self._off(str(exc))
             return True
         self.state = "validating"
         return True

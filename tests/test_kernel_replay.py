@@ -251,3 +251,22 @@ def test_a_strided_1x1_conv_replays_as_kernel_calls(monkeypatch):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg="run %d" % i)
     assert rep.plan.replay.state == "ready" and rep.plan.replay.replayed == 3
     assert rep.plan.replay.opaque_ops() == []
+
+
+def test_no_capture_while_kernels_run_their_twins_then_one_once_they_are_compiled(monkeypatch):
+    from caffe2py.kernels.cpu.runtime import jit
+    model = _fire_net()
+    plain = _plain(model, monkeypatch)
+    before = jit.jit_mode()
+    xs = _inputs(11)
+    jit.set_jit_mode("numpy")           # every kernel with a twin runs it: no machine code
+    try:
+        rep = backend.prepare(model)
+        for x in xs[:5]:
+            np.testing.assert_allclose(rep.run({"x": x})[0], plain.run({"x": x})[0], rtol=1e-5, atol=1e-7)
+        assert rep.plan.replay.state == "warming" and "machine code" in rep.plan.replay.reason
+    finally:
+        jit.set_jit_mode(before)
+    for i, x in enumerate(xs[5:], 6):   # run 8 captures, 9 validates, 10 and 11 replay
+        np.testing.assert_array_equal(rep.run({"x": x})[0], plain.run({"x": x})[0], err_msg="run %d" % i)
+    assert rep.plan.replay.state == "ready" and rep.plan.replay.replayed == 2
