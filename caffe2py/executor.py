@@ -430,13 +430,12 @@ class Plan:
         if branches is not None and branches.active is None:
             branches.decide(blobs)
 
-    def run_serial(self, blobs, runner=None, pooled=True):
+    def run_serial(self, blobs, runner=None):
         """run(), every op in order on this thread (a DAG plan's serial runs); runner:
-        timed_runner's or wrapped_runner's function instead of the plain one; pooled
-        False: outputs are plain arrays, not the output pool's."""
+        timed_runner's or wrapped_runner's function instead of the plain one."""
         target = BlobOverlay(blobs) if self.uses_workspace else blobs
         try:
-            with self.run_context(pooled):
+            with self.run_context():
                 (runner or self._runner)(target)
         except Exception as exc:  # noqa: BLE001 - re-raised with the op named
             raise self._explain(exc) from exc
@@ -444,13 +443,12 @@ class Plan:
             target.commit(self.keep)
 
     @contextlib.contextmanager
-    def run_context(self, pooled=True):
+    def run_context(self):
         """What every run of this plan's ops is inside: the model-trust policy, the CPU
         thread team, the undo log, the floating-point flag, the output pool."""
         trust = model_trust.enter(self.policy) if self.policy is not None else None
         try:
-            with cpu_run_context(), undo_on_failure(), fp_exceptions.run_context(), \
-                    (self._memory if pooled else NO_POOL):
+            with cpu_run_context(), undo_on_failure(), fp_exceptions.run_context(), self._memory:
                 yield
         finally:
             if trust is not None:

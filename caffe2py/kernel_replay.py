@@ -24,8 +24,8 @@ fed anew each run; every other blob the plan reads must be the same object each 
     the run those buffers are taken out of the pool for good (the replay's views
     hold them: the pool's free rule sees them busy). Anything else (weights,
     packed weights, per-thread scratch) is held as it is.
-  * validation (the next run, on new input): a plain run (plain arrays, not the
-    pool's), and for each unit, before it runs, its recorded outputs filled with a
+  * validation (the next run, on new input): a plain run (on a second set of pool
+    buffers, let go by the first replay), and for each unit, before it runs, its recorded outputs filled with a
     byte pattern and its plain inputs copied into its recorded inputs; after it, the
     unit replayed as a replay would run it and its outputs compared with the plain
     ones bit for bit. A blob several units build in one array (convs writing their
@@ -59,6 +59,7 @@ from .schema_inference import static_output_shapes
 # twins (background compiling, jit.py) every power of two; any other failure is final
 CAPTURE_AT = frozenset(2 ** k for k in range(1, 17))
 POISON = 0xA5                       # the byte recorded outputs hold while validation replays a unit
+COMPARE_BYTES = 1 << 16             # validation compares outputs this many bytes at a time
 
 
 def replay_enabled():
@@ -317,7 +318,10 @@ def _identical(recorded, value):
         return False
     a = np.ascontiguousarray(recorded).reshape(-1).view(np.uint8)
     b = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
-    return bool(np.array_equal(a, b))
+    # in slices: one comparison's temporary array of a whole output (MBs) would stay
+    # on the heap as the process's resident memory (malloc keeps freed memory, host_memory.py)
+    step = COMPARE_BYTES
+    return all(np.array_equal(a[i:i + step], b[i:i + step]) for i in range(0, a.size, step))
 
 
 class KernelReplay:
@@ -475,9 +479,9 @@ class KernelReplay:
         if not self._fits(blobs):
             return False
         validator = _Validator(self.units, self.chains)
-        # plain arrays: the pool's buffers are the recorded ones now, and this one run's
-        # outputs are not worth a second set kept in the pool
-        plan.run_serial(blobs, plan.wrapped_runner(validator), pooled=False)
+        # the pool's buffers are the recorded ones now: this run takes a second set, which
+        # the first replay's sweep lets go (plain arrays would stay on the heap)
+        plan.run_serial(blobs, plan.wrapped_runner(validator))
         if validator.broken is not None or validator.position != len(self.units):
             self._off(validator.broken or "the run took another path than the captured one")
             return True

@@ -204,8 +204,9 @@ class OnnxShapeInference(InputRule):
 
     def output_shapes(self, ctx, inputs, fixed=()):
         """The outputs' shapes onnx's inference gives from the inputs' shapes and dtypes
-        and the values of the inputs at the indices in `fixed` only (those that never
-        change: a model's initializers), or None where it cannot tell them all."""
+        and the values of the small inputs (up to _DATA_LIMIT values: shapes, scales,
+        axes) at the indices in `fixed` only (those that never change: a model's
+        initializers), or None where it cannot tell them all."""
         from onnx import numpy_helper
         from onnx import shape_inference
         prepared = _node_for(ctx)
@@ -220,8 +221,8 @@ class OnnxShapeInference(InputRule):
             if proto is None:
                 return None
             types[name] = proto
-            if i in fixed and isinstance(x, np.ndarray):
-                data[name] = numpy_helper.from_array(x, name)
+            if i in fixed and isinstance(x, np.ndarray) and x.size <= _DATA_LIMIT:
+                data[name] = numpy_helper.from_array(x, name)   # a shape, scales, axes: not weights
         try:
             outs = shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=opsets)
         except Exception:  # noqa: BLE001 - no verdict
