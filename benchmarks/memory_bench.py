@@ -7,7 +7,8 @@ it needs): it prepares the model, runs --warmup runs (kernels compiled, buffers
 made), then resets the kernel's peak-RSS mark (`echo 5 > /proc/self/clear_refs`)
 and runs --runs more: "warm peak" is VmHWM after those, the most resident memory any
 warm run needed. "process peak" is VmHWM before the reset (includes loading and
-compiling); "held" is the pool's buffers. A first, unreported caffe2py process
+compiling); "held" is the pool's buffers, with those kernel replay owns once warm runs
+replay (caffe2py/kernel_replay.py). A first, unreported caffe2py process
 compiles whatever kernels are not in numba's cache yet.
 
     python benchmarks/memory_bench.py [--model resnet50] [--runs 20] [--threads 2] [--append]
@@ -75,8 +76,9 @@ def child(config, model_name, warmup, runs, threads):
         out = run()
         times.append(time.perf_counter() - t0)
         del out
-    if config == "caffe2py":
-        held = rep.plan.output_pool.held_bytes()
+    if config == "caffe2py":       # the pool's buffers, and those kernel replay took from it
+        replay = rep.plan.replay
+        held = rep.plan.output_pool.held_bytes() + (replay.held_bytes() if replay is not None else 0)
     times.sort()
     print(json.dumps({"config": config, "warm_peak_kb": _status_kb("VmHWM"), "process_peak_kb": process_peak,
                       "rss_kb": _status_kb("VmRSS"), "median_ms": 1e3 * times[len(times) // 2],

@@ -227,6 +227,7 @@ def _materialize(value, made):
         key = (id(value.entry), value.offset, value.shape, value.strides, value.dtype.str)
         if key not in made:
             made[key] = value.materialize()
+            made.setdefault("buffers", {})[id(value.entry)] = value.entry[0]
         return made[key]
     if type(value) is tuple:
         return tuple(_materialize(v, made) for v in value)
@@ -337,6 +338,7 @@ class KernelReplay:
         self.reason = None           # why it is off
         self.units = []
         self.chains = {}
+        self.buffers = []            # the pool buffers the recorded arrays live in
         self.feeds = {}              # varying blob -> the array the units read
         self.fixed = []              # (blob, value) every run must pass as is
         self.kept = []               # (blob, recorded array) the run commits
@@ -376,7 +378,7 @@ class KernelReplay:
 
     def _off(self, reason):
         self.state, self.reason = "off", reason
-        self.units, self.feeds, self.fixed, self.kept = [], {}, [], []
+        self.units, self.feeds, self.fixed, self.kept, self.buffers = [], {}, [], [], []
 
     def _fits(self, blobs):
         if threading.get_ident() != self.thread or jit.team_size() != self.team or \
@@ -454,6 +456,7 @@ class KernelReplay:
             if not all(isinstance(o, np.ndarray) and not o.dtype.hasobject for o in part.outputs):
                 raise _Unreplayable("an op's output is not an array")
         units = [_Unit(part) for part in recorder.parts]
+        self.buffers = list(made.get("buffers", {}).values())
         self.kept = []
         for name, value in kept:
             value = _materialize(recorder.note(value), made)
@@ -496,6 +499,10 @@ class KernelReplay:
     def summary(self):
         """(state, units, pure units, why off)."""
         return self.state, len(self.units), sum(u.pure for u in self.units), self.reason
+
+    def held_bytes(self):
+        """Bytes of the output-pool buffers the recorded calls own."""
+        return sum(b.nbytes for b in self.buffers)
 
     def opaque_ops(self):
         """The op types of the units that run as their ops (not as kernel calls)."""
