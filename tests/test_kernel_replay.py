@@ -171,9 +171,13 @@ register_schema(OpSchema("_TestReplayKernel", num_inputs=1, num_outputs=1,
                          inference=lambda ctx, ins: [ins[0]]))
 
 
+_HIDDEN_CALLS = [0]
+
+
 @register_kernel("_TestReplayHidden")
 def _hidden_work(ctx):
     def run(x):
+        _HIDDEN_CALLS[0] += 1
         doubled = x * 2                 # NumPy work a recorded kernel call would not redo
         out = output_pool.output_array(x.shape, x.dtype)
         _copy_into(doubled, out)
@@ -206,14 +210,17 @@ def test_an_op_whose_work_is_not_all_in_its_kernel_calls_runs_as_the_op(first):
     replay = plan.enable_replay(["x"])
     assert replay is not None
     rng = np.random.default_rng(4)
+    _HIDDEN_CALLS[0] = 0
     for i in range(6):
         x = rng.standard_normal((5, 7)).astype(np.float32)
         blobs = {"x": x}
         plan.run(blobs)
         np.testing.assert_array_equal(blobs["z"], x * 4, err_msg="run %d" % i)
     assert replay.state == "ready" and replay.replayed == 3, replay.summary()
-    # the hidden NumPy work was caught by validation: that op runs as itself
+    # the hidden NumPy work was caught by validation: that op runs as itself, once a run
+    # (validation does not run it a second time: an op's side effects happen once)
     assert replay.opaque_ops() == (["_TestReplayHidden"] if first == "_TestReplayHidden" else [])
+    assert _HIDDEN_CALLS[0] == (6 if first == "_TestReplayHidden" else 0)
 
 
 def test_an_integer_input_fed_each_run_keeps_its_op_out_of_the_replay():
