@@ -5,7 +5,6 @@ redo the op's work."""
 import tracemalloc
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
