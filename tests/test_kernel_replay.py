@@ -5,6 +5,7 @@ redo the op's work."""
 import tracemalloc
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -276,3 +277,30 @@ def test_no_capture_while_kernels_run_their_twins_then_one_once_they_are_compile
     for i, x in enumerate(xs[5:], 6):   # run 8 captures, 9 validates, 10 and 11 replay
         np.testing.assert_array_equal(rep.run({"x": x})[0], plain.run({"x": x})[0], err_msg="run %d" % i)
     assert rep.plan.replay.state == "ready" and rep.plan.replay.replayed == 2
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "densenet121", "inception_v2", "resnet50"])
+def test_light_models_replay_bit_for_bit(monkeypatch, name):
+    """Concat placement (squeezenet, inception_v2), channel buffers (densenet121),
+    grouped and shuffled convs (shufflenet), strided 1x1s and residual sums (resnet50):
+    replayed runs give exactly the plain runs' outputs, over inputs the capture and the
+    validation never saw."""
+    import os
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_%s.onnx" % name)
+    if not os.path.exists(path):
+        pytest.skip("onnx's light models are not installed")
+    model = onnx.load(path)
+    plain = _plain(model, monkeypatch)
+    rep = backend.prepare(model)
+    (value_info,) = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    shape = [d.dim_value for d in value_info.type.tensor_type.shape.dim]
+    rng = np.random.default_rng(11)
+    for i in range(6):
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = rep.run({value_info.name: x})
+        want = plain.run({value_info.name: x})
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b, err_msg="%s run %d" % (name, i))
+    state, units, pure, reason = rep.plan.replay.summary()
+    assert state == "ready" and rep.plan.replay.replayed == 3, reason
+    assert pure >= units - 4, rep.plan.replay.opaque_ops()
