@@ -28,6 +28,7 @@ median, per node. "replayed": the same model's runs once kernel replay
 replay as themselves keep their Python; their kernels are no-ops too).
 """
 import argparse
+import contextlib
 import platform
 
 import numpy as np
@@ -134,14 +135,8 @@ def light_model_overhead(name, runs):
             rep.run(feeds)
             times.append(time.perf_counter() - t0)
         return times
-    saved = [(k, k._run) for k in jit._all_kernels if k._run is not None]
-    try:
-        for kernel, _ in saved:
-            kernel._run = _nothing
+    with _kernels_as_noops(jit):
         times = timed()
-    finally:
-        for kernel, run in saved:
-            kernel._run = run
     # the same with kernel replay (caffe2py/kernel_replay.py): its recorded calls no-ops
     rep = backend.prepare(model)
     for _ in range(5):
@@ -153,13 +148,9 @@ def light_model_overhead(name, runs):
         try:
             for unit, calls in kept:
                 unit.calls = [(_nothing, args) for _, args in calls]
-            saved = [(k, k._run) for k in jit._all_kernels if k._run is not None]
-            for kernel, _ in saved:
-                kernel._run = _nothing
-            replay_times = timed()
+            with _kernels_as_noops(jit):
+                replay_times = timed()
         finally:
-            for kernel, run in saved:
-                kernel._run = run
             for unit, calls in kept:
                 unit.calls = calls
     opts = ort.SessionOptions()
@@ -184,6 +175,19 @@ def light_model_overhead(name, runs):
 
 def _nothing(*args):
     return None
+
+
+@contextlib.contextmanager
+def _kernels_as_noops(jit):
+    """Inside: every compiled kernel with machine code does nothing when called."""
+    saved = [(k, k._run) for k in jit._all_kernels if k._run is not None]
+    try:
+        for kernel, _ in saved:
+            kernel._run = _nothing
+        yield
+    finally:
+        for kernel, run in saved:
+            kernel._run = run
 
 
 def light_models_main(names, runs):

@@ -402,15 +402,7 @@ class Plan:
         same code a plain run executes, with the plan's output pool and its guards: op
         times as they are inside real runs (benchmark.per_op_timing). Run it with
         run_serial(blobs, runner)."""
-        steps, constants = self._made_from
-        timed = self._make([_TimedStep(step, role, record) for step, role in steps], constants)
-
-        extra = holders_added_by(lambda kernel: _TimedCall(kernel, None, lambda step, seconds: None))
-
-        def run(blobs):
-            with extra_holders(extra):      # what _TimedCall's call adds to every input's holders
-                timed(blobs)
-        return run
+        return self.wrapped_runner(_Timer(record))
 
     def run(self, blobs):
         """Run once against the mapping of blobs; on failure raise OperatorError and
@@ -468,7 +460,7 @@ class Plan:
     def wrapped_runner(self, tracer):
         """The generated run function with every kernel call (and fast form, and fused
         group loop) wrapped: tracer.before(step, role, args) before it, then
-        tracer.after(step, role, args, result), or tracer.failed() when it raised (role:
+        tracer.after(step, role, args, result), or tracer.failed(step) when it raised (role:
         "step", "member" or "group"; a group's loop returns None when it declines and
         its members run next). Run it with run_serial(blobs, runner)."""
         steps, constants = self._made_from
@@ -596,34 +588,21 @@ class Plan:
             obs.net_stop(self)
 
 
-class _TimedCall:
-    """A kernel (or its fast form, or a fused group's loop) whose calls report their
-    wall time to record(step, seconds); a step's carries its timed fast form or a group's
-    its timed loop, where the generated code reads them."""
-    __slots__ = ("fn", "step", "record", "fast_form", "try_fused")
+class _Timer:
+    """timed_runner's tracer: record(step, seconds) after each wrapped call, raised or not."""
+    __slots__ = ("record", "starts")
 
-    def __init__(self, fn, step, record):
-        self.fn, self.step, self.record = fn, step, record
+    def __init__(self, record):
+        self.record, self.starts = record, []
 
-    def __call__(self, *args):
-        t0 = time.perf_counter()
-        try:
-            return self.fn(*args)
-        finally:
-            self.record(self.step, time.perf_counter() - t0)
+    def before(self, step, role, args):
+        self.starts.append(time.perf_counter())
 
+    def after(self, step, role, args, result):
+        self.record(step, time.perf_counter() - self.starts.pop())
 
-class _TimedStep:
-    """What the generated make(K, C) reads of a step (kernel, kernel.fast_form,
-    kernel.try_fused, guard), with the calls timed."""
-
-    def __init__(self, step, role, record):
-        self.guard = step.guard
-        self.kernel = _TimedCall(step.kernel, step, record)
-        if role == "group":
-            self.kernel.try_fused = _TimedCall(step.kernel.try_fused, step, record)
-        elif getattr(step.kernel, "fast_form", None) is not None:
-            self.kernel.fast_form = _TimedCall(step.kernel.fast_form, step, record)
+    def failed(self, step):
+        self.record(step, time.perf_counter() - self.starts.pop())
 
 
 class _WrappedCall:
@@ -638,7 +617,7 @@ class _WrappedCall:
         try:
             result = self.fn(*args)
         except BaseException:
-            self.tracer.failed()
+            self.tracer.failed(self.step)
             raise
         self.tracer.after(self.step, self.role, args, result)
         return result
@@ -651,7 +630,7 @@ class _NoTracer:
     def after(self, step, role, args, result):
         pass
 
-    def failed(self):
+    def failed(self, step):
         pass
 
 

@@ -96,23 +96,29 @@ def _byte_span(array):
     return start + low, start + high + array.itemsize
 
 
-class _Part:
-    """One op's (or fused group's) recorded call."""
-    __slots__ = ("step", "role", "inputs", "outputs", "calls", "returned")
+class _Unit:
+    """One op's (or fused group's) recorded call, and how it replays: its kernel calls
+    (pure) or the op itself (opaque)."""
+    __slots__ = ("step", "role", "inputs", "outputs", "calls", "returned", "pure")
 
     def __init__(self, step, role):
         self.step, self.role = step, role
         self.inputs = self.outputs = ()
         self.calls = []          # (machine code, args)
         self.returned = False    # some kernel call returned a value (which a replay would drop)
+        self.pure = False
 
-    def run_kernel(self, prefer_outputs):
+    def replay(self):
+        if self.pure:
+            for run, args in self.calls:
+                run(*args)
+        else:
+            self.run_kernel()
+
+    def run_kernel(self):
         """The op itself on the recorded inputs; its outputs are the recorded arrays where
         it asks the output pool for them, else copied into them."""
-        if prefer_outputs:
-            with prefer(self.outputs):
-                result = self.step.kernel(*self.inputs)
-        else:
+        with prefer(self.outputs):
             result = self.step.kernel(*self.inputs)
         outs = self.outputs
         if len(outs) == 1:
@@ -122,24 +128,6 @@ class _Part:
                 np.copyto(recorded, value)
 
 
-class _Unit:
-    """One recorded op call and how it replays: its kernel calls (pure) or the op
-    itself (opaque)."""
-    __slots__ = ("part", "pure", "calls")
-
-    def __init__(self, part):
-        self.part = part
-        self.pure = False
-        self.calls = part.calls
-
-    def replay(self, prefer_outputs=True):
-        if self.pure:
-            for run, args in self.calls:
-                run(*args)
-        else:
-            self.part.run_kernel(prefer_outputs)
-
-
 def _chains(units):
     """{blob: indices of the units that write it}, for each blob several units build
     in one array, each after the first reading it and writing into it (a conv writing
@@ -147,14 +135,14 @@ def _chains(units):
     Validation checks such a blob once it is whole, after its last writer."""
     writers = {}
     for k, unit in enumerate(units):
-        for name, array in zip(unit.part.step.outputs, unit.part.outputs):
+        for name, array in zip(unit.step.outputs, unit.outputs):
             writers.setdefault(name, []).append((k, array))
     chains = {}
     for name, found in writers.items():
         if len(found) < 2:
             continue
         first = found[0][1]
-        if all(array is first and name in units[k].part.step.inputs for k, array in found[1:]):
+        if all(array is first and name in units[k].step.inputs for k, array in found[1:]):
             chains[name] = [k for k, _ in found]
     return chains
 
@@ -174,7 +162,7 @@ class _Recorder:
 
     def __init__(self, pool):
         self.pool = pool
-        self.parts = []
+        self.units = []
         self.current = None
         self.broken = None
         self.compiling = False   # the only problem: kernels without machine code yet
@@ -183,17 +171,17 @@ class _Recorder:
         if self.current is not None:
             self.compiling = False
             self.broken = "an op ran inside another"
-        self.current = _Part(step, role)
+        self.current = _Unit(step, role)
 
     def after(self, step, role, args, result):
-        part, self.current = self.current, None
+        unit, self.current = self.current, None
         if result is None and role == "group":      # the group declined: its ops run next
             return
-        part.inputs = tuple(self.note(a) for a in args)
-        part.outputs = tuple(self.note(o) for o in _outputs_of(step, result))
-        self.parts.append(part)
+        unit.inputs = tuple(self.note(a) for a in args)
+        unit.outputs = tuple(self.note(o) for o in _outputs_of(step, result))
+        self.units.append(unit)
 
-    def failed(self):
+    def failed(self, step):
         self.current = None
 
     def observe(self, kernel, run, args, result):
@@ -222,16 +210,24 @@ class _Recorder:
         return value
 
 
-def _materialize(value, made):
-    if isinstance(value, _PoolRef):
-        key = (id(value.entry), value.offset, value.shape, value.strides, value.dtype.str)
-        if key not in made:
-            made[key] = value.materialize()
-            made.setdefault("buffers", {})[id(value.entry)] = value.entry[0]
-        return made[key]
-    if type(value) is tuple:
-        return tuple(_materialize(v, made) for v in value)
-    return value
+class _Materialized:
+    """Noted values as arrays again: one view per distinct _PoolRef, the pool buffers
+    under them collected (the buffers the replay owns from then on)."""
+
+    def __init__(self):
+        self.views = {}
+        self.buffers = {}
+
+    def __call__(self, value):
+        if isinstance(value, _PoolRef):
+            key = (id(value.entry), value.offset, value.shape, value.strides, value.dtype.str)
+            if key not in self.views:
+                self.views[key] = value.materialize()
+                self.buffers[id(value.entry)] = value.entry[0]
+            return self.views[key]
+        if type(value) is tuple:
+            return tuple(self(v) for v in value)
+        return value
 
 
 class _Validator:
@@ -249,14 +245,13 @@ class _Validator:
 
     def before(self, step, role, args):
         unit = self.units[self.position] if self.position < len(self.units) else None
-        if unit is None or unit.part.step is not step or unit.part.role != role:
+        if unit is None or unit.step is not step or unit.role != role:
             self.pending = None
             if role != "group":
                 self.broken = "the run took another path than the captured one"
             return
-        part = unit.part
-        building = [i for i in part.inputs if isinstance(i, np.ndarray) and id(i) in self.building]
-        for name, recorded in zip(step.outputs, part.outputs):
+        building = [i for i in unit.inputs if isinstance(i, np.ndarray) and id(i) in self.building]
+        for name, recorded in zip(step.outputs, unit.outputs):
             if name in self.chains:
                 if id(recorded) in self.building:
                     continue                # earlier writers' replayed channels stay
@@ -264,7 +259,7 @@ class _Validator:
             if any(np.may_share_memory(recorded, i) for i in building):
                 continue                    # a view of a blob still being built: not ours to fill
             _poison(recorded)
-        for recorded, value in zip(part.inputs, args):
+        for recorded, value in zip(unit.inputs, args):
             if isinstance(recorded, np.ndarray) and recorded is not value and id(recorded) not in self.building:
                 if not isinstance(value, np.ndarray) or value.shape != recorded.shape:
                     self.broken = "an op's input changed shape"
@@ -286,14 +281,14 @@ class _Validator:
         self.position += 1
         outs = _outputs_of(step, result)
         if unit.pure or any(name in self.chains for name in step.outputs):
-            unit.replay(prefer_outputs=False)
+            unit.replay()
         else:
             # runs as itself in replays: its plain outputs are what those give (and an
             # op with side effects, a random fill, is not run twice)
-            for recorded, value in zip(unit.part.outputs, outs):
+            for recorded, value in zip(unit.outputs, outs):
                 if recorded is not value and not _same_view(recorded, value):
                     np.copyto(recorded, value)
-        for name, recorded, value in zip(step.outputs, unit.part.outputs, outs):
+        for name, recorded, value in zip(step.outputs, unit.outputs, outs):
             chain = self.chains.get(name)
             if chain is not None and self.last_of[name] != k:
                 continue                    # checked when whole
@@ -308,7 +303,7 @@ class _Validator:
             if recorded is not value and not _same_view(recorded, value):
                 np.copyto(recorded, value)  # what later units read
 
-    def failed(self):
+    def failed(self, step):
         self.broken = "an op failed"
 
 
@@ -456,18 +451,18 @@ class KernelReplay:
         return True
 
     def _adopt(self, recorder, feeds, kept, blobs):
-        made = {}
-        for part in recorder.parts:
-            part.inputs = tuple(_materialize(v, made) for v in part.inputs)
-            part.outputs = tuple(_materialize(v, made) for v in part.outputs)
-            part.calls = [(run, _materialize(args, made)) for run, args in part.calls]
-            if not all(isinstance(o, np.ndarray) and not o.dtype.hasobject for o in part.outputs):
+        made = _Materialized()
+        units = recorder.units
+        for unit in units:
+            unit.inputs = tuple(made(v) for v in unit.inputs)
+            unit.outputs = tuple(made(v) for v in unit.outputs)
+            unit.calls = [(run, made(args)) for run, args in unit.calls]
+            if not all(isinstance(o, np.ndarray) and not o.dtype.hasobject for o in unit.outputs):
                 raise _Unreplayable("an op's output is not an array")
-        units = [_Unit(part) for part in recorder.parts]
-        self.buffers = list(made.get("buffers", {}).values())
+        self.buffers = list(made.buffers.values())
         self.kept = []
         for name, value in kept:
-            value = _materialize(recorder.note(value), made)
+            value = made(recorder.note(value))
             if not isinstance(value, np.ndarray):
                 raise _Unreplayable("a kept output is not an array")
             self.kept.append((name, value))
@@ -476,7 +471,7 @@ class KernelReplay:
                       if name not in self.varying and name in blobs]
         fixed_ids = {id(v) for _, v in self.fixed}
         for unit in units:
-            unit.pure = _part_may_be_pure(unit.part, fixed_ids)
+            unit.pure = _may_be_pure(unit, fixed_ids)
         self.units = units
         self.chains = _chains(units)
         self.thread = threading.get_ident()
@@ -514,7 +509,7 @@ class KernelReplay:
 
     def opaque_ops(self):
         """The op types of the units that run as their ops (not as kernel calls)."""
-        return [unit.part.step.op_def.type if unit.part.role != "group" else "fused group"
+        return [unit.step.op_def.type if unit.role != "group" else "fused group"
                 for unit in self.units if not unit.pure]
 
 
@@ -534,33 +529,34 @@ def _entry_point(run, args):
     return getattr(found, "entry_point", None) or run
 
 
-def _part_may_be_pure(part, fixed_ids):
-    if part.returned:
+def _may_be_pure(unit, fixed_ids):
+    """Whether a unit may replay as its kernel calls (validation still decides)."""
+    if unit.returned:
         return False
-    if not part.calls:
+    if not unit.calls:
         # no kernel calls: only ops whose outputs are views of their inputs (Reshape,
         # Flatten) have nothing to redo; one writing into an input it also outputs
         # (ChannelWrite) does its work in NumPy
-        step = part.step
-        arrays = [i for i in part.inputs if isinstance(i, np.ndarray)]
+        step = unit.step
+        arrays = [i for i in unit.inputs if isinstance(i, np.ndarray)]
         if any(name in step.inputs for name in step.outputs) or \
-                not all(any(np.may_share_memory(o, i) for i in arrays) for o in part.outputs):
+                not all(any(np.may_share_memory(o, i) for i in arrays) for o in unit.outputs):
             return False
-    for value in part.inputs:
+    for value in unit.inputs:
         if id(value) in fixed_ids or value is None:
             continue
         if not isinstance(value, np.ndarray) or value.dtype.kind != "f":
             return False
-    if getattr(part.step, "members", None):     # a fused elementwise group: its shapes follow its inputs'
+    if getattr(unit.step, "members", None):     # a fused elementwise group: its shapes follow its inputs'
         return True
-    op = part.step.op_def
-    inputs = part.inputs[:len(op.input)]
+    op = unit.step.op_def
+    inputs = unit.inputs[:len(op.input)]
     if any(not isinstance(v, np.ndarray) for v in inputs):
         return False
     try:
         fixed = {i for i, v in enumerate(inputs) if id(v) in fixed_ids}
-        shapes = static_output_shapes(op, part.step.context, inputs, fixed)
+        shapes = static_output_shapes(op, unit.step.context, inputs, fixed)
     except Exception:  # noqa: BLE001 - no verdict: not pure
         return False
-    return shapes is not None and len(shapes) == len(part.outputs) and \
-        all(tuple(s) == o.shape for s, o in zip(shapes, part.outputs))
+    return shapes is not None and len(shapes) == len(unit.outputs) and \
+        all(tuple(s) == o.shape for s, o in zip(shapes, unit.outputs))

@@ -163,8 +163,7 @@ class OnnxShapeInference(InputRule):
         schema, node, names, opsets = prepared
         if any(t.startswith("optional(") for c in schema.type_constraints for t in c.allowed_type_strs):
             return None      # an optional holding a sequence is a bare list here: not describable
-        absent = ctx.ints(ABSENT_INPUTS_ARG, []) if ctx.has(ABSENT_INPUTS_ARG) else []
-        present = [n for i, n in enumerate(names) if i not in absent]
+        present = _present_names(ctx, names)
         seen = {}
         label = "%s-%d" % (ctx.type, ctx.op_version) if ctx.op_version else ctx.type
 
@@ -201,7 +200,6 @@ class OnnxShapeInference(InputRule):
                                  for f in schema.inputs)
         return check if whole_number_input else fast_path(check, render)
 
-
     def output_shapes(self, ctx, inputs, fixed=()):
         """The outputs' shapes onnx's inference gives from the inputs' shapes and dtypes
         and the values of the small inputs (up to _DATA_LIMIT values: shapes, scales,
@@ -213,8 +211,7 @@ class OnnxShapeInference(InputRule):
         if prepared is None:
             return None
         schema, node, names, opsets = prepared
-        absent = ctx.ints(ABSENT_INPUTS_ARG, []) if ctx.has(ABSENT_INPUTS_ARG) else []
-        present = [n for i, n in enumerate(names) if i not in absent]
+        present = _present_names(ctx, names)
         types, data = {}, {}
         for i, (name, x) in enumerate(zip(present, inputs)):
             proto = _type_proto(x)
@@ -240,6 +237,13 @@ class OnnxShapeInference(InputRule):
 
 
 _INTEGER_TYPE = re.compile(r"tensor\((u?int\d+|bool)\)$")
+
+
+def _present_names(ctx, names):
+    """The rebuilt node's input names of the inputs the op def has (optional ones it
+    left out are listed in its ABSENT_INPUTS_ARG)."""
+    absent = ctx.ints(ABSENT_INPUTS_ARG, []) if ctx.has(ABSENT_INPUTS_ARG) else []
+    return [n for i, n in enumerate(names) if i not in absent]
 
 
 def _signature(x):

@@ -362,8 +362,7 @@ def pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype):
     p = oh * ow
     if not takes(c, m, p, dtype):
         return None
-    sub = None if tuple(strides) == (1, 1) else (slice(None), slice(None, None, strides[0]),
-                                                 slice(None, None, strides[1]))
+    strided = tuple(strides) != (1, 1)
     n_rb, n_pb = m // ROWS, -(-p // PIXELS)
     chunk = chunk_channels(c)
     rem = p % PIXELS
@@ -394,7 +393,7 @@ def pointwise_plan(x_shape, w_shape, strides, out_spatial, dtype):
             raise ValueError("bias of %d values for %d output channels" % (b.size, m))
         kernel, split_rows, blocks, tail, tail_out = per_team(setups, setup)
         for i in range(n):
-            xi = x[i] if sub is None else subsample(x[i], strides, out_spatial)
+            xi = subsample(x[i], strides, out_spatial) if strided else x[i]
             xi = np.ascontiguousarray(xi, dtype=np.float32).reshape(c, p)
             in_place = out[i].flags.c_contiguous       # else computed aside and copied in
             oi = out[i].reshape(m, p) if in_place else np.empty((m, p), np.float32)

@@ -97,30 +97,15 @@ def output_array(shape, dtype):
     pool = getattr(_state, "pool", None)
     if pool is None:
         return np.empty(shape, dtype)
-    preferred = getattr(_state, "preferred", None)
-    if preferred:
-        array = _preferred_fit(preferred, shape, dtype)
-        if array is not None:
-            return array
     return pool.take(shape, dtype)
 
 
 def prefer(arrays):
     """Inside (this thread, a pool active): output_array serves these C-contiguous
-    arrays first, each to the first request of its shape and dtype. kernel_replay.py
-    runs an op it does not replay as kernel calls this way, so that its outputs land
-    where the recorded calls after it read them."""
-    return _Preferred(arrays)
-
-
-def _preferred_fit(preferred, shape, dtype):
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    dtype = np.dtype(dtype)
-    for i, array in enumerate(preferred):
-        if array.shape == shape and array.dtype == dtype:
-            del preferred[i]
-            return array
-    return None
+    arrays first, each to the first request of its shape and dtype, then the pool's.
+    kernel_replay.py runs an op it does not replay as kernel calls this way, so that its
+    outputs land where the recorded calls after it read them."""
+    return _Preferring(arrays)
 
 
 def active_pool():
@@ -252,8 +237,9 @@ class OutputPool:
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if _restore() is not self:          # the outermost run of this pool on this thread
-            self.sweep()
+        restored = _restore()
+        if restored is not self and getattr(restored, "pool", None) is not self:
+            self.sweep()                    # the outermost run of this pool on this thread
         return False
 
     def sweep(self):
@@ -304,20 +290,29 @@ class OutputPool:
             return sum(len(entries) for entries in self._entries.values())
 
 
-class _Preferred:
-    __slots__ = ("arrays", "before")
+class _Preferring:
+    """The active pool while `prefer(arrays)` is open: those arrays first, then the pool."""
+    __slots__ = ("pool", "arrays")
 
     def __init__(self, arrays):
         self.arrays = [a for a in arrays if isinstance(a, np.ndarray) and a.flags.c_contiguous]
 
     def __enter__(self):
-        self.before = getattr(_state, "preferred", None)
-        _state.preferred = self.arrays
+        self.pool = getattr(_state, "pool", None)
+        _activate(self if self.pool is not None else None)
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        _state.preferred = self.before
+        _restore()
         return False
+
+    def take(self, shape, dtype):
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        for i, array in enumerate(self.arrays):
+            if array.shape == shape and array.dtype == dtype:
+                del self.arrays[i]
+                return array
+        return self.pool.take(shape, dtype)
 
 
 class _NoPool:
